@@ -1,0 +1,182 @@
+//! The client side of one bridge connection: a TCP or Unix stream that can end with a TCP
+//! reset instead of a FIN.
+//!
+//! A refusal must reach the client and then cut the connection hard (SO_LINGER 0), so that
+//! nothing the client sends after it is read and nothing can be mistaken for a tunnel.
+//! hyper owns the stream while it writes the refusal, so the front end raises a shared flag
+//! and this type acts on it: `poll_shutdown` skips the FIN and `Drop` sets zero linger, so
+//! the close that follows is an RST. hyper flushes the response before it shuts down, so
+//! the client has the 502 in its receive queue before the RST arrives.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use nix::sys::socket::{recv, MsgFlags};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+
+/// A stream accepted from a client.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// A client stream plus its "reset on close" flag.
+#[derive(Debug)]
+pub struct ClientIo {
+    stream: Option<Stream>,
+    reset: Arc<AtomicBool>,
+}
+
+impl ClientIo {
+    pub fn new(stream: Stream) -> ClientIo {
+        ClientIo {
+            stream: Some(stream),
+            reset: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// A handle that, once set, makes the eventual close a reset.
+    pub fn reset_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.reset)
+    }
+
+    /// Marks the connection for reset; the close that follows (drop) sends an RST.
+    pub fn reset_on_close(&self) {
+        self.reset.store(true, Ordering::Relaxed);
+    }
+
+    /// Reads the first byte without consuming it; `None` if the client closed first.
+    pub async fn peek_first_byte(&self) -> io::Result<Option<u8>> {
+        let mut byte = [0u8; 1];
+        let n = match self.stream.as_ref() {
+            Some(Stream::Tcp(tcp)) => tcp.peek(&mut byte).await?,
+            Some(Stream::Unix(unix)) => loop {
+                unix.readable().await?;
+                let peeked = unix.try_io(Interest::READABLE, || {
+                    recv(unix.as_raw_fd(), &mut byte, MsgFlags::MSG_PEEK).map_err(io::Error::from)
+                });
+                match peeked {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    other => break other?,
+                }
+            },
+            None => 0,
+        };
+        Ok((n == 1).then_some(byte[0]))
+    }
+
+    /// Takes the stream out (for a tunnel), leaving nothing to reset on drop.
+    pub fn into_stream(mut self) -> Option<Stream> {
+        self.stream.take()
+    }
+
+    fn stream_mut(&mut self) -> io::Result<Pin<&mut Stream>> {
+        match self.stream.as_mut() {
+            Some(s) => Ok(Pin::new(s)),
+            None => Err(io::Error::from(io::ErrorKind::NotConnected)),
+        }
+    }
+}
+
+impl Drop for ClientIo {
+    fn drop(&mut self) {
+        if self.reset.load(Ordering::Relaxed) {
+            if let Some(Stream::Tcp(tcp)) = &self.stream {
+                // Zero linger: close() discards nothing already delivered on loopback and
+                // sends RST instead of FIN. Unix sockets have no reset; they just close.
+                tcp.set_zero_linger().ok();
+            }
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+impl AsyncRead for ClientIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut().stream_mut() {
+            Ok(s) => s.poll_read(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl AsyncWrite for ClientIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut().stream_mut() {
+            Ok(s) => s.poll_write(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut().stream_mut() {
+            Ok(s) => s.poll_flush(cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.reset.load(Ordering::Relaxed) {
+            // No FIN: the drop that follows resets the connection.
+            return Poll::Ready(Ok(()));
+        }
+        match this.stream_mut() {
+            Ok(s) => s.poll_shutdown(cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}

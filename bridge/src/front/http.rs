@@ -1,0 +1,460 @@
+//! HTTP/1.1 proxy front end on hyper: `CONNECT host:port` tunnels, absolute-form requests
+//! (`GET http://host/path`) are forwarded, and `GET /__netbox/health` answers the probe.
+//!
+//! Parsing is strict about anything that names a destination: a CONNECT target must be
+//! authority-form with a port and no userinfo, a forwarded URI must be `http://` with no
+//! userinfo, and a Host header that disagrees with the target or a repeated Host header is
+//! a 400 before any policy or DNS work. hyper itself answers unparseable heads with 400 and
+//! oversized ones with 431, enforces the header-read deadline, and resolves
+//! Content-Length alongside Transfer-Encoding as RFC 9112 §6.3 says (chunked wins, the
+//! length is dropped, the connection closes after); the request is re-framed upstream, so
+//! the server never sees both.
+//!
+//! Order for CONNECT follows the pipeline, not hyper's example: dial first, answer 200
+//! only once the upstream is connected, so every failure can still be a 502 + reset.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+
+use crate::client_io::{ClientIo, Stream};
+use crate::counted::{Counted, Counters};
+use crate::log::{Attempt, End, Proto};
+use crate::policy::Reason;
+use crate::server::Conn;
+use crate::target::Target;
+use crate::tunnel;
+use crate::upstream::{self, Refusal};
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// Largest request head accepted, in bytes; larger gets 431 from hyper.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Most header fields accepted in one request head; more gets 431.
+const MAX_HEADERS: usize = 100;
+
+/// Origin-form path the bridge answers itself, so a probe can tell it is alive.
+pub const HEALTH_PATH: &str = "/__netbox/health";
+
+/// Per-connection state the service shares with the connection task.
+struct ConnState {
+    conn: Conn,
+    reset: Arc<AtomicBool>,
+    requests: AtomicU64,
+}
+
+/// Serves one HTTP client connection: possibly several requests, possibly one tunnel.
+pub async fn serve(io: ClientIo, conn: Conn) {
+    let header_timeout = conn.shared.config.header_timeout;
+    let stopped = conn.stopped();
+    let state = Arc::new(ConnState {
+        reset: io.reset_flag(),
+        conn,
+        requests: AtomicU64::new(0),
+    });
+    let service = {
+        let state = Arc::clone(&state);
+        service_fn(move |req| {
+            let state = Arc::clone(&state);
+            async move {
+                state.requests.fetch_add(1, Ordering::Relaxed);
+                Ok::<_, Infallible>(route(req, &state).await)
+            }
+        })
+    };
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .max_header_size(MAX_HEADER_BYTES)
+        .max_headers(MAX_HEADERS)
+        .preserve_header_case(true);
+    let served = builder
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    tokio::select! {
+        result = served => {
+            if let Err(e) = result {
+                log_protocol_error(&state, &e);
+            }
+        }
+        () = stopped => {}
+    }
+}
+
+/// Logs what hyper refused on its own (unparseable, oversized or too slow heads).
+fn log_protocol_error(state: &ConnState, e: &hyper::Error) {
+    let first_request = state.requests.load(Ordering::Relaxed) == 0;
+    let reason = if e.is_parse_too_large() {
+        Reason::HeaderTooLarge
+    } else if e.is_parse() || (e.is_incomplete_message() && first_request) {
+        Reason::BadRequest
+    } else if e.is_timeout() && first_request {
+        Reason::HeaderTimeout
+    } else {
+        // Mid-stream I/O errors and idle keep-alive timeouts are not attempts.
+        return;
+    };
+    let mut attempt = Attempt::begin(state.conn.session.id.clone(), Proto::Http);
+    attempt.reason = reason;
+    attempt.detail = Some(e.to_string());
+    state
+        .conn
+        .shared
+        .log
+        .record(&attempt.finish(End::Refused, 0, 0));
+}
+
+async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body> {
+    if req.method() == Method::CONNECT {
+        return connect(req, state).await;
+    }
+    if req.uri().scheme().is_some() {
+        return forward(req, state).await;
+    }
+    if req.method() == Method::GET && req.uri().path() == HEALTH_PATH {
+        return text_response(StatusCode::OK, "netbox bridge ok\n");
+    }
+    let mut attempt = Attempt::begin(state.conn.session.id.clone(), Proto::Http);
+    attempt.method = Some(req.method().to_string());
+    let refusal = Refusal::new(
+        Reason::BadRequest,
+        "not a proxy request: use CONNECT host:port or an absolute http:// URI",
+    );
+    refuse(state, attempt, &refusal)
+}
+
+async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body> {
+    let conn = &state.conn;
+    let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::HttpConnect);
+    let target = match connect_target(&req) {
+        Ok(target) => target,
+        Err(refusal) => return refuse(state, attempt, &refusal),
+    };
+    let upstream = match upstream::open(conn, &mut attempt, &target).await {
+        Ok(upstream) => upstream,
+        Err(refusal) => return refuse(state, attempt, &refusal),
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let idle = conn.shared.config.idle_timeout;
+    let log = Arc::clone(&conn.shared.log);
+    let stopped = conn.stopped();
+    tokio::spawn(async move {
+        let upgraded = match on_upgrade.await {
+            Ok(upgraded) => upgraded,
+            Err(e) => {
+                attempt.detail = Some(format!("client left before the tunnel opened: {e}"));
+                log.record(&attempt.finish(End::ClientError, 0, 0));
+                return;
+            }
+        };
+        // Unwrap hyper's wrapper to relay on the raw socket; bytes hyper read past the
+        // CONNECT head (a client that did not wait for the 200) are sent first.
+        let stats = match upgraded.downcast::<TokioIo<ClientIo>>() {
+            Ok(parts) => {
+                let client = parts.io.into_inner().into_stream();
+                match client {
+                    Some(Stream::Tcp(tcp)) => {
+                        relay_with_prefix(tcp, parts.read_buf, upstream, idle, stopped).await
+                    }
+                    Some(Stream::Unix(unix)) => {
+                        relay_with_prefix(unix, parts.read_buf, upstream, idle, stopped).await
+                    }
+                    None => return,
+                }
+            }
+            Err(upgraded) => tunnel::relay(TokioIo::new(upgraded), upstream, idle, stopped).await,
+        };
+        log.record(&attempt.finish(stats.end, stats.bytes_up, stats.bytes_down));
+    });
+    Response::new(empty_body())
+}
+
+async fn relay_with_prefix<C>(
+    client: C,
+    prefix: Bytes,
+    mut upstream: tokio::net::TcpStream,
+    idle: std::time::Duration,
+    stopped: impl std::future::Future<Output = ()>,
+) -> tunnel::TunnelStats
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+{
+    use tokio::io::AsyncWriteExt;
+    let sent = prefix.len() as u64;
+    if !prefix.is_empty() && upstream.write_all(&prefix).await.is_err() {
+        return tunnel::TunnelStats {
+            bytes_up: 0,
+            bytes_down: 0,
+            end: End::UpstreamError,
+        };
+    }
+    let mut stats = tunnel::relay(client, upstream, idle, stopped).await;
+    stats.bytes_up += sent;
+    stats
+}
+
+/// The authority-form target of a CONNECT, after the ambiguity checks.
+fn connect_target(req: &Request<Incoming>) -> Result<Target, Refusal> {
+    let uri = req.uri();
+    let authority = match (uri.scheme(), uri.authority(), uri.path_and_query()) {
+        (None, Some(authority), None) => authority,
+        _ => return Err(bad("CONNECT target must be host:port")),
+    };
+    if authority.as_str().contains('@') {
+        return Err(bad("CONNECT target must not carry userinfo"));
+    }
+    let target = Target::parse_authority(authority.as_str())
+        .map_err(|e| bad(format!("CONNECT target: {e}")))?;
+    check_host_header(req.headers(), &target)?;
+    Ok(target)
+}
+
+/// The target of an absolute-form request, after the ambiguity checks.
+fn forward_target(req: &Request<Incoming>) -> Result<Target, Refusal> {
+    let uri = req.uri();
+    if uri.scheme_str() != Some("http") {
+        return Err(bad("only http:// URIs are forwarded; use CONNECT for TLS"));
+    }
+    let Some(authority) = uri.authority() else {
+        return Err(bad("absolute URI without a host"));
+    };
+    if authority.as_str().contains('@') {
+        return Err(bad("URI must not carry userinfo"));
+    }
+    let target = Target::parse_with_default_port(authority.as_str(), 80)
+        .map_err(|e| bad(format!("URI host: {e}")))?;
+    check_host_header(req.headers(), &target)?;
+    Ok(target)
+}
+
+/// A Host header, if present, must be single and name the same target.
+fn check_host_header(headers: &HeaderMap, target: &Target) -> Result<(), Refusal> {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let Some(host) = hosts.next() else {
+        return Ok(());
+    };
+    if hosts.next().is_some() {
+        return Err(bad("repeated Host header"));
+    }
+    let host = host.to_str().map_err(|_| bad("Host header is not ASCII"))?;
+    match Target::parse_with_default_port(host, target.port) {
+        Ok(named) if named == *target => Ok(()),
+        _ => Err(bad(format!(
+            "Host header {host:?} disagrees with the target"
+        ))),
+    }
+}
+
+fn bad(detail: impl Into<String>) -> Refusal {
+    Refusal::new(Reason::BadRequest, detail)
+}
+
+async fn forward(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body> {
+    let conn = &state.conn;
+    let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::HttpForward);
+    attempt.method = Some(req.method().to_string());
+    let target = match forward_target(&req) {
+        Ok(target) => target,
+        Err(refusal) => return refuse(state, attempt, &refusal),
+    };
+    let upstream = match upstream::open(conn, &mut attempt, &target).await {
+        Ok(upstream) => upstream,
+        Err(refusal) => return refuse(state, attempt, &refusal),
+    };
+    let counters = Counters::default();
+    let io = TokioIo::new(Counted::new(upstream, counters.clone()));
+    let handshake = hyper::client::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .handshake::<_, Incoming>(io)
+        .await;
+    let (mut sender, connection) = match handshake {
+        Ok(pair) => pair,
+        Err(e) => {
+            let refusal = Refusal::new(Reason::UpstreamUnreachable, e.to_string());
+            return refuse(state, attempt, &refusal);
+        }
+    };
+    let outgoing = match origin_request(req, &target) {
+        Ok(outgoing) => outgoing,
+        Err(refusal) => return refuse(state, attempt, &refusal),
+    };
+    let (status_tx, status_rx) = tokio::sync::oneshot::channel::<u16>();
+    let log = Arc::clone(&conn.shared.log);
+    let logged = attempt.clone();
+    let log_counters = counters.clone();
+    // The upstream connection ends once the response body is through (or abandoned):
+    // that is when the byte counts are final, so the event is written then.
+    tokio::spawn(async move {
+        let result = connection.await;
+        let mut attempt = logged;
+        attempt.status = status_rx.await.ok();
+        let end = match result {
+            Ok(()) => End::Closed,
+            Err(e) => {
+                attempt.detail = Some(e.to_string());
+                End::UpstreamError
+            }
+        };
+        let (up, down) = log_counters.get();
+        log.record(&attempt.finish(end, up, down));
+    });
+    match sender.send_request(outgoing).await {
+        Ok(mut response) => {
+            let _ = status_tx.send(response.status().as_u16());
+            strip_hop_by_hop(response.headers_mut());
+            response.map(BodyExt::boxed)
+        }
+        Err(e) => {
+            // Logged by the connection task above with the error it saw.
+            drop(status_tx);
+            let refusal = Refusal::new(Reason::UpstreamUnreachable, e.to_string());
+            refusal_response(state, &refusal)
+        }
+    }
+}
+
+/// Rewrites an absolute-form proxy request into the origin-form request the server expects.
+fn origin_request(req: Request<Incoming>, target: &Target) -> Result<Request<Incoming>, Refusal> {
+    let (mut parts, body) = req.into_parts();
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .unwrap_or_else(|| target.to_string());
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    parts.uri = Uri::try_from(path).map_err(|e| bad(format!("URI path: {e}")))?;
+    parts.version = Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers);
+    let host = HeaderValue::from_str(&authority).map_err(|_| bad("URI host"))?;
+    parts.headers.insert(header::HOST, host);
+    Ok(Request::from_parts(parts, body))
+}
+
+/// Removes hop-by-hop fields (RFC 9110 §7.6.1), including any the Connection header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+}
+
+/// Logs the refusal and answers it: status, one-line body, then a reset.
+fn refuse(state: &ConnState, mut attempt: Attempt, refusal: &Refusal) -> Response<Body> {
+    attempt.reason = refusal.reason;
+    attempt.detail = Some(refusal.detail.clone());
+    let response = refusal_response(state, refusal);
+    attempt.status = Some(response.status().as_u16());
+    state
+        .conn
+        .shared
+        .log
+        .record(&attempt.finish(End::Refused, 0, 0));
+    response
+}
+
+/// The refusal response. The connection is marked so that, once hyper has flushed this
+/// response, it is closed with a reset.
+fn refusal_response(state: &ConnState, refusal: &Refusal) -> Response<Body> {
+    let status = match refusal.reason {
+        Reason::DeniedByRule | Reason::NotAllowed | Reason::NonPublicAddress => {
+            state.conn.shared.config.refusal_status
+        }
+        Reason::BadRequest | Reason::Unsupported => StatusCode::BAD_REQUEST,
+        Reason::HeaderTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    let error_type = match (refusal.reason, refusal.io_kind) {
+        (Reason::NonPublicAddress, _) => "destination_ip_prohibited",
+        (Reason::ResolveFailed, _) => "dns_error",
+        (Reason::UpstreamUnreachable, Some(std::io::ErrorKind::ConnectionRefused)) => {
+            "connection_refused"
+        }
+        (Reason::UpstreamUnreachable, Some(std::io::ErrorKind::TimedOut)) => "connection_timeout",
+        (Reason::UpstreamUnreachable, _) => "destination_unavailable",
+        (Reason::BadRequest | Reason::Unsupported | Reason::HeaderTooLarge, _) => {
+            "http_request_error"
+        }
+        _ => "http_request_denied",
+    };
+    let line = format!("netbox: {}\n", one_line(&refusal.detail));
+    let details = one_line(&refusal.detail).replace(['"', '\\'], "'");
+    let mut response = text_response(status, &line);
+    let headers = response.headers_mut();
+    let mut insert = |name: &'static str, value: String| {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    };
+    insert("x-netbox-reason", refusal.reason.header_value().to_owned());
+    insert(
+        "proxy-status",
+        format!("netbox; error={error_type}; details=\"{details}\""),
+    );
+    insert("connection", "close".to_owned());
+    state.reset.store(true, Ordering::Relaxed);
+    response
+}
+
+/// Keeps a detail safe for a header and a single body line.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .filter(char::is_ascii)
+        .take(300)
+        .collect()
+}
+
+fn text_response(status: StatusCode, text: &str) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(text.to_owned()))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn empty_body() -> Body {
+    http_body_util::Empty::new()
+        .map_err(|never| match never {})
+        .boxed()
+}

@@ -1,0 +1,218 @@
+//! SOCKS5 front end (RFC 1928): no-authentication CONNECT to a domain name, an IPv4 or an
+//! IPv6 address, so `ALL_PROXY=socks5h://…` works for curl and for non-HTTP TCP.
+//!
+//! The request runs the same pipeline as HTTP. Refusals use the reply code that says why
+//! (0x02 not allowed by ruleset, 0x04 host unreachable, 0x05 connection refused…) and the
+//! connection is then reset. BIND and UDP ASSOCIATE are refused with 0x07.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::client_io::{ClientIo, Stream};
+use crate::log::{Attempt, End, Proto};
+use crate::policy::Reason;
+use crate::server::Conn;
+use crate::target::{normalise_host, Host, Target};
+use crate::tunnel;
+use crate::upstream::{self, Refusal};
+
+const VERSION: u8 = 0x05;
+const METHOD_NO_AUTH: u8 = 0x00;
+const METHOD_NONE_ACCEPTABLE: u8 = 0xff;
+const CMD_CONNECT: u8 = 0x01;
+const ATYP_IPV4: u8 = 0x01;
+const ATYP_DOMAIN: u8 = 0x03;
+const ATYP_IPV6: u8 = 0x04;
+
+/// Reply codes, RFC 1928 §6.
+#[derive(Debug, Clone, Copy)]
+#[repr(u8)]
+enum Reply {
+    Succeeded = 0x00,
+    GeneralFailure = 0x01,
+    NotAllowed = 0x02,
+    NetworkUnreachable = 0x03,
+    HostUnreachable = 0x04,
+    ConnectionRefused = 0x05,
+    TtlExpired = 0x06,
+    CommandNotSupported = 0x07,
+    AddressTypeNotSupported = 0x08,
+}
+
+/// A request the client sent, or why it could not be read.
+enum Request {
+    Connect(Target),
+    /// Refused; the reply code to send, unless one was already sent.
+    Refused(Option<Reply>, Refusal),
+}
+
+/// Serves one SOCKS5 client to the end of its tunnel.
+pub async fn serve(mut io: ClientIo, conn: Conn) {
+    let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Socks5);
+    let header_timeout = conn.shared.config.header_timeout;
+    let request = match tokio::time::timeout(header_timeout, read_request(&mut io)).await {
+        Ok(Ok(request)) => request,
+        Ok(Err(e)) => Request::Refused(
+            Some(Reply::GeneralFailure),
+            Refusal::new(Reason::BadRequest, format!("malformed SOCKS5 request: {e}")),
+        ),
+        Err(_) => Request::Refused(
+            Some(Reply::GeneralFailure),
+            Refusal::new(Reason::HeaderTimeout, "SOCKS5 request timed out"),
+        ),
+    };
+    let target = match request {
+        Request::Connect(target) => target,
+        Request::Refused(reply, refusal) => {
+            return refuse(io, &conn, attempt, reply, refusal).await
+        }
+    };
+    let upstream = match upstream::open(&conn, &mut attempt, &target).await {
+        Ok(upstream) => upstream,
+        Err(refusal) => {
+            let reply = reply_for(&refusal);
+            return refuse(io, &conn, attempt, Some(reply), refusal).await;
+        }
+    };
+    let bound = upstream
+        .local_addr()
+        .unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+    if write_reply(&mut io, Reply::Succeeded, bound).await.is_err() {
+        conn.shared
+            .log
+            .record(&attempt.finish(End::ClientError, 0, 0));
+        return;
+    }
+    let idle = conn.shared.config.idle_timeout;
+    let stats = match io.into_stream() {
+        Some(Stream::Tcp(tcp)) => tunnel::relay(tcp, upstream, idle, conn.stopped()).await,
+        Some(Stream::Unix(unix)) => tunnel::relay(unix, upstream, idle, conn.stopped()).await,
+        None => return,
+    };
+    conn.shared
+        .log
+        .record(&attempt.finish(stats.end, stats.bytes_up, stats.bytes_down));
+}
+
+/// Reads the greeting and the request. I/O errors mean the client spoke garbage or left.
+async fn read_request(io: &mut ClientIo) -> io::Result<Request> {
+    let [version, method_count] = read_array::<2>(io).await?;
+    if version != VERSION || method_count == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "bad greeting"));
+    }
+    let mut methods = vec![0u8; usize::from(method_count)];
+    io.read_exact(&mut methods).await?;
+    if !methods.contains(&METHOD_NO_AUTH) {
+        io.write_all(&[VERSION, METHOD_NONE_ACCEPTABLE]).await?;
+        return Ok(Request::Refused(
+            None,
+            Refusal::new(Reason::Unsupported, "client offers no no-auth method"),
+        ));
+    }
+    io.write_all(&[VERSION, METHOD_NO_AUTH]).await?;
+
+    let [version, command, _reserved, address_type] = read_array::<4>(io).await?;
+    if version != VERSION {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "bad version"));
+    }
+    let host = match address_type {
+        ATYP_IPV4 => Ok(Host::Ip(IpAddr::V4(Ipv4Addr::from(
+            read_array::<4>(io).await?,
+        )))),
+        ATYP_IPV6 => Ok(Host::Ip(crate::target::canonical_ip(IpAddr::V6(
+            Ipv6Addr::from(read_array::<16>(io).await?),
+        )))),
+        ATYP_DOMAIN => {
+            let [len] = read_array::<1>(io).await?;
+            let mut name = vec![0u8; usize::from(len)];
+            io.read_exact(&mut name).await?;
+            let name = String::from_utf8_lossy(&name).into_owned();
+            normalise_host(&name).map_err(|e| format!("SOCKS5 target: {e}"))
+        }
+        other => {
+            return Ok(Request::Refused(
+                Some(Reply::AddressTypeNotSupported),
+                Refusal::new(Reason::BadRequest, format!("address type {other:#04x}")),
+            ))
+        }
+    };
+    let port = u16::from_be_bytes(read_array::<2>(io).await?);
+    if command != CMD_CONNECT {
+        return Ok(Request::Refused(
+            Some(Reply::CommandNotSupported),
+            Refusal::new(
+                Reason::Unsupported,
+                format!("SOCKS5 command {command:#04x}"),
+            ),
+        ));
+    }
+    match host {
+        Ok(host) if port != 0 => Ok(Request::Connect(Target { host, port })),
+        Ok(_) => Ok(Request::Refused(
+            Some(Reply::GeneralFailure),
+            Refusal::new(Reason::BadRequest, "SOCKS5 target port 0"),
+        )),
+        Err(detail) => Ok(Request::Refused(
+            Some(Reply::GeneralFailure),
+            Refusal::new(Reason::BadRequest, detail),
+        )),
+    }
+}
+
+async fn read_array<const N: usize>(io: &mut ClientIo) -> io::Result<[u8; N]> {
+    let mut buf = [0u8; N];
+    io.read_exact(&mut buf).await?;
+    Ok(buf)
+}
+
+fn reply_for(refusal: &Refusal) -> Reply {
+    match (refusal.reason, refusal.io_kind) {
+        (Reason::DeniedByRule | Reason::NotAllowed | Reason::NonPublicAddress, _) => {
+            Reply::NotAllowed
+        }
+        (Reason::ResolveFailed, _) => Reply::HostUnreachable,
+        (_, Some(io::ErrorKind::ConnectionRefused)) => Reply::ConnectionRefused,
+        (_, Some(io::ErrorKind::TimedOut)) => Reply::TtlExpired,
+        (_, Some(io::ErrorKind::NetworkUnreachable)) => Reply::NetworkUnreachable,
+        (Reason::UpstreamUnreachable, _) => Reply::HostUnreachable,
+        _ => Reply::GeneralFailure,
+    }
+}
+
+async fn write_reply(io: &mut ClientIo, reply: Reply, bound: SocketAddr) -> io::Result<()> {
+    let mut message = vec![VERSION, reply as u8, 0x00];
+    match bound.ip() {
+        IpAddr::V4(ip) => {
+            message.push(ATYP_IPV4);
+            message.extend_from_slice(&ip.octets());
+        }
+        IpAddr::V6(ip) => {
+            message.push(ATYP_IPV6);
+            message.extend_from_slice(&ip.octets());
+        }
+    }
+    message.extend_from_slice(&bound.port().to_be_bytes());
+    io.write_all(&message).await?;
+    io.flush().await
+}
+
+/// Logs, sends the reply code, and resets the connection.
+async fn refuse(
+    mut io: ClientIo,
+    conn: &Conn,
+    mut attempt: Attempt,
+    reply: Option<Reply>,
+    refusal: Refusal,
+) {
+    attempt.reason = refusal.reason;
+    attempt.detail = Some(refusal.detail);
+    conn.shared.log.record(&attempt.finish(End::Refused, 0, 0));
+    let unspecified = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+    // The client may already be gone; the reset below happens either way.
+    if let Some(reply) = reply {
+        let _ = write_reply(&mut io, reply, unspecified).await;
+    }
+    io.reset_on_close();
+}

@@ -1,0 +1,42 @@
+//! netbox's bridge: the egress-filtering proxy that is a sandboxed command's only way out.
+//!
+//! It decides every connection attempt against an allowlist policy, resolves names itself,
+//! refuses non-public addresses unless a rule opens them, dials exactly the address it
+//! checked, relays the bytes, and logs each attempt as one JSON line. It knows nothing about
+//! namespaces: it serves listeners handed to it, each bound to a session and its policy.
+//!
+//! Modules, in data-flow order:
+//! - [`listen`]: parse `127.0.0.1:PORT` / `[::1]:PORT` / `unix:PATH` and bind (standalone use)
+//! - [`server`]: accept loops, one per listener, each tied to a [`server::Session`]
+//! - `front`: tells HTTP from SOCKS5 by the first byte; `front::http`, `front::socks5`
+//! - [`target`]: the normalised destination every front end produces
+//! - [`policy`]: allowlist files and the pure allow/deny decision
+//! - [`resolver`]: pinned hosts, then DNS, with a deadline
+//! - [`ipclass`]: public or not, for every resolved address
+//! - `upstream`: the pipeline policy → resolve → classify → dial; `dialer` dials
+//! - `tunnel`: the byte relay with half-close and idle timeout
+//! - [`log`]: the JSON-lines event log and the stderr summary
+
+#![forbid(unsafe_code)]
+
+mod client_io;
+mod counted;
+mod dialer;
+mod error;
+mod front;
+pub mod ipclass;
+pub mod listen;
+pub mod log;
+pub mod policy;
+pub mod resolver;
+pub mod server;
+pub mod target;
+mod tunnel;
+mod upstream;
+
+pub use error::BridgeError;
+pub use front::http::HEALTH_PATH;
+pub use log::{EventLog, Stderr};
+pub use policy::Policy;
+pub use resolver::DnsConfig;
+pub use server::{serve, BridgeConfig, Listener, Session, SessionListener};

@@ -1,0 +1,302 @@
+//! The event log: one JSON line per attempt, allowed or not, appended and flushed per line,
+//! plus a one-line human summary on stderr unless quiet.
+//!
+//! Field names are defined once, here, by [`Event`]; the golden test at the bottom pins the
+//! schema so a rename cannot slip through unnoticed.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+
+use crate::ipclass::IpClass;
+use crate::policy::{Reason, RuleRef, Verdict};
+use crate::target::Target;
+
+/// Version of the record layout; bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// How the client spoke to the bridge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Proto {
+    /// `CONNECT host:port`.
+    HttpConnect,
+    /// Absolute-form `GET http://host/path`, forwarded.
+    HttpForward,
+    /// A request the HTTP parser could not read far enough to classify.
+    Http,
+    Socks5,
+}
+
+/// How the attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum End {
+    /// Refused before any upstream connection.
+    Refused,
+    /// Both directions finished (EOF each way, or the forwarded exchange completed).
+    Closed,
+    IdleTimeout,
+    ClientError,
+    UpstreamError,
+    /// The bridge was shutting down.
+    Shutdown,
+}
+
+/// One attempt, as logged.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub schema_version: u32,
+    pub ts: String,
+    pub session: Arc<str>,
+    pub proto: Proto,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub decision: Verdict,
+    pub reason: Reason,
+    pub rule: Option<RuleRef>,
+    pub resolved: Vec<IpAddr>,
+    /// The class of the address that was refused, when an address was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_class: Option<IpClass>,
+    pub dialed: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration_ms: u64,
+    pub end: End,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// An attempt in progress; becomes an [`Event`] when it ends.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    started: Instant,
+    pub session: Arc<str>,
+    pub proto: Proto,
+    pub method: Option<String>,
+    pub target: Option<Target>,
+    pub decision: Verdict,
+    pub reason: Reason,
+    pub rule: Option<RuleRef>,
+    pub resolved: Vec<IpAddr>,
+    pub refused_class: Option<IpClass>,
+    pub dialed: Option<SocketAddr>,
+    pub status: Option<u16>,
+    pub detail: Option<String>,
+}
+
+impl Attempt {
+    /// A new attempt, denied until something allows it.
+    pub fn begin(session: Arc<str>, proto: Proto) -> Attempt {
+        Attempt {
+            started: Instant::now(),
+            session,
+            proto,
+            method: None,
+            target: None,
+            decision: Verdict::Deny,
+            reason: Reason::BadRequest,
+            rule: None,
+            resolved: Vec::new(),
+            refused_class: None,
+            dialed: None,
+            status: None,
+            detail: None,
+        }
+    }
+
+    pub fn finish(self, end: End, bytes_up: u64, bytes_down: u64) -> Event {
+        let (host, port) = match &self.target {
+            Some(t) => (Some(t.host.to_string()), Some(t.port)),
+            None => (None, None),
+        };
+        Event {
+            kind: "net",
+            schema_version: SCHEMA_VERSION,
+            ts: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            session: self.session,
+            proto: self.proto,
+            method: self.method,
+            host,
+            port,
+            decision: self.decision,
+            reason: self.reason,
+            rule: self.rule,
+            resolved: self.resolved,
+            refused_class: self.refused_class,
+            dialed: self.dialed,
+            status: self.status,
+            bytes_up,
+            bytes_down,
+            duration_ms: millis(self.started.elapsed()),
+            end,
+            detail: self.detail,
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Whether to summarise each event on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stderr {
+    Summary,
+    Quiet,
+}
+
+/// Where events go: an append-only JSON-lines file and/or stderr.
+pub struct EventLog {
+    file: Option<Mutex<File>>,
+    stderr: Stderr,
+    write_failed: AtomicBool,
+}
+
+impl EventLog {
+    /// Opens (creating, appending) the log file, if one is given.
+    pub fn open(path: Option<&Path>, stderr: Stderr) -> io::Result<EventLog> {
+        let file = match path {
+            Some(path) => Some(Mutex::new(
+                OpenOptions::new().create(true).append(true).open(path)?,
+            )),
+            None => None,
+        };
+        Ok(EventLog {
+            file,
+            stderr,
+            write_failed: AtomicBool::new(false),
+        })
+    }
+
+    /// Writes one event: the whole line in one `write` (O_APPEND keeps lines whole even
+    /// with several writers), then the stderr summary.
+    pub fn record(&self, event: &Event) {
+        if let Some(file) = &self.file {
+            let mut line = serde_json::to_vec(event).unwrap_or_default();
+            line.push(b'\n');
+            let result = match file.lock() {
+                Ok(mut f) => f.write_all(&line).and_then(|()| f.flush()),
+                Err(_) => Err(io::Error::other("event log lock poisoned")),
+            };
+            if let Err(e) = result {
+                // Say it once; a lost audit trail must not go unnoticed.
+                if !self.write_failed.swap(true, Ordering::Relaxed) {
+                    eprintln!("netbox: cannot write event log: {e}");
+                }
+            }
+        }
+        if self.stderr == Stderr::Summary {
+            eprintln!("{}", summary(event));
+        }
+    }
+}
+
+/// The stderr line for an event.
+pub fn summary(e: &Event) -> String {
+    let verb = match (e.proto, e.method.as_deref()) {
+        (Proto::HttpConnect, _) => "CONNECT".to_owned(),
+        (Proto::Socks5, _) => "SOCKS5".to_owned(),
+        (_, Some(method)) => method.to_owned(),
+        (_, None) => "request".to_owned(),
+    };
+    let target = match (&e.host, e.port) {
+        (Some(host), Some(port)) if host.contains(':') => format!("[{host}]:{port}"),
+        (Some(host), Some(port)) => format!("{host}:{port}"),
+        _ => "(unparsed)".to_owned(),
+    };
+    let rule = e
+        .rule
+        .as_ref()
+        .map(|r| format!(" [{r}]"))
+        .unwrap_or_default();
+    match e.decision {
+        Verdict::Allow => format!(
+            "netbox: allowed {verb} {target}{} ({} B up, {} B down, {} ms){rule}",
+            e.dialed.map(|d| format!(" via {d}")).unwrap_or_default(),
+            e.bytes_up,
+            e.bytes_down,
+            e.duration_ms,
+        ),
+        Verdict::Deny => format!(
+            "netbox: blocked {verb} {target} ({}){rule}",
+            e.detail.as_deref().unwrap_or(describe(e.reason)),
+        ),
+    }
+}
+
+/// Prose for a reason, for people.
+pub fn describe(reason: Reason) -> &'static str {
+    match reason {
+        Reason::AllowedByRule => "allowed by rule",
+        Reason::PublicAddress => "public address",
+        Reason::OpenedByRule => "address opened by rule",
+        Reason::DeniedByRule => "denied by rule",
+        Reason::NotAllowed => "not on allowlist",
+        Reason::NonPublicAddress => "resolves to a non-public address",
+        Reason::ResolveFailed => "name did not resolve",
+        Reason::UpstreamUnreachable => "upstream unreachable",
+        Reason::BadRequest => "malformed request",
+        Reason::HeaderTooLarge => "request header too large",
+        Reason::HeaderTimeout => "request header timed out",
+        Reason::Unsupported => "unsupported request",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::Target;
+
+    #[test]
+    fn schema_is_pinned() {
+        let mut a = Attempt::begin(Arc::from("s1"), Proto::HttpConnect);
+        a.target = Some(Target::parse_authority("registry.test:443").unwrap());
+        a.decision = Verdict::Allow;
+        a.reason = Reason::OpenedByRule;
+        a.rule = Some(RuleRef {
+            file: Arc::from("allow.toml"),
+            line: 3,
+            text: "127.0.0.1:443".into(),
+        });
+        a.resolved = vec!["127.0.0.1".parse().unwrap()];
+        a.dialed = Some("127.0.0.1:443".parse().unwrap());
+        let mut e = a.finish(End::Closed, 10, 20);
+        e.ts = "2026-11-29T00:00:00.000Z".into();
+        e.duration_ms = 5;
+        let json = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            json,
+            r#"{"type":"net","schema_version":1,"ts":"2026-11-29T00:00:00.000Z","session":"s1","proto":"http_connect","host":"registry.test","port":443,"decision":"allow","reason":"opened_by_rule","rule":{"file":"allow.toml","line":3,"text":"127.0.0.1:443"},"resolved":["127.0.0.1"],"dialed":"127.0.0.1:443","bytes_up":10,"bytes_down":20,"duration_ms":5,"end":"closed"}"#
+        );
+        assert_eq!(
+            summary(&e),
+            "netbox: allowed CONNECT registry.test:443 via 127.0.0.1:443 (10 B up, 20 B down, 5 ms) [allow.toml:3]"
+        );
+    }
+
+    #[test]
+    fn deny_summary_names_reason() {
+        let mut a = Attempt::begin(Arc::from("s1"), Proto::HttpConnect);
+        a.target = Some(Target::parse_authority("blocked.test:443").unwrap());
+        a.reason = Reason::NotAllowed;
+        let e = a.finish(End::Refused, 0, 0);
+        assert_eq!(
+            summary(&e),
+            "netbox: blocked CONNECT blocked.test:443 (not on allowlist)"
+        );
+    }
+}

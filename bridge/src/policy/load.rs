@@ -1,0 +1,201 @@
+//! Reads allowlist TOML files into a [`Policy`], keeping each rule's file and line.
+//!
+//! ```toml
+//! include = ["base.toml"]          # relative to this file
+//! allow = ["registry.test", "*.cdn.test:443", "127.0.0.1:8080"]
+//! deny = ["evil.cdn.test"]
+//! [hosts]
+//! "registry.test" = "127.0.0.1"    # or a list; pins the name, no DNS is asked
+//! ```
+//!
+//! Every error names `file:line` and the reason; unknown keys are errors, so a typo such as
+//! `alow = [...]` cannot silently leave a policy empty.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{Action, Policy, Rule, RuleRef, RuleSpec};
+use crate::target::{canonical_ip, normalise_host, Host};
+
+/// How deep `include` may nest; deeper is surely a mistake.
+const MAX_INCLUDE_DEPTH: usize = 16;
+
+/// An allowlist that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{file}: cannot read allowlist: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}:{line}: {reason}")]
+    Invalid {
+        file: String,
+        line: u32,
+        reason: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AllowlistFile {
+    #[serde(default)]
+    include: Vec<Spanned<String>>,
+    #[serde(default)]
+    allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    deny: Vec<Spanned<String>>,
+    #[serde(default)]
+    hosts: BTreeMap<String, Spanned<HostAddrs>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum HostAddrs {
+    One(String),
+    Many(Vec<String>),
+}
+
+struct Loader<'a> {
+    policy: &'a mut Policy,
+    /// Files on the current include chain, to refuse cycles.
+    chain: Vec<PathBuf>,
+    seen: HashSet<PathBuf>,
+}
+
+pub(super) fn load_file(path: &Path, policy: &mut Policy) -> Result<(), PolicyError> {
+    let mut loader = Loader {
+        policy,
+        chain: Vec::new(),
+        seen: HashSet::new(),
+    };
+    loader.load(path, None)
+}
+
+impl Loader<'_> {
+    fn load(&mut self, path: &Path, included_at: Option<(&str, u32)>) -> Result<(), PolicyError> {
+        let shown = path.display().to_string();
+        let canonical = std::fs::canonicalize(path).map_err(|source| match included_at {
+            Some((file, line)) => PolicyError::Invalid {
+                file: file.to_owned(),
+                line,
+                reason: format!("cannot read included allowlist {shown}: {source}"),
+            },
+            None => PolicyError::Read {
+                file: shown.clone(),
+                source,
+            },
+        })?;
+        if self.chain.contains(&canonical) || self.chain.len() >= MAX_INCLUDE_DEPTH {
+            let (file, line) = included_at.unwrap_or((&shown, 1));
+            return Err(PolicyError::Invalid {
+                file: file.to_owned(),
+                line,
+                reason: format!("include of {shown} loops or nests too deep"),
+            });
+        }
+        if !self.seen.insert(canonical.clone()) {
+            // Included twice through different routes: its rules are already in.
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(&canonical).map_err(|source| PolicyError::Read {
+            file: shown.clone(),
+            source,
+        })?;
+        let file: Arc<str> = Arc::from(shown.as_str());
+        let at = |offset: usize| line_of(&text, offset);
+        let invalid = |line: u32, reason: String| PolicyError::Invalid {
+            file: shown.clone(),
+            line,
+            reason,
+        };
+        let parsed: AllowlistFile = toml::from_str(&text).map_err(|e| {
+            let line = e.span().map_or(1, |span| at(span.start));
+            invalid(line, e.message().trim().to_owned())
+        })?;
+
+        self.policy.files.push(canonical.clone());
+        self.chain.push(canonical);
+        for include in &parsed.include {
+            let line = at(include.span().start);
+            let target = resolve_relative(path, include.get_ref());
+            self.load(&target, Some((&shown, line)))?;
+        }
+        self.chain.pop();
+
+        let rules = [(Action::Deny, &parsed.deny), (Action::Allow, &parsed.allow)];
+        for (action, texts) in rules {
+            for text in texts {
+                let line = at(text.span().start);
+                let spec = RuleSpec::parse(text.get_ref(), action)
+                    .map_err(|reason| invalid(line, format!("{action} rule: {reason}")))?;
+                self.policy.push_rule(Rule {
+                    action,
+                    spec,
+                    origin: RuleRef {
+                        file: Arc::clone(&file),
+                        line,
+                        text: text.get_ref().clone(),
+                    },
+                });
+            }
+        }
+        for (name, addrs) in &parsed.hosts {
+            let line = at(addrs.span().start);
+            let (name, addrs) =
+                parse_pin(name, addrs.get_ref()).map_err(|reason| invalid(line, reason))?;
+            self.policy.pin_host(name, addrs);
+        }
+        Ok(())
+    }
+}
+
+fn parse_pin(name: &str, addrs: &HostAddrs) -> Result<(String, Vec<IpAddr>), String> {
+    let name = match normalise_host(name) {
+        Ok(Host::Name(name)) => name,
+        Ok(Host::Ip(_)) => return Err(format!("[hosts] key {name:?} is an address, not a name")),
+        Err(e) => return Err(format!("[hosts] key: {e}")),
+    };
+    let texts: Vec<&String> = match addrs {
+        HostAddrs::One(one) => vec![one],
+        HostAddrs::Many(many) => many.iter().collect(),
+    };
+    if texts.is_empty() {
+        return Err(format!("[hosts] {name:?} lists no address"));
+    }
+    let addrs = texts
+        .into_iter()
+        .map(|t| {
+            t.trim()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<IpAddr>()
+                .map(canonical_ip)
+                .map_err(|_| format!("[hosts] {name:?}: {t:?} is not an IP address"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((name, addrs))
+}
+
+fn resolve_relative(including: &Path, include: &str) -> PathBuf {
+    let include = Path::new(include);
+    if include.is_absolute() {
+        return include.to_owned();
+    }
+    including
+        .parent()
+        .map_or_else(|| include.to_owned(), |dir| dir.join(include))
+}
+
+/// 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> u32 {
+    let before = text.get(..offset).unwrap_or(text);
+    let newlines = before.bytes().filter(|&b| b == b'\n').count();
+    u32::try_from(newlines + 1).unwrap_or(u32::MAX)
+}

@@ -1,0 +1,246 @@
+//! The allowlist policy: which targets a session may reach, and which resolved addresses
+//! it may dial. Both decisions are pure values (no I/O, no clock, no DNS) that name the
+//! rule that decided, so the event log can say `allow.toml:3` rather than "allowed".
+//!
+//! Order of precedence: a matching deny rule wins over any allow rule; no match is a deny.
+//! Address admission runs after resolution on every address: deny CIDR rules first, then
+//! public addresses pass, then a non-public address passes only if an allow CIDR rule
+//! covers it (a deliberate opening such as `127.0.0.1:5432`).
+
+mod load;
+mod rule;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+pub use load::PolicyError;
+pub use rule::{Action, HostMatcher, Ports, RuleSpec};
+
+use crate::ipclass::{classify, IpClass};
+use crate::target::{canonical_ip, Host, Target};
+
+/// Where a rule came from: the file, the line and its text, as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleRef {
+    pub file: Arc<str>,
+    pub line: u32,
+    pub text: String,
+}
+
+impl fmt::Display for RuleRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+/// One rule with its action and origin.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub action: Action,
+    pub spec: RuleSpec,
+    pub origin: RuleRef,
+}
+
+/// An effective policy: every rule of every file, and the pinned host map.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    rules: Vec<Rule>,
+    hosts: HashMap<String, Vec<IpAddr>>,
+    files: Vec<PathBuf>,
+}
+
+/// The outcome of a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Allow,
+    Deny,
+}
+
+/// Why a request was allowed or refused. Serialised as snake_case into the event log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    AllowedByRule,
+    PublicAddress,
+    OpenedByRule,
+    DeniedByRule,
+    NotAllowed,
+    NonPublicAddress,
+    ResolveFailed,
+    UpstreamUnreachable,
+    BadRequest,
+    HeaderTooLarge,
+    HeaderTimeout,
+    Unsupported,
+}
+
+impl Reason {
+    /// The `X-Netbox-Reason` header value.
+    pub fn header_value(self) -> &'static str {
+        match self {
+            Reason::AllowedByRule | Reason::PublicAddress | Reason::OpenedByRule => "allowed",
+            Reason::DeniedByRule | Reason::NotAllowed => "policy",
+            Reason::NonPublicAddress => "private-address",
+            Reason::ResolveFailed => "resolve-failed",
+            Reason::UpstreamUnreachable => "upstream-unreachable",
+            Reason::BadRequest | Reason::Unsupported => "bad-request",
+            Reason::HeaderTooLarge => "header-too-large",
+            Reason::HeaderTimeout => "header-timeout",
+        }
+    }
+}
+
+/// A decision on a target or an address, with the rule that made it (if any).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub reason: Reason,
+    pub rule: Option<RuleRef>,
+    /// For address decisions: what the address is.
+    pub class: Option<IpClass>,
+}
+
+impl Decision {
+    fn deny(reason: Reason, rule: Option<&Rule>) -> Decision {
+        Decision {
+            verdict: Verdict::Deny,
+            reason,
+            rule: rule.map(|r| r.origin.clone()),
+            class: None,
+        }
+    }
+
+    pub fn is_allow(&self) -> bool {
+        self.verdict == Verdict::Allow
+    }
+}
+
+impl Policy {
+    /// A policy that refuses everything.
+    pub fn deny_all() -> Policy {
+        Policy::default()
+    }
+
+    /// Loads a policy from allowlist files (each may `include` others).
+    pub fn load(paths: &[PathBuf]) -> Result<Policy, PolicyError> {
+        let mut policy = Policy::default();
+        for path in paths {
+            load::load_file(path, &mut policy)?;
+        }
+        Ok(policy)
+    }
+
+    /// Adds one rule given on a command line, e.g. `--allow registry.test:443`.
+    pub fn add_rule(&mut self, action: Action, text: &str, origin: &str) -> Result<(), String> {
+        let spec = RuleSpec::parse(text, action)?;
+        let index = self.rules.len() + 1;
+        self.rules.push(Rule {
+            action,
+            spec,
+            origin: RuleRef {
+                file: Arc::from(origin),
+                line: u32::try_from(index).unwrap_or(u32::MAX),
+                text: text.to_owned(),
+            },
+        });
+        Ok(())
+    }
+
+    pub(crate) fn push_rule(&mut self, rule: Rule) {
+        self.rules.push(rule);
+    }
+
+    pub(crate) fn pin_host(&mut self, name: String, addrs: Vec<IpAddr>) {
+        self.hosts.insert(name, addrs);
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The files this policy was read from, includes too, in load order.
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
+    /// Number of allow rules: what a start-up line reports.
+    pub fn allow_count(&self) -> usize {
+        self.rules
+            .iter()
+            .filter(|r| r.action == Action::Allow)
+            .count()
+    }
+
+    /// The addresses a name is pinned to by a `[hosts]` table, if any.
+    pub fn pinned(&self, host: &Host) -> Option<&[IpAddr]> {
+        match host {
+            Host::Name(name) => self.hosts.get(name).map(Vec::as_slice),
+            Host::Ip(_) => None,
+        }
+    }
+
+    /// Decides whether a target may be attempted at all. Deny rules win; no match denies.
+    pub fn decide(&self, target: &Target) -> Decision {
+        let first = |action| {
+            self.rules
+                .iter()
+                .find(|r| r.action == action && r.spec.matches(target))
+        };
+        if let Some(rule) = first(Action::Deny) {
+            return Decision::deny(Reason::DeniedByRule, Some(rule));
+        }
+        match first(Action::Allow) {
+            Some(rule) => Decision {
+                verdict: Verdict::Allow,
+                reason: Reason::AllowedByRule,
+                rule: Some(rule.origin.clone()),
+                class: None,
+            },
+            None => Decision::deny(Reason::NotAllowed, None),
+        }
+    }
+
+    /// Decides whether one resolved address may be dialed for `port`.
+    pub fn admit(&self, addr: IpAddr, port: u16) -> Decision {
+        let addr = canonical_ip(addr);
+        let class = classify(addr);
+        let covering = |action| {
+            self.rules.iter().find(|r| {
+                r.action == action && r.spec.ports.contains(port) && r.spec.hosts.matches_ip(addr)
+            })
+        };
+        let with_class = |d: Decision| Decision {
+            class: Some(class),
+            ..d
+        };
+        if let Some(rule) = covering(Action::Deny) {
+            return with_class(Decision::deny(Reason::DeniedByRule, Some(rule)));
+        }
+        if class.is_public() {
+            return with_class(Decision {
+                verdict: Verdict::Allow,
+                reason: Reason::PublicAddress,
+                rule: None,
+                class: None,
+            });
+        }
+        match covering(Action::Allow) {
+            Some(rule) => with_class(Decision {
+                verdict: Verdict::Allow,
+                reason: Reason::OpenedByRule,
+                rule: Some(rule.origin.clone()),
+                class: None,
+            }),
+            None => with_class(Decision::deny(Reason::NonPublicAddress, None)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

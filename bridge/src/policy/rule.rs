@@ -1,0 +1,249 @@
+//! One allowlist rule, parsed from its text: `HOST`, `*.SUFFIX`, `IP`, `CIDR`, each with an
+//! optional `:PORTS` (`443`, `80,443`, `8000-8100`, `*`). IPv6 takes brackets to carry a
+//! port: `[::1]:8443`, `[fd00::/8]:443`.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::ops::RangeInclusive;
+
+use ipnet::IpNet;
+
+use crate::target::{canonical_ip, normalise_host, split_host_port, Host, Target};
+
+/// What a rule does when it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Allow,
+    Deny,
+}
+
+/// Which hosts a rule matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMatcher {
+    /// One normalised name.
+    Exact(String),
+    /// Strict subdomains of a normalised name (`*.example.test`: not the apex).
+    Subdomains(String),
+    /// IP literals inside a network; also opens resolved addresses inside it.
+    Net(IpNet),
+}
+
+/// Which ports a rule matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ports {
+    Any,
+    List(Vec<RangeInclusive<u16>>),
+}
+
+/// Ports an allow rule covers when it names none: the web's two.
+const DEFAULT_ALLOW_PORTS: [u16; 2] = [80, 443];
+
+/// A parsed rule, without its origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleSpec {
+    pub hosts: HostMatcher,
+    pub ports: Ports,
+}
+
+impl Ports {
+    pub fn contains(&self, port: u16) -> bool {
+        match self {
+            Ports::Any => true,
+            Ports::List(ranges) => ranges.iter().any(|r| r.contains(&port)),
+        }
+    }
+}
+
+impl HostMatcher {
+    pub fn matches_host(&self, host: &Host) -> bool {
+        match (self, host) {
+            (HostMatcher::Exact(want), Host::Name(name)) => want == name,
+            (HostMatcher::Subdomains(suffix), Host::Name(name)) => name
+                .strip_suffix(suffix.as_str())
+                .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+            (HostMatcher::Net(net), Host::Ip(ip)) => net.contains(&canonical_ip(*ip)),
+            _ => false,
+        }
+    }
+
+    pub fn matches_ip(&self, ip: IpAddr) -> bool {
+        matches!(self, HostMatcher::Net(net) if net.contains(&canonical_ip(ip)))
+    }
+}
+
+impl RuleSpec {
+    pub fn matches(&self, target: &Target) -> bool {
+        self.ports.contains(target.port) && self.hosts.matches_host(&target.host)
+    }
+
+    /// Parses a rule's text. With no port, allow rules cover 80 and 443; deny rules cover
+    /// every port, so that denying a host can never leave one of its ports open.
+    pub fn parse(text: &str, action: Action) -> Result<RuleSpec, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err("empty rule".into());
+        }
+        let (host, ports) = split_rule(text)?;
+        let ports = match ports {
+            Some(ports) => parse_ports(ports)?,
+            None if action == Action::Deny => Ports::Any,
+            None => Ports::List(DEFAULT_ALLOW_PORTS.iter().map(|&p| p..=p).collect()),
+        };
+        Ok(RuleSpec {
+            hosts: parse_host_matcher(host)?,
+            ports,
+        })
+    }
+}
+
+fn split_rule(text: &str) -> Result<(&str, Option<&str>), String> {
+    // A bare IPv6 CIDR (`fd00::/8`) has colons but no port.
+    if !text.starts_with('[') && text.matches(':').count() > 1 {
+        return Ok((text, None));
+    }
+    split_host_port(text).map_err(|e| e.to_string())
+}
+
+fn parse_host_matcher(host: &str) -> Result<HostMatcher, String> {
+    if let Some((addr, prefix)) = host.split_once('/') {
+        let addr = match normalise_host(addr) {
+            Ok(Host::Ip(ip)) => ip,
+            _ => return Err(format!("invalid network address {addr:?}")),
+        };
+        let prefix: u8 = prefix
+            .parse()
+            .map_err(|_| format!("invalid prefix length {prefix:?}"))?;
+        if prefix == 0 {
+            return Err(format!(
+                "{host:?} matches every address, private ones included; list the ranges you mean"
+            ));
+        }
+        let net = IpNet::new(addr, prefix).map_err(|_| format!("prefix /{prefix} too long"))?;
+        return Ok(HostMatcher::Net(net.trunc()));
+    }
+    if let Some(suffix) = host.strip_prefix("*.") {
+        return match normalise_host(suffix) {
+            Ok(Host::Name(name)) => Ok(HostMatcher::Subdomains(name)),
+            Ok(Host::Ip(_)) => Err(format!("wildcard over an IP address {host:?}")),
+            Err(e) => Err(e.to_string()),
+        };
+    }
+    if host.contains('*') {
+        return Err(format!(
+            "{host:?}: a wildcard may only be a leading \"*.\" (subdomains)"
+        ));
+    }
+    match normalise_host(host).map_err(|e| e.to_string())? {
+        Host::Name(name) => Ok(HostMatcher::Exact(name)),
+        Host::Ip(ip) => Ok(HostMatcher::Net(IpNet::from(ip))),
+    }
+}
+
+fn parse_ports(text: &str) -> Result<Ports, String> {
+    if text == "*" {
+        return Ok(Ports::Any);
+    }
+    let parse_one = |p: &str| -> Result<u16, String> {
+        match p.trim().parse::<u16>() {
+            Ok(port) if port != 0 => Ok(port),
+            _ => Err(format!("invalid port {p:?}")),
+        }
+    };
+    let mut ranges = Vec::new();
+    for item in text.split(',') {
+        let range = match item.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (parse_one(lo)?, parse_one(hi)?);
+                if lo > hi {
+                    return Err(format!("empty port range {item:?}"));
+                }
+                lo..=hi
+            }
+            None => {
+                let port = parse_one(item)?;
+                port..=port
+            }
+        };
+        ranges.push(range);
+    }
+    Ok(Ports::List(ranges))
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Action::Allow => "allow",
+            Action::Deny => "deny",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(s: &str) -> Target {
+        Target::parse_authority(s).unwrap()
+    }
+
+    #[test]
+    fn rules_match_as_documented() {
+        // (rule, action, target, matches)
+        let cases = [
+            ("registry.test", Action::Allow, "registry.test:443", true),
+            ("registry.test", Action::Allow, "registry.test:80", true),
+            ("registry.test", Action::Allow, "registry.test:8443", false),
+            ("registry.test", Action::Deny, "registry.test:8443", true),
+            ("REGISTRY.test.", Action::Allow, "registry.test:443", true),
+            ("registry.test", Action::Allow, "a.registry.test:443", false),
+            ("*.cdn.test", Action::Allow, "a.cdn.test:443", true),
+            ("*.cdn.test", Action::Allow, "a.b.cdn.test:443", true),
+            ("*.cdn.test", Action::Allow, "cdn.test:443", false),
+            ("*.cdn.test", Action::Allow, "xcdn.test:443", false),
+            ("a.test:8080", Action::Allow, "a.test:8080", true),
+            ("a.test:8080", Action::Allow, "a.test:443", false),
+            ("a.test:80,8000-8100", Action::Allow, "a.test:8050", true),
+            ("a.test:80,8000-8100", Action::Allow, "a.test:8101", false),
+            ("a.test:*", Action::Allow, "a.test:1", true),
+            ("10.0.0.0/8:5432", Action::Allow, "10.9.8.7:5432", true),
+            ("10.0.0.0/8:5432", Action::Allow, "11.0.0.1:5432", false),
+            ("127.0.0.1:*", Action::Allow, "127.0.0.1:9", true),
+            ("127.0.0.1:*", Action::Allow, "[::ffff:127.0.0.1]:9", true),
+            ("127.1", Action::Deny, "127.0.0.1:9", true),
+            ("[::1]:8443", Action::Allow, "[::1]:8443", true),
+            ("fd00::/8", Action::Allow, "[fd12::1]:443", true),
+            ("[fd00::/8]:22", Action::Allow, "[fd12::1]:22", true),
+            ("1.2.3.4", Action::Allow, "one.test:443", false),
+            ("one.test", Action::Allow, "1.2.3.4:443", false),
+        ];
+        for (rule, action, t, want) in cases {
+            let spec = RuleSpec::parse(rule, action).unwrap();
+            assert_eq!(spec.matches(&target(t)), want, "{rule} vs {t}");
+        }
+    }
+
+    #[test]
+    fn refuses_bad_rules() {
+        for bad in [
+            "",
+            "a.test:0",
+            "a.test:70000",
+            "a.test:9-1",
+            "a.test:x",
+            "a.*.test",
+            "*test",
+            "*.1.2.3.4",
+            "0.0.0.0/0",
+            "::/0",
+            "10.0.0.0/33",
+            "host.test/8",
+            "a b",
+        ] {
+            assert!(
+                RuleSpec::parse(bad, Action::Allow).is_err(),
+                "accepted {bad:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,254 @@
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::target::normalise_host;
+
+fn policy(allow: &[&str], deny: &[&str]) -> Policy {
+    let mut p = Policy::deny_all();
+    for rule in allow {
+        p.add_rule(Action::Allow, rule, "--allow").unwrap();
+    }
+    for rule in deny {
+        p.add_rule(Action::Deny, rule, "--deny").unwrap();
+    }
+    p
+}
+
+fn target(s: &str) -> Target {
+    Target::parse_authority(s).unwrap()
+}
+
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, body: &str) -> TempFile {
+        let dir = std::env::temp_dir().join(format!("netbox-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
+        TempFile(path)
+    }
+}
+
+#[test]
+fn decide_table() {
+    let p = policy(
+        &["registry.test", "*.cdn.test", "10.1.0.0/16:5432"],
+        &["bad.cdn.test"],
+    );
+    let cases = [
+        ("registry.test:443", Verdict::Allow, Reason::AllowedByRule),
+        ("registry.test:22", Verdict::Deny, Reason::NotAllowed),
+        ("a.cdn.test:443", Verdict::Allow, Reason::AllowedByRule),
+        ("bad.cdn.test:443", Verdict::Deny, Reason::DeniedByRule),
+        ("cdn.test:443", Verdict::Deny, Reason::NotAllowed),
+        ("10.1.2.3:5432", Verdict::Allow, Reason::AllowedByRule),
+        ("other.test:443", Verdict::Deny, Reason::NotAllowed),
+    ];
+    for (t, verdict, reason) in cases {
+        let d = p.decide(&target(t));
+        assert_eq!((d.verdict, d.reason), (verdict, reason), "{t}");
+    }
+    let d = p.decide(&target("bad.cdn.test:443"));
+    assert_eq!(d.rule.unwrap().text, "bad.cdn.test");
+}
+
+#[test]
+fn admit_refuses_non_public_unless_opened() {
+    let p = policy(&["registry.test", "127.0.0.1:8080"], &["8.8.4.0/24"]);
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let d = p.admit(ip("127.0.0.1"), 443);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Deny, Reason::NonPublicAddress)
+    );
+    assert_eq!(d.class, Some(IpClass::Loopback));
+    let d = p.admit(ip("127.0.0.1"), 8080);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Allow, Reason::OpenedByRule)
+    );
+    let d = p.admit(ip("::ffff:127.0.0.1"), 8080);
+    assert!(d.is_allow());
+    let d = p.admit(ip("93.184.216.34"), 443);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Allow, Reason::PublicAddress)
+    );
+    let d = p.admit(ip("8.8.4.4"), 443);
+    assert_eq!((d.verdict, d.reason), (Verdict::Deny, Reason::DeniedByRule));
+    let d = p.admit(ip("169.254.169.254"), 80);
+    assert_eq!(d.class, Some(IpClass::CloudMetadata));
+    assert!(!d.is_allow());
+}
+
+#[test]
+fn loads_files_with_lines_includes_and_hosts() {
+    let _base = TempFile::new("base.toml", "allow = [\n  \"base.test\",\n]\n");
+    let main = TempFile::new(
+        "main.toml",
+        "include = [\"base.toml\"]\n# comment\nallow = [\"registry.test:8443\"]\ndeny = [\n\n  \"evil.test\"]\n[hosts]\n\"Registry.Test\" = \"127.0.0.1\"\n\"two.test\" = [\"::1\", \"127.0.0.2\"]\n",
+    );
+    let p = Policy::load(std::slice::from_ref(&main.0)).unwrap();
+    let d = p.decide(&target("base.test:443"));
+    assert_eq!(d.rule.as_ref().unwrap().line, 2);
+    assert!(d.rule.unwrap().file.ends_with("base.toml"));
+    let d = p.decide(&target("registry.test:8443"));
+    assert_eq!(d.rule.unwrap().line, 3);
+    let d = p.decide(&target("evil.test:1"));
+    assert_eq!(d.rule.unwrap().line, 6);
+    let pinned = p.pinned(&Host::Name("registry.test".into())).unwrap();
+    assert_eq!(pinned, &[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    assert_eq!(p.pinned(&Host::Name("two.test".into())).unwrap().len(), 2);
+    assert_eq!(p.files().len(), 2);
+}
+
+#[test]
+fn invalid_files_name_file_and_line() {
+    let cases = [
+        (
+            "bad-rule.toml",
+            "allow = [\n\"ok.test\",\n\"a.*.test\"]\n",
+            3,
+            "wildcard",
+        ),
+        (
+            "bad-key.toml",
+            "allow = []\nalow = [\"x.test\"]\n",
+            2,
+            "unknown field",
+        ),
+        (
+            "bad-toml.toml",
+            "allow = [\n\"x.test\"\n",
+            2,
+            "unclosed array",
+        ),
+        (
+            "bad-host.toml",
+            "[hosts]\n\"a.test\" = \"not-an-ip\"\n",
+            2,
+            "not an IP",
+        ),
+        (
+            "bad-port.toml",
+            "\n\ndeny = [\"a.test:0\"]",
+            3,
+            "invalid port",
+        ),
+        (
+            "bad-incl.toml",
+            "include = [\"missing.toml\"]",
+            1,
+            "missing.toml",
+        ),
+        ("loop.toml", "include = [\"loop.toml\"]", 1, "loops"),
+    ];
+    for (name, body, line, needle) in cases {
+        let f = TempFile::new(name, body);
+        let err = Policy::load(std::slice::from_ref(&f.0)).unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&format!("{name}:{line}: ")) && shown.contains(needle),
+            "{name}: {shown}"
+        );
+    }
+    let err = Policy::load(&["/nonexistent/netbox.toml".into()]).unwrap_err();
+    assert!(err
+        .to_string()
+        .contains("/nonexistent/netbox.toml: cannot read"));
+}
+
+/// Hostname-shaped strings, with the odd capital and trailing dot.
+fn host_strategy() -> impl Strategy<Value = String> {
+    "[a-zA-Z0-9]([a-zA-Z0-9-]{0,8}[a-zA-Z0-9])?(\\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,6}[a-zA-Z0-9])?){0,3}\\.?"
+}
+
+/// Spellings a client might use for `name`.
+fn respell(name: &str, upper: &[bool], trailing_dot: bool) -> String {
+    let mut s: String = name
+        .chars()
+        .zip(upper.iter().cycle())
+        .map(|(c, &up)| if up { c.to_ascii_uppercase() } else { c })
+        .collect();
+    if trailing_dot {
+        s.push('.');
+    }
+    s
+}
+
+/// Spellings a client might use for an IPv4 address.
+fn ipv4_spellings(ip: Ipv4Addr) -> Vec<String> {
+    let [a, b, c, d] = ip.octets();
+    let n = u32::from(ip);
+    vec![
+        ip.to_string(),
+        format!("{n}"),
+        format!("0x{n:x}"),
+        format!("0{n:o}"),
+        format!("0x{a:x}.0x{b:x}.0x{c:x}.0x{d:x}"),
+        format!("0{a:o}.0{b:o}.0{c:o}.0{d:o}"),
+        format!("{a}.{}", n & 0x00ff_ffff),
+        format!("{a}.{b}.{}", n & 0xffff),
+        format!("::ffff:{ip}"),
+        format!("{ip}."),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn normalisation_is_idempotent(raw in host_strategy()) {
+        if let Ok(once) = normalise_host(&raw) {
+            let again = normalise_host(&once.to_string());
+            prop_assert_eq!(again, Ok(once));
+        }
+    }
+
+    #[test]
+    fn deny_beats_allow(host in host_strategy(), port in 1u16..) {
+        if let Ok(Host::Name(name)) = normalise_host(&host) {
+            let exact = format!("{name}:{port}");
+            let p = policy(&[&exact, "*.test:*"], &[&name]);
+            let d = p.decide(&Target { host: Host::Name(name.clone()), port });
+            prop_assert_eq!(d.verdict, Verdict::Deny);
+            prop_assert_eq!(d.reason, Reason::DeniedByRule);
+        }
+    }
+
+    #[test]
+    fn no_spelling_of_a_denied_name_is_allowed(
+        host in host_strategy(),
+        upper in proptest::collection::vec(any::<bool>(), 1..8),
+        dot in any::<bool>(),
+        port in 1u16..,
+    ) {
+        if let Ok(Host::Name(name)) = normalise_host(&host) {
+            let suffix_rule = format!("*.{}:*", name.rsplit('.').next().unwrap_or(&name));
+            let p = policy(&[&format!("{name}:*"), &suffix_rule], &[&name]);
+            let spelled = respell(&name, &upper, dot);
+            let t = Target::parse_with_default_port(&format!("{spelled}:{port}"), 443);
+            if let Ok(t) = t {
+                prop_assert_eq!(p.decide(&t).verdict, Verdict::Deny, "{}", spelled);
+            }
+        }
+    }
+
+    #[test]
+    fn no_spelling_of_a_denied_ip_is_allowed(raw in any::<u32>(), port in 1u16..) {
+        let ip = Ipv4Addr::from(raw);
+        let p = policy(&["0.0.0.0/1:*", "128.0.0.0/1:*"], &[&ip.to_string()]);
+        for spelled in ipv4_spellings(ip) {
+            let host = normalise_host(&spelled);
+            prop_assert_eq!(&host, &Ok(Host::Ip(IpAddr::V4(ip))), "{}", spelled);
+            let t = Target { host: host.unwrap(), port };
+            prop_assert_eq!(p.decide(&t).verdict, Verdict::Deny, "{}", spelled);
+            prop_assert_eq!(p.admit(IpAddr::V4(ip), port).verdict, Verdict::Deny);
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Turns a target's host into the addresses it may be dialed at.
+//!
+//! Order: an IP literal is itself; a name pinned by the policy's `[hosts]` table gets its
+//! pinned addresses and no DNS query at all; anything else goes to hickory-resolver, built
+//! once from `/etc/resolv.conf` (or from `--dns`), with a deadline. The caller classifies
+//! and then dials exactly these addresses: nothing resolves a name a second time, which is
+//! what closes the DNS-rebinding hole between "checked" and "dialed".
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfig};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::TokioResolver;
+
+use crate::policy::Policy;
+use crate::target::{canonical_ip, Host};
+
+/// Where DNS questions go.
+#[derive(Debug, Clone, Default)]
+pub enum DnsConfig {
+    /// The system's resolver configuration (`/etc/resolv.conf`, `/etc/hosts`).
+    #[default]
+    System,
+    /// These name servers only (UDP then TCP), and no hosts file.
+    Servers(Vec<SocketAddr>),
+}
+
+/// Resolves names, or explains why it can't.
+pub struct Resolver {
+    dns: Result<TokioResolver, String>,
+    timeout: Duration,
+}
+
+/// Why a host has no address.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ResolveError {
+    #[error("no DNS resolver available: {0}")]
+    NoResolver(String),
+    #[error("DNS lookup timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Lookup(String),
+    #[error("name has no addresses")]
+    Empty,
+}
+
+impl Resolver {
+    /// Builds the resolver now, so that configuration is read before any sandboxing of the
+    /// bridge itself. A failure is kept and reported per lookup: pinned names and IP
+    /// literals still work without DNS.
+    pub fn new(config: &DnsConfig, timeout: Duration) -> Resolver {
+        let built = match config {
+            DnsConfig::System => TokioResolver::builder_tokio().and_then(|mut b| {
+                b.options_mut().timeout = timeout;
+                b.build()
+            }),
+            DnsConfig::Servers(servers) => {
+                let servers = servers
+                    .iter()
+                    .map(|addr| {
+                        let mut udp = ConnectionConfig::udp();
+                        udp.port = addr.port();
+                        let mut tcp = ConnectionConfig::tcp();
+                        tcp.port = addr.port();
+                        NameServerConfig::new(addr.ip(), true, vec![udp, tcp])
+                    })
+                    .collect();
+                let mut builder = TokioResolver::builder_with_config(
+                    ResolverConfig::from_name_servers(servers),
+                    TokioRuntimeProvider::default(),
+                );
+                let opts = builder.options_mut();
+                opts.timeout = timeout;
+                opts.attempts = 1;
+                opts.use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
+                builder.build()
+            }
+        };
+        Resolver {
+            dns: built.map_err(|e| e.to_string()),
+            timeout,
+        }
+    }
+
+    /// All addresses for `host`, in the resolver's order, canonicalised.
+    pub async fn resolve(&self, host: &Host, policy: &Policy) -> Result<Vec<IpAddr>, ResolveError> {
+        if let Host::Ip(ip) = host {
+            return Ok(vec![*ip]);
+        }
+        if let Some(pinned) = policy.pinned(host) {
+            return Ok(pinned.to_vec());
+        }
+        let Host::Name(name) = host else {
+            return Err(ResolveError::Empty);
+        };
+        let dns = self
+            .dns
+            .as_ref()
+            .map_err(|e| ResolveError::NoResolver(e.clone()))?;
+        // A trailing dot makes the name absolute: no search-domain suffixes are tried.
+        let fqdn = format!("{name}.");
+        let lookup = tokio::time::timeout(self.timeout, dns.lookup_ip(fqdn.as_str()))
+            .await
+            .map_err(|_| ResolveError::Timeout(self.timeout))?
+            .map_err(|e| ResolveError::Lookup(e.to_string()))?;
+        let mut addrs: Vec<IpAddr> = lookup.iter().map(canonical_ip).collect();
+        addrs.dedup();
+        if addrs.is_empty() {
+            return Err(ResolveError::Empty);
+        }
+        Ok(addrs)
+    }
+}

@@ -1,0 +1,209 @@
+//! Accepts client connections on listeners that are already bound, each tied to one
+//! session and its policy, and hands each connection to the right front end.
+//!
+//! The listeners come from the caller: the wrapper creates its listener inside the
+//! sandbox's network namespace and passes the fd out, and a standalone bridge binds its
+//! own. Every connection runs in its own task, bounded by a semaphore. Shutdown stops
+//! accepting, lets connections finish until the drain deadline, then tells the rest to stop
+//! so that each is still logged.
+
+use std::future::Future;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{watch, Semaphore};
+
+use crate::client_io::{ClientIo, Stream};
+use crate::front;
+use crate::log::EventLog;
+use crate::policy::Policy;
+use crate::resolver::{DnsConfig, Resolver};
+
+/// Tunables, with defaults that suit a sandboxed build.
+#[derive(Debug, Clone)]
+pub struct BridgeConfig {
+    /// Per-address upstream connect deadline.
+    pub connect_timeout: Duration,
+    /// Deadline for a client to send a complete request head (slowloris guard).
+    pub header_timeout: Duration,
+    /// A tunnel with no bytes either way for this long is closed.
+    pub idle_timeout: Duration,
+    pub dns_timeout: Duration,
+    pub dns: DnsConfig,
+    /// Status for policy refusals (502 by design; some clients expect 403).
+    pub refusal_status: StatusCode,
+    /// Connections served at once; more wait in the accept queue.
+    pub max_connections: usize,
+    /// How long shutdown waits for open connections before stopping them.
+    pub drain_timeout: Duration,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> BridgeConfig {
+        BridgeConfig {
+            connect_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            dns_timeout: Duration::from_secs(5),
+            dns: DnsConfig::System,
+            refusal_status: StatusCode::BAD_GATEWAY,
+            max_connections: 1024,
+            drain_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One sandboxed run (or one standalone bridge): an id and the policy it is held to.
+#[derive(Debug)]
+pub struct Session {
+    pub id: Arc<str>,
+    pub policy: Arc<Policy>,
+}
+
+/// A bound listening socket.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+/// A listener and the session whose policy governs every connection accepted on it.
+#[derive(Debug)]
+pub struct SessionListener {
+    pub session: Arc<Session>,
+    pub listener: Listener,
+}
+
+/// What every connection shares.
+pub struct Shared {
+    pub config: BridgeConfig,
+    pub log: Arc<EventLog>,
+    pub resolver: Resolver,
+    /// Fires when open connections must stop (after the drain deadline).
+    pub stop: watch::Receiver<bool>,
+}
+
+/// One accepted connection's context.
+pub struct Conn {
+    pub session: Arc<Session>,
+    pub shared: Arc<Shared>,
+}
+
+impl Conn {
+    /// Resolves when the bridge tells open connections to stop.
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut stop = self.shared.stop.clone();
+        async move {
+            // An error means the sender is gone, which also means stop.
+            let _ = stop.wait_for(|&s| s).await;
+        }
+    }
+}
+
+impl Listener {
+    async fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, _) = l.accept().await?;
+                s.set_nodelay(true).ok();
+                Ok(Stream::Tcp(s))
+            }
+            Listener::Unix(l, _) => Ok(Stream::Unix(l.accept().await?.0)),
+        }
+    }
+
+    /// Where this listener can be reached, for start-up messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(l) => l
+                .local_addr()
+                .map_or_else(|e| format!("tcp (unknown address: {e})"), |a| a.to_string()),
+            Listener::Unix(_, path) => format!("unix:{}", path.display()),
+        }
+    }
+}
+
+/// Serves every listener until `shutdown` resolves, then drains.
+pub async fn serve(
+    listeners: Vec<SessionListener>,
+    config: BridgeConfig,
+    log: Arc<EventLog>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let resolver = Resolver::new(&config.dns, config.dns_timeout);
+    let max = config.max_connections.max(1);
+    let permits = Arc::new(Semaphore::new(max));
+    let drain = config.drain_timeout;
+    let shared = Arc::new(Shared {
+        config,
+        log,
+        resolver,
+        stop: stop_rx,
+    });
+    let (quit_tx, quit_rx) = watch::channel(false);
+    let mut loops = Vec::new();
+    for sl in listeners {
+        let shared = Arc::clone(&shared);
+        let permits = Arc::clone(&permits);
+        let quit = quit_rx.clone();
+        loops.push(tokio::spawn(accept_loop(sl, shared, permits, quit)));
+    }
+    shutdown.await;
+    quit_tx.send_replace(true);
+    for l in loops {
+        let _ = l.await;
+    }
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
+    if tokio::time::timeout(drain, permits.acquire_many(all))
+        .await
+        .is_err()
+    {
+        stop_tx.send_replace(true);
+        // Stopped connections log and exit promptly; give them a moment to do so.
+        let _ = tokio::time::timeout(Duration::from_secs(2), permits.acquire_many(all)).await;
+    }
+}
+
+async fn accept_loop(
+    sl: SessionListener,
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+    mut quit: watch::Receiver<bool>,
+) {
+    loop {
+        let permit = tokio::select! {
+            p = Arc::clone(&permits).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            _ = quit.wait_for(|&q| q) => return,
+        };
+        let stream = tokio::select! {
+            accepted = sl.listener.accept() => accepted,
+            _ = quit.wait_for(|&q| q) => return,
+        };
+        let stream = match stream {
+            Ok(stream) => stream,
+            Err(e) => {
+                // Out of fds or a client that vanished mid-handshake: keep serving,
+                // after a short pause so an fd shortage does not spin.
+                eprintln!("netbox: bridge accept on {}: {e}", sl.listener.describe());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let conn = Conn {
+            session: Arc::clone(&sl.session),
+            shared: Arc::clone(&shared),
+        };
+        tokio::spawn(async move {
+            front::handle(ClientIo::new(stream), conn).await;
+            drop(permit);
+        });
+    }
+}

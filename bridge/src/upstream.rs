@@ -1,0 +1,114 @@
+//! The one pipeline every request runs, whatever protocol named it:
+//! policy → resolve → classify each address → dial an admitted address.
+//!
+//! Each step records what it found in the [`Attempt`], so the log shows the rule, the
+//! resolved addresses and the address dialed. Any step can refuse; a refusal happens
+//! before anything is sent upstream, and the dialer only ever sees checked addresses.
+
+use std::io;
+use std::net::SocketAddr;
+
+use tokio::net::TcpStream;
+
+use crate::log::Attempt;
+use crate::policy::{Reason, Verdict};
+use crate::server::Conn;
+use crate::target::Target;
+
+/// Why a request was refused, with prose for the client and the log.
+#[derive(Debug)]
+pub struct Refusal {
+    pub reason: Reason,
+    pub detail: String,
+    /// For dial failures: what the kernel said (SOCKS5 reply codes depend on it).
+    pub io_kind: Option<io::ErrorKind>,
+}
+
+impl Refusal {
+    pub fn new(reason: Reason, detail: impl Into<String>) -> Refusal {
+        Refusal {
+            reason,
+            detail: detail.into(),
+            io_kind: None,
+        }
+    }
+}
+
+/// Runs the pipeline for `target`, filling in `attempt` as it goes.
+pub async fn open(
+    conn: &Conn,
+    attempt: &mut Attempt,
+    target: &Target,
+) -> Result<TcpStream, Refusal> {
+    let refuse = |attempt: &mut Attempt, refusal: Refusal| {
+        attempt.reason = refusal.reason;
+        attempt.detail = Some(refusal.detail.clone());
+        refusal
+    };
+    attempt.target = Some(target.clone());
+    let policy = &conn.session.policy;
+    let decision = policy.decide(target);
+    attempt.rule = decision.rule.clone();
+    attempt.reason = decision.reason;
+    if !decision.is_allow() {
+        let detail = match &decision.rule {
+            Some(rule) => format!("denied by rule {:?} at {rule}", rule.text),
+            None => "not on allowlist".to_owned(),
+        };
+        return Err(refuse(attempt, Refusal::new(decision.reason, detail)));
+    }
+
+    let addrs = match conn.shared.resolver.resolve(&target.host, policy).await {
+        Ok(addrs) => addrs,
+        Err(e) => {
+            let detail = format!("cannot resolve {}: {e}", target.host);
+            return Err(refuse(attempt, Refusal::new(Reason::ResolveFailed, detail)));
+        }
+    };
+    attempt.resolved.clone_from(&addrs);
+
+    let mut admitted = Vec::new();
+    let mut first_refused = None;
+    for &addr in &addrs {
+        let verdict = policy.admit(addr, target.port);
+        if verdict.is_allow() {
+            admitted.push(SocketAddr::new(addr, target.port));
+        } else if first_refused.is_none() {
+            first_refused = Some((addr, verdict));
+        }
+    }
+    if admitted.is_empty() {
+        let Some((addr, verdict)) = first_refused else {
+            let detail = format!("{} has no address", target.host);
+            return Err(refuse(attempt, Refusal::new(Reason::ResolveFailed, detail)));
+        };
+        attempt.refused_class = verdict.class;
+        let detail = match (&verdict.rule, verdict.class) {
+            (Some(rule), _) => format!("{addr} denied by rule {:?} at {rule}", rule.text),
+            (None, Some(class)) => format!(
+                "{} resolves to {addr}, a {} address; open it with an IP/CIDR rule",
+                target.host,
+                class.describe()
+            ),
+            (None, None) => format!("{addr} refused"),
+        };
+        if verdict.rule.is_some() {
+            attempt.rule = verdict.rule;
+        }
+        return Err(refuse(attempt, Refusal::new(verdict.reason, detail)));
+    }
+
+    match crate::dialer::dial(&admitted, conn.shared.config.connect_timeout).await {
+        Ok(stream) => {
+            attempt.dialed = stream.peer_addr().ok();
+            attempt.decision = Verdict::Allow;
+            Ok(stream)
+        }
+        Err(e) => {
+            let mut refusal = Refusal::new(Reason::UpstreamUnreachable, e.to_string());
+            refusal.io_kind = Some(e.source.kind());
+            attempt.dialed = Some(e.addr);
+            Err(refuse(attempt, refusal))
+        }
+    }
+}

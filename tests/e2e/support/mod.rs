@@ -1,0 +1,268 @@
+//! Test helpers: a per-test directory, the real `netbox bridge` process, real local
+//! upstream servers on 127.0.0.1 (HTTP, TLS with a CA made per test, a raw TCP sink), and
+//! real clients (curl, raw sockets). Nothing here talks to anything but loopback.
+
+pub mod upstream;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The netbox binary under test: `NETBOX_BIN` if set (the unprivileged run copies it),
+/// else the one cargo built for this test.
+pub fn netbox_bin() -> PathBuf {
+    std::env::var_os("NETBOX_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_netbox")))
+}
+
+/// A directory unique to one test, removed when dropped.
+pub struct TestDir {
+    pub path: PathBuf,
+}
+
+impl TestDir {
+    pub fn new(name: &str) -> TestDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("netbox-e2e-{}-{n}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TestDir { path }
+    }
+
+    pub fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.path.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A running `netbox bridge`.
+pub struct Bridge {
+    child: Child,
+    pub addr: SocketAddr,
+    pub log: PathBuf,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Bridge {
+    /// Starts a bridge on 127.0.0.1 with `allowlist` as its only policy file.
+    pub fn start(dir: &TestDir, allowlist: &str, extra: &[&str]) -> Bridge {
+        let policy = dir.write("allow.toml", allowlist);
+        let mut args: Vec<String> = vec!["--allowlist".into(), policy.display().to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Bridge::start_args(dir, &args)
+    }
+
+    pub fn start_args(dir: &TestDir, args: &[String]) -> Bridge {
+        let log = dir.join("events.jsonl");
+        let mut child = Command::new(netbox_bin())
+            .arg("bridge")
+            .args(["--listen", "127.0.0.1:0", "--log"])
+            .arg(&log)
+            // DNS questions, if any, go to a loopback port where nothing answers.
+            .args(["--dns", "127.0.0.1:9", "--session", "e2e"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn netbox bridge");
+        let stderr = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let lines = Arc::clone(&lines);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(rest) = line.split("listening on ").nth(1) {
+                        let addr = rest.split(' ').next().unwrap_or("").to_owned();
+                        let _ = tx.send(addr);
+                    }
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
+        let addr = match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(addr) => addr.parse().expect("listen address"),
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().unwrap();
+                panic!(
+                    "bridge did not start ({status}): {:?}",
+                    lines.lock().unwrap()
+                );
+            }
+        };
+        Bridge {
+            child,
+            addr,
+            log,
+            stderr: lines,
+        }
+    }
+
+    pub fn proxy_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// All events logged so far, waiting briefly for `at_least` of them.
+    pub fn events(&self, at_least: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let events: Vec<Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("every log line is JSON"))
+                .collect();
+            if events.len() >= at_least || Instant::now() > deadline {
+                return events;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The one event for `host`, waiting for it to be written.
+    pub fn event_for(&self, host: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let found: Vec<Value> = self
+                .events(0)
+                .into_iter()
+                .filter(|e| e["host"] == host)
+                .collect();
+            if found.len() == 1 {
+                return found.into_iter().next().unwrap();
+            }
+            assert!(found.len() < 2, "more than one event for {host}: {found:?}");
+            assert!(Instant::now() < deadline, "no event for {host}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stderr(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// True while the bridge process is still running.
+    pub fn is_alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs curl with no proxy settings inherited from the environment.
+pub fn curl(args: &[&str]) -> Output {
+    Command::new("curl")
+        .args(["--silent", "--show-error", "--max-time", "60"])
+        .args(args)
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .expect("run curl")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Sends raw bytes to the bridge and returns everything it answers until it closes,
+/// plus how the close looked (`true` for a reset).
+pub fn raw_exchange(addr: SocketAddr, request: &[u8]) -> (String, bool) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    // The bridge may reset before reading everything; that is an answer too.
+    let _ = stream.write_all(request);
+    read_until_close(&mut stream)
+}
+
+/// Reads until EOF or error; returns the text and whether it ended in a reset.
+pub fn read_until_close(stream: &mut impl Read) -> (String, bool) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return (String::from_utf8_lossy(&got).into_owned(), false),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return (String::from_utf8_lossy(&got).into_owned(), true)
+            }
+            Err(e) => panic!("read failed: {e} after {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+}
+
+/// Reads an HTTP response head (through the blank line) from a stream.
+pub fn read_head(stream: &mut impl Read) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// Opens a CONNECT tunnel through the bridge; panics unless it answers 200.
+pub fn connect_tunnel(bridge: SocketAddr, target: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(bridge).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_head(&mut stream);
+    assert!(head.starts_with("HTTP/1.1 200"), "CONNECT {target}: {head}");
+    stream
+}
+
+/// Hex SHA-256.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(data);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn file_sha256(path: &Path) -> String {
+    sha256_hex(&std::fs::read(path).unwrap())
+}

@@ -1,0 +1,191 @@
+//! Real upstream servers on 127.0.0.1:0, each on its own threads, stopped with the test.
+//!
+//! `HttpServer` speaks enough HTTP/1.1 for the tests: `GET /hello`, `GET /bytes/N` (N bytes
+//! of a fixed pattern), `POST /sha256` (hex SHA-256 of the body, Content-Length or
+//! chunked), and `GET /headers` (the request head echoed back). With a TLS identity it
+//! serves the same over HTTPS for a name signed by a CA made for the test.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{sha256_hex, TestDir};
+
+/// The pattern `/bytes/N` serves: byte i is `i * 7 mod 251`, so shifts are caught.
+pub fn pattern(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| u8::try_from(i * 7 % 251).unwrap())
+        .collect()
+}
+
+/// An HTTP (or HTTPS) server for tests.
+pub struct HttpServer {
+    pub addr: SocketAddr,
+    /// For HTTPS: the CA certificate file curl should trust.
+    pub ca: Option<PathBuf>,
+}
+
+impl HttpServer {
+    pub fn start() -> HttpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let _ = serve_http(stream);
+                });
+            }
+        });
+        HttpServer { addr, ca: None }
+    }
+
+    /// HTTPS for `names`, with a CA generated for this test and written into `dir`.
+    pub fn start_tls(dir: &TestDir, names: &[&str]) -> HttpServer {
+        let (config, ca_pem) = tls_config(names);
+        let ca = dir.write("ca.pem", &ca_pem);
+        let config = Arc::new(config);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let config = Arc::clone(&config);
+                std::thread::spawn(move || {
+                    let Ok(conn) = rustls::ServerConnection::new(config) else {
+                        return;
+                    };
+                    let tls = rustls::StreamOwned::new(conn, stream);
+                    let _ = serve_http(tls);
+                });
+            }
+        });
+        HttpServer { addr, ca: Some(ca) }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+fn tls_config(names: &[&str]) -> (rustls::ServerConfig, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "netbox test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf_params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone()], key)
+        .unwrap();
+    (config, ca_cert.pem())
+}
+
+fn serve_http<S: Read + Write>(stream: S) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut head = Vec::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 {
+                return Ok(());
+            }
+            let end = line == "\r\n";
+            head.push(line);
+            if end {
+                break;
+            }
+        }
+        let request_line = head[0].trim_end().to_owned();
+        let header = |name: &str| {
+            head.iter().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+            })
+        };
+        let body = if let Some(len) = header("content-length") {
+            let mut body = vec![0u8; len.parse().unwrap_or(0)];
+            reader.read_exact(&mut body)?;
+            body
+        } else if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+            read_chunked(&mut reader)?
+        } else {
+            Vec::new()
+        };
+        let mut parts = request_line.split(' ');
+        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let reply: Vec<u8> = match (method, path) {
+            ("GET", "/hello") => b"hello from upstream\n".to_vec(),
+            ("GET", "/headers") => head.concat().into_bytes(),
+            ("POST", "/sha256") => format!("{}\n", sha256_hex(&body)).into_bytes(),
+            ("GET", p) if p.starts_with("/bytes/") => pattern(p[7..].parse().unwrap_or(0)),
+            _ => b"not found\n".to_vec(),
+        };
+        let close = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        let stream = reader.get_mut();
+        write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\n{}\r\n",
+            reply.len(),
+            if close { "Connection: close\r\n" } else { "Connection: keep-alive\r\nKeep-Alive: timeout=5\r\n" },
+        )?;
+        stream.write_all(&reply)?;
+        stream.flush()?;
+        if close {
+            return Ok(());
+        }
+    }
+}
+
+fn read_chunked<R: BufRead>(reader: &mut R) -> std::io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let mut size = String::new();
+        reader.read_line(&mut size)?;
+        let size = usize::from_str_radix(size.trim().split(';').next().unwrap_or(""), 16)
+            .map_err(|_| std::io::Error::other("bad chunk size"))?;
+        let mut chunk = vec![0u8; size + 2];
+        reader.read_exact(&mut chunk)?;
+        if size == 0 {
+            return Ok(body);
+        }
+        body.extend_from_slice(&chunk[..size]);
+    }
+}
+
+/// A raw TCP server that reads until the client half-closes, then answers with the byte
+/// count and SHA-256 of what it received, and closes. It proves half-close is honoured.
+pub struct SinkServer {
+    pub addr: SocketAddr,
+}
+
+impl SinkServer {
+    pub fn start() -> SinkServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || sink(stream));
+            }
+        });
+        SinkServer { addr }
+    }
+}
+
+fn sink(mut stream: TcpStream) {
+    let mut got = Vec::new();
+    if stream.read_to_end(&mut got).is_ok() {
+        let _ = writeln!(stream, "{} {}", got.len(), sha256_hex(&got));
+    }
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit and property tests, then the end-to-end
+# tests with the real netbox binary -- as the current user, and again as an unprivileged
+# user (nobody) when run as root, because netbox must work without root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() { command -v "$1" >/dev/null || { echo "tests/run.sh: '$1' is missing; install it (on Debian: apt-get install $2)" >&2; exit 1; }; }
+need curl curl
+need cargo "a Rust toolchain (rustup)"
+
+echo "== cargo fmt --check"
+cargo fmt --all --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== cargo test (as $(id -un))"
+cargo test --workspace
+
+if [ "$(id -u)" = 0 ]; then
+    # Copy the binaries somewhere nobody can read them: the checkout may sit under a
+    # directory only root may enter.
+    e2e=$(cargo test -p netbox --test e2e --no-run --message-format=json 2>/dev/null \
+        | sed -n 's/.*"executable":"\([^"]*\/e2e-[^"]*\)".*/\1/p' | tail -n 1)
+    [ -x "$e2e" ] || { echo "tests/run.sh: cannot find the e2e test binary" >&2; exit 1; }
+    stage=$(mktemp -d /tmp/netbox-unpriv.XXXXXX)
+    trap 'rm -rf "$stage"' EXIT
+    cp "$e2e" "$stage/e2e"
+    cp target/debug/netbox "$stage/netbox"
+    chmod 755 "$stage" "$stage/e2e" "$stage/netbox"
+    echo "== e2e tests as nobody (uid 65534)"
+    (cd "$stage" && env -i PATH="$PATH" HOME=/nonexistent TMPDIR=/tmp NETBOX_BIN="$stage/netbox" \
+        setpriv --reuid=65534 --regid=65534 --clear-groups "$stage/e2e" --test-threads=2)
+fi

@@ -1,0 +1,148 @@
+//! `netbox bridge`: the egress proxy on its own, on listeners it binds itself.
+
+use std::sync::Arc;
+
+use bridge::listen::ListenAddr;
+use bridge::policy::{Action, Policy};
+use bridge::{BridgeConfig, EventLog, Session, SessionListener, Stderr};
+
+use crate::cli::BridgeArgs;
+use crate::error::WrapperError;
+
+/// Loads the policy from files and flags; every mistake is reported before anything runs.
+pub fn load_policy(
+    files: &[std::path::PathBuf],
+    allow: &[String],
+    deny: &[String],
+) -> Result<Policy, WrapperError> {
+    let mut policy = Policy::load(files).map_err(bridge::BridgeError::from)?;
+    for (flag, action, rules) in [
+        ("--allow", Action::Allow, allow),
+        ("--deny", Action::Deny, deny),
+    ] {
+        for rule in rules {
+            policy
+                .add_rule(action, rule, flag)
+                .map_err(|reason| WrapperError::Rule {
+                    flag,
+                    rule: rule.clone(),
+                    reason,
+                })?;
+        }
+    }
+    Ok(policy)
+}
+
+/// A session id unique enough to tell runs apart in one log.
+pub fn new_session_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff)
+}
+
+pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
+    // Parse and validate everything before a runtime or socket exists.
+    let addrs: Vec<ListenAddr> = args
+        .listen
+        .iter()
+        .map(|a| a.parse())
+        .collect::<Result<_, _>>()?;
+    let policy = load_policy(&args.allowlist, &args.allow, &args.deny)?;
+    let stderr = if args.quiet {
+        Stderr::Quiet
+    } else {
+        Stderr::Summary
+    };
+    let log = EventLog::open(args.log.as_deref(), stderr).map_err(|source| {
+        bridge::BridgeError::OpenLog {
+            path: args.log.clone().unwrap_or_default(),
+            source,
+        }
+    })?;
+    let config = BridgeConfig {
+        connect_timeout: args.connect_timeout,
+        header_timeout: args.header_timeout,
+        idle_timeout: args.idle_timeout,
+        dns: if args.dns.is_empty() {
+            bridge::DnsConfig::System
+        } else {
+            bridge::DnsConfig::Servers(args.dns.clone())
+        },
+        refusal_status: http_status(args.refusal_status)?,
+        ..BridgeConfig::default()
+    };
+    let session = Arc::new(Session {
+        id: Arc::from(args.session.clone().unwrap_or_else(new_session_id)),
+        policy: Arc::new(policy),
+    });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(WrapperError::Runtime)?;
+    runtime.block_on(async move {
+        let mut listeners = Vec::new();
+        for addr in &addrs {
+            if let ListenAddr::Unix(path) = addr {
+                remove_stale_socket(path)?;
+            }
+            listeners.push(SessionListener {
+                session: Arc::clone(&session),
+                listener: addr.bind().await?,
+            });
+        }
+        // Announced only once every listener is bound, so a client that reads this line
+        // can connect to any of them.
+        for sl in &listeners {
+            eprintln!(
+                "netbox bridge: listening on {} (session {}, {} allow rules)",
+                sl.listener.describe(),
+                session.id,
+                session.policy.allow_count()
+            );
+        }
+        bridge::serve(listeners, config, Arc::new(log), shutdown_signal()).await;
+        for addr in &addrs {
+            if let ListenAddr::Unix(path) = addr {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        Ok(())
+    })
+}
+
+fn http_status(code: u16) -> Result<http::StatusCode, WrapperError> {
+    http::StatusCode::from_u16(code)
+        .map_err(|_| WrapperError::Usage(format!("--refusal-status {code} is not an HTTP status")))
+}
+
+/// A socket file left by an earlier bridge would make bind fail; only sockets are removed.
+fn remove_stale_socket(path: &std::path::Path) -> Result<(), WrapperError> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            std::fs::remove_file(path).map_err(|source| WrapperError::StaleSocket {
+                path: path.to_owned(),
+                source,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without signal handlers the default action (terminate) still applies.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}

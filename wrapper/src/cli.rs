@@ -1,0 +1,76 @@
+//! Command-line parsing (clap derive). Everything is validated here or in `config`
+//! before anything else happens, so bad input fails with one line and exit 125.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Run untrusted commands behind an OS-enforced network and filesystem boundary.
+#[derive(Debug, Parser)]
+#[command(name = "netbox", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the egress-filtering proxy on its own.
+    Bridge(BridgeArgs),
+}
+
+/// `netbox bridge`: a standalone egress proxy.
+#[derive(Debug, Args)]
+pub struct BridgeArgs {
+    /// Where to listen: 127.0.0.1:PORT, [::1]:PORT or unix:PATH (repeatable; PORT 0 picks one).
+    #[arg(long = "listen", value_name = "ADDR", required = true)]
+    pub listen: Vec<String>,
+
+    /// Allowlist file (TOML; repeatable). With none and no --allow, everything is refused.
+    #[arg(long = "allowlist", value_name = "FILE")]
+    pub allowlist: Vec<PathBuf>,
+
+    /// Allow HOST[:PORTS], *.SUFFIX[:PORTS], IP or CIDR (repeatable).
+    #[arg(long = "allow", value_name = "RULE")]
+    pub allow: Vec<String>,
+
+    /// Deny HOST[:PORTS], *.SUFFIX[:PORTS], IP or CIDR (repeatable); deny wins over allow.
+    #[arg(long = "deny", value_name = "RULE")]
+    pub deny: Vec<String>,
+
+    /// Append one JSON line per attempt to FILE.
+    #[arg(long = "log", value_name = "FILE")]
+    pub log: Option<PathBuf>,
+
+    /// No per-attempt summary on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+
+    /// Session id written into every log line (default: generated).
+    #[arg(long = "session", value_name = "ID")]
+    pub session: Option<String>,
+
+    /// Ask these DNS servers (IP:PORT, repeatable) instead of /etc/resolv.conf.
+    #[arg(long = "dns", value_name = "ADDR")]
+    pub dns: Vec<std::net::SocketAddr>,
+
+    /// HTTP status for policy refusals.
+    #[arg(long = "refusal-status", value_name = "CODE", default_value_t = 502,
+          value_parser = clap::value_parser!(u16).range(400..=599))]
+    pub refusal_status: u16,
+
+    /// Close a tunnel after this long with no traffic (e.g. 300s, 5m).
+    #[arg(long = "idle-timeout", value_name = "DURATION", default_value = "300s",
+          value_parser = humantime::parse_duration)]
+    pub idle_timeout: std::time::Duration,
+
+    /// Give up on an upstream address after this long.
+    #[arg(long = "connect-timeout", value_name = "DURATION", default_value = "10s",
+          value_parser = humantime::parse_duration)]
+    pub connect_timeout: std::time::Duration,
+
+    /// Drop a client that has not sent a full request head after this long.
+    #[arg(long = "header-timeout", value_name = "DURATION", default_value = "10s",
+          value_parser = humantime::parse_duration)]
+    pub header_timeout: std::time::Duration,
+}

@@ -4,8 +4,8 @@
 //! shut down and the opposite direction keeps flowing, so a client that sends its request
 //! and shuts down writing still gets the whole response. The tunnel ends when both
 //! directions reached EOF, when either side fails, when nothing moved for the idle
-//! timeout, or when the bridge is told to stop. Reads use large buffers: on loopback a
-//! relay with 8 KiB reads reaches ~0.23x of direct throughput, 64 KiB about twice that.
+//! timeout, or when the bridge is told to stop. Buffers start small (most tunnels carry
+//! a few requests) and grow while reads fill them (bulk downloads need large reads).
 
 use std::future::Future;
 use std::io;
@@ -17,8 +17,13 @@ use tokio::time::Instant;
 
 use crate::log::End;
 
-/// Read buffer per direction, in bytes.
-const RELAY_BUFFER_BYTES: usize = 256 * 1024;
+/// First read buffer per direction, in bytes: enough for a request or a small response,
+/// and cheap to allocate for the many short tunnels a package install opens.
+const RELAY_BUFFER_START_BYTES: usize = 16 * 1024;
+/// The buffer doubles each time a read fills it, up to this; bulk transfers need large
+/// reads to keep up with loopback. Measured here (benches/run.sh, 1 GiB from nginx):
+/// 256 KiB reads reached 0.69-0.96x of direct, 1 MiB reads 0.97-1.01x.
+const RELAY_BUFFER_MAX_BYTES: usize = 1024 * 1024;
 
 /// What a finished tunnel moved, and how it ended.
 #[derive(Debug, Clone, Copy)]
@@ -122,9 +127,12 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut buf = vec![0u8; RELAY_BUFFER_BYTES];
+    let mut buf = vec![0u8; RELAY_BUFFER_START_BYTES];
     loop {
         let n = reader.read(&mut buf).await.map_err(|_| from)?;
+        if n == buf.len() && buf.len() < RELAY_BUFFER_MAX_BYTES {
+            buf.resize(buf.len() * 2, 0);
+        }
         if n == 0 {
             // Peer already gone is not a failure of this direction.
             return match writer.shutdown().await {

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod bridge_dns;
 mod bridge_malformed;
 mod bridge_policy;
 mod bridge_socks;

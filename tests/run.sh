@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 need() { command -v "$1" >/dev/null || { echo "tests/run.sh: '$1' is missing; install it (on Debian: apt-get install $2)" >&2; exit 1; }; }
 need curl curl
 need dnsmasq dnsmasq-base
+need git git
 need cargo "a Rust toolchain (rustup)"
 
 echo "== cargo fmt --check"
@@ -15,12 +16,12 @@ cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test (as $(id -un))"
-cargo test --workspace
+cargo test --workspace --features netbox/test-hooks
 
 if [ "$(id -u)" = 0 ]; then
     # Copy the binaries somewhere nobody can read them: the checkout may sit under a
     # directory only root may enter.
-    e2e=$(cargo test -p netbox --test e2e --no-run --message-format=json 2>/dev/null \
+    e2e=$(cargo test -p netbox --features test-hooks --test e2e --no-run --message-format=json 2>/dev/null \
         | sed -n 's/.*"executable":"\([^"]*\/e2e-[^"]*\)".*/\1/p' | tail -n 1)
     [ -x "$e2e" ] || { echo "tests/run.sh: cannot find the e2e test binary" >&2; exit 1; }
     stage=$(mktemp -d /tmp/netbox-unpriv.XXXXXX)

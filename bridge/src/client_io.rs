@@ -34,10 +34,12 @@ pub struct ClientIo {
 }
 
 impl ClientIo {
+    /// A new client connection, marked for reset until a request on it is accepted for
+    /// routing: a client that sends garbage or nothing is cut off hard.
     pub fn new(stream: Stream) -> ClientIo {
         ClientIo {
             stream: Some(stream),
-            reset: Arc::new(AtomicBool::new(false)),
+            reset: Arc::new(AtomicBool::new(true)),
         }
     }
 

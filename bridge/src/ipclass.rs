@@ -77,8 +77,11 @@ fn in_v4(ip: Ipv4Addr, net: [u8; 4], prefix: u32) -> bool {
 fn classify_v4(ip: Ipv4Addr) -> IpClass {
     // Cloud instance metadata (AWS, GCP, Azure, OpenStack) sits inside link-local; name it.
     const METADATA: [u8; 4] = [169, 254, 169, 254];
+    // Azure's WireServer: not link-local, but the same kind of SSRF target.
+    const AZURE_WIRESERVER: [u8; 4] = [168, 63, 129, 16];
     let table: &[([u8; 4], u32, IpClass)] = &[
         (METADATA, 32, IpClass::CloudMetadata),
+        (AZURE_WIRESERVER, 32, IpClass::CloudMetadata),
         ([0, 0, 0, 0], 32, IpClass::Unspecified),
         ([0, 0, 0, 0], 8, IpClass::Reserved),
         ([10, 0, 0, 0], 8, IpClass::Private),
@@ -117,7 +120,6 @@ fn classify_v6(ip: Ipv6Addr) -> IpClass {
         };
         bits & mask == net & mask
     };
-    let low_v4 = || Ipv4Addr::from(u32::try_from(bits & 0xffff_ffff).unwrap_or(0));
     if ip.is_unspecified() {
         IpClass::Unspecified
     } else if ip.is_loopback() {
@@ -125,13 +127,13 @@ fn classify_v6(ip: Ipv6Addr) -> IpClass {
     } else if in_v6(0, 96) {
         // Deprecated IPv4-compatible form (::a.b.c.d).
         IpClass::Reserved
-    } else if in_v6(0x0064_ff9b_u128 << 96, 96) || in_v6(0x0064_ff9b_0001_u128 << 80, 48) {
-        // NAT64: the gateway would dial the IPv4 address inside.
-        classify_v4(low_v4())
-    } else if seg[0] == 0x2002 {
-        // 6to4: the IPv4 address sits in bits 16..48.
-        let v4 = u32::from(seg[1]) << 16 | u32::from(seg[2]);
-        classify_v4(Ipv4Addr::from(v4))
+    } else if let Some(v4) = embedded_ipv4(ip) {
+        // NAT64 and 6to4: the gateway would dial the IPv4 address inside.
+        classify_v4(v4)
+    } else if in_v6(0x0064_ff9b_0001_u128 << 80, 48) {
+        // Local-use NAT64 (RFC 8215): operator-defined layouts, so the IPv4 address inside
+        // cannot be located reliably; never public.
+        IpClass::Reserved
     } else if seg[0] == 0x2001 && seg[1] == 0 {
         IpClass::Teredo
     } else if seg[0] == 0x2001 && seg[1] == 0x0db8 || seg[0] == 0x3fff && seg[1] < 0x1000 {
@@ -157,6 +159,20 @@ fn classify_v6(ip: Ipv6Addr) -> IpClass {
         // Outside 2000::/3, nothing is allocated for global unicast.
         IpClass::Reserved
     }
+}
+
+/// The IPv4 address a NAT64 well-known-prefix (`64:ff9b::/96`) or 6to4 (`2002::/16`)
+/// address stands for; IPv4-mapped addresses are folded earlier by `canonical_ip`.
+pub fn embedded_ipv4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let seg = ip.segments();
+    let bits = u128::from(ip);
+    if bits >> 32 == 0x0064_ff9b_u128 << 64 {
+        return Some(Ipv4Addr::from(u32::try_from(bits & 0xffff_ffff).ok()?));
+    }
+    if seg[0] == 0x2002 {
+        return Some(Ipv4Addr::from(u32::from(seg[1]) << 16 | u32::from(seg[2])));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -198,7 +214,9 @@ mod tests {
             ("64:ff9b::7f00:1", IpClass::Loopback),
             ("64:ff9b::a9fe:a9fe", IpClass::CloudMetadata),
             ("64:ff9b::808:808", IpClass::Public),
-            ("64:ff9b:1::a00:1", IpClass::Private),
+            ("64:ff9b:1::a00:1", IpClass::Reserved),
+            ("64:ff9b:1::a:0:100:0", IpClass::Reserved),
+            ("168.63.129.16", IpClass::CloudMetadata),
             ("2002:c0a8:0101::1", IpClass::Private),
             ("2002:0808:0808::1", IpClass::Public),
             ("2001::1", IpClass::Teredo),

@@ -70,6 +70,9 @@ pub struct Event {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused_class: Option<IpClass>,
     pub dialed: Option<SocketAddr>,
+    /// The IP/CIDR rule that opened a non-public dialed address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opened_by: Option<RuleRef>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
     pub bytes_up: u64,
@@ -94,6 +97,7 @@ pub struct Attempt {
     pub resolved: Vec<IpAddr>,
     pub refused_class: Option<IpClass>,
     pub dialed: Option<SocketAddr>,
+    pub opened_by: Option<RuleRef>,
     pub status: Option<u16>,
     pub detail: Option<String>,
 }
@@ -113,6 +117,7 @@ impl Attempt {
             resolved: Vec::new(),
             refused_class: None,
             dialed: None,
+            opened_by: None,
             status: None,
             detail: None,
         }
@@ -138,6 +143,7 @@ impl Attempt {
             resolved: self.resolved,
             refused_class: self.refused_class,
             dialed: self.dialed,
+            opened_by: self.opened_by,
             status: self.status,
             bytes_up,
             bytes_down,
@@ -162,7 +168,8 @@ pub enum Stderr {
 /// Where events go: an append-only JSON-lines file and/or stderr.
 pub struct EventLog {
     file: Option<Mutex<File>>,
-    stderr: Stderr,
+    /// Summaries on stderr (true) or not; switchable, so start-up chatter can stay quiet.
+    stderr: AtomicBool,
     write_failed: AtomicBool,
 }
 
@@ -177,7 +184,7 @@ impl EventLog {
         };
         Ok(EventLog {
             file,
-            stderr,
+            stderr: AtomicBool::new(stderr == Stderr::Summary),
             write_failed: AtomicBool::new(false),
         })
     }
@@ -185,8 +192,22 @@ impl EventLog {
     /// Writes one event: the whole line in one `write` (O_APPEND keeps lines whole even
     /// with several writers), then the stderr summary.
     pub fn record(&self, event: &Event) {
+        self.record_json(event);
+        if self.stderr.load(Ordering::Relaxed) {
+            eprintln!("{}", summary(event));
+        }
+    }
+
+    /// Turns the stderr summaries on or off from now on (the file gets every event always).
+    pub fn set_stderr(&self, stderr: Stderr) {
+        self.stderr
+            .store(stderr == Stderr::Summary, Ordering::Relaxed);
+    }
+
+    /// Writes any other record type (the wrapper's probe and session records) as one line.
+    pub fn record_json(&self, record: &impl Serialize) {
         if let Some(file) = &self.file {
-            let mut line = serde_json::to_vec(event).unwrap_or_default();
+            let mut line = serde_json::to_vec(record).unwrap_or_default();
             line.push(b'\n');
             let result = match file.lock() {
                 Ok(mut f) => f.write_all(&line).and_then(|()| f.flush()),
@@ -198,9 +219,6 @@ impl EventLog {
                     eprintln!("netbox: cannot write event log: {e}");
                 }
             }
-        }
-        if self.stderr == Stderr::Summary {
-            eprintln!("{}", summary(event));
         }
     }
 }
@@ -249,6 +267,7 @@ pub fn describe(reason: Reason) -> &'static str {
         Reason::NonPublicAddress => "resolves to a non-public address",
         Reason::ResolveFailed => "name did not resolve",
         Reason::UpstreamUnreachable => "upstream unreachable",
+        Reason::UpstreamTimeout => "upstream did not answer in time",
         Reason::BadRequest => "malformed request",
         Reason::HeaderTooLarge => "request header too large",
         Reason::HeaderTimeout => "request header timed out",
@@ -266,8 +285,13 @@ mod tests {
         let mut a = Attempt::begin(Arc::from("s1"), Proto::HttpConnect);
         a.target = Some(Target::parse_authority("registry.test:443").unwrap());
         a.decision = Verdict::Allow;
-        a.reason = Reason::OpenedByRule;
+        a.reason = Reason::AllowedByRule;
         a.rule = Some(RuleRef {
+            file: Arc::from("allow.toml"),
+            line: 2,
+            text: "registry.test".into(),
+        });
+        a.opened_by = Some(RuleRef {
             file: Arc::from("allow.toml"),
             line: 3,
             text: "127.0.0.1:443".into(),
@@ -280,11 +304,11 @@ mod tests {
         let json = serde_json::to_string(&e).unwrap();
         assert_eq!(
             json,
-            r#"{"type":"net","schema_version":1,"ts":"2026-11-29T00:00:00.000Z","session":"s1","proto":"http_connect","host":"registry.test","port":443,"decision":"allow","reason":"opened_by_rule","rule":{"file":"allow.toml","line":3,"text":"127.0.0.1:443"},"resolved":["127.0.0.1"],"dialed":"127.0.0.1:443","bytes_up":10,"bytes_down":20,"duration_ms":5,"end":"closed"}"#
+            r#"{"type":"net","schema_version":1,"ts":"2026-11-29T00:00:00.000Z","session":"s1","proto":"http_connect","host":"registry.test","port":443,"decision":"allow","reason":"allowed_by_rule","rule":{"file":"allow.toml","line":2,"text":"registry.test"},"resolved":["127.0.0.1"],"dialed":"127.0.0.1:443","opened_by":{"file":"allow.toml","line":3,"text":"127.0.0.1:443"},"bytes_up":10,"bytes_down":20,"duration_ms":5,"end":"closed"}"#
         );
         assert_eq!(
             summary(&e),
-            "netbox: allowed CONNECT registry.test:443 via 127.0.0.1:443 (10 B up, 20 B down, 5 ms) [allow.toml:3]"
+            "netbox: allowed CONNECT registry.test:443 via 127.0.0.1:443 (10 B up, 20 B down, 5 ms) [allow.toml:2]"
         );
     }
 

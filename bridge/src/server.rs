@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::client_io::{ClientIo, Stream};
 use crate::front;
@@ -87,10 +87,14 @@ pub struct Shared {
     pub stop: watch::Receiver<bool>,
 }
 
-/// One accepted connection's context.
+/// One accepted connection's context. It holds the connection's slot under
+/// `max_connections`; tasks that outlive the handler (a CONNECT tunnel after hyper hands it
+/// over, a forwarded request's upstream) clone `slot`, so the slot is freed only when the
+/// last of them ends and shutdown drains them all.
 pub struct Conn {
     pub session: Arc<Session>,
     pub shared: Arc<Shared>,
+    pub slot: Arc<OwnedSemaphorePermit>,
 }
 
 impl Conn {
@@ -200,10 +204,8 @@ async fn accept_loop(
         let conn = Conn {
             session: Arc::clone(&sl.session),
             shared: Arc::clone(&shared),
+            slot: Arc::new(permit),
         };
-        tokio::spawn(async move {
-            front::handle(ClientIo::new(stream), conn).await;
-            drop(permit);
-        });
+        tokio::spawn(front::handle(ClientIo::new(stream), conn));
     }
 }

@@ -233,13 +233,20 @@ fn parse_ipv4_part(part: &str) -> Option<u64> {
     if part.is_empty() || part.len() > 12 {
         return None;
     }
+    // from_str_radix would also take a leading '+'; no resolver does, so check digits.
     if let Some(hex) = part.strip_prefix("0x") {
         if hex.is_empty() {
             return Some(0);
         }
+        if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
         return u64::from_str_radix(hex, 16).ok();
     }
     if part.len() > 1 && part.starts_with('0') {
+        if !part.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+            return None;
+        }
         return u64::from_str_radix(&part[1..], 8).ok();
     }
     if part.bytes().all(|b| b.is_ascii_digit()) {
@@ -295,6 +302,8 @@ mod tests {
             "256.0.0.1",
             "1.2.3.4.5",
             "1.2.3.0x100",
+            "0x+7f.1",
+            "127.0.0.+1",
             "::1::2",
             "a@b.test",
             ".",

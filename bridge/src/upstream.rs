@@ -15,6 +15,11 @@ use crate::policy::{Reason, Verdict};
 use crate::server::Conn;
 use crate::target::Target;
 
+/// Addresses tried per request at most: each can take the full connect timeout.
+const MAX_DIAL_ADDRESSES: usize = 8;
+/// Resolved addresses written to the log at most.
+const MAX_LOGGED_ADDRESSES: usize = 32;
+
 /// Why a request was refused, with prose for the client and the log.
 #[derive(Debug)]
 pub struct Refusal {
@@ -65,14 +70,14 @@ pub async fn open(
             return Err(refuse(attempt, Refusal::new(Reason::ResolveFailed, detail)));
         }
     };
-    attempt.resolved.clone_from(&addrs);
+    attempt.resolved = addrs.iter().take(MAX_LOGGED_ADDRESSES).copied().collect();
 
     let mut admitted = Vec::new();
     let mut first_refused = None;
     for &addr in &addrs {
         let verdict = policy.admit(addr, target.port);
         if verdict.is_allow() {
-            admitted.push(SocketAddr::new(addr, target.port));
+            admitted.push((SocketAddr::new(addr, target.port), verdict.rule));
         } else if first_refused.is_none() {
             first_refused = Some((addr, verdict));
         }
@@ -98,9 +103,16 @@ pub async fn open(
         return Err(refuse(attempt, Refusal::new(verdict.reason, detail)));
     }
 
-    match crate::dialer::dial(&admitted, conn.shared.config.connect_timeout).await {
+    admitted.truncate(MAX_DIAL_ADDRESSES);
+    let candidates: Vec<SocketAddr> = admitted.iter().map(|(addr, _)| *addr).collect();
+    match crate::dialer::dial(&candidates, conn.shared.config.connect_timeout).await {
         Ok(stream) => {
             attempt.dialed = stream.peer_addr().ok();
+            // A non-public address needed an IP/CIDR rule of its own: name it too.
+            attempt.opened_by = admitted
+                .iter()
+                .find(|(addr, _)| Some(*addr) == attempt.dialed)
+                .and_then(|(_, rule)| rule.clone());
             attempt.decision = Verdict::Allow;
             Ok(stream)
         }

@@ -61,11 +61,13 @@ fn malformed_requests_get_400_and_never_dial() {
         ("bad version", "CONNECT registry.test:443 HTTP/9.9\r\n\r\n".into()),
     ];
     for (name, request) in &cases {
-        let (answer, _) = raw_exchange(bridge.addr, request.as_bytes());
+        let (answer, reset) = raw_exchange(bridge.addr, request.as_bytes());
         assert!(answer.starts_with("HTTP/1.1 400"), "{name}: {answer:?}");
+        assert!(reset, "{name}: a refused connection must end in a reset");
     }
     let events = bridge.events(cases.len());
     assert_eq!(events.len(), cases.len(), "one event per malformed request");
+    assert!(events.iter().all(|e| e["status"] == 400), "{events:?}");
     assert!(
         events
             .iter()
@@ -116,6 +118,7 @@ fn oversized_head_gets_431() {
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
     let event = bridge.events(1);
     assert_eq!(event[0]["reason"], "header_too_large", "{event:?}");
+    assert_eq!(event[0]["status"], 431, "{event:?}");
     assert_still_serving(&mut bridge, http.port());
 }
 

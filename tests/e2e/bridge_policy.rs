@@ -20,7 +20,7 @@ fn registry_policy(port: u16) -> String {
 #[test]
 fn allowed_connect_over_tls_and_plain_http_pass() {
     let dir = TestDir::new("allowed");
-    let tls = HttpServer::start_tls(&dir, &["registry.test"]);
+    let tls = HttpServer::start_tls(&dir.path, &["registry.test"]);
     let http = HttpServer::start();
     let policy = format!(
         "allow = [\"registry.test:{}\", \"127.0.0.1:{}\", \"plain.test:{}\", \"127.0.0.1:{}\"]\n\
@@ -261,7 +261,10 @@ fn pinned_name_to_loopback_needs_a_cidr_rule() {
     );
     let out = curl(&["-x", &with.proxy_url(), "-p", &url]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(with.event_for("registry.test")["decision"], "allow");
+    let event = with.event_for("registry.test");
+    assert_eq!(event["decision"], "allow");
+    assert_eq!(event["rule"]["text"], format!("registry.test:{p}"));
+    assert_eq!(event["opened_by"]["text"], format!("127.0.0.1/32:{p}"));
 }
 
 #[test]

@@ -35,6 +35,8 @@ fn socks_connect(bridge: SocketAddr, address: &[u8], port: u16) -> (u8, TcpStrea
     let rest = if reply[3] == 0x04 { 18 } else { 6 };
     let mut tail = vec![0u8; rest];
     stream.read_exact(&mut tail).unwrap();
+    // The bound address would be the host's side of the upstream: never disclosed.
+    assert!(tail.iter().all(|&b| b == 0), "reply discloses {tail:?}");
     (reply[1], stream)
 }
 

@@ -143,3 +143,34 @@ fn unix_socket_listener_serves_connect() {
     assert!(head.starts_with("HTTP/1.1 502"), "{head}");
     drop(bridge);
 }
+
+#[test]
+fn forwarded_request_to_a_silent_upstream_times_out() {
+    let dir = TestDir::new("silent");
+    // Accepts and reads, never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let bridge = Bridge::start(&dir, &open_policy(p), &["--idle-timeout", "1s"]);
+    let started = Instant::now();
+    let out = curl(&[
+        "-x",
+        &bridge.proxy_url(),
+        "-w",
+        "%{http_code}",
+        "-o",
+        "/dev/null",
+        &format!("http://big.test:{p}/hello"),
+    ]);
+    let waited = started.elapsed();
+    assert_eq!(stdout(&out), "504", "{}", stderr(&out));
+    assert!(waited < Duration::from_secs(5), "took {waited:?}");
+    let event = bridge.event_for("big.test");
+    assert_eq!(event["status"], 504);
+    assert_eq!(event["end"], "idle_timeout");
+}

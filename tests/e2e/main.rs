@@ -1,5 +1,7 @@
-//! End-to-end tests: the real `netbox` binary, real clients (curl, raw sockets) and real
-//! servers on loopback. One test binary, one module per area (see support/ for helpers).
+//! End-to-end tests: the real `netbox` binary, real clients (curl, git, bash, raw sockets)
+//! and real servers on loopback. One test binary, one module per area (see support/ for
+//! helpers). The sandbox tests need netbox built with `--features test-hooks` (tests/run.sh
+//! does that) for the deliberately broken controls.
 
 mod support;
 
@@ -8,3 +10,6 @@ mod bridge_malformed;
 mod bridge_policy;
 mod bridge_socks;
 mod bridge_tunnel;
+mod sandbox_escapes;
+mod sandbox_lifecycle;
+mod sandbox_walkthrough;

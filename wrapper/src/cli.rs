@@ -6,11 +6,88 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 /// Run untrusted commands behind an OS-enforced network and filesystem boundary.
+///
+/// netbox [OPTIONS] -- CMD [ARGS...] runs CMD in an empty network namespace whose only way
+/// out is the egress bridge, with the filesystem read-only except the workspace and a
+/// private temp root. Everything after `--` is CMD's, untouched.
 #[derive(Debug, Parser)]
-#[command(name = "netbox", version, about)]
+#[command(
+    name = "netbox",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Where the sandbox's temp root comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TmpMode {
+    /// A fresh tmpfs, private to this run (the default).
+    Private,
+    /// The host's /tmp, shared and writable.
+    Host,
+}
+
+/// `netbox [OPTIONS] -- CMD`: run a command in the sandbox.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Allowlist file (TOML; repeatable). With none and no --allow, all network is refused.
+    #[arg(long = "allowlist", value_name = "FILE")]
+    pub allowlist: Vec<PathBuf>,
+
+    /// Allow HOST[:PORTS], *.SUFFIX[:PORTS], IP or CIDR (repeatable).
+    #[arg(long = "allow", value_name = "RULE")]
+    pub allow: Vec<String>,
+
+    /// Deny HOST[:PORTS], *.SUFFIX[:PORTS], IP or CIDR (repeatable); deny wins over allow.
+    #[arg(long = "deny", value_name = "RULE")]
+    pub deny: Vec<String>,
+
+    /// The writable workspace (default: the current directory).
+    #[arg(long = "workspace", value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+
+    /// Another writable path (repeatable).
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+
+    /// Make a path read-only even inside a writable root (repeatable).
+    #[arg(long = "ro", value_name = "PATH")]
+    pub read_only: Vec<PathBuf>,
+
+    /// Protect a path like .git: read-only, and it cannot be created if missing (repeatable).
+    #[arg(long = "protect", value_name = "PATH")]
+    pub protect: Vec<PathBuf>,
+
+    /// Let CMD write .git (commits from inside), except .git/hooks and .git/config.
+    #[arg(long = "allow-git-writes")]
+    pub allow_git_writes: bool,
+
+    /// Temp root: a private tmpfs, or the host's /tmp.
+    #[arg(long = "tmp", value_enum, default_value_t = TmpMode::Private)]
+    pub tmp: TmpMode,
+
+    /// Event log (JSON lines; default: $XDG_STATE_HOME/netbox/sessions/ID.jsonl).
+    #[arg(long = "log", value_name = "FILE")]
+    pub log: Option<PathBuf>,
+
+    /// No start-up line and no per-attempt lines on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+
+    /// Run CMD with no sandbox and no probe at all (says so on stderr).
+    #[arg(long = "disable-sandbox", visible_alias = "yolo")]
+    pub disable_sandbox: bool,
+
+    /// The command to run, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub cmd: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,6 +4,10 @@ use std::path::PathBuf;
 
 /// Exit status for netbox's own failures (as `env`, `timeout` and podman use).
 pub const EXIT_NETBOX_FAILURE: u8 = 125;
+/// CMD exists but could not be executed (as a shell reports it).
+pub const EXIT_NOT_EXECUTABLE: u8 = 126;
+/// CMD was not found (as a shell reports it).
+pub const EXIT_NOT_FOUND: u8 = 127;
 
 /// Why netbox could not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +24,41 @@ pub enum WrapperError {
     Bridge(#[from] bridge::BridgeError),
     #[error("cannot start the async runtime")]
     Runtime(#[source] std::io::Error),
+    #[error("cannot use {what} {}", path.display())]
+    Path {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("protected path {} is a symlink, which netbox cannot pin read-only", path.display())]
+    ProtectedSymlink { path: PathBuf },
+    #[error("cannot create the read-only placeholder {}", path.display())]
+    Placeholder {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("user namespaces are not available to this user")]
+    UsernsUnavailable {
+        #[source]
+        source: std::io::Error,
+        hint: String,
+    },
+    #[error("sandbox setup failed at {step}: {detail}")]
+    Setup { step: String, detail: String },
+    #[error("live probe failed: {0}")]
+    ProbeFailed(String),
+    #[error("cannot start the sandbox")]
+    Spawn(#[source] std::io::Error),
+    #[error("lost contact with the sandbox: {0}")]
+    Handshake(String),
+    #[error("cannot run {cmd}")]
+    Exec {
+        cmd: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot remove stale socket {}", path.display())]
     StaleSocket {
         path: PathBuf,
@@ -31,7 +70,13 @@ pub enum WrapperError {
 impl WrapperError {
     /// The process exit status for this error.
     pub fn exit_code(&self) -> u8 {
-        EXIT_NETBOX_FAILURE
+        match self {
+            WrapperError::Exec { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                EXIT_NOT_FOUND
+            }
+            WrapperError::Exec { .. } => EXIT_NOT_EXECUTABLE,
+            _ => EXIT_NETBOX_FAILURE,
+        }
     }
 
     /// A line telling the user how to fix it, when we know.
@@ -44,6 +89,11 @@ impl WrapperError {
             WrapperError::Bridge(bridge::BridgeError::Policy(_)) => {
                 Some("see allowlists/README.md for the file format".into())
             }
+            WrapperError::UsernsUnavailable { hint, .. } => Some(hint.clone()),
+            WrapperError::ProtectedSymlink { .. } => Some(
+                "replace the symlink with the file, or choose a workspace that does not contain it"
+                    .into(),
+            ),
             _ => None,
         }
     }

@@ -3,17 +3,36 @@
 //! This crate is the command line. It knows nothing about HTTP: the egress proxy lives in
 //! the `bridge` crate and is driven from here.
 //!
-//! Modules:
-//! - `cli`: argument parsing (clap derive)
+//! Modules, in the order a run uses them:
+//! - `cli`: argument parsing (clap derive); `config`: the validated run configuration
+//! - `protect`: which paths stay read-only; `mounts`: the mount plan and its syscalls
+//! - `env`: CMD's environment (proxy settings)
+//! - `run`: netbox's side of a run: fork, bridge, probe log, signals, exit status
+//! - `sandbox`: the sandbox's side, in order: `namespaces`, `mounts`, `caps`, `probe`, `init`
+//! - `handshake`: the typed parent/sandbox channel; `sys/`: every unsafe syscall wrapper
 //! - `bridge_cmd`: `netbox bridge`, the standalone proxy
+//! - `testhooks`: deliberate breakage for tests (feature `test-hooks` only)
 //! - `error`: `WrapperError`, and the only place exit codes are chosen
 //!
 //! `main` is synchronous on purpose: the sandbox forks before any runtime or thread exists,
 //! so a tokio runtime is only ever built by the subcommand that needs one.
 
 mod bridge_cmd;
+mod caps;
 mod cli;
+mod config;
+mod env;
 mod error;
+mod handshake;
+mod init;
+mod mounts;
+mod namespaces;
+mod probe;
+mod protect;
+mod run;
+mod sandbox;
+mod sys;
+mod testhooks;
 
 use std::process::ExitCode;
 
@@ -27,10 +46,12 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     let result = match cli.command {
-        cli::Command::Bridge(args) => bridge_cmd::run(args),
+        Some(cli::Command::Bridge(args)) => bridge_cmd::run(args).map(|()| 0),
+        None if cli.run.disable_sandbox => run::run_unsandboxed(&cli.run),
+        None => config::SandboxConfig::from_args(cli.run).and_then(run::run),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => report(&e),
     }
 }

@@ -55,8 +55,7 @@ struct ConnState {
 }
 
 /// Serves one HTTP client connection: possibly several requests, possibly one tunnel.
-pub async fn serve(io: ClientIo, conn: Conn) {
-    let header_timeout = conn.shared.config.header_timeout;
+pub async fn serve(io: ClientIo, conn: Conn, header_timeout: std::time::Duration) {
     let stopped = conn.stopped();
     let state = Arc::new(ConnState {
         reset: io.reset_flag(),
@@ -69,6 +68,8 @@ pub async fn serve(io: ClientIo, conn: Conn) {
             let state = Arc::clone(&state);
             async move {
                 state.requests.fetch_add(1, Ordering::Relaxed);
+                // A readable request: from here on only a refusal resets the connection.
+                state.reset.store(false, Ordering::Relaxed);
                 Ok::<_, Infallible>(route(req, &state).await)
             }
         })
@@ -96,18 +97,23 @@ pub async fn serve(io: ClientIo, conn: Conn) {
 /// Logs what hyper refused on its own (unparseable, oversized or too slow heads).
 fn log_protocol_error(state: &ConnState, e: &hyper::Error) {
     let first_request = state.requests.load(Ordering::Relaxed) == 0;
-    let reason = if e.is_parse_too_large() {
-        Reason::HeaderTooLarge
-    } else if e.is_parse() || (e.is_incomplete_message() && first_request) {
-        Reason::BadRequest
+    // hyper answers parse errors itself (400, 431, 414) before closing; record what it sent.
+    let (reason, status) = if e.is_parse_too_large() {
+        (Reason::HeaderTooLarge, Some(431))
+    } else if e.is_parse() {
+        let too_long = e.to_string().contains("too long");
+        (Reason::BadRequest, Some(if too_long { 414 } else { 400 }))
+    } else if e.is_incomplete_message() && first_request {
+        (Reason::BadRequest, None)
     } else if e.is_timeout() && first_request {
-        Reason::HeaderTimeout
+        (Reason::HeaderTimeout, None)
     } else {
         // Mid-stream I/O errors and idle keep-alive timeouts are not attempts.
         return;
     };
     let mut attempt = Attempt::begin(state.conn.session.id.clone(), Proto::Http);
     attempt.reason = reason;
+    attempt.status = status;
     attempt.detail = Some(e.to_string());
     state
         .conn
@@ -150,7 +156,9 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
     let idle = conn.shared.config.idle_timeout;
     let log = Arc::clone(&conn.shared.log);
     let stopped = conn.stopped();
+    let slot = Arc::clone(&conn.slot);
     tokio::spawn(async move {
+        let _slot = slot;
         let upgraded = match on_upgrade.await {
             Ok(upgraded) => upgraded,
             Err(e) => {
@@ -171,7 +179,11 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
                     Some(Stream::Unix(unix)) => {
                         relay_with_prefix(unix, parts.read_buf, upstream, idle, stopped).await
                     }
-                    None => return,
+                    None => tunnel::TunnelStats {
+                        bytes_up: 0,
+                        bytes_down: 0,
+                        end: End::ClientError,
+                    },
                 }
             }
             Err(upgraded) => tunnel::relay(TokioIo::new(upgraded), upstream, idle, stopped).await,
@@ -269,6 +281,11 @@ async fn forward(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Bod
         Ok(target) => target,
         Err(refusal) => return refuse(state, attempt, &refusal),
     };
+    // Everything that can reject the request happens before the upstream is dialed.
+    let outgoing = match origin_request(req, &target) {
+        Ok(outgoing) => outgoing,
+        Err(refusal) => return refuse(state, attempt, &refusal),
+    };
     let upstream = match upstream::open(conn, &mut attempt, &target).await {
         Ok(upstream) => upstream,
         Err(refusal) => return refuse(state, attempt, &refusal),
@@ -282,45 +299,74 @@ async fn forward(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Bod
     let (mut sender, connection) = match handshake {
         Ok(pair) => pair,
         Err(e) => {
+            attempt.decision = crate::policy::Verdict::Deny;
             let refusal = Refusal::new(Reason::UpstreamUnreachable, e.to_string());
             return refuse(state, attempt, &refusal);
         }
     };
-    let outgoing = match origin_request(req, &target) {
-        Ok(outgoing) => outgoing,
-        Err(refusal) => return refuse(state, attempt, &refusal),
-    };
-    let (status_tx, status_rx) = tokio::sync::oneshot::channel::<u16>();
+    // The status sent to the client, and how the exchange ended if the handler knows better
+    // than the connection (a response that never came is an idle timeout, not a close).
+    let (status_tx, status_rx) = tokio::sync::oneshot::channel::<(u16, Option<End>)>();
+    let idle = conn.shared.config.idle_timeout;
     let log = Arc::clone(&conn.shared.log);
+    let stopped = conn.stopped();
+    let slot = Arc::clone(&conn.slot);
     let logged = attempt.clone();
-    let log_counters = counters.clone();
+    let watched = counters.clone();
     // The upstream connection ends once the response body is through (or abandoned):
-    // that is when the byte counts are final, so the event is written then.
+    // that is when the byte counts are final, so the event is written then. Nothing moving
+    // for the idle timeout ends it, as it does a tunnel.
     tokio::spawn(async move {
-        let result = connection.await;
+        let _slot = slot;
         let mut attempt = logged;
-        attempt.status = status_rx.await.ok();
-        let end = match result {
-            Ok(()) => End::Closed,
-            Err(e) => {
-                attempt.detail = Some(e.to_string());
-                End::UpstreamError
+        tokio::pin!(connection, stopped);
+        let end = loop {
+            let deadline = watched.last_activity() + idle;
+            tokio::select! {
+                result = &mut connection => break match result {
+                    Ok(()) => End::Closed,
+                    Err(e) => {
+                        attempt.detail = Some(e.to_string());
+                        End::UpstreamError
+                    }
+                },
+                () = tokio::time::sleep_until(deadline) => {
+                    if watched.last_activity() + idle <= tokio::time::Instant::now() {
+                        break End::IdleTimeout;
+                    }
+                }
+                () = &mut stopped => break End::Shutdown,
             }
         };
-        let (up, down) = log_counters.get();
+        let (status, end) = match status_rx.await {
+            Ok((status, known_end)) => (Some(status), known_end.unwrap_or(end)),
+            Err(_) => (None, end),
+        };
+        attempt.status = status;
+        let (up, down) = watched.get();
         log.record(&attempt.finish(end, up, down));
     });
-    match sender.send_request(outgoing).await {
-        Ok(mut response) => {
-            let _ = status_tx.send(response.status().as_u16());
+    match tokio::time::timeout(idle, sender.send_request(outgoing)).await {
+        Ok(Ok(mut response)) => {
+            let _ = status_tx.send((response.status().as_u16(), None));
             strip_hop_by_hop(response.headers_mut());
             response.map(BodyExt::boxed)
         }
-        Err(e) => {
-            // Logged by the connection task above with the error it saw.
-            drop(status_tx);
+        Ok(Err(e)) => {
+            // The connection task logs the attempt, with this status.
             let refusal = Refusal::new(Reason::UpstreamUnreachable, e.to_string());
-            refusal_response(state, &refusal)
+            let response = refusal_response(state, &refusal);
+            let _ = status_tx.send((response.status().as_u16(), Some(End::UpstreamError)));
+            response
+        }
+        Err(_) => {
+            let refusal = Refusal::new(
+                Reason::UpstreamTimeout,
+                format!("no response from upstream within {idle:?}"),
+            );
+            let response = refusal_response(state, &refusal);
+            let _ = status_tx.send((response.status().as_u16(), Some(End::IdleTimeout)));
+            response
         }
     }
 }
@@ -396,6 +442,7 @@ fn refusal_response(state: &ConnState, refusal: &Refusal) -> Response<Body> {
         }
         Reason::BadRequest | Reason::Unsupported => StatusCode::BAD_REQUEST,
         Reason::HeaderTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        Reason::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         _ => StatusCode::BAD_GATEWAY,
     };
     let error_type = match (refusal.reason, refusal.io_kind) {
@@ -406,6 +453,7 @@ fn refusal_response(state: &ConnState, refusal: &Refusal) -> Response<Body> {
         }
         (Reason::UpstreamUnreachable, Some(std::io::ErrorKind::TimedOut)) => "connection_timeout",
         (Reason::UpstreamUnreachable, _) => "destination_unavailable",
+        (Reason::UpstreamTimeout, _) => "http_response_timeout",
         (Reason::BadRequest | Reason::Unsupported | Reason::HeaderTooLarge, _) => {
             "http_request_error"
         }

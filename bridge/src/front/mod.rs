@@ -15,9 +15,11 @@ const SOCKS5_VERSION: u8 = 0x05;
 /// Serves one client connection to its end.
 pub async fn handle(io: ClientIo, conn: Conn) {
     let timeout = conn.shared.config.header_timeout;
+    let started = tokio::time::Instant::now();
     match tokio::time::timeout(timeout, io.peek_first_byte()).await {
         Ok(Ok(Some(SOCKS5_VERSION))) => socks5::serve(io, conn).await,
-        Ok(Ok(Some(_))) => http::serve(io, conn).await,
+        // The head deadline covers the whole head, first byte included.
+        Ok(Ok(Some(_))) => http::serve(io, conn, timeout.saturating_sub(started.elapsed())).await,
         // Closed or failed before saying anything: nothing was attempted.
         Ok(Ok(None)) | Ok(Err(_)) => {}
         Err(_) => {

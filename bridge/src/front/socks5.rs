@@ -76,10 +76,13 @@ pub async fn serve(mut io: ClientIo, conn: Conn) {
             return refuse(io, &conn, attempt, Some(reply), refusal).await;
         }
     };
-    let bound = upstream
-        .local_addr()
-        .unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
-    if write_reply(&mut io, Reply::Succeeded, bound).await.is_err() {
+    // The bound address is the host's side of the upstream connection: not the sandbox's
+    // business, so the reply carries 0.0.0.0:0 (RFC 1928 leaves it to the server).
+    let unspecified = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+    if write_reply(&mut io, Reply::Succeeded, unspecified)
+        .await
+        .is_err()
+    {
         conn.shared
             .log
             .record(&attempt.finish(End::ClientError, 0, 0));
@@ -89,7 +92,11 @@ pub async fn serve(mut io: ClientIo, conn: Conn) {
     let stats = match io.into_stream() {
         Some(Stream::Tcp(tcp)) => tunnel::relay(tcp, upstream, idle, conn.stopped()).await,
         Some(Stream::Unix(unix)) => tunnel::relay(unix, upstream, idle, conn.stopped()).await,
-        None => return,
+        None => tunnel::TunnelStats {
+            bytes_up: 0,
+            bytes_down: 0,
+            end: End::ClientError,
+        },
     };
     conn.shared
         .log

@@ -150,7 +150,9 @@ impl Loader<'_> {
             let line = at(addrs.span().start);
             let (name, addrs) =
                 parse_pin(name, addrs.get_ref()).map_err(|reason| invalid(line, reason))?;
-            self.policy.pin_host(name, addrs);
+            if !self.policy.pin_host(name.clone(), addrs) {
+                return Err(invalid(line, format!("[hosts] {name:?} is pinned twice")));
+            }
         }
         Ok(())
     }
@@ -172,10 +174,12 @@ fn parse_pin(name: &str, addrs: &HostAddrs) -> Result<(String, Vec<IpAddr>), Str
     let addrs = texts
         .into_iter()
         .map(|t| {
-            t.trim()
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<IpAddr>()
+            let t = t.trim();
+            let bare = match t.strip_prefix('[') {
+                Some(inner) => inner.strip_suffix(']').unwrap_or(t),
+                None => t,
+            };
+            bare.parse::<IpAddr>()
                 .map(canonical_ip)
                 .map_err(|_| format!("[hosts] {name:?}: {t:?} is not an IP address"))
         })

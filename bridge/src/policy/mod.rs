@@ -74,6 +74,7 @@ pub enum Reason {
     NonPublicAddress,
     ResolveFailed,
     UpstreamUnreachable,
+    UpstreamTimeout,
     BadRequest,
     HeaderTooLarge,
     HeaderTimeout,
@@ -89,6 +90,7 @@ impl Reason {
             Reason::NonPublicAddress => "private-address",
             Reason::ResolveFailed => "resolve-failed",
             Reason::UpstreamUnreachable => "upstream-unreachable",
+            Reason::UpstreamTimeout => "upstream-timeout",
             Reason::BadRequest | Reason::Unsupported => "bad-request",
             Reason::HeaderTooLarge => "header-too-large",
             Reason::HeaderTimeout => "header-timeout",
@@ -139,7 +141,12 @@ impl Policy {
     /// Adds one rule given on a command line, e.g. `--allow registry.test:443`.
     pub fn add_rule(&mut self, action: Action, text: &str, origin: &str) -> Result<(), String> {
         let spec = RuleSpec::parse(text, action)?;
-        let index = self.rules.len() + 1;
+        // "Line" of a flag rule: its position among the rules given by the same flag.
+        let index = 1 + self
+            .rules
+            .iter()
+            .filter(|r| &*r.origin.file == origin)
+            .count();
         self.rules.push(Rule {
             action,
             spec,
@@ -156,8 +163,14 @@ impl Policy {
         self.rules.push(rule);
     }
 
-    pub(crate) fn pin_host(&mut self, name: String, addrs: Vec<IpAddr>) {
+    /// Pins a name; returns false (and changes nothing) if it is already pinned, so two
+    /// files cannot silently disagree about where a name points.
+    pub(crate) fn pin_host(&mut self, name: String, addrs: Vec<IpAddr>) -> bool {
+        if self.hosts.contains_key(&name) {
+            return false;
+        }
         self.hosts.insert(name, addrs);
+        true
     }
 
     pub fn rules(&self) -> &[Rule] {

@@ -8,6 +8,7 @@ use std::ops::RangeInclusive;
 
 use ipnet::IpNet;
 
+use crate::ipclass::embedded_ipv4;
 use crate::target::{canonical_ip, normalise_host, split_host_port, Host, Target};
 
 /// What a rule does when it matches.
@@ -62,13 +63,26 @@ impl HostMatcher {
             (HostMatcher::Subdomains(suffix), Host::Name(name)) => name
                 .strip_suffix(suffix.as_str())
                 .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
-            (HostMatcher::Net(net), Host::Ip(ip)) => net.contains(&canonical_ip(*ip)),
+            (HostMatcher::Net(_), Host::Ip(ip)) => self.matches_ip(*ip),
             _ => false,
         }
     }
 
+    /// Whether an IP/CIDR rule covers `ip`, in any of its spellings: an IPv6 address that
+    /// embeds an IPv4 address (mapped, NAT64, 6to4) is also matched as that IPv4 address,
+    /// so denying `93.184.216.0/24` also denies `64:ff9b::5db8:d822`.
     pub fn matches_ip(&self, ip: IpAddr) -> bool {
-        matches!(self, HostMatcher::Net(net) if net.contains(&canonical_ip(ip)))
+        let HostMatcher::Net(net) = self else {
+            return false;
+        };
+        let ip = canonical_ip(ip);
+        if net.contains(&ip) {
+            return true;
+        }
+        match ip {
+            IpAddr::V6(v6) => embedded_ipv4(v6).is_some_and(|v4| net.contains(&IpAddr::V4(v4))),
+            IpAddr::V4(_) => false,
+        }
     }
 }
 
@@ -145,8 +159,9 @@ fn parse_ports(text: &str) -> Result<Ports, String> {
         return Ok(Ports::Any);
     }
     let parse_one = |p: &str| -> Result<u16, String> {
-        match p.trim().parse::<u16>() {
-            Ok(port) if port != 0 => Ok(port),
+        let digits = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit());
+        match p.parse::<u16>() {
+            Ok(port) if digits && port != 0 => Ok(port),
             _ => Err(format!("invalid port {p:?}")),
         }
     };
@@ -215,6 +230,19 @@ mod tests {
             ("fd00::/8", Action::Allow, "[fd12::1]:443", true),
             ("[fd00::/8]:22", Action::Allow, "[fd12::1]:22", true),
             ("1.2.3.4", Action::Allow, "one.test:443", false),
+            (
+                "93.184.216.0/24",
+                Action::Deny,
+                "[64:ff9b::5db8:d822]:443",
+                true,
+            ),
+            (
+                "93.184.216.0/24",
+                Action::Deny,
+                "[2002:5db8:d822::1]:443",
+                true,
+            ),
+            ("93.184.216.0/24", Action::Deny, "[2001:db8::1]:443", false),
             ("one.test", Action::Allow, "1.2.3.4:443", false),
         ];
         for (rule, action, t, want) in cases {
@@ -231,6 +259,8 @@ mod tests {
             "a.test:70000",
             "a.test:9-1",
             "a.test:x",
+            "a.test:+80",
+            "a.test: 80",
             "a.*.test",
             "*test",
             "*.1.2.3.4",

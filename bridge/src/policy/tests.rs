@@ -60,6 +60,20 @@ fn decide_table() {
 }
 
 #[test]
+fn flag_rules_are_numbered_per_flag() {
+    let p = policy(&["a.test", "b.test"], &["c.test"]);
+    let rule = |t: &str| p.decide(&target(t)).rule.unwrap();
+    assert_eq!(
+        (&*rule("b.test:443").file, rule("b.test:443").line),
+        ("--allow", 2)
+    );
+    assert_eq!(
+        (&*rule("c.test:443").file, rule("c.test:443").line),
+        ("--deny", 1)
+    );
+}
+
+#[test]
 fn admit_refuses_non_public_unless_opened() {
     let p = policy(&["registry.test", "127.0.0.1:8080"], &["8.8.4.0/24"]);
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
@@ -149,7 +163,20 @@ fn invalid_files_name_file_and_line() {
             "missing.toml",
         ),
         ("loop.toml", "include = [\"loop.toml\"]", 1, "loops"),
+        (
+            "bad-bracket.toml",
+            "[hosts]\n\"a.test\" = \"[::1\"\n",
+            2,
+            "not an IP",
+        ),
+        (
+            "twice.toml",
+            "include = [\"pin-a.toml\"]\n[hosts]\n\"a.test\" = \"::1\"\n",
+            3,
+            "pinned twice",
+        ),
     ];
+    let _pin = TempFile::new("pin-a.toml", "[hosts]\n\"a.test\" = \"127.0.0.1\"\n");
     for (name, body, line, needle) in cases {
         let f = TempFile::new(name, body);
         let err = Policy::load(std::slice::from_ref(&f.0)).unwrap_err();

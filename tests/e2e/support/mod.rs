@@ -29,10 +29,19 @@ pub struct TestDir {
 
 impl TestDir {
     pub fn new(name: &str) -> TestDir {
+        TestDir::new_in(&std::env::temp_dir(), name)
+    }
+
+    /// A directory under `/var/tmp`: outside the sandbox's private /tmp, so it is visible
+    /// (read-only) inside, as a home directory would be.
+    pub fn outside_tmp(name: &str) -> TestDir {
+        TestDir::new_in(Path::new("/var/tmp"), name)
+    }
+
+    fn new_in(base: &Path, name: &str) -> TestDir {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("netbox-e2e-{}-{n}-{name}", std::process::id()));
+        let path = base.join(format!("netbox-e2e-{}-{n}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
         TestDir { path }
@@ -172,6 +181,79 @@ impl Drop for Bridge {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A `netbox -- CMD` run in a workspace, with its own event log.
+pub struct Run {
+    pub workspace: PathBuf,
+    pub log: PathBuf,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+}
+
+impl Run {
+    /// A run whose workspace is `dir/ws` (created) and whose log is `dir/events.jsonl`.
+    pub fn new(dir: &TestDir) -> Run {
+        let workspace = dir.join("ws");
+        std::fs::create_dir_all(&workspace).unwrap();
+        Run {
+            workspace,
+            log: dir.join("events.jsonl"),
+            args: Vec::new(),
+            envs: Vec::new(),
+        }
+    }
+
+    pub fn arg(mut self, arg: impl Into<String>) -> Run {
+        self.args.push(arg.into());
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: impl Into<String>) -> Run {
+        self.envs.push((key.into(), value.into()));
+        self
+    }
+
+    /// The netbox command line for `bash -c SCRIPT`, ready to spawn.
+    pub fn command(&self, script: &str) -> Command {
+        let mut cmd = Command::new(netbox_bin());
+        cmd.arg("--log")
+            .arg(&self.log)
+            .args(&self.args)
+            .args(["--", "bash", "-c", script])
+            .current_dir(&self.workspace)
+            .stdin(Stdio::null());
+        for var in [
+            "http_proxy",
+            "https_proxy",
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "ALL_PROXY",
+            "all_proxy",
+            "NO_PROXY",
+            "no_proxy",
+        ] {
+            cmd.env_remove(var);
+        }
+        for (k, v) in &self.envs {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Runs `bash -c SCRIPT` in the sandbox and waits.
+    pub fn sh(&self, script: &str) -> Output {
+        self.command(script).output().expect("run netbox")
+    }
+
+    /// Every record in the run's event log.
+    pub fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("every log line is JSON"))
+            .collect()
     }
 }
 

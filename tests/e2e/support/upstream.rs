@@ -7,10 +7,10 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{sha256_hex, TestDir};
+use super::sha256_hex;
 
 /// The pattern `/bytes/N` serves: byte i is `i * 7 mod 251`, so shifts are caught.
 pub fn pattern(len: usize) -> Vec<u8> {
@@ -40,10 +40,11 @@ impl HttpServer {
         HttpServer { addr, ca: None }
     }
 
-    /// HTTPS for `names`, with a CA generated for this test and written into `dir`.
-    pub fn start_tls(dir: &TestDir, names: &[&str]) -> HttpServer {
+    /// HTTPS for `names`, with a CA generated for this test and written to `dir/ca.pem`.
+    pub fn start_tls(dir: &Path, names: &[&str]) -> HttpServer {
         let (config, ca_pem) = tls_config(names);
-        let ca = dir.write("ca.pem", &ca_pem);
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, ca_pem).unwrap();
         let config = Arc::new(config);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();

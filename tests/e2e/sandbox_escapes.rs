@@ -1,0 +1,173 @@
+//! Escape attempts that must fail, each beside a control that must succeed, so a test
+//! cannot pass because everything fails.
+
+use std::io::Read;
+use std::net::{TcpListener, UdpSocket};
+use std::time::Duration;
+
+use crate::support::{stderr, stdout, Run, TestDir};
+
+fn git_workspace(dir: &TestDir) -> Run {
+    let run = Run::new(dir);
+    let out = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&run.workspace)
+        .output()
+        .expect("git is needed for these tests");
+    assert!(out.status.success());
+    std::fs::write(run.workspace.join("file"), "data\n").unwrap();
+    run
+}
+
+#[test]
+fn mount_tricks_fail_and_git_stays_read_only() {
+    let dir = TestDir::new("mounts");
+    let run = git_workspace(&dir);
+    let out = run.sh("mount -o remount,rw / 2>/dev/null && echo REMOUNTED; \
+         umount .git 2>/dev/null && echo UNMOUNTED; \
+         umount -l .git 2>/dev/null && echo DETACHED; \
+         mount -t tmpfs none .git 2>/dev/null && echo MOUNTED; \
+         unshare -Urm sh -c 'umount .git' 2>/dev/null && echo NESTED_UNMOUNT; \
+         echo hacked > .git/config 2>/dev/null && echo WROTE_CONFIG; \
+         echo control > ok.txt && echo CONTROL_OK");
+    let said = stdout(&out);
+    assert_eq!(said, "CONTROL_OK\n", "{}", stderr(&out));
+    assert!(!std::fs::read_to_string(run.workspace.join(".git/config"))
+        .unwrap()
+        .contains("hacked"));
+}
+
+#[test]
+fn filesystem_tricks_fail() {
+    let dir = TestDir::new("fstricks");
+    let home_dir = TestDir::outside_tmp("home");
+    let home = home_dir.path.clone();
+    let run = git_workspace(&dir).env("HOME", home.display().to_string());
+    let cases = [
+        ("proc root", "echo x > /proc/self/root$HOME/escape"),
+        ("proc cwd", "echo x > /proc/self/cwd/.git/config"),
+        ("rename .git", "mv .git gitx"),
+        ("remove .git", "rmdir .git || rm -rf .git/config"),
+        ("hardlink into .git", "ln file .git/hl"),
+        ("hardlink out of .git", "ln .git/config cfg"),
+        ("symlink write", "ln -s .git/config lnk && echo x > lnk"),
+        ("rename into .git", "mv file .git/file"),
+        ("chmod .git", "chmod 777 .git/config"),
+        ("write /etc", "echo x >> /etc/hostname"),
+        ("sysctl", "echo 1 > /proc/sys/kernel/sysrq"),
+        ("sysrq trigger", "echo h > /proc/sysrq-trigger"),
+        ("mknod", "mknod dev c 1 3"),
+    ];
+    for (name, attempt) in cases {
+        let out = run.sh(attempt);
+        assert!(!out.status.success(), "{name} succeeded: {}", stderr(&out));
+    }
+    assert!(!home.join("escape").exists());
+    assert!(run.workspace.join(".git/config").is_file());
+    assert!(!run.workspace.join(".git/hl").exists());
+    // Controls: the same kinds of operations on ordinary workspace files work.
+    let out = run
+        .sh("ln file hl && ln -s file sl && echo y >> sl && mv hl hl2 && chmod 600 hl2 && echo ok");
+    assert_eq!(stdout(&out), "ok\n", "{}", stderr(&out));
+}
+
+#[test]
+fn host_loopback_tcp_and_udp_are_unreachable() {
+    let dir = TestDir::new("loopback");
+    let run = Run::new(&dir);
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let tcp_port = tcp.local_addr().unwrap().port();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
+    udp.set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+
+    let out = run.sh(&format!(
+        "curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{tcp_port}/; echo tcp=$?; \
+         echo probe > /dev/udp/127.0.0.1/{udp_port}; echo udp-sent"
+    ));
+    assert!(
+        stdout(&out).contains("tcp=7"),
+        "{} {}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let mut buf = [0u8; 64];
+    assert!(
+        udp.recv_from(&mut buf).is_err(),
+        "UDP from the sandbox reached the host"
+    );
+
+    // Controls: both listeners answer from outside.
+    let mut client = std::net::TcpStream::connect(("127.0.0.1", tcp_port)).unwrap();
+    let (mut server, _) = tcp.accept().unwrap();
+    std::io::Write::write_all(&mut client, b"x").unwrap();
+    let mut one = [0u8; 1];
+    server.read_exact(&mut one).unwrap();
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sender.send_to(b"control", ("127.0.0.1", udp_port)).unwrap();
+    let (n, _) = udp.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"control");
+}
+
+#[test]
+fn inherited_file_descriptors_are_closed() {
+    let dir = TestDir::new("fds");
+    let run = Run::new(&dir);
+    let outside = dir.join("outside.txt");
+    // bash opens fd 5 on a file outside the sandbox and runs netbox with it inherited.
+    let netbox = run.command("echo leaked >&5 && echo LEAKED");
+    let program = format!("{:?}", netbox.get_program());
+    let args: Vec<String> = netbox
+        .get_args()
+        .map(|a| format!("'{}'", a.to_string_lossy().replace('\'', "'\\''")))
+        .collect();
+    let script = format!(
+        "exec 5>>'{}'; {program} {}",
+        outside.display(),
+        args.join(" ")
+    );
+    let out = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .current_dir(&run.workspace)
+        .output()
+        .unwrap();
+    assert!(!stdout(&out).contains("LEAKED"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Bad file descriptor"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap_or_default(), "");
+    // Control: without netbox the same fd works.
+    let out = std::process::Command::new("bash")
+        .args([
+            "-c",
+            &format!("exec 5>>'{}'; echo leaked >&5", outside.display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "leaked\n");
+}
+
+#[test]
+fn sandbox_has_only_loopback_and_proxy_settings() {
+    let dir = TestDir::new("env");
+    let run = Run::new(&dir).env("NO_PROXY", "localhost,127.0.0.1");
+    let out = run.sh(
+        "echo \"$HTTPS_PROXY|$http_proxy|$ALL_PROXY|[$NO_PROXY]|$TMPDIR\"; ls /sys/class/net 2>/dev/null | wc -l; \
+         cat /proc/net/route | wc -l; hostname",
+    );
+    let said = stdout(&out);
+    let mut lines = said.lines();
+    assert_eq!(
+        lines.next(),
+        Some("http://127.0.0.1:3128|http://127.0.0.1:3128|socks5h://127.0.0.1:3128|[]|/tmp"),
+        "{}",
+        stderr(&out)
+    );
+    let _sysfs = lines.next();
+    assert_eq!(lines.next(), Some("1"), "routes: {said}");
+    assert_eq!(lines.next(), Some("netbox"));
+}

@@ -1,0 +1,197 @@
+//! The run's life: the start-up line, the live probe (and its refusal when a control is
+//! broken on purpose), exit statuses, signal forwarding, and death with netbox.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{netbox_bin, stderr, stdout, Run, TestDir};
+
+#[test]
+fn startup_line_probe_record_and_quiet() {
+    let dir = TestDir::new("startup");
+    let run = Run::new(&dir);
+    let out = run.sh("echo ran");
+    assert_eq!(stdout(&out), "ran\n");
+    let first = stderr(&out).lines().next().unwrap_or("").to_owned();
+    assert!(
+        first.starts_with("netbox: sandbox normal | workspace "),
+        "{first}"
+    );
+    assert!(
+        first.contains("/tmp (private)") && first.contains("0 allowed hosts"),
+        "{first}"
+    );
+    assert!(first.contains(&run.log.display().to_string()), "{first}");
+    let events = run.events();
+    let probe: Vec<_> = events.iter().filter(|e| e["type"] == "probe").collect();
+    assert_eq!(probe.len(), 1, "{events:?}");
+    assert_eq!(probe[0]["passed"], true);
+    let names: Vec<&str> = probe[0]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    for want in [
+        "read-only root",
+        "protected paths",
+        "network",
+        "egress",
+        "privileges",
+    ] {
+        assert!(
+            names.iter().any(|n| n.contains(want)),
+            "{want} missing: {names:?}"
+        );
+    }
+    // The probe's canary is logged, but not announced.
+    assert!(!stderr(&out).contains("canary"), "{}", stderr(&out));
+
+    let quiet_dir = TestDir::new("quiet");
+    let quiet = Run::new(&quiet_dir).arg("--quiet");
+    let out = quiet.sh("curl -s --max-time 5 https://blocked.test; echo done");
+    assert_eq!(stderr(&out), "");
+    assert_eq!(stdout(&out), "done\n");
+}
+
+#[test]
+fn broken_control_stops_cmd_before_it_runs() {
+    for control in ["read-only-root", "capability-drop"] {
+        let dir = TestDir::new("broken");
+        let run = Run::new(&dir).env("NETBOX_TEST_BREAK", control);
+        let out = run.sh("touch ran-anyway");
+        assert_eq!(out.status.code(), Some(125), "{control}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("netbox: live probe failed: "),
+            "{control}: {} (is netbox built with --features test-hooks?)",
+            stderr(&out)
+        );
+        assert!(
+            !run.workspace.join("ran-anyway").exists(),
+            "{control}: CMD ran"
+        );
+        let events = run.events();
+        assert!(events
+            .iter()
+            .any(|e| e["type"] == "probe" && e["passed"] == false));
+    }
+    // Control: the same run without breakage starts CMD.
+    let dir = TestDir::new("unbroken");
+    let run = Run::new(&dir);
+    let out = run.sh("touch ran");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(run.workspace.join("ran").exists());
+}
+
+#[test]
+fn exit_statuses_follow_the_shell() {
+    let dir = TestDir::new("status");
+    let run = Run::new(&dir).arg("--quiet");
+    assert_eq!(run.sh("exit 7").status.code(), Some(7));
+    assert_eq!(run.sh("kill -TERM $$").status.code(), Some(143));
+    let out = std::process::Command::new(netbox_bin())
+        .args(["--quiet", "--log"])
+        .arg(&run.log)
+        .args(["--", "no-such-command-netbox"])
+        .current_dir(&run.workspace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr(&out).contains("no-such-command-netbox: command not found"));
+    std::fs::write(run.workspace.join("script.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    let out = std::process::Command::new(netbox_bin())
+        .args(["--quiet", "--log"])
+        .arg(&run.log)
+        .args(["--", "./script.sh"])
+        .current_dir(&run.workspace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    // Bad usage is netbox's own failure.
+    let out = std::process::Command::new(netbox_bin())
+        .args(["--"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+}
+
+#[test]
+fn sigterm_is_forwarded_and_sigkill_leaves_nothing_behind() {
+    let dir = TestDir::new("signals");
+    let run = Run::new(&dir).arg("--quiet");
+    let marker = format!("netbox-e2e-marker-{}", std::process::id());
+    let mut child = run
+        .command(&format!("sleep 300; : {marker}"))
+        .spawn()
+        .unwrap();
+    wait_for_process(&marker, true);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    wait_for_process(&marker, false);
+
+    let mut child = run
+        .command(&format!("sleep 300 & sleep 300; : {marker}"))
+        .spawn()
+        .unwrap();
+    wait_for_process(&marker, true);
+    child.kill().unwrap();
+    let _ = child.wait();
+    wait_for_process(&marker, false);
+}
+
+/// Waits until a `bash` (CMD, inside the sandbox) whose command line contains `marker`
+/// exists, or until no process at all with `marker` is left (netbox's own processes carry
+/// it in their arguments too).
+fn wait_for_process(marker: &str, present: bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+            })
+            .any(|e| {
+                let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                let cmdline = String::from_utf8_lossy(&cmdline);
+                cmdline.contains(marker) && (!present || cmdline.starts_with("bash\0"))
+            });
+        if found == present {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process with {marker} {}",
+            if present {
+                "never appeared"
+            } else {
+                "survived"
+            }
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn disable_sandbox_says_so() {
+    let dir = TestDir::new("yolo");
+    let out = std::process::Command::new(netbox_bin())
+        .args(["--yolo", "--", "sh", "-c", "echo outside; exit 3"])
+        .current_dir(&dir.path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(stdout(&out), "outside\n");
+    assert!(
+        stderr(&out).contains("netbox: sandbox disabled"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -1,0 +1,159 @@
+//! The validated run configuration: everything the sandbox needs, checked and resolved
+//! before any namespace exists, so a bad path or rule fails with one line and exit 125.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use bridge::Policy;
+
+use crate::cli::{RunArgs, TmpMode};
+use crate::error::WrapperError;
+
+/// A run, ready to set up.
+#[derive(Debug)]
+pub struct SandboxConfig {
+    pub cmd: Vec<OsString>,
+    /// The current directory, where CMD starts.
+    pub cwd: PathBuf,
+    pub workspace: PathBuf,
+    /// Writable roots, workspace first, canonical, none nested in another.
+    pub write_roots: Vec<PathBuf>,
+    pub tmp: TmpMode,
+    pub read_only: Vec<PathBuf>,
+    pub protect: Vec<PathBuf>,
+    pub allow_git_writes: bool,
+    pub policy: Policy,
+    pub session_id: String,
+    pub log_path: PathBuf,
+    pub quiet: bool,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl SandboxConfig {
+    pub fn from_args(args: RunArgs) -> Result<SandboxConfig, WrapperError> {
+        if args.cmd.is_empty() {
+            return Err(WrapperError::Usage(
+                "nothing to run: use netbox [OPTIONS] -- CMD [ARGS...]".into(),
+            ));
+        }
+        let cwd = std::env::current_dir().map_err(|source| WrapperError::Path {
+            path: PathBuf::from("."),
+            what: "current directory",
+            source,
+        })?;
+        let workspace = existing(args.workspace.as_deref().unwrap_or(&cwd), "workspace")?;
+        if !workspace.is_dir() {
+            return Err(WrapperError::Usage(format!(
+                "workspace {} is not a directory",
+                workspace.display()
+            )));
+        }
+        let mut write_roots = vec![workspace.clone()];
+        for path in &args.write {
+            write_roots.push(existing(path, "--write path")?);
+        }
+        if args.tmp == TmpMode::Host {
+            write_roots.push(existing(Path::new("/tmp"), "/tmp")?);
+        }
+        if write_roots.iter().any(|r| r == Path::new("/")) {
+            return Err(WrapperError::Usage(
+                "a writable root of / leaves nothing protected; use --disable-sandbox if you mean it"
+                    .into(),
+            ));
+        }
+        let write_roots = outermost(write_roots);
+        let read_only = args
+            .read_only
+            .iter()
+            .map(|p| existing(p, "--ro path"))
+            .collect::<Result<_, _>>()?;
+        let protect = args
+            .protect
+            .iter()
+            .map(|p| existing(p, "--protect path"))
+            .collect::<Result<_, _>>()?;
+        let policy = crate::bridge_cmd::load_policy(&args.allowlist, &args.allow, &args.deny)?;
+        let session_id = crate::bridge_cmd::new_session_id();
+        let log_path = match args.log {
+            Some(path) => path,
+            None => default_log_path(&session_id)?,
+        };
+        Ok(SandboxConfig {
+            cmd: args.cmd,
+            cwd,
+            workspace,
+            write_roots,
+            tmp: args.tmp,
+            read_only,
+            protect,
+            allow_git_writes: args.allow_git_writes,
+            policy,
+            session_id,
+            log_path,
+            quiet: args.quiet,
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+        })
+    }
+}
+
+fn existing(path: &Path, what: &'static str) -> Result<PathBuf, WrapperError> {
+    std::fs::canonicalize(path).map_err(|source| WrapperError::Path {
+        path: path.to_owned(),
+        what,
+        source,
+    })
+}
+
+/// Drops roots that lie inside another root: the outer bind already covers them, and a
+/// second bind of the same inodes would be a second path to protect.
+fn outermost(mut roots: Vec<PathBuf>) -> Vec<PathBuf> {
+    let all = roots.clone();
+    roots.retain(|r| !all.iter().any(|other| other != r && r.starts_with(other)));
+    roots.dedup();
+    roots
+}
+
+/// `$XDG_STATE_HOME/netbox/sessions/ID.jsonl`, or `~/.local/state/...`.
+fn default_log_path(session: &str) -> Result<PathBuf, WrapperError> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .ok_or_else(|| {
+            WrapperError::Usage(
+                "no HOME or XDG_STATE_HOME for the event log; pass --log FILE".into(),
+            )
+        })?;
+    let dir = base.join("netbox/sessions");
+    std::fs::create_dir_all(&dir).map_err(|source| WrapperError::Path {
+        path: dir.clone(),
+        what: "event log directory (pass --log FILE to put it elsewhere)",
+        source,
+    })?;
+    Ok(dir.join(format!("{session}.jsonl")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_roots_collapse_into_the_outer_one() {
+        let roots = outermost(vec![
+            PathBuf::from("/tmp/ws"),
+            PathBuf::from("/tmp"),
+            PathBuf::from("/srv/data"),
+            PathBuf::from("/srv/database"),
+        ]);
+        assert_eq!(
+            roots,
+            vec![
+                PathBuf::from("/tmp"),
+                PathBuf::from("/srv/data"),
+                PathBuf::from("/srv/database")
+            ]
+        );
+    }
+}

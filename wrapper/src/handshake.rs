@@ -1,0 +1,72 @@
+//! The parent ↔ sandbox channel: a SOCK_SEQPACKET socketpair carrying serde messages, one
+//! per packet, with file descriptors attached by SCM_RIGHTS (unix(7)).
+//!
+//! The sandbox hands its in-namespace proxy listeners out this way, so the parent's bridge
+//! accepts CMD's connections directly: no relay process and no extra hop.
+
+use std::io::IoSlice;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+
+use nix::sys::socket::{
+    sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::probe::ProbeReport;
+
+/// Largest message, in bytes (a probe report is a few KiB).
+const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// What the sandbox tells the parent, in order.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum SyncMsg {
+    /// The proxy listeners inside the namespace (attached as fds).
+    Listeners { count: usize },
+    /// The sandbox's init process, as a pid in the parent's namespace.
+    InitStarted { pid: i32 },
+    /// The live probe ran; CMD starts only if it passed.
+    Probe(ProbeReport),
+    /// A setup step failed; CMD will not run.
+    SetupFailed { step: String, detail: String },
+}
+
+/// One end of the channel.
+pub struct Channel {
+    fd: OwnedFd,
+}
+
+/// Makes both ends; the parent keeps one, the sandbox the other.
+pub fn pair() -> std::io::Result<(Channel, Channel)> {
+    let (a, b) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
+    Ok((Channel { fd: a }, Channel { fd: b }))
+}
+
+impl Channel {
+    pub fn send(&self, msg: &SyncMsg, fds: &[RawFd]) -> Result<(), String> {
+        let bytes = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
+        let iov = [IoSlice::new(&bytes)];
+        let cmsgs = [ControlMessage::ScmRights(fds)];
+        let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsgs };
+        sendmsg::<()>(self.fd.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None)
+            .map_err(|e| format!("send: {e}"))?;
+        Ok(())
+    }
+
+    /// Receives one message and any fds that came with it. `Ok(None)` when the other side
+    /// closed without saying anything more.
+    pub fn recv(&self) -> Result<Option<(SyncMsg, Vec<OwnedFd>)>, String> {
+        let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
+        let (len, fds) = crate::sys::fd::recv_with_fds(self.fd.as_fd(), &mut buf)
+            .map_err(|e| format!("receive: {e}"))?;
+        if len == 0 {
+            return Ok(None);
+        }
+        let msg = serde_json::from_slice(&buf[..len]).map_err(|e| format!("decode: {e}"))?;
+        Ok(Some((msg, fds)))
+    }
+}

@@ -1,0 +1,181 @@
+//! The sandbox's pid 1: starts CMD, reaps every zombie, forwards SIGINT, SIGTERM, SIGHUP and
+//! SIGQUIT to CMD's process group, and exits with CMD's status (128+n for a signal, as a
+//! shell reports it).
+//!
+//! The forwarded signals are blocked and taken with sigwait(2) rather than caught: pid 1 of
+//! a pid namespace ignores signals from outside whose handler is SIG_DFL, but a blocked
+//! signal is never ignored (pid_namespaces(7), kernel/signal.c `sig_ignored`). CMD starts
+//! in a new session: no controlling terminal, so it cannot push input into the caller's
+//! terminal (TIOCSTI) or receive its job-control signals.
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::error::{EXIT_NETBOX_FAILURE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+use crate::sys::process::{exit_child, fork, Forked};
+
+/// Signals passed on to CMD.
+const FORWARDED: [Signal; 4] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+];
+
+fn forwarded_and_child() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in FORWARDED {
+        set.add(sig);
+    }
+    set.add(Signal::SIGCHLD);
+    set
+}
+
+/// Blocks the signals pid 1 waits for. Called early, so none arrives unhandled.
+pub fn block_signals() -> nix::Result<()> {
+    forwarded_and_child().thread_block()
+}
+
+/// The exit status a shell would report for a wait status.
+pub fn exit_code(status: WaitStatus) -> Option<i32> {
+    match status {
+        WaitStatus::Exited(_, code) => Some(code),
+        WaitStatus::Signaled(_, sig, _) => Some(128 + sig as i32),
+        _ => None,
+    }
+}
+
+/// Starts CMD and serves as its init until it exits; returns CMD's exit status.
+pub fn run(cmd: &[OsString], env: &[(OsString, OsString)], cwd: &Path) -> i32 {
+    let argv: Vec<CString> = match cmd
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+    {
+        Ok(argv) => argv,
+        Err(_) => {
+            eprintln!("netbox: CMD contains a NUL byte");
+            return EXIT_NETBOX_FAILURE.into();
+        }
+    };
+    let envp: Vec<CString> = env
+        .iter()
+        .filter_map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect();
+    // pid 1 is single-threaded: nothing here ever starts a thread.
+    let child = match fork() {
+        Ok(Forked::Child) => exec_cmd(&argv, &envp, cwd),
+        Ok(Forked::Parent { child }) => child,
+        Err(e) => {
+            eprintln!("netbox: cannot start CMD: {e}");
+            return EXIT_NETBOX_FAILURE.into();
+        }
+    };
+    supervise(child)
+}
+
+/// In the child: becomes CMD.
+fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path) -> ! {
+    let name = argv[0].to_string_lossy().into_owned();
+    let _ = SigSet::all().thread_unblock();
+    if nix::unistd::setsid().is_err() || nix::unistd::chdir(cwd).is_err() {
+        eprintln!("netbox: cannot prepare the session for {name}");
+        exit_child(EXIT_NETBOX_FAILURE.into());
+    }
+    if let Err(e) = crate::sys::fd::close_from_3() {
+        eprintln!("netbox: cannot close inherited file descriptors: {e}");
+        exit_child(EXIT_NETBOX_FAILURE.into());
+    }
+    let program = match find_program(&argv[0], envp) {
+        Some(program) => program,
+        None => {
+            eprintln!("netbox: {name}: command not found");
+            exit_child(EXIT_NOT_FOUND.into());
+        }
+    };
+    let err = match nix::unistd::execve(&program, argv, envp) {
+        Err(e) => e,
+        Ok(never) => match never {},
+    };
+    let code = if err == Errno::ENOENT {
+        eprintln!("netbox: {name}: command not found");
+        EXIT_NOT_FOUND
+    } else {
+        eprintln!("netbox: cannot run {name}: {}", err.desc());
+        EXIT_NOT_EXECUTABLE
+    };
+    exit_child(code.into())
+}
+
+/// Finds CMD the way a shell does: a name with a slash is used as is; otherwise the first
+/// executable regular file in PATH, else the first one that exists (so exec reports why it
+/// cannot run), else nothing (command not found). Directories on PATH this user cannot
+/// search are skipped, as a shell skips them, rather than turning "not found" into 126.
+fn find_program(name: &CString, envp: &[CString]) -> Option<CString> {
+    let bytes = name.as_bytes();
+    if bytes.contains(&b'/') {
+        return Some(name.clone());
+    }
+    let path = envp
+        .iter()
+        .find_map(|kv| kv.as_bytes().strip_prefix(b"PATH="))
+        .unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
+    let mut existing = None;
+    for dir in path.split(|&b| b == b':') {
+        let dir = if dir.is_empty() { &b"."[..] } else { dir };
+        let mut candidate = dir.to_vec();
+        candidate.push(b'/');
+        candidate.extend_from_slice(bytes);
+        let Ok(candidate) = CString::new(candidate) else {
+            continue;
+        };
+        let is_file = std::fs::metadata(std::ffi::OsStr::from_bytes(candidate.as_bytes()))
+            .is_ok_and(|m| m.is_file());
+        if !is_file {
+            continue;
+        }
+        if nix::unistd::access(candidate.as_c_str(), nix::unistd::AccessFlags::X_OK).is_ok() {
+            return Some(candidate);
+        }
+        existing.get_or_insert(candidate);
+    }
+    existing
+}
+
+/// Waits for signals: reaps children, forwards the rest, returns when CMD exits.
+fn supervise(cmd: Pid) -> i32 {
+    let waited = forwarded_and_child();
+    loop {
+        let sig = match waited.wait() {
+            Ok(sig) => sig,
+            Err(_) => continue,
+        };
+        if sig != Signal::SIGCHLD {
+            // CMD leads its own process group (setsid); the whole group gets the signal.
+            let _ = kill(Pid::from_raw(-cmd.as_raw()), sig);
+            continue;
+        }
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(status) if status.pid() == Some(cmd) => {
+                    if let Some(code) = exit_code(status) {
+                        return code;
+                    }
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+}

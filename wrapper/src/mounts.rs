@@ -1,0 +1,434 @@
+//! The sandbox's filesystem: a plan computed before fork from the configuration, and the
+//! syscalls that carry it out inside the new mount namespace.
+//!
+//! The tree is built at a staging root, then pivoted into:
+//! 1. `/` is made recursively private, so nothing here propagates to the host.
+//! 2. Every source is captured with `open_tree(OPEN_TREE_CLONE)` first: the root tree, the
+//!    writable roots, the host `/tmp`. Captured trees stay reachable after the staging
+//!    tmpfs covers `/tmp`.
+//! 3. The root clone is attached at the staging root and made read-only in one recursive
+//!    `mount_setattr` (mount_setattr(2); this also covers hidden stacked mounts).
+//! 4. The plan's operations run in order: the private temp root (tmpfs), writable roots,
+//!    then read-only binds of protected paths on top (so no writable alias is left).
+//! 5. A fresh `/proc` (the new pid namespace) with `/proc/sys` and the other kernel knobs
+//!    read-only (as kuid 0 a capability-less process can still open `/proc/sys/...` for
+//!    writing: measured), a minimal `/dev`, an empty read-only `/run` (host service sockets
+//!    live there, and a socket file on a read-only mount is still connectable).
+//! 6. `pivot_root(".", ".")` and a detach of the old root.
+//!
+//! Capabilities are still held during all of this: while they are, `/` could be remounted
+//! read-write. The capability drop comes right after (sandbox.rs).
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+
+use crate::cli::TmpMode;
+use crate::protect::Protected;
+use crate::sys::mount_api::{attach_tree, clone_tree, set_attributes, Depth};
+use crate::testhooks::Breakage;
+
+/// Where the new root is assembled (inside a tmpfs mounted over `/tmp` in the sandbox's own
+/// mount namespace only).
+const STAGING: &str = "/tmp";
+const NEW_ROOT: &str = "/tmp/root";
+
+/// Kernel knobs under a fresh `/proc` that stay read-only (the list container runtimes use).
+const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+
+/// Device nodes bound from the host into the minimal `/dev`.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// One step of the plan, with targets as the sandbox will see them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountOp {
+    /// A fresh writable tmpfs (the private temp root).
+    Tmpfs { target: PathBuf },
+    /// Create a directory (inside a tmpfs laid earlier) to serve as a mountpoint.
+    Mkdir { target: PathBuf },
+    /// Attach the captured source with this index at `target`, writable.
+    Writable { source: usize, target: PathBuf },
+    /// Bind `target` over itself and make it read-only, recursively.
+    ReadOnly { target: PathBuf },
+}
+
+/// Everything the mount step does, computed before fork.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountPlan {
+    /// Host paths captured before anything is mounted; `Writable` refers to them by index.
+    pub sources: Vec<PathBuf>,
+    pub ops: Vec<MountOp>,
+}
+
+/// Lays out the plan: temp root, writable roots, then protections on top.
+pub fn plan(
+    write_roots: &[PathBuf],
+    tmp: TmpMode,
+    protected: &[Protected],
+    read_only: &[PathBuf],
+) -> MountPlan {
+    let tmp_dir = Path::new("/tmp");
+    let mut plan = MountPlan {
+        sources: Vec::new(),
+        ops: Vec::new(),
+    };
+    if tmp == TmpMode::Private {
+        plan.ops.push(MountOp::Tmpfs {
+            target: tmp_dir.to_owned(),
+        });
+    }
+    let mut roots: Vec<&PathBuf> = write_roots.iter().collect();
+    roots.sort_by_key(|r| r.components().count());
+    for root in roots {
+        if tmp == TmpMode::Private && root.starts_with(tmp_dir) {
+            // Under the fresh tmpfs the path does not exist yet; make it.
+            plan.ops.push(MountOp::Mkdir {
+                target: root.clone(),
+            });
+        }
+        plan.sources.push(root.clone());
+        plan.ops.push(MountOp::Writable {
+            source: plan.sources.len() - 1,
+            target: root.clone(),
+        });
+    }
+    for target in protected.iter().map(|p| &p.path).chain(read_only) {
+        plan.ops.push(MountOp::ReadOnly {
+            target: target.clone(),
+        });
+    }
+    plan
+}
+
+/// Where a step failed, for the error message.
+#[derive(Debug)]
+pub struct MountError {
+    pub step: String,
+    pub source: std::io::Error,
+}
+
+type Result<T> = std::result::Result<T, MountError>;
+
+fn step<T, E: Into<std::io::Error>>(
+    what: impl FnOnce() -> String,
+    result: std::result::Result<T, E>,
+) -> Result<T> {
+    result.map_err(|e| MountError {
+        step: what(),
+        source: e.into(),
+    })
+}
+
+fn in_root(path: &Path) -> PathBuf {
+    Path::new(NEW_ROOT).join(path.strip_prefix("/").unwrap_or(path))
+}
+
+/// Builds the sandbox filesystem and pivots into it. Runs in the sandbox's init process,
+/// inside its new user, mount and pid namespaces, with capabilities still held.
+pub fn apply(plan: &MountPlan, breakage: Breakage) -> Result<()> {
+    let none: Option<&str> = None;
+    step(
+        || "make / private".into(),
+        mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none),
+    )?;
+
+    // Capture sources before the staging tmpfs hides /tmp.
+    let root_tree = step(
+        || "clone /".into(),
+        clone_tree(Path::new("/"), Depth::Recursive),
+    )?;
+    let sources: Vec<OwnedFd> = plan
+        .sources
+        .iter()
+        .map(|s| {
+            step(
+                || format!("clone {}", s.display()),
+                clone_tree(s, Depth::Recursive),
+            )
+        })
+        .collect::<Result<_>>()?;
+
+    step(
+        || "mount staging tmpfs".into(),
+        mount(
+            Some("tmpfs"),
+            STAGING,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=0700"),
+        ),
+    )?;
+    step(
+        || "create staging root".into(),
+        std::fs::create_dir(NEW_ROOT),
+    )?;
+    step(
+        || "attach root".into(),
+        attach_tree(root_tree.as_fd(), Path::new(NEW_ROOT)),
+    )?;
+    if !breakage.skip_read_only_root {
+        // One call makes every mount under the new root read-only, stacked ones included.
+        step(
+            || "make / read-only".into(),
+            set_attributes(
+                Path::new(NEW_ROOT),
+                Depth::Recursive,
+                libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID,
+                0,
+            ),
+        )?;
+    }
+
+    for op in &plan.ops {
+        apply_op(op, &sources)?;
+    }
+
+    mount_proc()?;
+    mount_dev()?;
+    hide_dir(Path::new("/run"))?;
+
+    let root = Path::new(NEW_ROOT);
+    step(|| "chdir to new root".into(), nix::unistd::chdir(root))?;
+    step(|| "pivot_root".into(), nix::unistd::pivot_root(".", "."))?;
+    // The old root is now stacked under the new one at "/"; detach it.
+    step(
+        || "detach old root".into(),
+        umount2(".", MntFlags::MNT_DETACH),
+    )?;
+    step(|| "chdir /".into(), nix::unistd::chdir("/"))?;
+    Ok(())
+}
+
+fn apply_op(op: &MountOp, sources: &[OwnedFd]) -> Result<()> {
+    let none: Option<&str> = None;
+    match op {
+        MountOp::Tmpfs { target } => step(
+            || format!("tmpfs on {}", target.display()),
+            mount(
+                Some("tmpfs"),
+                &in_root(target),
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some("mode=1777"),
+            ),
+        ),
+        MountOp::Mkdir { target } => step(
+            || format!("create {}", target.display()),
+            std::fs::create_dir_all(in_root(target)),
+        ),
+        MountOp::Writable { source, target } => {
+            let tree = sources.get(*source).ok_or_else(|| MountError {
+                step: format!("bind {}", target.display()),
+                source: std::io::Error::other("no captured source"),
+            })?;
+            step(
+                || format!("bind {} writable", target.display()),
+                attach_tree(tree.as_fd(), &in_root(target)),
+            )
+        }
+        MountOp::ReadOnly { target } => {
+            let path = in_root(target);
+            step(
+                || format!("bind {} over itself", target.display()),
+                mount(
+                    Some(&path),
+                    &path,
+                    none,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    none,
+                ),
+            )?;
+            step(
+                || format!("make {} read-only", target.display()),
+                set_attributes(&path, Depth::Recursive, libc::MOUNT_ATTR_RDONLY, 0),
+            )
+        }
+    }
+}
+
+fn mount_proc() -> Result<()> {
+    let proc_dir = in_root(Path::new("/proc"));
+    step(
+        || "mount /proc".into(),
+        mount(
+            Some("proc"),
+            &proc_dir,
+            Some("proc"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        ),
+    )?;
+    for name in PROC_READ_ONLY {
+        let path = proc_dir.join(name);
+        if path.exists() {
+            apply_op(
+                &MountOp::ReadOnly {
+                    target: Path::new("/proc").join(name),
+                },
+                &[],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn mount_dev() -> Result<()> {
+    let dev = in_root(Path::new("/dev"));
+    let none: Option<&str> = None;
+    step(
+        || "tmpfs on /dev".into(),
+        mount(
+            Some("tmpfs"),
+            &dev,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            Some("mode=0755"),
+        ),
+    )?;
+    for name in DEVICES {
+        let host = Path::new("/dev").join(name);
+        if !host.exists() {
+            continue;
+        }
+        let target = dev.join(name);
+        step(
+            || format!("create /dev/{name}"),
+            std::fs::File::create(&target),
+        )?;
+        step(
+            || format!("bind /dev/{name}"),
+            mount(Some(&host), &target, none, MsFlags::MS_BIND, none),
+        )?;
+    }
+    for dir in ["pts", "shm"] {
+        step(
+            || format!("create /dev/{dir}"),
+            std::fs::create_dir(dev.join(dir)),
+        )?;
+    }
+    step(
+        || "mount /dev/pts".into(),
+        mount(
+            Some("devpts"),
+            &dev.join("pts"),
+            Some("devpts"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            Some("newinstance,ptmxmode=0666,mode=620"),
+        ),
+    )?;
+    step(
+        || "mount /dev/shm".into(),
+        mount(
+            Some("tmpfs"),
+            &dev.join("shm"),
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=1777"),
+        ),
+    )?;
+    for (link, to) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        step(
+            || format!("link /dev/{link}"),
+            std::os::unix::fs::symlink(to, dev.join(link)),
+        )?;
+    }
+    // Populated: now nothing may be added to /dev itself.
+    step(
+        || "make /dev read-only".into(),
+        set_attributes(&dev, Depth::One, libc::MOUNT_ATTR_RDONLY, 0),
+    )
+}
+
+/// Covers a directory with an empty read-only tmpfs.
+fn hide_dir(target: &Path) -> Result<()> {
+    let path = in_root(target);
+    if !path.is_dir() {
+        return Ok(());
+    }
+    step(
+        || format!("hide {}", target.display()),
+        mount(
+            Some("tmpfs"),
+            &path,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY,
+            Some("mode=0755"),
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    #[test]
+    fn workspace_under_private_tmp_is_recreated_then_bound_then_protected() {
+        let protected = [Protected {
+            path: p("/tmp/demo/.git"),
+            placeholder: false,
+        }];
+        let plan = plan(&[p("/tmp/demo")], TmpMode::Private, &protected, &[]);
+        assert_eq!(plan.sources, vec![p("/tmp/demo")]);
+        assert_eq!(
+            plan.ops,
+            vec![
+                MountOp::Tmpfs { target: p("/tmp") },
+                MountOp::Mkdir {
+                    target: p("/tmp/demo")
+                },
+                MountOp::Writable {
+                    source: 0,
+                    target: p("/tmp/demo")
+                },
+                MountOp::ReadOnly {
+                    target: p("/tmp/demo/.git")
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn host_tmp_mode_binds_roots_outer_first_and_protects_last() {
+        let protected = [Protected {
+            path: p("/home/u/ws/.git"),
+            placeholder: true,
+        }];
+        let plan = plan(
+            &[p("/home/u/ws"), p("/tmp")],
+            TmpMode::Host,
+            &protected,
+            &[p("/home/u/ws/secret")],
+        );
+        assert_eq!(plan.sources, vec![p("/tmp"), p("/home/u/ws")]);
+        assert_eq!(
+            plan.ops,
+            vec![
+                MountOp::Writable {
+                    source: 0,
+                    target: p("/tmp")
+                },
+                MountOp::Writable {
+                    source: 1,
+                    target: p("/home/u/ws")
+                },
+                MountOp::ReadOnly {
+                    target: p("/home/u/ws/.git")
+                },
+                MountOp::ReadOnly {
+                    target: p("/home/u/ws/secret")
+                },
+            ]
+        );
+    }
+}

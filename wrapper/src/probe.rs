@@ -1,0 +1,385 @@
+//! The live probe: from inside the finished sandbox, before CMD starts, every control is
+//! tried with an attempt that must be refused and a control case that must succeed, so a
+//! broken probe cannot pass by everything failing (the table in shared/DESIGN.md).
+//!
+//! Attempts avoid side effects: a refused create leaves nothing, opens for writing never
+//! write or truncate, the control files are removed again, and network attempts go only to
+//! loopback inside the namespace (the bridge's own listener) or to the parent's listener on
+//! host loopback, which must be unreachable.
+
+use std::ffi::CString;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// How long a probe connection may take; everything it talks to is local.
+const PROBE_IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One attempt and what happened.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Outcome {
+    pub attempt: String,
+    pub result: String,
+    pub ok: bool,
+}
+
+/// One control: a forbidden attempt and (usually) a control case.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub forbidden: Vec<Outcome>,
+    pub control: Vec<Outcome>,
+    pub passed: bool,
+}
+
+/// The probe's verdict, sent to the parent and logged as-is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProbeReport {
+    pub checks: Vec<Check>,
+    pub passed: bool,
+    pub duration_us: u64,
+}
+
+impl ProbeReport {
+    /// The first failed check, described for a person.
+    pub fn first_failure(&self) -> Option<String> {
+        let check = self.checks.iter().find(|c| !c.passed)?;
+        let bad = check
+            .forbidden
+            .iter()
+            .chain(&check.control)
+            .find(|o| !o.ok)
+            .map(|o| format!("{}: {}", o.attempt, o.result))
+            .unwrap_or_default();
+        Some(format!("{} ({bad})", check.name))
+    }
+}
+
+/// What the probe needs to know, in sandbox paths.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProbeInput {
+    pub write_roots: Vec<PathBuf>,
+    pub temp_dir: PathBuf,
+    /// A path outside every write root where a create must fail.
+    pub outside: Vec<PathBuf>,
+    pub protected: Vec<PathBuf>,
+    pub proxy: SocketAddr,
+    /// A listener the parent bound on host loopback before the sandbox existed.
+    pub host_listener: SocketAddr,
+    /// A target the policy denies.
+    pub canary: String,
+    pub refusal_status: u16,
+}
+
+/// Runs every check.
+pub fn run(input: &ProbeInput) -> ProbeReport {
+    let started = Instant::now();
+    let checks = vec![
+        read_only_root(input),
+        protected_paths(input),
+        network_namespace(input),
+        egress_policy(input),
+        privileges(),
+    ];
+    let passed = checks.iter().all(|c| c.passed);
+    ProbeReport {
+        checks,
+        passed,
+        duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+    }
+}
+
+fn check(name: &str, forbidden: Vec<Outcome>, control: Vec<Outcome>) -> Check {
+    let passed = !forbidden.is_empty() && forbidden.iter().chain(&control).all(|o| o.ok);
+    Check {
+        name: name.to_owned(),
+        forbidden,
+        control,
+        passed,
+    }
+}
+
+/// An attempt that must fail with one of `expected`.
+fn refused(attempt: String, result: std::io::Result<()>, expected: &[i32]) -> Outcome {
+    match result {
+        Ok(()) => Outcome {
+            attempt,
+            result: "succeeded".into(),
+            ok: false,
+        },
+        Err(e) => Outcome {
+            attempt,
+            ok: e.raw_os_error().is_some_and(|n| expected.contains(&n)),
+            result: e.to_string(),
+        },
+    }
+}
+
+fn succeeded(attempt: String, result: std::io::Result<()>) -> Outcome {
+    match result {
+        Ok(()) => Outcome {
+            attempt,
+            result: "ok".into(),
+            ok: true,
+        },
+        Err(e) => Outcome {
+            attempt,
+            result: e.to_string(),
+            ok: false,
+        },
+    }
+}
+
+fn probe_name() -> String {
+    format!(".netbox-probe-{}", std::process::id())
+}
+
+/// Creates a new file (never truncating anything) and removes it again.
+fn create_and_remove(path: &Path) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(b"netbox probe")?;
+    drop(file);
+    std::fs::remove_file(path)
+}
+
+fn read_only_root(input: &ProbeInput) -> Check {
+    let forbidden = input
+        .outside
+        .iter()
+        .map(|dir| {
+            let path = dir.join(probe_name());
+            refused(
+                format!("create {}", path.display()),
+                create_and_remove(&path),
+                &[libc::EROFS],
+            )
+        })
+        .collect();
+    let control = input
+        .write_roots
+        .iter()
+        .chain(std::iter::once(&input.temp_dir))
+        .map(|dir| {
+            let path = dir.join(probe_name());
+            succeeded(
+                format!("create and remove {}", path.display()),
+                create_and_remove(&path),
+            )
+        })
+        .collect();
+    check("read-only root, writable roots", forbidden, control)
+}
+
+fn protected_paths(input: &ProbeInput) -> Check {
+    let mut forbidden: Vec<Outcome> = input
+        .protected
+        .iter()
+        .map(|path| {
+            if path.is_dir() {
+                let inside = path.join(probe_name());
+                refused(
+                    format!("create {}", inside.display()),
+                    create_and_remove(&inside),
+                    &[libc::EROFS],
+                )
+            } else {
+                // Append mode, and nothing written: no side effect even if it opened.
+                let opened = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(path)
+                    .map(drop);
+                refused(
+                    format!("open {} for writing", path.display()),
+                    opened,
+                    &[libc::EROFS],
+                )
+            }
+        })
+        .collect();
+    // Kernel knobs: as kuid 0 a capability-less process could still open these for writing.
+    let sysctl = std::fs::OpenOptions::new()
+        .append(true)
+        .open("/proc/sys/kernel/hostname")
+        .map(drop);
+    forbidden.push(refused(
+        "open /proc/sys/kernel/hostname for writing".into(),
+        sysctl,
+        &[libc::EROFS, libc::EACCES, libc::EPERM],
+    ));
+    let control = vec![succeeded(
+        "read /proc/sys/kernel/hostname".into(),
+        std::fs::read_to_string("/proc/sys/kernel/hostname").map(drop),
+    )];
+    check("protected paths", forbidden, control)
+}
+
+fn network_namespace(input: &ProbeInput) -> Check {
+    let interfaces = nix::net::if_::if_nameindex()
+        .map(|list| {
+            list.iter()
+                .map(|i| i.name().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let only_lo = Outcome {
+        attempt: "list network interfaces (only lo may exist)".into(),
+        ok: interfaces == ["lo"],
+        result: interfaces.join(","),
+    };
+    let routes = off_box_routes();
+    let no_routes = Outcome {
+        attempt: "find a route that leaves the machine".into(),
+        ok: routes.as_ref().is_ok_and(Vec::is_empty),
+        result: match &routes {
+            Ok(r) if r.is_empty() => "none".into(),
+            Ok(r) => r.join("; "),
+            Err(e) => format!("cannot read routes: {e}"),
+        },
+    };
+    let host = refused(
+        format!("connect to host loopback listener {}", input.host_listener),
+        TcpStream::connect_timeout(&input.host_listener, PROBE_IO_TIMEOUT).map(drop),
+        &[libc::ECONNREFUSED],
+    );
+    let control = vec![succeeded(
+        format!("connect to the bridge at {}", input.proxy),
+        TcpStream::connect_timeout(&input.proxy, PROBE_IO_TIMEOUT).map(drop),
+    )];
+    check(
+        "empty network namespace",
+        vec![only_lo, no_routes, host],
+        control,
+    )
+}
+
+/// Routes in the main tables that use an interface other than `lo`.
+fn off_box_routes() -> std::io::Result<Vec<String>> {
+    let mut found = Vec::new();
+    let v4 = std::fs::read_to_string("/proc/net/route")?;
+    for line in v4.lines().skip(1) {
+        if let Some(iface) = line.split_whitespace().next() {
+            if iface != "lo" {
+                found.push(line.to_owned());
+            }
+        }
+    }
+    if let Ok(v6) = std::fs::read_to_string("/proc/net/ipv6_route") {
+        for line in v6.lines() {
+            if let Some(iface) = line.split_whitespace().last() {
+                if iface != "lo" {
+                    found.push(line.to_owned());
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
+fn egress_policy(input: &ProbeInput) -> Check {
+    let canary = http_exchange(
+        input.proxy,
+        &format!("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n", input.canary),
+    );
+    let want = format!("HTTP/1.1 {} ", input.refusal_status);
+    let forbidden = vec![Outcome {
+        attempt: format!("CONNECT {} through the bridge", input.canary),
+        ok: canary.as_ref().is_ok_and(|r| r.starts_with(&want)),
+        result: status_line(&canary),
+    }];
+    let health = http_exchange(
+        input.proxy,
+        &format!(
+            "GET {} HTTP/1.1\r\nHost: netbox\r\nConnection: close\r\n\r\n",
+            bridge::HEALTH_PATH
+        ),
+    );
+    let control = vec![Outcome {
+        attempt: format!("GET {} from the bridge", bridge::HEALTH_PATH),
+        ok: health
+            .as_ref()
+            .is_ok_and(|r| r.starts_with("HTTP/1.1 200 ")),
+        result: status_line(&health),
+    }];
+    check("egress policy", forbidden, control)
+}
+
+fn status_line(result: &std::io::Result<String>) -> String {
+    match result {
+        Ok(text) => text.lines().next().unwrap_or("(empty)").to_owned(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Sends a request and reads the answer until the bridge closes (or resets) the connection.
+fn http_exchange(addr: SocketAddr, request: &str) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, PROBE_IO_TIMEOUT)?;
+    stream.set_read_timeout(Some(PROBE_IO_TIMEOUT))?;
+    stream.write_all(request.as_bytes())?;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset && !answer.is_empty() => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+fn privileges() -> Check {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or("?")
+            .to_owned()
+    };
+    let mut forbidden: Vec<Outcome> = ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"]
+        .iter()
+        .map(|name| {
+            let value = field(name);
+            Outcome {
+                attempt: format!("hold any capability ({name})"),
+                ok: value.chars().all(|c| c == '0') && !value.is_empty(),
+                result: value,
+            }
+        })
+        .collect();
+    let nnp = field("NoNewPrivs:");
+    forbidden.push(Outcome {
+        attempt: "gain privileges on exec (no_new_privs must be 1)".into(),
+        ok: nnp == "1",
+        result: nnp,
+    });
+    forbidden.push(refused(
+        "remount / read-write".into(),
+        remount_root_rw(),
+        &[libc::EPERM],
+    ));
+    check("privileges dropped", forbidden, Vec::new())
+}
+
+/// The escape the capability drop must prevent; EPERM is the expected answer.
+fn remount_root_rw() -> std::io::Result<()> {
+    let root = CString::new("/").unwrap_or_default();
+    nix::mount::mount(
+        None::<&str>,
+        root.as_c_str(),
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT | nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(std::io::Error::from)
+}

@@ -1,0 +1,278 @@
+//! Which paths stay read-only inside the writable roots: `.git` and the start-up files a
+//! command could plant code in, plus `--protect` paths.
+//!
+//! Measured on kernel 6.18 (2026-11-29, shared/research/mechanics.md §1): a read-only bind
+//! over `.git` makes writes, unlinks and chmods inside it EROFS, renaming or removing the
+//! mountpoint EBUSY, hard links across it EXDEV, and writes through symlinks or
+//! `/proc/self/root` EROFS. What mounts cannot do on their own, handled here:
+//! - a missing `.git` could be created by CMD (`git init`, then hooks): netbox creates an
+//!   empty placeholder directory first and pins it read-only, and removes it after the run;
+//! - `.git` may be a `gitdir:` file (worktrees, submodules): the real git dir and its
+//!   common dir are protected too when they lie inside a writable root;
+//! - a protected path that is a symlink cannot be pinned (mounts follow symlinks, and the
+//!   link itself could be replaced), so that is refused rather than half-protected.
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use crate::error::WrapperError;
+
+/// Names protected at the top of every writable root.
+pub const PROTECTED_NAMES: &[&str] = &[
+    ".git",
+    ".gitmodules",
+    ".gitconfig",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".envrc",
+    ".vscode",
+    ".idea",
+];
+
+/// A path to pin read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protected {
+    pub path: PathBuf,
+    /// Netbox created it (an empty directory) and must remove it after the run.
+    pub placeholder: bool,
+}
+
+/// What the protection needs to know about the run.
+pub struct ProtectInput<'a> {
+    pub write_roots: &'a [PathBuf],
+    pub extra: &'a [PathBuf],
+    pub allow_git_writes: bool,
+}
+
+/// Lists every protected path inside the writable roots, reading the filesystem (to find
+/// which exist and what `.git` files point at) but changing nothing.
+pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, WrapperError> {
+    let writable = |p: &Path| input.write_roots.iter().any(|r| p.starts_with(r));
+    let mut out = Vec::new();
+    let mut push = |out: &mut Vec<Protected>, path: PathBuf, placeholder| {
+        if writable(&path) && !out.iter().any(|p: &Protected| p.path == path) {
+            out.push(Protected { path, placeholder });
+        }
+    };
+    for root in input.write_roots {
+        for name in PROTECTED_NAMES {
+            let path = root.join(name);
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    if *name == ".git" {
+                        push(&mut out, path, true);
+                    }
+                    continue;
+                }
+                Err(source) => {
+                    return Err(WrapperError::Path {
+                        path,
+                        what: "protected path",
+                        source,
+                    })
+                }
+            };
+            if meta.file_type().is_symlink() {
+                return Err(WrapperError::ProtectedSymlink { path });
+            }
+            if *name != ".git" {
+                push(&mut out, path, false);
+                continue;
+            }
+            if meta.is_file() {
+                for dir in git_dirs_of_gitfile(&path)? {
+                    push_git_dir(&mut out, &mut push, dir, input.allow_git_writes);
+                }
+                push(&mut out, path, false);
+            } else {
+                push_git_dir(&mut out, &mut push, path, input.allow_git_writes);
+            }
+        }
+    }
+    for path in input.extra {
+        push(&mut out, path.clone(), false);
+    }
+    Ok(out)
+}
+
+/// A git directory: all of it, or with --allow-git-writes only what runs code.
+fn push_git_dir(
+    out: &mut Vec<Protected>,
+    push: &mut impl FnMut(&mut Vec<Protected>, PathBuf, bool),
+    dir: PathBuf,
+    allow_git_writes: bool,
+) {
+    if !allow_git_writes {
+        push(out, dir, false);
+        return;
+    }
+    for part in ["hooks", "config"] {
+        let path = dir.join(part);
+        if path.exists() {
+            push(out, path, false);
+        }
+    }
+}
+
+/// The git dir a `gitdir: PATH` file points at, and its common dir if it has one.
+fn git_dirs_of_gitfile(gitfile: &Path) -> Result<Vec<PathBuf>, WrapperError> {
+    let read_error = |source| WrapperError::Path {
+        path: gitfile.to_owned(),
+        what: "gitdir file",
+        source,
+    };
+    let text = std::fs::read_to_string(gitfile).map_err(read_error)?;
+    let Some(target) = text.lines().next().and_then(|l| l.strip_prefix("gitdir:")) else {
+        return Err(read_error(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "not a `gitdir: PATH` file",
+        )));
+    };
+    let base = gitfile.parent().unwrap_or(Path::new("/"));
+    let git_dir = std::fs::canonicalize(base.join(target.trim())).map_err(read_error)?;
+    let mut dirs = vec![git_dir.clone()];
+    if let Ok(common) = std::fs::read_to_string(git_dir.join("commondir")) {
+        if let Ok(common) = std::fs::canonicalize(git_dir.join(common.trim())) {
+            dirs.push(common);
+        }
+    }
+    Ok(dirs)
+}
+
+/// Creates the placeholders (empty directories) that let a missing path be pinned.
+pub fn create_placeholders(paths: &[Protected]) -> Result<(), WrapperError> {
+    for p in paths.iter().filter(|p| p.placeholder) {
+        std::fs::create_dir(&p.path).map_err(|source| WrapperError::Placeholder {
+            path: p.path.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Removes the placeholders again, if they are still the empty directories we made.
+pub fn remove_placeholders(paths: &[Protected]) {
+    for p in paths.iter().filter(|p| p.placeholder) {
+        // remove_dir refuses a non-empty directory, which is what we want.
+        let _ = std::fs::remove_dir(&p.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tempdir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("netbox-protect-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn missing_git_gets_a_placeholder_and_existing_files_are_listed() {
+        let ws = tempdir("plain");
+        std::fs::write(ws.join(".bashrc"), "").unwrap();
+        std::fs::create_dir(ws.join(".vscode")).unwrap();
+        let roots = [ws.clone()];
+        let got = protected_paths(&ProtectInput {
+            write_roots: &roots,
+            extra: &[],
+            allow_git_writes: false,
+        })
+        .unwrap();
+        assert!(got.contains(&Protected {
+            path: ws.join(".git"),
+            placeholder: true
+        }));
+        assert!(got.contains(&Protected {
+            path: ws.join(".bashrc"),
+            placeholder: false
+        }));
+        assert!(got.contains(&Protected {
+            path: ws.join(".vscode"),
+            placeholder: false
+        }));
+        assert!(!got.iter().any(|p| p.path.ends_with(".zshrc")));
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn gitdir_file_protects_the_real_git_dir() {
+        let ws = tempdir("gitfile");
+        let real = ws.join("elsewhere/repo.git");
+        std::fs::create_dir_all(real.join("worktrees/wt")).unwrap();
+        std::fs::write(real.join("worktrees/wt/commondir"), "../..\n").unwrap();
+        let wt = ws.join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        std::fs::write(
+            wt.join(".git"),
+            "gitdir: ../elsewhere/repo.git/worktrees/wt\n",
+        )
+        .unwrap();
+        let roots = [ws.clone()];
+        let got = protected_paths(&ProtectInput {
+            write_roots: &roots,
+            extra: &[],
+            allow_git_writes: false,
+        })
+        .unwrap();
+        // The workspace root's own .git is missing, so it gets a placeholder.
+        assert!(got
+            .iter()
+            .any(|p| p.path == ws.join(".git") && p.placeholder));
+        let roots = [wt.clone(), ws.join("elsewhere")];
+        let got = protected_paths(&ProtectInput {
+            write_roots: &roots,
+            extra: &[],
+            allow_git_writes: false,
+        })
+        .unwrap();
+        let paths: Vec<_> = got.iter().map(|p| p.path.clone()).collect();
+        assert!(paths.contains(&wt.join(".git")), "{paths:?}");
+        assert!(paths.contains(&real.join("worktrees/wt")), "{paths:?}");
+        assert!(paths.contains(&real), "{paths:?}");
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn symlinked_start_up_file_is_refused() {
+        let ws = tempdir("symlink");
+        std::os::unix::fs::symlink("/etc/hostname", ws.join(".profile")).unwrap();
+        let roots = [ws.clone()];
+        let err = protected_paths(&ProtectInput {
+            write_roots: &roots,
+            extra: &[],
+            allow_git_writes: false,
+        })
+        .unwrap_err();
+        assert!(matches!(err, WrapperError::ProtectedSymlink { .. }));
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn allow_git_writes_keeps_hooks_and_config_protected() {
+        let ws = tempdir("gitwrites");
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        std::fs::write(ws.join(".git/config"), "").unwrap();
+        let roots = [ws.clone()];
+        let got = protected_paths(&ProtectInput {
+            write_roots: &roots,
+            extra: &[],
+            allow_git_writes: true,
+        })
+        .unwrap();
+        let paths: Vec<_> = got.iter().map(|p| p.path.clone()).collect();
+        assert!(paths.contains(&ws.join(".git/hooks")));
+        assert!(paths.contains(&ws.join(".git/config")));
+        assert!(!paths.contains(&ws.join(".git")));
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+}

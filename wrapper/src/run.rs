@@ -1,0 +1,415 @@
+//! `netbox -- CMD`, netbox's side: plan everything, fork the sandbox before any thread
+//! exists, serve the bridge on the listeners the sandbox hands out, log the probe, forward
+//! signals, and exit with CMD's status.
+
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bridge::policy::Verdict;
+use bridge::target::Target;
+use bridge::{BridgeConfig, EventLog, Listener, Session, SessionListener, Stderr};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+use serde::Serialize;
+
+use crate::config::SandboxConfig;
+use crate::error::WrapperError;
+use crate::handshake::{self, SyncMsg};
+use crate::probe::{ProbeInput, ProbeReport};
+use crate::protect::{self, ProtectInput, Protected};
+use crate::sandbox::{self, ChildPlan, PROXY_PORT};
+use crate::sys::process::{exit_child, fork, Forked};
+use crate::testhooks::Breakage;
+use crate::{env, init, mounts};
+
+/// Names the probe tries through the bridge; the first the policy denies is used.
+const CANARIES: &[&str] = &[
+    "netbox-probe-canary.invalid:443",
+    "canary.netbox-probe.invalid:9",
+];
+
+/// The probe's record in the event log.
+#[derive(Serialize)]
+struct ProbeRecord<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    schema_version: u32,
+    ts: String,
+    session: &'a str,
+    #[serde(flatten)]
+    report: &'a ProbeReport,
+}
+
+/// Removes placeholders however the run ends.
+struct Placeholders(Vec<Protected>);
+
+impl Drop for Placeholders {
+    fn drop(&mut self) {
+        protect::remove_placeholders(&self.0);
+    }
+}
+
+/// Runs CMD in the sandbox; returns the exit status for netbox.
+pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
+    let protected = protect::protected_paths(&ProtectInput {
+        write_roots: &config.write_roots,
+        extra: &config.protect,
+        allow_git_writes: config.allow_git_writes,
+    })?;
+    let canary = CANARIES
+        .iter()
+        .find(|c| {
+            Target::parse_authority(c)
+                .map(|t| config.policy.decide(&t).verdict == Verdict::Deny)
+                .unwrap_or(false)
+        })
+        .ok_or_else(|| {
+            WrapperError::Usage("the allowlist allows the probe's .invalid canaries".into())
+        })?;
+    // A listener on host loopback that the sandbox must not reach (and that answers us).
+    let host_listener = TcpListener::bind("127.0.0.1:0").map_err(WrapperError::Spawn)?;
+    let host_addr = host_listener.local_addr().map_err(WrapperError::Spawn)?;
+    // Quiet until the probe is done: its canary is logged, but is no news to the user.
+    let log = EventLog::open(Some(&config.log_path), Stderr::Quiet).map_err(|source| {
+        bridge::BridgeError::OpenLog {
+            path: config.log_path.clone(),
+            source,
+        }
+    })?;
+    let plan = child_plan(&config, &protected, host_addr, canary)?;
+
+    protect::create_placeholders(&protected)?;
+    let _placeholders = Placeholders(protected);
+    if !config.quiet {
+        eprintln!("{}", startup_line(&config));
+    }
+
+    let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
+    // Single-threaded here: no runtime or thread exists yet, so forking is sound.
+    let holder = match fork().map_err(WrapperError::Spawn)? {
+        Forked::Child => {
+            drop(ours);
+            exit_child(sandbox::run_holder(&plan, &theirs))
+        }
+        Forked::Parent { child } => child,
+    };
+    drop(theirs);
+
+    let listeners = match ours.recv() {
+        Ok(Some((SyncMsg::Listeners { .. }, fds))) if !fds.is_empty() => fds,
+        Ok(Some((SyncMsg::SetupFailed { step, detail }, _))) => {
+            let _ = waitpid(holder, None);
+            return Err(setup_error(step, detail));
+        }
+        other => {
+            let _ = waitpid(holder, None);
+            return Err(WrapperError::Handshake(format!(
+                "expected the proxy listeners, got {other:?}"
+            )));
+        }
+    };
+    // The control half of the host-loopback check: the listener answers us.
+    check_host_listener_answers(&host_listener)?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(WrapperError::Runtime)?;
+    let session = Arc::new(Session {
+        id: Arc::from(config.session_id.as_str()),
+        policy: Arc::new(config.policy),
+    });
+    let stderr = if config.quiet {
+        Stderr::Quiet
+    } else {
+        Stderr::Summary
+    };
+    runtime.block_on(supervise(
+        holder,
+        ours,
+        listeners,
+        session,
+        Arc::new(log),
+        host_listener,
+        stderr,
+    ))
+}
+
+fn child_plan(
+    config: &SandboxConfig,
+    protected: &[Protected],
+    host_listener: SocketAddr,
+    canary: &str,
+) -> Result<ChildPlan, WrapperError> {
+    let mounts = mounts::plan(
+        &config.write_roots,
+        config.tmp,
+        protected,
+        &config.read_only,
+    );
+    let mut outside = vec![PathBuf::from("/")];
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+        // Only where the sandbox can see it: under a private /tmp it does not exist at all.
+        let hidden = config.tmp == crate::cli::TmpMode::Private && home.starts_with("/tmp");
+        if home.is_dir() && !hidden && !config.write_roots.iter().any(|r| home.starts_with(r)) {
+            outside.push(home);
+        }
+    }
+    Ok(ChildPlan {
+        parent: nix::unistd::getpid(),
+        uid: config.uid,
+        gid: config.gid,
+        mounts,
+        probe: ProbeInput {
+            write_roots: config.write_roots.clone(),
+            temp_dir: PathBuf::from("/tmp"),
+            outside,
+            protected: protected
+                .iter()
+                .map(|p| p.path.clone())
+                .chain(config.read_only.iter().cloned())
+                .collect(),
+            proxy: SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)),
+            host_listener,
+            canary: canary.to_owned(),
+            refusal_status: BridgeConfig::default().refusal_status.as_u16(),
+        },
+        cmd: config.cmd.clone(),
+        env: env::sandbox_env(PROXY_PORT),
+        cwd: config.cwd.clone(),
+        breakage: Breakage::from_env(),
+    })
+}
+
+fn startup_line(config: &SandboxConfig) -> String {
+    let mut roots: Vec<String> = config
+        .write_roots
+        .iter()
+        .map(|r| r.display().to_string())
+        .collect();
+    if config.tmp == crate::cli::TmpMode::Private {
+        roots.push("/tmp (private)".into());
+    }
+    format!(
+        "netbox: sandbox normal | workspace {} | write {} | {} allowed hosts | log {}",
+        config.workspace.display(),
+        roots.join(", "),
+        config.policy.allow_count(),
+        config.log_path.display()
+    )
+}
+
+fn setup_error(step: String, detail: String) -> WrapperError {
+    WrapperError::Setup { step, detail }
+}
+
+fn check_host_listener_answers(listener: &TcpListener) -> Result<(), WrapperError> {
+    let addr = listener.local_addr().map_err(WrapperError::Spawn)?;
+    let _client = std::net::TcpStream::connect(addr).map_err(|e| {
+        WrapperError::ProbeFailed(format!(
+            "host loopback listener {addr} does not answer: {e}"
+        ))
+    })?;
+    listener.accept().map_err(|e| {
+        WrapperError::ProbeFailed(format!(
+            "host loopback listener {addr} does not accept: {e}"
+        ))
+    })?;
+    Ok(())
+}
+
+/// Serves the bridge and follows the sandbox until CMD exits.
+async fn supervise(
+    holder: Pid,
+    channel: handshake::Channel,
+    listener_fds: Vec<OwnedFd>,
+    session: Arc<Session>,
+    log: Arc<EventLog>,
+    host_listener: TcpListener,
+    stderr: Stderr,
+) -> Result<u8, WrapperError> {
+    let mut listeners = Vec::new();
+    for fd in listener_fds {
+        let std_listener = TcpListener::from(fd);
+        std_listener
+            .set_nonblocking(true)
+            .map_err(WrapperError::Spawn)?;
+        let listener =
+            tokio::net::TcpListener::from_std(std_listener).map_err(WrapperError::Spawn)?;
+        listeners.push(SessionListener {
+            session: Arc::clone(&session),
+            listener: Listener::Tcp(listener),
+        });
+    }
+    // Handlers first: a signal from now on is forwarded (or cancels the start), never lost.
+    let mut signals = Signals::new()?;
+    let (stop_bridge, bridge_stopped) = tokio::sync::oneshot::channel::<()>();
+    let bridge = tokio::spawn(bridge::serve(
+        listeners,
+        BridgeConfig::default(),
+        Arc::clone(&log),
+        async {
+            let _ = bridge_stopped.await;
+        },
+    ));
+
+    let (tx, mut messages) = tokio::sync::mpsc::unbounded_channel();
+    // Ends when both sandbox processes have closed their end (exited).
+    let reader = tokio::task::spawn_blocking(move || {
+        while let Ok(Some((msg, _))) = channel.recv() {
+            if tx.send(msg).is_err() {
+                break;
+            }
+        }
+    });
+    let mut holder_exit = tokio::task::spawn_blocking(move || loop {
+        match waitpid(holder, None) {
+            Ok(status) => {
+                if let Some(code) = init::exit_code(status) {
+                    return code;
+                }
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return i32::from(crate::error::EXIT_NETBOX_FAILURE),
+        }
+    });
+    let mut state = RunState {
+        init_pid: None,
+        failure: None,
+        log: &log,
+        session: &session.id,
+        stderr,
+    };
+    let mut cancelled = None;
+    let code = loop {
+        tokio::select! {
+            Some(msg) = messages.recv() => state.handle(msg),
+            sig = signals.next() => match state.init_pid {
+                Some(pid) => {
+                    let _ = kill(pid, sig);
+                }
+                None => {
+                    // Before the sandbox's init exists there is nothing to forward to:
+                    // the start is cancelled (the holder's death takes init with it).
+                    let _ = kill(holder, Signal::SIGKILL);
+                    cancelled = Some(sig);
+                }
+            },
+            code = &mut holder_exit => break code.unwrap_or(i32::from(crate::error::EXIT_NETBOX_FAILURE)),
+        }
+    };
+    // What the sandbox said just before it exited (a probe report, a setup failure) may
+    // still be in flight: read it all before deciding the outcome.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), reader).await;
+    while let Ok(msg) = messages.try_recv() {
+        state.handle(msg);
+    }
+    drop(host_listener);
+    let _ = stop_bridge.send(());
+    let _ = bridge.await;
+    if let Some(sig) = cancelled {
+        return Ok(u8::try_from(128 + sig as i32).unwrap_or(crate::error::EXIT_NETBOX_FAILURE));
+    }
+    if let Some(error) = state.failure {
+        return Err(error);
+    }
+    Ok(u8::try_from(code).unwrap_or(crate::error::EXIT_NETBOX_FAILURE))
+}
+
+/// What netbox has learned from the sandbox so far.
+struct RunState<'a> {
+    init_pid: Option<Pid>,
+    failure: Option<WrapperError>,
+    log: &'a EventLog,
+    session: &'a str,
+    stderr: Stderr,
+}
+
+impl RunState<'_> {
+    fn handle(&mut self, msg: SyncMsg) {
+        match msg {
+            SyncMsg::InitStarted { pid } => self.init_pid = Some(Pid::from_raw(pid)),
+            SyncMsg::Probe(report) => {
+                self.log.record_json(&ProbeRecord {
+                    kind: "probe",
+                    schema_version: bridge::log::SCHEMA_VERSION,
+                    ts: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+                    session: self.session,
+                    report: &report,
+                });
+                match report.first_failure() {
+                    Some(why) => {
+                        self.failure = Some(WrapperError::ProbeFailed(format!(
+                            "{why}; CMD was not started"
+                        )));
+                    }
+                    // Proven: from now on each blocked attempt is announced as it happens.
+                    None => self.log.set_stderr(self.stderr),
+                }
+            }
+            SyncMsg::SetupFailed { step, detail } => {
+                self.failure.get_or_insert(setup_error(step, detail));
+            }
+            SyncMsg::Listeners { .. } => {}
+        }
+    }
+}
+
+/// The signals netbox forwards to the sandbox.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Signals, WrapperError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let make = |kind| signal(kind).map_err(WrapperError::Spawn);
+        Ok(Signals {
+            int: make(SignalKind::interrupt())?,
+            term: make(SignalKind::terminate())?,
+            hup: make(SignalKind::hangup())?,
+            quit: make(SignalKind::quit())?,
+        })
+    }
+
+    async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.int.recv() => Signal::SIGINT,
+            _ = self.term.recv() => Signal::SIGTERM,
+            _ = self.hup.recv() => Signal::SIGHUP,
+            _ = self.quit.recv() => Signal::SIGQUIT,
+        }
+    }
+}
+
+/// `--disable-sandbox`: CMD as it is, no protection, no probe, said loudly.
+pub fn run_unsandboxed(config: &crate::cli::RunArgs) -> Result<u8, WrapperError> {
+    let Some((program, args)) = config.cmd.split_first() else {
+        return Err(WrapperError::Usage(
+            "nothing to run: use netbox [OPTIONS] -- CMD [ARGS...]".into(),
+        ));
+    };
+    eprintln!(
+        "netbox: sandbox disabled: CMD runs with no network filter, no filesystem protection and no probe"
+    );
+    let status = std::process::Command::new(program)
+        .args(args)
+        .status()
+        .map_err(|source| WrapperError::Exec {
+            cmd: program.to_string_lossy().into_owned(),
+            source,
+        })?;
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(i32::from(crate::error::EXIT_NETBOX_FAILURE));
+    Ok(u8::try_from(code).unwrap_or(crate::error::EXIT_NETBOX_FAILURE))
+}

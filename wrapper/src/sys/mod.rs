@@ -1,0 +1,8 @@
+//! Thin safe wrappers over the kernel interfaces nix does not cover. Every `unsafe` block in
+//! the wrapper lives here, one file per interface, each with the invariant that makes it
+//! sound.
+
+pub mod fd;
+pub mod mount_api;
+pub mod netdev;
+pub mod process;

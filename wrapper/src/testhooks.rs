@@ -1,0 +1,28 @@
+//! Deliberate breakage of single controls, so tests can watch the live probe catch it.
+//! Compiled in only with the `test-hooks` feature (the test suite's build); a release build
+//! has no way to weaken anything.
+
+/// Which controls to weaken.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Breakage {
+    /// Leave `/` writable (skip the recursive read-only flag).
+    pub skip_read_only_root: bool,
+    /// Keep capabilities (skip the drop).
+    pub skip_capability_drop: bool,
+}
+
+impl Breakage {
+    /// From `NETBOX_TEST_BREAK` (`read-only-root`, `capability-drop`), test builds only.
+    pub fn from_env() -> Breakage {
+        #[cfg(feature = "test-hooks")]
+        {
+            let wanted = std::env::var("NETBOX_TEST_BREAK").unwrap_or_default();
+            Breakage {
+                skip_read_only_root: wanted.split(',').any(|w| w == "read-only-root"),
+                skip_capability_drop: wanted.split(',').any(|w| w == "capability-drop"),
+            }
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        Breakage::default()
+    }
+}

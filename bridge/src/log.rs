@@ -194,7 +194,8 @@ impl EventLog {
     pub fn record(&self, event: &Event) {
         self.record_json(event);
         if self.stderr.load(Ordering::Relaxed) {
-            eprintln!("{}", summary(event));
+            // A closed stderr must not take the bridge down (eprintln! would panic).
+            let _ = writeln!(io::stderr(), "{}", summary(event));
         }
     }
 
@@ -216,7 +217,7 @@ impl EventLog {
             if let Err(e) = result {
                 // Say it once; a lost audit trail must not go unnoticed.
                 if !self.write_failed.swap(true, Ordering::Relaxed) {
-                    eprintln!("netbox: cannot write event log: {e}");
+                    let _ = writeln!(io::stderr(), "netbox: cannot write event log: {e}");
                 }
             }
         }

@@ -8,7 +8,7 @@
 //! so that each is still logged.
 
 use std::future::Future;
-use std::io;
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -196,7 +196,11 @@ async fn accept_loop(
             Err(e) => {
                 // Out of fds or a client that vanished mid-handshake: keep serving,
                 // after a short pause so an fd shortage does not spin.
-                eprintln!("netbox: bridge accept on {}: {e}", sl.listener.describe());
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "netbox: bridge accept on {}: {e}",
+                    sl.listener.describe()
+                );
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }

@@ -12,4 +12,5 @@ mod bridge_socks;
 mod bridge_tunnel;
 mod sandbox_escapes;
 mod sandbox_lifecycle;
+mod sandbox_regressions;
 mod sandbox_walkthrough;

@@ -95,12 +95,12 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         // Announced only once every listener is bound, so a client that reads this line
         // can connect to any of them.
         for sl in &listeners {
-            eprintln!(
+            crate::say(&format!(
                 "netbox bridge: listening on {} (session {}, {} allow rules)",
                 sl.listener.describe(),
                 session.id,
                 session.policy.allow_count()
-            );
+            ));
         }
         bridge::serve(listeners, config, Arc::new(log), shutdown_signal()).await;
         for addr in &addrs {

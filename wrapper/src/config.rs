@@ -18,6 +18,9 @@ pub struct SandboxConfig {
     pub workspace: PathBuf,
     /// Writable roots, workspace first, canonical, none nested in another.
     pub write_roots: Vec<PathBuf>,
+    /// Every root asked for, nested ones included: protected names are looked for at the
+    /// top of each (a workspace inside a writable /tmp keeps its .git protected).
+    pub requested_roots: Vec<PathBuf>,
     pub tmp: TmpMode,
     pub read_only: Vec<PathBuf>,
     pub protect: Vec<PathBuf>,
@@ -62,6 +65,7 @@ impl SandboxConfig {
                     .into(),
             ));
         }
+        let requested_roots = write_roots.clone();
         let write_roots = outermost(write_roots);
         let read_only = args
             .read_only
@@ -79,11 +83,13 @@ impl SandboxConfig {
             Some(path) => path,
             None => default_log_path(&session_id)?,
         };
+        refuse_log_inside_roots(&log_path, &write_roots)?;
         Ok(SandboxConfig {
             cmd: args.cmd,
             cwd,
             workspace,
             write_roots,
+            requested_roots,
             tmp: args.tmp,
             read_only,
             protect,
@@ -115,12 +121,33 @@ fn outermost(mut roots: Vec<PathBuf>) -> Vec<PathBuf> {
     roots
 }
 
+/// The event log is evidence: CMD must not be able to rewrite it.
+fn refuse_log_inside_roots(log: &Path, roots: &[PathBuf]) -> Result<(), WrapperError> {
+    let absolute = std::path::absolute(log).unwrap_or_else(|_| log.to_owned());
+    let dir = absolute.parent().unwrap_or(Path::new("/"));
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+    match roots.iter().find(|r| dir.starts_with(r)) {
+        Some(root) => Err(WrapperError::Usage(format!(
+            "event log {} is inside the writable root {}, where CMD could rewrite it; \
+             choose a --log path outside it",
+            log.display(),
+            root.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// `$XDG_STATE_HOME/netbox/sessions/ID.jsonl`, or `~/.local/state/...`.
 fn default_log_path(session: &str) -> Result<PathBuf, WrapperError> {
+    let absolute = |v: &std::ffi::OsString| Path::new(v).is_absolute();
     let base = std::env::var_os("XDG_STATE_HOME")
-        .filter(|v| !v.is_empty())
+        .filter(absolute)
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(absolute)
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })
         .ok_or_else(|| {
             WrapperError::Usage(
                 "no HOME or XDG_STATE_HOME for the event log; pass --log FILE".into(),

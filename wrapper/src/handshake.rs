@@ -57,16 +57,49 @@ impl Channel {
         Ok(())
     }
 
-    /// Receives one message and any fds that came with it. `Ok(None)` when the other side
-    /// closed without saying anything more.
-    pub fn recv(&self) -> Result<Option<(SyncMsg, Vec<OwnedFd>)>, String> {
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// The parent's end, read from an async runtime without a blocked thread.
+pub struct AsyncChannel {
+    fd: tokio::io::unix::AsyncFd<OwnedFd>,
+}
+
+impl AsyncChannel {
+    pub fn new(channel: Channel) -> std::io::Result<AsyncChannel> {
+        nix::fcntl::fcntl(
+            &channel.fd,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )?;
+        Ok(AsyncChannel {
+            fd: crate::sys::fd::register_readable(channel.fd)?,
+        })
+    }
+
+    /// The next message; `Ok(None)` once every sandbox process has closed its end.
+    pub async fn recv(&self) -> Result<Option<(SyncMsg, Vec<OwnedFd>)>, String> {
         let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
-        let (len, fds) = crate::sys::fd::recv_with_fds(self.fd.as_fd(), &mut buf)
-            .map_err(|e| format!("receive: {e}"))?;
-        if len == 0 {
-            return Ok(None);
+        loop {
+            let mut ready = self
+                .fd
+                .readable()
+                .await
+                .map_err(|e| format!("receive: {e}"))?;
+            match crate::sys::fd::recv_with_fds(self.fd.get_ref().as_fd(), &mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    ready.clear_ready();
+                    continue;
+                }
+                Err(e) => return Err(format!("receive: {e}")),
+                Ok((0, _)) => return Ok(None),
+                Ok((len, fds)) => {
+                    let msg =
+                        serde_json::from_slice(&buf[..len]).map_err(|e| format!("decode: {e}"))?;
+                    return Ok(Some((msg, fds)));
+                }
+            }
         }
-        let msg = serde_json::from_slice(&buf[..len]).map_err(|e| format!("decode: {e}"))?;
-        Ok(Some((msg, fds)))
     }
 }

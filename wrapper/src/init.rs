@@ -60,7 +60,7 @@ pub fn run(cmd: &[OsString], env: &[(OsString, OsString)], cwd: &Path) -> i32 {
     {
         Ok(argv) => argv,
         Err(_) => {
-            eprintln!("netbox: CMD contains a NUL byte");
+            crate::say("netbox: CMD contains a NUL byte");
             return EXIT_NETBOX_FAILURE.into();
         }
     };
@@ -78,7 +78,7 @@ pub fn run(cmd: &[OsString], env: &[(OsString, OsString)], cwd: &Path) -> i32 {
         Ok(Forked::Child) => exec_cmd(&argv, &envp, cwd),
         Ok(Forked::Parent { child }) => child,
         Err(e) => {
-            eprintln!("netbox: cannot start CMD: {e}");
+            crate::say(&format!("netbox: cannot start CMD: {e}"));
             return EXIT_NETBOX_FAILURE.into();
         }
     };
@@ -88,19 +88,24 @@ pub fn run(cmd: &[OsString], env: &[(OsString, OsString)], cwd: &Path) -> i32 {
 /// In the child: becomes CMD.
 fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path) -> ! {
     let name = argv[0].to_string_lossy().into_owned();
+    // CMD starts as from a shell: default dispositions (Rust ignores SIGPIPE in netbox,
+    // and an ignored disposition survives exec) and nothing blocked.
+    crate::sys::process::reset_signal_dispositions();
     let _ = SigSet::all().thread_unblock();
     if nix::unistd::setsid().is_err() || nix::unistd::chdir(cwd).is_err() {
-        eprintln!("netbox: cannot prepare the session for {name}");
+        crate::say(&format!("netbox: cannot prepare the session for {name}"));
         exit_child(EXIT_NETBOX_FAILURE.into());
     }
     if let Err(e) = crate::sys::fd::close_from_3() {
-        eprintln!("netbox: cannot close inherited file descriptors: {e}");
+        crate::say(&format!(
+            "netbox: cannot close inherited file descriptors: {e}"
+        ));
         exit_child(EXIT_NETBOX_FAILURE.into());
     }
     let program = match find_program(&argv[0], envp) {
         Some(program) => program,
         None => {
-            eprintln!("netbox: {name}: command not found");
+            crate::say(&format!("netbox: {name}: command not found"));
             exit_child(EXIT_NOT_FOUND.into());
         }
     };
@@ -109,10 +114,10 @@ fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path) -> ! {
         Ok(never) => match never {},
     };
     let code = if err == Errno::ENOENT {
-        eprintln!("netbox: {name}: command not found");
+        crate::say(&format!("netbox: {name}: command not found"));
         EXIT_NOT_FOUND
     } else {
-        eprintln!("netbox: cannot run {name}: {}", err.desc());
+        crate::say(&format!("netbox: cannot run {name}: {}", err.desc()));
         EXIT_NOT_EXECUTABLE
     };
     exit_child(code.into())

@@ -56,6 +56,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes one line to stderr. A closed stderr is not a reason to fail a run (eprintln!
+/// would panic on it).
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Prints `netbox: ` and the error chain on one line, then a hint if there is one.
 fn report(error: &WrapperError) -> ExitCode {
     let mut line = format!("netbox: {error}");
@@ -64,9 +71,9 @@ fn report(error: &WrapperError) -> ExitCode {
         line.push_str(&format!(": {cause}"));
         source = cause.source();
     }
-    eprintln!("{line}");
+    say(&line);
     if let Some(hint) = error.hint() {
-        eprintln!("hint: {hint}");
+        say(&format!("hint: {hint}"));
     }
     ExitCode::from(error.exit_code())
 }

@@ -47,6 +47,8 @@ pub enum MountOp {
     Tmpfs { target: PathBuf },
     /// Create a directory (inside a tmpfs laid earlier) to serve as a mountpoint.
     Mkdir { target: PathBuf },
+    /// Create an empty file (and its parents, inside a tmpfs laid earlier) as a mountpoint.
+    MakeFile { target: PathBuf },
     /// Attach the captured source with this index at `target`, writable.
     Writable { source: usize, target: PathBuf },
     /// Bind `target` over itself and make it read-only, recursively.
@@ -61,12 +63,14 @@ pub struct MountPlan {
     pub ops: Vec<MountOp>,
 }
 
-/// Lays out the plan: temp root, writable roots, then protections on top.
+/// Lays out the plan: temp root, writable roots, then protections on top. `is_dir` says
+/// which roots are directories (the one filesystem fact the plan needs).
 pub fn plan(
     write_roots: &[PathBuf],
     tmp: TmpMode,
     protected: &[Protected],
     read_only: &[PathBuf],
+    is_dir: impl Fn(&Path) -> bool,
 ) -> MountPlan {
     let tmp_dir = Path::new("/tmp");
     let mut plan = MountPlan {
@@ -83,8 +87,11 @@ pub fn plan(
     for root in roots {
         if tmp == TmpMode::Private && root.starts_with(tmp_dir) {
             // Under the fresh tmpfs the path does not exist yet; make it.
-            plan.ops.push(MountOp::Mkdir {
-                target: root.clone(),
+            let target = root.clone();
+            plan.ops.push(if is_dir(root) {
+                MountOp::Mkdir { target }
+            } else {
+                MountOp::MakeFile { target }
             });
         }
         plan.sources.push(root.clone());
@@ -217,6 +224,19 @@ fn apply_op(op: &MountOp, sources: &[OwnedFd]) -> Result<()> {
             || format!("create {}", target.display()),
             std::fs::create_dir_all(in_root(target)),
         ),
+        MountOp::MakeFile { target } => {
+            let path = in_root(target);
+            if let Some(parent) = path.parent() {
+                step(
+                    || format!("create {}", parent.display()),
+                    std::fs::create_dir_all(parent),
+                )?;
+            }
+            step(
+                || format!("create {}", target.display()),
+                std::fs::File::create(&path).map(drop),
+            )
+        }
         MountOp::Writable { source, target } => {
             let tree = sources.get(*source).ok_or_else(|| MountError {
                 step: format!("bind {}", target.display()),
@@ -300,6 +320,17 @@ fn mount_dev() -> Result<()> {
             || format!("bind /dev/{name}"),
             mount(Some(&host), &target, none, MsFlags::MS_BIND, none),
         )?;
+        // Read-only mount: the device still reads and writes, but its inode (owner, mode,
+        // times: the host's own /dev/null) cannot be changed from inside.
+        step(
+            || format!("make /dev/{name} read-only"),
+            set_attributes(
+                &target,
+                Depth::One,
+                libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC,
+                0,
+            ),
+        )?;
     }
     for dir in ["pts", "shm"] {
         step(
@@ -378,7 +409,9 @@ mod tests {
             path: p("/tmp/demo/.git"),
             placeholder: false,
         }];
-        let plan = plan(&[p("/tmp/demo")], TmpMode::Private, &protected, &[]);
+        let plan = plan(&[p("/tmp/demo")], TmpMode::Private, &protected, &[], |_| {
+            true
+        });
         assert_eq!(plan.sources, vec![p("/tmp/demo")]);
         assert_eq!(
             plan.ops,
@@ -399,6 +432,19 @@ mod tests {
     }
 
     #[test]
+    fn a_file_root_under_private_tmp_gets_a_file_mountpoint() {
+        let plan = plan(&[p("/tmp/notes.txt")], TmpMode::Private, &[], &[], |_| {
+            false
+        });
+        assert_eq!(
+            plan.ops[1],
+            MountOp::MakeFile {
+                target: p("/tmp/notes.txt")
+            }
+        );
+    }
+
+    #[test]
     fn host_tmp_mode_binds_roots_outer_first_and_protects_last() {
         let protected = [Protected {
             path: p("/home/u/ws/.git"),
@@ -409,6 +455,7 @@ mod tests {
             TmpMode::Host,
             &protected,
             &[p("/home/u/ws/secret")],
+            |_| true,
         );
         assert_eq!(plan.sources, vec![p("/tmp"), p("/home/u/ws")]);
         assert_eq!(

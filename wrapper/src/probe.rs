@@ -134,8 +134,16 @@ fn succeeded(attempt: String, result: std::io::Result<()>) -> Outcome {
     }
 }
 
+/// A file name no one can have prepared: CMD of an earlier run could have left any fixed
+/// name behind (as a directory, say) to make every later probe fail.
 fn probe_name() -> String {
-    format!(".netbox-probe-{}", std::process::id())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(".netbox-probe-{nanos:08x}-{n}")
 }
 
 /// Creates a new file (never truncating anything) and removes it again.
@@ -148,6 +156,26 @@ fn create_and_remove(path: &Path) -> std::io::Result<()> {
     file.write_all(b"netbox probe")?;
     drop(file);
     std::fs::remove_file(path)
+}
+
+/// The writable-root control: a file is created and removed inside a directory root; a
+/// file root is opened for appending (nothing is written).
+fn write_control(root: &Path) -> Outcome {
+    if root.is_dir() {
+        let path = root.join(probe_name());
+        succeeded(
+            format!("create and remove {}", path.display()),
+            create_and_remove(&path),
+        )
+    } else {
+        succeeded(
+            format!("open {} for writing", root.display()),
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(root)
+                .map(drop),
+        )
+    }
 }
 
 fn read_only_root(input: &ProbeInput) -> Check {
@@ -167,13 +195,7 @@ fn read_only_root(input: &ProbeInput) -> Check {
         .write_roots
         .iter()
         .chain(std::iter::once(&input.temp_dir))
-        .map(|dir| {
-            let path = dir.join(probe_name());
-            succeeded(
-                format!("create and remove {}", path.display()),
-                create_and_remove(&path),
-            )
-        })
+        .map(|root| write_control(root))
         .collect();
     check("read-only root, writable roots", forbidden, control)
 }
@@ -204,16 +226,20 @@ fn protected_paths(input: &ProbeInput) -> Check {
             }
         })
         .collect();
-    // Kernel knobs: as kuid 0 a capability-less process could still open these for writing.
-    let sysctl = std::fs::OpenOptions::new()
-        .append(true)
-        .open("/proc/sys/kernel/hostname")
-        .map(drop);
-    forbidden.push(refused(
-        "open /proc/sys/kernel/hostname for writing".into(),
-        sysctl,
-        &[libc::EROFS, libc::EACCES, libc::EPERM],
-    ));
+    // Kernel knobs: as kuid 0 a capability-less process could still open these for
+    // writing, so the mount itself must be read-only (EACCES alone would only show that
+    // this user lacks permission).
+    let sysctl_ro = nix::sys::statvfs::statvfs("/proc/sys")
+        .map(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
+    forbidden.push(Outcome {
+        attempt: "find /proc/sys mounted writable".into(),
+        ok: matches!(sysctl_ro, Ok(true)),
+        result: match sysctl_ro {
+            Ok(true) => "read-only mount".into(),
+            Ok(false) => "writable mount".into(),
+            Err(e) => e.to_string(),
+        },
+    });
     let control = vec![succeeded(
         "read /proc/sys/kernel/hostname".into(),
         std::fs::read_to_string("/proc/sys/kernel/hostname").map(drop),
@@ -222,17 +248,24 @@ fn protected_paths(input: &ProbeInput) -> Check {
 }
 
 fn network_namespace(input: &ProbeInput) -> Check {
-    let interfaces = nix::net::if_::if_nameindex()
-        .map(|list| {
-            list.iter()
-                .map(|i| i.name().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
+    // Some hosts give every new namespace down fallback tunnel devices (sit0, tunl0);
+    // what must not exist is an interface that is up, other than lo.
+    let up: Result<Vec<String>, _> = nix::ifaddrs::getifaddrs().map(|addrs| {
+        let mut names: Vec<String> = addrs
+            .filter(|a| a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP))
+            .map(|a| a.interface_name)
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    });
     let only_lo = Outcome {
-        attempt: "list network interfaces (only lo may exist)".into(),
-        ok: interfaces == ["lo"],
-        result: interfaces.join(","),
+        attempt: "find an interface that is up, other than lo".into(),
+        ok: up.as_ref().is_ok_and(|names| names == &["lo"]),
+        result: match &up {
+            Ok(names) => format!("up: {}", names.join(",")),
+            Err(e) => e.to_string(),
+        },
     };
     let routes = off_box_routes();
     let no_routes = Outcome {
@@ -302,7 +335,11 @@ fn egress_policy(input: &ProbeInput) -> Check {
         ),
     );
     let control = vec![Outcome {
-        attempt: format!("GET {} from the bridge", bridge::HEALTH_PATH),
+        attempt: format!(
+            "GET {} from the bridge at {}",
+            bridge::HEALTH_PATH,
+            input.proxy
+        ),
         ok: health
             .as_ref()
             .is_ok_and(|r| r.starts_with("HTTP/1.1 200 ")),

@@ -59,7 +59,7 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
             out.push(Protected { path, placeholder });
         }
     };
-    for root in input.write_roots {
+    for root in input.write_roots.iter().filter(|r| r.is_dir()) {
         for name in PROTECTED_NAMES {
             let path = root.join(name);
             let meta = match std::fs::symlink_metadata(&path) {
@@ -85,7 +85,9 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
                 push(&mut out, path, false);
                 continue;
             }
-            if meta.is_file() {
+            if meta.is_dir() && is_placeholder(&path) {
+                push(&mut out, path, true);
+            } else if meta.is_file() {
                 for dir in git_dirs_of_gitfile(&path)? {
                     push_git_dir(&mut out, &mut push, dir, input.allow_git_writes);
                 }
@@ -145,22 +147,82 @@ fn git_dirs_of_gitfile(gitfile: &Path) -> Result<Vec<PathBuf>, WrapperError> {
     Ok(dirs)
 }
 
-/// Creates the placeholders (empty directories) that let a missing path be pinned.
-pub fn create_placeholders(paths: &[Protected]) -> Result<(), WrapperError> {
-    for p in paths.iter().filter(|p| p.placeholder) {
-        std::fs::create_dir(&p.path).map_err(|source| WrapperError::Placeholder {
-            path: p.path.clone(),
-            source,
-        })?;
-    }
-    Ok(())
+/// The file that marks a directory as netbox's placeholder (and nothing else may be in it).
+pub const PLACEHOLDER_MARKER: &str = ".netbox-placeholder";
+
+/// Whether `path` is a placeholder left by netbox (a running or killed run).
+pub fn is_placeholder(path: &Path) -> bool {
+    let Ok(mut entries) = std::fs::read_dir(path) else {
+        return false;
+    };
+    let first = entries.next().and_then(Result::ok).map(|e| e.file_name());
+    first.as_deref() == Some(std::ffi::OsStr::new(PLACEHOLDER_MARKER)) && entries.next().is_none()
 }
 
-/// Removes the placeholders again, if they are still the empty directories we made.
-pub fn remove_placeholders(paths: &[Protected]) {
-    for p in paths.iter().filter(|p| p.placeholder) {
-        // remove_dir refuses a non-empty directory, which is what we want.
-        let _ = std::fs::remove_dir(&p.path);
+/// The placeholders this run holds. Each is an empty directory holding only the marker, with
+/// a shared flock held for the whole run; several runs in one workspace share it. The last
+/// run out (the one that gets the lock exclusively) removes it, so one run can never pull
+/// a placeholder out from under another's read-only mount. A placeholder left by a killed
+/// run is adopted by the next one and removed when that one ends.
+pub struct Placeholders {
+    held: Vec<(PathBuf, nix::fcntl::Flock<std::fs::File>)>,
+}
+
+impl Placeholders {
+    /// Creates (or adopts) and locks every placeholder in `paths`.
+    pub fn hold(paths: &[Protected]) -> Result<Placeholders, WrapperError> {
+        let mut held = Placeholders { held: Vec::new() };
+        for p in paths.iter().filter(|p| p.placeholder) {
+            let lock = hold_one(&p.path).map_err(|source| WrapperError::Placeholder {
+                path: p.path.clone(),
+                source,
+            })?;
+            held.held.push((p.path.clone(), lock));
+        }
+        Ok(held)
+    }
+}
+
+fn hold_one(path: &Path) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    for _ in 0..8 {
+        match std::fs::create_dir(path) {
+            Ok(()) => {
+                std::fs::File::create(path.join(PLACEHOLDER_MARKER))?;
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && is_placeholder(path) => {}
+            Err(e) => return Err(e),
+        }
+        let dir = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(path)?;
+        let lock = nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockShared)
+            .map_err(|(_, errno)| std::io::Error::from(errno))?;
+        // Another run may have removed it between our look and our lock: check that the
+        // path still names the directory we hold.
+        let held = lock.metadata()?;
+        match std::fs::symlink_metadata(path) {
+            Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => return Ok(lock),
+            _ => continue,
+        }
+    }
+    Err(std::io::Error::other("placeholder keeps changing under us"))
+}
+
+impl Drop for Placeholders {
+    fn drop(&mut self) {
+        for (path, lock) in self.held.drain(..) {
+            // Exclusive only if no other run still holds it; then it is ours to remove.
+            if lock
+                .relock(nix::fcntl::FlockArg::LockExclusiveNonblock)
+                .is_ok()
+                && is_placeholder(&path)
+            {
+                let _ = std::fs::remove_file(path.join(PLACEHOLDER_MARKER));
+                let _ = std::fs::remove_dir(&path);
+            }
+        }
     }
 }
 

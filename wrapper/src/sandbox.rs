@@ -112,7 +112,7 @@ fn hold(plan: &ChildPlan, channel: &Channel) -> StepResult<i32> {
 
 /// pid 1 of the sandbox: set up, prove, then run CMD.
 fn run_init(plan: &ChildPlan, channel: &Channel) -> i32 {
-    if let Err((step, detail)) = set_up(plan) {
+    if let Err((step, detail)) = set_up(plan, channel) {
         let _ = channel.send(&SyncMsg::SetupFailed { step, detail }, &[]);
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
@@ -121,13 +121,22 @@ fn run_init(plan: &ChildPlan, channel: &Channel) -> i32 {
     if channel.send(&SyncMsg::Probe(report), &[]).is_err() || !passed {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
+    // The channel's last word is said: close it, so nothing CMD does can speak on it.
+    if crate::sys::fd::close_from_3().is_err() {
+        return crate::error::EXIT_NETBOX_FAILURE.into();
+    }
     init::run(&plan.cmd, &plan.env, &plan.cwd)
 }
 
 /// The setup steps, in order. Each must succeed; there is no weaker fallback.
-fn set_up(plan: &ChildPlan) -> StepResult<()> {
+fn set_up(plan: &ChildPlan, channel: &Channel) -> StepResult<()> {
     // If the holder dies, so does pid 1, and with it everything in the namespace.
     set_pdeathsig(Signal::SIGKILL).map_err(failed("set parent-death signal"))?;
+    // pid 1 outlives nothing of netbox's but its channel: every other inherited fd (the
+    // event log, the host listener, whatever netbox's caller passed) goes now. And it is
+    // not dumpable, so CMD cannot reach into it through /proc/1 or ptrace (same uid).
+    crate::sys::fd::close_from_3_except(channel.raw_fd()).map_err(failed("close fds"))?;
+    nix::sys::prctl::set_dumpable(false).map_err(failed("set non-dumpable"))?;
     // Out of the caller's process group: terminal signals reach netbox, which forwards
     // them once, instead of reaching CMD twice.
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(failed("setpgid"))?;

@@ -210,6 +210,12 @@ impl Run {
         self
     }
 
+    /// Puts the event log somewhere else (it may not lie inside a writable root).
+    pub fn log_at(mut self, path: PathBuf) -> Run {
+        self.log = path;
+        self
+    }
+
     pub fn env(mut self, key: &str, value: impl Into<String>) -> Run {
         self.envs.push((key.into(), value.into()));
         self

@@ -9,9 +9,27 @@ use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
 /// Closes every fd from 3 up.
 pub fn close_from_3() -> io::Result<()> {
-    // SAFETY: close_range takes plain integers and only closes descriptors of this process;
-    // it runs just before exec, when nothing in this process uses fds above 2 any more.
-    let rc = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    close_range(3, u32::MAX)
+}
+
+/// Closes every fd from 3 up except `keep`.
+pub fn close_from_3_except(keep: RawFd) -> io::Result<()> {
+    let keep = u32::try_from(keep).map_err(|_| io::Error::other("negative fd"))?;
+    if keep > 3 {
+        close_range(3, keep - 1)?;
+    }
+    if keep >= 3 {
+        close_range(keep + 1, u32::MAX)
+    } else {
+        close_range(3, u32::MAX)
+    }
+}
+
+fn close_range(first: u32, last: u32) -> io::Result<()> {
+    // SAFETY: close_range takes plain integers and only closes descriptors of this process.
+    // Callers use it where no live Rust object still owns the closed fds: the sandbox's
+    // init before it touches anything but its channel, and CMD's child just before exec.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -40,4 +58,12 @@ pub fn recv_with_fds(socket: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usiz
         }
     }
     Ok((msg.bytes, fds))
+}
+
+/// Registers an owned fd with the tokio reactor, for readability.
+pub fn register_readable(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: an OwnedFd is open for as long as it lives, it moves into the AsyncFd (which
+    // then owns it until drop), and its as_raw_fd always returns that same descriptor.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
 }

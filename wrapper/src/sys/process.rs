@@ -28,3 +28,55 @@ pub fn exit_child(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no Rust-managed state.
     unsafe { libc::_exit(code) }
 }
+
+/// A pidfd for a child (pidfd_open(2), Linux ≥ 5.3): readable once the child has exited, so
+/// an async runtime can wait for it without a thread blocked in waitpid.
+pub fn pidfd_open(pid: nix::unistd::Pid) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags by value and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(|_| io::Error::other("pidfd_open returned a bad fd"))?;
+    // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sets every catchable signal, real-time ones included, back to its default action, as a
+/// fresh process has it (an ignored disposition survives exec). Uses the raw syscall:
+/// glibc's wrappers refuse the two real-time signals it reserves for itself, and those can
+/// be inherited as ignored too.
+pub fn reset_signal_dispositions() {
+    /// The kernel's `struct sigaction` on x86_64 and aarch64 (handler, flags, restorer, mask).
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let default = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for signum in 1..=64 {
+        if signum == libc::SIGKILL || signum == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: `default` is a valid kernel sigaction that outlives the call, its size
+        // (8 bytes of mask) is what the kernel expects, and no old action is read back.
+        // Installing SIG_DFL runs no handler code; an invalid number only gets EINVAL.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signum,
+                &default as *const KernelSigaction,
+                std::ptr::null_mut::<KernelSigaction>(),
+                8usize,
+            );
+        }
+    }
+}

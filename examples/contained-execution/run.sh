@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The contained-execution walkthrough: build netbox, make a scratch git repository in
+# /tmp/sandbox_demo, run its build step inside netbox (the fingerprint comes back), then
+# try the three boundaries: a write to $HOME, a write to .git/config, and a connection to a
+# host that is not allowed. Each prints the error the command saw, verbatim, and the
+# event-log line netbox wrote. Everything stays on this machine.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../.."
+
+for tool in cargo git curl; do
+    command -v "$tool" >/dev/null || { echo "run.sh: '$tool' is missing (Debian: apt-get install git curl; Rust: rustup)" >&2; exit 1; }
+done
+echo "== building netbox (release)"
+cargo build --release --quiet --bin netbox
+netbox=$PWD/target/release/netbox
+
+demo=/tmp/sandbox_demo
+log=/tmp/sandbox_demo.events.jsonl
+rm -rf "$demo" "$log"
+mkdir -p "$demo"
+cp "$here/build_info.sh" "$demo/"
+cd "$demo"
+git init -q
+git -c user.email=demo@sandbox.test -c user.name=demo add build_info.sh
+git -c user.email=demo@sandbox.test -c user.name=demo commit -qm "scratch project"
+
+show_log() { grep -F "$1" "$log" | tail -n 1; }
+
+echo
+echo "== 1. the build step, inside netbox"
+echo "\$ netbox --log $log -- ./build_info.sh"
+"$netbox" --log "$log" -- ./build_info.sh
+echo "-- event log: the live probe that ran before it"
+show_log '"type":"probe"' | cut -c1-240; echo "   ..."
+
+echo
+echo "== 2. boundary: write to \$HOME"
+echo "\$ netbox -- bash -c 'echo pwned > \$HOME/sandbox_escape_probe.txt'"
+set +e
+"$netbox" --quiet --log "$log" -- bash -c 'echo pwned > $HOME/sandbox_escape_probe.txt'
+echo "exit status: $?"
+set -e
+[ -e "$HOME/sandbox_escape_probe.txt" ] && echo "!! file was created" || echo "no file created in $HOME"
+echo "-- event log: the probe's proof of this control"
+show_log '"type":"probe"' | grep -o '{"name":"read-only root[^]]*][^]]*]' | head -c 400; echo
+
+echo
+echo "== 3. boundary: write to .git/config"
+echo "\$ netbox -- bash -c 'echo hacked > .git/config'"
+before=$(sha256sum .git/config)
+set +e
+"$netbox" --quiet --log "$log" -- bash -c 'echo hacked > .git/config'
+echo "exit status: $?"
+set -e
+[ "$before" = "$(sha256sum .git/config)" ] && echo ".git/config unchanged"
+echo "-- event log: the probe's proof of this control"
+show_log '"type":"probe"' | grep -o '{"name":"protected paths[^]]*]' | head -c 400; echo
+
+echo
+echo "== 4. boundary: a host that is not allowed"
+echo "\$ netbox -- curl -sS --max-time 8 https://blocked.test"
+set +e
+"$netbox" --log "$log" -- curl -sS --max-time 8 https://blocked.test
+echo "exit status: $?"
+set -e
+echo "-- event log"
+show_log '"host":"blocked.test"'
+
+echo
+echo "The whole event log is in $log (one JSON object per line)."

@@ -1,0 +1,165 @@
+//! Regressions for escapes and failures an independent review of the sandbox found
+//! (issue 3), each with the control that shows the test can tell the difference.
+
+use std::time::Duration;
+
+use crate::support::{netbox_bin, stderr, stdout, Run, TestDir};
+
+fn git_init(dir: &std::path::Path) {
+    let out = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir)
+        .output()
+        .expect("git is needed for these tests");
+    assert!(out.status.success());
+}
+
+#[test]
+fn pid_1_holds_no_fd_cmd_could_borrow() {
+    let dir = TestDir::new("pid1fds");
+    let run = Run::new(&dir);
+    let out = run.sh(
+        "ls /proc/1/fd 2>&1 | head -3; for fd in 3 4 5 6 7 8; do echo FORGED >> /proc/1/fd/$fd 2>/dev/null && echo WROTE$fd; done; \
+         cat /proc/1/environ >/dev/null 2>&1 && echo READ_ENVIRON; echo done",
+    );
+    let said = stdout(&out);
+    assert!(said.ends_with("done\n"), "{said} {}", stderr(&out));
+    assert!(!said.contains("WROTE"), "{said}");
+    assert!(!said.contains("READ_ENVIRON"), "{said}");
+    // The event log is intact: the probe record is there and nothing was forged into it.
+    let log = std::fs::read_to_string(&run.log).unwrap();
+    assert!(log.contains("\"type\":\"probe\""));
+    assert!(!log.contains("FORGED"));
+    // Control: CMD's own /proc entries are readable.
+    let out = run.sh("ls /proc/self/fd >/dev/null && echo ok");
+    assert_eq!(stdout(&out), "ok\n");
+}
+
+#[test]
+fn nested_and_shared_roots_keep_git_protected() {
+    // --tmp host with the workspace under /tmp: /tmp is writable, .git must stay pinned.
+    let dir = TestDir::new("tmphost");
+    let logs = TestDir::outside_tmp("tmphost-log");
+    let run = Run::new(&dir)
+        .log_at(logs.join("events.jsonl"))
+        .arg("--tmp")
+        .arg("host");
+    git_init(&run.workspace);
+    let out =
+        run.sh("echo pwned >> .git/config; echo x > .git/hooks/pre-commit; echo ok > plain.txt");
+    assert!(!std::fs::read_to_string(run.workspace.join(".git/config"))
+        .unwrap()
+        .contains("pwned"));
+    assert!(!run.workspace.join(".git/hooks/pre-commit").exists());
+    assert!(run.workspace.join("plain.txt").exists(), "{}", stderr(&out));
+
+    // --write of the workspace's parent: the same.
+    let dir = TestDir::new("parentroot");
+    let logs = TestDir::outside_tmp("parentroot-log");
+    let run = Run::new(&dir)
+        .log_at(logs.join("events.jsonl"))
+        .arg("--write")
+        .arg(dir.path.display().to_string());
+    git_init(&run.workspace);
+    run.sh("echo pwned >> .git/config");
+    assert!(!std::fs::read_to_string(run.workspace.join(".git/config"))
+        .unwrap()
+        .contains("pwned"));
+    // Control: the parent really is writable.
+    let out = run.sh("echo ok > ../beside.txt && echo wrote");
+    assert_eq!(stdout(&out), "wrote\n", "{}", stderr(&out));
+}
+
+#[test]
+fn concurrent_runs_share_the_git_placeholder() {
+    let dir = TestDir::new("concurrent");
+    let run = Run::new(&dir).arg("--quiet");
+    // Run A holds a placeholder .git for 2 s; run B starts inside that window and tries to
+    // create a repository with a hook after A has ended.
+    let mut first = run.command("sleep 2").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let second = run.command(
+        "sleep 3; git init -q . 2>/dev/null; mkdir -p .git/hooks 2>/dev/null; \
+         echo 'echo owned' > .git/hooks/pre-commit 2>/dev/null && echo PLANTED; echo done",
+    );
+    let out = {
+        let mut second = second;
+        second.output().unwrap()
+    };
+    assert!(first.wait().unwrap().success());
+    assert_eq!(stdout(&out), "done\n", "{}", stderr(&out));
+    assert!(!run.workspace.join(".git/hooks/pre-commit").exists());
+    // The last run out removed the placeholder.
+    assert!(!run.workspace.join(".git").exists());
+}
+
+#[test]
+fn stale_placeholder_is_adopted_and_removed() {
+    let dir = TestDir::new("stale");
+    let run = Run::new(&dir).arg("--quiet");
+    // What a run killed with SIGKILL leaves behind.
+    std::fs::create_dir(run.workspace.join(".git")).unwrap();
+    std::fs::write(run.workspace.join(".git/.netbox-placeholder"), "").unwrap();
+    let out = run.sh("echo x > .git/HEAD 2>/dev/null && echo WROTE; echo done");
+    assert_eq!(stdout(&out), "done\n", "{}", stderr(&out));
+    assert!(!run.workspace.join(".git").exists());
+}
+
+#[test]
+fn host_device_nodes_cannot_be_changed() {
+    let dir = TestDir::new("devices");
+    let run = Run::new(&dir);
+    let out = run.sh(
+        "chmod 600 /dev/null 2>/dev/null && echo CHMOD; touch -d 2001-01-01 /dev/full 2>/dev/null && echo TOUCH; \
+         echo fine > /dev/null && head -c 4 /dev/zero | wc -c",
+    );
+    assert_eq!(stdout(&out), "4\n", "{}", stderr(&out));
+}
+
+#[test]
+fn cmd_starts_with_default_signal_dispositions() {
+    let dir = TestDir::new("sigpipe");
+    let run = Run::new(&dir);
+    let out =
+        run.sh("yes | head -1 >/dev/null; echo ${PIPESTATUS[0]}; grep SigIgn /proc/self/status");
+    let said = stdout(&out);
+    assert!(said.starts_with("141\n"), "{said}");
+    assert!(said.contains("SigIgn:\t0000000000000000"), "{said}");
+}
+
+#[test]
+fn leftovers_cannot_make_later_probes_fail() {
+    let dir = TestDir::new("leftover");
+    let run = Run::new(&dir).arg("--quiet");
+    // Names a fixed-name probe would have used.
+    let out =
+        run.sh("for i in 1 2 3; do mkdir .netbox-probe-$i; done; mkdir $TMPDIR/.netbox-probe-1");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run.sh("echo still runs");
+    assert_eq!(stdout(&out), "still runs\n", "{}", stderr(&out));
+}
+
+#[test]
+fn a_file_can_be_a_writable_root_and_the_log_cannot_be_inside_one() {
+    let dir = TestDir::new("fileroot");
+    let notes = dir.write("notes.txt", "");
+    let run = Run::new(&dir)
+        .arg("--write")
+        .arg(notes.display().to_string());
+    let out = run.sh(&format!("echo line >> {}", notes.display()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "line\n");
+
+    let ws = dir.join("ws");
+    let out = std::process::Command::new(netbox_bin())
+        .args(["--log", "events.jsonl", "--", "true"])
+        .current_dir(&ws)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr(&out).contains("is inside the writable root"),
+        "{}",
+        stderr(&out)
+    );
+}

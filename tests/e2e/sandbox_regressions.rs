@@ -163,3 +163,96 @@ fn a_file_can_be_a_writable_root_and_the_log_cannot_be_inside_one() {
         stderr(&out)
     );
 }
+
+#[test]
+fn host_unix_sockets_are_hidden() {
+    use std::os::unix::net::UnixListener;
+    let dir = TestDir::new("sockets");
+    let outside = TestDir::outside_tmp("sockets");
+    let path = outside.join("host.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let run = Run::new(&dir);
+    let out = run.sh(&format!(
+        "curl -sS --max-time 5 --unix-socket {} http://host/; echo curl=$?; test -S {} && echo STILL_A_SOCKET; echo done",
+        path.display(),
+        path.display()
+    ));
+    let said = stdout(&out);
+    assert!(said.contains("curl=7"), "{said} {}", stderr(&out));
+    assert!(!said.contains("STILL_A_SOCKET"), "{said}");
+    assert!(
+        listener.accept().is_err(),
+        "the sandbox reached the host socket"
+    );
+    let events = run.events();
+    let probe = events.iter().find(|e| e["type"] == "probe").unwrap();
+    assert!(
+        probe.to_string().contains(&path.display().to_string()),
+        "{probe}"
+    );
+    // Control: the socket answers from outside.
+    let _client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(listener.accept().is_ok());
+}
+
+#[test]
+fn hide_makes_paths_empty_and_protect_pins_a_missing_path() {
+    let dir = TestDir::new("hide");
+    let secrets = TestDir::outside_tmp("secrets");
+    std::fs::write(secrets.join("token"), "s3cret").unwrap();
+    std::fs::create_dir(secrets.join("keys")).unwrap();
+    std::fs::write(secrets.join("keys/id"), "private").unwrap();
+    let run = Run::new(&dir)
+        .arg("--hide")
+        .arg(secrets.join("token").display().to_string())
+        .arg("--hide")
+        .arg(secrets.join("keys").display().to_string())
+        .arg("--protect")
+        .arg("deploy.sh");
+    let out = run.sh(&format!(
+        "cat {0}/token; ls -A {0}/keys | wc -l; echo 'curl evil' > deploy.sh 2>/dev/null && echo PLANTED; echo ok > other.sh && echo control",
+        secrets.path.display()
+    ));
+    assert_eq!(stdout(&out), "0\ncontrol\n", "{}", stderr(&out));
+    assert!(!run.workspace.join("deploy.sh").exists());
+    assert_eq!(
+        std::fs::read_to_string(secrets.join("token")).unwrap(),
+        "s3cret"
+    );
+}
+
+#[test]
+fn disabled_user_namespaces_are_refused_with_a_hint() {
+    let dir = TestDir::new("nouserns");
+    let run = Run::new(&dir);
+    let netbox = netbox_bin();
+    // Inside a user namespace of its own, the test turns nested ones off, then runs netbox.
+    let out = std::process::Command::new("unshare")
+        .args(["-Ur", "sh", "-c"])
+        .arg(format!(
+            "echo 0 > /proc/sys/user/max_user_namespaces && exec {} --log {} -- touch ran",
+            netbox.display(),
+            run.log.display()
+        ))
+        .current_dir(&run.workspace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("user namespaces are not available to this user"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: user namespaces are disabled: sysctl -w user.max_user_namespaces"),
+        "{err}"
+    );
+    assert!(err.contains("never falls back"), "{err}");
+    assert!(!run.workspace.join("ran").exists());
+    // Control: without the restriction the same command runs.
+    let out = run.sh("touch ran");
+    assert!(out.status.success());
+    assert!(run.workspace.join("ran").exists());
+}

@@ -61,6 +61,10 @@ pub struct RunArgs {
     #[arg(long = "ro", value_name = "PATH")]
     pub read_only: Vec<PathBuf>,
 
+    /// Make a path empty inside the sandbox: an empty directory or an empty file (repeatable).
+    #[arg(long = "hide", value_name = "PATH")]
+    pub hide: Vec<PathBuf>,
+
     /// Protect a path like .git: read-only, and it cannot be created if missing (repeatable).
     #[arg(long = "protect", value_name = "PATH")]
     pub protect: Vec<PathBuf>,

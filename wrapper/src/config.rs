@@ -23,6 +23,7 @@ pub struct SandboxConfig {
     pub requested_roots: Vec<PathBuf>,
     pub tmp: TmpMode,
     pub read_only: Vec<PathBuf>,
+    pub hide: Vec<PathBuf>,
     pub protect: Vec<PathBuf>,
     pub allow_git_writes: bool,
     pub policy: Policy,
@@ -72,10 +73,16 @@ impl SandboxConfig {
             .iter()
             .map(|p| existing(p, "--ro path"))
             .collect::<Result<_, _>>()?;
+        let hide = args
+            .hide
+            .iter()
+            .map(|p| existing(p, "--hide path"))
+            .collect::<Result<_, _>>()?;
+        // A protected path may not exist yet: then it gets a placeholder, like .git.
         let protect = args
             .protect
             .iter()
-            .map(|p| existing(p, "--protect path"))
+            .map(|p| existing_or_in_existing_dir(p, "--protect path"))
             .collect::<Result<_, _>>()?;
         let policy = crate::bridge_cmd::load_policy(&args.allowlist, &args.allow, &args.deny)?;
         let session_id = crate::bridge_cmd::new_session_id();
@@ -92,6 +99,7 @@ impl SandboxConfig {
             requested_roots,
             tmp: args.tmp,
             read_only,
+            hide,
             protect,
             allow_git_writes: args.allow_git_writes,
             policy,
@@ -110,6 +118,21 @@ fn existing(path: &Path, what: &'static str) -> Result<PathBuf, WrapperError> {
         what,
         source,
     })
+}
+
+/// The canonical path of something that may not exist yet, in a directory that does.
+fn existing_or_in_existing_dir(path: &Path, what: &'static str) -> Result<PathBuf, WrapperError> {
+    if let Ok(found) = std::fs::canonicalize(path) {
+        return Ok(found);
+    }
+    let name = path.file_name().ok_or_else(|| {
+        WrapperError::Usage(format!("{what} {} has no file name", path.display()))
+    })?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Ok(existing(parent, what)?.join(name))
 }
 
 /// Drops roots that lie inside another root: the outer bind already covers them, and a

@@ -46,7 +46,11 @@ pub enum WrapperError {
         hint: String,
     },
     #[error("sandbox setup failed at {step}: {detail}")]
-    Setup { step: String, detail: String },
+    Setup {
+        step: String,
+        detail: String,
+        hint: Option<String>,
+    },
     #[error("live probe failed: {0}")]
     ProbeFailed(String),
     #[error("cannot start the sandbox")]
@@ -90,6 +94,7 @@ impl WrapperError {
                 Some("see allowlists/README.md for the file format".into())
             }
             WrapperError::UsernsUnavailable { hint, .. } => Some(hint.clone()),
+            WrapperError::Setup { hint, .. } => hint.clone(),
             WrapperError::ProtectedSymlink { .. } => Some(
                 "replace the symlink with the file, or choose a workspace that does not contain it"
                     .into(),

@@ -27,7 +27,12 @@ pub enum SyncMsg {
     /// The live probe ran; CMD starts only if it passed.
     Probe(ProbeReport),
     /// A setup step failed; CMD will not run.
-    SetupFailed { step: String, detail: String },
+    SetupFailed {
+        step: String,
+        detail: String,
+        /// How to fix it, when known (user namespaces disabled, say).
+        hint: Option<String>,
+    },
 }
 
 /// One end of the channel.

@@ -5,7 +5,8 @@
 //!
 //! Modules, in the order a run uses them:
 //! - `cli`: argument parsing (clap derive); `config`: the validated run configuration
-//! - `protect`: which paths stay read-only; `mounts`: the mount plan and its syscalls
+//! - `protect`: which paths stay read-only; `hostsockets`: host Unix sockets to hide;
+//!   `mounts`: the mount plan and its syscalls
 //! - `env`: CMD's environment (proxy settings)
 //! - `run`: netbox's side of a run: fork, bridge, probe log, signals, exit status
 //! - `sandbox`: the sandbox's side, in order: `namespaces`, `mounts`, `caps`, `probe`, `init`
@@ -24,6 +25,7 @@ mod config;
 mod env;
 mod error;
 mod handshake;
+mod hostsockets;
 mod init;
 mod mounts;
 mod namespaces;

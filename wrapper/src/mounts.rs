@@ -53,6 +53,11 @@ pub enum MountOp {
     Writable { source: usize, target: PathBuf },
     /// Bind `target` over itself and make it read-only, recursively.
     ReadOnly { target: PathBuf },
+    /// Cover a directory with an empty read-only tmpfs.
+    HideDir { target: PathBuf },
+    /// Cover a file (or a socket) with a read-only `/dev/null`: reads are empty, writes
+    /// fail, and a socket there can no longer be connected to.
+    HideFile { target: PathBuf },
 }
 
 /// Everything the mount step does, computed before fork.
@@ -63,15 +68,26 @@ pub struct MountPlan {
     pub ops: Vec<MountOp>,
 }
 
-/// Lays out the plan: temp root, writable roots, then protections on top. `is_dir` says
-/// which roots are directories (the one filesystem fact the plan needs).
-pub fn plan(
-    write_roots: &[PathBuf],
-    tmp: TmpMode,
-    protected: &[Protected],
-    read_only: &[PathBuf],
-    is_dir: impl Fn(&Path) -> bool,
-) -> MountPlan {
+/// What the sandbox's filesystem must look like, beyond the fixed parts.
+pub struct Layout<'a> {
+    pub write_roots: &'a [PathBuf],
+    pub tmp: TmpMode,
+    pub protected: &'a [Protected],
+    pub read_only: &'a [PathBuf],
+    /// Paths to make empty (`--hide`, host Unix sockets).
+    pub hidden: &'a [PathBuf],
+}
+
+/// Lays out the plan: temp root, writable roots, then protections and hidden paths on top.
+/// `is_dir` says which paths are directories (the one filesystem fact the plan needs).
+pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
+    let Layout {
+        write_roots,
+        tmp,
+        protected,
+        read_only,
+        hidden,
+    } = *layout;
     let tmp_dir = Path::new("/tmp");
     let mut plan = MountPlan {
         sources: Vec::new(),
@@ -103,6 +119,14 @@ pub fn plan(
     for target in protected.iter().map(|p| &p.path).chain(read_only) {
         plan.ops.push(MountOp::ReadOnly {
             target: target.clone(),
+        });
+    }
+    for target in hidden {
+        let target = target.clone();
+        plan.ops.push(if is_dir(&target) {
+            MountOp::HideDir { target }
+        } else {
+            MountOp::HideFile { target }
         });
     }
     plan
@@ -264,6 +288,29 @@ fn apply_op(op: &MountOp, sources: &[OwnedFd]) -> Result<()> {
                 set_attributes(&path, Depth::Recursive, libc::MOUNT_ATTR_RDONLY, 0),
             )
         }
+        MountOp::HideDir { target } => hide_dir(target),
+        MountOp::HideFile { target } => {
+            let path = in_root(target);
+            step(
+                || format!("hide {}", target.display()),
+                mount(
+                    Some(Path::new("/dev/null")),
+                    &path,
+                    none,
+                    MsFlags::MS_BIND,
+                    none,
+                ),
+            )?;
+            step(
+                || format!("make {} read-only", target.display()),
+                set_attributes(
+                    &path,
+                    Depth::One,
+                    libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOEXEC,
+                    0,
+                ),
+            )
+        }
     }
 }
 
@@ -409,9 +456,16 @@ mod tests {
             path: p("/tmp/demo/.git"),
             placeholder: false,
         }];
-        let plan = plan(&[p("/tmp/demo")], TmpMode::Private, &protected, &[], |_| {
-            true
-        });
+        let plan = plan(
+            &Layout {
+                write_roots: &[p("/tmp/demo")],
+                tmp: TmpMode::Private,
+                protected: &protected,
+                read_only: &[],
+                hidden: &[],
+            },
+            |_| true,
+        );
         assert_eq!(plan.sources, vec![p("/tmp/demo")]);
         assert_eq!(
             plan.ops,
@@ -433,9 +487,16 @@ mod tests {
 
     #[test]
     fn a_file_root_under_private_tmp_gets_a_file_mountpoint() {
-        let plan = plan(&[p("/tmp/notes.txt")], TmpMode::Private, &[], &[], |_| {
-            false
-        });
+        let plan = plan(
+            &Layout {
+                write_roots: &[p("/tmp/notes.txt")],
+                tmp: TmpMode::Private,
+                protected: &[],
+                read_only: &[],
+                hidden: &[],
+            },
+            |_| false,
+        );
         assert_eq!(
             plan.ops[1],
             MountOp::MakeFile {
@@ -451,11 +512,14 @@ mod tests {
             placeholder: true,
         }];
         let plan = plan(
-            &[p("/home/u/ws"), p("/tmp")],
-            TmpMode::Host,
-            &protected,
-            &[p("/home/u/ws/secret")],
-            |_| true,
+            &Layout {
+                write_roots: &[p("/home/u/ws"), p("/tmp")],
+                tmp: TmpMode::Host,
+                protected: &protected,
+                read_only: &[p("/home/u/ws/secret")],
+                hidden: &[p("/srv/agent.sock")],
+            },
+            |path| !path.ends_with("agent.sock"),
         );
         assert_eq!(plan.sources, vec![p("/tmp"), p("/home/u/ws")]);
         assert_eq!(
@@ -474,6 +538,9 @@ mod tests {
                 },
                 MountOp::ReadOnly {
                     target: p("/home/u/ws/secret")
+                },
+                MountOp::HideFile {
+                    target: p("/srv/agent.sock")
                 },
             ]
         );

@@ -67,6 +67,8 @@ pub struct ProbeInput {
     /// A path outside every write root where a create must fail.
     pub outside: Vec<PathBuf>,
     pub protected: Vec<PathBuf>,
+    /// Host socket files that were visible and are now covered.
+    pub host_sockets: Vec<PathBuf>,
     pub proxy: SocketAddr,
     /// A listener the parent bound on host loopback before the sandbox existed.
     pub host_listener: SocketAddr,
@@ -82,6 +84,7 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
         read_only_root(input),
         protected_paths(input),
         network_namespace(input),
+        host_sockets(input),
         egress_policy(input),
         privileges(),
     ];
@@ -314,6 +317,45 @@ fn off_box_routes() -> std::io::Result<Vec<String>> {
         }
     }
     Ok(found)
+}
+
+fn host_sockets(input: &ProbeInput) -> Check {
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let mut forbidden: Vec<Outcome> = input
+        .host_sockets
+        .iter()
+        .map(|path| {
+            refused(
+                format!("connect to host socket {}", path.display()),
+                UnixStream::connect(path).map(drop),
+                &[libc::ECONNREFUSED],
+            )
+        })
+        .collect();
+    // Abstract sockets belong to the network namespace: the host's are out of reach.
+    forbidden.push(refused(
+        "connect to the host's abstract socket @/org/freedesktop/systemd1/private".into(),
+        connect_abstract(b"/org/freedesktop/systemd1/private"),
+        &[libc::ECONNREFUSED],
+    ));
+    // Control: a socket of the sandbox's own, in its temp root, works.
+    let own = input.temp_dir.join(format!("{}.sock", probe_name()));
+    let control = vec![succeeded(
+        format!("connect to a socket of our own at {}", own.display()),
+        UnixListener::bind(&own).and_then(|listener| {
+            let connected = UnixStream::connect(&own).map(drop);
+            drop(listener);
+            let _ = std::fs::remove_file(&own);
+            connected
+        }),
+    )];
+    check("host unix sockets", forbidden, control)
+}
+
+fn connect_abstract(name: &[u8]) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+    std::os::unix::net::UnixStream::connect_addr(&addr).map(drop)
 }
 
 fn egress_policy(input: &ProbeInput) -> Check {

@@ -98,7 +98,8 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
         }
     }
     for path in input.extra {
-        push(&mut out, path.clone(), false);
+        let missing = std::fs::symlink_metadata(path).is_err();
+        push(&mut out, path.clone(), missing || is_placeholder(path));
     }
     Ok(out)
 }
@@ -114,7 +115,8 @@ fn push_git_dir(
         push(out, dir, false);
         return;
     }
-    for part in ["hooks", "config"] {
+    // commondir would redirect git to another directory's config and hooks.
+    for part in ["hooks", "config", "commondir"] {
         let path = dir.join(part);
         if path.exists() {
             push(out, path, false);

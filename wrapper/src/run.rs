@@ -22,7 +22,7 @@ use crate::protect::{self, ProtectInput, Protected};
 use crate::sandbox::{self, ChildPlan, PROXY_PORT};
 use crate::sys::process::{exit_child, fork, Forked};
 use crate::testhooks::Breakage;
-use crate::{env, init, mounts};
+use crate::{env, hostsockets, init, mounts};
 
 /// Names the probe tries through the bridge; the first the policy denies is used.
 const CANARIES: &[&str] = &[
@@ -120,11 +120,20 @@ fn child_plan(
     host_listener: SocketAddr,
     canary: &str,
 ) -> Result<ChildPlan, WrapperError> {
+    let mut hidden_dirs = vec![Path::new("/run")];
+    if config.tmp == crate::cli::TmpMode::Private {
+        hidden_dirs.push(Path::new("/tmp"));
+    }
+    let sockets = hostsockets::visible_host_sockets(&hidden_dirs);
+    let hidden: Vec<PathBuf> = config.hide.iter().chain(&sockets).cloned().collect();
     let mounts = mounts::plan(
-        &config.write_roots,
-        config.tmp,
-        protected,
-        &config.read_only,
+        &mounts::Layout {
+            write_roots: &config.write_roots,
+            tmp: config.tmp,
+            protected,
+            read_only: &config.read_only,
+            hidden: &hidden,
+        },
         Path::is_dir,
     );
     let mut outside = vec![PathBuf::from("/")];
@@ -156,6 +165,7 @@ fn child_plan(
                 .map(|p| p.path.clone())
                 .chain(config.read_only.iter().cloned())
                 .collect(),
+            host_sockets: sockets,
             proxy: SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)),
             host_listener,
             canary: canary.to_owned(),
@@ -184,10 +194,6 @@ fn startup_line(config: &SandboxConfig) -> String {
         config.policy.allow_count(),
         config.log_path.display()
     )
-}
-
-fn setup_error(step: String, detail: String) -> WrapperError {
-    WrapperError::Setup { step, detail }
 }
 
 fn check_host_listener_answers(listener: &TcpListener) -> Result<(), WrapperError> {
@@ -234,9 +240,9 @@ async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
 
     let listener_fds = match channel.recv().await {
         Ok(Some((SyncMsg::Listeners { .. }, fds))) if !fds.is_empty() => fds,
-        Ok(Some((SyncMsg::SetupFailed { step, detail }, _))) => {
+        Ok(Some((SyncMsg::SetupFailed { step, detail, hint }, _))) => {
             let _ = waitpid(holder, None);
-            return Err(setup_error(step, detail));
+            return Err(WrapperError::Setup { step, detail, hint });
         }
         other => {
             let _ = waitpid(holder, None);
@@ -372,8 +378,9 @@ impl RunState<'_> {
                     None => self.log.set_stderr(self.stderr),
                 }
             }
-            SyncMsg::SetupFailed { step, detail } => {
-                self.failure.get_or_insert(setup_error(step, detail));
+            SyncMsg::SetupFailed { step, detail, hint } => {
+                self.failure
+                    .get_or_insert(WrapperError::Setup { step, detail, hint });
             }
             SyncMsg::Probe(_) | SyncMsg::Listeners { .. } => {
                 self.failure.get_or_insert(WrapperError::Handshake(

@@ -47,7 +47,8 @@ pub fn run_holder(plan: &ChildPlan, channel: &Channel) -> i32 {
     match hold(plan, channel) {
         Ok(code) => code,
         Err((step, detail)) => {
-            let _ = channel.send(&SyncMsg::SetupFailed { step, detail }, &[]);
+            let hint = None;
+            let _ = channel.send(&SyncMsg::SetupFailed { step, detail, hint }, &[]);
             crate::error::EXIT_NETBOX_FAILURE.into()
         }
     }
@@ -67,8 +68,17 @@ fn hold(plan: &ChildPlan, channel: &Channel) -> StepResult<i32> {
     }
     // Signals meant for CMD reach it through netbox and init; the holder only waits.
     init::block_signals().map_err(failed("block signals"))?;
-    namespaces::unshare_all().map_err(|e| ("unshare".to_owned(), chain(&e)))?;
-    namespaces::map_ids(plan.uid, plan.gid).map_err(|e| ("map ids".to_owned(), chain(&e)))?;
+    if let Err(e) = namespaces::unshare_all().and_then(|()| namespaces::map_ids(plan.uid, plan.gid))
+    {
+        // Sent here, with the hint, rather than as a plain step failure.
+        let msg = SyncMsg::SetupFailed {
+            step: "user namespace".into(),
+            detail: chain(&e),
+            hint: e.hint(),
+        };
+        let _ = channel.send(&msg, &[]);
+        return Ok(crate::error::EXIT_NETBOX_FAILURE.into());
+    }
     nix::unistd::sethostname("netbox").map_err(failed("set hostname"))?;
     crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
 
@@ -113,7 +123,8 @@ fn hold(plan: &ChildPlan, channel: &Channel) -> StepResult<i32> {
 /// pid 1 of the sandbox: set up, prove, then run CMD.
 fn run_init(plan: &ChildPlan, channel: &Channel) -> i32 {
     if let Err((step, detail)) = set_up(plan, channel) {
-        let _ = channel.send(&SyncMsg::SetupFailed { step, detail }, &[]);
+        let hint = None;
+        let _ = channel.send(&SyncMsg::SetupFailed { step, detail, hint }, &[]);
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
     let report = probe::run(&plan.probe);

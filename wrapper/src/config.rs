@@ -57,6 +57,9 @@ impl SandboxConfig {
         for path in &args.write {
             write_roots.push(existing(path, "--write path")?);
         }
+        // Protected names (and their placeholders) belong to the roots the user named, not
+        // to a shared host /tmp.
+        let requested_roots = write_roots.clone();
         if args.tmp == TmpMode::Host {
             write_roots.push(existing(Path::new("/tmp"), "/tmp")?);
         }
@@ -66,7 +69,6 @@ impl SandboxConfig {
                     .into(),
             ));
         }
-        let requested_roots = write_roots.clone();
         let write_roots = outermost(write_roots);
         let read_only = args
             .read_only

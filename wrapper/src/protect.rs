@@ -5,8 +5,9 @@
 //! over `.git` makes writes, unlinks and chmods inside it EROFS, renaming or removing the
 //! mountpoint EBUSY, hard links across it EXDEV, and writes through symlinks or
 //! `/proc/self/root` EROFS. What mounts cannot do on their own, handled here:
-//! - a missing `.git` could be created by CMD (`git init`, then hooks): netbox creates an
-//!   empty placeholder directory first and pins it read-only, and removes it after the run;
+//! - a missing protected path could be created by CMD (`git init` and a hook, a new
+//!   `.envrc`): netbox creates an empty placeholder directory first, pins it read-only,
+//!   and removes it after the run;
 //! - `.git` may be a `gitdir:` file (worktrees, submodules): the real git dir and its
 //!   common dir are protected too when they lie inside a writable root;
 //! - a protected path that is a symlink cannot be pinned (mounts follow symlinks, and the
@@ -65,9 +66,8 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
             let meta = match std::fs::symlink_metadata(&path) {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == ErrorKind::NotFound => {
-                    if *name == ".git" {
-                        push(&mut out, path, true);
-                    }
+                    // Missing: CMD must not be able to create it either.
+                    push(&mut out, path, true);
                     continue;
                 }
                 Err(source) => {
@@ -81,12 +81,10 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
             if meta.file_type().is_symlink() {
                 return Err(WrapperError::ProtectedSymlink { path });
             }
-            if *name != ".git" {
-                push(&mut out, path, false);
-                continue;
-            }
             if meta.is_dir() && is_placeholder(&path) {
                 push(&mut out, path, true);
+            } else if *name != ".git" {
+                push(&mut out, path, false);
             } else if meta.is_file() {
                 for dir in git_dirs_of_gitfile(&path)? {
                     push_git_dir(&mut out, &mut push, dir, input.allow_git_writes);
@@ -149,20 +147,17 @@ fn git_dirs_of_gitfile(gitfile: &Path) -> Result<Vec<PathBuf>, WrapperError> {
     Ok(dirs)
 }
 
-/// The file that marks a directory as netbox's placeholder (and nothing else may be in it).
-pub const PLACEHOLDER_MARKER: &str = ".netbox-placeholder";
-
-/// Whether `path` is a placeholder left by netbox (a running or killed run).
+/// Whether `path` is a placeholder (ours, or one a killed run left): an empty directory.
+/// Nothing else plausibly sits empty at a protected name (an empty `.git` is no repository,
+/// an empty directory named `.bashrc` no start-up file), and git does not track empty
+/// directories, so a placeholder can never slip into a commit.
 pub fn is_placeholder(path: &Path) -> bool {
-    let Ok(mut entries) = std::fs::read_dir(path) else {
-        return false;
-    };
-    let first = entries.next().and_then(Result::ok).map(|e| e.file_name());
-    first.as_deref() == Some(std::ffi::OsStr::new(PLACEHOLDER_MARKER)) && entries.next().is_none()
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+        && std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
 }
 
-/// The placeholders this run holds. Each is an empty directory holding only the marker, with
-/// a shared flock held for the whole run; several runs in one workspace share it. The last
+/// The placeholders this run holds. Each is an empty directory, with a shared flock held
+/// for the whole run; several runs in one workspace share it. The last
 /// run out (the one that gets the lock exclusively) removes it, so one run can never pull
 /// a placeholder out from under another's read-only mount. A placeholder left by a killed
 /// run is adopted by the next one and removed when that one ends.
@@ -189,9 +184,7 @@ fn hold_one(path: &Path) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     for _ in 0..8 {
         match std::fs::create_dir(path) {
-            Ok(()) => {
-                std::fs::File::create(path.join(PLACEHOLDER_MARKER))?;
-            }
+            Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists && is_placeholder(path) => {}
             Err(e) => return Err(e),
         }
@@ -221,7 +214,6 @@ impl Drop for Placeholders {
                 .is_ok()
                 && is_placeholder(&path)
             {
-                let _ = std::fs::remove_file(path.join(PLACEHOLDER_MARKER));
                 let _ = std::fs::remove_dir(&path);
             }
         }
@@ -245,6 +237,8 @@ mod tests {
         let ws = tempdir("plain");
         std::fs::write(ws.join(".bashrc"), "").unwrap();
         std::fs::create_dir(ws.join(".vscode")).unwrap();
+        std::fs::write(ws.join(".vscode/settings.json"), "{}").unwrap();
+        std::fs::create_dir(ws.join(".idea")).unwrap();
         let roots = [ws.clone()];
         let got = protected_paths(&ProtectInput {
             write_roots: &roots,
@@ -264,7 +258,12 @@ mod tests {
             path: ws.join(".vscode"),
             placeholder: false
         }));
-        assert!(!got.iter().any(|p| p.path.ends_with(".zshrc")));
+        // An empty directory at a protected name is a placeholder (a killed run's, say).
+        assert!(got.contains(&Protected {
+            path: ws.join(".idea"),
+            placeholder: true
+        }));
+        assert_eq!(got.len(), PROTECTED_NAMES.len());
         std::fs::remove_dir_all(&ws).unwrap();
     }
 

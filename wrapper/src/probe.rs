@@ -80,14 +80,17 @@ pub struct ProbeInput {
 /// Runs every check.
 pub fn run(input: &ProbeInput) -> ProbeReport {
     let started = Instant::now();
-    let checks = vec![
+    // The bridge answers from netbox's process; its two requests go out first, so the
+    // round trips overlap the local checks instead of following them.
+    let egress = start_egress(input);
+    let mut checks = vec![
         read_only_root(input),
         protected_paths(input),
         network_namespace(input),
         host_sockets(input),
-        egress_policy(input),
-        privileges(),
     ];
+    checks.push(finish_egress(input, egress));
+    checks.push(privileges());
     let passed = checks.iter().all(|c| c.passed);
     ProbeReport {
         checks,
@@ -358,24 +361,37 @@ fn connect_abstract(name: &[u8]) -> std::io::Result<()> {
     std::os::unix::net::UnixStream::connect_addr(&addr).map(drop)
 }
 
-fn egress_policy(input: &ProbeInput) -> Check {
-    let canary = http_exchange(
-        input.proxy,
-        &format!("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n", input.canary),
-    );
+/// The egress check's two requests, sent and not yet answered.
+struct PendingEgress {
+    canary: std::io::Result<TcpStream>,
+    health: std::io::Result<TcpStream>,
+}
+
+fn start_egress(input: &ProbeInput) -> PendingEgress {
+    PendingEgress {
+        canary: send_request(
+            input.proxy,
+            &format!("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n", input.canary),
+        ),
+        health: send_request(
+            input.proxy,
+            &format!(
+                "GET {} HTTP/1.1\r\nHost: netbox\r\nConnection: close\r\n\r\n",
+                bridge::HEALTH_PATH
+            ),
+        ),
+    }
+}
+
+fn finish_egress(input: &ProbeInput, pending: PendingEgress) -> Check {
+    let canary = pending.canary.and_then(read_answer);
     let want = format!("HTTP/1.1 {} ", input.refusal_status);
     let forbidden = vec![Outcome {
         attempt: format!("CONNECT {} through the bridge", input.canary),
         ok: canary.as_ref().is_ok_and(|r| r.starts_with(&want)),
         result: status_line(&canary),
     }];
-    let health = http_exchange(
-        input.proxy,
-        &format!(
-            "GET {} HTTP/1.1\r\nHost: netbox\r\nConnection: close\r\n\r\n",
-            bridge::HEALTH_PATH
-        ),
-    );
+    let health = pending.health.and_then(read_answer);
     let control = vec![Outcome {
         attempt: format!(
             "GET {} from the bridge at {}",
@@ -397,11 +413,16 @@ fn status_line(result: &std::io::Result<String>) -> String {
     }
 }
 
-/// Sends a request and reads the answer until the bridge closes (or resets) the connection.
-fn http_exchange(addr: SocketAddr, request: &str) -> std::io::Result<String> {
+/// Connects and sends a request.
+fn send_request(addr: SocketAddr, request: &str) -> std::io::Result<TcpStream> {
     let mut stream = TcpStream::connect_timeout(&addr, PROBE_IO_TIMEOUT)?;
     stream.set_read_timeout(Some(PROBE_IO_TIMEOUT))?;
     stream.write_all(request.as_bytes())?;
+    Ok(stream)
+}
+
+/// Reads the answer until the bridge closes (or resets) the connection.
+fn read_answer(mut stream: TcpStream) -> std::io::Result<String> {
     let mut answer = Vec::new();
     let mut buf = [0u8; 1024];
     loop {

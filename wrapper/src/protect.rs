@@ -22,6 +22,9 @@ use crate::error::WrapperError;
 pub const PROTECTED_NAMES: &[&str] = &[
     ".git",
     ".gitmodules",
+    ".envrc",
+    ".vscode",
+    ".idea",
     ".gitconfig",
     ".bashrc",
     ".bash_profile",
@@ -30,9 +33,20 @@ pub const PROTECTED_NAMES: &[&str] = &[
     ".zshrc",
     ".zshenv",
     ".zprofile",
-    ".envrc",
-    ".vscode",
-    ".idea",
+];
+
+/// Names that tools read only from the home directory: where missing, a placeholder is
+/// needed only when the writable root is the home directory (elsewhere nothing would ever
+/// read a planted one, and each placeholder costs a mkdir and an rmdir on the host).
+const HOME_ONLY_NAMES: &[&str] = &[
+    ".gitconfig",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
 ];
 
 /// A path to pin read-only.
@@ -46,6 +60,8 @@ pub struct Protected {
 /// What the protection needs to know about the run.
 pub struct ProtectInput<'a> {
     pub write_roots: &'a [PathBuf],
+    /// The caller's home directory (canonical), if known.
+    pub home: Option<&'a Path>,
     pub extra: &'a [PathBuf],
     pub allow_git_writes: bool,
 }
@@ -66,8 +82,11 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
             let meta = match std::fs::symlink_metadata(&path) {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == ErrorKind::NotFound => {
-                    // Missing: CMD must not be able to create it either.
-                    push(&mut out, path, true);
+                    // Missing: CMD must not be able to create it either, where it counts.
+                    let is_home = input.home == Some(root.as_path());
+                    if is_home || !HOME_ONLY_NAMES.contains(name) {
+                        push(&mut out, path, true);
+                    }
                     continue;
                 }
                 Err(source) => {
@@ -242,6 +261,7 @@ mod tests {
         let roots = [ws.clone()];
         let got = protected_paths(&ProtectInput {
             write_roots: &roots,
+            home: None,
             extra: &[],
             allow_git_writes: false,
         })
@@ -263,6 +283,16 @@ mod tests {
             path: ws.join(".idea"),
             placeholder: true
         }));
+        // Missing home-only files get no placeholder outside the home directory...
+        assert!(!got.iter().any(|p| p.path.ends_with(".zshrc")));
+        // ...and do in it.
+        let got = protected_paths(&ProtectInput {
+            write_roots: &roots,
+            home: Some(&ws),
+            extra: &[],
+            allow_git_writes: false,
+        })
+        .unwrap();
         assert_eq!(got.len(), PROTECTED_NAMES.len());
         std::fs::remove_dir_all(&ws).unwrap();
     }
@@ -283,6 +313,7 @@ mod tests {
         let roots = [ws.clone()];
         let got = protected_paths(&ProtectInput {
             write_roots: &roots,
+            home: None,
             extra: &[],
             allow_git_writes: false,
         })
@@ -294,6 +325,7 @@ mod tests {
         let roots = [wt.clone(), ws.join("elsewhere")];
         let got = protected_paths(&ProtectInput {
             write_roots: &roots,
+            home: None,
             extra: &[],
             allow_git_writes: false,
         })
@@ -312,6 +344,7 @@ mod tests {
         let roots = [ws.clone()];
         let err = protected_paths(&ProtectInput {
             write_roots: &roots,
+            home: None,
             extra: &[],
             allow_git_writes: false,
         })
@@ -328,6 +361,7 @@ mod tests {
         let roots = [ws.clone()];
         let got = protected_paths(&ProtectInput {
             write_roots: &roots,
+            home: None,
             extra: &[],
             allow_git_writes: true,
         })

@@ -44,8 +44,10 @@ struct ProbeRecord<'a> {
 
 /// Runs CMD in the sandbox; returns the exit status for netbox.
 pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
+    let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
     let protected = protect::protected_paths(&ProtectInput {
         write_roots: &config.requested_roots,
+        home: home.as_deref(),
         extra: &config.protect,
         allow_git_writes: config.allow_git_writes,
     })?;
@@ -71,8 +73,6 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
     })?;
     let plan = child_plan(&config, &protected, host_addr, canary)?;
 
-    // Held (flocked) until this function returns, however the run ends.
-    let _placeholders = protect::Placeholders::hold(&protected)?;
     if !config.quiet {
         crate::say(&startup_line(&config));
     }
@@ -87,6 +87,17 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
         Forked::Parent { child } => child,
     };
     drop(theirs);
+    // While the sandbox enters its namespaces, lay the placeholders its mounts need (it
+    // waits for a Proceed, sent once its listeners arrive). Held (flocked) until this
+    // function returns, however the run ends.
+    let _placeholders = match protect::Placeholders::hold(&protected) {
+        Ok(held) => held,
+        Err(e) => {
+            let _ = kill(holder, Signal::SIGKILL);
+            let _ = waitpid(holder, None);
+            return Err(e);
+        }
+    };
     // Threads may exist from here on; the runtime starts while the sandbox sets up. One
     // worker: each thread costs start-up time (measured: 2 workers 6.5 ms, 1 worker 5.5 ms
     // for `netbox -- true`), and a tunnel's relay runs in one task anyway.
@@ -251,6 +262,11 @@ async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
             )));
         }
     };
+    // The holder is past its namespaces (so it reads nothing more and cannot close with
+    // this message unread): the placeholders exist, the sandbox may build its filesystem.
+    channel
+        .send(&SyncMsg::Proceed)
+        .map_err(WrapperError::Handshake)?;
     // The control half of the host-loopback check: the listener answers us.
     check_host_listener_answers(&host_listener)?;
     let mut listeners = Vec::new();
@@ -382,7 +398,7 @@ impl RunState<'_> {
                 self.failure
                     .get_or_insert(WrapperError::Setup { step, detail, hint });
             }
-            SyncMsg::Probe(_) | SyncMsg::Listeners { .. } => {
+            SyncMsg::Probe(_) | SyncMsg::Listeners { .. } | SyncMsg::Proceed => {
                 self.failure.get_or_insert(WrapperError::Handshake(
                     "unexpected message after the probe".into(),
                 ));

@@ -151,6 +151,11 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> StepResult<()> {
     // Out of the caller's process group: terminal signals reach netbox, which forwards
     // them once, instead of reaching CMD twice.
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(failed("setpgid"))?;
+    // The placeholders the mounts pin are laid by netbox meanwhile; wait for its word.
+    match channel.recv_blocking() {
+        Ok(Some(SyncMsg::Proceed)) => {}
+        other => return Err(("wait for netbox".into(), format!("got {other:?}"))),
+    }
     // Capabilities are still held here, which the mounts need. While they are held, /
     // could be remounted read-write: the drop follows immediately.
     mounts::apply(&plan.mounts, plan.breakage)

@@ -6,20 +6,17 @@ use bridge::listen::ListenAddr;
 use bridge::policy::{Action, Policy};
 use bridge::{BridgeConfig, EventLog, Session, SessionListener, Stderr};
 
-use crate::cli::BridgeArgs;
+use crate::cli::{BridgeArgs, PolicyArgs};
 use crate::error::WrapperError;
 
 /// Loads the policy from files and flags; every mistake is reported before anything runs.
-pub fn load_policy(
-    files: &[std::path::PathBuf],
-    allow: &[String],
-    deny: &[String],
-) -> Result<Policy, WrapperError> {
-    let mut policy = Policy::load(files).map_err(bridge::BridgeError::from)?;
-    for (flag, action, rules) in [
-        ("--allow", Action::Allow, allow),
-        ("--deny", Action::Deny, deny),
-    ] {
+pub fn load_policy(args: &PolicyArgs) -> Result<Policy, WrapperError> {
+    let mut policy = Policy::load(&args.allowlist).map_err(bridge::BridgeError::from)?;
+    let flags = [
+        ("--allow", Action::Allow, &args.allow),
+        ("--deny", Action::Deny, &args.deny),
+    ];
+    for (flag, action, rules) in flags {
         for rule in rules {
             policy
                 .add_rule(action, rule, flag)
@@ -48,7 +45,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         .iter()
         .map(|a| a.parse())
         .collect::<Result<_, _>>()?;
-    let policy = load_policy(&args.allowlist, &args.allow, &args.deny)?;
+    let policy = load_policy(&args.policy)?;
     let stderr = if args.quiet {
         Stderr::Quiet
     } else {

@@ -25,6 +25,22 @@ pub struct Cli {
     pub run: RunArgs,
 }
 
+/// The network policy, shared by `netbox -- CMD` and `netbox bridge`.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// Allowlist file (TOML; repeatable). With none and no --allow, every connection is refused.
+    #[arg(long = "allowlist", value_name = "FILE")]
+    pub allowlist: Vec<PathBuf>,
+
+    /// Allow HOST[:PORTS], *.SUFFIX[:PORTS], IP or CIDR (repeatable).
+    #[arg(long = "allow", value_name = "RULE")]
+    pub allow: Vec<String>,
+
+    /// Deny HOST[:PORTS], *.SUFFIX[:PORTS], IP or CIDR (repeatable); deny wins over allow.
+    #[arg(long = "deny", value_name = "RULE")]
+    pub deny: Vec<String>,
+}
+
 /// Where the sandbox's temp root comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TmpMode {
@@ -37,17 +53,8 @@ pub enum TmpMode {
 /// `netbox [OPTIONS] -- CMD`: run a command in the sandbox.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Allowlist file (TOML; repeatable). With none and no --allow, all network is refused.
-    #[arg(long = "allowlist", value_name = "FILE")]
-    pub allowlist: Vec<PathBuf>,
-
-    /// Allow HOST[:PORTS], *.SUFFIX[:PORTS], IP or CIDR (repeatable).
-    #[arg(long = "allow", value_name = "RULE")]
-    pub allow: Vec<String>,
-
-    /// Deny HOST[:PORTS], *.SUFFIX[:PORTS], IP or CIDR (repeatable); deny wins over allow.
-    #[arg(long = "deny", value_name = "RULE")]
-    pub deny: Vec<String>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 
     /// The writable workspace (default: the current directory).
     #[arg(long = "workspace", value_name = "DIR")]
@@ -107,17 +114,8 @@ pub struct BridgeArgs {
     #[arg(long = "listen", value_name = "ADDR", required = true)]
     pub listen: Vec<String>,
 
-    /// Allowlist file (TOML; repeatable). With none and no --allow, everything is refused.
-    #[arg(long = "allowlist", value_name = "FILE")]
-    pub allowlist: Vec<PathBuf>,
-
-    /// Allow HOST[:PORTS], *.SUFFIX[:PORTS], IP or CIDR (repeatable).
-    #[arg(long = "allow", value_name = "RULE")]
-    pub allow: Vec<String>,
-
-    /// Deny HOST[:PORTS], *.SUFFIX[:PORTS], IP or CIDR (repeatable); deny wins over allow.
-    #[arg(long = "deny", value_name = "RULE")]
-    pub deny: Vec<String>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 
     /// Append one JSON line per attempt to FILE.
     #[arg(long = "log", value_name = "FILE")]

@@ -86,7 +86,7 @@ impl SandboxConfig {
             .iter()
             .map(|p| existing_or_in_existing_dir(p, "--protect path"))
             .collect::<Result<_, _>>()?;
-        let policy = crate::bridge_cmd::load_policy(&args.allowlist, &args.allow, &args.deny)?;
+        let policy = crate::bridge_cmd::load_policy(&args.policy)?;
         let session_id = crate::bridge_cmd::new_session_id();
         let log_path = match args.log {
             Some(path) => path,

@@ -18,13 +18,15 @@ use std::path::{Path, PathBuf};
 
 use crate::error::WrapperError;
 
-/// Names protected at the top of every writable root.
-pub const PROTECTED_NAMES: &[&str] = &[
-    ".git",
-    ".gitmodules",
-    ".envrc",
-    ".vscode",
-    ".idea",
+/// Names protected at the top of every writable root: git's metadata and the files tools
+/// run or load from a project directory.
+const PROJECT_NAMES: &[&str] = &[".git", ".gitmodules", ".envrc", ".vscode", ".idea"];
+
+/// Names tools read only from the home directory: protected where they exist; where
+/// missing, given a placeholder only when the writable root is the home directory
+/// (elsewhere nothing would read a planted one, and each placeholder costs the host a
+/// mkdir and an rmdir).
+const HOME_NAMES: &[&str] = &[
     ".gitconfig",
     ".bashrc",
     ".bash_profile",
@@ -35,19 +37,10 @@ pub const PROTECTED_NAMES: &[&str] = &[
     ".zprofile",
 ];
 
-/// Names that tools read only from the home directory: where missing, a placeholder is
-/// needed only when the writable root is the home directory (elsewhere nothing would ever
-/// read a planted one, and each placeholder costs a mkdir and an rmdir on the host).
-const HOME_ONLY_NAMES: &[&str] = &[
-    ".gitconfig",
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".profile",
-    ".zshrc",
-    ".zshenv",
-    ".zprofile",
-];
+/// Every protected name.
+pub fn protected_names() -> impl Iterator<Item = &'static str> {
+    PROJECT_NAMES.iter().chain(HOME_NAMES).copied()
+}
 
 /// A path to pin read-only.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,14 +70,14 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
         }
     };
     for root in input.write_roots.iter().filter(|r| r.is_dir()) {
-        for name in PROTECTED_NAMES {
+        for name in protected_names() {
             let path = root.join(name);
             let meta = match std::fs::symlink_metadata(&path) {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == ErrorKind::NotFound => {
                     // Missing: CMD must not be able to create it either, where it counts.
                     let is_home = input.home == Some(root.as_path());
-                    if is_home || !HOME_ONLY_NAMES.contains(name) {
+                    if is_home || PROJECT_NAMES.contains(&name) {
                         push(&mut out, path, true);
                     }
                     continue;
@@ -102,7 +95,7 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
             }
             if meta.is_dir() && is_placeholder(&path) {
                 push(&mut out, path, true);
-            } else if *name != ".git" {
+            } else if name != ".git" {
                 push(&mut out, path, false);
             } else if meta.is_file() {
                 for dir in git_dirs_of_gitfile(&path)? {
@@ -293,7 +286,7 @@ mod tests {
             allow_git_writes: false,
         })
         .unwrap();
-        assert_eq!(got.len(), PROTECTED_NAMES.len());
+        assert_eq!(got.len(), protected_names().count());
         std::fs::remove_dir_all(&ws).unwrap();
     }
 

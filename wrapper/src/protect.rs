@@ -159,11 +159,17 @@ fn git_dirs_of_gitfile(gitfile: &Path) -> Result<Vec<PathBuf>, WrapperError> {
     Ok(dirs)
 }
 
-/// Whether `path` is a placeholder (ours, or one a killed run left): an empty directory.
-/// Nothing else plausibly sits empty at a protected name (an empty `.git` is no repository,
-/// an empty directory named `.bashrc` no start-up file), and git does not track empty
-/// directories, so a placeholder can never slip into a commit.
+/// The extended attribute that marks a placeholder netbox made.
+const PLACEHOLDER_XATTR: &str = "user.netbox.placeholder";
+
+/// Whether `path` is a placeholder (ours, or one a killed run left): an empty directory
+/// that carries netbox's mark. A user's own empty directory has no mark and is left alone.
+/// Git does not track empty directories, so a placeholder never slips into a commit.
 pub fn is_placeholder(path: &Path) -> bool {
+    is_empty_dir(path) && crate::sys::xattr::has(path, PLACEHOLDER_XATTR)
+}
+
+fn is_empty_dir(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
         && std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
 }
@@ -174,7 +180,8 @@ pub fn is_placeholder(path: &Path) -> bool {
 /// a placeholder out from under another's read-only mount. A placeholder left by a killed
 /// run is adopted by the next one and removed when that one ends.
 pub struct Placeholders {
-    held: Vec<(PathBuf, nix::fcntl::Flock<std::fs::File>)>,
+    /// Each placeholder, its lock, and whether this run created it.
+    held: Vec<(PathBuf, nix::fcntl::Flock<std::fs::File>, bool)>,
 }
 
 impl Placeholders {
@@ -182,49 +189,97 @@ impl Placeholders {
     pub fn hold(paths: &[Protected]) -> Result<Placeholders, WrapperError> {
         let mut held = Placeholders { held: Vec::new() };
         for p in paths.iter().filter(|p| p.placeholder) {
-            let lock = hold_one(&p.path).map_err(|source| WrapperError::Placeholder {
-                path: p.path.clone(),
-                source,
-            })?;
-            held.held.push((p.path.clone(), lock));
+            let (lock, created) =
+                hold_one(&p.path).map_err(|source| WrapperError::Placeholder {
+                    path: p.path.clone(),
+                    source,
+                })?;
+            held.held.push((p.path.clone(), lock, created));
         }
         Ok(held)
     }
 }
 
-fn hold_one(path: &Path) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
+fn hold_one(path: &Path) -> std::io::Result<(nix::fcntl::Flock<std::fs::File>, bool)> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     for _ in 0..8 {
-        match std::fs::create_dir(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::AlreadyExists && is_placeholder(path) => {}
+        let created = match std::fs::create_dir(path) {
+            Ok(()) => {
+                // Best effort: without user xattrs (some filesystems) this run still knows
+                // it made the directory; only a later run could not adopt it.
+                let _ = crate::sys::xattr::set(path, PLACEHOLDER_XATTR, b"1");
+                true
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && is_placeholder(path) => false,
             Err(e) => return Err(e),
-        }
-        let dir = std::fs::OpenOptions::new()
+        };
+        let dir = match std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-            .open(path)?;
-        let lock = nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockShared)
-            .map_err(|(_, errno)| std::io::Error::from(errno))?;
+            .open(path)
+        {
+            Ok(dir) => dir,
+            // Another run removed it between our look and our open: look again.
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let lock = lock_shared_briefly(dir)?;
         // Another run may have removed it between our look and our lock: check that the
         // path still names the directory we hold.
         let held = lock.metadata()?;
         match std::fs::symlink_metadata(path) {
-            Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => return Ok(lock),
+            Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                return Ok((lock, created))
+            }
             _ => continue,
         }
     }
     Err(std::io::Error::other("placeholder keeps changing under us"))
 }
 
+/// How long a run waits for another process's exclusive lock on a placeholder (a run
+/// removing it, which takes microseconds) before giving up.
+const PLACEHOLDER_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A shared lock, waited for at most `PLACEHOLDER_LOCK_WAIT`: anyone who can open the
+/// directory could hold an exclusive lock forever, and netbox must not hang on it.
+fn lock_shared_briefly(dir: std::fs::File) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
+    let deadline = std::time::Instant::now() + PLACEHOLDER_LOCK_WAIT;
+    let mut dir = dir;
+    loop {
+        match nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockSharedNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
+                dir = back;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                return Err(std::io::Error::other(
+                    "another process holds an exclusive lock on it",
+                ))
+            }
+            Err((_, errno)) => return Err(std::io::Error::from(errno)),
+        }
+    }
+}
+
 impl Drop for Placeholders {
     fn drop(&mut self) {
-        for (path, lock) in self.held.drain(..) {
-            // Exclusive only if no other run still holds it; then it is ours to remove.
-            if lock
-                .relock(nix::fcntl::FlockArg::LockExclusiveNonblock)
-                .is_ok()
-                && is_placeholder(&path)
+        use std::os::unix::fs::MetadataExt;
+        for (path, lock, created) in self.held.drain(..) {
+            // Exclusive only if no other run still holds it; then it is ours to remove, if
+            // it is still the very directory we hold, still empty, and ours.
+            let same = match (lock.metadata(), std::fs::symlink_metadata(&path)) {
+                (Ok(held), Ok(now)) => held.ino() == now.ino() && held.dev() == now.dev(),
+                _ => false,
+            };
+            let ours = created || crate::sys::xattr::has(&path, PLACEHOLDER_XATTR);
+            if same
+                && ours
+                && is_empty_dir(&path)
+                && lock
+                    .relock(nix::fcntl::FlockArg::LockExclusiveNonblock)
+                    .is_ok()
             {
                 let _ = std::fs::remove_dir(&path);
             }
@@ -271,11 +326,26 @@ mod tests {
             path: ws.join(".vscode"),
             placeholder: false
         }));
-        // An empty directory at a protected name is a placeholder (a killed run's, say).
+        // A user's own empty directory is protected, not taken for a placeholder...
         assert!(got.contains(&Protected {
             path: ws.join(".idea"),
+            placeholder: false
+        }));
+        // ...while one carrying netbox's mark (a killed run's) is adopted as one.
+        std::fs::create_dir(ws.join(".envrc")).unwrap();
+        crate::sys::xattr::set(&ws.join(".envrc"), PLACEHOLDER_XATTR, b"1").unwrap();
+        let marked = protected_paths(&ProtectInput {
+            write_roots: &roots,
+            home: None,
+            extra: &[],
+            allow_git_writes: false,
+        })
+        .unwrap();
+        assert!(marked.contains(&Protected {
+            path: ws.join(".envrc"),
             placeholder: true
         }));
+        std::fs::remove_dir(ws.join(".envrc")).unwrap();
         // Missing home-only files get no placeholder outside the home directory...
         assert!(!got.iter().any(|p| p.path.ends_with(".zshrc")));
         // ...and do in it.

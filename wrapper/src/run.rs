@@ -3,6 +3,7 @@
 //! signals, and exit with CMD's status.
 
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -78,19 +79,17 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
 
     let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
     // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
-    let sandbox = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs))?;
+    let pid = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs))?;
     drop(theirs);
+    // From here on, however this function ends, the sandbox is killed and reaped (the
+    // guard) before the placeholders go (declared first, dropped last): nothing may run
+    // unpinned.
+    let _placeholders;
+    let sandbox = SandboxGuard::new(pid)?;
     // While the sandbox sets up its namespaces, lay the placeholders its mounts need (it
     // waits for a Proceed, sent once its listeners arrive). Held (flocked) until this
-    // function returns, however the run ends.
-    let _placeholders = match protect::Placeholders::hold(&protected) {
-        Ok(held) => held,
-        Err(e) => {
-            let _ = kill(sandbox, Signal::SIGKILL);
-            let _ = waitpid(sandbox, None);
-            return Err(e);
-        }
-    };
+    // function returns.
+    _placeholders = protect::Placeholders::hold(&protected)?;
     // Threads may exist from here on; the runtime starts while the sandbox sets up. One
     // worker: each thread costs start-up time (measured: 2 workers 6.5 ms, 1 worker 5.5 ms
     // for `netbox -- true`), and a tunnel's relay runs in one task anyway.
@@ -108,8 +107,10 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
     } else {
         Stderr::Summary
     };
+    let pinned = protected.iter().map(|p| p.path.clone()).collect();
     runtime.block_on(supervise(Supervised {
         sandbox,
+        pinned,
         channel: ours,
         session,
         log: Arc::new(log),
@@ -124,11 +125,12 @@ fn child_plan(
     host_listener: SocketAddr,
     canary: &str,
 ) -> Result<ChildPlan, WrapperError> {
-    let mut hidden_dirs = vec![Path::new("/run")];
-    if config.tmp == crate::cli::TmpMode::Private {
-        hidden_dirs.push(Path::new("/tmp"));
-    }
-    let sockets = hostsockets::visible_host_sockets(&hidden_dirs);
+    // Hidden whole in the sandbox: /run, and a private /tmp except the writable roots in it.
+    let private_tmp = config.tmp == crate::cli::TmpMode::Private;
+    let in_root = |p: &Path| config.write_roots.iter().any(|r| p.starts_with(r));
+    let hidden =
+        |p: &Path| p.starts_with("/run") || (private_tmp && p.starts_with("/tmp") && !in_root(p));
+    let sockets = hostsockets::visible_host_sockets(hidden, &config.write_roots);
     let hidden: Vec<PathBuf> = config.hide.iter().chain(&sockets).cloned().collect();
     let mounts = mounts::plan(
         &mounts::Layout {
@@ -214,10 +216,68 @@ fn check_host_listener_answers(listener: &TcpListener) -> Result<(), WrapperErro
     Ok(())
 }
 
+/// The sandbox's pid 1, held by a pidfd; killed and reaped on drop unless already reaped.
+struct SandboxGuard {
+    pid: Pid,
+    pidfd: OwnedFd,
+    reaped: bool,
+}
+
+impl SandboxGuard {
+    fn new(pid: Pid) -> Result<SandboxGuard, WrapperError> {
+        match crate::sys::process::pidfd_open(pid) {
+            Ok(pidfd) => Ok(SandboxGuard {
+                pid,
+                pidfd,
+                reaped: false,
+            }),
+            Err(e) => {
+                // Not yet reaped, so the pid cannot have been reused.
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, None);
+                Err(WrapperError::Spawn(e))
+            }
+        }
+    }
+
+    fn signal(&self, sig: Signal) {
+        let _ = crate::sys::process::pidfd_send_signal(self.pidfd.as_fd(), sig);
+    }
+
+    /// Waits for the exit (after the pidfd said so) and returns the shell-style status.
+    fn reap(&mut self) -> i32 {
+        loop {
+            match waitpid(self.pid, None) {
+                Ok(status) => {
+                    if let Some(code) = init::exit_code(status) {
+                        self.reaped = true;
+                        return code;
+                    }
+                }
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => {
+                    self.reaped = true;
+                    return i32::from(crate::error::EXIT_NETBOX_FAILURE);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for SandboxGuard {
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.signal(Signal::SIGKILL);
+            let _ = waitpid(self.pid, None);
+        }
+    }
+}
+
 /// What `supervise` follows.
 struct Supervised {
-    /// The sandbox's pid 1, as a pid in netbox's namespace.
-    sandbox: Pid,
+    sandbox: SandboxGuard,
+    /// Paths the sandbox pins read-only (watched for host-side changes).
+    pinned: Vec<PathBuf>,
     channel: handshake::Channel,
     session: Arc<Session>,
     log: Arc<EventLog>,
@@ -228,7 +288,8 @@ struct Supervised {
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.
 async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
     let Supervised {
-        sandbox,
+        mut sandbox,
+        pinned,
         channel,
         session,
         log,
@@ -238,24 +299,26 @@ async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
     // Handlers first: a signal from now on is forwarded (or cancels the start), never lost.
     let mut signals = Signals::new()?;
     let channel = handshake::AsyncChannel::new(channel).map_err(WrapperError::Spawn)?;
-    let exited = crate::sys::process::pidfd_open(sandbox)
+    let exited = sandbox
+        .pidfd
+        .try_clone()
         .and_then(crate::sys::fd::register_readable)
         .map_err(WrapperError::Spawn)?;
 
     let listener_fds = match channel.recv().await {
         Ok(Some((SyncMsg::Listeners { .. }, fds))) if !fds.is_empty() => fds,
         Ok(Some((SyncMsg::SetupFailed { step, detail, hint }, _))) => {
-            let _ = waitpid(sandbox, None);
+            sandbox.reap();
             return Err(WrapperError::Setup { step, detail, hint });
         }
         other => {
-            let _ = kill(sandbox, Signal::SIGKILL);
-            let _ = waitpid(sandbox, None);
             return Err(WrapperError::Handshake(format!(
                 "expected the proxy listeners, got {other:?}"
             )));
         }
     };
+    // Watching starts before the sandbox pins anything, so no host-side change is missed.
+    let watch = crate::pinwatch::PinWatch::new(&pinned).map_err(WrapperError::Spawn)?;
     // The sandbox is past its namespaces and now waits for this: the placeholders exist,
     // it may build its filesystem.
     channel
@@ -297,32 +360,29 @@ async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
     let mut channel_open = true;
     loop {
         tokio::select! {
+            // Messages first: a probe report that arrived with a signal decides whether
+            // that signal cancels the start or goes to CMD.
+            biased;
             msg = channel.recv(), if channel_open => match msg {
                 Ok(Some((msg, _))) => state.handle(msg),
                 _ => channel_open = false,
             },
             sig = signals.next() => if state.probed {
-                let _ = kill(sandbox, sig);
+                sandbox.signal(sig);
             } else {
                 // Before the probe, pid 1 may not block signals yet (and pid 1 ignores what
                 // it does not handle): the start is cancelled instead.
-                let _ = kill(sandbox, Signal::SIGKILL);
+                sandbox.signal(Signal::SIGKILL);
                 cancelled = Some(sig);
             },
+            path = watch.changed(), if state.failure.is_none() => {
+                sandbox.signal(Signal::SIGKILL);
+                state.failure = Some(WrapperError::PinLost { path });
+            }
             _ = exited.readable() => break,
         }
     }
-    let code = loop {
-        match waitpid(sandbox, None) {
-            Ok(status) => {
-                if let Some(code) = init::exit_code(status) {
-                    break code;
-                }
-            }
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => break i32::from(crate::error::EXIT_NETBOX_FAILURE),
-        }
-    };
+    let code = sandbox.reap();
     // What the sandbox said just before it exited (a probe report, a setup failure) may
     // still be queued: read to the end before deciding the outcome.
     while channel_open {
@@ -339,6 +399,15 @@ async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
     }
     if let Some(error) = state.failure {
         return Err(error);
+    }
+    if !state.probed {
+        // Gone before proving anything (killed, out of memory): CMD never ran, and the
+        // status is netbox's failure, not CMD's.
+        return Err(WrapperError::Setup {
+            step: "sandbox".into(),
+            detail: format!("the sandbox ended before its live probe (status {code})"),
+            hint: None,
+        });
     }
     Ok(u8::try_from(code).unwrap_or(crate::error::EXIT_NETBOX_FAILURE))
 }

@@ -65,8 +65,11 @@ fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> StepError + '_ 
 
 /// The setup steps, in order. Each must succeed; there is no weaker fallback.
 fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(), StepError> {
-    // Die with netbox. If it died before this line, its end of the channel is closed and
-    // the wait for Proceed below ends the run.
+    // First, keep nothing of netbox's but this end of the channel (netbox's own end, the
+    // event log, the host listener, whatever netbox's caller passed): then if netbox died
+    // before the next line, its end is closed for good and the wait for Proceed ends.
+    crate::sys::fd::close_from_3_except(channel.raw_fd()).map_err(failed("close fds"))?;
+    // Die with netbox.
     set_pdeathsig(Signal::SIGKILL).map_err(failed("set parent-death signal"))?;
     // Signals for CMD arrive through netbox, which forwards them; pid 1 takes them with
     // sigwait, so they are blocked from the start.
@@ -98,10 +101,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(), StepError> {
         Ok(Some(SyncMsg::Proceed)) => {}
         other => return Err(("wait for netbox".into(), format!("got {other:?}"), None)),
     }
-    // pid 1 keeps nothing of netbox's but its channel: every other inherited fd (the event
-    // log, the host listener, whatever netbox's caller passed) goes now. And it is not
-    // dumpable, so CMD cannot reach into it through /proc/1 or ptrace (same uid).
-    crate::sys::fd::close_from_3_except(channel.raw_fd()).map_err(failed("close fds"))?;
+    // Not dumpable, so CMD cannot reach into pid 1 through /proc/1 or ptrace (same uid).
     nix::sys::prctl::set_dumpable(false).map_err(failed("set non-dumpable"))?;
     // Capabilities are still held here, which the mounts need. While they are held, /
     // could be remounted read-write: the drop follows immediately.

@@ -6,3 +6,4 @@ pub mod fd;
 pub mod mount_api;
 pub mod netdev;
 pub mod process;
+pub mod xattr;

@@ -103,3 +103,27 @@ pub fn reset_signal_dispositions() {
         }
     }
 }
+
+/// Sends a signal through a pidfd (pidfd_send_signal(2), Linux ≥ 5.1): unlike kill(2) it
+/// can never reach another process that reused the pid.
+pub fn pidfd_send_signal(
+    pidfd: std::os::fd::BorrowedFd<'_>,
+    signal: nix::sys::signal::Signal,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: all arguments are plain values (the fd is borrowed for the call; no siginfo
+    // is passed), and the syscall touches no memory of ours.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! Extended attributes (xattr(7)): the mark netbox leaves on the placeholder directories
+//! it creates, so it never mistakes a user's own empty directory for one of its own.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+/// Sets `name` to `value` on `path` itself (not following a symlink).
+pub fn set(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+    let path = c_path(path)?;
+    let name = CString::new(name).map_err(|_| io::Error::other("xattr name contains NUL"))?;
+    // SAFETY: both strings are NUL-terminated and outlive the call; `value` is a live slice
+    // whose pointer and length are passed together; the kernel only reads them.
+    let rc = unsafe {
+        libc::lsetxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether `path` itself carries the attribute `name`.
+pub fn has(path: &Path, name: &str) -> bool {
+    let (Ok(path), Ok(name)) = (c_path(path), CString::new(name)) else {
+        return false;
+    };
+    // SAFETY: both strings are NUL-terminated and outlive the call; a null buffer of size 0
+    // asks only for the value's length, so the kernel writes nothing.
+    let rc = unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    rc >= 0
+}

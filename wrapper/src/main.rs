@@ -8,7 +8,8 @@
 //! - `protect`: which paths stay read-only; `hostsockets`: host Unix sockets to hide;
 //!   `mounts`: the mount plan and its syscalls; `pinwatch`: host-side changes to pins
 //! - `env`: CMD's environment (proxy settings)
-//! - `run`: netbox's side of a run: fork, bridge, probe log, signals, exit status
+//! - `run`: netbox's side of a run: plan, clone the sandbox, placeholders; then
+//!   `supervise`: bridge, probe log, signals, pin watch, exit status
 //! - `sandbox`: the sandbox's pid 1, created by clone(2) in new namespaces; its steps in
 //!   order: `namespaces`, `mounts`, `caps`, `probe`, then `init` runs CMD
 //! - `handshake`: the typed parent/sandbox channel; `sys/`: every unsafe syscall wrapper
@@ -35,6 +36,7 @@ mod probe;
 mod protect;
 mod run;
 mod sandbox;
+mod supervise;
 mod sys;
 mod testhooks;
 

@@ -51,7 +51,7 @@ pub enum WrapperError {
         detail: String,
         hint: Option<String>,
     },
-    #[error("protected path {} was removed or replaced on the host during the run, which unpins it; the run was stopped", path.display())]
+    #[error("protected path {} was removed or replaced on the host during the run, which unpinned it; the run was stopped", path.display())]
     PinLost { path: PathBuf },
     #[error("live probe failed: {0}")]
     ProbeFailed(String),

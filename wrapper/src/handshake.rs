@@ -26,6 +26,9 @@ pub enum SyncMsg {
     Listeners { count: usize },
     /// The live probe ran; CMD starts only if it passed.
     Probe(ProbeReport),
+    /// While CMD ran, a pinned path stopped being a mount of its own (changed on the host);
+    /// the sandbox was stopped.
+    PinLost { path: std::path::PathBuf },
     /// A setup step failed; CMD will not run.
     SetupFailed {
         step: String,

@@ -2,9 +2,10 @@
 //! SIGQUIT to CMD's process group, and exits with CMD's status (128+n for a signal, as a
 //! shell reports it).
 //!
-//! The forwarded signals are blocked and taken with sigwait(2) rather than caught: pid 1 of
-//! a pid namespace ignores signals from outside whose handler is SIG_DFL, but a blocked
-//! signal is never ignored (pid_namespaces(7), kernel/signal.c `sig_ignored`). CMD starts
+//! The forwarded signals are blocked and read from a signalfd(2) rather than caught: pid 1
+//! of a pid namespace ignores signals from outside whose handler is SIG_DFL, but a blocked
+//! signal is never ignored (pid_namespaces(7), kernel/signal.c `sig_ignored`). The same
+//! poll(2) waits on the mount table, to notice a lost pin (pins.rs). CMD starts
 //! in a new session: no controlling terminal, so it cannot push input into the caller's
 //! terminal (TIOCSTI) or receive its job-control signals.
 
@@ -13,11 +14,17 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::errno::Errno;
+use std::os::fd::AsFd;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::error::{EXIT_NETBOX_FAILURE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+use crate::handshake::{Channel, SyncMsg};
+use crate::pins::Pins;
 use crate::sys::process::{exit_child, fork, Forked};
 
 /// Signals passed on to CMD.
@@ -51,8 +58,16 @@ pub fn exit_code(status: WaitStatus) -> Option<i32> {
     }
 }
 
-/// Starts CMD and serves as its init until it exits; returns CMD's exit status.
-pub fn run(cmd: &[OsString], env: &[(OsString, OsString)], cwd: &Path) -> i32 {
+/// Starts CMD and serves as its init until it exits; returns CMD's exit status. If a pin
+/// is lost meanwhile, says so on `channel` and returns 125 at once (pid 1's exit ends
+/// everything in the namespace).
+pub fn run(
+    cmd: &[OsString],
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+    pins: &Pins,
+    channel: &Channel,
+) -> i32 {
     let argv: Vec<CString> = match cmd
         .iter()
         .map(|a| CString::new(a.as_bytes()))
@@ -82,7 +97,23 @@ pub fn run(cmd: &[OsString], env: &[(OsString, OsString)], cwd: &Path) -> i32 {
             return EXIT_NETBOX_FAILURE.into();
         }
     };
-    supervise(child)
+    match supervise(child, pins) {
+        Ok(code) => code,
+        Err(Stop::PinLost(path)) => {
+            let _ = channel.send(&SyncMsg::PinLost { path }, &[]);
+            EXIT_NETBOX_FAILURE.into()
+        }
+        Err(Stop::Broken(e)) => {
+            crate::say(&format!("netbox: sandbox init failed: {e}"));
+            EXIT_NETBOX_FAILURE.into()
+        }
+    }
+}
+
+/// Why pid 1 stops before CMD has exited.
+enum Stop {
+    PinLost(std::path::PathBuf),
+    Broken(nix::Error),
 }
 
 /// In the child: becomes CMD.
@@ -158,32 +189,54 @@ fn find_program(name: &CString, envp: &[CString]) -> Option<CString> {
     existing
 }
 
-/// Waits for signals: reaps children, forwards the rest, returns when CMD exits.
-fn supervise(cmd: Pid) -> i32 {
-    let waited = forwarded_and_child();
+/// Waits for signals and mount-table changes: reaps children, forwards signals, checks
+/// the pins on every mount change, returns CMD's status when it exits.
+fn supervise(cmd: Pid, pins: &Pins) -> Result<i32, Stop> {
+    let signals = SignalFd::with_flags(&forwarded_and_child(), SfdFlags::SFD_CLOEXEC)
+        .map_err(Stop::Broken)?;
+    let mountinfo = std::fs::File::open("/proc/self/mountinfo")
+        .map_err(|e| Stop::Broken(nix::Error::try_from(e).unwrap_or(Errno::EIO)))?;
     loop {
-        let sig = match waited.wait() {
-            Ok(sig) => sig,
-            Err(_) => continue,
-        };
-        if sig != Signal::SIGCHLD {
-            // CMD leads its own process group (setsid); the whole group gets the signal.
-            // Until CMD's child side has called setsid there is no such group yet: then
-            // CMD itself gets it.
-            if kill(Pid::from_raw(-cmd.as_raw()), sig) == Err(Errno::ESRCH) {
-                let _ = kill(cmd, sig);
-            }
-            continue;
+        let mut fds = [
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+            PollFd::new(mountinfo.as_fd(), PollFlags::POLLPRI),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(Stop::Broken(e)),
+            Ok(_) => {}
         }
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(status) if status.pid() == Some(cmd) => {
-                    if let Some(code) = exit_code(status) {
-                        return code;
-                    }
+        let mount_event = fds[1]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLPRI | PollFlags::POLLERR));
+        if mount_event {
+            if let Some(path) = pins.lost() {
+                return Err(Stop::PinLost(path.to_owned()));
+            }
+        }
+        while let Ok(Some(info)) = signals.read_signal() {
+            let Ok(sig) = Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0)) else {
+                continue;
+            };
+            if sig != Signal::SIGCHLD {
+                // CMD leads its own process group (setsid); the whole group gets the
+                // signal. Until CMD's child side has called setsid there is no such group
+                // yet: then CMD itself gets it.
+                if kill(Pid::from_raw(-cmd.as_raw()), sig) == Err(Errno::ESRCH) {
+                    let _ = kill(cmd, sig);
                 }
-                Ok(_) => {}
+                continue;
+            }
+            loop {
+                match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::StillAlive) | Err(_) => break,
+                    Ok(status) if status.pid() == Some(cmd) => {
+                        if let Some(code) = exit_code(status) {
+                            return Ok(code);
+                        }
+                    }
+                    Ok(_) => {}
+                }
             }
         }
     }

@@ -6,7 +6,7 @@
 //! Modules, in the order a run uses them:
 //! - `cli`: argument parsing (clap derive); `config`: the validated run configuration
 //! - `protect`: which paths stay read-only; `hostsockets`: host Unix sockets to hide;
-//!   `mounts`: the mount plan and its syscalls; `pinwatch`: host-side changes to pins
+//!   `mounts`: the mount plan and its syscalls; `pins`: pid 1 watching the pins
 //! - `env`: CMD's environment (proxy settings)
 //! - `run`: netbox's side of a run: plan, clone the sandbox, placeholders; then
 //!   `supervise`: bridge, probe log, signals, pin watch, exit status
@@ -31,7 +31,7 @@ mod hostsockets;
 mod init;
 mod mounts;
 mod namespaces;
-mod pinwatch;
+mod pins;
 mod probe;
 mod protect;
 mod run;

@@ -246,6 +246,16 @@ fn protected_paths(input: &ProbeInput) -> Check {
             Err(e) => e.to_string(),
         },
     });
+    // Each pin is a mount of its own (what pid 1 keeps checking while CMD runs).
+    let pins = crate::pins::Pins::new(input.protected.clone());
+    forbidden.push(Outcome {
+        attempt: "find a protected path that is not pinned by a mount of its own".into(),
+        ok: pins.lost().is_none(),
+        result: match pins.lost() {
+            Some(path) => format!("{} is not pinned", path.display()),
+            None => "all pinned".into(),
+        },
+    });
     let control = vec![succeeded(
         "read /proc/sys/kernel/hostname".into(),
         std::fs::read_to_string("/proc/sys/kernel/hostname").map(drop),

@@ -90,10 +90,8 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
     } else {
         Stderr::Summary
     };
-    let pinned = protected.iter().map(|p| p.path.clone()).collect();
     runtime.block_on(supervise(Supervised {
         sandbox,
-        pinned,
         channel: ours,
         session,
         log: Arc::new(log),

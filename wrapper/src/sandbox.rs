@@ -49,11 +49,13 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     if channel.send(&SyncMsg::Probe(report), &[]).is_err() || !passed {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
-    // The channel's last word is said: close it, so nothing CMD does can speak on it.
-    if crate::sys::fd::close_from_3().is_err() {
-        return crate::error::EXIT_NETBOX_FAILURE.into();
-    }
-    init::run(&plan.cmd, &plan.env, &plan.cwd)
+    // pid 1 keeps the channel, to report a lost pin; CMD cannot reach it (pid 1 is not
+    // dumpable, so /proc/1/fd, ptrace and pidfd_getfd are all refused).
+    // Pinned: every read-only bind and every covered host socket (a service that recreates
+    // its socket on the host would uncover it).
+    let pinned = plan.probe.protected.iter().chain(&plan.probe.host_sockets);
+    let pins = crate::pins::Pins::new(pinned.cloned().collect());
+    init::run(&plan.cmd, &plan.env, &plan.cwd, &pins, channel)
 }
 
 /// A failed step: which, why, and how to fix it when known.

@@ -5,7 +5,6 @@
 
 use std::net::TcpListener;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use bridge::{BridgeConfig, EventLog, Listener, Session, SessionListener, Stderr};
@@ -106,8 +105,6 @@ impl Drop for SandboxGuard {
 /// What `supervise` follows.
 pub struct Supervised {
     pub sandbox: SandboxGuard,
-    /// Paths the sandbox pins read-only (watched for host-side changes).
-    pub pinned: Vec<PathBuf>,
     pub channel: handshake::Channel,
     pub session: Arc<Session>,
     pub log: Arc<EventLog>,
@@ -119,7 +116,6 @@ pub struct Supervised {
 pub async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
     let Supervised {
         mut sandbox,
-        pinned,
         channel,
         session,
         log,
@@ -147,8 +143,6 @@ pub async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
             )));
         }
     };
-    // Watching starts before the sandbox pins anything, so no host-side change is missed.
-    let watch = crate::pinwatch::PinWatch::new(&pinned).map_err(WrapperError::Spawn)?;
     // The sandbox is past its namespaces and now waits for this: the placeholders exist,
     // it may build its filesystem.
     channel
@@ -205,10 +199,6 @@ pub async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
                 sandbox.signal(Signal::SIGKILL);
                 cancelled = Some(sig);
             },
-            path = watch.changed(), if state.failure.is_none() => {
-                sandbox.signal(Signal::SIGKILL);
-                state.failure = Some(WrapperError::PinLost { path });
-            }
             _ = exited.readable() => break,
         }
     }
@@ -277,7 +267,14 @@ impl RunState<'_> {
                 self.failure
                     .get_or_insert(WrapperError::Setup { step, detail, hint });
             }
-            SyncMsg::Probe(_) | SyncMsg::Listeners { .. } | SyncMsg::Proceed => {
+            // pid 1 saw a pin go (removed or replaced on the host) and stopped the run.
+            SyncMsg::PinLost { path } if self.probed => {
+                self.failure.get_or_insert(WrapperError::PinLost { path });
+            }
+            SyncMsg::Probe(_)
+            | SyncMsg::Listeners { .. }
+            | SyncMsg::Proceed
+            | SyncMsg::PinLost { .. } => {
                 self.failure.get_or_insert(WrapperError::Handshake(
                     "unexpected message after the probe".into(),
                 ));

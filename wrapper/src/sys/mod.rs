@@ -4,6 +4,7 @@
 
 pub mod fd;
 pub mod mount_api;
+pub mod mountid;
 pub mod netdev;
 pub mod process;
 pub mod xattr;

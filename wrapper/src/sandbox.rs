@@ -79,10 +79,12 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(), StepError> {
     // Out of the caller's process group: terminal signals reach netbox, which forwards
     // them once, instead of reaching CMD twice.
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(failed("setpgid"))?;
-    namespaces::map_ids(plan.uid, plan.gid).map_err(|e| {
-        let hint = e.hint();
-        ("user namespace".to_owned(), chain(&e), hint)
-    })?;
+    namespaces::map_ids(plan.uid, plan.gid)
+        .and_then(|()| namespaces::unshare_rest())
+        .map_err(|e| {
+            let hint = e.hint();
+            ("user namespace".to_owned(), chain(&e), hint)
+        })?;
     nix::unistd::sethostname("netbox").map_err(failed("set hostname"))?;
     crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
 

@@ -1,5 +1,6 @@
-//! New user, mount, network, pid, ipc and uts namespaces, entered by creating the sandbox
-//! with clone(2), and the caller's own uid/gid mapped to itself (user_namespaces(7)).
+//! New user, mount, network, pid, ipc and uts namespaces (the first two by creating the
+//! sandbox with clone(2), the rest by the sandbox itself with unshare(2)), and the
+//! caller's own uid/gid mapped to itself (user_namespaces(7)).
 //!
 //! The identity map keeps file ownership meaningful on the host: files CMD creates in the
 //! workspace belong to the caller. The process gets every capability inside the new user

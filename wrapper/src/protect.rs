@@ -268,19 +268,19 @@ impl Drop for Placeholders {
         use std::os::unix::fs::MetadataExt;
         for (path, lock, created) in self.held.drain(..) {
             // Exclusive only if no other run still holds it; then it is ours to remove, if
-            // it is still the very directory we hold, still empty, and ours.
+            // the path still names the very directory we hold and it is ours (rmdir itself
+            // refuses a directory that is no longer empty).
+            if lock
+                .relock(nix::fcntl::FlockArg::LockExclusiveNonblock)
+                .is_err()
+            {
+                continue;
+            }
             let same = match (lock.metadata(), std::fs::symlink_metadata(&path)) {
                 (Ok(held), Ok(now)) => held.ino() == now.ino() && held.dev() == now.dev(),
                 _ => false,
             };
-            let ours = created || crate::sys::xattr::has(&path, PLACEHOLDER_XATTR);
-            if same
-                && ours
-                && is_empty_dir(&path)
-                && lock
-                    .relock(nix::fcntl::FlockArg::LockExclusiveNonblock)
-                    .is_ok()
-            {
+            if same && (created || crate::sys::xattr::has(&path, PLACEHOLDER_XATTR)) {
                 let _ = std::fs::remove_dir(&path);
             }
         }

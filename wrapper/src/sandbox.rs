@@ -1,9 +1,10 @@
-//! The sandbox side of a run, in order. One process, created by clone(2) straight into new
-//! user, mount, network, pid, ipc and uts namespaces, so it is pid 1 of its pid namespace
-//! from the first instruction. It maps its ids, brings `lo` up, creates the proxy
-//! listeners inside the new network namespace and hands them out, waits for netbox's word
-//! that the placeholders exist, builds the filesystem, drops every privilege, runs the
-//! live probe, and only if it passed starts CMD, whose init it then is.
+//! The sandbox side of a run, in order. One process, created by clone(2) in new user and
+//! pid namespaces, so it is pid 1 of its pid namespace from the first instruction. It maps
+//! its ids, enters new mount, network, ipc and uts namespaces, brings `lo` up, creates the
+//! proxy listeners inside the new network namespace and hands them out, waits for
+//! netbox's word that the placeholders exist, builds the filesystem, drops every
+//! privilege, runs the live probe, and only if it passed starts CMD, whose init it then is
+//! (watching the pins while CMD runs).
 //!
 //! It dies with netbox (PR_SET_PDEATHSIG): if netbox is killed, even with SIGKILL, pid 1
 //! dies, and with it the kernel kills everything in the namespace.

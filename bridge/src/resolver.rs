@@ -28,7 +28,11 @@ pub enum DnsConfig {
 
 /// Resolves names, or explains why it can't.
 pub struct Resolver {
-    dns: Result<TokioResolver, String>,
+    config: DnsConfig,
+    /// Built on the first name that needs DNS: many sessions never ask (IP literals and
+    /// pinned names only), and building seeds hickory's random generator, whose CPU
+    /// feature probing alone is measurable in a start-up that should cost nothing.
+    dns: std::sync::OnceLock<Result<TokioResolver, String>>,
     timeout: Duration,
 }
 
@@ -46,43 +50,20 @@ pub enum ResolveError {
 }
 
 impl Resolver {
-    /// Builds the resolver now, so that configuration is read before any sandboxing of the
-    /// bridge itself. A failure is kept and reported per lookup: pinned names and IP
-    /// literals still work without DNS.
+    /// A resolver for `config`; the DNS client itself is built on first use. A failure to
+    /// build it is kept and reported per lookup: pinned names and IP literals still work.
     pub fn new(config: &DnsConfig, timeout: Duration) -> Resolver {
-        let built = match config {
-            DnsConfig::System => TokioResolver::builder_tokio().and_then(|mut b| {
-                b.options_mut().timeout = timeout;
-                b.build()
-            }),
-            DnsConfig::Servers(servers) => {
-                let servers = servers
-                    .iter()
-                    .map(|addr| {
-                        let mut udp = ConnectionConfig::udp();
-                        udp.port = addr.port();
-                        let mut tcp = ConnectionConfig::tcp();
-                        tcp.port = addr.port();
-                        NameServerConfig::new(addr.ip(), true, vec![udp, tcp])
-                    })
-                    .collect();
-                let mut builder = TokioResolver::builder_with_config(
-                    ResolverConfig::from_name_servers(servers),
-                    TokioRuntimeProvider::default(),
-                );
-                let opts = builder.options_mut();
-                opts.timeout = timeout;
-                opts.attempts = 1;
-                opts.use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
-                builder.build()
-            }
-        };
         Resolver {
-            dns: built.map_err(|e| e.to_string()),
+            config: config.clone(),
+            dns: std::sync::OnceLock::new(),
             timeout,
         }
     }
 
+    fn dns(&self) -> &Result<TokioResolver, String> {
+        self.dns
+            .get_or_init(|| build(&self.config, self.timeout).map_err(|e| e.to_string()))
+    }
     /// All addresses for `host`, in the resolver's order, canonicalised.
     pub async fn resolve(&self, host: &Host, policy: &Policy) -> Result<Vec<IpAddr>, ResolveError> {
         if let Host::Ip(ip) = host {
@@ -95,7 +76,7 @@ impl Resolver {
             return Err(ResolveError::Empty);
         };
         let dns = self
-            .dns
+            .dns()
             .as_ref()
             .map_err(|e| ResolveError::NoResolver(e.clone()))?;
         // A trailing dot makes the name absolute: no search-domain suffixes are tried.
@@ -110,5 +91,39 @@ impl Resolver {
             return Err(ResolveError::Empty);
         }
         Ok(addrs)
+    }
+}
+
+/// Builds the DNS client for `config`.
+fn build(
+    config: &DnsConfig,
+    timeout: Duration,
+) -> Result<TokioResolver, hickory_resolver::net::NetError> {
+    match config {
+        DnsConfig::System => TokioResolver::builder_tokio().and_then(|mut b| {
+            b.options_mut().timeout = timeout;
+            b.build()
+        }),
+        DnsConfig::Servers(servers) => {
+            let servers = servers
+                .iter()
+                .map(|addr| {
+                    let mut udp = ConnectionConfig::udp();
+                    udp.port = addr.port();
+                    let mut tcp = ConnectionConfig::tcp();
+                    tcp.port = addr.port();
+                    NameServerConfig::new(addr.ip(), true, vec![udp, tcp])
+                })
+                .collect();
+            let mut builder = TokioResolver::builder_with_config(
+                ResolverConfig::from_name_servers(servers),
+                TokioRuntimeProvider::default(),
+            );
+            let opts = builder.options_mut();
+            opts.timeout = timeout;
+            opts.attempts = 1;
+            opts.use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
+            builder.build()
+        }
     }
 }

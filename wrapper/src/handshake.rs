@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::probe::ProbeReport;
 
-/// Largest message, in bytes (a probe report is a few KiB).
-const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+/// Largest message, in bytes (a probe report is a few KiB; the buffer is zeroed per
+/// receive, so it is kept modest).
+const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// What the sandbox tells the parent, in order (and the one thing the parent says).
 #[derive(Debug, Serialize, Deserialize)]

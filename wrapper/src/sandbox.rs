@@ -69,11 +69,14 @@ fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> StepError + '_ 
 /// The setup steps, in order. Each must succeed; there is no weaker fallback.
 fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(), StepError> {
     // First, keep nothing of netbox's but this end of the channel (netbox's own end, the
-    // event log, the host listener, whatever netbox's caller passed): then if netbox died
-    // before the next line, its end is closed for good and the wait for Proceed ends.
+    // event log, the host listener, whatever netbox's caller passed): then netbox's end is
+    // open exactly as long as netbox lives.
     crate::sys::fd::close_from_3_except(channel.raw_fd()).map_err(failed("close fds"))?;
-    // Die with netbox.
+    // Die with netbox; and if it already died before that took effect, stop here.
     set_pdeathsig(Signal::SIGKILL).map_err(failed("set parent-death signal"))?;
+    if channel.peer_closed() {
+        return Err(("start".into(), "netbox exited during start-up".into(), None));
+    }
     // Signals for CMD arrive through netbox, which forwards them; pid 1 takes them with
     // sigwait, so they are blocked from the start.
     init::block_signals().map_err(failed("block signals"))?;
@@ -101,11 +104,6 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(), StepError> {
         .map_err(failed("hand over listeners"))?;
     drop((v4, v6));
 
-    // The placeholders the mounts pin are laid by netbox meanwhile; wait for its word.
-    match channel.recv_blocking() {
-        Ok(Some(SyncMsg::Proceed)) => {}
-        other => return Err(("wait for netbox".into(), format!("got {other:?}"), None)),
-    }
     // Not dumpable, so CMD cannot reach into pid 1 through /proc/1 or ptrace (same uid).
     nix::sys::prctl::set_dumpable(false).map_err(failed("set non-dumpable"))?;
     // Capabilities are still held here, which the mounts need. While they are held, /

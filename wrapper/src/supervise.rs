@@ -1,5 +1,5 @@
 //! Following a started sandbox from netbox's side: receive its listeners and serve the
-//! bridge on them, say Proceed once the placeholders exist, log the probe report, forward
+//! bridge on them, log the probe report, forward
 //! signals (or cancel a start that is not proven yet), stop the run if a pin is lost on
 //! the host, and turn the sandbox's end into netbox's exit status.
 
@@ -143,11 +143,6 @@ pub async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
             )));
         }
     };
-    // The sandbox is past its namespaces and now waits for this: the placeholders exist,
-    // it may build its filesystem.
-    channel
-        .send(&SyncMsg::Proceed)
-        .map_err(WrapperError::Handshake)?;
     // The control half of the host-loopback check: the listener answers us.
     check_host_listener_answers(&host_listener)?;
     let mut listeners = Vec::new();
@@ -271,10 +266,7 @@ impl RunState<'_> {
             SyncMsg::PinLost { path } if self.probed => {
                 self.failure.get_or_insert(WrapperError::PinLost { path });
             }
-            SyncMsg::Probe(_)
-            | SyncMsg::Listeners { .. }
-            | SyncMsg::Proceed
-            | SyncMsg::PinLost { .. } => {
+            SyncMsg::Probe(_) | SyncMsg::Listeners { .. } | SyncMsg::PinLost { .. } => {
                 self.failure.get_or_insert(WrapperError::Handshake(
                     "unexpected message after the probe".into(),
                 ));

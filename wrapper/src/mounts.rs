@@ -51,6 +51,9 @@ pub enum MountOp {
     MakeFile { target: PathBuf },
     /// Attach the captured source with this index at `target`, writable.
     Writable { source: usize, target: PathBuf },
+    /// Bind a writable directory over itself, so that it is a mountpoint and cannot be
+    /// renamed away (EBUSY) with the pins inside it.
+    Anchor { target: PathBuf },
     /// Bind `target` over itself and make it read-only, recursively.
     ReadOnly { target: PathBuf },
     /// Cover a directory with an empty read-only tmpfs.
@@ -116,7 +119,31 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
             target: root.clone(),
         });
     }
-    for target in protected.iter().map(|p| &p.path).chain(read_only) {
+    // rename(2) refuses only a mountpoint itself, not a directory holding one: every
+    // writable directory between a root and a pin becomes a mountpoint first, or CMD could
+    // move it aside with the pins inside (.git under --allow-git-writes) and build a new one.
+    let pins: Vec<&PathBuf> = protected.iter().map(|p| &p.path).chain(read_only).collect();
+    let mut anchors: Vec<PathBuf> = Vec::new();
+    for pin in &pins {
+        let Some(root) = write_roots
+            .iter()
+            .filter(|r| pin.starts_with(r))
+            .max_by_key(|r| r.components().count())
+        else {
+            continue;
+        };
+        for dir in pin.ancestors().skip(1) {
+            if dir == root.as_path() || !dir.starts_with(root) {
+                break;
+            }
+            anchors.push(dir.to_owned());
+        }
+    }
+    anchors.sort_by_key(|a| a.components().count());
+    anchors.dedup();
+    plan.ops
+        .extend(anchors.into_iter().map(|target| MountOp::Anchor { target }));
+    for target in pins {
         plan.ops.push(MountOp::ReadOnly {
             target: target.clone(),
         });
@@ -269,6 +296,19 @@ fn apply_op(op: &MountOp, sources: &[OwnedFd]) -> Result<()> {
             step(
                 || format!("bind {} writable", target.display()),
                 attach_tree(tree.as_fd(), &in_root(target)),
+            )
+        }
+        MountOp::Anchor { target } => {
+            let path = in_root(target);
+            step(
+                || format!("anchor {}", target.display()),
+                mount(
+                    Some(&path),
+                    &path,
+                    none,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    none,
+                ),
             )
         }
         MountOp::ReadOnly { target } => {
@@ -483,6 +523,62 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn directories_between_a_root_and_a_pin_become_anchors() {
+        let protected = [
+            Protected {
+                path: p("/w/.git/hooks"),
+                placeholder: false,
+            },
+            Protected {
+                path: p("/w/.git/config"),
+                placeholder: false,
+            },
+            Protected {
+                path: p("/w/.envrc"),
+                placeholder: false,
+            },
+        ];
+        let plan = plan(
+            &Layout {
+                write_roots: &[p("/w")],
+                tmp: TmpMode::Host,
+                protected: &protected,
+                read_only: &[p("/w/a/b/c")],
+                hidden: &[],
+            },
+            |_| true,
+        );
+        let anchors: Vec<&MountOp> = plan
+            .ops
+            .iter()
+            .filter(|op| matches!(op, MountOp::Anchor { .. }))
+            .collect();
+        assert_eq!(
+            anchors,
+            vec![
+                &MountOp::Anchor {
+                    target: p("/w/.git")
+                },
+                &MountOp::Anchor { target: p("/w/a") },
+                &MountOp::Anchor {
+                    target: p("/w/a/b")
+                },
+            ]
+        );
+        let first_pin = plan
+            .ops
+            .iter()
+            .position(|op| matches!(op, MountOp::ReadOnly { .. }))
+            .unwrap();
+        let last_anchor = plan
+            .ops
+            .iter()
+            .rposition(|op| matches!(op, MountOp::Anchor { .. }))
+            .unwrap();
+        assert!(last_anchor < first_pin);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! New user, mount, network, pid, ipc and uts namespaces (the first two by creating the
+//! New user, mount, network, pid, ipc and uts namespaces (user and pid by creating the
 //! sandbox with clone(2), the rest by the sandbox itself with unshare(2)), and the
 //! caller's own uid/gid mapped to itself (user_namespaces(7)).
 //!

@@ -3,8 +3,9 @@
 //! A read-only bind pins a directory entry, not a name: if a process on the host removes
 //! or replaces a pinned entry (`git clean`, an editor's save-by-rename, `git checkout`), the
 //! kernel detaches the sandbox's mount on it and the name is writable inside again. CMD
-//! cannot cause that itself (a mountpoint is EBUSY/EROFS from inside, and it cannot mount),
-//! so pid 1 watches its own mount table: `/proc/self/mountinfo` polls readable with
+//! cannot cause that itself (a mountpoint is EBUSY/EROFS from inside, every directory
+//! between a root and a pin is a mountpoint too, so none can be renamed away, and CMD
+//! cannot mount), so pid 1 watches its own mount table: `/proc/self/mountinfo` polls readable with
 //! POLLPRI on every change to the namespace's mounts (proc(5)), and then each pinned path
 //! must still be a mount of its own (its mount id differs from its parent directory's,
 //! statx STATX_MNT_ID). When one is not, the run stops: pid 1 exits, and the kernel kills

@@ -225,23 +225,8 @@ impl Placeholders {
 fn hold_one(path: &Path) -> std::io::Result<(nix::fcntl::Flock<std::fs::File>, bool)> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     for _ in 0..8 {
-        let made = if placeholder_is_file(path) {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .open(path)
-                .and_then(|mut f| std::io::Write::write_all(&mut f, FILE_PLACEHOLDER_CONTENT))
-        } else {
-            std::fs::create_dir(path)
-        };
-        let created = match made {
-            Ok(()) => {
-                // Best effort: without user xattrs (some filesystems) this run still knows
-                // it made the directory; only a later run could not adopt it.
-                let _ = crate::sys::xattr::set(path, PLACEHOLDER_XATTR, b"1");
-                true
-            }
+        let created = match create_marked(path) {
+            Ok(()) => true,
             Err(e) if e.kind() == ErrorKind::AlreadyExists && is_placeholder(path) => false,
             Err(e) => return Err(e),
         };
@@ -267,6 +252,50 @@ fn hold_one(path: &Path) -> std::io::Result<(nix::fcntl::Flock<std::fs::File>, b
         }
     }
     Err(std::io::Error::other("placeholder keeps changing under us"))
+}
+
+/// Creates a placeholder under a temporary name, marks it (and fills a file one), then
+/// renames it into place without replacing anything: another run never sees a placeholder
+/// that is not yet marked, and an existing entry is never overwritten.
+fn create_marked(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!(".netbox-placeholder-{}-{n}", std::process::id());
+    let temp = path.with_file_name(name);
+    let is_file = placeholder_is_file(path);
+    let made = if is_file {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&temp)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, FILE_PLACEHOLDER_CONTENT))
+    } else {
+        std::fs::create_dir(&temp)
+    };
+    let remove_temp = || {
+        let _ = if is_file {
+            std::fs::remove_file(&temp)
+        } else {
+            std::fs::remove_dir(&temp)
+        };
+    };
+    made?;
+    // Best effort: without user xattrs (some filesystems) this run still knows it made the
+    // placeholder; only another run could not recognise it.
+    let _ = crate::sys::xattr::set(&temp, PLACEHOLDER_XATTR, b"1");
+    let placed = nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        &temp,
+        nix::fcntl::AT_FDCWD,
+        path,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    );
+    if placed.is_err() {
+        remove_temp();
+    }
+    placed.map_err(std::io::Error::from)
 }
 
 /// How long a run waits for another process's exclusive lock on a placeholder (a run

@@ -1,10 +1,10 @@
 //! The sandbox side of a run, in order. One process, created by clone(2) in new user and
 //! pid namespaces, so it is pid 1 of its pid namespace from the first instruction. It maps
 //! its ids, enters new mount, network, ipc and uts namespaces, brings `lo` up, creates the
-//! proxy listeners inside the new network namespace and hands them out, waits for
-//! netbox's word that the placeholders exist, builds the filesystem, drops every
-//! privilege, runs the live probe, and only if it passed starts CMD, whose init it then is
-//! (watching the pins while CMD runs).
+//! proxy listeners inside the new network namespace and hands them out, builds the
+//! filesystem (on the placeholders netbox laid before creating it), drops every privilege,
+//! runs the live probe, and only if it passed starts CMD, whose init it then is (watching
+//! the pins while CMD runs).
 //!
 //! It dies with netbox (PR_SET_PDEATHSIG): if netbox is killed, even with SIGKILL, pid 1
 //! dies, and with it the kernel kills everything in the namespace.
@@ -77,8 +77,8 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(), StepError> {
     if channel.peer_closed() {
         return Err(("start".into(), "netbox exited during start-up".into(), None));
     }
-    // Signals for CMD arrive through netbox, which forwards them; pid 1 takes them with
-    // sigwait, so they are blocked from the start.
+    // Signals for CMD arrive through netbox, which forwards them; pid 1 reads them from a
+    // signalfd, so they are blocked from the start.
     init::block_signals().map_err(failed("block signals"))?;
     // Out of the caller's process group: terminal signals reach netbox, which forwards
     // them once, instead of reaching CMD twice.

@@ -189,8 +189,9 @@ pub async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
             sig = signals.next() => if state.probed {
                 sandbox.signal(sig);
             } else {
-                // Before the probe, pid 1 may not block signals yet (and pid 1 ignores what
-                // it does not handle): the start is cancelled instead.
+                // Before the probe, CMD does not exist to receive it (and in the first
+                // moments pid 1 does not block signals yet, and would ignore them): the start
+                // is cancelled instead.
                 sandbox.signal(Signal::SIGKILL);
                 cancelled = Some(sig);
             },

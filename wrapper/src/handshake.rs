@@ -28,6 +28,8 @@ pub enum SyncMsg {
     /// While CMD ran, a pinned path stopped being a mount of its own (changed on the host);
     /// the sandbox was stopped.
     PinLost { path: std::path::PathBuf },
+    /// CMD has exited and every other process in the sandbox is gone; pid 1 exits next.
+    Done,
     /// A setup step failed; CMD will not run.
     SetupFailed {
         step: String,

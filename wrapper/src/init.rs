@@ -98,7 +98,15 @@ pub fn run(
         }
     };
     match supervise(child, pins) {
-        Ok(code) => code,
+        Ok(code) => {
+            // Nothing of CMD's may outlive it: end every other process in the namespace
+            // (kill(-1) from pid 1 reaches only those) and reap them, then tell netbox,
+            // which may remove its placeholders while this process exits.
+            let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+            while waitpid(None, None).is_ok() {}
+            let _ = channel.send(&SyncMsg::Done, &[]);
+            code
+        }
         Err(Stop::PinLost(path)) => {
             let _ = channel.send(&SyncMsg::PinLost { path }, &[]);
             EXIT_NETBOX_FAILURE.into()

@@ -63,7 +63,7 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
     // The placeholders the sandbox's mounts pin, laid first. Held (flocked) until this
     // function returns; declared before the sandbox guard, so dropped after it: however
     // this function ends, the sandbox is killed and reaped before they go.
-    let _placeholders = protect::Placeholders::hold(&protected)?;
+    let mut placeholders = Some(protect::Placeholders::hold(&protected)?);
     let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
     // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
     let pid = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs))?;
@@ -87,6 +87,7 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
         Stderr::Summary
     };
     runtime.block_on(supervise(Supervised {
+        placeholders: &mut placeholders,
         sandbox,
         channel: ours,
         session,

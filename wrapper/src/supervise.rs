@@ -103,7 +103,11 @@ impl Drop for SandboxGuard {
 }
 
 /// What `supervise` follows.
-pub struct Supervised {
+pub struct Supervised<'a> {
+    /// Released as soon as the sandbox says nothing of CMD's is left (Done), so their
+    /// removal overlaps the sandbox's own exit; otherwise the caller drops them after the
+    /// sandbox is reaped.
+    pub placeholders: &'a mut Option<crate::protect::Placeholders>,
     pub sandbox: SandboxGuard,
     pub channel: handshake::Channel,
     pub session: Arc<Session>,
@@ -113,8 +117,9 @@ pub struct Supervised {
 }
 
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.
-pub async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
+pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     let Supervised {
+        placeholders,
         mut sandbox,
         channel,
         session,
@@ -170,6 +175,7 @@ pub async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
 
     let mut state = RunState {
         probed: false,
+        done: false,
         failure: None,
         log: &log,
         session: &session.id,
@@ -183,7 +189,12 @@ pub async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
             // that signal cancels the start or goes to CMD.
             biased;
             msg = channel.recv(), if channel_open => match msg {
-                Ok(Some((msg, _))) => state.handle(msg),
+                Ok(Some((msg, _))) => {
+                    state.handle(msg);
+                    if state.done {
+                        placeholders.take();
+                    }
+                }
                 _ => channel_open = false,
             },
             sig = signals.next() => if state.probed {
@@ -231,6 +242,8 @@ pub async fn supervise(run: Supervised) -> Result<u8, WrapperError> {
 /// What netbox has learned from the sandbox so far.
 struct RunState<'a> {
     probed: bool,
+    /// pid 1 reported that nothing of CMD's is left.
+    done: bool,
     failure: Option<WrapperError>,
     log: &'a EventLog,
     session: &'a str,
@@ -259,6 +272,7 @@ impl RunState<'_> {
                     None => self.log.set_stderr(self.stderr),
                 }
             }
+            SyncMsg::Done if self.probed => self.done = true,
             SyncMsg::SetupFailed { step, detail, hint } => {
                 self.failure
                     .get_or_insert(WrapperError::Setup { step, detail, hint });
@@ -267,7 +281,10 @@ impl RunState<'_> {
             SyncMsg::PinLost { path } if self.probed => {
                 self.failure.get_or_insert(WrapperError::PinLost { path });
             }
-            SyncMsg::Probe(_) | SyncMsg::Listeners { .. } | SyncMsg::PinLost { .. } => {
+            SyncMsg::Probe(_)
+            | SyncMsg::Listeners { .. }
+            | SyncMsg::PinLost { .. }
+            | SyncMsg::Done => {
                 self.failure.get_or_insert(WrapperError::Handshake(
                     "unexpected message after the probe".into(),
                 ));

@@ -10,6 +10,7 @@ mod bridge_malformed;
 mod bridge_policy;
 mod bridge_socks;
 mod bridge_tunnel;
+mod export;
 mod sandbox_escapes;
 mod sandbox_lifecycle;
 mod sandbox_regressions;

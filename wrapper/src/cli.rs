@@ -105,6 +105,28 @@ pub struct RunArgs {
 pub enum Command {
     /// Run the egress-filtering proxy on its own.
     Bridge(BridgeArgs),
+    /// Copy named files out of a directory a sandbox wrote, treating it as hostile.
+    Export(ExportArgs),
+}
+
+/// `netbox export`: safe evidence export.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The directory the sandbox wrote.
+    #[arg(long = "from", value_name = "DIR")]
+    pub from: PathBuf,
+
+    /// Where the copies go (created files only; nothing there is overwritten).
+    #[arg(long = "to", value_name = "DIR")]
+    pub to: PathBuf,
+
+    /// Largest file exported, in bytes.
+    #[arg(long = "max-bytes", value_name = "N", default_value_t = 64 * 1024 * 1024)]
+    pub max_bytes: u64,
+
+    /// Files to copy, relative to --from.
+    #[arg(value_name = "PATH", required = true)]
+    pub paths: Vec<PathBuf>,
 }
 
 /// `netbox bridge`: a standalone egress proxy.

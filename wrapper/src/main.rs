@@ -13,7 +13,7 @@
 //! - `sandbox`: the sandbox's pid 1, created by clone(2) in new namespaces; its steps in
 //!   order: `namespaces`, `mounts`, `caps`, `probe`, then `init` runs CMD
 //! - `handshake`: the typed parent/sandbox channel; `sys/`: every unsafe syscall wrapper
-//! - `bridge_cmd`: `netbox bridge`, the standalone proxy
+//! - `bridge_cmd`: `netbox bridge`, the standalone proxy; `export`: `netbox export`
 //! - `testhooks`: deliberate breakage for tests (feature `test-hooks` only)
 //! - `error`: `WrapperError`, and the only place exit codes are chosen
 //!
@@ -26,6 +26,7 @@ mod cli;
 mod config;
 mod env;
 mod error;
+mod export;
 mod handshake;
 mod hostsockets;
 mod init;
@@ -53,6 +54,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Some(cli::Command::Bridge(args)) => bridge_cmd::run(args).map(|()| 0),
+        Some(cli::Command::Export(args)) => export::run(&args),
         None if cli.run.disable_sandbox => run::run_unsandboxed(&cli.run),
         None => config::SandboxConfig::from_args(cli.run).and_then(run::run),
     };

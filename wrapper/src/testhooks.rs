@@ -11,6 +11,18 @@ pub struct Breakage {
     pub skip_capability_drop: bool,
 }
 
+/// Test builds: sleeps for `NETBOX_TEST_EXPORT_PAUSE_MS` between checking a file and
+/// reading it, so a test can change the file in that window. Release builds: nothing.
+pub fn pause_export() {
+    #[cfg(feature = "test-hooks")]
+    if let Some(ms) = std::env::var("NETBOX_TEST_EXPORT_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
 impl Breakage {
     /// From `NETBOX_TEST_BREAK` (`read-only-root`, `capability-drop`), test builds only.
     pub fn from_env() -> Breakage {

@@ -1,0 +1,169 @@
+//! `netbox export`: hostile trees (symlinks, hard links, fifos, oversized files, a file that
+//! changes while it is read) are refused one by one, and only plain regular files arrive.
+
+use std::os::unix::fs::symlink;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use crate::support::{netbox_bin, stderr, stdout, TestDir};
+
+fn export(dir: &TestDir, extra: &[&str], paths: &[&str]) -> Output {
+    Command::new(netbox_bin())
+        .arg("export")
+        .arg("--from")
+        .arg(dir.join("out"))
+        .arg("--to")
+        .arg(dir.join("evidence"))
+        .args(extra)
+        .args(paths)
+        .output()
+        .unwrap()
+}
+
+fn setup(name: &str) -> TestDir {
+    let dir = TestDir::new(name);
+    std::fs::create_dir_all(dir.join("out/logs")).unwrap();
+    std::fs::create_dir_all(dir.join("evidence")).unwrap();
+    dir
+}
+
+#[test]
+fn plain_files_are_copied_and_hostile_ones_refused() {
+    let dir = setup("export");
+    let out = dir.join("out");
+    std::fs::write(out.join("report.txt"), "all good\n").unwrap();
+    std::fs::write(out.join("logs/build.log"), "built\n").unwrap();
+    symlink("/etc/passwd", out.join("passwd-link")).unwrap();
+    symlink("/etc", out.join("etc-dir-link")).unwrap();
+    std::fs::write(out.join("original.txt"), "shared\n").unwrap();
+    std::fs::hard_link(out.join("original.txt"), out.join("hardlink.txt")).unwrap();
+    nix::unistd::mkfifo(
+        &out.join("pipe"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    std::fs::write(out.join("big.bin"), vec![7u8; 4096]).unwrap();
+
+    let result = export(
+        &dir,
+        &["--max-bytes", "1024"],
+        &[
+            "report.txt",
+            "logs/build.log",
+            "passwd-link",
+            "etc-dir-link/passwd",
+            "hardlink.txt",
+            "pipe",
+            "big.bin",
+            "../escape.txt",
+            "/etc/passwd",
+        ],
+    );
+    assert_eq!(result.status.code(), Some(1), "{}", stderr(&result));
+    let said = stderr(&result);
+    for line in [
+        "exported report.txt (9 bytes)",
+        "exported logs/build.log (6 bytes)",
+        "refused passwd-link: it is a symbolic link, not a regular file",
+        "refused etc-dir-link/passwd: etc-dir-link is not a plain directory",
+        "refused hardlink.txt: it has 2 hard links",
+        "refused pipe: it is a fifo, not a regular file",
+        "refused big.bin: it is 4096 bytes, over --max-bytes 1024",
+        "refused ../escape.txt: only plain relative paths",
+        "refused /etc/passwd: only plain relative paths",
+    ] {
+        assert!(said.contains(line), "missing {line:?} in:\n{said}");
+    }
+    // Only the two plain files arrived.
+    let evidence = dir.join("evidence");
+    assert_eq!(
+        std::fs::read_to_string(evidence.join("report.txt")).unwrap(),
+        "all good\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(evidence.join("logs/build.log")).unwrap(),
+        "built\n"
+    );
+    let mut arrived: Vec<String> = walk(&evidence);
+    arrived.sort();
+    assert_eq!(
+        arrived,
+        vec!["logs/build.log".to_string(), "report.txt".to_string()]
+    );
+
+    // Nothing at the destination is overwritten, or followed.
+    let again = export(&dir, &[], &["report.txt"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        stderr(&again).contains("the destination already exists"),
+        "{}",
+        stderr(&again)
+    );
+    std::fs::remove_file(evidence.join("report.txt")).unwrap();
+    symlink(
+        "/tmp/netbox-export-should-not-exist",
+        evidence.join("report.txt"),
+    )
+    .unwrap();
+    let through = export(&dir, &[], &["report.txt"]);
+    assert_eq!(through.status.code(), Some(1));
+    assert!(!std::path::Path::new("/tmp/netbox-export-should-not-exist").exists());
+    // Control: a file not yet at the destination still exports, and `..` stays refused.
+    std::fs::write(out.join("late.txt"), "late\n").unwrap();
+    let fresh = export(&dir, &[], &["logs/../report.txt", "late.txt"]);
+    let said = stderr(&fresh);
+    assert!(said.contains("refused logs/../report.txt"), "{said}");
+    assert!(said.contains("exported late.txt (5 bytes)"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(evidence.join("late.txt")).unwrap(),
+        "late\n"
+    );
+    assert!(stdout(&fresh).is_empty());
+}
+
+#[test]
+fn a_file_changed_while_read_is_refused() {
+    let dir = setup("export-change");
+    let path = dir.join("out/growing.log");
+    std::fs::write(&path, "first\n").unwrap();
+    let child = Command::new(netbox_bin())
+        .arg("export")
+        .arg("--from")
+        .arg(dir.join("out"))
+        .arg("--to")
+        .arg(dir.join("evidence"))
+        .arg("growing.log")
+        .env("NETBOX_TEST_EXPORT_PAUSE_MS", "700")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    std::fs::write(&path, "first\nsecond, written while netbox reads\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refused growing.log: it changed while being read")
+            || stderr(&out).contains("refused growing.log: it grew while being read"),
+        "{} (is netbox built with --features test-hooks?)",
+        stderr(&out)
+    );
+    assert!(!dir.join("evidence/growing.log").exists());
+    // Control: untouched, the same file exports.
+    let out = export(&dir, &[], &["growing.log"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+fn walk(root: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(root).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            for inner in walk(&path) {
+                found.push(format!("{}/{inner}", entry.file_name().to_string_lossy()));
+            }
+        } else {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}

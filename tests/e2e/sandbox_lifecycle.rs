@@ -195,3 +195,69 @@ fn disable_sandbox_says_so() {
         stderr(&out)
     );
 }
+
+#[test]
+fn timeout_kills_the_whole_sandbox_with_124() {
+    let dir = TestDir::new("timeout");
+    let marker = format!("netbox-e2e-timeout-{}", std::process::id());
+    let run = Run::new(&dir).arg("--quiet").arg("--timeout").arg("1s");
+    let started = Instant::now();
+    let out = run.sh(&format!("sleep 10 & sleep 10; : {marker}"));
+    let waited = started.elapsed();
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(waited < Duration::from_secs(2), "took {waited:?}");
+    assert!(
+        stderr(&out).contains("netbox: timed out after 1s"),
+        "{}",
+        stderr(&out)
+    );
+    wait_for_process(&marker, false);
+    // Control: a command that finishes in time keeps its own status.
+    assert_eq!(run.sh("exit 3").status.code(), Some(3));
+}
+
+#[test]
+fn clean_env_keeps_secrets_out_unless_passed() {
+    let dir = TestDir::new("cleanenv");
+    let env_file = dir.write("vars.env", "# for the build\nFROM_FILE=yes\n");
+    let script = "echo \"secret=[$NETBOX_TEST_SECRET] file=[$FROM_FILE] given=[$GIVEN] home=[$HOME] proxy=[$HTTPS_PROXY]\"";
+    // Default: the caller's environment is inherited (documented).
+    let inherit = Run::new(&dir)
+        .arg("--quiet")
+        .env("NETBOX_TEST_SECRET", "s3cret");
+    assert!(stdout(&inherit.sh(script)).contains("secret=[s3cret]"));
+    // --clean-env: not inherited, but --env and --env-file still set what they name.
+    let clean = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--clean-env")
+        .arg("--env")
+        .arg("GIVEN=1")
+        .arg("--env-file")
+        .arg(env_file.display().to_string())
+        .env("NETBOX_TEST_SECRET", "s3cret");
+    let said = stdout(&clean.sh(script));
+    assert_eq!(
+        said,
+        "secret=[] file=[yes] given=[1] home=[/tmp] proxy=[http://127.0.0.1:3128]\n"
+    );
+    // A bare --env KEY passes that one variable through.
+    let pass = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--clean-env")
+        .arg("--env")
+        .arg("NETBOX_TEST_SECRET")
+        .env("NETBOX_TEST_SECRET", "s3cret");
+    assert!(stdout(&pass.sh(script)).contains("secret=[s3cret]"));
+    // A broken env file is refused with its line.
+    let bad = dir.write("bad.env", "A=1\nnot a pair\n");
+    let out = Run::new(&dir)
+        .arg("--env-file")
+        .arg(bad.display().to_string())
+        .sh("true");
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr(&out).contains("bad.env:2: expected KEY=VALUE"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -92,6 +92,23 @@ pub struct RunArgs {
     #[arg(long)]
     pub quiet: bool,
 
+    /// Kill the whole sandbox after this long (e.g. 30s, 5m) and exit 124, like timeout(1).
+    #[arg(long = "timeout", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+
+    /// Start CMD with a minimal environment (PATH, HOME=/tmp, TERM, LANG, the proxy
+    /// settings) instead of yours: nothing else of yours, secrets included, gets in.
+    #[arg(long = "clean-env")]
+    pub clean_env: bool,
+
+    /// Set KEY=VALUE for CMD, or pass KEY through from your environment (repeatable).
+    #[arg(long = "env", value_name = "KEY[=VALUE]")]
+    pub env: Vec<String>,
+
+    /// Set the KEY=VALUE lines of FILE for CMD (# comments and blank lines allowed).
+    #[arg(long = "env-file", value_name = "FILE")]
+    pub env_file: Vec<PathBuf>,
+
     /// Run CMD with no sandbox and no probe at all (says so on stderr).
     #[arg(long = "disable-sandbox", visible_alias = "yolo")]
     pub disable_sandbox: bool,

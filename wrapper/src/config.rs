@@ -28,6 +28,10 @@ pub struct SandboxConfig {
     pub allow_git_writes: bool,
     pub policy: Policy,
     pub session_id: String,
+    pub env_base: crate::env::EnvBase,
+    /// From `--env` and `--env-file`, applied last.
+    pub env_extra: Vec<(OsString, OsString)>,
+    pub timeout: Option<std::time::Duration>,
     pub log_path: PathBuf,
     pub quiet: bool,
     pub uid: u32,
@@ -88,6 +92,22 @@ impl SandboxConfig {
             .collect::<Result<_, _>>()?;
         let policy = crate::bridge_cmd::load_policy(&args.policy)?;
         let session_id = crate::bridge_cmd::new_session_id();
+        let mut env_extra = Vec::new();
+        for file in &args.env_file {
+            let text = std::fs::read_to_string(file).map_err(|source| WrapperError::Path {
+                path: file.clone(),
+                what: "--env-file",
+                source,
+            })?;
+            let parsed = crate::env::parse_env_file(&text).map_err(|(line, reason)| {
+                WrapperError::Usage(format!("{}:{line}: {reason}", file.display()))
+            })?;
+            env_extra.extend(parsed);
+        }
+        env_extra.extend(
+            crate::env::parse_env_flags(&args.env)
+                .map_err(|reason| WrapperError::Usage(format!("--env: {reason}")))?,
+        );
         let log_path = match args.log {
             Some(path) => path,
             None => default_log_path(&session_id)?,
@@ -106,6 +126,13 @@ impl SandboxConfig {
             allow_git_writes: args.allow_git_writes,
             policy,
             session_id,
+            env_base: if args.clean_env {
+                crate::env::EnvBase::Clean
+            } else {
+                crate::env::EnvBase::Inherit
+            },
+            env_extra,
+            timeout: args.timeout,
             log_path,
             quiet: args.quiet,
             uid: nix::unistd::getuid().as_raw(),

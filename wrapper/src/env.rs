@@ -7,8 +7,85 @@
 
 use std::ffi::OsString;
 
-/// The environment CMD starts with.
-pub fn sandbox_env(proxy_port: u16) -> Vec<(OsString, OsString)> {
+/// What CMD's environment starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvBase {
+    /// The caller's environment (the default).
+    Inherit,
+    /// Only PATH, HOME (the private /tmp), TERM and LANG.
+    Clean,
+}
+
+/// Variables a clean environment keeps (or gets a default for).
+fn clean_base() -> Vec<(OsString, OsString)> {
+    let keep = |name: &str, default: &str| {
+        let value = std::env::var_os(name).unwrap_or_else(|| OsString::from(default));
+        (OsString::from(name), value)
+    };
+    let mut env = vec![
+        keep("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        (OsString::from("HOME"), OsString::from("/tmp")),
+        keep("LANG", "C.UTF-8"),
+    ];
+    if let Some(term) = std::env::var_os("TERM") {
+        env.push((OsString::from("TERM"), term));
+    }
+    env
+}
+
+/// Parses `--env` entries: `KEY=VALUE` sets, a bare `KEY` passes the caller's value
+/// through (and is dropped if the caller has none).
+pub fn parse_env_flags(flags: &[String]) -> Result<Vec<(OsString, OsString)>, String> {
+    let mut out = Vec::new();
+    for flag in flags {
+        match flag.split_once('=') {
+            Some((key, value)) => out.push((valid_key(key)?, OsString::from(value))),
+            None => {
+                let key = valid_key(flag)?;
+                if let Some(value) = std::env::var_os(&key) {
+                    out.push((key, value));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Parses an env file: `KEY=VALUE` lines, `#` comments, blank lines; errors name the line.
+pub fn parse_env_file(text: &str) -> Result<Vec<(OsString, OsString)>, (usize, String)> {
+    let mut out = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            return Err((index + 1, "expected KEY=VALUE".into()));
+        };
+        let key = valid_key(key.trim()).map_err(|e| (index + 1, e))?;
+        out.push((key, OsString::from(value)));
+    }
+    Ok(out)
+}
+
+fn valid_key(key: &str) -> Result<OsString, String> {
+    let ok = !key.is_empty()
+        && !key.starts_with(|c: char| c.is_ascii_digit())
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if ok {
+        Ok(OsString::from(key))
+    } else {
+        Err(format!("{key:?} is not a valid variable name"))
+    }
+}
+
+/// The environment CMD starts with: the base, the proxy settings, then `extra` (from
+/// `--env` and `--env-file`, which win).
+pub fn sandbox_env(
+    proxy_port: u16,
+    base: EnvBase,
+    extra: &[(OsString, OsString)],
+) -> Vec<(OsString, OsString)> {
     let http = format!("http://127.0.0.1:{proxy_port}");
     let socks = format!("socks5h://127.0.0.1:{proxy_port}");
     let java = format!(
@@ -44,7 +121,12 @@ pub fn sandbox_env(proxy_port: u16) -> Vec<(OsString, OsString)> {
     overrides.push(("TMPDIR", "/tmp".into()));
     overrides.push(("NETBOX_SANDBOX", "1".into()));
 
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+    let start = match base {
+        EnvBase::Inherit => std::env::vars_os().collect(),
+        EnvBase::Clean => clean_base(),
+    };
+    let mut env: Vec<(OsString, OsString)> = start
+        .into_iter()
         .filter(|(k, _)| !overrides.iter().any(|(name, _)| k == name))
         .collect();
     env.extend(
@@ -52,6 +134,10 @@ pub fn sandbox_env(proxy_port: u16) -> Vec<(OsString, OsString)> {
             .into_iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
     );
+    for (key, value) in extra {
+        env.retain(|(k, _)| k != key);
+        env.push((key.clone(), value.clone()));
+    }
     env
 }
 
@@ -61,7 +147,7 @@ mod tests {
 
     #[test]
     fn proxies_point_at_the_bridge_and_no_proxy_is_empty() {
-        let env = sandbox_env(3128);
+        let env = sandbox_env(3128, EnvBase::Inherit, &[]);
         let get = |name: &str| {
             env.iter()
                 .find(|(k, _)| k == name)
@@ -79,5 +165,31 @@ mod tests {
             .unwrap()
             .contains("-Dhttps.proxyPort=3128"));
         assert_eq!(env.iter().filter(|(k, _)| k == "NO_PROXY").count(), 1);
+    }
+
+    #[test]
+    fn clean_env_keeps_only_the_basics_and_the_extras() {
+        let extra = vec![(OsString::from("TOKEN"), OsString::from("given"))];
+        let env = sandbox_env(3128, EnvBase::Clean, &extra);
+        let keys: Vec<String> = env
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        assert!(keys.contains(&"PATH".into()) && keys.contains(&"HTTPS_PROXY".into()));
+        assert!(keys.contains(&"TOKEN".into()));
+        let home = env.iter().find(|(k, _)| k == "HOME").unwrap();
+        assert_eq!(home.1, "/tmp");
+        assert!(keys.len() < 30, "{keys:?}");
+    }
+
+    #[test]
+    fn env_files_and_flags_are_checked() {
+        let parsed = parse_env_file("# comment\n\nA=1\nB = two words\n").unwrap();
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(parse_env_file("A=1\nnot a pair\n").unwrap_err().0, 2);
+        assert!(parse_env_file("1X=1").is_err());
+        assert!(parse_env_flags(&["BAD-NAME=1".into()]).is_err());
+        let flags = parse_env_flags(&["A=b=c".into()]).unwrap();
+        assert_eq!(flags[0].1, "b=c");
     }
 }

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 /// Exit status for netbox's own failures (as `env`, `timeout` and podman use).
 pub const EXIT_NETBOX_FAILURE: u8 = 125;
+/// The run was killed at --timeout (as timeout(1) reports it).
+pub const EXIT_TIMEOUT: u8 = 124;
 /// CMD exists but could not be executed (as a shell reports it).
 pub const EXIT_NOT_EXECUTABLE: u8 = 126;
 /// CMD was not found (as a shell reports it).

@@ -89,6 +89,7 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
     runtime.block_on(supervise(Supervised {
         placeholders: &mut placeholders,
         sandbox,
+        timeout: config.timeout,
         channel: ours,
         session,
         log: Arc::new(log),
@@ -155,7 +156,7 @@ fn child_plan(
             refusal_status: BridgeConfig::default().refusal_status.as_u16(),
         },
         cmd: config.cmd.clone(),
-        env: env::sandbox_env(PROXY_PORT),
+        env: env::sandbox_env(PROXY_PORT, config.env_base, &config.env_extra),
         cwd: config.cwd.clone(),
         breakage: Breakage::from_env(),
     })

@@ -109,6 +109,8 @@ pub struct Supervised<'a> {
     /// sandbox is reaped.
     pub placeholders: &'a mut Option<crate::protect::Placeholders>,
     pub sandbox: SandboxGuard,
+    /// `--timeout`: the whole sandbox is killed when it runs out.
+    pub timeout: Option<std::time::Duration>,
     pub channel: handshake::Channel,
     pub session: Arc<Session>,
     pub log: Arc<EventLog>,
@@ -121,6 +123,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     let Supervised {
         placeholders,
         mut sandbox,
+        timeout,
         channel,
         session,
         log,
@@ -182,6 +185,8 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         stderr,
     };
     let mut cancelled = None;
+    let mut timed_out = false;
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let mut channel_open = true;
     loop {
         tokio::select! {
@@ -206,6 +211,11 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                 sandbox.signal(Signal::SIGKILL);
                 cancelled = Some(sig);
             },
+            () = sleep_until_some(deadline), if !timed_out => {
+                // The whole sandbox: pid 1's death takes everything in it.
+                sandbox.signal(Signal::SIGKILL);
+                timed_out = true;
+            }
             _ = exited.readable() => break,
         }
     }
@@ -221,6 +231,13 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     drop(host_listener);
     let _ = stop_bridge.send(());
     let _ = bridge.await;
+    if timed_out {
+        crate::say(&format!(
+            "netbox: timed out after {}; the sandbox was killed",
+            humantime::format_duration(timeout.unwrap_or_default())
+        ));
+        return Ok(crate::error::EXIT_TIMEOUT);
+    }
     if let Some(sig) = cancelled {
         return Ok(u8::try_from(128 + sig as i32).unwrap_or(crate::error::EXIT_NETBOX_FAILURE));
     }
@@ -320,5 +337,13 @@ impl Signals {
             _ = self.hup.recv() => Signal::SIGHUP,
             _ = self.quit.recv() => Signal::SIGQUIT,
         }
+    }
+}
+
+/// Sleeps until `deadline`, or forever if there is none.
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }

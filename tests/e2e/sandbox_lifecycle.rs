@@ -1,6 +1,7 @@
 //! The run's life: the start-up line, the live probe (and its refusal when a control is
 //! broken on purpose), exit statuses, signal forwarding, and death with netbox.
 
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{netbox_bin, stderr, stdout, Run, TestDir};
@@ -260,4 +261,47 @@ fn clean_env_keeps_secrets_out_unless_passed() {
         "{}",
         stderr(&out)
     );
+}
+
+/// `netbox verify` with the given extra environment; returns (status, stdout, stderr).
+fn verify(dir: &TestDir, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(netbox_bin());
+    cmd.arg("verify")
+        .args(extra)
+        .arg("--log")
+        .arg(dir.join("events.jsonl"))
+        .current_dir(dir.join("ws"))
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run netbox verify")
+}
+
+#[test]
+fn verify_reports_every_control_and_fails_on_a_broken_one() {
+    let dir = TestDir::new("verify");
+    std::fs::create_dir_all(dir.join("ws")).unwrap();
+    let out = verify(&dir, &[], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(!table.contains("FAILS"), "{table}");
+    assert!(table.contains("HOLDS"), "{table}");
+    assert!(table.contains("read-only"), "{table}");
+
+    let out = verify(&dir, &["--json"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON report");
+    assert_eq!(report["passed"], true);
+    let checks = report["checks"].as_array().unwrap();
+    assert!(checks.len() >= 6, "{checks:?}");
+    assert!(checks.iter().all(|c| c["passed"] == true));
+
+    // A deliberately broken control is reported, named, and turns the exit status.
+    let out = verify(&dir, &[], &[("NETBOX_TEST_BREAK", "read-only-root")]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let table = stdout(&out);
+    let failing: Vec<&str> = table.lines().filter(|l| l.starts_with("FAILS")).collect();
+    assert_eq!(failing.len(), 1, "{table}");
+    assert!(failing[0].contains("read-only"), "{table}");
 }

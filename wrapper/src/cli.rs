@@ -124,6 +124,19 @@ pub enum Command {
     Bridge(BridgeArgs),
     /// Copy named files out of a directory a sandbox wrote, treating it as hostile.
     Export(ExportArgs),
+    /// Prove every control for these options (the live probe's battery) and print it.
+    Verify(VerifyArgs),
+}
+
+/// `netbox verify`: the same options as a run, no command.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// `netbox export`: safe evidence export.

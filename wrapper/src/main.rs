@@ -13,7 +13,8 @@
 //! - `sandbox`: the sandbox's pid 1, created by clone(2) in new namespaces; its steps in
 //!   order: `namespaces`, `mounts`, `caps`, `probe`, then `init` runs CMD
 //! - `handshake`: the typed parent/sandbox channel; `sys/`: every unsafe syscall wrapper
-//! - `bridge_cmd`: `netbox bridge`, the standalone proxy; `export`: `netbox export`
+//! - `bridge_cmd`: `netbox bridge`, the standalone proxy; `export`: `netbox export`;
+//!   `verify`: `netbox verify`, the probe's battery as a table
 //! - `testhooks`: deliberate breakage for tests (feature `test-hooks` only)
 //! - `error`: `WrapperError`, and the only place exit codes are chosen
 //!
@@ -40,6 +41,7 @@ mod sandbox;
 mod supervise;
 mod sys;
 mod testhooks;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(cli::Command::Bridge(args)) => bridge_cmd::run(args).map(|()| 0),
         Some(cli::Command::Export(args)) => export::run(&args),
+        Some(cli::Command::Verify(args)) => verify::run(args),
         None if cli.run.disable_sandbox => run::run_unsandboxed(&cli.run),
         None => config::SandboxConfig::from_args(cli.run).and_then(run::run),
     };

@@ -13,5 +13,6 @@ mod bridge_tunnel;
 mod export;
 mod sandbox_escapes;
 mod sandbox_lifecycle;
+mod sandbox_limits;
 mod sandbox_regressions;
 mod sandbox_walkthrough;

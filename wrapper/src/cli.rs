@@ -96,6 +96,14 @@ pub struct RunArgs {
     #[arg(long = "timeout", value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub timeout: Option<std::time::Duration>,
 
+    /// Cap CMD's address space (e.g. 512M, 2G; at least 16M): an allocation past it fails.
+    #[arg(long = "memory", value_name = "SIZE", value_parser = crate::limits::parse_memory)]
+    pub memory: Option<u64>,
+
+    /// Largest file CMD may write (e.g. 1M, 10G): a write past it fails (SIGXFSZ, EFBIG).
+    #[arg(long = "fsize", value_name = "SIZE", value_parser = crate::limits::parse_size)]
+    pub fsize: Option<u64>,
+
     /// Start CMD with a minimal environment (PATH, HOME=/tmp, TERM, LANG, the proxy
     /// settings) instead of yours: nothing else of yours, secrets included, gets in.
     #[arg(long = "clean-env")]

@@ -32,6 +32,7 @@ pub struct SandboxConfig {
     /// From `--env` and `--env-file`, applied last.
     pub env_extra: Vec<(OsString, OsString)>,
     pub timeout: Option<std::time::Duration>,
+    pub limits: crate::limits::Limits,
     pub log_path: PathBuf,
     pub quiet: bool,
     pub uid: u32,
@@ -133,6 +134,10 @@ impl SandboxConfig {
             },
             env_extra,
             timeout: args.timeout,
+            limits: crate::limits::Limits {
+                memory: args.memory,
+                file_size: args.fsize,
+            },
             log_path,
             quiet: args.quiet,
             uid: nix::unistd::getuid().as_raw(),

@@ -24,6 +24,7 @@ use nix::unistd::Pid;
 
 use crate::error::{EXIT_NETBOX_FAILURE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 use crate::handshake::{Channel, SyncMsg};
+use crate::limits::Limits;
 use crate::pins::Pins;
 use crate::sys::process::{exit_child, fork, Forked};
 
@@ -65,6 +66,7 @@ pub fn run(
     cmd: &[OsString],
     env: &[(OsString, OsString)],
     cwd: &Path,
+    limits: &Limits,
     pins: &Pins,
     channel: &Channel,
 ) -> i32 {
@@ -90,7 +92,7 @@ pub fn run(
         .collect();
     // pid 1 is single-threaded: nothing here ever starts a thread.
     let child = match fork() {
-        Ok(Forked::Child) => exec_cmd(&argv, &envp, cwd),
+        Ok(Forked::Child) => exec_cmd(&argv, &envp, cwd, limits),
         Ok(Forked::Parent { child }) => child,
         Err(e) => {
             crate::say(&format!("netbox: cannot start CMD: {e}"));
@@ -125,7 +127,7 @@ enum Stop {
 }
 
 /// In the child: becomes CMD.
-fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path) -> ! {
+fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path, limits: &Limits) -> ! {
     let name = argv[0].to_string_lossy().into_owned();
     // CMD starts as from a shell: default dispositions (Rust ignores SIGPIPE in netbox,
     // and an ignored disposition survives exec) and nothing blocked.
@@ -148,6 +150,12 @@ fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path) -> ! {
             exit_child(EXIT_NOT_FOUND.into());
         }
     };
+    // Last before exec, with nothing left to allocate: this copy of pid 1's address space
+    // may already be past --memory; exec replaces it, so CMD starts with all of it.
+    if let Err(e) = crate::limits::apply(limits) {
+        crate::say(&format!("netbox: cannot set resource limits: {e}"));
+        exit_child(EXIT_NETBOX_FAILURE.into());
+    }
     let err = match nix::unistd::execve(&program, argv, envp) {
         Err(e) => e,
         Ok(never) => match never {},

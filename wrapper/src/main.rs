@@ -7,7 +7,7 @@
 //! - `cli`: argument parsing (clap derive); `config`: the validated run configuration
 //! - `protect`: which paths stay read-only; `hostsockets`: host Unix sockets to hide;
 //!   `mounts`: the mount plan and its syscalls; `pins`: pid 1 watching the pins
-//! - `env`: CMD's environment (proxy settings)
+//! - `env`: CMD's environment (proxy settings); `limits`: --memory and --fsize
 //! - `run`: netbox's side of a run: plan, clone the sandbox, placeholders; then
 //!   `supervise`: bridge, probe log, signals, pin watch, exit status
 //! - `sandbox`: the sandbox's pid 1, created by clone(2) in new namespaces; its steps in
@@ -31,6 +31,7 @@ mod export;
 mod handshake;
 mod hostsockets;
 mod init;
+mod limits;
 mod mounts;
 mod namespaces;
 mod pins;

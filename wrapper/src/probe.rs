@@ -75,6 +75,8 @@ pub struct ProbeInput {
     /// A target the policy denies.
     pub canary: String,
     pub refusal_status: u16,
+    /// The resource limits CMD will get; each one set is checked.
+    pub limits: crate::limits::Limits,
 }
 
 /// Runs every check.
@@ -91,6 +93,9 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
     ];
     checks.push(finish_egress(input, egress));
     checks.push(privileges());
+    if !input.limits.is_empty() {
+        checks.push(resource_limits(input));
+    }
     let passed = checks.iter().all(|c| c.passed);
     ProbeReport {
         checks,
@@ -492,4 +497,158 @@ fn remount_root_rw() -> std::io::Result<()> {
         None::<&str>,
     )
     .map_err(std::io::Error::from)
+}
+
+/// The resource-limit control, run in a forked child of pid 1 with the limits applied as
+/// CMD gets them: each requested limit must be set (hard and soft), an allocation or a
+/// write past it must fail, and one inside it must succeed.
+fn resource_limits(input: &ProbeInput) -> Check {
+    const NAME: &str = "resource limits";
+    let child_failed = |detail: String| {
+        let outcome = Outcome {
+            attempt: "run the limit checks in a child".into(),
+            result: detail,
+            ok: false,
+        };
+        check(NAME, vec![outcome], Vec::new())
+    };
+    let (reader, writer) = match nix::unistd::pipe() {
+        Ok(pair) => pair,
+        Err(e) => return child_failed(e.to_string()),
+    };
+    // pid 1 is single-threaded: the probe starts no thread.
+    let child = match crate::sys::process::fork() {
+        Ok(crate::sys::process::Forked::Child) => {
+            drop(reader);
+            let outcomes = limit_outcomes(input);
+            let mut writer = std::fs::File::from(writer);
+            let ok = serde_json::to_writer(&mut writer, &outcomes).is_ok();
+            crate::sys::process::exit_child(if ok { 0 } else { 1 })
+        }
+        Ok(crate::sys::process::Forked::Parent { child }) => child,
+        Err(e) => return child_failed(e.to_string()),
+    };
+    drop(writer);
+    let mut text = String::new();
+    let read = std::fs::File::from(reader).read_to_string(&mut text);
+    let _ = nix::sys::wait::waitpid(child, None);
+    match read
+        .ok()
+        .and_then(|_| serde_json::from_str::<(Vec<Outcome>, Vec<Outcome>)>(&text).ok())
+    {
+        Some((forbidden, control)) => check(NAME, forbidden, control),
+        None => child_failed("the child reported nothing".into()),
+    }
+}
+
+/// In the probe's child: applies the limits and tries each. Returns (forbidden, control).
+fn limit_outcomes(input: &ProbeInput) -> (Vec<Outcome>, Vec<Outcome>) {
+    use nix::sys::resource::{getrlimit, Resource};
+    let limits = input.limits;
+    let mut forbidden = Vec::new();
+    let mut control = Vec::new();
+    if let Err(e) = crate::limits::apply(&limits) {
+        forbidden.push(Outcome {
+            attempt: "set the limits".into(),
+            result: e.to_string(),
+            ok: false,
+        });
+        return (forbidden, control);
+    }
+    let is_set = |resource, bytes: u64| {
+        let got = getrlimit(resource);
+        Outcome {
+            attempt: format!("{resource:?} is {bytes} bytes, soft and hard"),
+            ok: got == Ok((bytes, bytes)),
+            result: format!("{got:?}"),
+        }
+    };
+    if let Some(bytes) = limits.memory {
+        control.push(is_set(Resource::RLIMIT_AS, bytes));
+        forbidden.push(allocation(bytes, false));
+        // This child is a copy of pid 1, whose own footprint counts against the limit;
+        // half of what is left must still be allocatable.
+        let used = vm_size().unwrap_or(u64::MAX);
+        control.push(allocation(bytes.saturating_sub(used) / 2, true));
+    }
+    if let Some(bytes) = limits.file_size {
+        control.push(is_set(Resource::RLIMIT_FSIZE, bytes));
+        let (refused_write, allowed_write) = file_size_attempts(&input.temp_dir, bytes);
+        forbidden.push(refused_write);
+        control.push(allowed_write);
+    }
+    (forbidden, control)
+}
+
+/// Reserves (never touches) `bytes` of memory; `expect_ok` says which answer is right.
+fn allocation(bytes: u64, expect_ok: bool) -> Outcome {
+    let attempt = format!("allocate {} MiB", bytes >> 20);
+    if bytes == 0 {
+        return Outcome {
+            attempt,
+            result: "netbox's own footprint already fills the limit".into(),
+            ok: false,
+        };
+    }
+    let got = usize::try_from(bytes)
+        .ok()
+        .map(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok());
+    let ok = got == Some(expect_ok);
+    Outcome {
+        attempt,
+        result: if got == Some(true) { "ok" } else { "refused" }.into(),
+        ok,
+    }
+}
+
+/// Writes one byte at the last offset the limit allows (must work) and one past it (must
+/// fail with EFBIG), in an unnamed file in the temp root, sparse so nothing is stored.
+fn file_size_attempts(temp_dir: &Path, bytes: u64) -> (Outcome, Outcome) {
+    use std::os::unix::fs::FileExt;
+    // A blocked SIGXFSZ leaves the write to fail with EFBIG instead of killing the child.
+    let mut xfsz = nix::sys::signal::SigSet::empty();
+    xfsz.add(nix::sys::signal::Signal::SIGXFSZ);
+    let _ = xfsz.thread_block();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .mode(0o600)
+        .open(temp_dir);
+    let (past, inside) = match &file {
+        Ok(file) => (
+            file.write_at(b"x", bytes).map(drop),
+            file.write_at(b"x", bytes - 1).map(drop),
+        ),
+        Err(e) => (
+            Err(std::io::Error::from_raw_os_error(
+                e.raw_os_error().unwrap_or(0),
+            )),
+            Err(std::io::Error::from_raw_os_error(
+                e.raw_os_error().unwrap_or(0),
+            )),
+        ),
+    };
+    (
+        refused(
+            format!("write a byte at offset {bytes}"),
+            past,
+            &[libc::EFBIG],
+        ),
+        succeeded(format!("write a byte at offset {}", bytes - 1), inside),
+    )
+}
+
+/// This process's address-space size in bytes (VmSize in /proc/self/status).
+fn vm_size() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib << 10)
 }

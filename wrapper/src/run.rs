@@ -154,6 +154,7 @@ fn child_plan(
             host_listener,
             canary: canary.to_owned(),
             refusal_status: BridgeConfig::default().refusal_status.as_u16(),
+            limits: config.limits,
         },
         cmd: config.cmd.clone(),
         env: env::sandbox_env(PROXY_PORT, config.env_base, &config.env_extra),

@@ -56,7 +56,14 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     // its socket on the host would uncover it).
     let pinned = plan.probe.protected.iter().chain(&plan.probe.host_sockets);
     let pins = crate::pins::Pins::new(pinned.cloned().collect());
-    init::run(&plan.cmd, &plan.env, &plan.cwd, &pins, channel)
+    init::run(
+        &plan.cmd,
+        &plan.env,
+        &plan.cwd,
+        &plan.probe.limits,
+        &pins,
+        channel,
+    )
 }
 
 /// A failed step: which, why, and how to fix it when known.

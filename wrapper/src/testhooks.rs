@@ -9,6 +9,8 @@ pub struct Breakage {
     pub skip_read_only_root: bool,
     /// Keep capabilities (skip the drop).
     pub skip_capability_drop: bool,
+    /// Set no resource limit (for the probe's checks and for CMD alike).
+    pub skip_limits: bool,
 }
 
 /// Test builds: sleeps for `NETBOX_TEST_EXPORT_PAUSE_MS` between checking a file and
@@ -24,7 +26,8 @@ pub fn pause_export() {
 }
 
 impl Breakage {
-    /// From `NETBOX_TEST_BREAK` (`read-only-root`, `capability-drop`), test builds only.
+    /// From `NETBOX_TEST_BREAK` (`read-only-root`, `capability-drop`, `limits`), test
+    /// builds only.
     pub fn from_env() -> Breakage {
         #[cfg(feature = "test-hooks")]
         {
@@ -32,6 +35,7 @@ impl Breakage {
             Breakage {
                 skip_read_only_root: wanted.split(',').any(|w| w == "read-only-root"),
                 skip_capability_drop: wanted.split(',').any(|w| w == "capability-drop"),
+                skip_limits: wanted.split(',').any(|w| w == "limits"),
             }
         }
         #[cfg(not(feature = "test-hooks"))]

@@ -1,0 +1,91 @@
+//! `--memory` and `--fsize`: an allocation or a file past the limit fails while one inside
+//! it works, the probe checks each limit it was given, and a limit that is not really set
+//! (test hook) stops CMD before it runs.
+
+use crate::support::{stderr, stdout, Run, TestDir};
+
+#[test]
+fn memory_limit_refuses_a_large_allocation_and_allows_a_small_one() {
+    let dir = TestDir::new("memory");
+    let run = Run::new(&dir).arg("--quiet").arg("--memory").arg("64M");
+    let out = run.sh(
+        "python3 -c 'b = bytearray(16 << 20); print(\"small ok\")' && \
+         python3 -c 'b = bytearray(256 << 20); print(\"large ok\")'",
+    );
+    assert_eq!(stdout(&out), "small ok\n", "{}", stderr(&out));
+    assert!(stderr(&out).contains("MemoryError"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1));
+    let probe = run
+        .events()
+        .into_iter()
+        .find(|e| e["type"] == "probe")
+        .expect("probe record");
+    let limits = probe["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "resource limits")
+        .expect("the probe checked the limit");
+    assert_eq!(limits["passed"], true, "{limits}");
+
+    // Control: without the limit the same large allocation works.
+    let dir = TestDir::new("memory-control");
+    let out = Run::new(&dir)
+        .arg("--quiet")
+        .sh("python3 -c 'b = bytearray(256 << 20); print(\"large ok\")'");
+    assert_eq!(stdout(&out), "large ok\n", "{}", stderr(&out));
+}
+
+#[test]
+fn file_size_limit_stops_a_file_at_the_limit() {
+    let dir = TestDir::new("fsize");
+    let run = Run::new(&dir).arg("--quiet").arg("--fsize").arg("1M");
+    let out = run.sh("head -c 512K /dev/zero > small; echo small=$?; \
+         head -c 2M /dev/zero > big; echo big=$?");
+    let text = stdout(&out);
+    assert!(text.contains("small=0"), "{text}");
+    // The shell reports head killed by SIGXFSZ (128 + 25).
+    assert!(text.contains("big=153"), "{text} {}", stderr(&out));
+    assert_eq!(
+        std::fs::metadata(run.workspace.join("small"))
+            .unwrap()
+            .len(),
+        512 << 10
+    );
+    assert_eq!(
+        std::fs::metadata(run.workspace.join("big")).unwrap().len(),
+        1 << 20
+    );
+}
+
+#[test]
+fn a_limit_that_does_not_hold_stops_cmd() {
+    let dir = TestDir::new("limits-broken");
+    let run = Run::new(&dir)
+        .arg("--fsize")
+        .arg("1M")
+        .env("NETBOX_TEST_BREAK", "limits");
+    let out = run.sh("touch ran-anyway");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("live probe failed: resource limits"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!run.workspace.join("ran-anyway").exists());
+    // Control: the hook changes nothing for a run that asks for no limit.
+    let dir = TestDir::new("limits-unasked");
+    let run = Run::new(&dir).env("NETBOX_TEST_BREAK", "limits");
+    let out = run.sh("touch ran");
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_sizes_are_one_line_errors() {
+    for (flag, value) in [("--memory", "1M"), ("--memory", "lots"), ("--fsize", "0")] {
+        let dir = TestDir::new("limits-bad");
+        let out = Run::new(&dir).arg(flag).arg(value).sh("true");
+        assert_eq!(out.status.code(), Some(125), "{flag} {value}");
+        assert!(stderr(&out).contains(flag), "{}", stderr(&out));
+    }
+}

@@ -1,0 +1,116 @@
+//! Resource limits for CMD: `--memory` (address space, RLIMIT_AS) and `--fsize` (largest
+//! file CMD may write, RLIMIT_FSIZE). Both are set hard and soft alike just before CMD is
+//! executed, so neither CMD nor anything it starts can raise them again (raising a hard
+//! limit needs CAP_SYS_RESOURCE, which the sandbox has dropped), and neither has an
+//! exemption for root. The live probe checks each one that was asked for (probe.rs).
+//!
+//! A cgroup (which would count resident memory rather than address space, and add
+//! `--pids` and `--cpus`) is not used yet; these limits are the ones an rlimit enforces
+//! for every user.
+
+use serde::{Deserialize, Serialize};
+
+/// Below this an address-space limit leaves no room for a program to start.
+pub const MIN_MEMORY: u64 = 16 << 20;
+
+/// The limits a run asked for; `None` is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Bytes of address space.
+    pub memory: Option<u64>,
+    /// Bytes: no file may be written past this offset.
+    pub file_size: Option<u64>,
+}
+
+impl Limits {
+    pub fn is_empty(&self) -> bool {
+        self.memory.is_none() && self.file_size.is_none()
+    }
+}
+
+/// Sets every requested limit, hard and soft, on the calling process.
+pub fn apply(limits: &Limits) -> nix::Result<()> {
+    use nix::sys::resource::{setrlimit, Resource};
+    if crate::testhooks::Breakage::from_env().skip_limits {
+        return Ok(());
+    }
+    if let Some(bytes) = limits.memory {
+        setrlimit(Resource::RLIMIT_AS, bytes, bytes)?;
+    }
+    if let Some(bytes) = limits.file_size {
+        setrlimit(Resource::RLIMIT_FSIZE, bytes, bytes)?;
+    }
+    Ok(())
+}
+
+/// A size as `N`, `NK`, `NM`, `NG` or `NT` (powers of 1024; `KiB`, `MB` and lower case
+/// are accepted too).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (use e.g. 512K, 64M, 2G)"))?;
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("`{text}`: unknown unit (use K, M, G or T)")),
+    };
+    let bytes = number
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("`{text}` is too large"))?;
+    if bytes == 0 {
+        return Err("a limit of 0 would stop everything; give a size above 0".into());
+    }
+    Ok(bytes)
+}
+
+/// `--memory`: a size of at least [`MIN_MEMORY`].
+pub fn parse_memory(text: &str) -> Result<u64, String> {
+    let bytes = parse_size(text)?;
+    if bytes < MIN_MEMORY {
+        return Err(format!(
+            "{text} leaves no room for a program to start; give at least 16M"
+        ));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_in_powers_of_1024() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1K"), Ok(1024));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("64mib"), Ok(64 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+    }
+
+    #[test]
+    fn bad_sizes_are_refused() {
+        for bad in [
+            "",
+            "M",
+            "-1M",
+            "1.5G",
+            "12Q",
+            "0",
+            "0M",
+            "99999999999999999999T",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        assert!(parse_memory("1M").is_err());
+        assert_eq!(parse_memory("16M"), Ok(16 << 20));
+    }
+}

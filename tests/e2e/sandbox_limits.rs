@@ -1,6 +1,6 @@
-//! `--memory` and `--fsize`: an allocation or a file past the limit fails while one inside
-//! it works, the probe checks each limit it was given, and a limit that is not really set
-//! (test hook) stops CMD before it runs.
+//! `--memory`, `--fsize` and `--pids`: an allocation, a file or a fork past the limit
+//! fails while one inside it works, the probe checks each limit it was given, and a limit
+//! that is not really set (test hook) stops CMD before it runs.
 
 use crate::support::{stderr, stdout, Run, TestDir};
 
@@ -88,4 +88,60 @@ fn bad_sizes_are_one_line_errors() {
         assert_eq!(out.status.code(), Some(125), "{flag} {value}");
         assert!(stderr(&out).contains(flag), "{}", stderr(&out));
     }
+}
+
+/// Forks children (each sleeping) until 40 or a refusal, and says which.
+const FORK_UNTIL_REFUSED: &str = r#"
+import os, time
+n = 0
+try:
+    while n < 40:
+        if os.fork() == 0:
+            time.sleep(5)
+            os._exit(0)
+        n += 1
+    print("started", n)
+except OSError as e:
+    print("refused after", n, e.errno)
+"#;
+
+/// Root is exempt from RLIMIT_NPROC, so netbox needs a pids cgroup (v1) for it.
+fn root_without_pids_cgroup() -> bool {
+    nix::unistd::getuid().is_root()
+        && !std::fs::read_to_string("/proc/self/cgroup")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|c| c == "pids"))
+            })
+}
+
+#[test]
+fn process_limit_stops_a_fork_bomb_at_the_limit() {
+    let dir = TestDir::new("pids");
+    let run = Run::new(&dir).arg("--quiet").arg("--pids").arg("16");
+    std::fs::write(run.workspace.join("fork.py"), FORK_UNTIL_REFUSED).unwrap();
+    let out = run.sh("python3 fork.py");
+    if root_without_pids_cgroup() {
+        // Nothing can enforce it here, which must be said rather than ignored.
+        assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--pids cannot be enforced"),
+            "{}",
+            stderr(&out)
+        );
+        return;
+    }
+    // python is one of the 16; its 15 children start and the 16th fork is refused.
+    assert_eq!(stdout(&out), "refused after 15 11\n", "{}", stderr(&out));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Control: without the limit all 40 start.
+    let dir = TestDir::new("pids-control");
+    let run = Run::new(&dir).arg("--quiet");
+    std::fs::write(run.workspace.join("fork.py"), FORK_UNTIL_REFUSED).unwrap();
+    let out = run.sh("python3 fork.py");
+    assert_eq!(stdout(&out), "started 40\n", "{}", stderr(&out));
 }

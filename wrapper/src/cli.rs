@@ -104,6 +104,10 @@ pub struct RunArgs {
     #[arg(long = "fsize", value_name = "SIZE", value_parser = crate::limits::parse_size)]
     pub fsize: Option<u64>,
 
+    /// Most processes CMD may have at once, itself included: a fork past it fails (EAGAIN).
+    #[arg(long = "pids", value_name = "N", value_parser = crate::limits::parse_pids)]
+    pub pids: Option<u64>,
+
     /// Start CMD with a minimal environment (PATH, HOME=/tmp, TERM, LANG, the proxy
     /// settings) instead of yours: nothing else of yours, secrets included, gets in.
     #[arg(long = "clean-env")]

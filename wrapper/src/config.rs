@@ -137,6 +137,7 @@ impl SandboxConfig {
             limits: crate::limits::Limits {
                 memory: args.memory,
                 file_size: args.fsize,
+                pids: args.pids,
             },
             log_path,
             quiet: args.quiet,

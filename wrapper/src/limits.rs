@@ -1,12 +1,12 @@
-//! Resource limits for CMD: `--memory` (address space, RLIMIT_AS) and `--fsize` (largest
-//! file CMD may write, RLIMIT_FSIZE). Both are set hard and soft alike just before CMD is
+//! Resource limits for CMD: `--memory` (address space, RLIMIT_AS), `--fsize` (largest
+//! file CMD may write, RLIMIT_FSIZE) and `--pids` (processes at once, RLIMIT_NPROC, or a
+//! pids cgroup when netbox runs as root: cgroup.rs). All are set hard and soft alike just before CMD is
 //! executed, so neither CMD nor anything it starts can raise them again (raising a hard
 //! limit needs CAP_SYS_RESOURCE, which the sandbox has dropped), and neither has an
 //! exemption for root. The live probe checks each one that was asked for (probe.rs).
 //!
-//! A cgroup (which would count resident memory rather than address space, and add
-//! `--pids` and `--cpus`) is not used yet; these limits are the ones an rlimit enforces
-//! for every user.
+//! A memory cgroup (which would count resident memory rather than address space) and
+//! `--cpus` are not there yet.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,11 +20,19 @@ pub struct Limits {
     pub memory: Option<u64>,
     /// Bytes: no file may be written past this offset.
     pub file_size: Option<u64>,
+    /// Processes CMD may have at once, itself included.
+    pub pids: Option<u64>,
 }
 
 impl Limits {
     pub fn is_empty(&self) -> bool {
-        self.memory.is_none() && self.file_size.is_none()
+        self.memory.is_none() && self.file_size.is_none() && self.pids.is_none()
+    }
+
+    /// The process count the kernel is told: CMD's processes plus the sandbox's pid 1,
+    /// which runs as the same user in the same namespaces and so counts too.
+    pub fn sandbox_pids(&self) -> Option<u64> {
+        self.pids.map(|n| n.saturating_add(1))
     }
 }
 
@@ -39,6 +47,9 @@ pub fn apply(limits: &Limits) -> nix::Result<()> {
     }
     if let Some(bytes) = limits.file_size {
         setrlimit(Resource::RLIMIT_FSIZE, bytes, bytes)?;
+    }
+    if let Some(count) = limits.sandbox_pids() {
+        setrlimit(Resource::RLIMIT_NPROC, count, count)?;
     }
     Ok(())
 }
@@ -82,6 +93,17 @@ pub fn parse_memory(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// `--pids`: a count of at least 1.
+pub fn parse_pids(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => {
+            Err("a limit of 0 processes leaves no room for CMD itself; give at least 1".into())
+        }
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{text}` is not a number of processes")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +134,8 @@ mod tests {
         }
         assert!(parse_memory("1M").is_err());
         assert_eq!(parse_memory("16M"), Ok(16 << 20));
+        assert!(parse_pids("0").is_err());
+        assert!(parse_pids("many").is_err());
+        assert_eq!(parse_pids("16"), Ok(16));
     }
 }

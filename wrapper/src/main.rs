@@ -23,6 +23,7 @@
 
 mod bridge_cmd;
 mod caps;
+mod cgroup;
 mod cli;
 mod config;
 mod env;

@@ -577,7 +577,69 @@ fn limit_outcomes(input: &ProbeInput) -> (Vec<Outcome>, Vec<Outcome>) {
         forbidden.push(refused_write);
         control.push(allowed_write);
     }
+    if let (Some(pids), Some(count)) = (limits.pids, limits.sandbox_pids()) {
+        if !nix::unistd::getuid().is_root() {
+            control.push(is_set(Resource::RLIMIT_NPROC, count));
+        }
+        let (refused_fork, allowed_forks) = process_attempts(pids);
+        forbidden.push(refused_fork);
+        control.push(allowed_forks);
+    }
     (forbidden, control)
+}
+
+/// Starts processes until the limit: pid 1 and this child are two of the sandbox's
+/// `pids + 1`, so `pids - 1` more must start and the next must fail with EAGAIN. The
+/// children wait on a pipe and exit together when it closes.
+fn process_attempts(pids: u64) -> (Outcome, Outcome) {
+    let allowed = pids - 1;
+    let mut started = Vec::new();
+    let mut refusal = None;
+    match nix::unistd::pipe() {
+        Ok((hold, release)) => {
+            for _ in 0..=allowed {
+                // Single-threaded: this is a forked child of pid 1, which starts no thread.
+                match crate::sys::process::fork() {
+                    Ok(crate::sys::process::Forked::Child) => {
+                        drop(release);
+                        let mut byte = [0u8; 1];
+                        let _ = nix::unistd::read(&hold, &mut byte);
+                        crate::sys::process::exit_child(0)
+                    }
+                    Ok(crate::sys::process::Forked::Parent { child }) => started.push(child),
+                    Err(e) => {
+                        refusal = Some(e);
+                        break;
+                    }
+                }
+            }
+            drop(release);
+            for child in &started {
+                let _ = nix::sys::wait::waitpid(*child, None);
+            }
+        }
+        Err(e) => refusal = Some(std::io::Error::from(e)),
+    }
+    let count = started.len() as u64;
+    let past = match refusal {
+        Some(e) if count == allowed => Err(e),
+        Some(e) => Err(std::io::Error::other(format!(
+            "only {count} started before: {e}"
+        ))),
+        None => Ok(()),
+    };
+    (
+        refused(
+            format!("start a process past the {pids} CMD may have"),
+            past,
+            &[libc::EAGAIN],
+        ),
+        Outcome {
+            attempt: format!("start {allowed} processes"),
+            ok: count >= allowed,
+            result: format!("{count} started"),
+        },
+    )
 }
 
 /// Reserves (never touches) `bytes` of memory; `expect_ok` says which answer is right.

@@ -17,7 +17,7 @@ use crate::protect::{self, ProtectInput, Protected};
 use crate::sandbox::{self, ChildPlan, PROXY_PORT};
 use crate::supervise::{supervise, SandboxGuard, Supervised};
 use crate::testhooks::Breakage;
-use crate::{env, hostsockets, mounts, namespaces};
+use crate::{cgroup, env, hostsockets, mounts, namespaces};
 
 /// Names the probe tries through the bridge; the first the policy denies is used.
 const CANARIES: &[&str] = &[
@@ -64,11 +64,27 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
     // function returns; declared before the sandbox guard, so dropped after it: however
     // this function ends, the sandbox is killed and reaped before they go.
     let mut placeholders = Some(protect::Placeholders::hold(&protected)?);
+    // Root is not bound by RLIMIT_NPROC: its --pids needs a cgroup, which the sandbox is
+    // born into (netbox steps in for the clone only). Dropped after the sandbox is reaped.
+    let pids_cgroup = match config.limits.sandbox_pids() {
+        Some(max) if nix::unistd::getuid().is_root() => {
+            Some(cgroup::PidsCgroup::create(&config.session_id, max)?)
+        }
+        _ => None,
+    };
     let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
+    if let Some(cgroup) = &pids_cgroup {
+        cgroup.enter()?;
+    }
     // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
-    let pid = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs))?;
+    let spawned = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs));
+    let left = pids_cgroup
+        .as_ref()
+        .map_or(Ok(()), cgroup::PidsCgroup::leave);
+    let pid = spawned?;
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;
+    left?;
     // Threads may exist from here on; the runtime starts while the sandbox sets up. One
     // worker: each thread costs start-up time (measured: 2 workers 6.5 ms, 1 worker 5.5 ms
     // for `netbox -- true`), and a tunnel's relay runs in one task anyway.

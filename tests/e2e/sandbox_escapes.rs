@@ -171,3 +171,31 @@ fn sandbox_has_only_loopback_and_proxy_settings() {
     assert_eq!(lines.next(), Some("1"), "routes: {said}");
     assert_eq!(lines.next(), Some("netbox"));
 }
+
+#[test]
+fn nested_user_namespaces_are_refused_unless_allowed() {
+    let dir = TestDir::new("nested-userns");
+    let run = Run::new(&dir).arg("--quiet");
+    let out = run.sh("unshare -U true; echo status=$?");
+    assert!(stdout(&out).contains("status=1"), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("No space left on device"),
+        "{}",
+        stderr(&out)
+    );
+    let probe = run
+        .events()
+        .into_iter()
+        .find(|e| e["type"] == "probe")
+        .expect("probe record");
+    assert!(
+        probe.to_string().contains("create a user namespace"),
+        "the probe checked it: {probe}"
+    );
+
+    // Control: asked for, a nested user namespace works (so the refusal above is netbox's).
+    let dir = TestDir::new("nested-userns-allowed");
+    let run = Run::new(&dir).arg("--quiet").arg("--allow-nested-userns");
+    let out = run.sh("unshare -U true; echo status=$?");
+    assert_eq!(stdout(&out), "status=0\n", "{}", stderr(&out));
+}

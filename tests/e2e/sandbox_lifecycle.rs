@@ -56,7 +56,7 @@ fn startup_line_probe_record_and_quiet() {
 
 #[test]
 fn broken_control_stops_cmd_before_it_runs() {
-    for control in ["read-only-root", "capability-drop"] {
+    for control in ["read-only-root", "capability-drop", "nested-userns"] {
         let dir = TestDir::new("broken");
         let run = Run::new(&dir).env("NETBOX_TEST_BREAK", control);
         let out = run.sh("touch ran-anyway");

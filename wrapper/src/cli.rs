@@ -80,6 +80,10 @@ pub struct RunArgs {
     #[arg(long = "allow-git-writes")]
     pub allow_git_writes: bool,
 
+    /// Let CMD create user namespaces of its own (bwrap, podman, browsers' sandboxes).
+    #[arg(long = "allow-nested-userns")]
+    pub allow_nested_userns: bool,
+
     /// Temp root: a private tmpfs, or the host's /tmp.
     #[arg(long = "tmp", value_enum, default_value_t = TmpMode::Private)]
     pub tmp: TmpMode,

@@ -26,6 +26,7 @@ pub struct SandboxConfig {
     pub hide: Vec<PathBuf>,
     pub protect: Vec<PathBuf>,
     pub allow_git_writes: bool,
+    pub allow_nested_userns: bool,
     pub policy: Policy,
     pub session_id: String,
     pub env_base: crate::env::EnvBase,
@@ -125,6 +126,7 @@ impl SandboxConfig {
             hide,
             protect,
             allow_git_writes: args.allow_git_writes,
+            allow_nested_userns: args.allow_nested_userns,
             policy,
             session_id,
             env_base: if args.clean_env {

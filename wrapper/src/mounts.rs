@@ -69,6 +69,8 @@ pub struct MountPlan {
     /// Host paths captured before anything is mounted; `Writable` refers to them by index.
     pub sources: Vec<PathBuf>,
     pub ops: Vec<MountOp>,
+    /// Set `user.max_user_namespaces` to 0 in the sandbox's user namespace.
+    pub forbid_nested_userns: bool,
 }
 
 /// What the sandbox's filesystem must look like, beyond the fixed parts.
@@ -95,6 +97,7 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
     let mut plan = MountPlan {
         sources: Vec::new(),
         ops: Vec::new(),
+        forbid_nested_userns: true,
     };
     if tmp == TmpMode::Private {
         plan.ops.push(MountOp::Tmpfs {
@@ -242,7 +245,7 @@ pub fn apply(plan: &MountPlan, breakage: Breakage) -> Result<()> {
         apply_op(op, &sources)?;
     }
 
-    mount_proc()?;
+    mount_proc(plan.forbid_nested_userns && !breakage.keep_nested_userns)?;
     mount_dev()?;
     hide_dir(Path::new("/run"))?;
 
@@ -354,7 +357,7 @@ fn apply_op(op: &MountOp, sources: &[OwnedFd]) -> Result<()> {
     }
 }
 
-fn mount_proc() -> Result<()> {
+fn mount_proc(forbid_nested_userns: bool) -> Result<()> {
     let proc_dir = in_root(Path::new("/proc"));
     step(
         || "mount /proc".into(),
@@ -366,6 +369,17 @@ fn mount_proc() -> Result<()> {
             None::<&str>,
         ),
     )?;
+    if forbid_nested_userns {
+        // No user namespace may be made inside this one: CMD cannot undo the locked mounts
+        // from one, but each is kernel attack surface a build does not need (unshare then
+        // fails with ENOSPC). The setting belongs to the sandbox's user namespace (the host
+        // keeps its own), and this fresh /proc is still writable: the read-only
+        // /proc/sys below comes after, and a host /proc/sys may already be read-only.
+        step(
+            || "set user.max_user_namespaces=0".into(),
+            std::fs::write(proc_dir.join("sys/user/max_user_namespaces"), "0"),
+        )?;
+    }
     for name in PROC_READ_ONLY {
         let path = proc_dir.join(name);
         if path.exists() {

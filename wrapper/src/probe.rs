@@ -77,6 +77,8 @@ pub struct ProbeInput {
     pub refusal_status: u16,
     /// The resource limits CMD will get; each one set is checked.
     pub limits: crate::limits::Limits,
+    /// Whether creating a user namespace must fail.
+    pub nested_userns_forbidden: bool,
 }
 
 /// Runs every check.
@@ -92,7 +94,7 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
         host_sockets(input),
     ];
     checks.push(finish_egress(input, egress));
-    checks.push(privileges());
+    checks.push(privileges(input));
     if !input.limits.is_empty() {
         checks.push(resource_limits(input));
     }
@@ -451,7 +453,7 @@ fn read_answer(mut stream: TcpStream) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
-fn privileges() -> Check {
+fn privileges(input: &ProbeInput) -> Check {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
         status
@@ -483,7 +485,23 @@ fn privileges() -> Check {
         remount_root_rw(),
         &[libc::EPERM],
     ));
+    if input.nested_userns_forbidden {
+        forbidden.push(refused(
+            "create a user namespace (ENOSPC)".into(),
+            create_user_namespace(),
+            &[libc::ENOSPC],
+        ));
+    }
     check("privileges dropped", forbidden, Vec::new())
+}
+
+/// Starts a child in a new user namespace, which must not be possible; if it is, the child
+/// exits at once.
+fn create_user_namespace() -> std::io::Result<()> {
+    // pid 1 is single-threaded: the probe starts no thread.
+    let child = crate::sys::process::clone_process(nix::sched::CloneFlags::CLONE_NEWUSER, || 0)?;
+    let _ = nix::sys::wait::waitpid(child, None);
+    Ok(())
 }
 
 /// The escape the capability drop must prevent; EPERM is the expected answer.

@@ -127,7 +127,7 @@ fn child_plan(
         |p: &Path| p.starts_with("/run") || (private_tmp && p.starts_with("/tmp") && !in_root(p));
     let sockets = hostsockets::visible_host_sockets(hidden, &config.write_roots);
     let hidden: Vec<PathBuf> = config.hide.iter().chain(&sockets).cloned().collect();
-    let mounts = mounts::plan(
+    let mut mounts = mounts::plan(
         &mounts::Layout {
             write_roots: &config.write_roots,
             tmp: config.tmp,
@@ -137,6 +137,7 @@ fn child_plan(
         },
         Path::is_dir,
     );
+    mounts.forbid_nested_userns = !config.allow_nested_userns;
     let mut outside = vec![PathBuf::from("/")];
     if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
         // Only where the sandbox can see it: under a private /tmp it does not exist at all.
@@ -171,6 +172,7 @@ fn child_plan(
             canary: canary.to_owned(),
             refusal_status: BridgeConfig::default().refusal_status.as_u16(),
             limits: config.limits,
+            nested_userns_forbidden: !config.allow_nested_userns,
         },
         cmd: config.cmd.clone(),
         env: env::sandbox_env(PROXY_PORT, config.env_base, &config.env_extra),

@@ -11,6 +11,8 @@ pub struct Breakage {
     pub skip_capability_drop: bool,
     /// Set no resource limit (for the probe's checks and for CMD alike).
     pub skip_limits: bool,
+    /// Leave user.max_user_namespaces as it was.
+    pub keep_nested_userns: bool,
 }
 
 /// Test builds: sleeps for `NETBOX_TEST_EXPORT_PAUSE_MS` between checking a file and
@@ -26,8 +28,8 @@ pub fn pause_export() {
 }
 
 impl Breakage {
-    /// From `NETBOX_TEST_BREAK` (`read-only-root`, `capability-drop`, `limits`), test
-    /// builds only.
+    /// From `NETBOX_TEST_BREAK` (`read-only-root`, `capability-drop`, `limits`,
+    /// `nested-userns`), test builds only.
     pub fn from_env() -> Breakage {
         #[cfg(feature = "test-hooks")]
         {
@@ -36,6 +38,7 @@ impl Breakage {
                 skip_read_only_root: wanted.split(',').any(|w| w == "read-only-root"),
                 skip_capability_drop: wanted.split(',').any(|w| w == "capability-drop"),
                 skip_limits: wanted.split(',').any(|w| w == "limits"),
+                keep_nested_userns: wanted.split(',').any(|w| w == "nested-userns"),
             }
         }
         #[cfg(not(feature = "test-hooks"))]

@@ -304,4 +304,12 @@ fn verify_reports_every_control_and_fails_on_a_broken_one() {
     let failing: Vec<&str> = table.lines().filter(|l| l.starts_with("FAILS")).collect();
     assert_eq!(failing.len(), 1, "{table}");
     assert!(failing[0].contains("read-only"), "{table}");
+
+    // It never vouches for an unsandboxed run, and runs no command.
+    for extra in [&["--yolo"][..], &["--", "touch", "ran"][..]] {
+        let out = verify(&dir, extra, &[]);
+        assert_eq!(out.status.code(), Some(125), "{extra:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "", "{extra:?}");
+    }
+    assert!(!dir.join("ws/ran").exists());
 }

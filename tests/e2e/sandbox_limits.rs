@@ -145,3 +145,48 @@ fn process_limit_stops_a_fork_bomb_at_the_limit() {
     let out = run.sh("python3 fork.py");
     assert_eq!(stdout(&out), "started 40\n", "{}", stderr(&out));
 }
+
+/// From a nested user and cgroup namespace, mounts the pids hierarchy and lifts the
+/// limit of the cgroup it finds itself in.
+const LIFT_PIDS_MAX: &str = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWCGROUP = 0x10000000, 0x00020000, 0x02000000
+if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWCGROUP) != 0:
+    print("unshare failed")
+else:
+    libc.mount(b"none", b"/", None, (1 << 14) | (1 << 18), None)
+    os.makedirs("/tmp/cg", exist_ok=True)
+    if libc.mount(b"none", b"/tmp/cg", b"cgroup", 0, b"pids") == 0:
+        open("/tmp/cg/pids.max", "w").write("max")
+        print("lifted to", open("/tmp/cg/pids.max").read().strip())
+    else:
+        print("no pids hierarchy")
+"#;
+
+#[test]
+fn process_limit_survives_a_nested_cgroup_namespace() {
+    if root_without_pids_cgroup() {
+        return; // the refusal is checked by process_limit_stops_a_fork_bomb_at_the_limit
+    }
+    let dir = TestDir::new("pids-nested");
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--allow-nested-userns")
+        .arg("--pids")
+        .arg("8");
+    std::fs::write(run.workspace.join("lift.py"), LIFT_PIDS_MAX).unwrap();
+    std::fs::write(run.workspace.join("fork.py"), FORK_UNTIL_REFUSED).unwrap();
+    let out = run.sh("python3 lift.py; exec python3 fork.py");
+    let text = stdout(&out);
+    if nix::unistd::getuid().is_root() {
+        // The attempt itself works (its own cgroup's file is writable)...
+        assert!(text.contains("lifted to max"), "{text} {}", stderr(&out));
+    }
+    // ...but the limit still binds: python (exec'd in place of bash) and 7 children.
+    assert!(
+        text.ends_with("refused after 7 11\n"),
+        "{text} {}",
+        stderr(&out)
+    );
+}

@@ -8,6 +8,12 @@
 //! The sandbox is put in the cgroup by birth: netbox moves itself in, clones pid 1 (which
 //! inherits the cgroup), and moves itself back, all while it is still single-threaded, so
 //! no process of the sandbox ever runs outside it.
+//!
+//! Two levels: the limit is set on `netbox-SESSION` and the sandbox lives in
+//! `netbox-SESSION/sandbox`. The cgroup files belong to host root, as the sandbox's
+//! processes do when netbox runs as root: a CMD that reached the hierarchy (a nested user
+//! and cgroup namespace, with `--allow-nested-userns`) could rewrite its own cgroup's
+//! `pids.max`, but never its parent's, which binds it all the same.
 
 use std::path::{Path, PathBuf};
 
@@ -15,7 +21,10 @@ use crate::error::WrapperError;
 
 /// A pids cgroup made for one run; removed again on drop, once the sandbox is gone.
 pub struct PidsCgroup {
+    /// `netbox-SESSION`, which holds the limit.
     dir: PathBuf,
+    /// `netbox-SESSION/sandbox`, where the sandbox lives.
+    inner: PathBuf,
     home: PathBuf,
 }
 
@@ -37,16 +46,18 @@ impl PidsCgroup {
             hint: None,
         };
         std::fs::create_dir(&dir).map_err(|e| failed("create", &dir, e))?;
-        // From here on, dropping the value removes the directory again.
-        let cgroup = PidsCgroup { dir, home };
+        // From here on, dropping the value removes the directories again.
+        let inner = dir.join("sandbox");
+        let cgroup = PidsCgroup { dir, inner, home };
         std::fs::write(cgroup.dir.join("pids.max"), max.to_string())
             .map_err(|e| failed("set pids.max in", &cgroup.dir, e))?;
+        std::fs::create_dir(&cgroup.inner).map_err(|e| failed("create", &cgroup.inner, e))?;
         Ok(cgroup)
     }
 
     /// Moves the calling process into the cgroup.
     pub fn enter(&self) -> Result<(), WrapperError> {
-        move_self(&self.dir)
+        move_self(&self.inner)
     }
 
     /// Moves the calling process back to where it was.
@@ -58,14 +69,30 @@ impl PidsCgroup {
 impl Drop for PidsCgroup {
     fn drop(&mut self) {
         // The sandbox has been reaped; its processes leave the cgroup as they exit, which
-        // can trail the reap by a moment.
+        // can trail the reap by a moment. CMD may have made cgroups of its own below.
         for _ in 0..100 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
+            if remove_tree(&self.dir).is_ok() {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
+        crate::say(&format!(
+            "netbox: warning: could not remove the pids cgroup {}",
+            self.dir.display()
+        ));
     }
+}
+
+/// Removes a cgroup and every cgroup below it, deepest first (a cgroup directory holds
+/// only its control files, which go with it).
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            remove_tree(&entry.path())?;
+        }
+    }
+    std::fs::remove_dir(dir)
 }
 
 fn move_self(dir: &Path) -> Result<(), WrapperError> {

@@ -100,7 +100,7 @@ pub struct RunArgs {
     #[arg(long = "timeout", value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub timeout: Option<std::time::Duration>,
 
-    /// Cap CMD's address space (e.g. 512M, 2G; at least 16M): an allocation past it fails.
+    /// Cap CMD's address space (e.g. 512M, 2G; at least 32M): an allocation past it fails.
     #[arg(long = "memory", value_name = "SIZE", value_parser = crate::limits::parse_memory)]
     pub memory: Option<u64>,
 
@@ -108,7 +108,8 @@ pub struct RunArgs {
     #[arg(long = "fsize", value_name = "SIZE", value_parser = crate::limits::parse_size)]
     pub fsize: Option<u64>,
 
-    /// Most processes CMD may have at once, itself included: a fork past it fails (EAGAIN).
+    /// Most processes (threads included) CMD may have at once, itself included (at most
+    /// 4096): a fork past it fails (EAGAIN).
     #[arg(long = "pids", value_name = "N", value_parser = crate::limits::parse_pids)]
     pub pids: Option<u64>,
 

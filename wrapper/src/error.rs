@@ -61,6 +61,8 @@ pub enum WrapperError {
     Spawn(#[source] std::io::Error),
     #[error("lost contact with the sandbox: {0}")]
     Handshake(String),
+    #[error("cannot write the output")]
+    Output(#[source] std::io::Error),
     #[error("cannot run {cmd}")]
     Exec {
         cmd: String,

@@ -1,8 +1,9 @@
 //! Resource limits for CMD: `--memory` (address space, RLIMIT_AS), `--fsize` (largest
-//! file CMD may write, RLIMIT_FSIZE) and `--pids` (processes at once, RLIMIT_NPROC, or a
-//! pids cgroup when netbox runs as root: cgroup.rs). All are set hard and soft alike just before CMD is
-//! executed, so neither CMD nor anything it starts can raise them again (raising a hard
-//! limit needs CAP_SYS_RESOURCE, which the sandbox has dropped), and neither has an
+//! file CMD may write, RLIMIT_FSIZE) and `--pids` (processes and threads at once,
+//! RLIMIT_NPROC, or a pids cgroup when netbox runs as host root, which RLIMIT_NPROC does
+//! not bind: cgroup.rs). All are set hard and soft alike just before CMD is executed, so
+//! neither CMD nor anything it starts can raise them again (raising a hard limit needs
+//! CAP_SYS_RESOURCE, which the sandbox has dropped). RLIMIT_AS and RLIMIT_FSIZE have no
 //! exemption for root. The live probe checks each one that was asked for (probe.rs).
 //!
 //! A memory cgroup (which would count resident memory rather than address space) and
@@ -10,8 +11,13 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Below this an address-space limit leaves no room for a program to start.
-pub const MIN_MEMORY: u64 = 16 << 20;
+/// Below this an address-space limit leaves no room for the probe to check it: its child
+/// is a copy of netbox's pid 1, whose own footprint (~24 MiB in a debug build) counts.
+pub const MIN_MEMORY: u64 = 32 << 20;
+
+/// The most `--pids` accepts: the probe starts that many processes on every run, so the
+/// limit must be one the host can afford to reach (and far below pid_max).
+pub const MAX_PIDS: u64 = 4096;
 
 /// The limits a run asked for; `None` is no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,7 +93,7 @@ pub fn parse_memory(text: &str) -> Result<u64, String> {
     let bytes = parse_size(text)?;
     if bytes < MIN_MEMORY {
         return Err(format!(
-            "{text} leaves no room for a program to start; give at least 16M"
+            "{text} leaves no room for a program to start; give at least 32M"
         ));
     }
     Ok(bytes)
@@ -99,6 +105,9 @@ pub fn parse_pids(text: &str) -> Result<u64, String> {
         Ok(0) => {
             Err("a limit of 0 processes leaves no room for CMD itself; give at least 1".into())
         }
+        Ok(n) if n > MAX_PIDS => Err(format!(
+            "{n} is more than netbox can prove (its probe starts that many); give at most {MAX_PIDS}"
+        )),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("`{text}` is not a number of processes")),
     }
@@ -133,7 +142,10 @@ mod tests {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
         assert!(parse_memory("1M").is_err());
-        assert_eq!(parse_memory("16M"), Ok(16 << 20));
+        assert!(parse_memory("16M").is_err());
+        assert_eq!(parse_memory("32M"), Ok(32 << 20));
+        assert!(parse_pids("4097").is_err());
+        assert!(parse_pids("18446744073709551614").is_err());
         assert!(parse_pids("0").is_err());
         assert!(parse_pids("many").is_err());
         assert_eq!(parse_pids("16"), Ok(16));

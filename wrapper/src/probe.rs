@@ -573,31 +573,31 @@ fn limit_outcomes(input: &ProbeInput) -> (Vec<Outcome>, Vec<Outcome>) {
         });
         return (forbidden, control);
     }
-    let is_set = |resource, bytes: u64| {
+    let is_set = |resource, value: u64, unit: &str| {
         let got = getrlimit(resource);
         Outcome {
-            attempt: format!("{resource:?} is {bytes} bytes, soft and hard"),
-            ok: got == Ok((bytes, bytes)),
+            attempt: format!("{resource:?} is {value} {unit}, soft and hard"),
+            ok: got == Ok((value, value)),
             result: format!("{got:?}"),
         }
     };
     if let Some(bytes) = limits.memory {
-        control.push(is_set(Resource::RLIMIT_AS, bytes));
-        forbidden.push(allocation(bytes, false));
+        control.push(is_set(Resource::RLIMIT_AS, bytes, "bytes"));
+        forbidden.push(reservation(bytes, false));
         // This child is a copy of pid 1, whose own footprint counts against the limit;
-        // half of what is left must still be allocatable.
+        // half of what is left must still be available.
         let used = vm_size().unwrap_or(u64::MAX);
-        control.push(allocation(bytes.saturating_sub(used) / 2, true));
+        control.push(reservation(bytes.saturating_sub(used) / 2, true));
     }
     if let Some(bytes) = limits.file_size {
-        control.push(is_set(Resource::RLIMIT_FSIZE, bytes));
+        control.push(is_set(Resource::RLIMIT_FSIZE, bytes, "bytes"));
         let (refused_write, allowed_write) = file_size_attempts(&input.temp_dir, bytes);
         forbidden.push(refused_write);
         control.push(allowed_write);
     }
     if let (Some(pids), Some(count)) = (limits.pids, limits.sandbox_pids()) {
         if !nix::unistd::getuid().is_root() {
-            control.push(is_set(Resource::RLIMIT_NPROC, count));
+            control.push(is_set(Resource::RLIMIT_NPROC, count, "processes"));
         }
         let (refused_fork, allowed_forks) = process_attempts(pids);
         forbidden.push(refused_fork);
@@ -660,9 +660,11 @@ fn process_attempts(pids: u64) -> (Outcome, Outcome) {
     )
 }
 
-/// Reserves (never touches) `bytes` of memory; `expect_ok` says which answer is right.
-fn allocation(bytes: u64, expect_ok: bool) -> Outcome {
-    let attempt = format!("allocate {} MiB", bytes >> 20);
+/// Reserves (never touches) `bytes` of address space; `expect_ok` says which answer is
+/// right. Only RLIMIT_AS can refuse it: it is not counted as committed memory, so a limit
+/// above the machine's RAM is checked as well as a small one.
+fn reservation(bytes: u64, expect_ok: bool) -> Outcome {
+    let attempt = format!("reserve {} MiB of address space", bytes >> 20);
     if bytes == 0 {
         return Outcome {
             attempt,
@@ -671,13 +673,12 @@ fn allocation(bytes: u64, expect_ok: bool) -> Outcome {
         };
     }
     let got = usize::try_from(bytes)
-        .ok()
-        .map(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok());
-    let ok = got == Some(expect_ok);
-    Outcome {
-        attempt,
-        result: if got == Some(true) { "ok" } else { "refused" }.into(),
-        ok,
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EOVERFLOW))
+        .and_then(crate::sys::memory::reserve_and_release);
+    if expect_ok {
+        succeeded(attempt, got)
+    } else {
+        refused(attempt, got, &[libc::ENOMEM])
     }
 }
 

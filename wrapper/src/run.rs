@@ -27,6 +27,14 @@ const CANARIES: &[&str] = &[
 
 /// Runs CMD in the sandbox; returns the exit status for netbox.
 pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
+    run_reporting(config, &mut None)
+}
+
+/// [`run`], also handing back the live probe's report when there was one.
+pub fn run_reporting(
+    config: SandboxConfig,
+    probe_report: &mut Option<crate::probe::ProbeReport>,
+) -> Result<u8, WrapperError> {
     let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
     let protected = protect::protected_paths(&ProtectInput {
         write_roots: &config.requested_roots,
@@ -111,6 +119,7 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
         log: Arc::new(log),
         host_listener,
         stderr,
+        probe_report,
     }))
 }
 

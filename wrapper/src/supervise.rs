@@ -116,6 +116,8 @@ pub struct Supervised<'a> {
     pub log: Arc<EventLog>,
     pub host_listener: TcpListener,
     pub stderr: Stderr,
+    /// Where the probe's report is kept for the caller (`netbox verify`).
+    pub probe_report: &'a mut Option<ProbeReport>,
 }
 
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.
@@ -129,6 +131,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         log,
         host_listener,
         stderr,
+        probe_report,
     } = run;
     // Handlers first: a signal from now on is forwarded (or cancels the start), never lost.
     let mut signals = Signals::new()?;
@@ -183,6 +186,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         log: &log,
         session: &session.id,
         stderr,
+        report: None,
     };
     let mut cancelled = None;
     let mut timed_out = false;
@@ -228,6 +232,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             _ => channel_open = false,
         }
     }
+    *probe_report = state.report.take();
     drop(host_listener);
     let _ = stop_bridge.send(());
     let _ = bridge.await;
@@ -265,6 +270,7 @@ struct RunState<'a> {
     log: &'a EventLog,
     session: &'a str,
     stderr: Stderr,
+    report: Option<ProbeReport>,
 }
 
 impl RunState<'_> {
@@ -288,6 +294,7 @@ impl RunState<'_> {
                     // Proven: from now on each blocked attempt is announced as it happens.
                     None => self.log.set_stderr(self.stderr),
                 }
+                self.report = Some(report);
             }
             SyncMsg::Done if self.probed => self.done = true,
             SyncMsg::SetupFailed { step, detail, hint } => {

@@ -1,9 +1,9 @@
 //! `netbox verify [OPTIONS]`: the live probe's control battery for the options a real run
 //! would use, as a table (or `--json`). It is the same code path as every run's probe: a
-//! sandbox is built with those options, `true` is its command, and the probe report the
-//! run logged is printed. Exit 0 only if every control held.
+//! sandbox is built with those options, `true` is its command, and the probe's report is
+//! printed. Exit 0 only if every control held and the run succeeded.
 
-use std::path::Path;
+use std::io::Write;
 
 use crate::cli::VerifyArgs;
 use crate::config::SandboxConfig;
@@ -12,43 +12,48 @@ use crate::probe::{Outcome, ProbeReport};
 
 pub fn run(args: VerifyArgs) -> Result<u8, WrapperError> {
     let mut run = args.run;
+    // verify must never vouch for something a run would not get, nor run a command.
+    if run.disable_sandbox {
+        return Err(WrapperError::Usage(
+            "--disable-sandbox runs with no sandbox: there is nothing to verify".into(),
+        ));
+    }
+    if !run.cmd.is_empty() {
+        return Err(WrapperError::Usage(
+            "netbox verify runs no command; drop everything after --".into(),
+        ));
+    }
     run.cmd = vec!["true".into()];
     run.quiet = true;
     let config = SandboxConfig::from_args(run)?;
-    let log = config.log_path.clone();
-    let session = config.session_id.clone();
-    let outcome = crate::run::run(config);
-    let report = read_report(&log, &session).ok_or_else(|| match &outcome {
-        Err(e) => WrapperError::Setup {
-            step: "verify".into(),
-            detail: format!("the sandbox did not get as far as its probe: {e}"),
-            hint: None,
-        },
-        Ok(_) => WrapperError::Handshake("no probe record in the event log".into()),
-    })?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
+    let mut report = None;
+    let outcome = crate::run::run_reporting(config, &mut report);
+    let Some(report) = report else {
+        // The sandbox never got as far as its probe: that error is the answer.
+        return outcome.and(Err(WrapperError::Handshake(
+            "the sandbox sent no probe report".into(),
+        )));
+    };
+    let text = if args.json {
+        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
     } else {
-        print!("{}", table(&report));
+        table(&report)
+    };
+    std::io::stdout()
+        .lock()
+        .write_all(text.as_bytes())
+        .and_then(|()| std::io::stdout().lock().flush())
+        .map_err(WrapperError::Output)?;
+    match outcome {
+        Ok(0) if report.passed => Ok(0),
+        // A failed probe is the table's news; any other failure is said as well.
+        Err(WrapperError::ProbeFailed(_)) => Ok(1),
+        Err(e) => {
+            crate::say(&format!("netbox: {e}"));
+            Ok(1)
+        }
+        Ok(_) => Ok(1),
     }
-    Ok(if report.passed && outcome.is_ok() {
-        0
-    } else {
-        1
-    })
-}
-
-/// The probe record of `session` in the event log at `path`.
-fn read_report(path: &Path, session: &str) -> Option<ProbeReport> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.lines()
-        .rev()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|v| v["type"] == "probe" && v["session"] == session)
-        .find_map(|v| serde_json::from_value(v).ok())
 }
 
 /// One block per control: what must be refused, what must succeed, the verdict.

@@ -3,6 +3,7 @@
 //! sound.
 
 pub mod fd;
+pub mod memory;
 pub mod mount_api;
 pub mod mountid;
 pub mod netdev;

@@ -19,6 +19,18 @@ use std::path::{Path, PathBuf};
 
 use crate::error::WrapperError;
 
+/// Whether this process's real uid is host root, the one RLIMIT_NPROC does not bind. Root
+/// of a container's user namespace is bound like anyone else (its uid maps elsewhere).
+pub fn is_host_root() -> bool {
+    nix::unistd::getuid().is_root()
+        && std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|map| {
+            map.lines().any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                matches!(fields.as_slice(), ["0", "0", _])
+            })
+        })
+}
+
 /// A pids cgroup made for one run; removed again on drop, once the sandbox is gone.
 pub struct PidsCgroup {
     /// `netbox-SESSION`, which holds the limit.

@@ -596,9 +596,8 @@ fn limit_outcomes(input: &ProbeInput) -> (Vec<Outcome>, Vec<Outcome>) {
         control.push(allowed_write);
     }
     if let (Some(pids), Some(count)) = (limits.pids, limits.sandbox_pids()) {
-        if !nix::unistd::getuid().is_root() {
-            control.push(is_set(Resource::RLIMIT_NPROC, count, "processes"));
-        }
+        // Set for root too, where a cgroup does the enforcing (cgroup.rs).
+        control.push(is_set(Resource::RLIMIT_NPROC, count, "processes"));
         let (refused_fork, allowed_forks) = process_attempts(pids);
         forbidden.push(refused_fork);
         control.push(allowed_forks);

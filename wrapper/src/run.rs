@@ -75,7 +75,7 @@ pub fn run_reporting(
     // Root is not bound by RLIMIT_NPROC: its --pids needs a cgroup, which the sandbox is
     // born into (netbox steps in for the clone only). Dropped after the sandbox is reaped.
     let pids_cgroup = match config.limits.sandbox_pids() {
-        Some(max) if nix::unistd::getuid().is_root() => {
+        Some(max) if cgroup::is_host_root() => {
             Some(cgroup::PidsCgroup::create(&config.session_id, max)?)
         }
         _ => None,

@@ -138,7 +138,9 @@ impl Bridge {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let events: Vec<Value> = text
+            // The bridge may be writing a line as it is read: only whole lines count.
+            let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+            let events: Vec<Value> = whole
                 .lines()
                 .map(|l| serde_json::from_str(l).expect("every log line is JSON"))
                 .collect();

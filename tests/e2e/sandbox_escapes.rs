@@ -193,9 +193,26 @@ fn nested_user_namespaces_are_refused_unless_allowed() {
         "the probe checked it: {probe}"
     );
 
-    // Control: asked for, a nested user namespace works (so the refusal above is netbox's).
+    // Control: outside netbox the same command works, so the refusal above is netbox's.
+    let outside = std::process::Command::new("unshare")
+        .args(["-U", "true"])
+        .output()
+        .unwrap();
+    assert!(outside.status.success(), "{}", stderr(&outside));
+
     let dir = TestDir::new("nested-userns-allowed");
     let run = Run::new(&dir).arg("--quiet").arg("--allow-nested-userns");
     let out = run.sh("unshare -U true; echo status=$?");
-    assert_eq!(stdout(&out), "status=0\n", "{}", stderr(&out));
+    if nix::unistd::getuid().is_root() {
+        // As host root, CMD would own the host's cgroup files from a nested namespace.
+        assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--allow-nested-userns is refused when netbox runs as root"),
+            "{}",
+            stderr(&out)
+        );
+    } else {
+        // Asked for, a nested user namespace works.
+        assert_eq!(stdout(&out), "status=0\n", "{}", stderr(&out));
+    }
 }

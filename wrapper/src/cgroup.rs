@@ -12,8 +12,10 @@
 //! Two levels: the limit is set on `netbox-SESSION` and the sandbox lives in
 //! `netbox-SESSION/sandbox`. The cgroup files belong to host root, as the sandbox's
 //! processes do when netbox runs as root: a CMD that reached the hierarchy (a nested user
-//! and cgroup namespace, with `--allow-nested-userns`) could rewrite its own cgroup's
-//! `pids.max`, but never its parent's, which binds it all the same.
+//! and cgroup namespace) could rewrite its own cgroup's `pids.max`, but never its
+//! parent's, which binds it all the same. (Nested user namespaces are refused outright
+//! for host root — config.rs — since through them CMD could also write the other
+//! hierarchies' files of netbox's own cgroups; the two levels are a second wall.)
 
 use std::path::{Path, PathBuf};
 

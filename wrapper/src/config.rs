@@ -47,6 +47,16 @@ impl SandboxConfig {
                 "nothing to run: use netbox [OPTIONS] -- CMD [ARGS...]".into(),
             ));
         }
+        // As host root, CMD's processes own every cgroup file of the host; from a nested
+        // user + cgroup namespace it could mount the hierarchies and kill, freeze or limit
+        // host processes in netbox's cgroups. Only without nested namespaces is that shut.
+        if args.allow_nested_userns && crate::cgroup::is_host_root() {
+            return Err(WrapperError::Usage(
+                "--allow-nested-userns is refused when netbox runs as root: CMD would own \
+                 the host's cgroup files from inside; run netbox as an ordinary user"
+                    .into(),
+            ));
+        }
         let cwd = std::env::current_dir().map_err(|source| WrapperError::Path {
             path: PathBuf::from("."),
             what: "current directory",

@@ -183,11 +183,7 @@ fn nested_user_namespaces_are_refused_unless_allowed() {
         "{}",
         stderr(&out)
     );
-    let probe = run
-        .events()
-        .into_iter()
-        .find(|e| e["type"] == "probe")
-        .expect("probe record");
+    let probe = run.probe();
     assert!(
         probe.to_string().contains("create a user namespace"),
         "the probe checked it: {probe}"

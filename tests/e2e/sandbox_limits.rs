@@ -15,11 +15,7 @@ fn memory_limit_refuses_a_large_allocation_and_allows_a_small_one() {
     assert_eq!(stdout(&out), "small ok\n", "{}", stderr(&out));
     assert!(stderr(&out).contains("MemoryError"), "{}", stderr(&out));
     assert_eq!(out.status.code(), Some(1));
-    let probe = run
-        .events()
-        .into_iter()
-        .find(|e| e["type"] == "probe")
-        .expect("probe record");
+    let probe = run.probe();
     let limits = probe["checks"]
         .as_array()
         .unwrap()

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{netbox_bin, stderr, stdout, Run, TestDir};
+use crate::support::{netbox_bin, stderr, stdout, wait_for_path, Run, TestDir};
 
 fn git_init(dir: &std::path::Path) {
     let out = std::process::Command::new("git")
@@ -99,14 +99,7 @@ fn stale_placeholder_is_adopted_and_removed() {
     let run = Run::new(&dir).arg("--quiet");
     // A run killed with SIGKILL leaves its placeholders behind...
     let mut killed = run.command("sleep 30").spawn().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !run.workspace.join(".envrc").exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no placeholder appeared"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_path(&run.workspace.join(".envrc"), "no placeholder appeared");
     std::thread::sleep(Duration::from_millis(300));
     killed.kill().unwrap();
     let _ = killed.wait();
@@ -272,8 +265,7 @@ fn host_unix_sockets_are_hidden() {
         listener.accept().is_err(),
         "the sandbox reached the host socket"
     );
-    let events = run.events();
-    let probe = events.iter().find(|e| e["type"] == "probe").unwrap();
+    let probe = run.probe();
     assert!(
         probe.to_string().contains(&path.display().to_string()),
         "{probe}"
@@ -359,11 +351,7 @@ fn a_pin_lost_on_the_host_stops_the_run() {
         .spawn()
         .unwrap();
     // Once CMD runs, the pins are in place.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !run.workspace.join("started").exists() {
-        assert!(std::time::Instant::now() < deadline, "CMD never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_path(&run.workspace.join("started"), "CMD never started");
     // An editor's save: write a new file, rename it over the old one.
     std::fs::write(run.workspace.join(".envrc.new"), "export A=2\n").unwrap();
     std::fs::rename(
@@ -434,11 +422,7 @@ fn a_pin_lost_after_signals_still_stops_the_run() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !run.workspace.join("started").exists() {
-        assert!(std::time::Instant::now() < deadline, "CMD never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_path(&run.workspace.join("started"), "CMD never started");
     std::thread::sleep(Duration::from_millis(200));
     std::fs::remove_dir(run.workspace.join(".envrc")).unwrap();
     let out = child.wait_with_output().unwrap();

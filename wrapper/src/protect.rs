@@ -359,6 +359,16 @@ impl Drop for Placeholders {
 mod tests {
     use super::*;
 
+    /// The protected paths of `roots`, with no home directory, no extras and .git locked.
+    fn protected_in(roots: &[PathBuf]) -> Result<Vec<Protected>, WrapperError> {
+        protected_paths(&ProtectInput {
+            write_roots: roots,
+            home: None,
+            extra: &[],
+            allow_git_writes: false,
+        })
+    }
+
     fn tempdir(name: &str) -> PathBuf {
         let dir =
             std::env::temp_dir().join(format!("netbox-protect-{}-{name}", std::process::id()));
@@ -375,13 +385,7 @@ mod tests {
         std::fs::write(ws.join(".vscode/settings.json"), "{}").unwrap();
         std::fs::create_dir(ws.join(".idea")).unwrap();
         let roots = [ws.clone()];
-        let got = protected_paths(&ProtectInput {
-            write_roots: &roots,
-            home: None,
-            extra: &[],
-            allow_git_writes: false,
-        })
-        .unwrap();
+        let got = protected_in(&roots).unwrap();
         assert!(got.contains(&Protected {
             path: ws.join(".git"),
             placeholder: true
@@ -402,13 +406,7 @@ mod tests {
         // ...while one carrying netbox's mark (a killed run's) is adopted as one.
         std::fs::create_dir(ws.join(".envrc")).unwrap();
         crate::sys::xattr::set(&ws.join(".envrc"), PLACEHOLDER_XATTR, b"1").unwrap();
-        let marked = protected_paths(&ProtectInput {
-            write_roots: &roots,
-            home: None,
-            extra: &[],
-            allow_git_writes: false,
-        })
-        .unwrap();
+        let marked = protected_in(&roots).unwrap();
         assert!(marked.contains(&Protected {
             path: ws.join(".envrc"),
             placeholder: true
@@ -442,25 +440,13 @@ mod tests {
         )
         .unwrap();
         let roots = [ws.clone()];
-        let got = protected_paths(&ProtectInput {
-            write_roots: &roots,
-            home: None,
-            extra: &[],
-            allow_git_writes: false,
-        })
-        .unwrap();
+        let got = protected_in(&roots).unwrap();
         // The workspace root's own .git is missing, so it gets a placeholder.
         assert!(got
             .iter()
             .any(|p| p.path == ws.join(".git") && p.placeholder));
         let roots = [wt.clone(), ws.join("elsewhere")];
-        let got = protected_paths(&ProtectInput {
-            write_roots: &roots,
-            home: None,
-            extra: &[],
-            allow_git_writes: false,
-        })
-        .unwrap();
+        let got = protected_in(&roots).unwrap();
         let paths: Vec<_> = got.iter().map(|p| p.path.clone()).collect();
         assert!(paths.contains(&wt.join(".git")), "{paths:?}");
         assert!(paths.contains(&real.join("worktrees/wt")), "{paths:?}");
@@ -473,13 +459,7 @@ mod tests {
         let ws = tempdir("symlink");
         std::os::unix::fs::symlink("/etc/hostname", ws.join(".profile")).unwrap();
         let roots = [ws.clone()];
-        let err = protected_paths(&ProtectInput {
-            write_roots: &roots,
-            home: None,
-            extra: &[],
-            allow_git_writes: false,
-        })
-        .unwrap_err();
+        let err = protected_in(&roots).unwrap_err();
         assert!(matches!(err, WrapperError::ProtectedSymlink { .. }));
         std::fs::remove_dir_all(&ws).unwrap();
     }

@@ -255,6 +255,14 @@ impl Run {
         self.command(script).output().expect("run netbox")
     }
 
+    /// The run's probe record.
+    pub fn probe(&self) -> Value {
+        self.events()
+            .into_iter()
+            .find(|e| e["type"] == "probe")
+            .expect("a probe record in the event log")
+    }
+
     /// Every record in the run's event log.
     pub fn events(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
@@ -279,6 +287,15 @@ pub fn curl(args: &[&str]) -> Output {
         .env_remove("no_proxy")
         .output()
         .expect("run curl")
+}
+
+/// Waits up to 10 s for `path` to exist; fails the test with `why` if it never does.
+pub fn wait_for_path(path: &Path, why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{why}: {}", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 pub fn stdout(out: &Output) -> String {

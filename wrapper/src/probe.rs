@@ -455,14 +455,7 @@ fn read_answer(mut stream: TcpStream) -> std::io::Result<String> {
 
 fn privileges(input: &ProbeInput) -> Check {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(str::trim)
-            .unwrap_or("?")
-            .to_owned()
-    };
+    let field = |name: &str| status_field(&status, name).unwrap_or("?").to_owned();
     let mut forbidden: Vec<Outcome> = ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"]
         .iter()
         .map(|name| {
@@ -695,20 +688,15 @@ fn file_size_attempts(temp_dir: &Path, bytes: u64) -> (Outcome, Outcome) {
         .custom_flags(libc::O_TMPFILE)
         .mode(0o600)
         .open(temp_dir);
-    let (past, inside) = match &file {
-        Ok(file) => (
-            file.write_at(b"x", bytes).map(drop),
-            file.write_at(b"x", bytes - 1).map(drop),
-        ),
-        Err(e) => (
-            Err(std::io::Error::from_raw_os_error(
-                e.raw_os_error().unwrap_or(0),
-            )),
-            Err(std::io::Error::from_raw_os_error(
-                e.raw_os_error().unwrap_or(0),
-            )),
-        ),
+    let write_at = |offset| match &file {
+        Ok(file) => file.write_at(b"x", offset).map(drop),
+        // io::Error is not Clone: both attempts report the open's failure.
+        Err(e) => Err(e.raw_os_error().map_or_else(
+            || std::io::Error::other(e.to_string()),
+            std::io::Error::from_raw_os_error,
+        )),
     };
+    let (past, inside) = (write_at(bytes), write_at(bytes - 1));
     (
         refused(
             format!("write a byte at offset {bytes}"),
@@ -722,13 +710,18 @@ fn file_size_attempts(temp_dir: &Path, bytes: u64) -> (Outcome, Outcome) {
 /// This process's address-space size in bytes (VmSize in /proc/self/status).
 fn vm_size() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmSize:"))?
-        .trim()
+    let kib: u64 = status_field(&status, "VmSize:")?
         .strip_suffix("kB")?
         .trim()
         .parse()
         .ok()?;
     Some(kib << 10)
+}
+
+/// The value of the line `name` (e.g. `CapEff:`) in a /proc/PID/status text, trimmed.
+fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(str::trim)
 }

@@ -180,7 +180,6 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     ));
 
     let mut state = RunState {
-        probed: false,
         done: false,
         failure: None,
         log: &log,
@@ -206,7 +205,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                 }
                 _ => channel_open = false,
             },
-            sig = signals.next() => if state.probed {
+            sig = signals.next() => if state.probed() {
                 sandbox.signal(sig);
             } else {
                 // Before the probe, CMD does not exist to receive it (and in the first
@@ -232,6 +231,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             _ => channel_open = false,
         }
     }
+    let probed = state.probed();
     *probe_report = state.report.take();
     drop(host_listener);
     let _ = stop_bridge.send(());
@@ -249,7 +249,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     if let Some(error) = state.failure {
         return Err(error);
     }
-    if !state.probed {
+    if !probed {
         // Gone before proving anything (killed, out of memory): CMD never ran, and the
         // status is netbox's failure, not CMD's.
         return Err(WrapperError::Setup {
@@ -263,21 +263,24 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
 
 /// What netbox has learned from the sandbox so far.
 struct RunState<'a> {
-    probed: bool,
+    /// The live probe's report, once it has arrived.
+    report: Option<ProbeReport>,
     /// pid 1 reported that nothing of CMD's is left.
     done: bool,
     failure: Option<WrapperError>,
     log: &'a EventLog,
     session: &'a str,
     stderr: Stderr,
-    report: Option<ProbeReport>,
 }
 
 impl RunState<'_> {
+    fn probed(&self) -> bool {
+        self.report.is_some()
+    }
+
     fn handle(&mut self, msg: SyncMsg) {
         match msg {
-            SyncMsg::Probe(report) if !self.probed => {
-                self.probed = true;
+            SyncMsg::Probe(report) if !self.probed() => {
                 self.log.record_json(&ProbeRecord {
                     kind: "probe",
                     schema_version: bridge::log::SCHEMA_VERSION,
@@ -296,13 +299,13 @@ impl RunState<'_> {
                 }
                 self.report = Some(report);
             }
-            SyncMsg::Done if self.probed => self.done = true,
+            SyncMsg::Done if self.probed() => self.done = true,
             SyncMsg::SetupFailed { step, detail, hint } => {
                 self.failure
                     .get_or_insert(WrapperError::Setup { step, detail, hint });
             }
             // pid 1 saw a pin go (removed or replaced on the host) and stopped the run.
-            SyncMsg::PinLost { path } if self.probed => {
+            SyncMsg::PinLost { path } if self.probed() => {
                 self.failure.get_or_insert(WrapperError::PinLost { path });
             }
             SyncMsg::Probe(_)

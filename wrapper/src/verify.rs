@@ -39,10 +39,10 @@ pub fn run(args: VerifyArgs) -> Result<u8, WrapperError> {
     } else {
         table(&report)
     };
-    std::io::stdout()
-        .lock()
+    let mut stdout = std::io::stdout().lock();
+    stdout
         .write_all(text.as_bytes())
-        .and_then(|()| std::io::stdout().lock().flush())
+        .and_then(|()| stdout.flush())
         .map_err(WrapperError::Output)?;
     match outcome {
         Ok(0) if report.passed => Ok(0),

@@ -12,6 +12,7 @@ mod bridge_socks;
 mod bridge_tunnel;
 mod export;
 mod sandbox_escapes;
+mod sandbox_fetch;
 mod sandbox_lifecycle;
 mod sandbox_limits;
 mod sandbox_regressions;

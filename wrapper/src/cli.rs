@@ -126,6 +126,16 @@ pub struct RunArgs {
     #[arg(long = "env-file", value_name = "FILE")]
     pub env_file: Vec<PathBuf>,
 
+    /// Fetch, then cut: run CMD1 (with `sh -c`) first, with the network the allowlist
+    /// allows; then CMD in the same sandbox and filesystem with no network at all. If CMD1
+    /// fails, CMD does not run and netbox exits with CMD1's status.
+    #[arg(long = "fetch", value_name = "CMD1")]
+    pub fetch: Option<String>,
+
+    /// Allowlist for the --fetch phase (TOML; repeatable; added to --allowlist and --allow).
+    #[arg(long = "fetch-allowlist", value_name = "FILE", requires = "fetch")]
+    pub fetch_allowlist: Vec<PathBuf>,
+
     /// Run CMD with no sandbox and no probe at all (says so on stderr).
     #[arg(long = "disable-sandbox", visible_alias = "yolo")]
     pub disable_sandbox: bool,

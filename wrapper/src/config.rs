@@ -13,6 +13,8 @@ use crate::error::WrapperError;
 #[derive(Debug)]
 pub struct SandboxConfig {
     pub cmd: Vec<OsString>,
+    /// `--fetch CMD1`: run first, with the network; then CMD with none.
+    pub fetch: Option<String>,
     /// The current directory, where CMD starts.
     pub cwd: PathBuf,
     pub workspace: PathBuf,
@@ -102,7 +104,10 @@ impl SandboxConfig {
             .iter()
             .map(|p| existing_or_in_existing_dir(p, "--protect path"))
             .collect::<Result<_, _>>()?;
-        let policy = crate::bridge_cmd::load_policy(&args.policy)?;
+        // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
+        let mut policy_args = args.policy;
+        policy_args.allowlist.extend(args.fetch_allowlist);
+        let policy = crate::bridge_cmd::load_policy(&policy_args)?;
         let session_id = crate::bridge_cmd::new_session_id();
         let mut env_extra = Vec::new();
         for file in &args.env_file {
@@ -127,6 +132,7 @@ impl SandboxConfig {
         refuse_log_inside_roots(&log_path, &write_roots)?;
         Ok(SandboxConfig {
             cmd: args.cmd,
+            fetch: args.fetch,
             cwd,
             workspace,
             write_roots,

@@ -18,7 +18,7 @@ use crate::probe::ProbeReport;
 /// receive, so it is kept modest).
 const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
-/// What the sandbox tells the parent, in order (and the one thing the parent says).
+/// What the sandbox tells the parent, in order, and what the parent answers (only `Cut`).
 #[derive(Debug, Serialize, Deserialize)]
 pub enum SyncMsg {
     /// The proxy listeners inside the namespace (attached as fds).
@@ -30,6 +30,12 @@ pub enum SyncMsg {
     PinLost { path: std::path::PathBuf },
     /// CMD has exited and every other process in the sandbox is gone; pid 1 exits next.
     Done,
+    /// `--fetch`: CMD1 has exited with `status` and every process it left is gone. On 0,
+    /// pid 1 waits for `Cut`; otherwise it exits with that status and CMD never runs.
+    FetchDone { status: i32 },
+    /// From the parent, after `FetchDone { status: 0 }`: the bridge has stopped and its
+    /// listeners are closed; prove the cut and run CMD.
+    Cut,
     /// A setup step failed; CMD will not run.
     SetupFailed {
         step: String,
@@ -57,13 +63,22 @@ pub fn pair() -> std::io::Result<(Channel, Channel)> {
 
 impl Channel {
     pub fn send(&self, msg: &SyncMsg, fds: &[RawFd]) -> Result<(), String> {
-        let bytes = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
-        let iov = [IoSlice::new(&bytes)];
-        let cmsgs = [ControlMessage::ScmRights(fds)];
-        let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsgs };
-        sendmsg::<()>(self.fd.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None)
-            .map_err(|e| format!("send: {e}"))?;
-        Ok(())
+        send_on(self.fd.as_raw_fd(), msg, fds)
+    }
+
+    /// Waits for the next message (pid 1's side; fds attached to it are closed).
+    pub fn recv(&self) -> Result<SyncMsg, String> {
+        let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
+        loop {
+            match crate::sys::fd::recv_with_fds(self.fd.as_fd(), &mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("receive: {e}")),
+                Ok((0, _)) => return Err("netbox closed the channel".into()),
+                Ok((len, _)) => {
+                    return serde_json::from_slice(&buf[..len]).map_err(|e| format!("decode: {e}"))
+                }
+            }
+        }
     }
 
     /// Whether the other end is closed (the process holding it is gone).
@@ -83,6 +98,17 @@ impl Channel {
     }
 }
 
+/// One message as one packet, with `fds` attached.
+fn send_on(socket: RawFd, msg: &SyncMsg, fds: &[RawFd]) -> Result<(), String> {
+    let bytes = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
+    let iov = [IoSlice::new(&bytes)];
+    let cmsgs = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsgs };
+    sendmsg::<()>(socket, &iov, cmsgs, MsgFlags::empty(), None)
+        .map_err(|e| format!("send: {e}"))?;
+    Ok(())
+}
+
 /// The parent's end, read from an async runtime without a blocked thread.
 pub struct AsyncChannel {
     fd: tokio::io::unix::AsyncFd<OwnedFd>,
@@ -97,6 +123,12 @@ impl AsyncChannel {
         Ok(AsyncChannel {
             fd: crate::sys::fd::register_readable(channel.fd)?,
         })
+    }
+
+    /// Sends a message without fds. The parent says one short thing, into a socket buffer
+    /// that is otherwise empty, so the non-blocking send cannot find it full.
+    pub fn send(&self, msg: &SyncMsg) -> Result<(), String> {
+        send_on(self.fd.get_ref().as_raw_fd(), msg, &[])
     }
 
     /// The next message; `Ok(None)` once every sandbox process has closed its end.

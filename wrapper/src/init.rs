@@ -59,28 +59,21 @@ pub fn exit_code(status: WaitStatus) -> Option<i32> {
     }
 }
 
-/// Starts CMD and serves as its init until it exits; returns CMD's exit status. If a pin
-/// is lost meanwhile, says so on `channel` and returns 125 at once (pid 1's exit ends
-/// everything in the namespace).
-pub fn run(
+/// Starts a command and serves as its init until it exits; then ends every other process
+/// in the namespace (`kill(-1)` from pid 1 reaches only those) and reaps them, so nothing of
+/// the command outlives it. Returns its exit status, or why pid 1 must stop first.
+pub fn run_to_end(
     cmd: &[OsString],
     env: &[(OsString, OsString)],
     cwd: &Path,
     limits: &Limits,
     pins: &Pins,
-    channel: &Channel,
-) -> i32 {
-    let argv: Vec<CString> = match cmd
+) -> Result<i32, Stop> {
+    let argv: Vec<CString> = cmd
         .iter()
         .map(|a| CString::new(a.as_bytes()))
         .collect::<Result<_, _>>()
-    {
-        Ok(argv) => argv,
-        Err(_) => {
-            crate::say("netbox: CMD contains a NUL byte");
-            return EXIT_NETBOX_FAILURE.into();
-        }
-    };
+        .map_err(|_| Stop::Unrunnable("CMD contains a NUL byte".into()))?;
     let envp: Vec<CString> = env
         .iter()
         .filter_map(|(k, v)| {
@@ -94,36 +87,32 @@ pub fn run(
     let child = match fork() {
         Ok(Forked::Child) => exec_cmd(&argv, &envp, cwd, limits),
         Ok(Forked::Parent { child }) => child,
-        Err(e) => {
-            crate::say(&format!("netbox: cannot start CMD: {e}"));
-            return EXIT_NETBOX_FAILURE.into();
-        }
+        Err(e) => return Err(Stop::Unrunnable(format!("cannot start CMD: {e}"))),
     };
-    match supervise(child, pins) {
-        Ok(code) => {
-            // Nothing of CMD's may outlive it: end every other process in the namespace
-            // (kill(-1) from pid 1 reaches only those) and reap them, then tell netbox,
-            // which may remove its placeholders while this process exits.
-            let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-            while waitpid(None, None).is_ok() {}
-            let _ = channel.send(&SyncMsg::Done, &[]);
-            code
-        }
-        Err(Stop::PinLost(path)) => {
+    let code = supervise(child, pins)?;
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    while waitpid(None, None).is_ok() {}
+    Ok(code)
+}
+
+/// Says why pid 1 stopped (on `channel` or stderr) and returns its exit status.
+pub fn report_stop(stop: Stop, channel: &Channel) -> i32 {
+    match stop {
+        Stop::PinLost(path) => {
             let _ = channel.send(&SyncMsg::PinLost { path }, &[]);
-            EXIT_NETBOX_FAILURE.into()
         }
-        Err(Stop::Broken(e)) => {
-            crate::say(&format!("netbox: sandbox init failed: {e}"));
-            EXIT_NETBOX_FAILURE.into()
-        }
+        Stop::Broken(e) => crate::say(&format!("netbox: sandbox init failed: {e}")),
+        Stop::Unrunnable(why) => crate::say(&format!("netbox: {why}")),
     }
+    EXIT_NETBOX_FAILURE.into()
 }
 
 /// Why pid 1 stops before CMD has exited.
-enum Stop {
+pub enum Stop {
     PinLost(std::path::PathBuf),
     Broken(nix::Error),
+    /// CMD could not be started at all.
+    Unrunnable(String),
 }
 
 /// In the child: becomes CMD.

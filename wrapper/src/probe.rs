@@ -106,6 +106,25 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
     }
 }
 
+/// The probe after `--fetch`'s cut, before CMD: the filesystem controls again (CMD1 ran in
+/// this sandbox) and the network, now with nothing listening for CMD at all. Privileges
+/// and limits are pid 1's own state, which CMD1 could not change, and are not repeated.
+pub fn run_cut(input: &ProbeInput) -> ProbeReport {
+    let started = Instant::now();
+    let checks = vec![
+        read_only_root(input),
+        protected_paths(input),
+        network_cut(input),
+        host_sockets(input),
+    ];
+    let passed = checks.iter().all(|c| c.passed);
+    ProbeReport {
+        checks,
+        passed,
+        duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+    }
+}
+
 fn check(name: &str, forbidden: Vec<Outcome>, control: Vec<Outcome>) -> Check {
     let passed = !forbidden.is_empty() && forbidden.iter().chain(&control).all(|o| o.ok);
     Check {
@@ -271,6 +290,47 @@ fn protected_paths(input: &ProbeInput) -> Check {
 }
 
 fn network_namespace(input: &ProbeInput) -> Check {
+    let control = vec![succeeded(
+        format!("connect to the bridge at {}", input.proxy),
+        TcpStream::connect_timeout(&input.proxy, PROBE_IO_TIMEOUT).map(drop),
+    )];
+    check("empty network namespace", no_way_out(input), control)
+}
+
+/// After `--fetch`'s cut: the same empty namespace, and now the bridge's port refuses too,
+/// while a listener of the probe's own on loopback answers (so "refused" is not loopback
+/// itself being broken).
+fn network_cut(input: &ProbeInput) -> Check {
+    let mut forbidden = no_way_out(input);
+    let v6_proxy = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, input.proxy.port()));
+    for proxy in [input.proxy, v6_proxy] {
+        forbidden.push(refused(
+            format!("connect to the closed bridge port {proxy}"),
+            TcpStream::connect_timeout(&proxy, PROBE_IO_TIMEOUT).map(drop),
+            // Without IPv6 on lo, ::1 cannot be reached at all, which is as good.
+            &[libc::ECONNREFUSED, libc::EADDRNOTAVAIL, libc::ENETUNREACH],
+        ));
+    }
+    let own = std::net::TcpListener::bind("127.0.0.1:0");
+    let answered = own.as_ref().map_err(clone_error).and_then(|listener| {
+        let addr = listener.local_addr()?;
+        TcpStream::connect_timeout(&addr, PROBE_IO_TIMEOUT)?;
+        listener.accept().map(drop)
+    });
+    let control = vec![succeeded(
+        "connect to a loopback listener of the probe's own".into(),
+        answered,
+    )];
+    check("network cut", forbidden, control)
+}
+
+fn clone_error(e: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), e.to_string())
+}
+
+/// The attempts that must find no way out of the namespace: an interface other than lo,
+/// a route off the machine, the parent's listener on host loopback.
+fn no_way_out(input: &ProbeInput) -> Vec<Outcome> {
     // Some hosts give every new namespace down fallback tunnel devices (sit0, tunl0);
     // what must not exist is an interface that is up, other than lo.
     let up: Result<Vec<String>, _> = nix::ifaddrs::getifaddrs().map(|addrs| {
@@ -305,18 +365,9 @@ fn network_namespace(input: &ProbeInput) -> Check {
         TcpStream::connect_timeout(&input.host_listener, PROBE_IO_TIMEOUT).map(drop),
         &[libc::ECONNREFUSED],
     );
-    let control = vec![succeeded(
-        format!("connect to the bridge at {}", input.proxy),
-        TcpStream::connect_timeout(&input.proxy, PROBE_IO_TIMEOUT).map(drop),
-    )];
-    check(
-        "empty network namespace",
-        vec![only_lo, no_routes, host],
-        control,
-    )
+    vec![only_lo, no_routes, host]
 }
 
-/// Routes in the main tables that use an interface other than `lo`.
 fn off_box_routes() -> std::io::Result<Vec<String>> {
     let mut found = Vec::new();
     let v4 = std::fs::read_to_string("/proc/net/route")?;

@@ -114,6 +114,8 @@ pub fn run_reporting(
         placeholders: &mut placeholders,
         sandbox,
         timeout: config.timeout,
+        fetch: config.fetch.clone(),
+        breakage: Breakage::from_env(),
         channel: ours,
         session,
         log: Arc::new(log),
@@ -184,6 +186,10 @@ fn child_plan(
             nested_userns_forbidden: !config.allow_nested_userns,
         },
         cmd: config.cmd.clone(),
+        fetch: config
+            .fetch
+            .as_ref()
+            .map(|cmd1| vec!["/bin/sh".into(), "-c".into(), cmd1.into()]),
         env: env::sandbox_env(PROXY_PORT, config.env_base, &config.env_extra),
         cwd: config.cwd.clone(),
         breakage: Breakage::from_env(),
@@ -199,17 +205,31 @@ fn startup_line(config: &SandboxConfig) -> String {
     if config.tmp == crate::cli::TmpMode::Private {
         roots.push("/tmp (private)".into());
     }
+    // With --fetch the allowlist is the fetch phase's; CMD itself gets no network.
+    let hosts = match config.fetch {
+        Some(_) => format!(
+            "{} allowed hosts for --fetch, none after",
+            config.policy.allow_count()
+        ),
+        None => format!("{} allowed hosts", config.policy.allow_count()),
+    };
     format!(
-        "netbox: sandbox normal | workspace {} | write {} | {} allowed hosts | log {}",
+        "netbox: sandbox normal | workspace {} | write {} | {hosts} | log {}",
         config.workspace.display(),
         roots.join(", "),
-        config.policy.allow_count(),
         config.log_path.display()
     )
 }
 
 /// `--disable-sandbox`: CMD as it is, no protection, no probe, said loudly.
 pub fn run_unsandboxed(config: &crate::cli::RunArgs) -> Result<u8, WrapperError> {
+    if config.fetch.is_some() {
+        return Err(WrapperError::Usage(
+            "--fetch cuts the network between its two commands, which needs the sandbox; \
+             drop --disable-sandbox"
+                .into(),
+        ));
+    }
     let Some((program, args)) = config.cmd.split_first() else {
         return Err(WrapperError::Usage(
             "nothing to run: use netbox [OPTIONS] -- CMD [ARGS...]".into(),

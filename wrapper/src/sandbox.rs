@@ -34,6 +34,8 @@ pub struct ChildPlan {
     pub mounts: MountPlan,
     pub probe: ProbeInput,
     pub cmd: Vec<OsString>,
+    /// `--fetch`: run first (as `sh -c CMD1`), with the bridge; CMD runs after the cut.
+    pub fetch: Option<Vec<OsString>>,
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
     pub breakage: Breakage,
@@ -56,14 +58,47 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     // its socket on the host would uncover it).
     let pinned = plan.probe.protected.iter().chain(&plan.probe.host_sockets);
     let pins = crate::pins::Pins::new(pinned.cloned().collect());
-    init::run(
-        &plan.cmd,
-        &plan.env,
-        &plan.cwd,
-        &plan.probe.limits,
-        &pins,
-        channel,
-    )
+    let run =
+        |cmd: &[OsString]| init::run_to_end(cmd, &plan.env, &plan.cwd, &plan.probe.limits, &pins);
+    if let Some(fetch) = &plan.fetch {
+        let status = match run(fetch) {
+            Ok(status) => status,
+            Err(stop) => return init::report_stop(stop, channel),
+        };
+        if channel.send(&SyncMsg::FetchDone { status }, &[]).is_err() || status != 0 {
+            return status;
+        }
+        match cut_and_prove(plan, channel) {
+            Ok(true) => {}
+            // netbox says which control failed.
+            Ok(false) => return crate::error::EXIT_NETBOX_FAILURE.into(),
+            Err(e) => {
+                crate::say(&format!("netbox: between --fetch and CMD: {e}"));
+                return crate::error::EXIT_NETBOX_FAILURE.into();
+            }
+        }
+    }
+    match run(&plan.cmd) {
+        Ok(code) => {
+            // Nothing of CMD's is left: netbox may remove its placeholders while pid 1 exits.
+            let _ = channel.send(&SyncMsg::Done, &[]);
+            code
+        }
+        Err(stop) => init::report_stop(stop, channel),
+    }
+}
+
+/// Between `--fetch`'s two commands: waits until netbox has closed the bridge's listeners,
+/// then proves that nothing answers any more. Whether CMD may run.
+fn cut_and_prove(plan: &ChildPlan, channel: &Channel) -> Result<bool, String> {
+    match channel.recv()? {
+        SyncMsg::Cut => {}
+        other => return Err(format!("expected the cut, got {other:?}")),
+    }
+    let report = probe::run_cut(&plan.probe);
+    let passed = report.passed;
+    channel.send(&SyncMsg::Probe(report), &[])?;
+    Ok(passed)
 }
 
 /// A failed step: which, why, and how to fix it when known.

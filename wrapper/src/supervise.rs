@@ -26,8 +26,32 @@ struct ProbeRecord<'a> {
     schema_version: u32,
     ts: String,
     session: &'a str,
+    /// With `--fetch`: which phase's probe ("fetch", or "cut" before CMD).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    phase: Option<&'static str>,
     #[serde(flatten)]
     report: &'a ProbeReport,
+}
+
+/// With `--fetch`, where the session stands: "fetch" (CMD1 starts, with the allowlist),
+/// "cut" (CMD1 succeeded and the bridge is closed; CMD is next), or "fetch_failed" (CMD1
+/// failed; CMD does not run).
+#[derive(Serialize)]
+struct PhaseRecord<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    schema_version: u32,
+    ts: String,
+    session: &'a str,
+    phase: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fetch_status: Option<i32>,
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
 pub(crate) fn check_host_listener_answers(listener: &TcpListener) -> Result<(), WrapperError> {
@@ -111,6 +135,10 @@ pub struct Supervised<'a> {
     pub sandbox: SandboxGuard,
     /// `--timeout`: the whole sandbox is killed when it runs out.
     pub timeout: Option<std::time::Duration>,
+    /// `--fetch CMD1`: the bridge serves CMD1 only and is closed before CMD runs.
+    pub fetch: Option<String>,
+    /// Test builds: controls to break on netbox's side.
+    pub breakage: crate::testhooks::Breakage,
     pub channel: handshake::Channel,
     pub session: Arc<Session>,
     pub log: Arc<EventLog>,
@@ -126,6 +154,8 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         placeholders,
         mut sandbox,
         timeout,
+        fetch,
+        breakage,
         channel,
         session,
         log,
@@ -170,14 +200,15 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         });
     }
     let (stop_bridge, bridge_stopped) = tokio::sync::oneshot::channel::<()>();
-    let bridge = tokio::spawn(bridge::serve(
+    let mut stop_bridge = Some(stop_bridge);
+    let mut bridge = Some(tokio::spawn(bridge::serve(
         listeners,
         BridgeConfig::default(),
         Arc::clone(&log),
         async {
             let _ = bridge_stopped.await;
         },
-    ));
+    )));
 
     let mut state = RunState {
         done: false,
@@ -186,7 +217,12 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         session: &session.id,
         stderr,
         report: None,
+        fetch: fetch.as_deref(),
+        fetch_status: None,
+        cut_report: None,
     };
+    // With --fetch: CMD1 is done and the bridge is stopping; the cut follows its end.
+    let mut cutting = false;
     let mut cancelled = None;
     let mut timed_out = false;
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
@@ -202,8 +238,26 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                     if state.done {
                         placeholders.take();
                     }
+                    if state.fetch_status == Some(0) && !cutting {
+                        cutting = true;
+                        if breakage.keep_bridge_at_cut {
+                            // The bridge keeps serving: the cut probe must catch it.
+                            state.record_phase("cut", None, Some(0));
+                            let _ = channel.send(&SyncMsg::Cut);
+                        } else if let Some(stop) = stop_bridge.take() {
+                            // The bridge stops accepting and its listeners (the sandbox
+                            // holds no copy) close; once it has drained, nothing answers.
+                            let _ = stop.send(());
+                        }
+                    }
                 }
                 _ => channel_open = false,
+            },
+            () = finished(&mut bridge), if cutting && stop_bridge.is_none() => {
+                bridge = None;
+                state.record_phase("cut", None, Some(0));
+                // If pid 1 is gone, its exit is the next event.
+                let _ = channel.send(&SyncMsg::Cut);
             },
             sig = signals.next() => if state.probed() {
                 sandbox.signal(sig);
@@ -234,8 +288,12 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     let probed = state.probed();
     *probe_report = state.report.take();
     drop(host_listener);
-    let _ = stop_bridge.send(());
-    let _ = bridge.await;
+    if let Some(stop) = stop_bridge.take() {
+        let _ = stop.send(());
+    }
+    if let Some(task) = bridge.take() {
+        let _ = task.await;
+    }
     if timed_out {
         crate::say(&format!(
             "netbox: timed out after {}; the sandbox was killed",
@@ -271,9 +329,45 @@ struct RunState<'a> {
     log: &'a EventLog,
     session: &'a str,
     stderr: Stderr,
+    /// `--fetch`'s CMD1, and how it ended.
+    fetch: Option<&'a str>,
+    fetch_status: Option<i32>,
+    /// The probe after the cut, once it has arrived.
+    cut_report: Option<ProbeReport>,
 }
 
 impl RunState<'_> {
+    fn record_phase(&self, phase: &'static str, command: Option<&str>, fetch_status: Option<i32>) {
+        self.log.record_json(&PhaseRecord {
+            kind: "phase",
+            schema_version: bridge::log::SCHEMA_VERSION,
+            ts: now(),
+            session: self.session,
+            phase,
+            command,
+            fetch_status,
+        });
+    }
+
+    fn record_probe(&self, phase: Option<&'static str>, report: &ProbeReport) {
+        self.log.record_json(&ProbeRecord {
+            kind: "probe",
+            schema_version: bridge::log::SCHEMA_VERSION,
+            ts: now(),
+            session: self.session,
+            phase,
+            report,
+        });
+    }
+
+    /// Whether CMD itself may have started (with --fetch: only after the proven cut).
+    fn cmd_may_run(&self) -> bool {
+        match self.fetch {
+            None => self.probed(),
+            Some(_) => self.cut_report.as_ref().is_some_and(|r| r.passed),
+        }
+    }
+
     fn probed(&self) -> bool {
         self.report.is_some()
     }
@@ -281,25 +375,46 @@ impl RunState<'_> {
     fn handle(&mut self, msg: SyncMsg) {
         match msg {
             SyncMsg::Probe(report) if !self.probed() => {
-                self.log.record_json(&ProbeRecord {
-                    kind: "probe",
-                    schema_version: bridge::log::SCHEMA_VERSION,
-                    ts: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
-                    session: self.session,
-                    report: &report,
-                });
+                self.record_probe(self.fetch.map(|_| "fetch"), &report);
                 match report.first_failure() {
                     Some(why) => {
                         self.failure = Some(WrapperError::ProbeFailed(format!(
                             "{why}; CMD was not started"
                         )));
                     }
-                    // Proven: from now on each blocked attempt is announced as it happens.
-                    None => self.log.set_stderr(self.stderr),
+                    None => {
+                        // Proven: from now on each blocked attempt is announced as it happens.
+                        self.log.set_stderr(self.stderr);
+                        if let Some(command) = self.fetch {
+                            self.record_phase("fetch", Some(command), None);
+                        }
+                    }
                 }
                 self.report = Some(report);
             }
-            SyncMsg::Done if self.probed() => self.done = true,
+            SyncMsg::FetchDone { status }
+                if self.fetch.is_some() && self.probed() && self.fetch_status.is_none() =>
+            {
+                self.fetch_status = Some(status);
+                if status != 0 {
+                    // pid 1 has ended everything of CMD1's and exits with its status.
+                    self.record_phase("fetch_failed", None, Some(status));
+                    crate::say(&format!(
+                        "netbox: the --fetch command exited with status {status}; CMD was not run"
+                    ));
+                    self.done = true;
+                }
+            }
+            SyncMsg::Probe(report) if self.fetch_status == Some(0) && self.cut_report.is_none() => {
+                self.record_probe(Some("cut"), &report);
+                if let Some(why) = report.first_failure() {
+                    self.failure = Some(WrapperError::ProbeFailed(format!(
+                        "after --fetch: {why}; CMD was not started"
+                    )));
+                }
+                self.cut_report = Some(report);
+            }
+            SyncMsg::Done if self.cmd_may_run() => self.done = true,
             SyncMsg::SetupFailed { step, detail, hint } => {
                 self.failure
                     .get_or_insert(WrapperError::Setup { step, detail, hint });
@@ -311,7 +426,9 @@ impl RunState<'_> {
             SyncMsg::Probe(_)
             | SyncMsg::Listeners { .. }
             | SyncMsg::PinLost { .. }
-            | SyncMsg::Done => {
+            | SyncMsg::Done
+            | SyncMsg::FetchDone { .. }
+            | SyncMsg::Cut => {
                 self.failure.get_or_insert(WrapperError::Handshake(
                     "unexpected message after the probe".into(),
                 ));
@@ -347,6 +464,16 @@ impl Signals {
             _ = self.hup.recv() => Signal::SIGHUP,
             _ = self.quit.recv() => Signal::SIGQUIT,
         }
+    }
+}
+
+/// Waits for the bridge task to end, or forever if it has already been waited for.
+async fn finished(bridge: &mut Option<tokio::task::JoinHandle<()>>) {
+    match bridge {
+        Some(task) => {
+            let _ = task.await;
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -13,6 +13,8 @@ pub struct Breakage {
     pub skip_limits: bool,
     /// Leave user.max_user_namespaces as it was.
     pub keep_nested_userns: bool,
+    /// At `--fetch`'s cut, keep the bridge serving (netbox's side).
+    pub keep_bridge_at_cut: bool,
 }
 
 /// Test builds: sleeps for `NETBOX_TEST_EXPORT_PAUSE_MS` between checking a file and
@@ -29,7 +31,7 @@ pub fn pause_export() {
 
 impl Breakage {
     /// From `NETBOX_TEST_BREAK` (`read-only-root`, `capability-drop`, `limits`,
-    /// `nested-userns`), test builds only.
+    /// `nested-userns`, `cut`), test builds only.
     pub fn from_env() -> Breakage {
         #[cfg(feature = "test-hooks")]
         {
@@ -39,6 +41,7 @@ impl Breakage {
                 skip_capability_drop: wanted.split(',').any(|w| w == "capability-drop"),
                 skip_limits: wanted.split(',').any(|w| w == "limits"),
                 keep_nested_userns: wanted.split(',').any(|w| w == "nested-userns"),
+                keep_bridge_at_cut: wanted.split(',').any(|w| w == "cut"),
             }
         }
         #[cfg(not(feature = "test-hooks"))]

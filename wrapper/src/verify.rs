@@ -23,6 +23,11 @@ pub fn run(args: VerifyArgs) -> Result<u8, WrapperError> {
             "netbox verify runs no command; drop everything after --".into(),
         ));
     }
+    if run.fetch.is_some() {
+        return Err(WrapperError::Usage(
+            "netbox verify runs no command; drop --fetch".into(),
+        ));
+    }
     run.cmd = vec!["true".into()];
     run.quiet = true;
     let config = SandboxConfig::from_args(run)?;

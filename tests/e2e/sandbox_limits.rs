@@ -1,6 +1,6 @@
-//! `--memory`, `--fsize` and `--pids`: an allocation, a file or a fork past the limit
-//! fails while one inside it works, the probe checks each limit it was given, and a limit
-//! that is not really set (test hook) stops CMD before it runs.
+//! `--memory`, `--fsize`, `--pids` and `--cpus`: an allocation, a file or a fork past the
+//! limit fails while one inside it works, CPU time is capped, the probe checks each limit
+//! it was given, and a limit that is not really set (test hook) stops CMD before it runs.
 
 use crate::support::{stderr, stdout, Run, TestDir};
 
@@ -23,6 +23,16 @@ fn memory_limit_refuses_a_large_allocation_and_allows_a_small_one() {
         .find(|c| c["name"] == "resource limits")
         .expect("the probe checked the limit");
     assert_eq!(limits["passed"], true, "{limits}");
+    if has_v1_controller("memory") && nix::unistd::getuid().is_root() {
+        // As root, a memory cgroup holds the same limit for the sandbox as a whole.
+        let cgroups = cgroup_check(&probe);
+        assert!(
+            cgroups
+                .to_string()
+                .contains("memory.limit_in_bytes reads 67108864"),
+            "{cgroups}"
+        );
+    }
 
     // Control: without the limit the same large allocation works.
     let dir = TestDir::new("memory-control");
@@ -69,6 +79,21 @@ fn a_limit_that_does_not_hold_stops_cmd() {
         stderr(&out)
     );
     assert!(!run.workspace.join("ran-anyway").exists());
+    if nix::unistd::getuid().is_root() && has_v1_controller("cpu") {
+        // A cgroup limit left unset is caught the same way.
+        let run = Run::new(&dir)
+            .arg("--cpus")
+            .arg("1")
+            .env("NETBOX_TEST_BREAK", "limits");
+        let out = run.sh("touch ran-anyway");
+        assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("live probe failed: cgroup limits"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!run.workspace.join("ran-anyway").exists());
+    }
     // Control: the hook changes nothing for a run that asks for no limit.
     let dir = TestDir::new("limits-unasked");
     let run = Run::new(&dir).env("NETBOX_TEST_BREAK", "limits");
@@ -78,7 +103,15 @@ fn a_limit_that_does_not_hold_stops_cmd() {
 
 #[test]
 fn bad_sizes_are_one_line_errors() {
-    for (flag, value) in [("--memory", "1M"), ("--memory", "lots"), ("--fsize", "0")] {
+    let cases = [
+        ("--memory", "1M"),
+        ("--memory", "lots"),
+        ("--fsize", "0"),
+        ("--cpus", "0"),
+        ("--cpus", "4096"),
+        ("--cpus", "half"),
+    ];
+    for (flag, value) in cases {
         let dir = TestDir::new("limits-bad");
         let out = Run::new(&dir).arg(flag).arg(value).sh("true");
         assert_eq!(out.status.code(), Some(125), "{flag} {value}");
@@ -101,17 +134,82 @@ except OSError as e:
     print("refused after", n, e.errno)
 "#;
 
+/// Whether this process is in a cgroup v1 hierarchy with `controller`.
+fn has_v1_controller(controller: &str) -> bool {
+    std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            l.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == controller))
+        })
+}
+
 /// Root is exempt from RLIMIT_NPROC, so netbox needs a pids cgroup (v1) for it.
 fn root_without_pids_cgroup() -> bool {
-    nix::unistd::getuid().is_root()
-        && !std::fs::read_to_string("/proc/self/cgroup")
-            .unwrap_or_default()
-            .lines()
-            .any(|l| {
-                l.split(':')
-                    .nth(1)
-                    .is_some_and(|c| c.split(',').any(|c| c == "pids"))
-            })
+    nix::unistd::getuid().is_root() && !has_v1_controller("pids")
+}
+
+/// The probe's "cgroup limits" check, which must have passed.
+fn cgroup_check(probe: &serde_json::Value) -> serde_json::Value {
+    let check = probe["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "cgroup limits")
+        .unwrap_or_else(|| panic!("no cgroup limits check in {probe:#}"))
+        .clone();
+    assert_eq!(check["passed"], true, "{check:#}");
+    check
+}
+
+/// Two busy loops of one second each, then the CPU seconds they used (bash's `times`).
+const TWO_BUSY_SECONDS: &str = "for i in 1 2; do timeout 1 sh -c 'while :; do :; done' & done; \
+                                wait; times";
+
+fn children_cpu_seconds(times: &str) -> f64 {
+    // "0m0.519s 0m0.001s" on the second line: user and system time of the children.
+    let line = times.lines().nth(1).unwrap_or_else(|| panic!("{times}"));
+    line.split_whitespace()
+        .map(|t| {
+            let (m, s) = t.trim_end_matches('s').split_once('m').unwrap();
+            m.parse::<f64>().unwrap() * 60.0 + s.parse::<f64>().unwrap()
+        })
+        .sum()
+}
+
+#[test]
+fn cpu_limit_caps_cpu_time() {
+    let dir = TestDir::new("cpus");
+    let run = Run::new(&dir).arg("--quiet").arg("--cpus").arg("0.5");
+    let out = run.sh(TWO_BUSY_SECONDS);
+    if !(nix::unistd::getuid().is_root() && has_v1_controller("cpu")) {
+        // No cpu cgroup netbox may make, and no rlimit does this: said, never ignored.
+        assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--cpus cannot be enforced here"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!run.log.exists() || run.events().is_empty());
+        return;
+    }
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Half a CPU for a second: about 0.5 s, whatever two loops on two cores would take.
+    let limited = children_cpu_seconds(&stdout(&out));
+    assert!(limited < 0.65, "{limited} s under --cpus 0.5");
+    let check = cgroup_check(&run.probe());
+    assert!(
+        check.to_string().contains("cpu.cfs_quota_us reads 50000"),
+        "{check:#}"
+    );
+
+    // Control: without the limit the two loops use well over one CPU-second between them.
+    let dir = TestDir::new("cpus-control");
+    let out = Run::new(&dir).arg("--quiet").sh(TWO_BUSY_SECONDS);
+    let free = children_cpu_seconds(&stdout(&out));
+    assert!(free > 0.8, "{free} s without --cpus");
 }
 
 #[test]

@@ -113,6 +113,11 @@ pub struct RunArgs {
     #[arg(long = "pids", value_name = "N", value_parser = crate::limits::parse_pids)]
     pub pids: Option<u64>,
 
+    /// CPU time the whole sandbox may use, in CPUs (e.g. 0.5, 2): a cgroup's CPU quota,
+    /// so it needs a cgroup v1 cpu hierarchy netbox may write to (root, here).
+    #[arg(long = "cpus", value_name = "N", value_parser = crate::limits::parse_cpus)]
+    pub cpus: Option<u64>,
+
     /// Start CMD with a minimal environment (PATH, HOME=/tmp, TERM, LANG, the proxy
     /// settings) instead of yours: nothing else of yours, secrets included, gets in.
     #[arg(long = "clean-env")]
@@ -152,7 +157,7 @@ pub enum Command {
     /// Copy named files out of a directory a sandbox wrote, treating it as hostile.
     Export(ExportArgs),
     /// Prove every control for these options (the live probe's battery) and print it.
-    Verify(VerifyArgs),
+    Verify(Box<VerifyArgs>),
 }
 
 /// `netbox verify`: the same options as a run, no command.

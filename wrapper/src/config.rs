@@ -156,6 +156,7 @@ impl SandboxConfig {
                 memory: args.memory,
                 file_size: args.fsize,
                 pids: args.pids,
+                cpu_millis: args.cpus,
             },
             log_path,
             quiet: args.quiet,

@@ -6,8 +6,8 @@
 //! CAP_SYS_RESOURCE, which the sandbox has dropped). RLIMIT_AS and RLIMIT_FSIZE have no
 //! exemption for root. The live probe checks each one that was asked for (probe.rs).
 //!
-//! A memory cgroup (which would count resident memory rather than address space) and
-//! `--cpus` are not there yet.
+//! `--cpus` has no rlimit: it is a cgroup's CPU quota (cgroup.rs), as is, for root, a
+//! memory cgroup on top of `--memory`.
 
 use serde::{Deserialize, Serialize};
 
@@ -28,10 +28,13 @@ pub struct Limits {
     pub file_size: Option<u64>,
     /// Processes CMD may have at once, itself included.
     pub pids: Option<u64>,
+    /// Thousandths of a CPU the sandbox may use (`--cpus 1.5` is 1500); a cgroup's quota.
+    pub cpu_millis: Option<u64>,
 }
 
 impl Limits {
-    pub fn is_empty(&self) -> bool {
+    /// Whether no rlimit is asked for (`--cpus` is not one).
+    pub fn no_rlimits(&self) -> bool {
         self.memory.is_none() && self.file_size.is_none() && self.pids.is_none()
     }
 
@@ -99,6 +102,44 @@ pub fn parse_memory(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// `--cpus`: a number of CPUs with up to three decimals, at least 0.01 and at most the
+/// machine's, in thousandths.
+pub fn parse_cpus(text: &str) -> Result<u64, String> {
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    parse_cpus_of(text, online)
+}
+
+fn parse_cpus_of(text: &str, online: u64) -> Result<u64, String> {
+    let text = text.trim();
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() && fraction.is_empty()
+        || !digits(whole)
+        || !digits(fraction)
+        || fraction.len() > 3
+        || whole.len() > 6
+    {
+        return Err(format!(
+            "`{text}` is not a number of CPUs (use e.g. 0.5, 2, 1.25)"
+        ));
+    }
+    // Both are at most six ASCII digits here, so they parse; empty is 0.
+    let whole: u64 = whole.parse().unwrap_or(0);
+    let fraction: u64 = format!("{fraction:0<3}").parse().unwrap_or(0);
+    let millis = whole * 1000 + fraction;
+    if millis < 10 {
+        return Err(format!(
+            "{text} CPUs is too little to run anything; give at least 0.01"
+        ));
+    }
+    if millis > online * 1000 {
+        return Err(format!(
+            "{text} CPUs is more than this machine has ({online}); give at most {online}"
+        ));
+    }
+    Ok(millis)
+}
+
 /// `--pids`: a count of at least 1.
 pub fn parse_pids(text: &str) -> Result<u64, String> {
     match text.trim().parse::<u64>() {
@@ -149,5 +190,19 @@ mod tests {
         assert!(parse_pids("0").is_err());
         assert!(parse_pids("many").is_err());
         assert_eq!(parse_pids("16"), Ok(16));
+    }
+
+    #[test]
+    fn cpus_parse_to_thousandths_within_the_machine() {
+        assert_eq!(parse_cpus_of("1", 2), Ok(1000));
+        assert_eq!(parse_cpus_of("0.5", 2), Ok(500));
+        assert_eq!(parse_cpus_of(".25", 2), Ok(250));
+        assert_eq!(parse_cpus_of("1.125", 2), Ok(1125));
+        assert_eq!(parse_cpus_of("2", 2), Ok(2000));
+        for bad in [
+            "", ".", "0", "0.001", "2.5", "-1", "1e3", "1.2345", "a", "1,5",
+        ] {
+            assert!(parse_cpus_of(bad, 2).is_err(), "{bad}");
+        }
     }
 }

@@ -77,6 +77,8 @@ pub struct ProbeInput {
     pub refusal_status: u16,
     /// The resource limits CMD will get; each one set is checked.
     pub limits: crate::limits::Limits,
+    /// The cgroup limits the sandbox was born under (cgroup.rs); each is read back.
+    pub cgroup_limits: Vec<crate::cgroup::CgroupLimit>,
     /// Whether creating a user namespace must fail.
     pub nested_userns_forbidden: bool,
 }
@@ -95,8 +97,11 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
     ];
     checks.push(finish_egress(input, egress));
     checks.push(privileges(input));
-    if !input.limits.is_empty() {
+    if !input.limits.no_rlimits() {
         checks.push(resource_limits(input));
+    }
+    if !input.cgroup_limits.is_empty() {
+        checks.push(cgroup_limits(input));
     }
     let passed = checks.iter().all(|c| c.passed);
     ProbeReport {
@@ -647,6 +652,56 @@ fn limit_outcomes(input: &ProbeInput) -> (Vec<Outcome>, Vec<Outcome>) {
         control.push(allowed_forks);
     }
     (forbidden, control)
+}
+
+/// Each cgroup limit reads back on the cgroup that holds it, the sandbox is in that
+/// cgroup's child, and neither the limit nor a way back out of the cgroup is writable.
+fn cgroup_limits(input: &ProbeInput) -> Check {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut forbidden = Vec::new();
+    let mut control = Vec::new();
+    let mut homes = Vec::new();
+    for limit in &input.cgroup_limits {
+        let value = std::fs::read_to_string(&limit.file);
+        control.push(Outcome {
+            attempt: format!("{} reads {}", limit.file.display(), limit.value),
+            ok: value.as_deref().is_ok_and(|v| v.trim() == limit.value),
+            result: match &value {
+                Ok(v) => v.trim().to_owned(),
+                Err(e) => e.to_string(),
+            },
+        });
+        forbidden.push(refused(
+            format!("open {} for writing", limit.file.display()),
+            open_for_writing(&limit.file),
+            &[libc::EROFS, libc::EACCES, libc::EPERM],
+        ));
+        if !homes.contains(&limit.home_procs) {
+            homes.push(limit.home_procs.clone());
+            let member = own.lines().find(|line| {
+                let mut fields = line.splitn(3, ':');
+                let controllers = fields.nth(1).unwrap_or("");
+                controllers.split(',').any(|c| c == limit.controller)
+                    && fields.next() == Some(limit.member_of.as_str())
+            });
+            control.push(Outcome {
+                attempt: format!("in the {} cgroup {}", limit.controller, limit.member_of),
+                ok: member.is_some(),
+                result: member.unwrap_or("not a member").to_owned(),
+            });
+            forbidden.push(refused(
+                format!("leave it: open {} for writing", limit.home_procs.display()),
+                open_for_writing(&limit.home_procs),
+                &[libc::EROFS, libc::EACCES, libc::EPERM],
+            ));
+        }
+    }
+    check("cgroup limits", forbidden, control)
+}
+
+/// Opens an existing file for writing without writing or truncating anything.
+fn open_for_writing(path: &Path) -> std::io::Result<()> {
+    std::fs::OpenOptions::new().write(true).open(path).map(drop)
 }
 
 /// Starts processes until the limit: pid 1 and this child are two of the sandbox's

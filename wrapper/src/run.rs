@@ -62,7 +62,11 @@ pub fn run_reporting(
             source,
         }
     })?;
-    let plan = child_plan(&config, &protected, host_addr, canary)?;
+    // The cgroups the limits need (none for most runs), which the sandbox is born into
+    // (netbox steps in for the clone only); the probe reads their limits back. Dropped
+    // after the sandbox is reaped.
+    let cgroups = cgroup::SandboxCgroups::create(&config.session_id, &config.limits)?;
+    let plan = child_plan(&config, &protected, host_addr, canary, cgroups.limits())?;
 
     if !config.quiet {
         crate::say(&startup_line(&config));
@@ -72,23 +76,11 @@ pub fn run_reporting(
     // function returns; declared before the sandbox guard, so dropped after it: however
     // this function ends, the sandbox is killed and reaped before they go.
     let mut placeholders = Some(protect::Placeholders::hold(&protected)?);
-    // Root is not bound by RLIMIT_NPROC: its --pids needs a cgroup, which the sandbox is
-    // born into (netbox steps in for the clone only). Dropped after the sandbox is reaped.
-    let pids_cgroup = match config.limits.sandbox_pids() {
-        Some(max) if cgroup::is_host_root() => {
-            Some(cgroup::PidsCgroup::create(&config.session_id, max)?)
-        }
-        _ => None,
-    };
     let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
-    if let Some(cgroup) = &pids_cgroup {
-        cgroup.enter()?;
-    }
+    cgroups.enter()?;
     // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
     let spawned = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs));
-    let left = pids_cgroup
-        .as_ref()
-        .map_or(Ok(()), cgroup::PidsCgroup::leave);
+    let left = cgroups.leave();
     let pid = spawned?;
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;
@@ -130,6 +122,7 @@ fn child_plan(
     protected: &[Protected],
     host_listener: SocketAddr,
     canary: &str,
+    cgroup_limits: Vec<cgroup::CgroupLimit>,
 ) -> Result<ChildPlan, WrapperError> {
     // Hidden whole in the sandbox: /run, and a private /tmp except the writable roots in it.
     let private_tmp = config.tmp == crate::cli::TmpMode::Private;
@@ -183,6 +176,7 @@ fn child_plan(
             canary: canary.to_owned(),
             refusal_status: BridgeConfig::default().refusal_status.as_u16(),
             limits: config.limits,
+            cgroup_limits,
             nested_userns_forbidden: !config.allow_nested_userns,
         },
         cmd: config.cmd.clone(),

@@ -9,7 +9,8 @@ pub struct Breakage {
     pub skip_read_only_root: bool,
     /// Keep capabilities (skip the drop).
     pub skip_capability_drop: bool,
-    /// Set no resource limit (for the probe's checks and for CMD alike).
+    /// Set no resource limit (for the probe's checks and for CMD alike), and write no
+    /// cgroup limit.
     pub skip_limits: bool,
     /// Leave user.max_user_namespaces as it was.
     pub keep_nested_userns: bool,

@@ -10,8 +10,8 @@ use crate::config::SandboxConfig;
 use crate::error::WrapperError;
 use crate::probe::{Outcome, ProbeReport};
 
-pub fn run(args: VerifyArgs) -> Result<u8, WrapperError> {
-    let mut run = args.run;
+pub fn run(args: Box<VerifyArgs>) -> Result<u8, WrapperError> {
+    let VerifyArgs { json, mut run } = *args;
     // verify must never vouch for something a run would not get, nor run a command.
     if run.disable_sandbox {
         return Err(WrapperError::Usage(
@@ -39,7 +39,7 @@ pub fn run(args: VerifyArgs) -> Result<u8, WrapperError> {
             "the sandbox sent no probe report".into(),
         )));
     };
-    let text = if args.json {
+    let text = if json {
         serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
     } else {
         table(&report)

@@ -35,7 +35,7 @@ fn fetch_reaches_the_server_then_cmd_has_no_network() {
     let run = Run::new(&dir)
         .arg("--fetch")
         .arg(format!(
-            "curl -sS --max-time 8 -o fetched.txt {url} || exit 1; \
+            "curl -sS --max-time 8 -o fetched.txt {url} || exit 1; echo kept > /tmp/from-fetch; \
              sleep 30 >/dev/null 2>&1 & echo $! > leftover.pid"
         ))
         .arg("--fetch-allowlist")
@@ -43,15 +43,15 @@ fn fetch_reaches_the_server_then_cmd_has_no_network() {
     let out = run.sh(&format!(
         "cat fetched.txt; \
          if kill -0 $(cat leftover.pid) 2>/dev/null; then echo leftover alive; fi; \
-         curl -sS --max-time 8 {url}; echo curl=$?; \
-         curl -sS --max-time 8 --noproxy '*' http://127.0.0.1:{p}/hello; echo direct=$?"
+         cat /tmp/from-fetch; \
+         curl -sS --max-time 8 {url}; echo curl=$?"
     ));
     assert!(out.status.success(), "{}", stderr(&out));
-    // CMD1's download is there; the same request from CMD reaches nothing: the proxy port
-    // refuses (curl 7), and host loopback was never reachable.
+    // CMD1's download and its private /tmp are there; the same request from CMD reaches
+    // nothing: the proxy port refuses (curl 7); CMD1's leftover process is gone.
     assert_eq!(
         stdout(&out),
-        "hello from upstream\ncurl=7\ndirect=7\n",
+        "hello from upstream\nkept\ncurl=7\n",
         "{}",
         stderr(&out)
     );
@@ -101,17 +101,26 @@ fn fetch_reaches_the_server_then_cmd_has_no_network() {
         .find(|c| c["name"] == "network cut")
         .expect("a network cut check")
         .clone();
-    assert!(
-        cut_check["forbidden"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(
-                |o| o["attempt"] == "connect to the closed bridge port 127.0.0.1:3128"
-                    && o["result"].as_str().unwrap().contains("refused")
-            ),
-        "{cut_check:#}"
-    );
+    let refused_at = |addr: &str| {
+        cut_check["forbidden"].as_array().unwrap().iter().any(|o| {
+            o["attempt"] == format!("connect to the closed bridge port {addr}")
+                && o["result"].as_str().unwrap().contains("refused")
+        })
+    };
+    assert!(refused_at("127.0.0.1:3128"), "{cut_check:#}");
+    // Where loopback has IPv6, the bridge listened on ::1 as well, and must refuse there.
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        assert!(refused_at("[::1]:3128"), "{cut_check:#}");
+    }
+}
+
+#[test]
+fn a_fetch_ended_by_a_signal_stops_before_cmd() {
+    let dir = TestDir::new("fetch-signal");
+    let run = Run::new(&dir).arg("--fetch").arg("kill -TERM $$");
+    let out = run.sh("touch ran");
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(!run.workspace.join("ran").exists());
 }
 
 #[test]

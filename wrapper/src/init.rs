@@ -73,7 +73,7 @@ pub fn run_to_end(
         .iter()
         .map(|a| CString::new(a.as_bytes()))
         .collect::<Result<_, _>>()
-        .map_err(|_| Stop::Unrunnable("CMD contains a NUL byte".into()))?;
+        .map_err(|_| Stop::Unrunnable("the command contains a NUL byte".into()))?;
     let envp: Vec<CString> = env
         .iter()
         .filter_map(|(k, v)| {
@@ -87,12 +87,28 @@ pub fn run_to_end(
     let child = match fork() {
         Ok(Forked::Child) => exec_cmd(&argv, &envp, cwd, limits),
         Ok(Forked::Parent { child }) => child,
-        Err(e) => return Err(Stop::Unrunnable(format!("cannot start CMD: {e}"))),
+        Err(e) => {
+            let name = cmd.first().map(|c| c.to_string_lossy()).unwrap_or_default();
+            return Err(Stop::Unrunnable(format!("cannot start {name}: {e}")));
+        }
     };
     let code = supervise(child, pins)?;
     let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
     while waitpid(None, None).is_ok() {}
     Ok(code)
+}
+
+/// A forwarded signal that arrived while no command was running (between `--fetch`'s
+/// two), taken off the pending set: it was meant for the run, not for the next command.
+pub fn take_forwarded_signal() -> Option<Signal> {
+    let mut set = SigSet::empty();
+    for sig in FORWARDED {
+        set.add(sig);
+    }
+    let signals =
+        SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK).ok()?;
+    let info = signals.read_signal().ok()??;
+    Signal::try_from(i32::try_from(info.ssi_signo).ok()?).ok()
 }
 
 /// Says why pid 1 stopped (on `channel` or stderr) and returns its exit status.

@@ -114,12 +114,12 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
 /// The probe after `--fetch`'s cut, before CMD: the filesystem controls again (CMD1 ran in
 /// this sandbox) and the network, now with nothing listening for CMD at all. Privileges
 /// and limits are pid 1's own state, which CMD1 could not change, and are not repeated.
-pub fn run_cut(input: &ProbeInput) -> ProbeReport {
+pub fn run_cut(input: &ProbeInput, proxy_v6: bool) -> ProbeReport {
     let started = Instant::now();
     let checks = vec![
         read_only_root(input),
         protected_paths(input),
-        network_cut(input),
+        network_cut(input, proxy_v6),
         host_sockets(input),
     ];
     let passed = checks.iter().all(|c| c.passed);
@@ -305,19 +305,27 @@ fn network_namespace(input: &ProbeInput) -> Check {
 /// After `--fetch`'s cut: the same empty namespace, and now the bridge's port refuses too,
 /// while a listener of the probe's own on loopback answers (so "refused" is not loopback
 /// itself being broken).
-fn network_cut(input: &ProbeInput) -> Check {
+fn network_cut(input: &ProbeInput, proxy_v6: bool) -> Check {
     let mut forbidden = no_way_out(input);
+    forbidden.push(refused(
+        format!("connect to the closed bridge port {}", input.proxy),
+        TcpStream::connect_timeout(&input.proxy, PROBE_IO_TIMEOUT).map(drop),
+        &[libc::ECONNREFUSED],
+    ));
     let v6_proxy = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, input.proxy.port()));
-    for proxy in [input.proxy, v6_proxy] {
-        forbidden.push(refused(
-            format!("connect to the closed bridge port {proxy}"),
-            TcpStream::connect_timeout(&proxy, PROBE_IO_TIMEOUT).map(drop),
-            // Without IPv6 on lo, ::1 cannot be reached at all, which is as good.
-            &[libc::ECONNREFUSED, libc::EADDRNOTAVAIL, libc::ENETUNREACH],
-        ));
-    }
-    let own = std::net::TcpListener::bind("127.0.0.1:0");
-    let answered = own.as_ref().map_err(clone_error).and_then(|listener| {
+    // Where the bridge listened on ::1 it must refuse there too; without IPv6 on lo, ::1
+    // cannot be reached at all, which is as good.
+    let v6_refusals: &[i32] = if proxy_v6 {
+        &[libc::ECONNREFUSED]
+    } else {
+        &[libc::ECONNREFUSED, libc::EADDRNOTAVAIL, libc::ENETUNREACH]
+    };
+    forbidden.push(refused(
+        format!("connect to the closed bridge port {v6_proxy}"),
+        TcpStream::connect_timeout(&v6_proxy, PROBE_IO_TIMEOUT).map(drop),
+        v6_refusals,
+    ));
+    let answered = std::net::TcpListener::bind("127.0.0.1:0").and_then(|listener| {
         let addr = listener.local_addr()?;
         TcpStream::connect_timeout(&addr, PROBE_IO_TIMEOUT)?;
         listener.accept().map(drop)
@@ -327,10 +335,6 @@ fn network_cut(input: &ProbeInput) -> Check {
         answered,
     )];
     check("network cut", forbidden, control)
-}
-
-fn clone_error(e: &std::io::Error) -> std::io::Error {
-    std::io::Error::new(e.kind(), e.to_string())
 }
 
 /// The attempts that must find no way out of the namespace: an interface other than lo,
@@ -373,6 +377,7 @@ fn no_way_out(input: &ProbeInput) -> Vec<Outcome> {
     vec![only_lo, no_routes, host]
 }
 
+/// Routes in the main tables that use an interface other than `lo`.
 fn off_box_routes() -> std::io::Result<Vec<String>> {
     let mut found = Vec::new();
     let v4 = std::fs::read_to_string("/proc/net/route")?;

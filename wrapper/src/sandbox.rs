@@ -43,10 +43,13 @@ pub struct ChildPlan {
 
 /// pid 1 of the sandbox: set up, prove, then run CMD. Returns the exit status.
 pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
-    if let Err((step, detail, hint)) = set_up(plan, channel) {
-        let _ = channel.send(&SyncMsg::SetupFailed { step, detail, hint }, &[]);
-        return crate::error::EXIT_NETBOX_FAILURE.into();
-    }
+    let proxy_v6 = match set_up(plan, channel) {
+        Ok(proxy_v6) => proxy_v6,
+        Err((step, detail, hint)) => {
+            let _ = channel.send(&SyncMsg::SetupFailed { step, detail, hint }, &[]);
+            return crate::error::EXIT_NETBOX_FAILURE.into();
+        }
+    };
     let report = probe::run(&plan.probe);
     let passed = report.passed;
     if channel.send(&SyncMsg::Probe(report), &[]).is_err() || !passed {
@@ -65,10 +68,13 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
             Ok(status) => status,
             Err(stop) => return init::report_stop(stop, channel),
         };
-        if channel.send(&SyncMsg::FetchDone { status }, &[]).is_err() || status != 0 {
+        if channel.send(&SyncMsg::FetchDone { status }, &[]).is_err() {
+            return crate::error::EXIT_NETBOX_FAILURE.into();
+        }
+        if status != 0 {
             return status;
         }
-        match cut_and_prove(plan, channel) {
+        match cut_and_prove(plan, channel, proxy_v6) {
             Ok(true) => {}
             // netbox says which control failed.
             Ok(false) => return crate::error::EXIT_NETBOX_FAILURE.into(),
@@ -76,6 +82,14 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
                 crate::say(&format!("netbox: between --fetch and CMD: {e}"));
                 return crate::error::EXIT_NETBOX_FAILURE.into();
             }
+        }
+        // A signal netbox forwarded as CMD1 ended was meant for the run: it ends here.
+        if let Some(sig) = init::take_forwarded_signal() {
+            return 128 + sig as i32;
+        }
+        // Pins lost while CMD1 ran down are caught before CMD, not after it has started.
+        if let Some(path) = pins.lost() {
+            return init::report_stop(init::Stop::PinLost(path.to_owned()), channel);
         }
     }
     match run(&plan.cmd) {
@@ -90,12 +104,12 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
 
 /// Between `--fetch`'s two commands: waits until netbox has closed the bridge's listeners,
 /// then proves that nothing answers any more. Whether CMD may run.
-fn cut_and_prove(plan: &ChildPlan, channel: &Channel) -> Result<bool, String> {
+fn cut_and_prove(plan: &ChildPlan, channel: &Channel, proxy_v6: bool) -> Result<bool, String> {
     match channel.recv()? {
         SyncMsg::Cut => {}
         other => return Err(format!("expected the cut, got {other:?}")),
     }
-    let report = probe::run_cut(&plan.probe);
+    let report = probe::run_cut(&plan.probe, proxy_v6);
     let passed = report.passed;
     channel.send(&SyncMsg::Probe(report), &[])?;
     Ok(passed)
@@ -108,8 +122,9 @@ fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> StepError + '_ 
     move |e| (step.to_owned(), e.to_string(), None)
 }
 
-/// The setup steps, in order. Each must succeed; there is no weaker fallback.
-fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(), StepError> {
+/// The setup steps, in order. Each must succeed; there is no weaker fallback. Returns
+/// whether the proxy also listens on ::1 (a host without IPv6 has no ::1).
+fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
     // First, keep nothing of netbox's but this end of the channel (netbox's own end, the
     // event log, the host listener, whatever netbox's caller passed): then netbox's end is
     // open exactly as long as netbox lives.
@@ -144,6 +159,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(), StepError> {
     channel
         .send(&SyncMsg::Listeners { count: fds.len() }, &fds)
         .map_err(failed("hand over listeners"))?;
+    let proxy_v6 = v6.is_some();
     drop((v4, v6));
 
     // Not dumpable, so CMD cannot reach into pid 1 through /proc/1 or ptrace (same uid).
@@ -156,7 +172,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(), StepError> {
     if !plan.breakage.skip_capability_drop {
         caps::drop_all().map_err(failed("drop capabilities"))?;
     }
-    Ok(())
+    Ok(proxy_v6)
 }
 
 fn chain(e: &dyn std::error::Error) -> String {

@@ -199,16 +199,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             listener: Listener::Tcp(listener),
         });
     }
-    let (stop_bridge, bridge_stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut stop_bridge = Some(stop_bridge);
-    let mut bridge = Some(tokio::spawn(bridge::serve(
-        listeners,
-        BridgeConfig::default(),
-        Arc::clone(&log),
-        async {
-            let _ = bridge_stopped.await;
-        },
-    )));
+    let mut bridge = BridgeTask::serve(listeners, Arc::clone(&log));
 
     let mut state = RunState {
         done: false,
@@ -220,9 +211,8 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         fetch: fetch.as_deref(),
         fetch_status: None,
         cut_report: None,
+        cut_sent: false,
     };
-    // With --fetch: CMD1 is done and the bridge is stopping; the cut follows its end.
-    let mut cutting = false;
     let mut cancelled = None;
     let mut timed_out = false;
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
@@ -238,33 +228,28 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                     if state.done {
                         placeholders.take();
                     }
-                    if state.fetch_status == Some(0) && !cutting {
-                        cutting = true;
+                    if state.fetch_status == Some(0) && !state.cut_sent {
                         if breakage.keep_bridge_at_cut {
                             // The bridge keeps serving: the cut probe must catch it.
-                            state.record_phase("cut", None, Some(0));
-                            let _ = channel.send(&SyncMsg::Cut);
-                        } else if let Some(stop) = stop_bridge.take() {
+                            state.cut(&channel, &sandbox);
+                        } else {
                             // The bridge stops accepting and its listeners (the sandbox
                             // holds no copy) close; once it has drained, nothing answers.
-                            let _ = stop.send(());
+                            bridge.stop();
                         }
                     }
                 }
                 _ => channel_open = false,
             },
-            () = finished(&mut bridge), if cutting && stop_bridge.is_none() => {
-                bridge = None;
-                state.record_phase("cut", None, Some(0));
-                // If pid 1 is gone, its exit is the next event.
-                let _ = channel.send(&SyncMsg::Cut);
+            () = bridge.stopped(), if bridge.is_stopping() => {
+                state.cut(&channel, &sandbox);
             },
-            sig = signals.next() => if state.probed() {
+            sig = signals.next() => if state.probed() && !state.between_phases() {
                 sandbox.signal(sig);
             } else {
-                // Before the probe, CMD does not exist to receive it (and in the first
-                // moments pid 1 does not block signals yet, and would ignore them): the start
-                // is cancelled instead.
+                // Before a probe, the command to receive it does not exist yet (and in the
+                // first moments pid 1 does not block signals yet, and would ignore them):
+                // the start is cancelled instead.
                 sandbox.signal(Signal::SIGKILL);
                 cancelled = Some(sig);
             },
@@ -288,12 +273,8 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     let probed = state.probed();
     *probe_report = state.report.take();
     drop(host_listener);
-    if let Some(stop) = stop_bridge.take() {
-        let _ = stop.send(());
-    }
-    if let Some(task) = bridge.take() {
-        let _ = task.await;
-    }
+    bridge.stop();
+    bridge.stopped().await;
     if timed_out {
         crate::say(&format!(
             "netbox: timed out after {}; the sandbox was killed",
@@ -316,6 +297,14 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             hint: None,
         });
     }
+    if state.between_phases() {
+        // The same, between --fetch and CMD.
+        return Err(WrapperError::Setup {
+            step: "sandbox".into(),
+            detail: format!("the sandbox ended between --fetch and CMD (status {code})"),
+            hint: None,
+        });
+    }
     Ok(u8::try_from(code).unwrap_or(crate::error::EXIT_NETBOX_FAILURE))
 }
 
@@ -334,6 +323,8 @@ struct RunState<'a> {
     fetch_status: Option<i32>,
     /// The probe after the cut, once it has arrived.
     cut_report: Option<ProbeReport>,
+    /// netbox has told pid 1 the bridge is closed.
+    cut_sent: bool,
 }
 
 impl RunState<'_> {
@@ -358,6 +349,24 @@ impl RunState<'_> {
             phase,
             report,
         });
+    }
+
+    /// With --fetch: CMD1 succeeded and CMD has not been proven safe to start yet.
+    fn between_phases(&self) -> bool {
+        self.fetch_status == Some(0) && self.cut_report.is_none()
+    }
+
+    /// Logs the cut and tells pid 1. If that message cannot be delivered, pid 1 would wait
+    /// for it forever: the sandbox is stopped instead.
+    fn cut(&mut self, channel: &handshake::AsyncChannel, sandbox: &SandboxGuard) {
+        self.cut_sent = true;
+        self.record_phase("cut", None, Some(0));
+        if let Err(e) = channel.send(&SyncMsg::Cut) {
+            self.failure.get_or_insert(WrapperError::Handshake(format!(
+                "tell the sandbox of the cut: {e}"
+            )));
+            sandbox.signal(Signal::SIGKILL);
+        }
     }
 
     /// Whether CMD itself may have started (with --fetch: only after the proven cut).
@@ -467,13 +476,57 @@ impl Signals {
     }
 }
 
-/// Waits for the bridge task to end, or forever if it has already been waited for.
-async fn finished(bridge: &mut Option<tokio::task::JoinHandle<()>>) {
-    match bridge {
-        Some(task) => {
-            let _ = task.await;
+/// The bridge serving the sandbox's listeners, from start to drained.
+enum BridgeTask {
+    Serving {
+        stop: tokio::sync::oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<()>,
+    },
+    /// Told to stop: accepting no more, draining its connections.
+    Stopping(tokio::task::JoinHandle<()>),
+    Stopped,
+}
+
+impl BridgeTask {
+    fn serve(listeners: Vec<SessionListener>, log: Arc<EventLog>) -> BridgeTask {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(bridge::serve(
+            listeners,
+            BridgeConfig::default(),
+            log,
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        BridgeTask::Serving { stop, task }
+    }
+
+    /// Closes the listeners and starts the drain (if not already).
+    fn stop(&mut self) {
+        *self = match std::mem::replace(self, BridgeTask::Stopped) {
+            BridgeTask::Serving { stop, task } => {
+                let _ = stop.send(());
+                BridgeTask::Stopping(task)
+            }
+            other => other,
+        };
+    }
+
+    fn is_stopping(&self) -> bool {
+        matches!(self, BridgeTask::Stopping(_))
+    }
+
+    /// Waits until a stopping bridge has drained (at once if it has; forever if it was
+    /// never told to stop).
+    async fn stopped(&mut self) {
+        match self {
+            BridgeTask::Stopping(task) => {
+                let _ = task.await;
+                *self = BridgeTask::Stopped;
+            }
+            BridgeTask::Stopped => {}
+            BridgeTask::Serving { .. } => std::future::pending().await,
         }
-        None => std::future::pending().await,
     }
 }
 

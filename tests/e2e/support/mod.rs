@@ -255,7 +255,7 @@ impl Run {
         self.command(script).output().expect("run netbox")
     }
 
-    /// The run's probe record.
+    /// The run's first probe record (with --fetch there is a second, "cut", after it).
     pub fn probe(&self) -> Value {
         self.events()
             .into_iter()

@@ -171,6 +171,8 @@ pub struct EventLog {
     /// Summaries on stderr (true) or not; switchable, so start-up chatter can stay quiet.
     stderr: AtomicBool,
     write_failed: AtomicBool,
+    /// Refusals already announced: each is said once (the file gets every one).
+    announced: Mutex<std::collections::HashSet<String>>,
 }
 
 impl EventLog {
@@ -186,16 +188,26 @@ impl EventLog {
             file,
             stderr: AtomicBool::new(stderr == Stderr::Summary),
             write_failed: AtomicBool::new(false),
+            announced: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
     /// Writes one event: the whole line in one `write` (O_APPEND keeps lines whole even
-    /// with several writers), then the stderr summary.
+    /// with several writers), then the stderr summary (a refusal only the first time).
     pub fn record(&self, event: &Event) {
         self.record_json(event);
         if self.stderr.load(Ordering::Relaxed) {
-            // A closed stderr must not take the bridge down (eprintln! would panic).
-            let _ = writeln!(io::stderr(), "{}", summary(event));
+            let line = summary(event);
+            let first = event.decision == Verdict::Allow
+                || self
+                    .announced
+                    .lock()
+                    .map(|mut seen| seen.insert(line.clone()))
+                    .unwrap_or(true);
+            if first {
+                // A closed stderr must not take the bridge down (eprintln! would panic).
+                let _ = writeln!(io::stderr(), "{line}");
+            }
         }
     }
 

@@ -17,3 +17,4 @@ mod sandbox_lifecycle;
 mod sandbox_limits;
 mod sandbox_regressions;
 mod sandbox_walkthrough;
+mod sandbox_writelog;

@@ -18,11 +18,14 @@ use crate::probe::ProbeReport;
 /// receive, so it is kept modest).
 const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
-/// What the sandbox tells the parent, in order, and what the parent answers (only `Cut`).
+/// What the sandbox tells the parent, in order, and what the parent answers (`Start`, `Cut`).
 #[derive(Debug, Serialize, Deserialize)]
 pub enum SyncMsg {
     /// The proxy listeners inside the namespace (attached as fds).
     Listeners { count: usize },
+    /// The listener of the sandbox's seccomp filter (attached as an fd): every write-intent
+    /// syscall from here on waits for netbox's answer (writewatch.rs).
+    WriteWatch,
     /// The live probe ran; CMD starts only if it passed.
     Probe(ProbeReport),
     /// While CMD ran, a pinned path stopped being a mount of its own (changed on the host);
@@ -30,6 +33,9 @@ pub enum SyncMsg {
     PinLost { path: std::path::PathBuf },
     /// CMD has exited and every other process in the sandbox is gone; pid 1 exits next.
     Done,
+    /// From the parent, after a probe that passed: netbox's own checks passed too; start
+    /// the command.
+    Start,
     /// `--fetch`: CMD1 has exited with `status` and every process it left is gone. On 0,
     /// pid 1 waits for `Cut`; otherwise it exits with that status and CMD never runs.
     FetchDone { status: i32 },

@@ -44,6 +44,7 @@ mod supervise;
 mod sys;
 mod testhooks;
 mod verify;
+mod writewatch;
 
 use std::process::ExitCode;
 

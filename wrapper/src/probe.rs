@@ -42,9 +42,37 @@ pub struct ProbeReport {
     pub checks: Vec<Check>,
     pub passed: bool,
     pub duration_us: u64,
+    /// The writes the probe tried and whether the mounts refused each: netbox checks
+    /// its denied-write log saw them the same way (writewatch.rs), then empties this.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watched_writes: Vec<WatchedWrite>,
+}
+
+/// One write the probe tried, as the sandbox names its path, and whether the mounts
+/// refused it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WatchedWrite {
+    pub path: PathBuf,
+    pub refused: bool,
 }
 
 impl ProbeReport {
+    fn new(checks: Vec<Check>, watched_writes: Vec<WatchedWrite>, started: Instant) -> Self {
+        let passed = checks.iter().all(|c| c.passed);
+        ProbeReport {
+            checks,
+            passed,
+            duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            watched_writes,
+        }
+    }
+
+    /// Adds a check made outside the sandbox (netbox's view of the same attempts).
+    pub fn add_check(&mut self, check: Check) {
+        self.passed &= check.passed;
+        self.checks.push(check);
+    }
+
     /// The first failed check, described for a person.
     pub fn first_failure(&self) -> Option<String> {
         let check = self.checks.iter().find(|c| !c.passed)?;
@@ -103,12 +131,24 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
     if !input.cgroup_limits.is_empty() {
         checks.push(cgroup_limits(input));
     }
-    let passed = checks.iter().all(|c| c.passed);
-    ProbeReport {
-        checks,
-        passed,
-        duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+    ProbeReport::new(checks, Vec::new(), started)
+}
+
+/// The writes netbox's denied-write log must see, once the filter is on: ones the mounts
+/// refuse (a file in `/` and in the first protected directory), one they allow (a file in
+/// the workspace, created and removed). Few on purpose: each costs a round trip to netbox.
+pub fn watched_writes(input: &ProbeInput) -> Vec<WatchedWrite> {
+    let mut writes = Vec::new();
+    let protected_dir = input.protected.iter().find(|p| p.is_dir());
+    for dir in input.outside.first().into_iter().chain(protected_dir) {
+        let path = dir.join(probe_name());
+        let _ = watched(&mut writes, &path, create_and_remove(&path));
     }
+    if let Some(root) = input.write_roots.first().filter(|r| r.is_dir()) {
+        let path = root.join(probe_name());
+        let _ = watched(&mut writes, &path, create_and_remove(&path));
+    }
+    writes
 }
 
 /// The probe after `--fetch`'s cut, before CMD: the filesystem controls again (CMD1 ran in
@@ -122,15 +162,10 @@ pub fn run_cut(input: &ProbeInput, proxy_v6: bool) -> ProbeReport {
         network_cut(input, proxy_v6),
         host_sockets(input),
     ];
-    let passed = checks.iter().all(|c| c.passed);
-    ProbeReport {
-        checks,
-        passed,
-        duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-    }
+    ProbeReport::new(checks, watched_writes(input), started)
 }
 
-fn check(name: &str, forbidden: Vec<Outcome>, control: Vec<Outcome>) -> Check {
+pub fn check(name: &str, forbidden: Vec<Outcome>, control: Vec<Outcome>) -> Check {
     let passed = !forbidden.is_empty() && forbidden.iter().chain(&control).all(|o| o.ok);
     Check {
         name: name.to_owned(),
@@ -213,6 +248,20 @@ fn write_control(root: &Path) -> Outcome {
                 .map(drop),
         )
     }
+}
+
+/// Notes a write the probe tried, and whether the mounts refused it (EROFS), for netbox
+/// to compare with its denied-write log; hands the result on.
+fn watched(
+    list: &mut Vec<WatchedWrite>,
+    path: &Path,
+    result: std::io::Result<()>,
+) -> std::io::Result<()> {
+    list.push(WatchedWrite {
+        path: path.to_owned(),
+        refused: matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EROFS)),
+    });
+    result
 }
 
 fn read_only_root(input: &ProbeInput) -> Check {

@@ -114,6 +114,9 @@ pub fn run_reporting(
         host_listener,
         stderr,
         probe_report,
+        protected: protected.iter().map(|p| p.path.clone()).collect(),
+        read_only: config.read_only.clone(),
+        allow_nested_userns: config.allow_nested_userns,
     }))
 }
 

@@ -50,9 +50,29 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
             return crate::error::EXIT_NETBOX_FAILURE.into();
         }
     };
-    let report = probe::run(&plan.probe);
-    let passed = report.passed;
-    if channel.send(&SyncMsg::Probe(report), &[]).is_err() || !passed {
+    let report = while_readable(|| {
+        let mut report = probe::run(&plan.probe);
+        // Last, so the probe's other writes cost no round trip to netbox: from here on
+        // every write-intent syscall (a few of the probe's, then CMD's, which inherits the
+        // filter) waits for netbox, which logs the ones the mounts will refuse.
+        let started = std::time::Instant::now();
+        match watch_writes(channel, plan.breakage) {
+            Ok(()) => report.watched_writes = probe::watched_writes(&plan.probe),
+            Err(e) => report.add_check(probe::check(
+                "denied writes logged (seccomp)",
+                vec![probe::Outcome {
+                    attempt: "install the filter and hand netbox its listener".into(),
+                    result: e,
+                    ok: false,
+                }],
+                Vec::new(),
+            )),
+        }
+        let watched = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        report.duration_us = report.duration_us.saturating_add(watched);
+        report
+    });
+    if !report_and_wait(channel, report) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
     // pid 1 keeps the channel, to report a lost pin; CMD cannot reach it (pid 1 is not
@@ -109,10 +129,52 @@ fn cut_and_prove(plan: &ChildPlan, channel: &Channel, proxy_v6: bool) -> Result<
         SyncMsg::Cut => {}
         other => return Err(format!("expected the cut, got {other:?}")),
     }
-    let report = probe::run_cut(&plan.probe, proxy_v6);
+    Ok(report_and_wait(
+        channel,
+        while_readable(|| probe::run_cut(&plan.probe, proxy_v6)),
+    ))
+}
+
+/// Installs the denied-write filter on pid 1 (and so on everything it starts) and hands
+/// netbox its listener.
+fn watch_writes(channel: &Channel, breakage: Breakage) -> Result<(), String> {
+    if breakage.no_write_watch {
+        return Ok(());
+    }
+    let listener = crate::sys::seccomp::install_with_listener(&crate::sys::seccomp::build())
+        .map_err(|e| format!("install the seccomp filter: {e}"))?;
+    channel.send(&SyncMsg::WriteWatch, &[listener.as_raw_fd()])
+}
+
+/// Runs a probe with pid 1 dumpable, so netbox (as an ordinary user, without
+/// CAP_SYS_PTRACE) can read the paths of its writes from its memory, which is how the
+/// denied-write log proves itself. Nothing but netbox's own code runs in the sandbox then:
+/// CMD has not started (or, after --fetch, everything of CMD1's is gone). pid 1 is
+/// non-dumpable again before any command starts; if that fails, none does.
+fn while_readable(probe: impl FnOnce() -> probe::ProbeReport) -> probe::ProbeReport {
+    let _ = nix::sys::prctl::set_dumpable(true);
+    let mut report = probe();
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        report.add_check(probe::check(
+            "pid 1 unreachable from CMD",
+            vec![probe::Outcome {
+                attempt: "stay dumpable (reachable through /proc/1 and ptrace)".into(),
+                result: e.to_string(),
+                ok: false,
+            }],
+            Vec::new(),
+        ));
+    }
+    report
+}
+
+/// Sends a probe report and, if it passed, waits for netbox's word to start: netbox adds
+/// checks of its own (the denied-write log). Whether the command may start.
+fn report_and_wait(channel: &Channel, report: probe::ProbeReport) -> bool {
     let passed = report.passed;
-    channel.send(&SyncMsg::Probe(report), &[])?;
-    Ok(passed)
+    channel.send(&SyncMsg::Probe(report), &[]).is_ok()
+        && passed
+        && matches!(channel.recv(), Ok(SyncMsg::Start))
 }
 
 /// A failed step: which, why, and how to fix it when known.

@@ -16,7 +16,8 @@ use serde::Serialize;
 use crate::error::WrapperError;
 use crate::handshake::{self, SyncMsg};
 use crate::init;
-use crate::probe::ProbeReport;
+use crate::probe::{Outcome, ProbeReport};
+use crate::writewatch::{WatchContext, WriteWatch};
 
 /// The probe's record in the event log.
 #[derive(Serialize)]
@@ -146,6 +147,11 @@ pub struct Supervised<'a> {
     pub stderr: Stderr,
     /// Where the probe's report is kept for the caller (`netbox verify`).
     pub probe_report: &'a mut Option<ProbeReport>,
+    /// Protected and `--ro` paths, to say why a write was denied.
+    pub protected: Vec<std::path::PathBuf>,
+    pub read_only: Vec<std::path::PathBuf>,
+    /// CMD may make user (and so mount) namespaces of its own.
+    pub allow_nested_userns: bool,
 }
 
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.
@@ -162,6 +168,9 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         host_listener,
         stderr,
         probe_report,
+        protected,
+        read_only,
+        allow_nested_userns,
     } = run;
     // Handlers first: a signal from now on is forwarded (or cancels the start), never lost.
     let mut signals = Signals::new()?;
@@ -212,6 +221,9 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         fetch_status: None,
         cut_report: None,
         cut_sent: false,
+        watch: None,
+        channel: &channel,
+        breakage,
     };
     let mut cancelled = None;
     let mut timed_out = false;
@@ -223,10 +235,37 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             // that signal cancels the start or goes to CMD.
             biased;
             msg = channel.recv(), if channel_open => match msg {
+                Ok(Some((SyncMsg::WriteWatch, fds))) if state.watch.is_none() => {
+                    let pid1 = u32::try_from(sandbox.pid.as_raw()).unwrap_or(0);
+                    let context = WatchContext {
+                        log: Arc::clone(&log),
+                        session: Arc::clone(&session.id),
+                        pid1,
+                        protected: protected.clone(),
+                        read_only: read_only.clone(),
+                        notices: stderr == Stderr::Summary,
+                        blind: breakage.blind_write_watch,
+                        shared_root: if allow_nested_userns {
+                            None
+                        } else {
+                            crate::writewatch::open_root(pid1)
+                        },
+                    };
+                    match fds.into_iter().next().map(|fd| WriteWatch::start(fd, context)) {
+                        Some(Ok(watch)) => state.watch = Some(watch),
+                        // The probe's check of it fails, and CMD does not start.
+                        _ => sandbox.signal(Signal::SIGKILL),
+                    }
+                }
                 Ok(Some((msg, _))) => {
                     state.handle(msg);
                     if state.done {
                         placeholders.take();
+                    }
+                    if state.failure.is_some() {
+                        // Whatever pid 1 is waiting for (a start that will not come), the
+                        // run is over.
+                        sandbox.signal(Signal::SIGKILL);
                     }
                     if state.fetch_status == Some(0) && !state.cut_sent {
                         if breakage.keep_bridge_at_cut {
@@ -272,6 +311,10 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     }
     let probed = state.probed();
     *probe_report = state.report.take();
+    // Every process the filter could stop is gone: the watcher has logged its last.
+    if let Some(watch) = state.watch.take() {
+        watch.finish();
+    }
     drop(host_listener);
     bridge.stop();
     bridge.stopped().await;
@@ -325,6 +368,10 @@ struct RunState<'a> {
     cut_report: Option<ProbeReport>,
     /// netbox has told pid 1 the bridge is closed.
     cut_sent: bool,
+    /// The denied-write watcher, once the sandbox has handed over its listener.
+    watch: Option<WriteWatch>,
+    channel: &'a handshake::AsyncChannel,
+    breakage: crate::testhooks::Breakage,
 }
 
 impl RunState<'_> {
@@ -349,6 +396,38 @@ impl RunState<'_> {
             phase,
             report,
         });
+    }
+
+    /// Adds netbox's own check to a probe report: the probe's writes were seen by the
+    /// denied-write watcher and judged as the probe expected.
+    fn check_writes(&self, report: &mut ProbeReport) {
+        if self.breakage.no_write_watch {
+            return;
+        }
+        match &self.watch {
+            Some(watch) => watch.check_probe(report),
+            None => report.add_check(crate::probe::check(
+                "denied writes logged (seccomp)",
+                vec![Outcome {
+                    attempt: "receive the sandbox's seccomp listener".into(),
+                    result: "none arrived".into(),
+                    ok: false,
+                }],
+                Vec::new(),
+            )),
+        }
+    }
+
+    /// pid 1 starts the command only on netbox's word, given once every check, netbox's
+    /// own included, has passed (first, before the report is logged: it is what CMD waits
+    /// for). Otherwise nothing is sent and the sandbox is stopped.
+    fn start_if_passed(&mut self, report: &ProbeReport) {
+        if report.passed {
+            if let Err(e) = self.channel.send(&SyncMsg::Start) {
+                self.failure
+                    .get_or_insert(WrapperError::Handshake(format!("start the command: {e}")));
+            }
+        }
     }
 
     /// With --fetch: CMD1 succeeded and CMD has not been proven safe to start yet.
@@ -383,7 +462,9 @@ impl RunState<'_> {
 
     fn handle(&mut self, msg: SyncMsg) {
         match msg {
-            SyncMsg::Probe(report) if !self.probed() => {
+            SyncMsg::Probe(mut report) if !self.probed() => {
+                self.check_writes(&mut report);
+                self.start_if_passed(&report);
                 self.record_probe(self.fetch.map(|_| "fetch"), &report);
                 match report.first_failure() {
                     Some(why) => {
@@ -414,7 +495,11 @@ impl RunState<'_> {
                     self.done = true;
                 }
             }
-            SyncMsg::Probe(report) if self.fetch_status == Some(0) && self.cut_report.is_none() => {
+            SyncMsg::Probe(mut report)
+                if self.fetch_status == Some(0) && self.cut_report.is_none() =>
+            {
+                self.check_writes(&mut report);
+                self.start_if_passed(&report);
                 self.record_probe(Some("cut"), &report);
                 if let Some(why) = report.first_failure() {
                     self.failure = Some(WrapperError::ProbeFailed(format!(
@@ -437,6 +522,8 @@ impl RunState<'_> {
             | SyncMsg::PinLost { .. }
             | SyncMsg::Done
             | SyncMsg::FetchDone { .. }
+            | SyncMsg::WriteWatch
+            | SyncMsg::Start
             | SyncMsg::Cut => {
                 self.failure.get_or_insert(WrapperError::Handshake(
                     "unexpected message after the probe".into(),

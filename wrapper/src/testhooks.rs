@@ -16,6 +16,11 @@ pub struct Breakage {
     pub keep_nested_userns: bool,
     /// At `--fetch`'s cut, keep the bridge serving (netbox's side).
     pub keep_bridge_at_cut: bool,
+    /// Answer write notifications without judging them (netbox's side).
+    pub blind_write_watch: bool,
+    /// No denied-write filter at all, and no check of it: for benches/write_watch.sh's
+    /// "the same run without the filter".
+    pub no_write_watch: bool,
 }
 
 /// Test builds: sleeps for `NETBOX_TEST_EXPORT_PAUSE_MS` between checking a file and
@@ -32,7 +37,7 @@ pub fn pause_export() {
 
 impl Breakage {
     /// From `NETBOX_TEST_BREAK` (`read-only-root`, `capability-drop`, `limits`,
-    /// `nested-userns`, `cut`), test builds only.
+    /// `nested-userns`, `cut`, `write-watch`, `no-write-watch`), test builds only.
     pub fn from_env() -> Breakage {
         #[cfg(feature = "test-hooks")]
         {
@@ -43,6 +48,8 @@ impl Breakage {
                 skip_limits: wanted.split(',').any(|w| w == "limits"),
                 keep_nested_userns: wanted.split(',').any(|w| w == "nested-userns"),
                 keep_bridge_at_cut: wanted.split(',').any(|w| w == "cut"),
+                blind_write_watch: wanted.split(',').any(|w| w == "write-watch"),
+                no_write_watch: wanted.split(',').any(|w| w == "no-write-watch"),
             }
         }
         #[cfg(not(feature = "test-hooks"))]

@@ -8,4 +8,5 @@ pub mod mount_api;
 pub mod mountid;
 pub mod netdev;
 pub mod process;
+pub mod seccomp;
 pub mod xattr;

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Cost of the denied-write log (the seccomp user-notification filter every sandboxed
+# command runs under), side by side in one run on these noisy machines:
+# "Without the filter" is the same sandbox with the filter left out, which only a
+# test-hooks build can do (NETBOX_TEST_BREAK=no-write-watch; built in its own target dir).
+#   1. per notified syscall: open+close for writing (notified) vs for reading (not
+#      notified), in one process, with the filter minus without. Budget: under 20 us.
+#   2. 10,000 write(2) calls to a file in the workspace (budget: 5%).
+#   3. 10,000 small files created in the workspace (each create is notified), reported
+#      as it is.
+#   4. a build: compileall of a copy of part of the standard library in the workspace
+#      (every .py gets a .pyc; about three notified calls each) (budget: 5%).
+# Each workload times itself (start-up is benches/startup.sh's business). Needs python3.
+# Nothing leaves the machine (no network at all).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet --bin netbox --features netbox/test-hooks --target-dir target/bench-hooks
+netbox="$PWD/target/bench-hooks/release/netbox"
+work=$(mktemp -d /tmp/netbox-writewatch.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/ws"
+cd "$work/ws"
+runs=${RUNS:-10}
+sandboxed="$netbox --quiet --log $work/events.jsonl --"
+plain="env NETBOX_TEST_BREAK=no-write-watch $netbox --quiet --log $work/events.jsonl --"
+
+cat > percall.py <<'PY'
+import os, sys, time
+n, path = 20000, "percall-target"
+open(path, "w").close()
+def per_call(flags):
+    start = time.perf_counter()
+    for _ in range(n):
+        os.close(os.open(path, flags))
+    return (time.perf_counter() - start) / n * 1e6
+best = {}
+for _ in range(5):
+    for name, flags in (("read", os.O_RDONLY), ("write", os.O_WRONLY)):
+        best[name] = min(best.get(name, 1e9), per_call(flags))
+os.unlink(path)
+print(best["write"] - best["read"])
+PY
+# Each workload times itself, so the sandbox's start-up (benches/startup.sh) is not in
+# the figures: what is compared is the same work with and without the filter.
+cat > writes.py <<'PY'
+import os, time
+start = time.perf_counter()
+with open("writes.out", "wb") as f:
+    for _ in range(10000):
+        os.write(f.fileno(), b"x" * 512)
+print(time.perf_counter() - start)
+os.unlink("writes.out")
+PY
+cat > files.py <<'PY'
+import os, shutil, time
+start = time.perf_counter()
+os.mkdir("files.out")
+for i in range(10000):
+    with open(f"files.out/{i}", "w") as f:
+        f.write("x")
+print(time.perf_counter() - start)
+shutil.rmtree("files.out")
+PY
+cat > build.py <<'PY'
+import compileall, shutil, time, warnings
+warnings.simplefilter("ignore")
+for cache in __import__("pathlib").Path("src").rglob("__pycache__"):
+    shutil.rmtree(cache)
+start = time.perf_counter()
+compileall.compile_dir("src", quiet=2, force=True)
+print(time.perf_counter() - start)
+PY
+stdlib=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
+mkdir src
+for pkg in email json http xml asyncio concurrent unittest logging urllib importlib \
+           multiprocessing test/libregrtest encodings distutils lib2to3 pydoc_data; do
+    [ -d "$stdlib/$pkg" ] && mkdir -p "src/$(dirname "$pkg")" && cp -r "$stdlib/$pkg" "src/$pkg"
+done
+find src -name __pycache__ -prune -exec rm -rf {} +
+
+# Runs SCRIPT $runs times each way, alternating, and prints the medians and their ratio.
+compare() {
+    local script=$1 with=() without=()
+    for _ in $(seq "$runs"); do
+        with+=("$($sandboxed python3 "$script")")
+        without+=("$($plain python3 "$script")")
+    done
+    python3 - "${with[*]}" "${without[*]}" <<'PY'
+import statistics, sys
+w = statistics.median(map(float, sys.argv[1].split()))
+o = statistics.median(map(float, sys.argv[2].split()))
+print(f"  median under netbox {w * 1000:.1f} ms, without the filter {o * 1000:.1f} ms: x{w / o:.3f}")
+PY
+}
+
+echo "== 1. per notified call (microseconds; write-open minus read-open, 20000 each, best of 5)"
+with=$($sandboxed python3 percall.py)
+without=$($plain python3 percall.py)
+python3 -c "w, o = $with, $without; print(f'  under netbox {w:.2f}, without the filter {o:.2f}: {w - o:.2f} us per notified call (budget 20)')"
+echo "== 2. 10,000 write(2) calls to one file in the workspace (budget x1.05)"
+compare writes.py
+echo "== 3. 10,000 files created in the workspace (10,000 notified creates)"
+compare files.py
+echo "== 4. build: compileall of $(find src -name '*.py' | wc -l) .py files in the workspace (budget x1.05)"
+compare build.py
+denied=$(grep -c '"type":"write_denied"' "$work/events.jsonl" || true)
+echo "== write_denied records from all of the above (every write was inside the workspace): $denied"

@@ -173,6 +173,10 @@ pub struct EventLog {
     write_failed: AtomicBool,
     /// Refusals already announced: each is said once (the file gets every one).
     announced: Mutex<std::collections::HashSet<String>>,
+    allowed: std::sync::atomic::AtomicU64,
+    denied: std::sync::atomic::AtomicU64,
+    /// A host whose attempts are logged but not counted (the live probe's canary).
+    uncounted: Mutex<Option<String>>,
 }
 
 impl EventLog {
@@ -189,6 +193,9 @@ impl EventLog {
             stderr: AtomicBool::new(stderr == Stderr::Summary),
             write_failed: AtomicBool::new(false),
             announced: Mutex::new(std::collections::HashSet::new()),
+            allowed: std::sync::atomic::AtomicU64::new(0),
+            denied: std::sync::atomic::AtomicU64::new(0),
+            uncounted: Mutex::new(None),
         })
     }
 
@@ -196,6 +203,18 @@ impl EventLog {
     /// with several writers), then the stderr summary (a refusal only the first time).
     pub fn record(&self, event: &Event) {
         self.record_json(event);
+        let counted = self
+            .uncounted
+            .lock()
+            .map(|host| host.is_none() || host.as_deref() != event.host.as_deref())
+            .unwrap_or(true);
+        if counted {
+            let counter = match event.decision {
+                Verdict::Allow => &self.allowed,
+                Verdict::Deny => &self.denied,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
         if self.stderr.load(Ordering::Relaxed) {
             let line = summary(event);
             let first = event.decision == Verdict::Allow
@@ -208,6 +227,21 @@ impl EventLog {
                 // A closed stderr must not take the bridge down (eprintln! would panic).
                 let _ = writeln!(io::stderr(), "{line}");
             }
+        }
+    }
+
+    /// Network attempts recorded so far: (allowed, denied), the uncounted host's aside.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.allowed.load(Ordering::Relaxed),
+            self.denied.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Leaves `host`'s attempts out of [`EventLog::counts`] (they are still logged).
+    pub fn leave_uncounted(&self, host: &str) {
+        if let Ok(mut uncounted) = self.uncounted.lock() {
+            *uncounted = Some(host.to_owned());
         }
     }
 

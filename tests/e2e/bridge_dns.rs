@@ -16,7 +16,18 @@ struct Dnsmasq {
 }
 
 impl Dnsmasq {
+    /// Starts dnsmasq on a free port. dnsmasq takes the port for TCP as well, which another
+    /// test may hold: then it exits at once, and another port is tried.
     fn start(dir: &TestDir) -> Dnsmasq {
+        for _ in 0..5 {
+            if let Some(dnsmasq) = Dnsmasq::try_start(dir) {
+                return dnsmasq;
+            }
+        }
+        panic!("dnsmasq did not start on any of 5 ports");
+    }
+
+    fn try_start(dir: &TestDir) -> Option<Dnsmasq> {
         let port = UdpSocket::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -43,13 +54,12 @@ impl Dnsmasq {
         let child = cmd
             .spawn()
             .expect("dnsmasq is needed for the DNS tests (apt-get install dnsmasq-base)");
-        let dnsmasq = Dnsmasq { child, port };
-        dnsmasq.wait_until_answering();
-        dnsmasq
+        let mut dnsmasq = Dnsmasq { child, port };
+        dnsmasq.wait_until_answering().then_some(dnsmasq)
     }
 
-    /// Sends a real query (A dns.test) until dnsmasq answers it.
-    fn wait_until_answering(&self) {
+    /// Sends a real query (A dns.test) until dnsmasq answers it; false if it exited.
+    fn wait_until_answering(&mut self) -> bool {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
         socket
             .set_read_timeout(Some(Duration::from_millis(100)))
@@ -65,8 +75,11 @@ impl Dnsmasq {
             let _ = socket.send_to(&query, ("127.0.0.1", self.port));
             if let Ok(n) = socket.recv(&mut answer) {
                 if n > 12 && answer[..2] == [0x12, 0x34] {
-                    return;
+                    return true;
                 }
+            }
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return false;
             }
         }
         panic!("dnsmasq on port {} never answered", self.port);

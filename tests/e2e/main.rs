@@ -18,3 +18,4 @@ mod sandbox_limits;
 mod sandbox_regressions;
 mod sandbox_walkthrough;
 mod sandbox_writelog;
+mod session_log;

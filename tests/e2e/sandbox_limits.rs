@@ -192,7 +192,10 @@ fn cpu_limit_caps_cpu_time() {
             "{}",
             stderr(&out)
         );
-        assert!(!run.log.exists() || run.events().is_empty());
+        // Nothing ran: the session log says it failed, and holds no probe.
+        let events = run.events();
+        assert!(events.iter().all(|e| e["type"] != "probe"), "{events:#?}");
+        assert_eq!(events.last().unwrap()["outcome"], "failed", "{events:#?}");
         return;
     }
     assert!(out.status.success(), "{}", stderr(&out));

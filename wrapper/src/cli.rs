@@ -158,6 +158,24 @@ pub enum Command {
     Export(ExportArgs),
     /// Prove every control for these options (the live probe's battery) and print it.
     Verify(Box<VerifyArgs>),
+    /// Summarise a session log: what ran, the probe, network attempts, refused writes.
+    Log(LogArgs),
+}
+
+/// `netbox log`: a session log, summarised.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// The event log to read (a file --log wrote, or one under the sessions directory).
+    #[arg(value_name = "FILE", conflicts_with = "last")]
+    pub file: Option<PathBuf>,
+
+    /// Read the newest log in $XDG_STATE_HOME/netbox/sessions.
+    #[arg(long)]
+    pub last: bool,
+
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `netbox verify`: the same options as a run, no command.

@@ -216,6 +216,18 @@ fn refuse_log_inside_roots(log: &Path, roots: &[PathBuf]) -> Result<(), WrapperE
 
 /// `$XDG_STATE_HOME/netbox/sessions/ID.jsonl`, or `~/.local/state/...`.
 fn default_log_path(session: &str) -> Result<PathBuf, WrapperError> {
+    let dir = sessions_dir()?;
+    std::fs::create_dir_all(&dir).map_err(|source| WrapperError::Path {
+        path: dir.clone(),
+        what: "event log directory (pass --log FILE to put it elsewhere)",
+        source,
+    })?;
+    Ok(dir.join(format!("{session}.jsonl")))
+}
+
+/// Where session logs go by default: `$XDG_STATE_HOME/netbox/sessions`, or
+/// `~/.local/state/netbox/sessions`.
+pub fn sessions_dir() -> Result<PathBuf, WrapperError> {
     let absolute = |v: &std::ffi::OsString| Path::new(v).is_absolute();
     let base = std::env::var_os("XDG_STATE_HOME")
         .filter(absolute)
@@ -230,13 +242,7 @@ fn default_log_path(session: &str) -> Result<PathBuf, WrapperError> {
                 "no HOME or XDG_STATE_HOME for the event log; pass --log FILE".into(),
             )
         })?;
-    let dir = base.join("netbox/sessions");
-    std::fs::create_dir_all(&dir).map_err(|source| WrapperError::Path {
-        path: dir.clone(),
-        what: "event log directory (pass --log FILE to put it elsewhere)",
-        source,
-    })?;
-    Ok(dir.join(format!("{session}.jsonl")))
+    Ok(base.join("netbox/sessions"))
 }
 
 #[cfg(test)]

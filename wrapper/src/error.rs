@@ -109,3 +109,14 @@ impl WrapperError {
         }
     }
 }
+
+/// An error and its causes, on one line (`a: b: c`).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}

@@ -33,6 +33,7 @@ mod handshake;
 mod hostsockets;
 mod init;
 mod limits;
+mod logview;
 mod mounts;
 mod namespaces;
 mod pins;
@@ -40,6 +41,7 @@ mod probe;
 mod protect;
 mod run;
 mod sandbox;
+mod session;
 mod supervise;
 mod sys;
 mod testhooks;
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Some(cli::Command::Bridge(args)) => bridge_cmd::run(args).map(|()| 0),
         Some(cli::Command::Export(args)) => export::run(&args),
         Some(cli::Command::Verify(args)) => verify::run(args),
+        Some(cli::Command::Log(args)) => logview::run(&args),
         None if cli.run.disable_sandbox => run::run_unsandboxed(&cli.run),
         None => config::SandboxConfig::from_args(cli.run).and_then(run::run),
     };
@@ -79,13 +82,7 @@ pub fn say(line: &str) {
 
 /// Prints `netbox: ` and the error chain on one line, then a hint if there is one.
 fn report(error: &WrapperError) -> ExitCode {
-    let mut line = format!("netbox: {error}");
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        line.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    say(&line);
+    say(&format!("netbox: {}", error::chain(error)));
     if let Some(hint) = error.hint() {
         say(&format!("hint: {hint}"));
     }

@@ -20,7 +20,7 @@ use crate::testhooks::Breakage;
 use crate::{cgroup, env, hostsockets, mounts, namespaces};
 
 /// Names the probe tries through the bridge; the first the policy denies is used.
-const CANARIES: &[&str] = &[
+pub const CANARIES: &[&str] = &[
     "netbox-probe-canary.invalid:443",
     "canary.netbox-probe.invalid:9",
 ];
@@ -35,6 +35,7 @@ pub fn run_reporting(
     config: SandboxConfig,
     probe_report: &mut Option<crate::probe::ProbeReport>,
 ) -> Result<u8, WrapperError> {
+    let started = std::time::Instant::now();
     let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
     let protected = protect::protected_paths(&ProtectInput {
         write_roots: &config.requested_roots,
@@ -52,21 +53,43 @@ pub fn run_reporting(
         .ok_or_else(|| {
             WrapperError::Usage("the allowlist allows the probe's .invalid canaries".into())
         })?;
-    // A listener on host loopback that the sandbox must not reach (and that answers us).
-    let host_listener = TcpListener::bind("127.0.0.1:0").map_err(WrapperError::Spawn)?;
-    let host_addr = host_listener.local_addr().map_err(WrapperError::Spawn)?;
-    // Quiet until the probe is done: its canary is logged, but is no news to the user.
+    // Quiet until the probe is done: its canary is logged, but is no news to the user,
+    // and no attempt of CMD's.
     let log = EventLog::open(Some(&config.log_path), Stderr::Quiet).map_err(|source| {
         bridge::BridgeError::OpenLog {
             path: config.log_path.clone(),
             source,
         }
     })?;
+    let log = Arc::new(log);
+    log.leave_uncounted(canary.rsplit_once(':').map_or(*canary, |(host, _)| host));
+    let pinned: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
+    crate::session::record_start(&log, &config, &pinned);
+    // From here on every outcome, failures included, closes the log with session_end.
+    let session_id = config.session_id.clone();
+    let mut tally = crate::session::Tally::default();
+    let result = run_logged(config, &protected, canary, &log, probe_report, &mut tally);
+    crate::session::record_end(&log, &session_id, &result, tally, started.elapsed());
+    result
+}
+
+/// The run itself, once its log is open.
+fn run_logged(
+    config: SandboxConfig,
+    protected: &[Protected],
+    canary: &str,
+    log: &Arc<EventLog>,
+    probe_report: &mut Option<crate::probe::ProbeReport>,
+    tally: &mut crate::session::Tally,
+) -> Result<u8, WrapperError> {
+    // A listener on host loopback that the sandbox must not reach (and that answers us).
+    let host_listener = TcpListener::bind("127.0.0.1:0").map_err(WrapperError::Spawn)?;
+    let host_addr = host_listener.local_addr().map_err(WrapperError::Spawn)?;
     // The cgroups the limits need (none for most runs), which the sandbox is born into
     // (netbox steps in for the clone only); the probe reads their limits back. Dropped
     // after the sandbox is reaped.
     let cgroups = cgroup::SandboxCgroups::create(&config.session_id, &config.limits)?;
-    let plan = child_plan(&config, &protected, host_addr, canary, cgroups.limits())?;
+    let plan = child_plan(&config, protected, host_addr, canary, cgroups.limits())?;
 
     if !config.quiet {
         crate::say(&startup_line(&config));
@@ -75,7 +98,7 @@ pub fn run_reporting(
     // The placeholders the sandbox's mounts pin, laid first. Held (flocked) until this
     // function returns; declared before the sandbox guard, so dropped after it: however
     // this function ends, the sandbox is killed and reaped before they go.
-    let mut placeholders = Some(protect::Placeholders::hold(&protected)?);
+    let mut placeholders = Some(protect::Placeholders::hold(protected)?);
     let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
     cgroups.enter()?;
     // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
@@ -110,13 +133,14 @@ pub fn run_reporting(
         breakage: Breakage::from_env(),
         channel: ours,
         session,
-        log: Arc::new(log),
+        log: Arc::clone(log),
         host_listener,
         stderr,
         probe_report,
         protected: protected.iter().map(|p| p.path.clone()).collect(),
         read_only: config.read_only.clone(),
         allow_nested_userns: config.allow_nested_userns,
+        tally,
     }))
 }
 

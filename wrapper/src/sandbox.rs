@@ -206,7 +206,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
         .and_then(|()| namespaces::unshare_rest())
         .map_err(|e| {
             let hint = e.hint();
-            ("user namespace".to_owned(), chain(&e), hint)
+            ("user namespace".to_owned(), crate::error::chain(&e), hint)
         })?;
     nix::unistd::sethostname("netbox").map_err(failed("set hostname"))?;
     crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
@@ -235,14 +235,4 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
         caps::drop_all().map_err(failed("drop capabilities"))?;
     }
     Ok(proxy_v6)
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
 }

@@ -152,6 +152,8 @@ pub struct Supervised<'a> {
     pub read_only: Vec<std::path::PathBuf>,
     /// CMD may make user (and so mount) namespaces of its own.
     pub allow_nested_userns: bool,
+    /// How the run ended, for the session_end record.
+    pub tally: &'a mut crate::session::Tally,
 }
 
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.
@@ -171,6 +173,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         protected,
         read_only,
         allow_nested_userns,
+        tally,
     } = run;
     // Handlers first: a signal from now on is forwarded (or cancels the start), never lost.
     let mut signals = Signals::new()?;
@@ -313,8 +316,10 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     *probe_report = state.report.take();
     // Every process the filter could stop is gone: the watcher has logged its last.
     if let Some(watch) = state.watch.take() {
-        watch.finish();
+        tally.writes_denied = watch.finish();
     }
+    tally.timed_out = timed_out;
+    tally.cancelled = cancelled.is_some();
     drop(host_listener);
     bridge.stop();
     bridge.stopped().await;

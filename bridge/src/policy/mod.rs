@@ -182,6 +182,22 @@ impl Policy {
         &self.files
     }
 
+    /// What the policy decides by, as canonical text: its rules in order (allow/deny and
+    /// the parsed rule, not its spelling) and its pinned hosts, sorted. Two policies with
+    /// the same text decide alike; the session record carries its hash.
+    pub fn canonical_text(&self) -> String {
+        let mut text = String::new();
+        for rule in &self.rules {
+            text.push_str(&format!("{:?} {:?}\n", rule.action, rule.spec));
+        }
+        let mut hosts: Vec<_> = self.hosts.iter().collect();
+        hosts.sort();
+        for (name, addrs) in hosts {
+            text.push_str(&format!("host {name} {addrs:?}\n"));
+        }
+        text
+    }
+
     /// Number of allow rules: what a start-up line reports.
     pub fn allow_count(&self) -> usize {
         self.rules

@@ -1,0 +1,191 @@
+//! The session log's frame (`session_start` first, `session_end` last, with counts) and
+//! `netbox log`, on real logs: complete, still open, and cut short.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::support::upstream::HttpServer;
+use crate::support::{netbox_bin, stderr, stdout, Run, TestDir};
+
+fn netbox_log(args: &[&str]) -> std::process::Output {
+    Command::new(netbox_bin())
+        .arg("log")
+        .args(args)
+        .output()
+        .expect("run netbox log")
+}
+
+#[test]
+fn a_session_log_starts_and_ends_with_its_frame() {
+    let dir = TestDir::new("session-frame");
+    let server = HttpServer::start();
+    let p = server.port();
+    let allow = dir.write(
+        "allow.toml",
+        &format!("allow = [\"files.test:{p}\", \"127.0.0.1:{p}\"]\n[hosts]\n\"files.test\" = \"127.0.0.1\"\n"),
+    );
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--allowlist")
+        .arg(allow.display().to_string());
+    let out = run.sh(&format!(
+        "curl -s http://files.test:{p}/hello >/dev/null; curl -s http://files.test:{p}/hello >/dev/null; \
+         curl -s --max-time 8 https://blocked.test; echo x > /etc/nb-frame; exit 3"
+    ));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let events = run.events();
+    let start = &events[0];
+    assert_eq!(start["type"], "session_start", "{events:#?}");
+    assert_eq!(start["mode"], "sandbox");
+    assert_eq!(start["command"][0], "bash");
+    assert_eq!(start["workspace"], run.workspace.display().to_string());
+    assert_eq!(start["allow_rules"], 2);
+    assert_eq!(start["policy_sha256"].as_str().unwrap().len(), 64);
+    assert!(start["kernel"].as_str().unwrap().contains('.'));
+    assert!(start["protected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p.as_str().unwrap().ends_with("/.git")));
+    let end = events.last().unwrap();
+    assert_eq!(end["type"], "session_end", "{events:#?}");
+    assert_eq!(end["outcome"], "exited");
+    assert_eq!(end["status"], 3);
+    // The probe's canary is not CMD's attempt.
+    assert_eq!(end["net_allowed"], 2, "{end}");
+    assert_eq!(end["net_denied"], 1, "{end}");
+    assert_eq!(end["writes_denied"], 1, "{end}");
+    assert!(events.iter().all(|e| e["session"] == start["session"]));
+
+    // The same policy hashes the same; a different one does not.
+    let again = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--allowlist")
+        .arg(allow.display().to_string())
+        .log_at(dir.join("again.jsonl"));
+    again.sh("true");
+    assert_eq!(again.events()[0]["policy_sha256"], start["policy_sha256"]);
+    let other = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--allow")
+        .arg("other.test")
+        .log_at(dir.join("other.jsonl"));
+    other.sh("true");
+    assert_ne!(other.events()[0]["policy_sha256"], start["policy_sha256"]);
+
+    // netbox log, for people and for machines.
+    let log = run.log.display().to_string();
+    let out = netbox_log(&[&log]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for want in [
+        "probe  every control held",
+        &format!("files.test:{p}"),
+        "blocked.test:443",
+        "/etc/nb-frame",
+        "read-only root",
+        "ended    exited with status 3",
+    ] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
+    assert!(!text.contains("canary"), "{text}");
+    let out = netbox_log(&["--json", &log]);
+    let report: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let session = &report["sessions"][0];
+    let files = session["network"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["host"] == "files.test")
+        .unwrap();
+    assert_eq!(files["allowed"], 2);
+    assert!(files["bytes_down"].as_u64().unwrap() > 0);
+    assert_eq!(session["refused_writes"][0]["path"], "/etc/nb-frame");
+    assert_eq!(session["end"]["status"], 3);
+}
+
+#[test]
+fn failed_probes_and_timeouts_are_recorded_as_such() {
+    let dir = TestDir::new("session-outcomes");
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .env("NETBOX_TEST_BREAK", "read-only-root");
+    assert_eq!(run.sh("true").status.code(), Some(125));
+    let end = run.events().last().unwrap().clone();
+    assert_eq!(end["outcome"], "probe_failed", "{end}");
+    assert_eq!(end["status"], 125);
+    assert!(
+        end["error"].as_str().unwrap().contains("read-only root"),
+        "{end}"
+    );
+
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--timeout")
+        .arg("300ms")
+        .log_at(dir.join("timeout.jsonl"));
+    assert_eq!(run.sh("sleep 10").status.code(), Some(124));
+    let end = run.events().last().unwrap().clone();
+    assert_eq!(end["outcome"], "timed_out", "{end}");
+}
+
+#[test]
+fn netbox_log_reads_logs_still_open_or_cut_short_and_finds_the_last() {
+    let dir = TestDir::new("session-cut");
+    let state = dir.join("state");
+    // No --log: the default place, under XDG_STATE_HOME.
+    let workspace = dir.join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let out = Command::new(netbox_bin())
+        .args(["--quiet", "--", "sh", "-c", "echo x > /etc/nb-last; true"])
+        .env("XDG_STATE_HOME", &state)
+        .current_dir(&workspace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let sessions = state.join("netbox/sessions");
+    let out = Command::new(netbox_bin())
+        .args(["log", "--last"])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("/etc/nb-last"), "{}", stdout(&out));
+
+    // Cut in the middle of a line, and cut before session_end: read, said, no crash.
+    let log = std::fs::read_dir(&sessions)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let bytes = std::fs::read(&log).unwrap();
+    let last_line_start = bytes[..bytes.len() - 1]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .unwrap()
+        + 1;
+    let cut = dir.join("cut.jsonl");
+    std::fs::write(&cut, &bytes[..last_line_start + 10]).unwrap();
+    let out = netbox_log(&[cut.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("not recorded: still running, or cut short"),
+        "{text}"
+    );
+    assert!(text.contains("the last line is incomplete"), "{text}");
+    assert!(text.contains("/etc/nb-last"), "{text}");
+    let out = netbox_log(&["--json", cut.to_str().unwrap()]);
+    let report: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(report["incomplete_last_line"], true);
+    assert!(report["sessions"][0]["end"].is_null());
+
+    // Nothing to read: one clear line, 125.
+    let out = netbox_log(&[]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(stderr(&out).contains("--last"), "{}", stderr(&out));
+    let out = netbox_log(&[dir.join("missing.jsonl").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(125));
+}

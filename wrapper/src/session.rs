@@ -1,0 +1,180 @@
+//! The records that open and close a session's event log: `session_start` says what ran
+//! under which boundary (so a log can be read without the command line that made it),
+//! `session_end` how it ended and what was refused. Every record between them is the
+//! probe's, the bridge's or the denied-write log's.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use bridge::EventLog;
+use serde::Serialize;
+
+use crate::config::SandboxConfig;
+use crate::error::WrapperError;
+
+#[derive(Serialize)]
+struct Limits {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fsize_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pids: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpus: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Start<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    schema_version: u32,
+    ts: String,
+    session: &'a str,
+    netbox_version: &'static str,
+    /// `sandbox`, or `fetch_then_cut` with --fetch.
+    mode: &'static str,
+    command: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fetch_command: Option<&'a str>,
+    cwd: &'a PathBuf,
+    workspace: &'a PathBuf,
+    write_roots: &'a [PathBuf],
+    /// `private` (a tmpfs of the run's own) or `host`.
+    tmp: &'static str,
+    protected: &'a [PathBuf],
+    read_only: &'a [PathBuf],
+    hidden: &'a [PathBuf],
+    policy_files: &'a [PathBuf],
+    /// SHA-256 of the policy's canonical text (its rules and pinned hosts).
+    policy_sha256: String,
+    allow_rules: usize,
+    limits: Limits,
+    clean_env: bool,
+    nested_userns: bool,
+    kernel: String,
+    uid: u32,
+    gid: u32,
+}
+
+/// Writes `session_start`. `protected` is what the run pins read-only.
+pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf]) {
+    use sha2::Digest;
+    let policy_sha256 = sha2::Sha256::digest(config.policy.canonical_text().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    log.record_json(&Start {
+        kind: "session_start",
+        schema_version: bridge::log::SCHEMA_VERSION,
+        ts: now(),
+        session: &config.session_id,
+        netbox_version: env!("CARGO_PKG_VERSION"),
+        mode: if config.fetch.is_some() {
+            "fetch_then_cut"
+        } else {
+            "sandbox"
+        },
+        command: config
+            .cmd
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        fetch_command: config.fetch.as_deref(),
+        cwd: &config.cwd,
+        workspace: &config.workspace,
+        write_roots: &config.write_roots,
+        tmp: match config.tmp {
+            crate::cli::TmpMode::Private => "private",
+            crate::cli::TmpMode::Host => "host",
+        },
+        protected,
+        read_only: &config.read_only,
+        hidden: &config.hide,
+        policy_files: config.policy.files(),
+        policy_sha256,
+        allow_rules: config.policy.allow_count(),
+        limits: Limits {
+            memory_bytes: config.limits.memory,
+            fsize_bytes: config.limits.file_size,
+            pids: config.limits.pids,
+            cpus: config.limits.cpu_millis.map(|m| m as f64 / 1000.0),
+            timeout_ms: config
+                .timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        },
+        clean_env: config.env_base == crate::env::EnvBase::Clean,
+        nested_userns: config.allow_nested_userns,
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|r| r.trim().to_owned())
+            .unwrap_or_default(),
+        uid: config.uid,
+        gid: config.gid,
+    });
+}
+
+/// How a run ended, as far as netbox's supervision knows.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    pub writes_denied: u64,
+    pub timed_out: bool,
+    /// A signal stopped the start before CMD ran.
+    pub cancelled: bool,
+}
+
+#[derive(Serialize)]
+struct End<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    schema_version: u32,
+    ts: String,
+    session: &'a str,
+    /// netbox's exit status.
+    status: u8,
+    /// `exited` (CMD ran and this is its status), `timed_out`, `cancelled`,
+    /// `probe_failed` (CMD never ran) or `failed` (netbox's own failure; see `error`).
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    duration_ms: u64,
+    net_allowed: u64,
+    net_denied: u64,
+    writes_denied: u64,
+}
+
+/// Writes `session_end` for a run's result.
+pub fn record_end(
+    log: &EventLog,
+    session: &str,
+    result: &Result<u8, WrapperError>,
+    tally: Tally,
+    took: Duration,
+) {
+    let (status, outcome, error) = match result {
+        Ok(status) if tally.timed_out => (*status, "timed_out", None),
+        Ok(status) if tally.cancelled => (*status, "cancelled", None),
+        Ok(status) => (*status, "exited", None),
+        Err(e @ WrapperError::ProbeFailed(_)) => (e.exit_code(), "probe_failed", Some(e)),
+        Err(e) => (e.exit_code(), "failed", Some(e)),
+    };
+    let (net_allowed, net_denied) = log.counts();
+    log.record_json(&End {
+        kind: "session_end",
+        schema_version: bridge::log::SCHEMA_VERSION,
+        ts: now(),
+        session,
+        status,
+        outcome,
+        error: error.map(|e| crate::error::chain(e)),
+        duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+        net_allowed,
+        net_denied,
+        writes_denied: tally.writes_denied,
+    });
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}

@@ -307,6 +307,7 @@ pub fn summary(e: &Event) -> String {
 pub fn describe(reason: Reason) -> &'static str {
     match reason {
         Reason::AllowedByRule => "allowed by rule",
+        Reason::Learning => "learn mode",
         Reason::PublicAddress => "public address",
         Reason::OpenedByRule => "address opened by rule",
         Reason::DeniedByRule => "denied by rule",

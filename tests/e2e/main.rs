@@ -11,6 +11,7 @@ mod bridge_policy;
 mod bridge_socks;
 mod bridge_tunnel;
 mod export;
+mod learn;
 mod sandbox_escapes;
 mod sandbox_fetch;
 mod sandbox_lifecycle;

@@ -148,6 +148,10 @@ pub struct RunArgs {
     /// The command to run, after `--`.
     #[arg(last = true, value_name = "CMD")]
     pub cmd: Vec<std::ffi::OsString>,
+
+    /// Learn mode (set by `netbox learn`, not a flag).
+    #[arg(skip)]
+    pub learn: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -160,6 +164,23 @@ pub enum Command {
     Verify(Box<VerifyArgs>),
     /// Summarise a session log: what ran, the probe, network attempts, refused writes.
     Log(LogArgs),
+    /// Run CMD letting it reach any public host, and write an allowlist of what it tried.
+    Learn(Box<LearnArgs>),
+}
+
+/// `netbox learn`: an allowlist from what a command tries.
+#[derive(Debug, Args)]
+pub struct LearnArgs {
+    /// Write the allowlist here (replaced whole) instead of to stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Build it from an earlier session's refusals instead of running anything.
+    #[arg(long = "from-log", value_name = "LOG")]
+    pub from_log: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// `netbox log`: a session log, summarised.

@@ -107,7 +107,10 @@ impl SandboxConfig {
         // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
         let mut policy_args = args.policy;
         policy_args.allowlist.extend(args.fetch_allowlist);
-        let policy = crate::bridge_cmd::load_policy(&policy_args)?;
+        let mut policy = crate::bridge_cmd::load_policy(&policy_args)?;
+        if args.learn {
+            policy.set_learning();
+        }
         let session_id = crate::bridge_cmd::new_session_id();
         let mut env_extra = Vec::new();
         for file in &args.env_file {

@@ -32,6 +32,7 @@ mod export;
 mod handshake;
 mod hostsockets;
 mod init;
+mod learn;
 mod limits;
 mod logview;
 mod mounts;
@@ -64,6 +65,7 @@ fn main() -> ExitCode {
         Some(cli::Command::Export(args)) => export::run(&args),
         Some(cli::Command::Verify(args)) => verify::run(args),
         Some(cli::Command::Log(args)) => logview::run(&args),
+        Some(cli::Command::Learn(args)) => learn::run(args),
         None if cli.run.disable_sandbox => run::run_unsandboxed(&cli.run),
         None => config::SandboxConfig::from_args(cli.run).and_then(run::run),
     };

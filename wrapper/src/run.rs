@@ -227,15 +227,21 @@ fn startup_line(config: &SandboxConfig) -> String {
         roots.push("/tmp (private)".into());
     }
     // With --fetch the allowlist is the fetch phase's; CMD itself gets no network.
-    let hosts = match config.fetch {
-        Some(_) => format!(
+    let hosts = match (&config.fetch, config.policy.is_learning()) {
+        (_, true) => "any public host (learn mode)".to_owned(),
+        (Some(_), false) => format!(
             "{} allowed hosts for --fetch, none after",
             config.policy.allow_count()
         ),
-        None => format!("{} allowed hosts", config.policy.allow_count()),
+        (None, false) => format!("{} allowed hosts", config.policy.allow_count()),
+    };
+    let mode = if config.policy.is_learning() {
+        "learning"
+    } else {
+        "normal"
     };
     format!(
-        "netbox: sandbox normal | workspace {} | write {} | {hosts} | log {}",
+        "netbox: sandbox {mode} | workspace {} | write {} | {hosts} | log {}",
         config.workspace.display(),
         roots.join(", "),
         config.log_path.display()

@@ -34,7 +34,7 @@ struct Start<'a> {
     ts: String,
     session: &'a str,
     netbox_version: &'static str,
-    /// `sandbox`, or `fetch_then_cut` with --fetch.
+    /// `sandbox`, `fetch_then_cut` with --fetch, or `learn` (`netbox learn`).
     mode: &'static str,
     command: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -72,10 +72,10 @@ pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf
         ts: now(),
         session: &config.session_id,
         netbox_version: env!("CARGO_PKG_VERSION"),
-        mode: if config.fetch.is_some() {
-            "fetch_then_cut"
-        } else {
-            "sandbox"
+        mode: match (config.policy.is_learning(), config.fetch.is_some()) {
+            (true, _) => "learn",
+            (false, true) => "fetch_then_cut",
+            (false, false) => "sandbox",
         },
         command: config
             .cmd

@@ -52,6 +52,9 @@ pub struct Policy {
     rules: Vec<Rule>,
     hosts: HashMap<String, Vec<IpAddr>>,
     files: Vec<PathBuf>,
+    /// Learn mode: a name no rule mentions is allowed too (deny rules still win, and
+    /// addresses are still checked: only public ones, or ones an IP rule opens).
+    learning: bool,
 }
 
 /// The outcome of a decision.
@@ -67,6 +70,8 @@ pub enum Verdict {
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     AllowedByRule,
+    /// Learn mode let a name through that no rule mentions.
+    Learning,
     PublicAddress,
     OpenedByRule,
     DeniedByRule,
@@ -85,7 +90,10 @@ impl Reason {
     /// The `X-Netbox-Reason` header value.
     pub fn header_value(self) -> &'static str {
         match self {
-            Reason::AllowedByRule | Reason::PublicAddress | Reason::OpenedByRule => "allowed",
+            Reason::AllowedByRule
+            | Reason::Learning
+            | Reason::PublicAddress
+            | Reason::OpenedByRule => "allowed",
             Reason::DeniedByRule | Reason::NotAllowed => "policy",
             Reason::NonPublicAddress => "private-address",
             Reason::ResolveFailed => "resolve-failed",
@@ -190,6 +198,9 @@ impl Policy {
         for rule in &self.rules {
             text.push_str(&format!("{:?} {:?}\n", rule.action, rule.spec));
         }
+        if self.learning {
+            text.push_str("learning\n");
+        }
         let mut hosts: Vec<_> = self.hosts.iter().collect();
         hosts.sort();
         for (name, addrs) in hosts {
@@ -231,8 +242,25 @@ impl Policy {
                 rule: Some(rule.origin.clone()),
                 class: None,
             },
+            None if self.learning && !is_invalid(&target.host) => Decision {
+                verdict: Verdict::Allow,
+                reason: Reason::Learning,
+                rule: None,
+                class: None,
+            },
             None => Decision::deny(Reason::NotAllowed, None),
         }
+    }
+
+    /// Turns learn mode on: see [`Policy`]'s `learning`. Names under `.invalid` stay
+    /// refused: they never resolve (RFC 6761), so no command needs one, and the live
+    /// probe's canary is one.
+    pub fn set_learning(&mut self) {
+        self.learning = true;
+    }
+
+    pub fn is_learning(&self) -> bool {
+        self.learning
     }
 
     /// Decides whether one resolved address may be dialed for `port`.
@@ -269,6 +297,11 @@ impl Policy {
             None => with_class(Decision::deny(Reason::NonPublicAddress, None)),
         }
     }
+}
+
+/// Whether a host is a name under the reserved `.invalid` top-level domain.
+fn is_invalid(host: &Host) -> bool {
+    matches!(host, Host::Name(name) if name == "invalid" || name.ends_with(".invalid"))
 }
 
 #[cfg(test)]

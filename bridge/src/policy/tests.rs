@@ -279,3 +279,30 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn learning_allows_unnamed_hosts_but_not_denied_ones_or_private_addresses() {
+    let mut p = policy(&["known.test:443"], &["evil.test"]);
+    p.set_learning();
+    let d = p.decide(&target("new.test:8443"));
+    assert_eq!((d.verdict, d.reason), (Verdict::Allow, Reason::Learning));
+    assert_eq!(
+        p.decide(&target("known.test:443")).reason,
+        Reason::AllowedByRule
+    );
+    assert_eq!(p.decide(&target("evil.test:443")).verdict, Verdict::Deny);
+    assert_eq!(
+        p.decide(&target("netbox-probe-canary.invalid:443")).verdict,
+        Verdict::Deny
+    );
+    // Addresses are still checked: learning opens names, not private ranges.
+    let d = p.admit("10.1.2.3".parse().unwrap(), 443);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Deny, Reason::NonPublicAddress)
+    );
+    assert_ne!(
+        p.canonical_text(),
+        policy(&["known.test:443"], &["evil.test"]).canonical_text()
+    );
+}

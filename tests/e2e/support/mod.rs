@@ -212,6 +212,11 @@ impl Run {
         self
     }
 
+    pub fn args_from(mut self, args: &[&str]) -> Run {
+        self.args.extend(args.iter().map(|a| (*a).to_owned()));
+        self
+    }
+
     /// Puts the event log somewhere else (it may not lie inside a writable root).
     pub fn log_at(mut self, path: PathBuf) -> Run {
         self.log = path;

@@ -1,0 +1,142 @@
+//! `netbox learn`: an allowlist from what a command tried (in learn mode, or from an
+//! earlier session's refusals), which then lets the same command through in a normal run
+//! while the network stays closed to everything else.
+
+use std::process::Command;
+
+use crate::support::upstream::HttpServer;
+use crate::support::{netbox_bin, stderr, stdout, Run, TestDir};
+
+/// Two local servers pinned as a.test and b.test, a third as private.test, and a base
+/// allowlist that pins the names and opens their loopback ports to IP rules, but allows
+/// no name.
+struct Servers {
+    a: HttpServer,
+    b: HttpServer,
+    private: HttpServer,
+    base: String,
+}
+
+fn servers(dir: &TestDir) -> Servers {
+    let (a, b, private) = (
+        HttpServer::start(),
+        HttpServer::start(),
+        HttpServer::start(),
+    );
+    let base = dir.write(
+        "base.toml",
+        &format!(
+            "allow = [\"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n\
+             \"b.test\" = \"127.0.0.1\"\n\"private.test\" = \"127.0.0.1\"\n",
+            a.port(),
+            b.port()
+        ),
+    );
+    Servers {
+        a,
+        b,
+        private,
+        base: base.display().to_string(),
+    }
+}
+
+fn get(host: &str, port: u16) -> String {
+    format!("curl -s -o /dev/null -w '{host} %{{http_code}}\\n' --max-time 8 http://{host}:{port}/hello")
+}
+
+#[test]
+fn a_learned_allowlist_lets_the_same_command_through_and_nothing_else() {
+    let dir = TestDir::new("learn");
+    let s = servers(&dir);
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let learned = dir.join("learned.toml");
+    let script = format!(
+        "{}; {}; {}",
+        get("a.test", s.a.port()),
+        get("a.test", s.a.port()),
+        get("private.test", s.private.port())
+    );
+    let out = Command::new(netbox_bin())
+        .arg("learn")
+        .arg("-o")
+        .arg(&learned)
+        .args(["--allowlist", &s.base, "--log"])
+        .arg(dir.join("learn.jsonl"))
+        .args(["--", "sh", "-c", &script])
+        .current_dir(&ws)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // In learn mode a.test got through; private.test stayed refused (its address).
+    assert_eq!(
+        stdout(&out),
+        "a.test 200\na.test 200\nprivate.test 502\n",
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("netbox: sandbox learning"),
+        "{}",
+        stderr(&out)
+    );
+    let text = std::fs::read_to_string(&learned).unwrap();
+    let a_rule = format!("\"a.test:{}\", # 2 attempts", s.a.port());
+    assert!(text.contains(&a_rule), "{text}");
+    assert!(!text.contains("b.test"), "{text}");
+    assert!(
+        text.contains(&format!("    # \"private.test:{}\"", s.private.port())),
+        "{text}"
+    );
+
+    // A normal run with it: a.test passes, b.test (never seen) is refused.
+    let run = Run::new(&dir).arg("--quiet").args_from(&[
+        "--allowlist",
+        &s.base,
+        "--allowlist",
+        learned.to_str().unwrap(),
+    ]);
+    let out = run.sh(&format!(
+        "{}; {}",
+        get("a.test", s.a.port()),
+        get("b.test", s.b.port())
+    ));
+    assert_eq!(stdout(&out), "a.test 200\nb.test 502\n", "{}", stderr(&out));
+    // Control: without the learned file a.test is refused too.
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .args_from(&["--allowlist", &s.base])
+        .log_at(dir.join("closed.jsonl"));
+    let out = run.sh(&get("a.test", s.a.port()));
+    assert_eq!(stdout(&out), "a.test 502\n", "{}", stderr(&out));
+
+    // The same allowlist from that refused session's log.
+    let out = Command::new(netbox_bin())
+        .args(["learn", "--from-log"])
+        .arg(&run.log)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let from_log = stdout(&out);
+    assert!(
+        from_log.contains(&format!("\"a.test:{}\", # 1 attempt", s.a.port())),
+        "{from_log}"
+    );
+    assert!(!from_log.contains("canary"), "{from_log}");
+}
+
+#[test]
+fn learn_refuses_what_makes_no_sense() {
+    let dir = TestDir::new("learn-usage");
+    let log = dir.write("x.jsonl", "");
+    let cases: [&[&str]; 3] = [
+        &["learn", "--from-log", log.to_str().unwrap(), "--", "true"],
+        &["learn", "--yolo", "--", "true"],
+        &["learn", "--fetch", "true", "--", "true"],
+    ];
+    for args in cases {
+        let out = Command::new(netbox_bin()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "", "{args:?}");
+    }
+}

@@ -1,0 +1,253 @@
+//! `netbox learn`: turn what a command tried into an allowlist.
+//!
+//! `netbox learn [-o FILE] [RUN OPTIONS] -- CMD` runs CMD in the normal sandbox (same
+//! mounts, same probe) with one change: a name no rule mentions is let through, so CMD
+//! can reach any public destination (deny rules still win, and private addresses stay
+//! refused unless an IP rule opens them). `netbox learn --from-log LOG [-o FILE]` reads
+//! an earlier session's refusals instead. Either way the result is an allowlist with one
+//! rule per host:port, sorted and commented with counts, to review and commit; a
+//! destination refused for its address is listed commented out, with why.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::cli::LearnArgs;
+use crate::config::SandboxConfig;
+use crate::error::WrapperError;
+
+/// What was seen of one host:port.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Attempts that got through (learn mode) or were refused for the name only (from a
+    /// log): either way, a rule for this name makes them pass.
+    wanted: u64,
+    /// Attempts refused for the address (a private range, say): a name rule alone would
+    /// not help, so the rule is written commented out.
+    refused_address: u64,
+    bytes_down: u64,
+}
+
+pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {
+    let LearnArgs {
+        output,
+        from_log,
+        mut run,
+    } = *args;
+    if let Some(log) = from_log {
+        if !run.cmd.is_empty() {
+            return Err(WrapperError::Usage(
+                "netbox learn --from-log reads a log and runs nothing; drop everything after --"
+                    .into(),
+            ));
+        }
+        let records = read_records(&log)?;
+        let seen = from_refusals(&records);
+        let origin = format!("the refusals in {}", log.display());
+        return write(&seen, &origin, output.as_deref()).map(|()| 0);
+    }
+    if run.disable_sandbox {
+        return Err(WrapperError::Usage(
+            "netbox learn runs the command in the sandbox; drop --disable-sandbox".into(),
+        ));
+    }
+    if run.fetch.is_some() {
+        return Err(WrapperError::Usage(
+            "netbox learn runs one command; drop --fetch (learn it, then use the result as \
+             --fetch-allowlist)"
+                .into(),
+        ));
+    }
+    run.learn = true;
+    let config = SandboxConfig::from_args(run)?;
+    let log = config.log_path.clone();
+    let session = config.session_id.clone();
+    let command: Vec<String> = config
+        .cmd
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let status = crate::run::run(config)?;
+    let records: Vec<Value> = read_records(&log)?
+        .into_iter()
+        .filter(|r| r["session"] == session.as_str())
+        .collect();
+    let seen = from_learning(&records);
+    let origin = format!("session {session}: {}", command.join(" "));
+    write(&seen, &origin, output.as_deref())?;
+    Ok(status)
+}
+
+/// Every whole line of a log that is a JSON record.
+fn read_records(log: &Path) -> Result<Vec<Value>, WrapperError> {
+    let text = std::fs::read(log).map_err(|source| WrapperError::Path {
+        path: log.to_owned(),
+        what: "event log",
+        source,
+    })?;
+    let whole = match text.iter().rposition(|&b| b == b'\n') {
+        Some(end) => &text[..=end],
+        None => &[][..],
+    };
+    Ok(whole
+        .split(|&b| b == b'\n')
+        .filter_map(|line| serde_json::from_slice(line).ok())
+        .collect())
+}
+
+/// Network records of the probe's canary are the probe's, not the command's.
+fn destination(record: &Value) -> Option<(String, u16)> {
+    if record["type"] != "net" {
+        return None;
+    }
+    let host = record["host"].as_str()?.to_owned();
+    let port = u16::try_from(record["port"].as_u64()?).ok()?;
+    let authority = format!("{host}:{port}");
+    (!crate::run::CANARIES.contains(&authority.as_str())).then_some((host, port))
+}
+
+/// From a learn-mode session: every destination reached, and the ones refused for their
+/// address.
+fn from_learning(records: &[Value]) -> BTreeMap<(String, u16), Seen> {
+    let mut seen: BTreeMap<(String, u16), Seen> = BTreeMap::new();
+    for record in records {
+        let Some(key) = destination(record) else {
+            continue;
+        };
+        let entry = seen.entry(key).or_default();
+        match (record["decision"].as_str(), record["reason"].as_str()) {
+            (Some("allow"), _) => entry.wanted += 1,
+            (_, Some("non_public_address")) => entry.refused_address += 1,
+            // Refused by a deny rule, unparseable, or it did not resolve: not a rule to
+            // suggest.
+            _ => {}
+        }
+        entry.bytes_down += record["bytes_down"].as_u64().unwrap_or(0);
+    }
+    seen.retain(|_, s| s.wanted > 0 || s.refused_address > 0);
+    seen
+}
+
+/// From an earlier session's log: the names refused for not being on the allowlist.
+fn from_refusals(records: &[Value]) -> BTreeMap<(String, u16), Seen> {
+    let mut seen: BTreeMap<(String, u16), Seen> = BTreeMap::new();
+    for record in records {
+        let Some(key) = destination(record) else {
+            continue;
+        };
+        match (record["decision"].as_str(), record["reason"].as_str()) {
+            (Some("deny"), Some("not_allowed")) => seen.entry(key).or_default().wanted += 1,
+            (Some("deny"), Some("non_public_address")) => {
+                seen.entry(key).or_default().refused_address += 1;
+            }
+            _ => {}
+        }
+    }
+    seen
+}
+
+/// The allowlist, as TOML.
+fn render(seen: &BTreeMap<(String, u16), Seen>, origin: &str) -> String {
+    let mut text = format!(
+        "# Written by `netbox learn` from {origin}.\n\
+         # One rule per destination the command tried; review before you commit it.\n\
+         allow = [\n"
+    );
+    for ((host, port), s) in seen {
+        let rule = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let quoted = serde_json::to_string(&rule).unwrap_or_default();
+        let attempts = s.wanted + s.refused_address;
+        let plural = if attempts == 1 { "" } else { "s" };
+        if s.wanted > 0 {
+            text.push_str(&format!(
+                "    {quoted}, # {attempts} attempt{plural}, {} B down\n",
+                s.bytes_down
+            ));
+        } else {
+            text.push_str(&format!(
+                "    # {quoted}, # {attempts} attempt{plural}, refused: it resolves to a \
+                 non-public address; allowing the name is not enough (add an IP rule if \
+                 you mean it)\n"
+            ));
+        }
+    }
+    text.push_str("]\n");
+    text
+}
+
+/// Writes the allowlist to `output` (replacing it whole, never half-written) or stdout.
+fn write(
+    seen: &BTreeMap<(String, u16), Seen>,
+    origin: &str,
+    output: Option<&Path>,
+) -> Result<(), WrapperError> {
+    let text = render(seen, origin);
+    let Some(output) = output else {
+        let mut stdout = std::io::stdout().lock();
+        return stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush())
+            .map_err(WrapperError::Output);
+    };
+    let failed = |source| WrapperError::Path {
+        path: output.to_owned(),
+        what: "learned allowlist",
+        source,
+    };
+    let name = output
+        .file_name()
+        .ok_or_else(|| WrapperError::Usage(format!("-o {}: not a file name", output.display())))?;
+    let mut temporary = PathBuf::from(output);
+    temporary.set_file_name(format!(".{}.netbox-tmp", name.to_string_lossy()));
+    std::fs::write(&temporary, text).map_err(failed)?;
+    std::fs::rename(&temporary, output).map_err(|e| {
+        let _ = std::fs::remove_file(&temporary);
+        failed(e)
+    })?;
+    crate::say(&format!(
+        "netbox: wrote {} rule(s) to {}",
+        seen.values().filter(|s| s.wanted > 0).count(),
+        output.display()
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_allowlist_is_sorted_commented_and_loads() {
+        let records: Vec<Value> = [
+            r#"{"type":"net","host":"b.test","port":443,"decision":"allow","reason":"learning","bytes_down":10}"#,
+            r#"{"type":"net","host":"a.test","port":8443,"decision":"allow","reason":"learning","bytes_down":5}"#,
+            r#"{"type":"net","host":"a.test","port":8443,"decision":"allow","reason":"learning","bytes_down":5}"#,
+            r#"{"type":"net","host":"inner.test","port":80,"decision":"deny","reason":"non_public_address"}"#,
+            r#"{"type":"net","host":"netbox-probe-canary.invalid","port":443,"decision":"deny","reason":"not_allowed"}"#,
+            r#"{"type":"probe","passed":true}"#,
+        ]
+        .iter()
+        .map(|r| serde_json::from_str(r).unwrap())
+        .collect();
+        let text = render(&from_learning(&records), "a test");
+        let a = text
+            .find("\"a.test:8443\", # 2 attempts, 10 B down")
+            .unwrap();
+        let b = text.find("\"b.test:443\", # 1 attempt, 10 B down").unwrap();
+        assert!(a < b, "{text}");
+        assert!(text.contains("    # \"inner.test:80\""), "{text}");
+        assert!(!text.contains("canary"), "{text}");
+        #[derive(serde::Deserialize)]
+        struct File {
+            allow: Vec<String>,
+        }
+        let file: File = toml::from_str(&text).expect("valid TOML");
+        assert_eq!(file.allow, ["a.test:8443", "b.test:443"]);
+    }
+}

@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --bin netbox --features netbox/test-hooks --target-dir target/bench-hooks
 netbox="$PWD/target/bench-hooks/release/netbox"
-work=$(mktemp -d /tmp/netbox-writewatch.XXXXXX)
+work=$(mktemp -d "${BENCH_DIR:-/tmp}/netbox-writewatch.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/ws"
 cd "$work/ws"
@@ -105,3 +105,4 @@ echo "== 4. build: compileall of $(find src -name '*.py' | wc -l) .py files in t
 compare build.py
 denied=$(grep -c '"type":"write_denied"' "$work/events.jsonl" || true)
 echo "== write_denied records from all of the above (every write was inside the workspace): $denied"
+[ "$denied" = 0 ] || { echo "benches/write_watch.sh: writes that succeeded were logged as refused" >&2; exit 1; }

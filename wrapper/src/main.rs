@@ -47,6 +47,7 @@ mod supervise;
 mod sys;
 mod testhooks;
 mod verify;
+mod writejudge;
 mod writewatch;
 
 use std::process::ExitCode;

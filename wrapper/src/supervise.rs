@@ -251,7 +251,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                         shared_root: if allow_nested_userns {
                             None
                         } else {
-                            crate::writewatch::open_root(pid1)
+                            crate::writejudge::open_root(pid1)
                         },
                     };
                     match fds.into_iter().next().map(|fd| WriteWatch::start(fd, context)) {
@@ -316,7 +316,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     *probe_report = state.report.take();
     // Every process the filter could stop is gone: the watcher has logged its last.
     if let Some(watch) = state.watch.take() {
-        tally.writes_denied = watch.finish();
+        tally.writes_denied = watch.finish(&log, &session.id);
     }
     tally.timed_out = timed_out;
     tally.cancelled = cancelled.is_some();

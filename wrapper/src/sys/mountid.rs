@@ -9,19 +9,21 @@ use std::path::Path;
 pub fn mount_id(path: &Path) -> io::Result<u64> {
     let c_path = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    statx_mount_id(libc::AT_FDCWD, &c_path, libc::AT_SYMLINK_NOFOLLOW)
+}
+
+/// The id of the mount an open file (an O_PATH fd too) is on.
+pub fn mount_id_of_fd(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    statx_mount_id(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH)
+}
+
+fn statx_mount_id(dirfd: i32, c_path: &std::ffi::CStr, flags: i32) -> io::Result<u64> {
     // SAFETY: statx is plain old data; all-zero is a valid value for it.
     let mut buf: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `c_path` is NUL-terminated and outlives the call; `buf` is a valid, writable
-    // statx the kernel fills in.
-    let rc = unsafe {
-        libc::statx(
-            libc::AT_FDCWD,
-            c_path.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_MNT_ID,
-            &mut buf,
-        )
-    };
+    // SAFETY: `c_path` is NUL-terminated and outlives the call; `dirfd` is AT_FDCWD or a
+    // descriptor the caller holds open; `buf` is a valid, writable statx the kernel fills.
+    let rc = unsafe { libc::statx(dirfd, c_path.as_ptr(), flags, libc::STATX_MNT_ID, &mut buf) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }

@@ -31,6 +31,11 @@ fn arg_low(n: u32) -> u32 {
     16 + 8 * n
 }
 
+/// setxattrat(2) and removexattrat(2) (Linux 6.13; one number on every architecture,
+/// not in libc yet).
+pub const SYS_SETXATTRAT: i64 = 463;
+pub const SYS_REMOVEXATTRAT: i64 = 466;
+
 /// Syscalls notified whatever their arguments.
 pub fn always_notified() -> Vec<i64> {
     let mut list = vec![
@@ -55,6 +60,8 @@ pub fn always_notified() -> Vec<i64> {
         libc::SYS_removexattr,
         libc::SYS_lremovexattr,
         libc::SYS_fremovexattr,
+        SYS_SETXATTRAT,
+        SYS_REMOVEXATTRAT,
     ];
     #[cfg(target_arch = "x86_64")]
     list.extend([
@@ -209,7 +216,23 @@ fn assemble(program: &[Insn]) -> Vec<libc::sock_filter> {
 /// Installs `filter` on the calling thread (and so on everything it starts from now on)
 /// and returns the listener its notifications go to. Needs no_new_privs (or
 /// CAP_SYS_ADMIN in the user namespace).
+///
+/// A notified task waits for the answer; by default a signal interrupts that wait and
+/// the syscall fails with EINTR, which programs do not expect from open or mkdir. With
+/// WAIT_KILLABLE_RECV (5.19+) only a fatal signal does, once netbox has the
+/// notification; older kernels refuse the flag and get the default.
 pub fn install_with_listener(filter: &[libc::sock_filter]) -> io::Result<OwnedFd> {
+    let killable =
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+    match install(filter, killable) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            install(filter, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)
+        }
+        result => result,
+    }
+}
+
+fn install(filter: &[libc::sock_filter], flags: libc::c_ulong) -> io::Result<OwnedFd> {
     let prog = libc::sock_fprog {
         len: u16::try_from(filter.len()).map_err(|_| io::Error::other("filter too long"))?,
         filter: filter.as_ptr().cast_mut(),
@@ -220,7 +243,7 @@ pub fn install_with_listener(filter: &[libc::sock_filter]) -> io::Result<OwnedFd
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            flags,
             &prog as *const libc::sock_fprog,
         )
     };

@@ -1,0 +1,399 @@
+//! Which notified write-intent syscalls the mounts will refuse (EROFS), judged from
+//! outside the sandbox before the syscall runs: the caller's path is read from its
+//! memory and resolved inside the sandbox's own root (openat2 RESOLVE_IN_ROOT from
+//! /proc/PID/root), so symlinks and ".." mean there what they mean to the caller.
+//!
+//! The kernel checks some things before the mount's read-only flag, and a write refused
+//! for those is not a refused write: a name that exists already (EEXIST: `mkdir -p`,
+//! `O_CREAT|O_EXCL`), a file to change or open that does not (ENOENT), a rename or link
+//! across mounts (EXDEV). (unlink, rmdir and rename check the mount first.) An
+//! open that neither creates, truncates nor asks for write access writes nothing
+//! (`O_RDONLY|O_CREAT` on an existing file, `O_PATH`), and opening a device, fifo or
+//! socket for writing is I/O, not a change to the filesystem. Calls that act on a
+//! symlink itself (lchown, AT_SYMLINK_NOFOLLOW, O_NOFOLLOW) are judged on the link.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::sys::seccomp::{self, Notification};
+
+/// Longest path read from a caller (PATH_MAX).
+const PATH_MAX: usize = 4096;
+
+/// One path a syscall would write, judged.
+#[derive(Debug)]
+pub struct Verdict {
+    /// As the caller named it, made absolute in the sandbox's view.
+    pub path: PathBuf,
+    /// Where that leads in the sandbox, symlinks resolved (for the reason).
+    pub resolved: Option<PathBuf>,
+    pub denied: bool,
+}
+
+/// What a syscall does with a path.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    /// Creates the name (mkdir, mknod, symlink, link's new name): EEXIST if it is there.
+    Create,
+    /// Removes or moves away a name (unlink, rmdir, rename's old name).
+    Remove,
+    /// rename's new name: created or replaced.
+    RenameTo,
+    /// Changes an existing file (truncate, chmod, chown, utimes, xattrs); ENOENT if absent.
+    Change { follow: bool },
+    /// open, openat, openat2, creat: it depends on the flags.
+    Open { flags: u64 },
+    /// link's existing file: not written, but on another mount than the new name the
+    /// link fails with EXDEV.
+    LinkSource { follow: bool },
+}
+
+/// A path argument: its pointer's index, its directory fd's (if any), and what is done.
+#[derive(Clone, Copy, Debug)]
+struct PathArg {
+    dirfd: Option<usize>,
+    path: usize,
+    op: Op,
+}
+
+/// `AT_SYMLINK_NOFOLLOW` in the flags argument at `index`.
+fn follows(n: &Notification, index: usize) -> bool {
+    int_arg(n.args[index]) & libc::AT_SYMLINK_NOFOLLOW == 0
+}
+
+fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
+    let at = |dirfd, path, op| PathArg {
+        dirfd: Some(dirfd),
+        path,
+        op,
+    };
+    let plain = |path, op| PathArg {
+        dirfd: None,
+        path,
+        op,
+    };
+    let change = |follow| Op::Change { follow };
+    match n.nr {
+        libc::SYS_openat => vec![at(0, 1, Op::Open { flags: n.args[2] })],
+        libc::SYS_openat2 => vec![at(
+            0,
+            1,
+            Op::Open {
+                flags: openat2_flags,
+            },
+        )],
+        libc::SYS_mkdirat | libc::SYS_mknodat => vec![at(0, 1, Op::Create)],
+        libc::SYS_unlinkat => vec![at(0, 1, Op::Remove)],
+        libc::SYS_renameat | libc::SYS_renameat2 => {
+            vec![at(0, 1, Op::Remove), at(2, 3, Op::RenameTo)]
+        }
+        libc::SYS_linkat => {
+            let follow = int_arg(n.args[4]) & libc::AT_SYMLINK_FOLLOW != 0;
+            vec![at(0, 1, Op::LinkSource { follow }), at(2, 3, Op::Create)]
+        }
+        libc::SYS_symlinkat => vec![at(1, 2, Op::Create)],
+        // fchmodat has no flags argument (fchmodat2 does).
+        libc::SYS_fchmodat => vec![at(0, 1, change(true))],
+        libc::SYS_fchmodat2 | libc::SYS_utimensat => vec![at(0, 1, change(follows(n, 3)))],
+        libc::SYS_fchownat => vec![at(0, 1, change(follows(n, 4)))],
+        seccomp::SYS_SETXATTRAT | seccomp::SYS_REMOVEXATTRAT => {
+            vec![at(0, 1, change(follows(n, 2)))]
+        }
+        libc::SYS_truncate | libc::SYS_setxattr | libc::SYS_removexattr => {
+            vec![plain(0, change(true))]
+        }
+        libc::SYS_lsetxattr | libc::SYS_lremovexattr => vec![plain(0, change(false))],
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_open => vec![plain(0, Op::Open { flags: n.args[1] })],
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_creat => {
+            let flags = (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC).unsigned_abs();
+            vec![plain(
+                0,
+                Op::Open {
+                    flags: u64::from(flags),
+                },
+            )]
+        }
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_mkdir | libc::SYS_mknod => vec![plain(0, Op::Create)],
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_unlink | libc::SYS_rmdir => vec![plain(0, Op::Remove)],
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_rename => vec![plain(0, Op::Remove), plain(1, Op::RenameTo)],
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_link => vec![
+            plain(0, Op::LinkSource { follow: false }),
+            plain(1, Op::Create),
+        ],
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_symlink => vec![plain(1, Op::Create)],
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_chmod | libc::SYS_chown | libc::SYS_utime | libc::SYS_utimes => {
+            vec![plain(0, change(true))]
+        }
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_lchown => vec![plain(0, change(false))],
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_futimesat => vec![at(0, 1, change(true))],
+        _ => Vec::new(),
+    }
+}
+
+/// The syscalls that act on the file open on args[0].
+fn is_fd_syscall(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_fchmod | libc::SYS_fchown | libc::SYS_fsetxattr | libc::SYS_fremovexattr
+    )
+}
+
+/// Judges a notification. `root` is the sandbox's root, if netbox holds it for every
+/// process (else the caller's own is opened).
+pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
+    let proc = PathBuf::from(format!("/proc/{}", n.pid));
+    let file_link = |index: usize| proc.join("fd").join(int_arg(n.args[index]).to_string());
+    if is_fd_syscall(n.nr) {
+        return judge_open_file(&file_link(0)).into_iter().collect();
+    }
+    let openat2_flags = if n.nr == libc::SYS_openat2 {
+        match openat2_flags(n) {
+            Some(flags) => flags,
+            None => return Vec::new(),
+        }
+    } else {
+        0
+    };
+    let own_root;
+    let root = match shared_root {
+        Some(root) => root,
+        None => match open_root(n.pid) {
+            Some(root) => {
+                own_root = root;
+                &own_root
+            }
+            None => return Vec::new(),
+        },
+    };
+    let mut verdicts = Vec::new();
+    let args = path_args(n, openat2_flags);
+    // For rename and link: the mounts of the two ends, which must be the same one.
+    let two_ends = args.len() == 2;
+    let mut mounts = Vec::new();
+    for arg in args {
+        // utimensat(fd, NULL, ...) and futimesat(fd, NULL, ...) change the file open on fd.
+        if n.args[arg.path] == 0 {
+            if matches!(arg.op, Op::Change { .. }) {
+                verdicts.extend(judge_open_file(&file_link(0)));
+            }
+            continue;
+        }
+        let Ok(raw) = seccomp::read_c_string(n.pid, n.args[arg.path], PATH_MAX) else {
+            continue;
+        };
+        let written = Path::new(OsStr::from_bytes(&raw));
+        let dirfd = arg.dirfd.map(|i| int_arg(n.args[i]));
+        // An empty path with AT_EMPTY_PATH means the file open on dirfd.
+        if raw.is_empty() {
+            if let (Some(fd), Op::Change { .. }) = (dirfd, arg.op) {
+                if fd != libc::AT_FDCWD {
+                    verdicts.extend(judge_open_file(&file_link(arg.dirfd.unwrap_or(0))));
+                }
+            }
+            continue;
+        }
+        // The path as the sandbox names it: readlink of its cwd or directory fd gives the
+        // sandbox's own view.
+        let named = if written.is_absolute() {
+            written.to_owned()
+        } else {
+            let dir = match dirfd {
+                Some(fd) if fd != libc::AT_FDCWD => proc.join("fd").join(fd.to_string()),
+                _ => proc.join("cwd"),
+            };
+            match std::fs::read_link(&dir) {
+                Ok(dir) => dir.join(written),
+                Err(_) => continue,
+            }
+        };
+        if let Op::LinkSource { follow } = arg.op {
+            mounts.push(
+                open_in_sandbox(root, &named, follow)
+                    .and_then(|f| crate::sys::mountid::mount_id_of_fd(f.as_fd()).ok()),
+            );
+            continue;
+        }
+        let (denied, resolved, parent) = judge_path(root, &named, arg.op, two_ends);
+        mounts.push(parent);
+        verdicts.push(Verdict {
+            path: named,
+            resolved,
+            denied,
+        });
+    }
+    // A rename or link between two mounts fails with EXDEV before any read-only check.
+    if matches!(&mounts[..], [Some(a), Some(b)] if a != b) {
+        for verdict in &mut verdicts {
+            verdict.denied = false;
+        }
+    }
+    verdicts
+}
+
+/// Judges one path: whether it is denied, where it leads if it is, and (for the two
+/// ends of a rename or link) the mount id of the directory that holds it. Every lookup is
+/// made only when needed: each is a syscall on the notified caller's clock.
+fn judge_path(
+    root: &OwnedFd,
+    named: &Path,
+    op: Op,
+    want_mount: bool,
+) -> (bool, Option<PathBuf>, Option<u64>) {
+    let parent = std::cell::OnceCell::new();
+    let parent = || {
+        parent
+            .get_or_init(|| named.parent().and_then(|p| open_in_sandbox(root, p, true)))
+            .as_ref()
+    };
+    let parent_mount = if want_mount {
+        parent().and_then(|p| crate::sys::mountid::mount_id_of_fd(p.as_fd()).ok())
+    } else {
+        None
+    };
+    // Denied in the parent directory: where the name lands, for the reason.
+    let in_parent = || {
+        let landing = parent()
+            .and_then(fd_path)
+            .zip(named.file_name())
+            .map(|(dir, name)| dir.join(name));
+        (true, landing)
+    };
+    let parent_ro = || parent().and_then(fd_read_only) == Some(true);
+    let on_read_only = |file: &OwnedFd| match fd_read_only(file) {
+        Some(true) => (true, fd_path(file)),
+        _ => (false, None),
+    };
+    let verdict = match op {
+        Op::Create => match open_in_sandbox(root, named, false) {
+            Some(_) => (false, None),
+            None if parent_ro() => in_parent(),
+            None => (false, None),
+        },
+        // unlink, rmdir and rename check the mount before looking the name up.
+        Op::Remove | Op::RenameTo if parent_ro() => in_parent(),
+        Op::Remove | Op::RenameTo | Op::LinkSource { .. } => (false, None),
+        Op::Change { follow } => match open_in_sandbox(root, named, follow) {
+            Some(file) => on_read_only(&file),
+            None => (false, None),
+        },
+        Op::Open { flags } => {
+            let has = |flag: i32| flags & u64::from(flag.unsigned_abs()) != 0;
+            // O_PATH opens nothing for writing.
+            if has(libc::O_PATH) {
+                return (false, None, parent_mount);
+            }
+            let writes =
+                flags & u64::from(libc::O_ACCMODE.unsigned_abs()) != 0 || has(libc::O_TRUNC);
+            // O_CREAT|O_EXCL does not follow a final symlink, nor does O_NOFOLLOW.
+            let exclusive = has(libc::O_CREAT) && has(libc::O_EXCL);
+            let follow = !(has(libc::O_NOFOLLOW) || exclusive);
+            match open_in_sandbox(root, named, follow) {
+                Some(_) if exclusive || !writes => (false, None),
+                Some(file) => match on_read_only(&file) {
+                    // Writing to a device, fifo or socket is I/O, not a change.
+                    (true, _) if is_special(&file) => (false, None),
+                    verdict => verdict,
+                },
+                None if has(libc::O_CREAT) && parent_ro() => in_parent(),
+                None => (false, None),
+            }
+        }
+    };
+    (verdict.0, verdict.1, parent_mount)
+}
+
+/// The file open on a /proc/PID/fd link: its path and whether its mount is read-only.
+fn judge_open_file(link: &Path) -> Option<Verdict> {
+    let path = std::fs::read_link(link).ok()?;
+    let denied = nix::sys::statvfs::statvfs(link)
+        .is_ok_and(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
+    Some(Verdict {
+        resolved: Some(path.clone()),
+        path,
+        denied,
+    })
+}
+
+/// Opens a process's root (O_PATH): the sandbox's `/`, from outside.
+pub fn open_root(pid: u32) -> Option<OwnedFd> {
+    nix::fcntl::open(
+        format!("/proc/{pid}/root").as_str(),
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()
+}
+
+/// Opens (O_PATH) an absolute sandbox path inside the sandbox's root, following a final
+/// symlink or not; RESOLVE_IN_ROOT keeps every symlink inside that root.
+fn open_in_sandbox(root: &OwnedFd, path: &Path, follow: bool) -> Option<OwnedFd> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    let inside = path.strip_prefix("/").unwrap_or(path);
+    let inside = if inside.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        inside
+    };
+    let mut flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
+    if !follow {
+        flags |= OFlag::O_NOFOLLOW;
+    }
+    let how = OpenHow::new()
+        .flags(flags)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    nix::fcntl::openat2(root, inside, how).ok()
+}
+
+/// Where an fd opened inside the sandbox leads, in the sandbox's view.
+fn fd_path(fd: &OwnedFd) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
+}
+
+/// Whether an open file is neither a regular file nor a directory (nor a symlink).
+fn is_special(fd: &OwnedFd) -> bool {
+    nix::sys::stat::fstat(fd).is_ok_and(|st| {
+        let kind = st.st_mode & libc::S_IFMT;
+        kind != libc::S_IFREG && kind != libc::S_IFDIR && kind != libc::S_IFLNK
+    })
+}
+
+/// Whether the mount an open file lies on is read-only.
+fn fd_read_only(fd: &OwnedFd) -> Option<bool> {
+    nix::sys::statvfs::fstatvfs(fd)
+        .ok()
+        .map(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+}
+
+/// An `int` argument: the kernel reads the register's low 32 bits (AT_FDCWD is -100).
+fn int_arg(raw: u64) -> i32 {
+    i32::from_ne_bytes(u32::try_from(raw & 0xffff_ffff).unwrap_or(0).to_ne_bytes())
+}
+
+/// openat2's flags, from the `struct open_how` the filter cannot read; `None` if it is
+/// unreadable (then the kernel will fail the call with EFAULT anyway).
+fn openat2_flags(n: &Notification) -> Option<u64> {
+    let mut flags = [0u8; 8];
+    let local = std::io::IoSliceMut::new(&mut flags);
+    let remote = nix::sys::uio::RemoteIoVec {
+        base: usize::try_from(n.args[2]).ok()?,
+        len: 8,
+    };
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(n.pid).ok()?);
+    match nix::sys::uio::process_vm_readv(pid, &mut [local], &[remote]) {
+        Ok(8) => Some(u64::from_ne_bytes(flags)),
+        _ => None,
+    }
+}

@@ -456,3 +456,27 @@ fn git_dir_cannot_be_renamed_away_under_allow_git_writes() {
     );
     assert!(!run.workspace.join(".git-old").exists());
 }
+
+#[test]
+fn writable_roots_the_sandbox_replaces_are_refused_up_front() {
+    let dir = TestDir::new("hidden-roots");
+    for root in ["/dev/shm", "/proc/self", "/run", "/sys/kernel"] {
+        let run = Run::new(&dir).arg("--write").arg(root);
+        let out = run.sh("touch ran");
+        assert_eq!(out.status.code(), Some(125), "{root}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("cannot be a writable root"),
+            "{root}: {}",
+            stderr(&out)
+        );
+        assert!(!run.workspace.join("ran").exists());
+    }
+    // Control: a writable root elsewhere is fine.
+    let extra = dir.join("extra");
+    std::fs::create_dir_all(&extra).unwrap();
+    let run = Run::new(&dir)
+        .arg("--write")
+        .arg(extra.display().to_string());
+    let out = run.sh(&format!("touch {}/ran && echo ok", extra.display()));
+    assert_eq!(stdout(&out), "ok\n", "{}", stderr(&out));
+}

@@ -81,6 +81,19 @@ impl SandboxConfig {
         if args.tmp == TmpMode::Host {
             write_roots.push(existing(Path::new("/tmp"), "/tmp")?);
         }
+        // The sandbox has its own /dev, /proc and /run (and /sys is the kernel's): a
+        // writable root there would not be the host's directory at all.
+        if let Some(root) = write_roots.iter().find(|r| {
+            ["/dev", "/proc", "/run", "/sys"]
+                .iter()
+                .any(|hidden| r.starts_with(hidden))
+        }) {
+            return Err(WrapperError::Usage(format!(
+                "{} cannot be a writable root: the sandbox has its own /dev, /proc and /run, \
+                 and /sys is the kernel's; use a directory elsewhere",
+                root.display()
+            )));
+        }
         if write_roots.iter().any(|r| r == Path::new("/")) {
             return Err(WrapperError::Usage(
                 "a writable root of / leaves nothing protected; use --disable-sandbox if you mean it"

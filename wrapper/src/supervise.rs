@@ -224,7 +224,18 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         fetch_status: None,
         cut_report: None,
         cut_sent: false,
-        watch: None,
+        // Started now, so its thread is up when the probe's first write waits for it.
+        watch: WriteWatch::spawn(WatchContext {
+            log: Arc::clone(&log),
+            session: Arc::clone(&session.id),
+            pid1: u32::try_from(sandbox.pid.as_raw()).unwrap_or(0),
+            protected: protected.clone(),
+            read_only: read_only.clone(),
+            notices: stderr == Stderr::Summary,
+            blind: breakage.blind_write_watch,
+            share_root: !allow_nested_userns,
+        })
+        .ok(),
         channel: &channel,
         breakage,
     };
@@ -238,26 +249,17 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             // that signal cancels the start or goes to CMD.
             biased;
             msg = channel.recv(), if channel_open => match msg {
-                Ok(Some((SyncMsg::WriteWatch, fds))) if state.watch.is_none() => {
-                    let pid1 = u32::try_from(sandbox.pid.as_raw()).unwrap_or(0);
-                    let context = WatchContext {
-                        log: Arc::clone(&log),
-                        session: Arc::clone(&session.id),
-                        pid1,
-                        protected: protected.clone(),
-                        read_only: read_only.clone(),
-                        notices: stderr == Stderr::Summary,
-                        blind: breakage.blind_write_watch,
-                        shared_root: if allow_nested_userns {
-                            None
-                        } else {
-                            crate::writejudge::open_root(pid1)
-                        },
+                Ok(Some((SyncMsg::WriteWatch, fds))) => {
+                    let attached = match (&mut state.watch, fds.into_iter().next()) {
+                        (Some(watch), Some(fd)) => watch.attach(fd),
+                        _ => false,
                     };
-                    match fds.into_iter().next().map(|fd| WriteWatch::start(fd, context)) {
-                        Some(Ok(watch)) => state.watch = Some(watch),
-                        // The probe's check of it fails, and CMD does not start.
-                        _ => sandbox.signal(Signal::SIGKILL),
+                    if !attached {
+                        // pid 1's next write would wait forever: stop here.
+                        state.failure.get_or_insert(WrapperError::Handshake(
+                            "the denied-write listener could not be used".into(),
+                        ));
+                        sandbox.signal(Signal::SIGKILL);
                     }
                 }
                 Ok(Some((msg, _))) => {
@@ -410,8 +412,8 @@ impl RunState<'_> {
             return;
         }
         match &self.watch {
-            Some(watch) => watch.check_probe(report),
-            None => report.add_check(crate::probe::check(
+            Some(watch) if watch.attached() => watch.check_probe(report),
+            _ => report.add_check(crate::probe::check(
                 "denied writes logged (seccomp)",
                 vec![Outcome {
                     attempt: "receive the sandbox's seccomp listener".into(),

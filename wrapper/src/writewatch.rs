@@ -44,10 +44,10 @@ pub struct WatchContext {
     pub notices: bool,
     /// Test builds: answer without looking, so the probe's check must fail.
     pub blind: bool,
-    /// The sandbox's root (pid 1's), when every process in it must share it: without
-    /// capabilities and without nested user namespaces none can chroot, pivot_root or
-    /// unshare a mount namespace. Otherwise each caller's own root is opened.
-    pub shared_root: Option<OwnedFd>,
+    /// Whether every process in the sandbox shares pid 1's root, so it is opened once:
+    /// without capabilities and without nested user namespaces none can chroot,
+    /// pivot_root or unshare a mount namespace. Otherwise each caller's own is opened.
+    pub share_root: bool,
 }
 
 /// What the watcher has seen so far.
@@ -70,6 +70,8 @@ struct Notices {
 pub struct WriteWatch {
     seen: Arc<Seen>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Hands the thread the sandbox's listener; dropped once used (or at the end).
+    listener: Option<std::sync::mpsc::SyncSender<OwnedFd>>,
 }
 
 /// The `write_denied` record.
@@ -89,20 +91,47 @@ struct WriteDenied<'a> {
 }
 
 impl WriteWatch {
-    /// Starts answering the listener's notifications on a thread of its own.
-    pub fn start(listener: OwnedFd, context: WatchContext) -> std::io::Result<WriteWatch> {
+    /// Starts the watcher's thread, which waits for the sandbox's listener
+    /// ([`WriteWatch::attach`]): started while the sandbox sets up, it is ready when the
+    /// probe's first write waits for it.
+    pub fn spawn(context: WatchContext) -> std::io::Result<WriteWatch> {
         let seen = Arc::new(Seen::default());
-        seccomp::prefer_sync_wakeup(listener.as_fd());
+        let (give, take) = std::sync::mpsc::sync_channel::<OwnedFd>(1);
         let thread = {
             let seen = Arc::clone(&seen);
             std::thread::Builder::new()
                 .name("netbox-writewatch".into())
-                .spawn(move || serve(&listener, &context, &seen))?
+                .spawn(move || {
+                    let Ok(listener) = take.recv() else {
+                        return;
+                    };
+                    seccomp::prefer_sync_wakeup(listener.as_fd());
+                    // Opened now: pid 1 sends its listener after its mounts, so this is
+                    // the sandbox's root, not the host's it started from.
+                    let shared_root = context
+                        .share_root
+                        .then(|| crate::writejudge::open_root(context.pid1))
+                        .flatten();
+                    serve(&listener, &context, shared_root.as_ref(), &seen);
+                })?
         };
         Ok(WriteWatch {
             seen,
             thread: Some(thread),
+            listener: Some(give),
         })
+    }
+
+    /// Hands the thread the sandbox's listener; false if it already has one or is gone.
+    pub fn attach(&mut self, listener: OwnedFd) -> bool {
+        self.listener
+            .take()
+            .is_some_and(|give| give.send(listener).is_ok())
+    }
+
+    /// Whether the thread has the sandbox's listener.
+    pub fn attached(&self) -> bool {
+        self.listener.is_none()
     }
 
     /// Denied writes recorded so far.
@@ -151,6 +180,8 @@ impl WriteWatch {
     /// Waits for the thread: it ends when every process that could be notified is gone.
     /// Logs how many refused writes were only counted, if any were.
     pub fn finish(mut self, log: &EventLog, session: &str) -> u64 {
+        // Never attached: the thread is waiting for a listener that will not come.
+        self.listener.take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -168,7 +199,7 @@ impl WriteWatch {
     }
 }
 
-fn serve(listener: &OwnedFd, context: &WatchContext, seen: &Seen) {
+fn serve(listener: &OwnedFd, context: &WatchContext, root: Option<&OwnedFd>, seen: &Seen) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     loop {
         let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
@@ -183,18 +214,24 @@ fn serve(listener: &OwnedFd, context: &WatchContext, seen: &Seen) {
             return;
         }
         match seccomp::receive(listener.as_fd()) {
-            Ok(notification) => handle(listener, context, seen, &notification),
+            Ok(notification) => handle(listener, context, root, seen, &notification),
             // The caller died (ENOENT) or a signal interrupted us: go on.
             Err(_) => continue,
         }
     }
 }
 
-fn handle(listener: &OwnedFd, context: &WatchContext, seen: &Seen, n: &Notification) {
+fn handle(
+    listener: &OwnedFd,
+    context: &WatchContext,
+    root: Option<&OwnedFd>,
+    seen: &Seen,
+    n: &Notification,
+) {
     let verdicts = if context.blind {
         Vec::new()
     } else {
-        judge(n, context.shared_root.as_ref())
+        judge(n, root)
     };
     // pid 1's writes are the probe's: noted before the caller goes on, so its report
     // (sent after its last write returns) finds every one noted.

@@ -183,9 +183,7 @@ impl EventLog {
     /// Opens (creating, appending) the log file, if one is given.
     pub fn open(path: Option<&Path>, stderr: Stderr) -> io::Result<EventLog> {
         let file = match path {
-            Some(path) => Some(Mutex::new(
-                OpenOptions::new().create(true).append(true).open(path)?,
-            )),
+            Some(path) => Some(Mutex::new(open_after_whole_lines(path)?)),
             None => None,
         };
         Ok(EventLog {
@@ -268,6 +266,26 @@ impl EventLog {
             }
         }
     }
+}
+
+/// Opens a log for appending. A crash can leave its last line half written: a newline
+/// first then keeps the next record from being glued onto it (and lost with it).
+fn open_after_whole_lines(path: &Path) -> io::Result<File> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    if file.seek(SeekFrom::End(0))? > 0 {
+        file.seek(SeekFrom::End(-1))?;
+        let mut last = [0u8; 1];
+        file.read_exact(&mut last)?;
+        if last[0] != b'\n' {
+            file.write_all(b"\n")?;
+        }
+    }
+    Ok(file)
 }
 
 /// The stderr line for an event.

@@ -51,6 +51,9 @@ fn a_learned_allowlist_lets_the_same_command_through_and_nothing_else() {
     let ws = dir.join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let learned = dir.join("learned.toml");
+    // A symlink where the file goes is replaced, never written through.
+    let victim = dir.write("victim", "keep\n");
+    std::os::unix::fs::symlink(&victim, &learned).unwrap();
     let script = format!(
         "{}; {}; {}",
         get("a.test", s.a.port()),
@@ -80,6 +83,8 @@ fn a_learned_allowlist_lets_the_same_command_through_and_nothing_else() {
         "{}",
         stderr(&out)
     );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+    assert!(std::fs::symlink_metadata(&learned).unwrap().is_file());
     let text = std::fs::read_to_string(&learned).unwrap();
     let a_rule = format!("\"a.test:{}\", # 2 attempts", s.a.port());
     assert!(text.contains(&a_rule), "{text}");

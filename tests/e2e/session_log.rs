@@ -182,6 +182,27 @@ fn netbox_log_reads_logs_still_open_or_cut_short_and_finds_the_last() {
     assert_eq!(report["incomplete_last_line"], true);
     assert!(report["sessions"][0]["end"].is_null());
 
+    // A run appending to a log cut short starts on a line of its own: its records are
+    // whole and its session reads.
+    let out = Command::new(netbox_bin())
+        .args(["--quiet", "--log"])
+        .arg(&cut)
+        .args(["--", "true"])
+        .current_dir(&workspace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = netbox_log(&["--json", cut.to_str().unwrap()]);
+    let report: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(
+        report["sessions"].as_array().unwrap().len(),
+        2,
+        "{report:#}"
+    );
+    assert_eq!(report["sessions"][1]["start"]["type"], "session_start");
+    assert_eq!(report["sessions"][1]["end"]["outcome"], "exited");
+    assert_eq!(report["unreadable_lines"], 1, "{report:#}");
+
     // Nothing to read: one clear line, 125.
     let out = netbox_log(&[]);
     assert_eq!(out.status.code(), Some(125));

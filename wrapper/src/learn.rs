@@ -9,8 +9,13 @@
 //! destination refused for its address is listed commented out, with why.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 use serde_json::Value;
 
@@ -30,6 +35,14 @@ struct Seen {
     bytes_down: u64,
 }
 
+/// Whether a destination is an IP literal that is not public (loopback, private,
+/// link-local, metadata...): a rule for it would open that address, so it is never
+/// written as an active rule, whatever the log says of it.
+fn non_public_ip(host: &str) -> bool {
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| !bridge::ipclass::classify(ip).is_public())
+}
+
 pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {
     let LearnArgs {
         output,
@@ -46,7 +59,8 @@ pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {
         let records = read_records(&log)?;
         let seen = from_refusals(&records);
         let origin = format!("the refusals in {}", log.display());
-        return write(&seen, &origin, output.as_deref()).map(|()| 0);
+        let target = output.as_deref().map(OutputFile::open).transpose()?;
+        return write(&seen, &origin, target).map(|()| 0);
     }
     if run.disable_sandbox {
         return Err(WrapperError::Usage(
@@ -61,6 +75,9 @@ pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {
         ));
     }
     run.learn = true;
+    // Where the file goes is settled before CMD runs: the workspace is CMD's to change,
+    // and a directory it swapped for a symlink must not move netbox's write.
+    let target = output.as_deref().map(OutputFile::open).transpose()?;
     let config = SandboxConfig::from_args(run)?;
     let log = config.log_path.clone();
     let session = config.session_id.clone();
@@ -76,7 +93,7 @@ pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {
         .collect();
     let seen = from_learning(&records);
     let origin = format!("session {session}: {}", command.join(" "));
-    write(&seen, &origin, output.as_deref())?;
+    write(&seen, &origin, target)?;
     Ok(status)
 }
 
@@ -150,6 +167,9 @@ fn from_refusals(records: &[Value]) -> BTreeMap<(String, u16), Seen> {
 
 /// The allowlist, as TOML.
 fn render(seen: &BTreeMap<(String, u16), Seen>, origin: &str) -> String {
+    // The command line is the command's own text: one escaped line, so no newline in it
+    // can end the comment and add TOML of its choosing.
+    let origin = crate::printable::printable(origin);
     let mut text = format!(
         "# Written by `netbox learn` from {origin}.\n\
          # One rule per destination the command tried; review before you commit it.\n\
@@ -164,7 +184,12 @@ fn render(seen: &BTreeMap<(String, u16), Seen>, origin: &str) -> String {
         let quoted = serde_json::to_string(&rule).unwrap_or_default();
         let attempts = s.wanted + s.refused_address;
         let plural = if attempts == 1 { "" } else { "s" };
-        if s.wanted > 0 {
+        if non_public_ip(host) {
+            text.push_str(&format!(
+                "    # {quoted}, # {attempts} attempt{plural}, left out: a non-public address \
+                 (loopback, private, metadata...); a rule would open it to every command\n"
+            ));
+        } else if s.wanted > 0 {
             text.push_str(&format!(
                 "    {quoted}, # {attempts} attempt{plural}, {} B down\n",
                 s.bytes_down
@@ -181,11 +206,86 @@ fn render(seen: &BTreeMap<(String, u16), Seen>, origin: &str) -> String {
     text
 }
 
-/// Writes the allowlist to `output` (replacing it whole, never half-written) or stdout.
+/// An output file whose directory was opened before anything ran.
+struct OutputFile {
+    dir: OwnedFd,
+    name: OsString,
+    shown: PathBuf,
+}
+
+impl OutputFile {
+    fn open(path: &Path) -> Result<OutputFile, WrapperError> {
+        let name = path
+            .file_name()
+            .ok_or_else(|| WrapperError::Usage(format!("-o {}: not a file name", path.display())))?
+            .to_owned();
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = nix::fcntl::open(
+            parent,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| WrapperError::Path {
+            path: parent.to_owned(),
+            what: "directory for -o",
+            source: e.into(),
+        })?;
+        Ok(OutputFile {
+            dir,
+            name,
+            shown: path.to_owned(),
+        })
+    }
+
+    /// Replaces the file whole: a new temporary file (O_EXCL, so nothing already there,
+    /// symlink or not, is followed), synced, then renamed over the name (which replaces
+    /// a symlink there rather than following it).
+    fn replace(&self, text: &str) -> std::io::Result<()> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let temporary = format!(
+            ".{}.{}-{nanos:x}-{}.netbox-tmp",
+            self.name.to_string_lossy(),
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = &self.dir;
+        let fd = nix::fcntl::openat(
+            &self.dir,
+            temporary.as_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )?;
+        let mut file = std::fs::File::from(fd);
+        let written = file
+            .write_all(text.as_bytes())
+            .and_then(|()| file.sync_all());
+        let renamed = written.and_then(|()| {
+            nix::fcntl::renameat(dir, temporary.as_str(), dir, self.name.as_os_str())
+                .map_err(std::io::Error::from)
+        });
+        if renamed.is_err() {
+            let _ = nix::unistd::unlinkat(
+                dir,
+                temporary.as_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+        }
+        renamed
+    }
+}
+
+/// Writes the allowlist to the output file, or to stdout.
 fn write(
     seen: &BTreeMap<(String, u16), Seen>,
     origin: &str,
-    output: Option<&Path>,
+    output: Option<OutputFile>,
 ) -> Result<(), WrapperError> {
     let text = render(seen, origin);
     let Some(output) = output else {
@@ -195,25 +295,18 @@ fn write(
             .and_then(|()| stdout.flush())
             .map_err(WrapperError::Output);
     };
-    let failed = |source| WrapperError::Path {
-        path: output.to_owned(),
+    output.replace(&text).map_err(|source| WrapperError::Path {
+        path: output.shown.clone(),
         what: "learned allowlist",
         source,
-    };
-    let name = output
-        .file_name()
-        .ok_or_else(|| WrapperError::Usage(format!("-o {}: not a file name", output.display())))?;
-    let mut temporary = PathBuf::from(output);
-    temporary.set_file_name(format!(".{}.netbox-tmp", name.to_string_lossy()));
-    std::fs::write(&temporary, text).map_err(failed)?;
-    std::fs::rename(&temporary, output).map_err(|e| {
-        let _ = std::fs::remove_file(&temporary);
-        failed(e)
     })?;
+    let rules = seen
+        .iter()
+        .filter(|((host, _), s)| s.wanted > 0 && !non_public_ip(host))
+        .count();
     crate::say(&format!(
-        "netbox: wrote {} rule(s) to {}",
-        seen.values().filter(|s| s.wanted > 0).count(),
-        output.display()
+        "netbox: wrote {rules} rule(s) to {}",
+        output.shown.display()
     ));
     Ok(())
 }
@@ -221,6 +314,36 @@ fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn non_public_ip_literals_and_hostile_command_lines_stay_comments() {
+        let records: Vec<Value> = [
+            r#"{"type":"net","host":"127.0.0.1","port":6379,"decision":"deny","reason":"not_allowed"}"#,
+            r#"{"type":"net","host":"169.254.169.254","port":80,"decision":"deny","reason":"not_allowed"}"#,
+            r#"{"type":"net","host":"192.0.2.1","port":443,"decision":"deny","reason":"not_allowed"}"#,
+            r#"{"type":"net","host":"8.8.8.8","port":443,"decision":"deny","reason":"not_allowed"}"#,
+        ]
+        .iter()
+        .map(|r| serde_json::from_str(r).unwrap())
+        .collect();
+        let text = render(
+            &from_refusals(&records),
+            "sh -c 'x'\nallow = [\"evil.test\"]",
+        );
+        #[derive(serde::Deserialize)]
+        struct File {
+            allow: Vec<String>,
+        }
+        let file: File = toml::from_str(&text).expect("valid TOML");
+        assert_eq!(file.allow, ["8.8.8.8:443"], "{text}");
+        assert!(text.contains("# \"127.0.0.1:6379\""), "{text}");
+        assert!(text.contains("# \"169.254.169.254:80\""), "{text}");
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("allow")).count(),
+            1,
+            "{text}"
+        );
+    }
 
     #[test]
     fn the_allowlist_is_sorted_commented_and_loads() {

@@ -240,8 +240,10 @@ fn add_write(writes: &mut BTreeMap<String, RefusedPath>, record: &Value) {
 
 fn render(report: &Report<'_>) -> String {
     let mut out = String::new();
+    // Paths, programs and commands in a log are the sandboxed command's choice: each
+    // line is made printable whole, so none can move the cursor or forge another line.
     let mut line = |text: String| {
-        out.push_str(&text);
+        out.push_str(&crate::printable::printable(&text));
         out.push('\n');
     };
     if report.sessions.is_empty() {
@@ -371,6 +373,18 @@ fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn record_text_cannot_forge_lines_or_escape_sequences() {
+        let log = b"{\"type\":\"write_denied\",\"session\":\"s\",\"path\":\"/x\\n  ended    exited with status 0\\u001b[2J\",\"reason\":\"read-only root\"}\n";
+        let text = render(&summarise(Path::new("x"), log));
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(
+            !text.lines().any(|l| l.starts_with("  ended    exited")),
+            "{text}"
+        );
+        assert!(text.contains("/x\\n  ended"), "{text}");
+    }
 
     #[test]
     fn a_half_written_last_line_is_left_out() {

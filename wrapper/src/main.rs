@@ -38,6 +38,7 @@ mod logview;
 mod mounts;
 mod namespaces;
 mod pins;
+mod printable;
 mod probe;
 mod protect;
 mod run;

@@ -12,7 +12,7 @@
 //! whole chain (filter, listener, path reading, classification) before CMD runs.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -301,7 +301,7 @@ fn record(
             if notices.paths.insert(verdict.path.clone()) {
                 crate::say(&format!(
                     "netbox: blocked write {} ({reason})",
-                    printable(&verdict.path)
+                    crate::printable::printable(&verdict.path.to_string_lossy())
                 ));
             }
         } else if !notices.paths.contains(&verdict.path) && !notices.capped {
@@ -309,21 +309,6 @@ fn record(
             crate::say("netbox: more writes were blocked; they are not announced, only logged");
         }
     }
-}
-
-/// A path for a terminal: control characters (which CMD could use to rewrite the
-/// user's screen) escaped.
-fn printable(path: &Path) -> String {
-    path.to_string_lossy()
-        .chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
 }
 
 fn syscall_name(nr: i64) -> &'static str {

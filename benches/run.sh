@@ -48,7 +48,7 @@ CONF
 nginx -c "$work/nginx.conf" -e "$work/nginx-error.log" &
 pids+=($!)
 
-./target/release/netbox bridge --listen 127.0.0.1:0 --allow "127.0.0.1:$nginx_port" --quiet 2>"$work/bridge.err" &
+"./target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox" bridge --listen 127.0.0.1:0 --allow "127.0.0.1:$nginx_port" --quiet 2>"$work/bridge.err" &
 bridge_pid=$!
 pids+=($bridge_pid)
 for _ in $(seq 50); do

@@ -15,7 +15,7 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/ws"
 cd "$work/ws"
 hyperfine -N -w 20 -r "${RUNS:-300}" --style basic \
-    "$OLDPWD/target/release/netbox --quiet --log $work/events.jsonl -- true" \
+    "$OLDPWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox --quiet --log $work/events.jsonl -- true" \
     "bwrap --unshare-all --die-with-parent --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp true"
 echo "== probe cost (from the event log, microseconds)"
 grep -o '"duration_us":[0-9]*' "$work/events.jsonl" | cut -d: -f2 | sort -n \

@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --bin netbox --features netbox/test-hooks --target-dir target/bench-hooks
-netbox="$PWD/target/bench-hooks/release/netbox"
+netbox="$PWD/target/bench-hooks/$(rustc -vV | sed -n "s/^host: //p")/release/netbox"
 work=$(mktemp -d "${BENCH_DIR:-/tmp}/netbox-writewatch.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/ws"

@@ -27,7 +27,7 @@ if [ "$(id -u)" = 0 ]; then
     stage=$(mktemp -d /tmp/netbox-unpriv.XXXXXX)
     trap 'rm -rf "$stage"' EXIT
     cp "$e2e" "$stage/e2e"
-    cp target/debug/netbox "$stage/netbox"
+    cp "target/$(rustc -vV | sed -n "s/^host: //p")/debug/netbox" "$stage/netbox"
     chmod 755 "$stage" "$stage/e2e" "$stage/netbox"
     echo "== e2e tests as nobody (uid 65534)"
     (cd "$stage" && env -i PATH="$PATH" HOME=/nonexistent TMPDIR=/tmp NETBOX_BIN="$stage/netbox" \

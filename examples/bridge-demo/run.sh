@@ -11,7 +11,7 @@ done
 
 echo "== building netbox (release)"
 cargo build --release --quiet --bin netbox
-netbox=$PWD/target/release/netbox
+netbox=$PWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox
 
 work=$(mktemp -d /tmp/netbox-demo.XXXXXX)
 pids=()

@@ -13,7 +13,7 @@ for tool in cargo git curl; do
 done
 echo "== building netbox (release)"
 cargo build --release --quiet --bin netbox
-netbox=$PWD/target/release/netbox
+netbox=$PWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox
 
 demo=/tmp/sandbox_demo
 log=/tmp/sandbox_demo.events.jsonl

@@ -100,6 +100,8 @@ cases = [
     ("/etc/passwd", lambda: os.utime(os.open("/etc/passwd", os.O_RDONLY))),
     ("/etc/passwd", lambda: os.fchmod(os.open("/etc/passwd", os.O_RDONLY), 0o600)),
     (ws + "/etc-link/nb-through-link", lambda: open("etc-link/nb-through-link", "w")),
+    (ws + "/.git", lambda: os.rename(".git", "moved-git")),
+    (ws + "/.vscode", lambda: os.rmdir(".vscode")),
     ("-", lambda: os.mkdir("/usr")),
     ("-", lambda: os.makedirs("/usr/lib", exist_ok=True)),
     ("-", lambda: os.open("/etc/passwd", os.O_RDONLY | os.O_CREAT)),

@@ -6,7 +6,8 @@
 //! The kernel checks some things before the mount's read-only flag, and a write refused
 //! for those is not a refused write: a name that exists already (EEXIST: `mkdir -p`,
 //! `O_CREAT|O_EXCL`), a file to change or open that does not (ENOENT), a rename or link
-//! across mounts (EXDEV). (unlink, rmdir and rename check the mount first.) An
+//! across mounts (EXDEV). (unlink, rmdir and rename check the mount first; a name that
+//! is itself a mount point, like a pinned `.git`, is refused with EBUSY, and logged.) An
 //! open that neither creates, truncates nor asks for write access writes nothing
 //! (`O_RDONLY|O_CREAT` on an existing file, `O_PATH`), and opening a device, fifo or
 //! socket for writing is I/O, not a change to the filesystem. Calls that act on a
@@ -283,7 +284,13 @@ fn judge_path(
         },
         // unlink, rmdir and rename check the mount before looking the name up.
         Op::Remove | Op::RenameTo if parent_ro() => in_parent(),
-        Op::Remove | Op::RenameTo | Op::LinkSource { .. } => (false, None),
+        // Then a name that is a mount point of its own (a pinned .git, a placeholder)
+        // cannot be removed or replaced (EBUSY): refused all the same.
+        Op::Remove | Op::RenameTo => match open_in_sandbox(root, named, false) {
+            Some(entry) if is_mount_point(&entry, parent()) => (true, fd_path(&entry)),
+            _ => (false, None),
+        },
+        Op::LinkSource { .. } => (false, None),
         Op::Change { follow } => match open_in_sandbox(root, named, follow) {
             Some(file) => on_read_only(&file),
             None => (false, None),
@@ -360,6 +367,18 @@ fn open_in_sandbox(root: &OwnedFd, path: &Path, follow: bool) -> Option<OwnedFd>
 fn fd_path(fd: &OwnedFd) -> Option<PathBuf> {
     use std::os::fd::AsRawFd;
     std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
+}
+
+/// Whether `entry` is the root of a mount other than its parent directory's.
+fn is_mount_point(entry: &OwnedFd, parent: Option<&OwnedFd>) -> bool {
+    use crate::sys::mountid::mount_id_of_fd;
+    let Some(parent) = parent else {
+        return false;
+    };
+    matches!(
+        (mount_id_of_fd(entry.as_fd()), mount_id_of_fd(parent.as_fd())),
+        (Ok(a), Ok(b)) if a != b
+    )
 }
 
 /// Whether an open file is neither a regular file nor a directory (nor a symlink).

@@ -83,6 +83,7 @@ fn a_session_log_starts_and_ends_with_its_frame() {
         "probe  every control held",
         &format!("files.test:{p}"),
         "blocked.test:443",
+        "(not on allowlist)",
         "/etc/nb-frame",
         "read-only root",
         "ended    exited with status 3",

@@ -25,7 +25,7 @@ struct Destination {
     denied: u64,
     bytes_up: u64,
     bytes_down: u64,
-    /// Why attempts were refused (the log's `reason`s), each once.
+    /// Why attempts were refused (the log's `reason`s, in words), each once.
     refused_because: Vec<String>,
 }
 
@@ -209,8 +209,14 @@ fn add_attempt(destinations: &mut BTreeMap<(String, u64), Destination>, record: 
     } else {
         entry.denied += 1;
         if let Some(reason) = record["reason"].as_str() {
-            if !entry.refused_because.iter().any(|r| r == reason) {
-                entry.refused_because.push(reason.to_owned());
+            // In words, as the live notice said it (an unknown reason as it is).
+            let reason = serde_json::from_value::<bridge::policy::Reason>(record["reason"].clone())
+                .map_or_else(
+                    |_| reason.to_owned(),
+                    |r| bridge::log::describe(r).to_owned(),
+                );
+            if !entry.refused_because.contains(&reason) {
+                entry.refused_because.push(reason);
             }
         }
     }

@@ -66,7 +66,7 @@ pub enum Verdict {
 }
 
 /// Why a request was allowed or refused. Serialised as snake_case into the event log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     AllowedByRule,

@@ -100,6 +100,7 @@ cases = [
     ("/etc/passwd", lambda: os.utime(os.open("/etc/passwd", os.O_RDONLY))),
     ("/etc/passwd", lambda: os.fchmod(os.open("/etc/passwd", os.O_RDONLY), 0o600)),
     (ws + "/etc-link/nb-through-link", lambda: open("etc-link/nb-through-link", "w")),
+    (ws + "/py-link", lambda: open("py-link", "a")),
     (ws + "/.git", lambda: os.rename(".git", "moved-git")),
     (ws + "/.vscode", lambda: os.rmdir(".vscode")),
     ("-", lambda: os.mkdir("/usr")),

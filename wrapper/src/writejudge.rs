@@ -277,7 +277,7 @@ fn judge_path(
         _ => (false, None),
     };
     let verdict = match op {
-        Op::Create => match open_in_sandbox(root, named, false) {
+        Op::Create => match lookup(root, named, false, parent()) {
             Some(_) => (false, None),
             None if parent_ro() => in_parent(),
             None => (false, None),
@@ -286,7 +286,7 @@ fn judge_path(
         Op::Remove | Op::RenameTo if parent_ro() => in_parent(),
         // Then a name that is a mount point of its own (a pinned .git, a placeholder)
         // cannot be removed or replaced (EBUSY): refused all the same.
-        Op::Remove | Op::RenameTo => match open_in_sandbox(root, named, false) {
+        Op::Remove | Op::RenameTo => match lookup(root, named, false, parent()) {
             Some(entry) if is_mount_point(&entry, parent()) => (true, fd_path(&entry)),
             _ => (false, None),
         },
@@ -306,7 +306,7 @@ fn judge_path(
             // O_CREAT|O_EXCL does not follow a final symlink, nor does O_NOFOLLOW.
             let exclusive = has(libc::O_CREAT) && has(libc::O_EXCL);
             let follow = !(has(libc::O_NOFOLLOW) || exclusive);
-            match open_in_sandbox(root, named, follow) {
+            match lookup(root, named, follow, parent()) {
                 Some(_) if exclusive || !writes => (false, None),
                 Some(file) => match on_read_only(&file) {
                     // Writing to a device, fifo or socket is I/O, not a change.
@@ -361,6 +361,36 @@ fn open_in_sandbox(root: &OwnedFd, path: &Path, follow: bool) -> Option<OwnedFd>
         .flags(flags)
         .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
     nix::fcntl::openat2(root, inside, how).ok()
+}
+
+/// Opens (O_PATH) a name whose directory is open already: one step from there instead of
+/// a walk from `/`, which is most of what a create in a deep directory costs. A final
+/// symlink to follow is resolved from the root, as anything absolute in it must be.
+fn lookup(root: &OwnedFd, named: &Path, follow: bool, parent: Option<&OwnedFd>) -> Option<OwnedFd> {
+    use nix::fcntl::OFlag;
+    // No file name (a path ending in ".."): resolve it whole.
+    let (Some(parent), Some(name)) = (parent, named.file_name()) else {
+        return open_in_sandbox(root, named, follow);
+    };
+    use nix::fcntl::{OpenHow, ResolveFlag};
+    // A symlink to follow stops this one step (ELOOP) and is resolved from the root.
+    let (flags, resolve) = if follow {
+        (
+            OFlag::O_PATH | OFlag::O_CLOEXEC,
+            ResolveFlag::RESOLVE_NO_SYMLINKS,
+        )
+    } else {
+        (
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        )
+    };
+    let how = OpenHow::new().flags(flags).resolve(resolve);
+    match nix::fcntl::openat2(parent, name, how) {
+        Ok(entry) => Some(entry),
+        Err(nix::errno::Errno::ELOOP) => open_in_sandbox(root, named, true),
+        Err(_) => None,
+    }
 }
 
 /// Where an fd opened inside the sandbox leads, in the sandbox's view.

@@ -108,12 +108,11 @@ fn run_logged(
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;
     left?;
-    // Threads may exist from here on; the runtime starts while the sandbox sets up. On
-    // this thread alone: each thread costs start-up time (measured for `netbox -- true`:
-    // 2 workers 6.5 ms, 1 worker 5.5 ms; then, static, 1 worker 5.8-6.1 ms, none 5.6 ms),
-    // the supervision is idle while the bridge works, and a tunnel's relay is one task
-    // anyway (512 MiB through CONNECT: 1.1-1.4 GB/s either way).
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // Threads may exist from here on; the runtime starts while the sandbox sets up. One
+    // worker: each thread costs start-up time (measured: 2 workers 6.5 ms, 1 worker 5.5 ms
+    // for `netbox -- true`), and a tunnel's relay runs in one task anyway.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(WrapperError::Runtime)?;

@@ -103,6 +103,9 @@ cases = [
     (ws + "/py-link", lambda: open("py-link", "a")),
     (ws + "/.git", lambda: os.rename(".git", "moved-git")),
     (ws + "/.vscode", lambda: os.rmdir(".vscode")),
+    (ws + "/.envrc", lambda: os.remove(".envrc")),
+    ("-", lambda: os.rmdir(".envrc")),
+    ("-", lambda: os.remove(".idea")),
     ("-", lambda: os.mkdir("/usr")),
     ("-", lambda: os.makedirs("/usr/lib", exist_ok=True)),
     ("-", lambda: os.open("/etc/passwd", os.O_RDONLY | os.O_CREAT)),
@@ -138,6 +141,8 @@ fn each_kind_of_write_is_judged_as_the_kernel_decides_it() {
     let dir = TestDir::new("writelog-kinds");
     let run = Run::new(&dir).arg("--quiet");
     std::fs::write(run.workspace.join("file"), "x").unwrap();
+    // A protected start-up file that exists: pinned as a file.
+    std::fs::write(run.workspace.join(".envrc"), "export X=1\n").unwrap();
     std::fs::write(run.workspace.join("kinds.py"), WRITE_KINDS).unwrap();
     std::os::unix::fs::symlink("/etc", run.workspace.join("etc-link")).unwrap();
     std::os::unix::fs::symlink("/usr/bin/python3", run.workspace.join("py-link")).unwrap();

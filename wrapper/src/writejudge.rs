@@ -31,6 +31,9 @@ pub struct Verdict {
     /// Where that leads in the sandbox, symlinks resolved (for the reason).
     pub resolved: Option<PathBuf>,
     pub denied: bool,
+    /// Refused because the name is a mount point of its own (EBUSY), not for a
+    /// read-only mount.
+    pub busy: bool,
 }
 
 /// What a syscall does with a path.
@@ -38,8 +41,10 @@ pub struct Verdict {
 enum Op {
     /// Creates the name (mkdir, mknod, symlink, link's new name): EEXIST if it is there.
     Create,
-    /// Removes or moves away a name (unlink, rmdir, rename's old name).
-    Remove,
+    /// Removes or moves away a name (unlink, rmdir, rename's old name). `dir`: whether the
+    /// call removes a directory (rmdir, AT_REMOVEDIR) or not (unlink); `None` for rename,
+    /// which takes either.
+    Remove { dir: Option<bool> },
     /// rename's new name: created or replaced.
     RenameTo,
     /// Changes an existing file (truncate, chmod, chown, utimes, xattrs); ENOENT if absent.
@@ -86,9 +91,12 @@ fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
             },
         )],
         libc::SYS_mkdirat | libc::SYS_mknodat => vec![at(0, 1, Op::Create)],
-        libc::SYS_unlinkat => vec![at(0, 1, Op::Remove)],
+        libc::SYS_unlinkat => {
+            let dir = int_arg(n.args[2]) & libc::AT_REMOVEDIR != 0;
+            vec![at(0, 1, Op::Remove { dir: Some(dir) })]
+        }
         libc::SYS_renameat | libc::SYS_renameat2 => {
-            vec![at(0, 1, Op::Remove), at(2, 3, Op::RenameTo)]
+            vec![at(0, 1, Op::Remove { dir: None }), at(2, 3, Op::RenameTo)]
         }
         libc::SYS_linkat => {
             let follow = int_arg(n.args[4]) & libc::AT_SYMLINK_FOLLOW != 0;
@@ -121,9 +129,11 @@ fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
         #[cfg(target_arch = "x86_64")]
         libc::SYS_mkdir | libc::SYS_mknod => vec![plain(0, Op::Create)],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_unlink | libc::SYS_rmdir => vec![plain(0, Op::Remove)],
+        libc::SYS_unlink => vec![plain(0, Op::Remove { dir: Some(false) })],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_rename => vec![plain(0, Op::Remove), plain(1, Op::RenameTo)],
+        libc::SYS_rmdir => vec![plain(0, Op::Remove { dir: Some(true) })],
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_rename => vec![plain(0, Op::Remove { dir: None }), plain(1, Op::RenameTo)],
         #[cfg(target_arch = "x86_64")]
         libc::SYS_link => vec![
             plain(0, Op::LinkSource { follow: false }),
@@ -226,12 +236,13 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
             );
             continue;
         }
-        let (denied, resolved, parent) = judge_path(root, &named, arg.op, two_ends);
+        let (denied, resolved, busy, parent) = judge_path(root, &named, arg.op, two_ends);
         mounts.push(parent);
         verdicts.push(Verdict {
             path: named,
             resolved,
             denied,
+            busy,
         });
     }
     // A rename or link between two mounts fails with EXDEV before any read-only check.
@@ -243,15 +254,16 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
     verdicts
 }
 
-/// Judges one path: whether it is denied, where it leads if it is, and (for the two
-/// ends of a rename or link) the mount id of the directory that holds it. Every lookup is
+/// Judges one path: whether it is denied, where it leads if it is, whether for being a
+/// mount point (EBUSY), and (for the two ends of a rename or link) the mount id of the
+/// directory that holds it. Every lookup is
 /// made only when needed: each is a syscall on the notified caller's clock.
 fn judge_path(
     root: &OwnedFd,
     named: &Path,
     op: Op,
     want_mount: bool,
-) -> (bool, Option<PathBuf>, Option<u64>) {
+) -> (bool, Option<PathBuf>, bool, Option<u64>) {
     let parent = std::cell::OnceCell::new();
     let parent = || {
         parent
@@ -276,6 +288,7 @@ fn judge_path(
         Some(true) => (true, fd_path(file)),
         _ => (false, None),
     };
+    let mut busy = false;
     let verdict = match op {
         Op::Create => match lookup(root, named, false, parent()) {
             Some(_) => (false, None),
@@ -283,13 +296,23 @@ fn judge_path(
             None => (false, None),
         },
         // unlink, rmdir and rename check the mount before looking the name up.
-        Op::Remove | Op::RenameTo if parent_ro() => in_parent(),
+        Op::Remove { .. } | Op::RenameTo if parent_ro() => in_parent(),
         // Then a name that is a mount point of its own (a pinned .git, a placeholder)
-        // cannot be removed or replaced (EBUSY): refused all the same.
-        Op::Remove | Op::RenameTo => match lookup(root, named, false, parent()) {
-            Some(entry) if is_mount_point(&entry, parent()) => (true, fd_path(&entry)),
+        // cannot be removed or moved away (EBUSY), once the call is of the right kind
+        // for it (unlink of a directory is EISDIR first, rmdir of a file ENOTDIR).
+        Op::Remove { dir } => match lookup(root, named, false, parent()) {
+            Some(entry)
+                if dir.is_none_or(|dir| dir == is_directory(&entry))
+                    && is_mount_point(&entry, parent()) =>
+            {
+                busy = true;
+                (true, fd_path(&entry))
+            }
             _ => (false, None),
         },
+        // Replacing a mount point is EBUSY too, but only past type and flag checks on
+        // both ends; not judged, rather than judged wrong.
+        Op::RenameTo => (false, None),
         Op::LinkSource { .. } => (false, None),
         Op::Change { follow } => match open_in_sandbox(root, named, follow) {
             Some(file) => on_read_only(&file),
@@ -299,7 +322,7 @@ fn judge_path(
             let has = |flag: i32| flags & u64::from(flag.unsigned_abs()) != 0;
             // O_PATH opens nothing for writing.
             if has(libc::O_PATH) {
-                return (false, None, parent_mount);
+                return (false, None, false, parent_mount);
             }
             let writes =
                 flags & u64::from(libc::O_ACCMODE.unsigned_abs()) != 0 || has(libc::O_TRUNC);
@@ -318,7 +341,7 @@ fn judge_path(
             }
         }
     };
-    (verdict.0, verdict.1, parent_mount)
+    (verdict.0, verdict.1, busy, parent_mount)
 }
 
 /// The file open on a /proc/PID/fd link: its path and whether its mount is read-only.
@@ -330,6 +353,7 @@ fn judge_open_file(link: &Path) -> Option<Verdict> {
         resolved: Some(path.clone()),
         path,
         denied,
+        busy: false,
     })
 }
 
@@ -397,6 +421,11 @@ fn lookup(root: &OwnedFd, named: &Path, follow: bool, parent: Option<&OwnedFd>) 
 fn fd_path(fd: &OwnedFd) -> Option<PathBuf> {
     use std::os::fd::AsRawFd;
     std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
+}
+
+/// Whether an open file is a directory.
+fn is_directory(entry: &OwnedFd) -> bool {
+    nix::sys::stat::fstat(entry).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
 
 /// Whether `entry` is the root of a mount other than its parent directory's.

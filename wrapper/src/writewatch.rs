@@ -276,6 +276,8 @@ fn record(
         "protected path"
     } else if context.read_only.iter().any(|p| landing.starts_with(p)) {
         "read-only path"
+    } else if verdict.busy {
+        "mount point"
     } else {
         "read-only root"
     };

@@ -131,7 +131,7 @@ impl Attempt {
         Event {
             kind: "net",
             schema_version: SCHEMA_VERSION,
-            ts: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            ts: timestamp(),
             session: self.session,
             proto: self.proto,
             method: self.method,
@@ -156,6 +156,23 @@ impl Attempt {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A record's common fields, then its body's, flattened.
+#[derive(Serialize)]
+struct Framed<'a, T: Serialize> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    schema_version: u32,
+    ts: String,
+    session: &'a str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+/// Now, as every record's `ts`: RFC 3339 UTC with milliseconds.
+pub fn timestamp() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
 /// Whether to summarise each event on stderr.
@@ -249,7 +266,20 @@ impl EventLog {
             .store(stderr == Stderr::Summary, Ordering::Relaxed);
     }
 
-    /// Writes any other record type (the wrapper's probe and session records) as one line.
+    /// Writes a record of another type (the wrapper's probe, phase, write and session
+    /// records) with the fields every record starts with: `type`, `schema_version`, `ts`
+    /// and `session`, then `body`'s own fields.
+    pub fn record_as(&self, kind: &str, session: &str, body: &impl Serialize) {
+        self.record_json(&Framed {
+            kind,
+            schema_version: SCHEMA_VERSION,
+            ts: timestamp(),
+            session,
+            body,
+        });
+    }
+
+    /// Writes any serialisable record as one line.
     pub fn record_json(&self, record: &impl Serialize) {
         if let Some(file) = &self.file {
             let mut line = serde_json::to_vec(record).unwrap_or_default();

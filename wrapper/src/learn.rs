@@ -104,12 +104,7 @@ fn read_records(log: &Path) -> Result<Vec<Value>, WrapperError> {
         what: "event log",
         source,
     })?;
-    let whole = match text.iter().rposition(|&b| b == b'\n') {
-        Some(end) => &text[..=end],
-        None => &[][..],
-    };
-    Ok(whole
-        .split(|&b| b == b'\n')
+    Ok(crate::logview::whole_lines(&text)
         .filter_map(|line| serde_json::from_slice(line).ok())
         .collect())
 }
@@ -121,8 +116,7 @@ fn destination(record: &Value) -> Option<(String, u16)> {
     }
     let host = record["host"].as_str()?.to_owned();
     let port = u16::try_from(record["port"].as_u64()?).ok()?;
-    let authority = format!("{host}:{port}");
-    (!crate::run::CANARIES.contains(&authority.as_str())).then_some((host, port))
+    (!crate::run::is_canary(&host, u64::from(port))).then_some((host, port))
 }
 
 /// From a learn-mode session: every destination reached, and the ones refused for their

@@ -120,17 +120,23 @@ fn newest_session_log() -> Result<PathBuf, WrapperError> {
         .ok_or_else(|| WrapperError::Usage(format!("no session logs in {} yet", dir.display())))
 }
 
-fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
-    let incomplete_last_line = !bytes.is_empty() && !bytes.ends_with(b"\n");
+/// The complete lines of a log that may still be written (or was cut short): a last
+/// line without its newline is left out.
+pub fn whole_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
     let whole = match bytes.iter().rposition(|&b| b == b'\n') {
         Some(end) => &bytes[..=end],
         None => &[][..],
     };
+    whole.split(|&b| b == b'\n').filter(|l| !l.is_empty())
+}
+
+fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
+    let incomplete_last_line = !bytes.is_empty() && !bytes.ends_with(b"\n");
     let mut unreadable_lines = 0;
     let mut sessions: Vec<Summary> = Vec::new();
     let mut destinations: Vec<BTreeMap<(String, u64), Destination>> = Vec::new();
     let mut writes: Vec<BTreeMap<String, RefusedPath>> = Vec::new();
-    for line in whole.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+    for line in whole_lines(bytes) {
         let Ok(record) = serde_json::from_slice::<Value>(line) else {
             unreadable_lines += 1;
             continue;
@@ -192,9 +198,7 @@ fn probe_summary(record: &Value) -> ProbeSummary {
 fn add_attempt(destinations: &mut BTreeMap<(String, u64), Destination>, record: &Value) {
     let host = record["host"].as_str().unwrap_or("(unparsed)").to_owned();
     let port = record["port"].as_u64().unwrap_or(0);
-    let authority = format!("{host}:{port}");
-    // The live probe's own refused canary is not the command's.
-    if crate::run::CANARIES.contains(&authority.as_str()) {
+    if crate::run::is_canary(&host, port) {
         return;
     }
     let entry = destinations

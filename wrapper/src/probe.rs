@@ -165,6 +165,16 @@ pub fn run_cut(input: &ProbeInput, proxy_v6: bool) -> ProbeReport {
     ProbeReport::new(checks, watched_writes(input), started)
 }
 
+/// A check that could not even be tried: `attempt` failed with `result`.
+pub fn failed_check(name: &str, attempt: &str, result: String) -> Check {
+    let outcome = Outcome {
+        attempt: attempt.to_owned(),
+        result,
+        ok: false,
+    };
+    check(name, vec![outcome], Vec::new())
+}
+
 pub fn check(name: &str, forbidden: Vec<Outcome>, control: Vec<Outcome>) -> Check {
     let passed = !forbidden.is_empty() && forbidden.iter().chain(&control).all(|o| o.ok);
     Check {
@@ -625,14 +635,8 @@ fn remount_root_rw() -> std::io::Result<()> {
 /// write past it must fail, and one inside it must succeed.
 fn resource_limits(input: &ProbeInput) -> Check {
     const NAME: &str = "resource limits";
-    let child_failed = |detail: String| {
-        let outcome = Outcome {
-            attempt: "run the limit checks in a child".into(),
-            result: detail,
-            ok: false,
-        };
-        check(NAME, vec![outcome], Vec::new())
-    };
+    let child_failed =
+        |detail: String| failed_check(NAME, "run the limit checks in a child", detail);
     let (reader, writer) = match nix::unistd::pipe() {
         Ok(pair) => pair,
         Err(e) => return child_failed(e.to_string()),

@@ -25,6 +25,11 @@ pub const CANARIES: &[&str] = &[
     "canary.netbox-probe.invalid:9",
 ];
 
+/// Whether a logged attempt is the probe's canary (the probe's, not the command's).
+pub fn is_canary(host: &str, port: u64) -> bool {
+    CANARIES.contains(&format!("{host}:{port}").as_str())
+}
+
 /// Runs CMD in the sandbox; returns the exit status for netbox.
 pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
     run_reporting(config, &mut None)

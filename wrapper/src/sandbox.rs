@@ -58,14 +58,10 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         let started = std::time::Instant::now();
         match watch_writes(channel, plan.breakage) {
             Ok(()) => report.watched_writes = probe::watched_writes(&plan.probe),
-            Err(e) => report.add_check(probe::check(
-                "denied writes logged (seccomp)",
-                vec![probe::Outcome {
-                    attempt: "install the filter and hand netbox its listener".into(),
-                    result: e,
-                    ok: false,
-                }],
-                Vec::new(),
+            Err(e) => report.add_check(probe::failed_check(
+                crate::writewatch::CHECK,
+                "install the filter and hand netbox its listener",
+                e,
             )),
         }
         let watched = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
@@ -155,14 +151,10 @@ fn while_readable(probe: impl FnOnce() -> probe::ProbeReport) -> probe::ProbeRep
     let _ = nix::sys::prctl::set_dumpable(true);
     let mut report = probe();
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
-        report.add_check(probe::check(
+        report.add_check(probe::failed_check(
             "pid 1 unreachable from CMD",
-            vec![probe::Outcome {
-                attempt: "stay dumpable (reachable through /proc/1 and ptrace)".into(),
-                result: e.to_string(),
-                ok: false,
-            }],
-            Vec::new(),
+            "stay dumpable (reachable through /proc/1 and ptrace)",
+            e.to_string(),
         ));
     }
     report

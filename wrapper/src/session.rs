@@ -4,7 +4,7 @@
 //! probe's, the bridge's or the denied-write log's.
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bridge::EventLog;
 use serde::Serialize;
@@ -28,11 +28,6 @@ struct Limits {
 
 #[derive(Serialize)]
 struct Start<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    schema_version: u32,
-    ts: String,
-    session: &'a str,
     netbox_version: &'static str,
     /// `sandbox`, `fetch_then_cut` with --fetch, or `learn` (`netbox learn`).
     mode: &'static str,
@@ -66,11 +61,7 @@ pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    log.record_json(&Start {
-        kind: "session_start",
-        schema_version: bridge::log::SCHEMA_VERSION,
-        ts: now(),
-        session: &config.session_id,
+    let start = Start {
         netbox_version: env!("CARGO_PKG_VERSION"),
         mode: match (config.policy.is_learning(), config.fetch.is_some()) {
             (true, _) => "learn",
@@ -112,7 +103,8 @@ pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf
             .unwrap_or_default(),
         uid: config.uid,
         gid: config.gid,
-    });
+    };
+    log.record_as("session_start", &config.session_id, &start);
 }
 
 /// How a run ended, as far as netbox's supervision knows.
@@ -125,12 +117,7 @@ pub struct Tally {
 }
 
 #[derive(Serialize)]
-struct End<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    schema_version: u32,
-    ts: String,
-    session: &'a str,
+struct End {
     /// netbox's exit status.
     status: u8,
     /// `exited` (CMD ran and this is its status), `timed_out`, `cancelled`,
@@ -160,11 +147,7 @@ pub fn record_end(
         Err(e) => (e.exit_code(), "failed", Some(e)),
     };
     let (net_allowed, net_denied) = log.counts();
-    log.record_json(&End {
-        kind: "session_end",
-        schema_version: bridge::log::SCHEMA_VERSION,
-        ts: now(),
-        session,
+    let end = End {
         status,
         outcome,
         error: error.map(|e| crate::error::chain(e)),
@@ -172,9 +155,6 @@ pub fn record_end(
         net_allowed,
         net_denied,
         writes_denied: tally.writes_denied,
-    });
-}
-
-fn now() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+    };
+    log.record_as("session_end", session, &end);
 }

@@ -16,17 +16,12 @@ use serde::Serialize;
 use crate::error::WrapperError;
 use crate::handshake::{self, SyncMsg};
 use crate::init;
-use crate::probe::{Outcome, ProbeReport};
+use crate::probe::ProbeReport;
 use crate::writewatch::{WatchContext, WriteWatch};
 
 /// The probe's record in the event log.
 #[derive(Serialize)]
 struct ProbeRecord<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    schema_version: u32,
-    ts: String,
-    session: &'a str,
     /// With `--fetch`: which phase's probe ("fetch", or "cut" before CMD).
     #[serde(skip_serializing_if = "Option::is_none")]
     phase: Option<&'static str>,
@@ -39,20 +34,11 @@ struct ProbeRecord<'a> {
 /// failed; CMD does not run).
 #[derive(Serialize)]
 struct PhaseRecord<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    schema_version: u32,
-    ts: String,
-    session: &'a str,
     phase: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     command: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     fetch_status: Option<i32>,
-}
-
-fn now() -> String {
-    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
 pub(crate) fn check_host_listener_answers(listener: &TcpListener) -> Result<(), WrapperError> {
@@ -383,26 +369,20 @@ struct RunState<'a> {
 
 impl RunState<'_> {
     fn record_phase(&self, phase: &'static str, command: Option<&str>, fetch_status: Option<i32>) {
-        self.log.record_json(&PhaseRecord {
-            kind: "phase",
-            schema_version: bridge::log::SCHEMA_VERSION,
-            ts: now(),
-            session: self.session,
-            phase,
-            command,
-            fetch_status,
-        });
+        self.log.record_as(
+            "phase",
+            self.session,
+            &PhaseRecord {
+                phase,
+                command,
+                fetch_status,
+            },
+        );
     }
 
     fn record_probe(&self, phase: Option<&'static str>, report: &ProbeReport) {
-        self.log.record_json(&ProbeRecord {
-            kind: "probe",
-            schema_version: bridge::log::SCHEMA_VERSION,
-            ts: now(),
-            session: self.session,
-            phase,
-            report,
-        });
+        self.log
+            .record_as("probe", self.session, &ProbeRecord { phase, report });
     }
 
     /// Adds netbox's own check to a probe report: the probe's writes were seen by the
@@ -413,14 +393,10 @@ impl RunState<'_> {
         }
         match &self.watch {
             Some(watch) if watch.attached() => watch.check_probe(report),
-            _ => report.add_check(crate::probe::check(
-                "denied writes logged (seccomp)",
-                vec![Outcome {
-                    attempt: "receive the sandbox's seccomp listener".into(),
-                    result: "none arrived".into(),
-                    ok: false,
-                }],
-                Vec::new(),
+            _ => report.add_check(crate::probe::failed_check(
+                crate::writewatch::CHECK,
+                "receive the sandbox's seccomp listener",
+                "none arrived".into(),
             )),
         }
     }

@@ -23,6 +23,9 @@ use crate::probe::{Outcome, ProbeReport};
 use crate::sys::seccomp::{self, Notification};
 use crate::writejudge::{judge, Verdict};
 
+/// The probe's row for the denied-write log.
+pub const CHECK: &str = "denied writes logged (seccomp)";
+
 /// Refused writes logged one by one per session; past this they are only counted (a
 /// command refused in a loop must not fill the host's disk), and the count is logged at
 /// the end as a `write_denied_suppressed` record.
@@ -76,12 +79,7 @@ pub struct WriteWatch {
 
 /// The `write_denied` record.
 #[derive(Serialize)]
-struct WriteDenied<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    schema_version: u32,
-    ts: String,
-    session: &'a str,
+struct WriteDenied {
     /// The caller's pid as netbox sees it (the host's pid namespace).
     pid: u32,
     executable: String,
@@ -170,11 +168,7 @@ impl WriteWatch {
             }
         }
         // With no refused write to look for (none was tried), nothing is proven.
-        report.add_check(crate::probe::check(
-            "denied writes logged (seccomp)",
-            forbidden,
-            control,
-        ));
+        report.add_check(crate::probe::check(CHECK, forbidden, control));
     }
 
     /// Waits for the thread: it ends when every process that could be notified is gone.
@@ -187,13 +181,11 @@ impl WriteWatch {
         }
         let denied = self.denied();
         if denied > MAX_RECORDS {
-            log.record_json(&serde_json::json!({
-                "type": "write_denied_suppressed",
-                "schema_version": bridge::log::SCHEMA_VERSION,
-                "ts": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
-                "session": session,
-                "count": denied - MAX_RECORDS,
-            }));
+            log.record_as(
+                "write_denied_suppressed",
+                session,
+                &serde_json::json!({ "count": denied - MAX_RECORDS }),
+            );
         }
         denied
     }
@@ -284,17 +276,17 @@ fn record(
     if count > MAX_RECORDS {
         return;
     }
-    context.log.record_json(&WriteDenied {
-        kind: "write_denied",
-        schema_version: bridge::log::SCHEMA_VERSION,
-        ts: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
-        session: &context.session,
-        pid: n.pid,
-        syscall: syscall_name(n.nr),
-        executable: executable.to_owned(),
-        path: verdict.path.display().to_string(),
-        reason,
-    });
+    context.log.record_as(
+        "write_denied",
+        &context.session,
+        &WriteDenied {
+            pid: n.pid,
+            syscall: syscall_name(n.nr),
+            executable: executable.to_owned(),
+            path: verdict.path.display().to_string(),
+            reason,
+        },
+    );
     if context.notices {
         let Ok(mut notices) = seen.announced.lock() else {
             return;

@@ -9,7 +9,11 @@
 #   3. 10,000 small files created in the workspace (each create is notified), reported
 #      as it is.
 #   4. a build: compileall of a copy of part of the standard library in the workspace
-#      (every .py gets a .pyc; about three notified calls each) (budget: 5%).
+#      (every .py gets a .pyc; about three notified calls each) (budget: 5%). The worst
+#      case we know: little work per notified call.
+#   5. a C build: make -j2 of 48 generated .c files with gcc (each compile writes its
+#      temporary files and its object; make's own writes) (budget: 5%), if gcc and make
+#      are here.
 # Each workload times itself (start-up is benches/startup.sh's business). Needs python3.
 # Nothing leaves the machine (no network at all).
 set -euo pipefail
@@ -70,6 +74,24 @@ start = time.perf_counter()
 compileall.compile_dir("src", quiet=2, force=True)
 print(time.perf_counter() - start)
 PY
+# 48 translation units, each a few dozen small functions: a small C project's build.
+mkdir csrc
+for i in $(seq 48); do
+    python3 - "$i" > "csrc/unit$i.c" <<'PY'
+import sys
+i = int(sys.argv[1])
+print("#include <stdio.h>\n#include <string.h>")
+for f in range(40):
+    print(f"int unit{i}_f{f}(const char *s, int n) {{ int h = {f}; for (int k = 0; k < n; k++) h = h * 31 + s[k % (int)strlen(s)]; return h ^ {i}; }}")
+PY
+done
+printf 'OBJS := $(patsubst %%.c,%%.o,$(wildcard *.c))\nall: $(OBJS)\n%%.o: %%.c\n\t$(CC) -O1 -c $< -o $@\n' > csrc/Makefile
+cat > cbuild.py <<'PY'
+import subprocess, time
+start = time.perf_counter()
+subprocess.run(["make", "-s", "-B", "-j2", "-C", "csrc"], check=True, stdout=subprocess.DEVNULL)
+print(time.perf_counter() - start)
+PY
 stdlib=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
 mkdir src
 for pkg in email json http xml asyncio concurrent unittest logging urllib importlib \
@@ -103,6 +125,10 @@ echo "== 3. 10,000 files created in the workspace (10,000 notified creates)"
 compare files.py
 echo "== 4. build: compileall of $(find src -name '*.py' | wc -l) .py files in the workspace (budget x1.05)"
 compare build.py
+if command -v gcc >/dev/null && command -v make >/dev/null; then
+    echo "== 5. C build: make -j2 of $(find csrc -name '*.c' | wc -l) .c files with gcc in the workspace (budget x1.05)"
+    compare cbuild.py
+fi
 denied=$(grep -c '"type":"write_denied"' "$work/events.jsonl" || true)
 echo "== write_denied records from all of the above (every write was inside the workspace): $denied"
 [ "$denied" = 0 ] || { echo "benches/write_watch.sh: writes that succeeded were logged as refused" >&2; exit 1; }

@@ -189,6 +189,8 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
         },
     };
     let mut verdicts = Vec::new();
+    // The caller's working directory, read once even for both names of a rename.
+    let cwd = std::cell::OnceCell::new();
     let args = path_args(n, openat2_flags);
     // For rename and link: the mounts of the two ends, which must be the same one.
     let two_ends = args.len() == 2;
@@ -221,12 +223,16 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
             written.to_owned()
         } else {
             let dir = match dirfd {
-                Some(fd) if fd != libc::AT_FDCWD => proc.join("fd").join(fd.to_string()),
-                _ => proc.join("cwd"),
+                Some(fd) if fd != libc::AT_FDCWD => {
+                    std::fs::read_link(proc.join("fd").join(fd.to_string())).ok()
+                }
+                _ => cwd
+                    .get_or_init(|| std::fs::read_link(proc.join("cwd")).ok())
+                    .clone(),
             };
-            match std::fs::read_link(&dir) {
-                Ok(dir) => dir.join(written),
-                Err(_) => continue,
+            match dir {
+                Some(dir) => dir.join(written),
+                None => continue,
             }
         };
         if let Op::LinkSource { follow } = arg.op {
@@ -290,10 +296,12 @@ fn judge_path(
     };
     let mut busy = false;
     let verdict = match op {
+        // Only a read-only directory refuses a create, and then only a name that is not
+        // there (EEXIST first): the name is looked up only in a read-only directory.
+        Op::Create if !parent_ro() => (false, None),
         Op::Create => match lookup(root, named, false, parent()) {
             Some(_) => (false, None),
-            None if parent_ro() => in_parent(),
-            None => (false, None),
+            None => in_parent(),
         },
         // unlink, rmdir and rename check the mount before looking the name up.
         Op::Remove { .. } | Op::RenameTo if parent_ro() => in_parent(),
@@ -301,10 +309,7 @@ fn judge_path(
         // cannot be removed or moved away (EBUSY), once the call is of the right kind
         // for it (unlink of a directory is EISDIR first, rmdir of a file ENOTDIR).
         Op::Remove { dir } => match lookup(root, named, false, parent()) {
-            Some(entry)
-                if dir.is_none_or(|dir| dir == is_directory(&entry))
-                    && is_mount_point(&entry, parent()) =>
-            {
+            Some(entry) if is_busy_mount_point(&entry, dir, parent()) => {
                 busy = true;
                 (true, fd_path(&entry))
             }
@@ -328,6 +333,10 @@ fn judge_path(
                 flags & u64::from(libc::O_ACCMODE.unsigned_abs()) != 0 || has(libc::O_TRUNC);
             // O_CREAT|O_EXCL does not follow a final symlink, nor does O_NOFOLLOW.
             let exclusive = has(libc::O_CREAT) && has(libc::O_EXCL);
+            // An exclusive create is a create: refused only in a read-only directory.
+            if exclusive && !parent_ro() {
+                return (false, None, false, parent_mount);
+            }
             let follow = !(has(libc::O_NOFOLLOW) || exclusive);
             match lookup(root, named, follow, parent()) {
                 Some(_) if exclusive || !writes => (false, None),
@@ -423,21 +432,30 @@ fn fd_path(fd: &OwnedFd) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
 }
 
-/// Whether an open file is a directory.
-fn is_directory(entry: &OwnedFd) -> bool {
-    nix::sys::stat::fstat(entry).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
-}
-
-/// Whether `entry` is the root of a mount other than its parent directory's.
-fn is_mount_point(entry: &OwnedFd, parent: Option<&OwnedFd>) -> bool {
-    use crate::sys::mountid::mount_id_of_fd;
-    let Some(parent) = parent else {
+/// Whether removing or moving away `entry` fails with EBUSY: it is the root of a mount
+/// other than its parent directory's, and the call is of the right kind for it
+/// (`removes_dir`: rmdir or unlink; `None` for rename, which takes either).
+fn is_busy_mount_point(
+    entry: &OwnedFd,
+    removes_dir: Option<bool>,
+    parent: Option<&OwnedFd>,
+) -> bool {
+    use crate::sys::mountid::{fd_facts, mount_id_of_fd};
+    let (Some(parent), Ok(facts)) = (parent, fd_facts(entry.as_fd())) else {
         return false;
     };
-    matches!(
-        (mount_id_of_fd(entry.as_fd()), mount_id_of_fd(parent.as_fd())),
-        (Ok(a), Ok(b)) if a != b
-    )
+    if removes_dir.is_some_and(|dir| dir != facts.is_directory) {
+        return false;
+    }
+    // A named entry that is a mount's root is on another mount than its directory;
+    // kernels before 5.8 do not say so, and then the two mount ids are compared.
+    match facts.mount_root {
+        Some(root) => root,
+        None => matches!(
+            (facts.mount_id, mount_id_of_fd(parent.as_fd())),
+            (Some(a), Ok(b)) if a != b
+        ),
+    }
 }
 
 /// Whether an open file is neither a regular file nor a directory (nor a symlink).

@@ -234,14 +234,14 @@ fn handle(
         let _ = seccomp::let_it_run(listener.as_fd(), n.id);
         return;
     }
+    if !verdicts.iter().any(|v| v.denied) {
+        let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+        return;
+    }
     // Read while the caller still waits: once let go, a short-lived one is gone.
-    let executable = if verdicts.iter().any(|v| v.denied) {
-        std::fs::read_link(format!("/proc/{}/exe", n.pid))
-            .map(|p| p.display().to_string())
-            .unwrap_or_default()
-    } else {
-        String::new()
-    };
+    let executable = std::fs::read_link(format!("/proc/{}/exe", n.pid))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     // Only what was read while the caller still waited is its own (its pid could be
     // reused after it died); then let the syscall run.
     let valid = seccomp::still_valid(listener.as_fd(), n.id);

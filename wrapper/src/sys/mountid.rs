@@ -32,3 +32,40 @@ fn statx_mount_id(dirfd: i32, c_path: &std::ffi::CStr, flags: i32) -> io::Result
     }
     Ok(buf.stx_mnt_id)
 }
+
+/// What one statx(2) tells of an open file (an O_PATH fd too).
+pub struct FdFacts {
+    pub is_directory: bool,
+    pub mount_id: Option<u64>,
+    /// Whether the file is the root of a mount (STATX_ATTR_MOUNT_ROOT, Linux ≥ 5.8);
+    /// `None` where the kernel does not say.
+    pub mount_root: Option<bool>,
+}
+
+/// One statx(2) for an open file's type, mount id and whether it is a mount's root.
+pub fn fd_facts(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<FdFacts> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: statx is plain old data; all-zero is a valid value for it.
+    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is an empty NUL-terminated string (AT_EMPTY_PATH: the fd itself),
+    // `fd` is borrowed so open for the call, and `buf` is a valid statx the kernel fills.
+    let rc = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_TYPE | libc::STATX_MNT_ID,
+            &mut buf,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mount_root_bit = u64::from(libc::STATX_ATTR_MOUNT_ROOT.unsigned_abs());
+    Ok(FdFacts {
+        is_directory: u32::from(buf.stx_mode) & libc::S_IFMT == libc::S_IFDIR,
+        mount_id: (buf.stx_mask & libc::STATX_MNT_ID != 0).then_some(buf.stx_mnt_id),
+        mount_root: (buf.stx_attributes_mask & mount_root_bit != 0)
+            .then_some(buf.stx_attributes & mount_root_bit != 0),
+    })
+}

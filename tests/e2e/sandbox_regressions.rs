@@ -480,3 +480,35 @@ fn writable_roots_the_sandbox_replaces_are_refused_up_front() {
     let out = run.sh(&format!("touch {}/ran && echo ok", extra.display()));
     assert_eq!(stdout(&out), "ok\n", "{}", stderr(&out));
 }
+
+#[test]
+fn a_working_directory_the_sandbox_hides_is_one_clear_error() {
+    // Started in a directory under the host's /tmp, outside the workspace: the sandbox's
+    // private /tmp does not show it. CMD must not start, and the error must say why.
+    let dir = TestDir::new("hiddencwd");
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let run = Run::new(&dir);
+    let workspace = run.workspace.display().to_string();
+    let run = run.args_from(&["--workspace", &workspace]);
+    let marker = run.workspace.join("ran");
+    let mut cmd = run.command(&format!("touch {}", marker.display()));
+    let out = cmd.current_dir(&elsewhere).output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!(
+            "the working directory {} cannot be entered inside the sandbox",
+            elsewhere.display()
+        )) && said.contains("--tmp host"),
+        "{said}"
+    );
+    assert!(!marker.exists(), "CMD ran");
+    // Control: started in the workspace, the same command runs.
+    let out = run
+        .command(&format!("touch {}", marker.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(marker.exists());
+}

@@ -138,8 +138,23 @@ fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path, limits: &Limits) -> 
     // and an ignored disposition survives exec) and nothing blocked.
     crate::sys::process::reset_signal_dispositions();
     let _ = SigSet::all().thread_unblock();
-    if nix::unistd::setsid().is_err() || nix::unistd::chdir(cwd).is_err() {
-        crate::say(&format!("netbox: cannot prepare the session for {name}"));
+    if let Err(e) = nix::unistd::setsid() {
+        crate::say(&format!(
+            "netbox: cannot start a new session for {name}: {}",
+            e.desc()
+        ));
+        exit_child(EXIT_NETBOX_FAILURE.into());
+    }
+    if let Err(e) = nix::unistd::chdir(cwd) {
+        // The usual cause: the directory netbox was started in lies under a path the
+        // sandbox replaces (its private /tmp, a --hide), outside the workspace.
+        crate::say(&format!(
+            "netbox: the working directory {} cannot be entered inside the sandbox ({}); \
+             start netbox in the workspace or in a directory the sandbox shows \
+             (a private /tmp hides the host's: --tmp host shares it)",
+            crate::printable::printable(&cwd.to_string_lossy()),
+            e.desc()
+        ));
         exit_child(EXIT_NETBOX_FAILURE.into());
     }
     if let Err(e) = crate::sys::fd::close_from_3() {

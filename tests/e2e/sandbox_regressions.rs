@@ -512,3 +512,72 @@ fn a_working_directory_the_sandbox_hides_is_one_clear_error() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(marker.exists());
 }
+
+/// git in the workspace with the given arguments, as a plain user would run it.
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.test"])
+        .args(["-c", "protocol.file.allow=always"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .expect("git is needed for these tests");
+    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+}
+
+#[test]
+fn a_submodules_git_cannot_be_rewritten() {
+    let dir = TestDir::new("submodule");
+    let run = Run::new(&dir);
+    let ws = &run.workspace;
+    git_init(ws);
+    let lib = ws.join("lib");
+    std::fs::create_dir(&lib).unwrap();
+    git_init(&lib);
+    git(&lib, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    git(ws, &["submodule", "add", "-q", "./lib", "lib"]);
+    assert!(
+        lib.join(".git").is_dir(),
+        "an embedded git directory to start with"
+    );
+
+    // Embedded: its hooks are refused, the submodule's own files are not (control).
+    let out = run.sh(
+        "echo evil > lib/.git/hooks/post-checkout; echo \"hook:$?\"; \
+         echo code > lib/code.txt; echo \"code:$?\"",
+    );
+    let said = stdout(&out);
+    assert!(
+        said.contains("hook:1") && said.contains("code:0"),
+        "{said} {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("Read-only file system"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!lib.join(".git/hooks/post-checkout").exists());
+    assert_eq!(
+        std::fs::read_to_string(lib.join("code.txt")).unwrap(),
+        "code\n"
+    );
+
+    // Absorbed: lib/.git is a `gitdir:` file, which must not be pointed elsewhere.
+    git(ws, &["submodule", "--quiet", "absorbgitdirs"]);
+    let pointer = lib.join(".git");
+    let before = std::fs::read_to_string(&pointer).unwrap();
+    assert!(before.starts_with("gitdir:"), "{before}");
+    let out = run.sh("echo 'gitdir: /tmp/evil' > lib/.git; echo \"pointer:$?\"; \
+         echo more > lib/more.txt; echo \"more:$?\"");
+    let said = stdout(&out);
+    assert!(
+        said.contains("pointer:1") && said.contains("more:0"),
+        "{said} {}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_to_string(&pointer).unwrap(), before);
+    assert!(lib.join("more.txt").exists());
+}

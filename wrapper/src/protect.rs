@@ -107,102 +107,11 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
             }
         }
     }
-    for root in input.write_roots.iter().filter(|r| r.is_dir()) {
-        for git in submodule_gits(root)? {
-            protect_nested_git(&mut out, &mut push, git, input.allow_git_writes)?;
-        }
-    }
     for path in input.extra {
         let missing = std::fs::symlink_metadata(path).is_err();
         push(&mut out, path.clone(), missing || is_placeholder(path));
     }
     Ok(out)
-}
-
-/// The `.git` of each submodule checked out under `root`, as `.gitmodules` lists them.
-/// git enters submodules on its own (`git status` runs in each, and reads its config):
-/// a submodule's `.git` that CMD could rewrite (a `gitdir:` file pointed at a directory
-/// with hooks, or an embedded git directory) would run CMD's code in the user's next git
-/// command. Submodules not checked out (no `.git` yet) are not covered.
-fn submodule_gits(root: &Path) -> Result<Vec<PathBuf>, WrapperError> {
-    let listing = root.join(".gitmodules");
-    if !std::fs::symlink_metadata(&listing).is_ok_and(|m| m.is_file()) {
-        return Ok(Vec::new());
-    }
-    let text = std::fs::read_to_string(&listing).map_err(|source| WrapperError::Path {
-        path: listing.clone(),
-        what: "submodule list",
-        source,
-    })?;
-    let mut gits = Vec::new();
-    for path in submodule_paths(&text) {
-        // Through symlinks, a listed path could lead out of the root: only a checkout
-        // that really lies inside it is this root's to protect.
-        let Ok(dir) = std::fs::canonicalize(root.join(&path)) else {
-            continue;
-        };
-        let git = dir.join(".git");
-        if dir.starts_with(root) && dir != root && std::fs::symlink_metadata(&git).is_ok() {
-            gits.push(git);
-        }
-    }
-    Ok(gits)
-}
-
-/// The `path = ...` values of a `.gitmodules` file (git-config syntax), relative and
-/// without `..`: git itself refuses a submodule path that is not.
-fn submodule_paths(text: &str) -> Vec<PathBuf> {
-    text.lines()
-        .filter_map(|line| {
-            let (key, value) = line.trim().split_once('=')?;
-            if !key.trim().eq_ignore_ascii_case("path") {
-                return None;
-            }
-            let value = value.trim();
-            let value = value
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .unwrap_or(value);
-            let path = PathBuf::from(value);
-            let plain = path
-                .components()
-                .all(|c| matches!(c, std::path::Component::Normal(_)));
-            (plain && !value.is_empty()).then_some(path)
-        })
-        .collect()
-}
-
-/// A submodule's `.git`: the file and the git directories it names, or the embedded git
-/// directory. Those already inside a protected path (a submodule's git directory lives
-/// in the top `.git/modules/`) are covered by it.
-fn protect_nested_git(
-    out: &mut Vec<Protected>,
-    push: &mut impl FnMut(&mut Vec<Protected>, PathBuf, bool),
-    git: PathBuf,
-    allow_git_writes: bool,
-) -> Result<(), WrapperError> {
-    let covered = |out: &Vec<Protected>, p: &Path| out.iter().any(|o| p.starts_with(&o.path));
-    let meta = std::fs::symlink_metadata(&git).map_err(|source| WrapperError::Path {
-        path: git.clone(),
-        what: "protected path",
-        source,
-    })?;
-    if meta.file_type().is_symlink() {
-        return Err(WrapperError::ProtectedSymlink { path: git });
-    }
-    if meta.is_file() {
-        // A pointer that leads nowhere protects nothing more; the file itself still
-        // cannot be pointed elsewhere.
-        for dir in git_dirs_of_gitfile(&git).unwrap_or_default() {
-            if !covered(out, &dir) {
-                push_git_dir(out, push, dir, allow_git_writes);
-            }
-        }
-        push(out, git, false);
-    } else if !covered(out, &git) {
-        push_git_dir(out, push, git, allow_git_writes);
-    }
-    Ok(())
 }
 
 /// A git directory: all of it, or with --allow-git-writes only what runs code.
@@ -466,19 +375,6 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
-    }
-
-    #[test]
-    fn submodule_paths_are_read_as_git_writes_them_and_escapes_are_dropped() {
-        let text = "[submodule \"lib\"]\n\tpath = lib\n\turl = ./lib\n\
-                    [submodule \"deep\"]\n\tPath = \"vendor/deep one\"\n\
-                    [submodule \"up\"]\n\tpath = ../outside\n\
-                    [submodule \"abs\"]\n\tpath = /etc\n\
-                    # path = commented\n\tpathname = nope\n";
-        assert_eq!(
-            submodule_paths(text),
-            vec![PathBuf::from("lib"), PathBuf::from("vendor/deep one")]
-        );
     }
 
     #[test]

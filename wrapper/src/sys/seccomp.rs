@@ -91,19 +91,34 @@ fn notified_with_write_flags() -> Vec<(i64, u32)> {
     list
 }
 
+/// Where a conditional jump goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Next,
+    Allow,
+    Notify,
+    Label(usize),
+}
+
+/// A conditional jump's test of the accumulator against a constant.
+#[derive(Clone, Copy, Debug)]
+enum Test {
+    Eq,
+    Ge,
+    /// Any of the constant's bits set.
+    AnyBit,
+}
+
 /// One BPF instruction, with jumps still symbolic.
 enum Insn {
     Load(u32),
-    /// Jump to `Notify` if the accumulator equals the value, else fall through.
-    NotifyIfEq(u32),
-    /// Jump to `label` if the accumulator equals the value, else fall through.
-    GotoIfEq(u32, usize),
-    /// Return ALLOW unless the accumulator equals the value.
-    AllowUnlessEq(u32),
-    /// Return ALLOW if the accumulator is at least the value.
-    AllowIfGe(u32),
-    /// Notify if any bit of the value is set in the accumulator, else ALLOW.
-    NotifyIfAnyBit(u32),
+    Jump {
+        test: Test,
+        k: u32,
+        yes: Target,
+        no: Target,
+    },
+    /// Return ALLOW here.
     Allow,
     Label(usize),
 }
@@ -111,27 +126,83 @@ enum Insn {
 /// The filter: for this architecture's native syscalls, notify the write-intent ones and
 /// allow everything else in the kernel. Other ABIs (x32, 32-bit compat) are allowed
 /// unseen: the mounts refuse their writes all the same; only the log would miss them.
+///
+/// The syscall number is found by binary search rather than one comparison after another:
+/// the kernel runs the filter for every syscall number once when it is installed (to
+/// cache the ones always allowed), and for every open in the sandbox, whose verdict
+/// depends on its flags.
 pub fn build() -> Vec<libc::sock_filter> {
     let mut program = vec![
         Insn::Load(ARCH),
-        Insn::AllowUnlessEq(AUDIT_ARCH),
+        Insn::Jump {
+            test: Test::Eq,
+            k: AUDIT_ARCH,
+            yes: Target::Next,
+            no: Target::Allow,
+        },
         Insn::Load(NR),
-        Insn::AllowIfGe(X32_SYSCALL_BIT),
+        Insn::Jump {
+            test: Test::Ge,
+            k: X32_SYSCALL_BIT,
+            yes: Target::Allow,
+            no: Target::Next,
+        },
     ];
-    for nr in always_notified() {
-        program.push(Insn::NotifyIfEq(nr32(nr)));
-    }
     let flagged = notified_with_write_flags();
-    for (label, (nr, _)) in flagged.iter().enumerate() {
-        program.push(Insn::GotoIfEq(nr32(*nr), label));
-    }
-    program.push(Insn::Allow);
+    let mut entries: Vec<(u32, Target)> = always_notified()
+        .into_iter()
+        .map(|nr| (nr32(nr), Target::Notify))
+        .chain(
+            flagged
+                .iter()
+                .enumerate()
+                .map(|(label, (nr, _))| (nr32(*nr), Target::Label(label))),
+        )
+        .collect();
+    entries.sort_unstable_by_key(|(nr, _)| *nr);
+    entries.dedup_by_key(|(nr, _)| *nr);
+    let mut next_label = flagged.len();
+    search(&entries, &mut program, &mut next_label);
     for (label, (_, flags_arg)) in flagged.iter().enumerate() {
         program.push(Insn::Label(label));
         program.push(Insn::Load(arg_low(*flags_arg)));
-        program.push(Insn::NotifyIfAnyBit(WRITE_INTENT));
+        program.push(Insn::Jump {
+            test: Test::AnyBit,
+            k: WRITE_INTENT,
+            yes: Target::Notify,
+            no: Target::Allow,
+        });
     }
     assemble(&program)
+}
+
+/// A binary search over `entries` (sorted by syscall number) for the accumulator: each
+/// number found jumps to its target, any other returns ALLOW.
+fn search(entries: &[(u32, Target)], program: &mut Vec<Insn>, next_label: &mut usize) {
+    if entries.len() <= 3 {
+        for (nr, target) in entries {
+            program.push(Insn::Jump {
+                test: Test::Eq,
+                k: *nr,
+                yes: *target,
+                no: Target::Next,
+            });
+        }
+        program.push(Insn::Allow);
+        return;
+    }
+    let (lower, upper) = entries.split_at(entries.len() / 2);
+    let upper_label = *next_label;
+    *next_label += 1;
+    program.push(Insn::Jump {
+        test: Test::Ge,
+        k: upper[0].0,
+        yes: Target::Label(upper_label),
+        no: Target::Next,
+    });
+    search(lower, program, next_label);
+    program.push(Insn::Label(upper_label));
+    search(upper, program, next_label);
 }
 
 /// A syscall number as the filter compares it (they are all small; one that did not fit
@@ -169,39 +240,27 @@ fn assemble(program: &[Insn]) -> Vec<libc::sock_filter> {
     let notify = allow + 1;
     // Jumps are relative to the next instruction and at most 255 forward; the filter is
     // a few dozen instructions.
-    let rel = |from: usize, to: usize| u8::try_from(to - from - 1).expect("BPF jump in range");
+    let rel = |from: usize, to: Target| {
+        let to = match to {
+            Target::Next => from + 1,
+            Target::Allow => allow,
+            Target::Notify => notify,
+            Target::Label(label) => labels[&label],
+        };
+        u8::try_from(to - from - 1).expect("BPF jump in range")
+    };
     let mut out = Vec::with_capacity(at.len() + 2);
     for (i, insn) in at.iter().enumerate() {
         out.push(match insn {
             Insn::Load(offset) => stmt(LD_W_ABS, *offset),
-            Insn::NotifyIfEq(k) => libc::sock_filter {
-                code: JEQ_K,
-                jt: rel(i, notify),
-                jf: 0,
-                k: *k,
-            },
-            Insn::GotoIfEq(k, label) => libc::sock_filter {
-                code: JEQ_K,
-                jt: rel(i, labels[label]),
-                jf: 0,
-                k: *k,
-            },
-            Insn::AllowUnlessEq(k) => libc::sock_filter {
-                code: JEQ_K,
-                jt: 0,
-                jf: rel(i, allow),
-                k: *k,
-            },
-            Insn::AllowIfGe(k) => libc::sock_filter {
-                code: JGE_K,
-                jt: rel(i, allow),
-                jf: 0,
-                k: *k,
-            },
-            Insn::NotifyIfAnyBit(k) => libc::sock_filter {
-                code: JSET_K,
-                jt: rel(i, notify),
-                jf: rel(i, allow),
+            Insn::Jump { test, k, yes, no } => libc::sock_filter {
+                code: match test {
+                    Test::Eq => JEQ_K,
+                    Test::Ge => JGE_K,
+                    Test::AnyBit => JSET_K,
+                },
+                jt: rel(i, *yes),
+                jf: rel(i, *no),
                 k: *k,
             },
             Insn::Allow => stmt(RET_K, libc::SECCOMP_RET_ALLOW),
@@ -382,17 +441,74 @@ pub fn read_c_string(pid: u32, address: u64, max: usize) -> io::Result<Vec<u8>> 
 mod tests {
     use super::*;
 
+    /// Runs a classic-BPF seccomp filter the way the kernel does, on one syscall.
+    fn run(filter: &[libc::sock_filter], arch: u32, nr: u32, args: [u32; 6]) -> u32 {
+        let word = |offset: u32| match offset {
+            NR => nr,
+            ARCH => arch,
+            o if o >= 16 && (o - 16) % 8 == 0 => args[usize::try_from((o - 16) / 8).unwrap()],
+            o => panic!("load of an unexpected offset {o}"),
+        };
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let insn = filter[pc];
+            let class = u32::from(insn.code) & 0x07;
+            if class == libc::BPF_RET {
+                return insn.k;
+            }
+            if class == libc::BPF_LD {
+                acc = word(insn.k);
+                pc += 1;
+                continue;
+            }
+            let taken = match u32::from(insn.code) & 0xf0 {
+                op if op == libc::BPF_JEQ => acc == insn.k,
+                op if op == libc::BPF_JGE => acc >= insn.k,
+                op if op == libc::BPF_JSET => acc & insn.k != 0,
+                op => panic!("unexpected jump {op:#x}"),
+            };
+            pc += 1 + usize::from(if taken { insn.jt } else { insn.jf });
+        }
+    }
+
     #[test]
-    fn filter_ends_in_allow_and_notify() {
+    fn filter_notifies_exactly_the_write_intent_syscalls() {
         let filter = build();
-        let n = filter.len();
-        assert!(n < 100);
-        assert_eq!(filter[n - 2].k, libc::SECCOMP_RET_ALLOW);
-        assert_eq!(filter[n - 1].k, libc::SECCOMP_RET_USER_NOTIF);
-        // Every jump lands inside the program.
-        for (i, insn) in filter.iter().enumerate() {
-            assert!(i + 1 + usize::from(insn.jt) < n + 1);
-            assert!(i + 1 + usize::from(insn.jf) < n + 1);
+        assert!(filter.len() < 120, "{} instructions", filter.len());
+        let notify = libc::SECCOMP_RET_USER_NOTIF;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let always: Vec<u32> = always_notified().into_iter().map(nr32).collect();
+        let flagged: Vec<(u32, u32)> = notified_with_write_flags()
+            .into_iter()
+            .map(|(nr, arg)| (nr32(nr), arg))
+            .collect();
+        for nr in 0..600 {
+            let with_flags = |flags: u32| {
+                let mut args = [0u32; 6];
+                if let Some((_, arg)) = flagged.iter().find(|(n, _)| *n == nr) {
+                    args[usize::try_from(*arg).unwrap()] = flags;
+                }
+                run(&filter, AUDIT_ARCH, nr, args)
+            };
+            let write = WRITE_INTENT;
+            if always.contains(&nr) {
+                assert_eq!(with_flags(0), notify, "syscall {nr}");
+            } else if flagged.iter().any(|(n, _)| *n == nr) {
+                assert_eq!(with_flags(0), allow, "syscall {nr} read-only");
+                for bit in [libc::O_WRONLY, libc::O_RDWR, libc::O_CREAT, libc::O_TRUNC] {
+                    let bit = u32::try_from(bit).unwrap();
+                    assert_eq!(write & bit, bit);
+                    assert_eq!(with_flags(bit), notify, "syscall {nr} flags {bit:#x}");
+                }
+            } else {
+                assert_eq!(with_flags(write), allow, "syscall {nr}");
+            }
+            // Another ABI, and x32 numbers: never notified.
+            assert_eq!(run(&filter, 0x4000_0003, nr, [0; 6]), allow);
+            assert_eq!(
+                run(&filter, AUDIT_ARCH, nr | X32_SYSCALL_BIT, [0; 6]),
+                allow
+            );
         }
     }
 }

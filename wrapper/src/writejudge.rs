@@ -5,8 +5,9 @@
 //!
 //! The kernel checks some things before the mount's read-only flag, and a write refused
 //! for those is not a refused write: a name that exists already (EEXIST: `mkdir -p`,
-//! `O_CREAT|O_EXCL`), a file to change or open that does not (ENOENT), a rename or link
-//! across mounts (EXDEV). (unlink, rmdir and rename check the mount first; a name that
+//! `O_CREAT|O_EXCL`), a file to change, open or link that does not (ENOENT), a rename
+//! across mounts (EXDEV; a link across mounts into a read-only directory is EROFS, which
+//! link checks first). (unlink, rmdir and rename check the mount first; a name that
 //! is itself a mount point, like a pinned `.git`, is refused with EBUSY, and logged.) An
 //! open that neither creates, truncates nor asks for write access writes nothing
 //! (`O_RDONLY|O_CREAT` on an existing file, `O_PATH`), and opening a device, fifo or
@@ -51,8 +52,8 @@ enum Op {
     Change { follow: bool },
     /// open, openat, openat2, creat: it depends on the flags.
     Open { flags: u64 },
-    /// link's existing file: not written, but on another mount than the new name the
-    /// link fails with EXDEV.
+    /// link's existing file: not written, but if it is missing the link fails with ENOENT
+    /// before anything else.
     LinkSource { follow: bool },
 }
 
@@ -192,9 +193,11 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
     // The caller's working directory, read once even for both names of a rename.
     let cwd = std::cell::OnceCell::new();
     let args = path_args(n, openat2_flags);
-    // For rename and link: the mounts of the two ends, which must be the same one.
-    let two_ends = args.len() == 2;
+    // For rename: the mounts of the two directories, which must be the same one.
+    let renames = args.iter().any(|a| matches!(a.op, Op::RenameTo));
     let mut mounts = Vec::new();
+    // For link: whether its existing file was found (None: not looked up).
+    let mut link_source_found = None;
     for arg in args {
         // utimensat(fd, NULL, ...) and futimesat(fd, NULL, ...) change the file open on fd.
         if n.args[arg.path] == 0 {
@@ -236,13 +239,10 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
             }
         };
         if let Op::LinkSource { follow } = arg.op {
-            mounts.push(
-                open_in_sandbox(root, &named, follow)
-                    .and_then(|f| crate::sys::mountid::mount_id_of_fd(f.as_fd()).ok()),
-            );
+            link_source_found = Some(open_in_sandbox(root, &named, follow).is_some());
             continue;
         }
-        let (denied, resolved, busy, parent) = judge_path(root, &named, arg.op, two_ends);
+        let (denied, resolved, busy, parent) = judge_path(root, &named, arg.op, renames);
         mounts.push(parent);
         verdicts.push(Verdict {
             path: named,
@@ -251,8 +251,12 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
             busy,
         });
     }
-    // A rename or link between two mounts fails with EXDEV before any read-only check.
-    if matches!(&mounts[..], [Some(a), Some(b)] if a != b) {
+    // link looks its existing file up first (ENOENT), then creates the new name (EEXIST,
+    // EROFS), and only then compares mounts: a link refused for a read-only directory is
+    // refused for that, across mounts or not. rename compares the two directories' mounts
+    // before anything else (EXDEV).
+    let exdev = renames && matches!(&mounts[..], [Some(a), Some(b)] if a != b);
+    if link_source_found == Some(false) || exdev {
         for verdict in &mut verdicts {
             verdict.denied = false;
         }

@@ -77,8 +77,9 @@ fn refused_writes_are_logged_and_still_refused() {
 }
 
 /// Each line: a syscall that writes, the paths the log must record for it, or `-` for
-/// a call the mounts do not refuse for being read-only (EEXIST, ENOENT, EXDEV first; no
-/// write intent; a device; a workspace symlink changed, not what it points to).
+/// a call the mounts do not refuse for being read-only (EEXIST, ENOENT, EXDEV, EISDIR or
+/// EINVAL first, some for the shape of the name; no write intent; a device; a workspace
+/// symlink changed, not what it points to).
 const WRITE_KINDS: &str = r#"
 import os, sys
 ws = os.getcwd()
@@ -119,6 +120,13 @@ cases = [
     ("-", lambda: os.link("no-such-file", "/etc/nb-nothing")),
     ("-", lambda: os.link("/etc/passwd", "nb-in-workspace")),
     ("-", lambda: os.rename("file", "/etc/nb-across")),
+    ("-", lambda: os.mkdir("/usr/nb-dot/.")),
+    ("-", lambda: os.symlink("x", "/etc/nb-slash/")),
+    ("-", lambda: os.open("/etc/nb-slash/", os.O_WRONLY | os.O_CREAT)),
+    ("-", lambda: os.open("/etc", os.O_WRONLY)),
+    ("-", lambda: os.rmdir("/etc/.")),
+    ("/usr/nb-dir2/", lambda: os.mkdir("/usr/nb-dir2/")),
+    ("/etc/passwd/", lambda: os.unlink("/etc/passwd/")),
     ("-", lambda: os.chown("py-link", -1, -1, follow_symlinks=False)),
     ("-", lambda: os.utime("py-link", follow_symlinks=False)),
     ("-", lambda: open("file", "a")),

@@ -41,7 +41,8 @@ pub struct Verdict {
 #[derive(Clone, Copy, Debug)]
 enum Op {
     /// Creates the name (mkdir, mknod, symlink, link's new name): EEXIST if it is there.
-    Create,
+    /// `dir`: mkdir, the one create a trailing "/" does not turn into ENOENT.
+    Create { dir: bool },
     /// Removes or moves away a name (unlink, rmdir, rename's old name). `dir`: whether the
     /// call removes a directory (rmdir, AT_REMOVEDIR) or not (unlink); `None` for rename,
     /// which takes either.
@@ -91,7 +92,8 @@ fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
                 flags: openat2_flags,
             },
         )],
-        libc::SYS_mkdirat | libc::SYS_mknodat => vec![at(0, 1, Op::Create)],
+        libc::SYS_mkdirat => vec![at(0, 1, Op::Create { dir: true })],
+        libc::SYS_mknodat => vec![at(0, 1, Op::Create { dir: false })],
         libc::SYS_unlinkat => {
             let dir = int_arg(n.args[2]) & libc::AT_REMOVEDIR != 0;
             vec![at(0, 1, Op::Remove { dir: Some(dir) })]
@@ -101,9 +103,12 @@ fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
         }
         libc::SYS_linkat => {
             let follow = int_arg(n.args[4]) & libc::AT_SYMLINK_FOLLOW != 0;
-            vec![at(0, 1, Op::LinkSource { follow }), at(2, 3, Op::Create)]
+            vec![
+                at(0, 1, Op::LinkSource { follow }),
+                at(2, 3, Op::Create { dir: false }),
+            ]
         }
-        libc::SYS_symlinkat => vec![at(1, 2, Op::Create)],
+        libc::SYS_symlinkat => vec![at(1, 2, Op::Create { dir: false })],
         // fchmodat has no flags argument (fchmodat2 does).
         libc::SYS_fchmodat => vec![at(0, 1, change(true))],
         libc::SYS_fchmodat2 | libc::SYS_utimensat => vec![at(0, 1, change(follows(n, 3)))],
@@ -128,7 +133,9 @@ fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
             )]
         }
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_mkdir | libc::SYS_mknod => vec![plain(0, Op::Create)],
+        libc::SYS_mkdir => vec![plain(0, Op::Create { dir: true })],
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_mknod => vec![plain(0, Op::Create { dir: false })],
         #[cfg(target_arch = "x86_64")]
         libc::SYS_unlink => vec![plain(0, Op::Remove { dir: Some(false) })],
         #[cfg(target_arch = "x86_64")]
@@ -138,10 +145,10 @@ fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
         #[cfg(target_arch = "x86_64")]
         libc::SYS_link => vec![
             plain(0, Op::LinkSource { follow: false }),
-            plain(1, Op::Create),
+            plain(1, Op::Create { dir: false }),
         ],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_symlink => vec![plain(1, Op::Create)],
+        libc::SYS_symlink => vec![plain(1, Op::Create { dir: false })],
         #[cfg(target_arch = "x86_64")]
         libc::SYS_chmod | libc::SYS_chown | libc::SYS_utime | libc::SYS_utimes => {
             vec![plain(0, change(true))]
@@ -198,6 +205,9 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
     let mut mounts = Vec::new();
     // For link: whether its existing file was found (None: not looked up).
     let mut link_source_found = None;
+    // Whether the shape of a name makes the kernel refuse the call before any read-only
+    // check (the whole call fails, so every verdict goes).
+    let mut refused_for_name = false;
     for arg in args {
         // utimensat(fd, NULL, ...) and futimesat(fd, NULL, ...) change the file open on fd.
         if n.args[arg.path] == 0 {
@@ -238,6 +248,7 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
                 None => continue,
             }
         };
+        refused_for_name |= refused_for_its_name(arg.op, &raw);
         if let Op::LinkSource { follow } = arg.op {
             link_source_found = Some(open_in_sandbox(root, &named, follow).is_some());
             continue;
@@ -256,12 +267,34 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
     // refused for that, across mounts or not. rename compares the two directories' mounts
     // before anything else (EXDEV).
     let exdev = renames && matches!(&mounts[..], [Some(a), Some(b)] if a != b);
-    if link_source_found == Some(false) || exdev {
+    if link_source_found == Some(false) || exdev || refused_for_name {
         for verdict in &mut verdicts {
             verdict.denied = false;
         }
     }
     verdicts
+}
+
+/// Whether the kernel refuses `op` on the name `raw` for its shape, before any read-only
+/// check; `Path` would hide both cases (it drops a trailing "/" and a final "."):
+/// - a final "." or ".." (or "/" alone): creating it is EEXIST, removing it EISDIR,
+///   EINVAL, ENOTEMPTY or EBUSY, renaming to or from it EBUSY, opening it with O_CREAT
+///   EISDIR;
+/// - a trailing "/": creating anything but a directory is ENOENT (or EEXIST), and
+///   opening with O_CREAT is EISDIR. (unlink, rmdir and rename check the mount first.)
+fn refused_for_its_name(op: Op, raw: &[u8]) -> bool {
+    let end = raw.iter().rposition(|b| *b != b'/').map_or(0, |i| i + 1);
+    let trimmed = &raw[..end];
+    let trailing_slash = trimmed.len() < raw.len();
+    let last = trimmed.rsplit(|b| *b == b'/').next().unwrap_or_default();
+    let dots = matches!(last, b"" | b"." | b"..");
+    let creates = |flags: u64| flags & u64::from(libc::O_CREAT.unsigned_abs()) != 0;
+    match op {
+        Op::Create { dir } => dots || (trailing_slash && !dir),
+        Op::Remove { .. } | Op::RenameTo => dots,
+        Op::Open { flags } => creates(flags) && (dots || trailing_slash),
+        Op::Change { .. } | Op::LinkSource { .. } => false,
+    }
 }
 
 /// Judges one path: whether it is denied, where it leads if it is, whether for being a
@@ -302,8 +335,8 @@ fn judge_path(
     let verdict = match op {
         // Only a read-only directory refuses a create, and then only a name that is not
         // there (EEXIST first): the name is looked up only in a read-only directory.
-        Op::Create if !parent_ro() => (false, None),
-        Op::Create => match lookup(root, named, false, parent()) {
+        Op::Create { .. } if !parent_ro() => (false, None),
+        Op::Create { .. } => match lookup(root, named, false, parent()) {
             Some(_) => (false, None),
             None => in_parent(),
         },
@@ -346,7 +379,7 @@ fn judge_path(
                 Some(_) if exclusive || !writes => (false, None),
                 Some(file) => match on_read_only(&file) {
                     // Writing to a device, fifo or socket is I/O, not a change.
-                    (true, _) if is_special(&file) => (false, None),
+                    (true, _) if !is_regular(&file) => (false, None),
                     verdict => verdict,
                 },
                 None if has(libc::O_CREAT) && parent_ro() => in_parent(),
@@ -462,12 +495,11 @@ fn is_busy_mount_point(
     }
 }
 
-/// Whether an open file is neither a regular file nor a directory (nor a symlink).
-fn is_special(fd: &OwnedFd) -> bool {
-    nix::sys::stat::fstat(fd).is_ok_and(|st| {
-        let kind = st.st_mode & libc::S_IFMT;
-        kind != libc::S_IFREG && kind != libc::S_IFDIR && kind != libc::S_IFLNK
-    })
+/// Whether an open file is a regular file. Opening anything else for writing is refused
+/// for another reason first (a directory: EISDIR; a symlink with O_NOFOLLOW: ELOOP) or
+/// is I/O, not a change to the filesystem (a device, fifo or socket).
+fn is_regular(fd: &OwnedFd) -> bool {
+    nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
 }
 
 /// Whether the mount an open file lies on is read-only.
@@ -495,5 +527,47 @@ fn openat2_flags(n: &Notification) -> Option<u64> {
     match nix::sys::uio::process_vm_readv(pid, &mut [local], &[remote]) {
         Ok(8) => Some(u64::from_ne_bytes(flags)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_names_shape_can_refuse_before_the_mount_does() {
+        let create = Op::Create { dir: false };
+        let mkdir = Op::Create { dir: true };
+        let open_create = Op::Open {
+            flags: u64::from((libc::O_WRONLY | libc::O_CREAT).unsigned_abs()),
+        };
+        let open_write = Op::Open {
+            flags: u64::from(libc::O_WRONLY.unsigned_abs()),
+        };
+        let remove = Op::Remove { dir: None };
+        for (op, raw, refused) in [
+            (create, &b"/etc/x"[..], false),
+            (create, b"/etc/x/", true),
+            (mkdir, b"/etc/x/", false),
+            (mkdir, b"/etc/x//", false),
+            (mkdir, b"/etc/x/.", true),
+            (mkdir, b"..", true),
+            (mkdir, b"/", true),
+            (open_create, b"/etc/x/", true),
+            (open_create, b"/etc/x/..", true),
+            (open_create, b"/etc/x", false),
+            (open_write, b"/etc/x/", false),
+            (remove, b"/etc/x/", false),
+            (remove, b"/etc/x/.", true),
+            (Op::RenameTo, b"/etc/x/..", true),
+            (Op::Change { follow: true }, b"/etc/.", false),
+        ] {
+            assert_eq!(
+                refused_for_its_name(op, raw),
+                refused,
+                "{op:?} {}",
+                String::from_utf8_lossy(raw)
+            );
+        }
     }
 }

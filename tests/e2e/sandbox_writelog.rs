@@ -120,6 +120,8 @@ cases = [
     ("-", lambda: os.link("no-such-file", "/etc/nb-nothing")),
     ("-", lambda: os.link("/etc/passwd", "nb-in-workspace")),
     ("-", lambda: os.rename("file", "/etc/nb-across")),
+    (ws + "/dangling-ro", lambda: open("dangling-ro", "w")),
+    ("-", lambda: open("dangling-ws", "w")),
     ("-", lambda: os.mkdir("/usr/nb-dot/.")),
     ("-", lambda: os.symlink("x", "/etc/nb-slash/")),
     ("-", lambda: os.open("/etc/nb-slash/", os.O_WRONLY | os.O_CREAT)),
@@ -157,6 +159,9 @@ fn each_kind_of_write_is_judged_as_the_kernel_decides_it() {
     std::fs::write(run.workspace.join("kinds.py"), WRITE_KINDS).unwrap();
     std::os::unix::fs::symlink("/etc", run.workspace.join("etc-link")).unwrap();
     std::os::unix::fs::symlink("/usr/bin/python3", run.workspace.join("py-link")).unwrap();
+    // Symlinks to nothing: O_CREAT through them creates the target, where it points.
+    std::os::unix::fs::symlink("/etc/nb-dangle", run.workspace.join("dangling-ro")).unwrap();
+    std::os::unix::fs::symlink("made-by-dangling", run.workspace.join("dangling-ws")).unwrap();
     let out = run.sh("python3 kinds.py");
     assert!(out.status.success(), "{}", stderr(&out));
     let expected: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
@@ -187,6 +192,8 @@ fn each_kind_of_write_is_judged_as_the_kernel_decides_it() {
         .unwrap()
         .contains("root"));
     assert!(!std::path::Path::new("/etc/nb-link").exists());
+    assert!(!std::path::Path::new("/etc/nb-dangle").exists());
+    assert!(run.workspace.join("made-by-dangling").exists());
 }
 
 #[test]

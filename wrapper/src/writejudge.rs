@@ -378,9 +378,16 @@ fn judge_path(
             match lookup(root, named, follow, parent()) {
                 Some(_) if exclusive || !writes => (false, None),
                 Some(file) => match on_read_only(&file) {
-                    // Writing to a device, fifo or socket is I/O, not a change.
+                    // Only a regular file is changed by it (see is_regular).
                     (true, _) if !is_regular(&file) => (false, None),
                     verdict => verdict,
+                },
+                // Following a final symlink to nothing, O_CREAT creates its target:
+                // where that lands decides.
+                None if has(libc::O_CREAT) && follow => match dangling_target(root, named) {
+                    Some(target) => create_verdict(root, &target),
+                    None if parent_ro() => in_parent(),
+                    None => (false, None),
                 },
                 None if has(libc::O_CREAT) && parent_ro() => in_parent(),
                 None => (false, None),
@@ -411,6 +418,45 @@ pub fn open_root(pid: u32) -> Option<OwnedFd> {
         nix::sys::stat::Mode::empty(),
     )
     .ok()
+}
+
+/// Where an O_CREAT open of `named` creates its file when `named` is a symlink (or a chain
+/// of them, followed up to the kernel's 40) that leads to nothing: the final target, as
+/// the sandbox names it. `None` if `named` is not a symlink, or leads to something.
+fn dangling_target(root: &OwnedFd, named: &Path) -> Option<PathBuf> {
+    let mut path = named.to_owned();
+    for _ in 0..40 {
+        let entry = open_in_sandbox(root, &path, false)?;
+        let is_link = nix::sys::stat::fstat(&entry)
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK);
+        if !is_link {
+            return None;
+        }
+        // A relative target is read from the link's own directory.
+        let target = PathBuf::from(nix::fcntl::readlinkat(&entry, "").ok()?);
+        path = if target.is_absolute() {
+            target
+        } else {
+            path.parent()?.join(target)
+        };
+        if open_in_sandbox(root, &path, false).is_none() {
+            return Some(path);
+        }
+    }
+    None
+}
+
+/// The verdict on creating `path`: refused if its directory is on a read-only mount, and
+/// then where it lands.
+fn create_verdict(root: &OwnedFd, path: &Path) -> (bool, Option<PathBuf>) {
+    let dir = path.parent().and_then(|p| open_in_sandbox(root, p, true));
+    match dir {
+        Some(dir) if fd_read_only(&dir) == Some(true) => {
+            let landing = fd_path(&dir).zip(path.file_name()).map(|(d, n)| d.join(n));
+            (true, landing)
+        }
+        _ => (false, None),
+    }
 }
 
 /// Opens (O_PATH) an absolute sandbox path inside the sandbox's root, following a final

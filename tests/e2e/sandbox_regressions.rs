@@ -512,3 +512,65 @@ fn a_working_directory_the_sandbox_hides_is_one_clear_error() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(marker.exists());
 }
+
+#[test]
+fn git_metadata_planted_below_the_top_is_reported() {
+    let dir = TestDir::new("gitaudit");
+    let run = Run::new(&dir);
+    let ws = run.workspace.clone();
+    git_init(&ws);
+    let nested = ws.join("vendor/lib");
+    std::fs::create_dir_all(&nested).unwrap();
+    git_init(&nested);
+    let untouched = ws.join("untouched");
+    std::fs::create_dir_all(&untouched).unwrap();
+    git_init(&untouched);
+    // Older than the run by more than the audit's clock margin.
+    std::thread::sleep(Duration::from_millis(200));
+    let out = run.sh(
+        "mkdir -p src/.git && printf '[core]\\n\\tfsmonitor = evil\\n' > src/.git/config; \
+         echo '#!/bin/sh' > vendor/lib/.git/hooks/post-checkout; echo ok > normal.txt",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = stderr(&out);
+    for planted in ["src/.git", "vendor/lib/.git/hooks"] {
+        let line = format!(
+            "netbox: warning: {} was created or changed during the run",
+            ws.join(planted).display()
+        );
+        assert!(said.contains(&line), "{planted}: {said}");
+    }
+    assert!(!said.contains("untouched"), "{said}");
+    let events = run.events();
+    let reported: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "git_metadata_changed")
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    let src = ws.join("src/.git").display().to_string();
+    let hooks = ws.join("vendor/lib/.git/hooks").display().to_string();
+    assert_eq!(reported, vec![src.as_str(), hooks.as_str()]);
+    let end = events.iter().rfind(|e| e["type"] == "session_end").unwrap();
+    assert_eq!(end["git_metadata_changed"], 2, "{end}");
+    let summary = std::process::Command::new(netbox_bin())
+        .arg("log")
+        .arg(&run.log)
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&summary).contains(&format!("git      {src} created or changed during the run")),
+        "{}",
+        stdout(&summary)
+    );
+
+    // Control: a later run that writes ordinary files, and directories, reports nothing
+    // (what the first run planted is older than this one by more than the margin).
+    std::thread::sleep(Duration::from_millis(200));
+    let out = run.sh("echo more > normal.txt; mkdir -p build/out && echo x > build/out/a.o");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let events = run.events();
+    let end = events.iter().rfind(|e| e["type"] == "session_end").unwrap();
+    assert_eq!(end["git_metadata_changed"], 0, "{end}");
+    assert!(ws.join("build/out/a.o").exists());
+}

@@ -29,6 +29,7 @@ mod config;
 mod env;
 mod error;
 mod export;
+mod gitaudit;
 mod handshake;
 mod hostsockets;
 mod init;

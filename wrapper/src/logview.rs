@@ -50,8 +50,6 @@ struct Summary {
     phases: Vec<String>,
     network: Vec<Destination>,
     refused_writes: Vec<RefusedPath>,
-    /// Git metadata below the top of a writable root changed during the run.
-    git_metadata_changed: Vec<String>,
     /// The `session_end` record; `None` while running or after a crash.
     end: Option<Value>,
 }
@@ -166,9 +164,6 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
                 .push(record["phase"].as_str().unwrap_or("?").to_owned()),
             "net" => add_attempt(&mut destinations[at], &record),
             "write_denied" => add_write(&mut writes[at], &record),
-            "git_metadata_changed" => summary
-                .git_metadata_changed
-                .push(record["path"].as_str().unwrap_or("?").to_owned()),
             _ => {}
         }
     }
@@ -361,11 +356,6 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
                 w.executables.join(", "),
             ));
         }
-    }
-    for path in &summary.git_metadata_changed {
-        line(format!(
-            "  git      {path} created or changed during the run"
-        ));
     }
     match &summary.end {
         Some(end) => line(format!(

@@ -29,7 +29,6 @@ mod config;
 mod env;
 mod error;
 mod export;
-mod gitaudit;
 mod handshake;
 mod hostsockets;
 mod init;

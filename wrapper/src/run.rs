@@ -41,7 +41,6 @@ pub fn run_reporting(
     probe_report: &mut Option<crate::probe::ProbeReport>,
 ) -> Result<u8, WrapperError> {
     let started = std::time::Instant::now();
-    let since = crate::gitaudit::start_mark();
     let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
     let protected = protect::protected_paths(&ProtectInput {
         write_roots: &config.requested_roots,
@@ -74,61 +73,9 @@ pub fn run_reporting(
     // From here on every outcome, failures included, closes the log with session_end.
     let session_id = config.session_id.clone();
     let mut tally = crate::session::Tally::default();
-    let roots = config.write_roots.clone();
-    // Read-only or hidden during the run: CMD changed nothing there. And each root's own
-    // `.git`, which is pinned, or left to CMD on purpose (--allow-git-writes).
-    let untouched: Vec<PathBuf> = pinned
-        .iter()
-        .chain(&config.read_only)
-        .chain(&config.hide)
-        .cloned()
-        .chain(config.requested_roots.iter().map(|r| r.join(".git")))
-        .collect();
-    let quiet = config.quiet;
     let result = run_logged(config, &protected, canary, &log, probe_report, &mut tally);
-    tally.git_metadata_changed =
-        report_git_changes(&log, &session_id, &roots, &untouched, since, quiet);
     crate::session::record_end(&log, &session_id, &result, tally, started.elapsed());
     result
-}
-
-/// Looks for git metadata created or changed in the writable roots during the run
-/// (gitaudit.rs): each is logged as `git_metadata_changed` and, unless quiet, named on
-/// stderr. Returns how many.
-fn report_git_changes(
-    log: &EventLog,
-    session: &str,
-    roots: &[PathBuf],
-    untouched: &[PathBuf],
-    since: std::time::SystemTime,
-    quiet: bool,
-) -> u64 {
-    /// Paths named on stderr; the rest are only in the log.
-    const MAX_NAMED: usize = 20;
-    let changed = crate::gitaudit::changed_git_metadata(roots, untouched, since);
-    for path in &changed {
-        log.record_as(
-            "git_metadata_changed",
-            session,
-            &serde_json::json!({ "path": path.display().to_string() }),
-        );
-    }
-    if !quiet {
-        for path in changed.iter().take(MAX_NAMED) {
-            crate::say(&format!(
-                "netbox: warning: {} was created or changed during the run; git reads it \
-                 (hooks, core.fsmonitor run code): look at it before running git there",
-                crate::printable::printable(&path.display().to_string())
-            ));
-        }
-        if changed.len() > MAX_NAMED {
-            crate::say(&format!(
-                "netbox: warning: {} more git paths changed during the run; see the log",
-                changed.len() - MAX_NAMED
-            ));
-        }
-    }
-    u64::try_from(changed.len()).unwrap_or(u64::MAX)
 }
 
 /// The run itself, once its log is open.

@@ -111,8 +111,6 @@ pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Tally {
     pub writes_denied: u64,
-    /// Git metadata created or changed in the writable roots during the run.
-    pub git_metadata_changed: u64,
     pub timed_out: bool,
     /// A signal stopped the start before CMD ran.
     pub cancelled: bool,
@@ -131,7 +129,6 @@ struct End {
     net_allowed: u64,
     net_denied: u64,
     writes_denied: u64,
-    git_metadata_changed: u64,
 }
 
 /// Writes `session_end` for a run's result.
@@ -158,7 +155,6 @@ pub fn record_end(
         net_allowed,
         net_denied,
         writes_denied: tally.writes_denied,
-        git_metadata_changed: tally.git_metadata_changed,
     };
     log.record_as("session_end", session, &end);
 }

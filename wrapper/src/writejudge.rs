@@ -375,6 +375,18 @@ fn judge_path(
                 return (false, None, false, parent_mount);
             }
             let follow = !(has(libc::O_NOFOLLOW) || exclusive);
+            // O_TMPFILE names a directory and creates an unnamed file in it: refused when
+            // that directory's mount is read-only.
+            let tmpfile = flags & u64::from(libc::O_TMPFILE.unsigned_abs())
+                == u64::from(libc::O_TMPFILE.unsigned_abs());
+            if tmpfile {
+                // A name that is not a directory is ENOTDIR first.
+                let verdict = match lookup(root, named, follow, parent()) {
+                    Some(dir) if is_a_directory(&dir) => on_read_only(&dir),
+                    _ => (false, None),
+                };
+                return (verdict.0, verdict.1, false, parent_mount);
+            }
             match lookup(root, named, follow, parent()) {
                 Some(_) if exclusive || !writes => (false, None),
                 Some(file) => match on_read_only(&file) {
@@ -539,6 +551,11 @@ fn is_busy_mount_point(
             (Some(a), Ok(b)) if a != b
         ),
     }
+}
+
+/// Whether an open file is a directory.
+fn is_a_directory(fd: &OwnedFd) -> bool {
+    nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
 
 /// Whether an open file is a regular file. Opening anything else for writing is refused

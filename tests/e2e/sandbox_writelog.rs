@@ -118,6 +118,7 @@ cases = [
     ("/etc/nb-across", lambda: os.link("file", "/etc/nb-across")),
     (ws + "/.git/nb-hard", lambda: os.link("file", ".git/nb-hard")),
     ("-", lambda: os.link("no-such-file", "/etc/nb-nothing")),
+    ("/etc/nb-published", lambda: os.link("/proc/self/fd/%d" % os.open(".", os.O_TMPFILE | os.O_WRONLY), "/etc/nb-published", follow_symlinks=True)),
     ("-", lambda: os.link("/etc/passwd", "nb-in-workspace")),
     ("-", lambda: os.rename("file", "/etc/nb-across")),
     (ws + "/dangling-ro", lambda: open("dangling-ro", "w")),

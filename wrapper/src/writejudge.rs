@@ -250,7 +250,15 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
         };
         refused_for_name |= refused_for_its_name(arg.op, &raw);
         if let Op::LinkSource { follow } = arg.op {
-            link_source_found = Some(open_in_sandbox(root, &named, follow).is_some());
+            // Missing only if the lookup says so itself. A path through /proc or /dev/fd
+            // (linking an O_TMPFILE into place goes through /proc/self/fd/N) leads where
+            // netbox cannot follow from outside: taken as found.
+            let missing = matches!(
+                resolve_in_sandbox(root, &named, follow),
+                Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR)
+            );
+            let magic = named.starts_with("/proc") || named.starts_with("/dev");
+            link_source_found = Some(!missing || magic);
             continue;
         }
         let (denied, resolved, busy, parent) = judge_path(root, &named, arg.op, renames);
@@ -380,8 +388,11 @@ fn judge_path(
             let tmpfile = flags & u64::from(libc::O_TMPFILE.unsigned_abs())
                 == u64::from(libc::O_TMPFILE.unsigned_abs());
             if tmpfile {
+                // A trailing "/" or "/." follows a final symlink even with O_NOFOLLOW.
+                let bytes = named.as_os_str().as_bytes();
+                let follow = follow || bytes.ends_with(b"/") || bytes.ends_with(b"/.");
                 // A name that is not a directory is ENOTDIR first.
-                let verdict = match lookup(root, named, follow, parent()) {
+                let verdict = match open_in_sandbox(root, named, follow) {
                     Some(dir) if is_a_directory(&dir) => on_read_only(&dir),
                     _ => (false, None),
                 };
@@ -474,6 +485,11 @@ fn create_verdict(root: &OwnedFd, path: &Path) -> (bool, Option<PathBuf>) {
 /// Opens (O_PATH) an absolute sandbox path inside the sandbox's root, following a final
 /// symlink or not; RESOLVE_IN_ROOT keeps every symlink inside that root.
 fn open_in_sandbox(root: &OwnedFd, path: &Path, follow: bool) -> Option<OwnedFd> {
+    resolve_in_sandbox(root, path, follow).ok()
+}
+
+/// [`open_in_sandbox`], with the reason it failed.
+fn resolve_in_sandbox(root: &OwnedFd, path: &Path, follow: bool) -> nix::Result<OwnedFd> {
     use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
     let inside = path.strip_prefix("/").unwrap_or(path);
     let inside = if inside.as_os_str().is_empty() {
@@ -488,7 +504,7 @@ fn open_in_sandbox(root: &OwnedFd, path: &Path, follow: bool) -> Option<OwnedFd>
     let how = OpenHow::new()
         .flags(flags)
         .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    nix::fcntl::openat2(root, inside, how).ok()
+    nix::fcntl::openat2(root, inside, how)
 }
 
 /// Opens (O_PATH) a name whose directory is open already: one step from there instead of

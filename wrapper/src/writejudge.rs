@@ -208,6 +208,8 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
     // Whether the shape of a name makes the kernel refuse the call before any read-only
     // check (the whole call fails, so every verdict goes).
     let mut refused_for_name = false;
+    // For rename: both names as the sandbox sees them (none with a trailing "/").
+    let mut rename_ends = Vec::new();
     for arg in args {
         // utimensat(fd, NULL, ...) and futimesat(fd, NULL, ...) change the file open on fd.
         if n.args[arg.path] == 0 {
@@ -263,6 +265,9 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
         }
         let (denied, resolved, busy, parent) = judge_path(root, &named, arg.op, renames);
         mounts.push(parent);
+        if renames && !raw.ends_with(b"/") {
+            rename_ends.push(named.clone());
+        }
         verdicts.push(Verdict {
             path: named,
             resolved,
@@ -279,8 +284,43 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
         for verdict in &mut verdicts {
             verdict.denied = false;
         }
+    } else if let [from, to] = &rename_ends[..] {
+        if !verdicts.iter().any(|v| v.denied) {
+            verdicts.extend(rename_onto_mount_point(root, from, to, rename_flags(n)));
+        }
     }
     verdicts
+}
+
+/// renameat2's flags (0 for rename and renameat).
+fn rename_flags(n: &Notification) -> u32 {
+    if n.nr == libc::SYS_renameat2 {
+        u32::try_from(n.args[4] & 0xffff_ffff).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
+/// A rename onto a name that is a mount point of its own (a pinned `.envrc`, say: what an
+/// editor's or `sed -i`'s save-by-rename does) fails with EBUSY once the two names are
+/// found and of the same kind (a file onto a directory is EISDIR first, the reverse
+/// ENOTDIR, and RENAME_NOREPLACE onto anything EEXIST).
+fn rename_onto_mount_point(root: &OwnedFd, from: &Path, to: &Path, flags: u32) -> Option<Verdict> {
+    use crate::sys::mountid::fd_facts;
+    if flags & libc::RENAME_NOREPLACE != 0 {
+        return None;
+    }
+    let source = fd_facts(open_in_sandbox(root, from, false)?.as_fd()).ok()?;
+    let target_fd = open_in_sandbox(root, to, false)?;
+    let target = fd_facts(target_fd.as_fd()).ok()?;
+    let exchange = flags & libc::RENAME_EXCHANGE != 0;
+    let same_kind = exchange || source.is_directory == target.is_directory;
+    (target.mount_root == Some(true) && same_kind).then(|| Verdict {
+        path: to.to_owned(),
+        resolved: fd_path(&target_fd),
+        denied: true,
+        busy: true,
+    })
 }
 
 /// Whether the kernel refuses `op` on the name `raw` for its shape, before any read-only
@@ -361,7 +401,7 @@ fn judge_path(
             _ => (false, None),
         },
         // Replacing a mount point is EBUSY too, but only past type and flag checks on
-        // both ends; not judged, rather than judged wrong.
+        // both ends: judged with both names at hand (rename_onto_mount_point).
         Op::RenameTo => (false, None),
         Op::LinkSource { .. } => (false, None),
         Op::Change { follow } => match open_in_sandbox(root, named, follow) {

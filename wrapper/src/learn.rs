@@ -283,11 +283,7 @@ fn write(
 ) -> Result<(), WrapperError> {
     let text = render(seen, origin);
     let Some(output) = output else {
-        let mut stdout = std::io::stdout().lock();
-        return stdout
-            .write_all(text.as_bytes())
-            .and_then(|()| stdout.flush())
-            .map_err(WrapperError::Output);
+        return crate::print_stdout(&text);
     };
     output.replace(&text).map_err(|source| WrapperError::Path {
         path: output.shown.clone(),

@@ -7,7 +7,6 @@
 //! and skipped, and a session with no `session_end` is reported as not finished.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -94,11 +93,7 @@ pub fn run(args: &LogArgs) -> Result<u8, WrapperError> {
     } else {
         render(&report)
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-        .map_err(WrapperError::Output)?;
+    crate::print_stdout(&text)?;
     Ok(0)
 }
 

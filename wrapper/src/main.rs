@@ -84,6 +84,16 @@ pub fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+/// Writes a command's output (a report, an allowlist) to stdout, whole, and flushes it.
+pub fn print_stdout(text: &str) -> Result<(), WrapperError> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(WrapperError::Output)
+}
+
 /// Prints `netbox: ` and the error chain on one line, then a hint if there is one.
 fn report(error: &WrapperError) -> ExitCode {
     say(&format!("netbox: {}", error::chain(error)));

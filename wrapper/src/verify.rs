@@ -3,8 +3,6 @@
 //! sandbox is built with those options, `true` is its command, and the probe's report is
 //! printed. Exit 0 only if every control held and the run succeeded.
 
-use std::io::Write;
-
 use crate::cli::VerifyArgs;
 use crate::config::SandboxConfig;
 use crate::error::WrapperError;
@@ -44,11 +42,7 @@ pub fn run(args: Box<VerifyArgs>) -> Result<u8, WrapperError> {
     } else {
         table(&report)
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-        .map_err(WrapperError::Output)?;
+    crate::print_stdout(&text)?;
     match outcome {
         Ok(0) if report.passed => Ok(0),
         // A failed probe is the table's news; any other failure is said as well.

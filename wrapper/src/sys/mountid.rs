@@ -1,4 +1,5 @@
-//! Which mount a path is on: statx(2) with STATX_MNT_ID (Linux ≥ 5.8).
+//! Which mount a path or an open file is on, and what else one statx(2) tells of a file
+//! (STATX_MNT_ID and STATX_ATTR_MOUNT_ROOT: Linux ≥ 5.8).
 
 use std::ffi::CString;
 use std::io;
@@ -19,18 +20,24 @@ pub fn mount_id_of_fd(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<u64> {
 }
 
 fn statx_mount_id(dirfd: i32, c_path: &std::ffi::CStr, flags: i32) -> io::Result<u64> {
-    // SAFETY: statx is plain old data; all-zero is a valid value for it.
-    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `c_path` is NUL-terminated and outlives the call; `dirfd` is AT_FDCWD or a
-    // descriptor the caller holds open; `buf` is a valid, writable statx the kernel fills.
-    let rc = unsafe { libc::statx(dirfd, c_path.as_ptr(), flags, libc::STATX_MNT_ID, &mut buf) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let buf = statx(dirfd, c_path, flags, libc::STATX_MNT_ID)?;
     if buf.stx_mask & libc::STATX_MNT_ID == 0 {
         return Err(io::Error::other("kernel reports no mount id"));
     }
     Ok(buf.stx_mnt_id)
+}
+
+/// statx(2), for what `mask` asks.
+fn statx(dirfd: i32, c_path: &std::ffi::CStr, flags: i32, mask: u32) -> io::Result<libc::statx> {
+    // SAFETY: statx is plain old data; all-zero is a valid value for it.
+    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is NUL-terminated and outlives the call; `dirfd` is AT_FDCWD or a
+    // descriptor the caller holds open; `buf` is a valid, writable statx the kernel fills.
+    let rc = unsafe { libc::statx(dirfd, c_path.as_ptr(), flags, mask, &mut buf) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(buf)
 }
 
 /// What one statx(2) tells of an open file (an O_PATH fd too).
@@ -45,22 +52,8 @@ pub struct FdFacts {
 /// One statx(2) for an open file's type, mount id and whether it is a mount's root.
 pub fn fd_facts(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<FdFacts> {
     use std::os::fd::AsRawFd;
-    // SAFETY: statx is plain old data; all-zero is a valid value for it.
-    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: the path is an empty NUL-terminated string (AT_EMPTY_PATH: the fd itself),
-    // `fd` is borrowed so open for the call, and `buf` is a valid statx the kernel fills.
-    let rc = unsafe {
-        libc::statx(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_TYPE | libc::STATX_MNT_ID,
-            &mut buf,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mask = libc::STATX_TYPE | libc::STATX_MNT_ID;
+    let buf = statx(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH, mask)?;
     let mount_root_bit = u64::from(libc::STATX_ATTR_MOUNT_ROOT.unsigned_abs());
     Ok(FdFacts {
         is_directory: u32::from(buf.stx_mode) & libc::S_IFMT == libc::S_IFDIR,

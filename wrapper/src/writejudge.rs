@@ -173,7 +173,8 @@ fn is_fd_syscall(nr: i64) -> bool {
 /// process (else the caller's own is opened).
 pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
     let proc = PathBuf::from(format!("/proc/{}", n.pid));
-    let file_link = |index: usize| proc.join("fd").join(int_arg(n.args[index]).to_string());
+    let fd_link = |fd: i32| proc.join("fd").join(fd.to_string());
+    let file_link = |index: usize| fd_link(int_arg(n.args[index]));
     if is_fd_syscall(n.nr) {
         return judge_open_file(&file_link(0)).into_iter().collect();
     }
@@ -238,9 +239,7 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
             written.to_owned()
         } else {
             let dir = match dirfd {
-                Some(fd) if fd != libc::AT_FDCWD => {
-                    std::fs::read_link(proc.join("fd").join(fd.to_string())).ok()
-                }
+                Some(fd) if fd != libc::AT_FDCWD => std::fs::read_link(fd_link(fd)).ok(),
                 _ => cwd
                     .get_or_init(|| std::fs::read_link(proc.join("cwd")).ok())
                     .clone(),
@@ -252,9 +251,9 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
         };
         refused_for_name |= refused_for_its_name(arg.op, &raw);
         if let Op::LinkSource { follow } = arg.op {
-            // Missing only if the lookup says so itself. A path through /proc or /dev/fd
-            // (linking an O_TMPFILE into place goes through /proc/self/fd/N) leads where
-            // netbox cannot follow from outside: taken as found.
+            // Missing only if the lookup says so itself. A path through /proc or /dev
+            // (linking an O_TMPFILE into place goes through /proc/self/fd/N; /dev/fd/N)
+            // leads where netbox cannot follow from outside: taken as found.
             let missing = matches!(
                 resolve_in_sandbox(root, &named, follow),
                 Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR)
@@ -295,7 +294,7 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
 /// renameat2's flags (0 for rename and renameat).
 fn rename_flags(n: &Notification) -> u32 {
     if n.nr == libc::SYS_renameat2 {
-        u32::try_from(n.args[4] & 0xffff_ffff).unwrap_or(0)
+        uint_arg(n.args[4])
     } else {
         0
     }
@@ -310,12 +309,16 @@ fn rename_onto_mount_point(root: &OwnedFd, from: &Path, to: &Path, flags: u32) -
     if flags & libc::RENAME_NOREPLACE != 0 {
         return None;
     }
-    let source = fd_facts(open_in_sandbox(root, from, false)?.as_fd()).ok()?;
+    // The target first: nearly every rename in a build is onto a new name or a plain
+    // file, and then the source need not be looked at again.
     let target_fd = open_in_sandbox(root, to, false)?;
     let target = fd_facts(target_fd.as_fd()).ok()?;
+    if target.mount_root != Some(true) {
+        return None;
+    }
+    let source = fd_facts(open_in_sandbox(root, from, false)?.as_fd()).ok()?;
     let exchange = flags & libc::RENAME_EXCHANGE != 0;
-    let same_kind = exchange || source.is_directory == target.is_directory;
-    (target.mount_root == Some(true) && same_kind).then(|| Verdict {
+    (exchange || source.is_directory == target.is_directory).then(|| Verdict {
         path: to.to_owned(),
         resolved: fd_path(&target_fd),
         denied: true,
@@ -367,13 +370,7 @@ fn judge_path(
         None
     };
     // Denied in the parent directory: where the name lands, for the reason.
-    let in_parent = || {
-        let landing = parent()
-            .and_then(fd_path)
-            .zip(named.file_name())
-            .map(|(dir, name)| dir.join(name));
-        (true, landing)
-    };
+    let in_parent = || (true, parent().and_then(|dir| landing(dir, named)));
     let parent_ro = || parent().and_then(fd_read_only) == Some(true);
     let on_read_only = |file: &OwnedFd| match fd_read_only(file) {
         Some(true) => (true, fd_path(file)),
@@ -433,7 +430,7 @@ fn judge_path(
                 let follow = follow || bytes.ends_with(b"/") || bytes.ends_with(b"/.");
                 // A name that is not a directory is ENOTDIR first.
                 let verdict = match open_in_sandbox(root, named, follow) {
-                    Some(dir) if is_a_directory(&dir) => on_read_only(&dir),
+                    Some(dir) if is_kind(&dir, libc::S_IFDIR) => on_read_only(&dir),
                     _ => (false, None),
                 };
                 return (verdict.0, verdict.1, false, parent_mount);
@@ -441,8 +438,11 @@ fn judge_path(
             match lookup(root, named, follow, parent()) {
                 Some(_) if exclusive || !writes => (false, None),
                 Some(file) => match on_read_only(&file) {
-                    // Only a regular file is changed by it (see is_regular).
-                    (true, _) if !is_regular(&file) => (false, None),
+                    // Only a regular file is changed by it: opening anything else for
+                    // writing is refused for another reason first (a directory: EISDIR;
+                    // a symlink with O_NOFOLLOW: ELOOP) or is I/O, not a change to the
+                    // filesystem (a device, fifo or socket).
+                    (true, _) if !is_kind(&file, libc::S_IFREG) => (false, None),
                     verdict => verdict,
                 },
                 // Following a final symlink to nothing, O_CREAT creates its target:
@@ -490,9 +490,7 @@ fn dangling_target(root: &OwnedFd, named: &Path) -> Option<PathBuf> {
     let mut path = named.to_owned();
     for _ in 0..40 {
         let entry = open_in_sandbox(root, &path, false)?;
-        let is_link = nix::sys::stat::fstat(&entry)
-            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK);
-        if !is_link {
+        if !is_kind(&entry, libc::S_IFLNK) {
             return None;
         }
         // A relative target is read from the link's own directory.
@@ -514,10 +512,7 @@ fn dangling_target(root: &OwnedFd, named: &Path) -> Option<PathBuf> {
 fn create_verdict(root: &OwnedFd, path: &Path) -> (bool, Option<PathBuf>) {
     let dir = path.parent().and_then(|p| open_in_sandbox(root, p, true));
     match dir {
-        Some(dir) if fd_read_only(&dir) == Some(true) => {
-            let landing = fd_path(&dir).zip(path.file_name()).map(|(d, n)| d.join(n));
-            (true, landing)
-        }
+        Some(dir) if fd_read_only(&dir) == Some(true) => (true, landing(&dir, path)),
         _ => (false, None),
     }
 }
@@ -577,6 +572,11 @@ fn lookup(root: &OwnedFd, named: &Path, follow: bool, parent: Option<&OwnedFd>) 
     }
 }
 
+/// Where `named` lands in the directory open as `dir`, in the sandbox's view.
+fn landing(dir: &OwnedFd, named: &Path) -> Option<PathBuf> {
+    Some(fd_path(dir)?.join(named.file_name()?))
+}
+
 /// Where an fd opened inside the sandbox leads, in the sandbox's view.
 fn fd_path(fd: &OwnedFd) -> Option<PathBuf> {
     use std::os::fd::AsRawFd;
@@ -609,16 +609,9 @@ fn is_busy_mount_point(
     }
 }
 
-/// Whether an open file is a directory.
-fn is_a_directory(fd: &OwnedFd) -> bool {
-    nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
-}
-
-/// Whether an open file is a regular file. Opening anything else for writing is refused
-/// for another reason first (a directory: EISDIR; a symlink with O_NOFOLLOW: ELOOP) or
-/// is I/O, not a change to the filesystem (a device, fifo or socket).
-fn is_regular(fd: &OwnedFd) -> bool {
-    nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
+/// Whether an open file is of `kind` (an `S_IF*` file type).
+fn is_kind(fd: &OwnedFd, kind: libc::mode_t) -> bool {
+    nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == kind)
 }
 
 /// Whether the mount an open file lies on is read-only.
@@ -630,7 +623,12 @@ fn fd_read_only(fd: &OwnedFd) -> Option<bool> {
 
 /// An `int` argument: the kernel reads the register's low 32 bits (AT_FDCWD is -100).
 fn int_arg(raw: u64) -> i32 {
-    i32::from_ne_bytes(u32::try_from(raw & 0xffff_ffff).unwrap_or(0).to_ne_bytes())
+    i32::from_ne_bytes(uint_arg(raw).to_ne_bytes())
+}
+
+/// An `unsigned int` argument (flags): the register's low 32 bits.
+fn uint_arg(raw: u64) -> u32 {
+    u32::try_from(raw & 0xffff_ffff).unwrap_or(0)
 }
 
 /// openat2's flags, from the `struct open_how` the filter cannot read; `None` if it is

@@ -229,29 +229,10 @@ fn a_file_can_be_a_writable_root_and_the_log_cannot_be_inside_one() {
     );
 }
 
-/// Removes the socket directories earlier test processes left in /var/tmp (see below).
-fn remove_stale_socket_dirs() {
-    for entry in std::fs::read_dir("/var/tmp")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .strip_prefix("netbox-e2e-")
-            .filter(|rest| rest.ends_with("-sockets"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok());
-        if pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists()) {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
 #[test]
 fn host_unix_sockets_are_hidden() {
     use std::os::unix::net::UnixListener;
-    remove_stale_socket_dirs();
+    TestDir::remove_leftovers_outside_tmp("sockets");
     let dir = TestDir::new("sockets");
     // Left in place when the test ends: a sandbox of another test started meanwhile has
     // these listening sockets pinned, and removing one from under it would stop that

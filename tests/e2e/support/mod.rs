@@ -38,6 +38,27 @@ impl TestDir {
         TestDir::new_in(Path::new("/var/tmp"), name)
     }
 
+    /// Removes the `outside_tmp(name)` directories of test processes that are gone: a test
+    /// keeps its directory when something may still use it after the test ends.
+    pub fn remove_leftovers_outside_tmp(name: &str) {
+        for entry in std::fs::read_dir("/var/tmp")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let file_name = entry.file_name().to_string_lossy().into_owned();
+            let pid = file_name
+                .strip_prefix("netbox-e2e-")
+                .filter(|rest| rest.ends_with(&format!("-{name}")))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+
+    /// `base/netbox-e2e-PID-N-NAME`, unique to this test.
     fn new_in(base: &Path, name: &str) -> TestDir {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);

@@ -189,6 +189,11 @@ impl SandboxCgroups {
     }
 
     /// Every limit file, for the probe.
+    /// Whether no cgroup was needed (the run has no --pids, --memory or --cpus limit).
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
     pub fn limits(&self) -> Vec<CgroupLimit> {
         self.groups
             .iter()

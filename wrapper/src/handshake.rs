@@ -31,8 +31,9 @@ pub enum SyncMsg {
     /// While CMD ran, a pinned path stopped being a mount of its own (changed on the host);
     /// the sandbox was stopped.
     PinLost { path: std::path::PathBuf },
-    /// CMD has exited and every other process in the sandbox is gone; pid 1 exits next.
-    Done,
+    /// CMD has exited with `status` and every other process in the sandbox is gone; pid 1
+    /// exits next, with that status.
+    Done { status: i32 },
     /// From the parent, after a probe that passed: netbox's own checks passed too; start
     /// the command.
     Start,

@@ -202,14 +202,21 @@ fn is_empty_dir(path: &Path) -> bool {
 /// a placeholder out from under another's read-only mount. A placeholder left by a killed
 /// run is adopted by the next one and removed when that one ends.
 pub struct Placeholders {
-    /// Each placeholder, its lock, and whether this run created it.
-    held: Vec<(PathBuf, nix::fcntl::Flock<std::fs::File>, bool)>,
+    held: Vec<Held>,
+    /// The removal, once started on a thread of its own.
+    removal: Option<std::thread::JoinHandle<()>>,
 }
+
+/// A placeholder, its lock, and whether this run created it.
+type Held = (PathBuf, nix::fcntl::Flock<std::fs::File>, bool);
 
 impl Placeholders {
     /// Creates (or adopts) and locks every placeholder in `paths`.
     pub fn hold(paths: &[Protected]) -> Result<Placeholders, WrapperError> {
-        let mut held = Placeholders { held: Vec::new() };
+        let mut held = Placeholders {
+            held: Vec::new(),
+            removal: None,
+        };
         for p in paths.iter().filter(|p| p.placeholder) {
             let (lock, created) =
                 hold_one(&p.path).map_err(|source| WrapperError::Placeholder {
@@ -219,6 +226,33 @@ impl Placeholders {
             held.held.push((p.path.clone(), lock, created));
         }
         Ok(held)
+    }
+
+    /// Starts removing them on a thread of its own, once nothing in the sandbox can use
+    /// them any more; dropping `self` waits for it. Each removal waits for the disk: ext4
+    /// mounted with `discard` trims a freed directory block synchronously (~50 µs an rmdir
+    /// on these machines), which netbox's own teardown need not wait behind.
+    pub fn start_removal(&mut self) {
+        if self.removal.is_some() || self.held.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut self.held);
+        // If no thread can be started, the work comes back to be done here (by drop).
+        let (give_back, returned) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("netbox-placeholders".into())
+            .spawn(move || {
+                if let Ok(held) = returned.recv() {
+                    remove_all(held);
+                }
+            });
+        match spawned {
+            Ok(thread) => {
+                let _ = give_back.send(held);
+                self.removal = Some(thread);
+            }
+            Err(_) => self.held = held,
+        }
     }
 }
 
@@ -325,34 +359,53 @@ fn lock_shared_briefly(dir: std::fs::File) -> std::io::Result<nix::fcntl::Flock<
 }
 
 impl Drop for Placeholders {
+    /// Removes them (waiting for the removal if it was started in the background).
     fn drop(&mut self) {
-        use std::os::unix::fs::MetadataExt;
-        for (path, lock, created) in self.held.drain(..) {
-            // Exclusive only if no other run still holds it; then it is ours to remove, if
-            // the path still names the very directory we hold and it is ours (rmdir itself
-            // refuses a directory that is no longer empty).
-            if lock
-                .relock(nix::fcntl::FlockArg::LockExclusiveNonblock)
-                .is_err()
-            {
-                continue;
+        match self.removal.take() {
+            Some(removal) => {
+                // A removal that panicked has nothing left to clean up that could be
+                // retried here: its placeholders are adopted by the next run.
+                let _ = removal.join();
             }
-            let same = match (lock.metadata(), std::fs::symlink_metadata(&path)) {
-                (Ok(held), Ok(now)) => held.ino() == now.ino() && held.dev() == now.dev(),
-                _ => false,
-            };
-            if same && (created || crate::sys::xattr::has(&path, PLACEHOLDER_XATTR)) {
-                if placeholder_is_file(&path) {
-                    // Only if unchanged: a file placeholder cannot refuse like rmdir.
-                    if std::fs::read(&path).is_ok_and(|c| c == FILE_PLACEHOLDER_CONTENT) {
-                        let _ = std::fs::remove_file(&path);
-                    }
-                } else {
-                    let _ = std::fs::remove_dir(&path);
-                }
-            }
+            None => remove_all(std::mem::take(&mut self.held)),
         }
     }
+}
+
+fn remove_all(held: Vec<Held>) {
+    for (path, lock, created) in held {
+        remove_if_last(&path, lock, created);
+    }
+}
+
+/// Removes one placeholder, if no other run still holds it, the path still names the very
+/// directory (or file) held, and it is ours (rmdir itself refuses a directory that is no
+/// longer empty).
+fn remove_if_last(path: &Path, lock: nix::fcntl::Flock<std::fs::File>, created: bool) {
+    use std::os::unix::fs::MetadataExt;
+    // Exclusive only if no other run still holds it.
+    if lock
+        .relock(nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .is_err()
+    {
+        return;
+    }
+    let same = match (lock.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(held), Ok(now)) => held.ino() == now.ino() && held.dev() == now.dev(),
+        _ => false,
+    };
+    if same && (created || crate::sys::xattr::has(path, PLACEHOLDER_XATTR)) {
+        if placeholder_is_file(path) {
+            // Only if unchanged: a file placeholder cannot refuse like rmdir.
+            if std::fs::read(path).is_ok_and(|c| c == FILE_PLACEHOLDER_CONTENT) {
+                let _ = std::fs::remove_file(path);
+            }
+        } else {
+            let _ = std::fs::remove_dir(path);
+        }
+    }
+    // The lock's file closes here, after the removal: for a removed directory it is the
+    // last reference, so this close is where the disk is waited for.
 }
 
 #[cfg(test)]

@@ -145,6 +145,7 @@ fn run_logged(
         protected: protected.iter().map(|p| p.path.clone()).collect(),
         read_only: config.read_only.clone(),
         allow_nested_userns: config.allow_nested_userns,
+        reap_pid1: !cgroups.is_empty(),
         tally,
     }))
 }

@@ -110,8 +110,9 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     }
     match run(&plan.cmd) {
         Ok(code) => {
-            // Nothing of CMD's is left: netbox may remove its placeholders while pid 1 exits.
-            let _ = channel.send(&SyncMsg::Done, &[]);
+            // Nothing of CMD's is left: netbox may remove its placeholders and finish while
+            // pid 1 exits.
+            let _ = channel.send(&SyncMsg::Done { status: code }, &[]);
             code
         }
         Err(stop) => init::report_stop(stop, channel),

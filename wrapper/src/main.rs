@@ -26,6 +26,7 @@ mod caps;
 mod cgroup;
 mod cli;
 mod config;
+mod cpu;
 mod env;
 mod error;
 mod export;

@@ -1,10 +1,11 @@
 //! The sandbox side of a run, in order. One process, created by clone(2) in new user and
 //! pid namespaces, so it is pid 1 of its pid namespace from the first instruction. It maps
-//! its ids, enters new mount, network, ipc and uts namespaces, brings `lo` up, creates the
-//! proxy listeners inside the new network namespace and hands them out, builds the
-//! filesystem (on the placeholders netbox laid before creating it), drops every privilege,
-//! runs the live probe, and only if it passed starts CMD, whose init it then is (watching
-//! the pins while CMD runs).
+//! its ids and enters new mount, ipc and uts namespaces. Then, at the same time, a second
+//! thread builds the filesystem (on the placeholders netbox laid before creating it) while
+//! the first enters a new network namespace, brings `lo` up, creates the proxy listeners
+//! there and hands them out. With that thread ended, pid 1 drops every privilege, runs the
+//! live probe, and only if it passed starts CMD, whose init it then is (watching the pins
+//! while CMD runs).
 //!
 //! It dies with netbox (PR_SET_PDEATHSIG): if netbox is killed, even with SIGKILL, pid 1
 //! dies, and with it the kernel kills everything in the namespace.
@@ -22,7 +23,7 @@ use crate::handshake::{Channel, SyncMsg};
 use crate::mounts::MountPlan;
 use crate::probe::ProbeInput;
 use crate::testhooks::Breakage;
-use crate::{caps, init, mounts, namespaces, probe};
+use crate::{caps, cpu, init, mounts, namespaces, probe};
 
 /// The proxy port inside the sandbox's own network namespace, where nothing else listens.
 pub const PROXY_PORT: u16 = 3128;
@@ -197,11 +198,77 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(failed("setpgid"))?;
     namespaces::map_ids(plan.uid, plan.gid)
         .and_then(|()| namespaces::unshare_rest())
-        .map_err(|e| {
-            let hint = e.hint();
-            ("user namespace".to_owned(), crate::error::chain(&e), hint)
-        })?;
+        .map_err(userns_failed)?;
     nix::unistd::sethostname("netbox").map_err(failed("set hostname"))?;
+    // Not dumpable, so CMD cannot reach into pid 1 through /proc/1 or ptrace (same uid).
+    nix::sys::prctl::set_dumpable(false).map_err(failed("set non-dumpable"))?;
+
+    // Capabilities are still held here, which the mounts need. While they are held, /
+    // could be remounted read-write: the drop follows as soon as both halves are done.
+    // The filesystem is built on a second thread while this one makes the network
+    // namespace: each takes ~0.5 ms here and neither needs the other (the mount namespace
+    // is shared by both threads; the new network namespace is this thread's, and the
+    // process's once the other thread has ended). Mounting needs nothing of the network:
+    // no sysfs is mounted.
+    let mount = || {
+        mounts::apply(&plan.mounts, plan.breakage)
+            .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
+    };
+    crate::sys::memory::share_one_malloc_arena();
+    let here = nix::sched::sched_getcpu().ok();
+    let started = std::sync::atomic::AtomicBool::new(false);
+    let (mounted, proxy_v6) = std::thread::scope(|scope| {
+        let mounter = std::thread::Builder::new()
+            .name("netbox-mounts".into())
+            // Mounting goes a few calls deep; glibc keeps a thread's stack mapped after
+            // it ends (pid 1's footprint counts against --memory).
+            .stack_size(256 << 10)
+            .spawn_scoped(scope, || {
+                // New threads often queue on their creator's CPU, where they would wait
+                // for the network namespace (the kernel does not preempt it): move off.
+                if let Some(cpu) = here {
+                    cpu::move_off(cpu);
+                }
+                started.store(true, std::sync::atomic::Ordering::Release);
+                mount()
+            });
+        if mounter.is_ok() {
+            // Give the CPU up until the mounting thread has moved, or it would wait.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1);
+            while !started.load(std::sync::atomic::Ordering::Acquire)
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::yield_now();
+            }
+        }
+        let network = set_up_network(channel);
+        let mounted = match mounter {
+            Ok(mounter) => mounter.join().unwrap_or_else(|_| {
+                Err(("mount".into(), "the mounting thread panicked".into(), None))
+            }),
+            // No second thread: one after the other.
+            Err(_) => mount(),
+        };
+        (mounted, network)
+    });
+    let proxy_v6 = proxy_v6?;
+    mounted?;
+    // After the mounts, before the probe and CMD: no capability, no way to regain one.
+    if !plan.breakage.skip_capability_drop {
+        caps::drop_all().map_err(failed("drop capabilities"))?;
+    }
+    Ok(proxy_v6)
+}
+
+fn userns_failed(e: crate::error::WrapperError) -> StepError {
+    let hint = e.hint();
+    ("user namespace".to_owned(), crate::error::chain(&e), hint)
+}
+
+/// The network namespace with only `lo`, up, and the proxy's listeners in it, handed to
+/// netbox. Returns whether the proxy also listens on ::1.
+fn set_up_network(channel: &Channel) -> Result<bool, StepError> {
+    namespaces::unshare_net().map_err(userns_failed)?;
     crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
 
     // The bridge's listeners live here, inside the new network namespace, and are handed
@@ -216,16 +283,5 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
         .map_err(failed("hand over listeners"))?;
     let proxy_v6 = v6.is_some();
     drop((v4, v6));
-
-    // Not dumpable, so CMD cannot reach into pid 1 through /proc/1 or ptrace (same uid).
-    nix::sys::prctl::set_dumpable(false).map_err(failed("set non-dumpable"))?;
-    // Capabilities are still held here, which the mounts need. While they are held, /
-    // could be remounted read-write: the drop follows immediately.
-    mounts::apply(&plan.mounts, plan.breakage)
-        .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))?;
-    // After the mounts, before the probe and CMD: no capability, no way to regain one.
-    if !plan.breakage.skip_capability_drop {
-        caps::drop_all().map_err(failed("drop capabilities"))?;
-    }
     Ok(proxy_v6)
 }

@@ -1,4 +1,5 @@
-//! Address-space reservation, for the probe's `--memory` check.
+//! Address space: reservation, for the probe's `--memory` check, and keeping pid 1's own
+//! footprint small.
 
 use std::io;
 
@@ -29,4 +30,16 @@ pub fn reserve_and_release(bytes: usize) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Makes every thread of this process allocate from the one malloc arena. glibc gives each
+/// new thread an arena of its own, which reserves 64 MiB of address space for the life of
+/// the process: in pid 1, whose footprint counts against `--memory` (the probe's check runs
+/// in a copy of it), a short-lived helper thread must not leave that behind.
+pub fn share_one_malloc_arena() {
+    // SAFETY: mallopt only changes the allocator's tuning; M_ARENA_MAX with 1 is a
+    // documented setting, and it is called while the process has a single thread.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
 }

@@ -188,12 +188,12 @@ impl SandboxCgroups {
             .try_for_each(|g| move_self(g.controller, &g.home))
     }
 
-    /// Every limit file, for the probe.
     /// Whether no cgroup was needed (the run has no --pids, --memory or --cpus limit).
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty()
     }
 
+    /// Every limit file, for the probe.
     pub fn limits(&self) -> Vec<CgroupLimit> {
         self.groups
             .iter()

@@ -37,9 +37,8 @@ pub fn unshare_rest() -> Result<(), WrapperError> {
 
 /// In the child: a new network namespace, for the calling thread (a network namespace is
 /// per thread until the others have exited; the child's other thread only mounts).
-pub fn unshare_net() -> Result<(), WrapperError> {
+pub fn unshare_net() -> nix::Result<()> {
     nix::sched::unshare(CloneFlags::CLONE_NEWNET)
-        .map_err(|e| userns_unavailable(io::Error::from(e)))
 }
 
 /// Maps the caller's uid and gid to themselves inside the new user namespace.

@@ -209,7 +209,9 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
     // namespace: each takes ~0.5 ms here and neither needs the other (the mount namespace
     // is shared by both threads; the new network namespace is this thread's, and the
     // process's once the other thread has ended). Mounting needs nothing of the network:
-    // no sysfs is mounted.
+    // no sysfs is mounted. pid 1 was made by a raw clone(), so glibc's cached thread id in
+    // this thread is still netbox's: sound here because neither thread takes a lock that
+    // records its owner's id (recursive or error-checking mutexes, dlopen, NSS).
     let mount = || {
         mounts::apply(&plan.mounts, plan.breakage)
             .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
@@ -251,6 +253,9 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
         };
         (mounted, network)
     });
+    // Single-threaded again as far as user space goes (the helper may take a few more
+    // microseconds to leave the kernel): nothing that needs an empty thread group (seccomp's
+    // TSYNC, unshare(CLONE_NEWUSER)) comes next.
     let proxy_v6 = proxy_v6?;
     mounted?;
     // After the mounts, before the probe and CMD: no capability, no way to regain one.
@@ -268,7 +273,7 @@ fn userns_failed(e: crate::error::WrapperError) -> StepError {
 /// The network namespace with only `lo`, up, and the proxy's listeners in it, handed to
 /// netbox. Returns whether the proxy also listens on ::1.
 fn set_up_network(channel: &Channel) -> Result<bool, StepError> {
-    namespaces::unshare_net().map_err(userns_failed)?;
+    namespaces::unshare_net().map_err(failed("enter a new network namespace"))?;
     crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
 
     // The bridge's listeners live here, inside the new network namespace, and are handed

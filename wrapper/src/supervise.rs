@@ -63,6 +63,8 @@ pub struct SandboxGuard {
     pid: Pid,
     pidfd: OwnedFd,
     reaped: bool,
+    /// Left to exit on its own ([`SandboxGuard::let_exit`]).
+    exiting: bool,
 }
 
 impl SandboxGuard {
@@ -72,6 +74,7 @@ impl SandboxGuard {
                 pid,
                 pidfd,
                 reaped: false,
+                exiting: false,
             }),
             Err(e) => {
                 // Not yet reaped, so the pid cannot have been reused.
@@ -84,10 +87,11 @@ impl SandboxGuard {
 
     /// pid 1 said it is done (everything else in the sandbox is gone) and only exits now,
     /// which takes ~0.7 ms here (unmounting its namespace): netbox goes on without waiting.
-    /// SIGKILL makes sure of the exit; whoever inherits pid 1 reaps it.
+    /// SIGKILL makes sure of the exit. It is reaped on drop if it has exited by then;
+    /// otherwise its zombie goes, with netbox's exit, to the process that reaps orphans.
     fn let_exit(&mut self) {
         self.signal(Signal::SIGKILL);
-        self.reaped = true;
+        self.exiting = true;
     }
 
     fn signal(&self, sig: Signal) {
@@ -116,10 +120,15 @@ impl SandboxGuard {
 
 impl Drop for SandboxGuard {
     fn drop(&mut self) {
-        if !self.reaped {
-            self.signal(Signal::SIGKILL);
-            let _ = waitpid(self.pid, None);
+        if self.reaped {
+            return;
         }
+        if self.exiting {
+            let _ = waitpid(self.pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+            return;
+        }
+        self.signal(Signal::SIGKILL);
+        let _ = waitpid(self.pid, None);
     }
 }
 
@@ -270,8 +279,15 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                             placeholders.start_removal();
                         }
                     }
-                    if state.finished.is_some() && !reap_pid1 {
-                        break;
+                    if state.finished.is_some() {
+                        // Nothing the write filter could stop is left: the watcher need
+                        // not wait for pid 1's exit (or, on older kernels, its reaping).
+                        if let Some(watch) = state.watch.as_mut() {
+                            watch.stop();
+                        }
+                        if !reap_pid1 {
+                            break;
+                        }
                     }
                     if state.failure.is_some() {
                         // Whatever pid 1 is waiting for (a start that will not come), the

@@ -75,6 +75,8 @@ pub struct WriteWatch {
     thread: Option<std::thread::JoinHandle<()>>,
     /// Hands the thread the sandbox's listener; dropped once used (or at the end).
     listener: Option<std::sync::mpsc::SyncSender<OwnedFd>>,
+    /// Closed to tell the thread that nothing the filter could stop is left.
+    stop: Option<std::io::PipeWriter>,
 }
 
 /// The `write_denied` record.
@@ -95,6 +97,7 @@ impl WriteWatch {
     pub fn spawn(context: WatchContext) -> std::io::Result<WriteWatch> {
         let seen = Arc::new(Seen::default());
         let (give, take) = std::sync::mpsc::sync_channel::<OwnedFd>(1);
+        let (stopped, stop) = std::io::pipe()?;
         let thread = {
             let seen = Arc::clone(&seen);
             std::thread::Builder::new()
@@ -110,13 +113,14 @@ impl WriteWatch {
                         .share_root
                         .then(|| crate::writejudge::open_root(context.pid1))
                         .flatten();
-                    serve(&listener, &context, shared_root.as_ref(), &seen);
+                    serve(&listener, &stopped, &context, shared_root.as_ref(), &seen);
                 })?
         };
         Ok(WriteWatch {
             seen,
             thread: Some(thread),
             listener: Some(give),
+            stop: Some(stop),
         })
     }
 
@@ -171,11 +175,20 @@ impl WriteWatch {
         report.add_check(crate::probe::check(CHECK, forbidden, control));
     }
 
-    /// Waits for the thread: it ends when every process that could be notified is gone.
-    /// Logs how many refused writes were only counted, if any were.
+    /// Tells the thread that every process the filter could stop is gone (pid 1 said so,
+    /// or has been reaped): it handles what is queued and ends. Without this it ends only
+    /// once the filter has no user left, which kernels before 6.11 see only when pid 1 is
+    /// reaped.
+    pub fn stop(&mut self) {
+        self.stop.take();
+    }
+
+    /// Stops the thread and waits for it. Logs how many refused writes were only counted,
+    /// if any were. Called once no process the filter could stop is left.
     pub fn finish(mut self, log: &EventLog, session: &str) -> u64 {
         // Never attached: the thread is waiting for a listener that will not come.
         self.listener.take();
+        self.stop();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -191,10 +204,19 @@ impl WriteWatch {
     }
 }
 
-fn serve(listener: &OwnedFd, context: &WatchContext, root: Option<&OwnedFd>, seen: &Seen) {
+fn serve(
+    listener: &OwnedFd,
+    stop: &std::io::PipeReader,
+    context: &WatchContext,
+    root: Option<&OwnedFd>,
+    seen: &Seen,
+) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     loop {
-        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+        ];
         match poll(&mut fds, PollTimeout::NONE) {
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => return,
@@ -202,7 +224,8 @@ fn serve(listener: &OwnedFd, context: &WatchContext, root: Option<&OwnedFd>, see
         }
         let revents = fds[0].revents().unwrap_or(PollFlags::empty());
         if !revents.contains(PollFlags::POLLIN) {
-            // POLLHUP: no process is left that the filter could stop.
+            // POLLHUP: no process is left that the filter could stop. Or netbox said so
+            // (its end of the stop pipe closed), and nothing is queued any more.
             return;
         }
         match seccomp::receive(listener.as_fd()) {

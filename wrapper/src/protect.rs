@@ -228,10 +228,19 @@ impl Placeholders {
         Ok(held)
     }
 
+    /// The lock files' descriptors (the sandbox keeps copies: sandbox.rs).
+    pub fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.held
+            .iter()
+            .map(|(_, lock, _)| lock.as_raw_fd())
+            .collect()
+    }
+
     /// Starts removing them on a thread of its own, once nothing in the sandbox can use
-    /// them any more; dropping `self` waits for it. Each removal waits for the disk: ext4
-    /// mounted with `discard` trims a freed directory block synchronously (~50 µs an rmdir
-    /// on these machines), which netbox's own teardown need not wait behind.
+    /// them any more; dropping `self` waits for it. Each removal takes tens of µs here
+    /// (detaching the sandbox's read-only mount of it, if the sandbox's mount namespace
+    /// still exists), which netbox's own teardown need not wait behind.
     pub fn start_removal(&mut self) {
         if self.removal.is_some() || self.held.is_empty() {
             return;
@@ -404,8 +413,10 @@ fn remove_if_last(path: &Path, lock: nix::fcntl::Flock<std::fs::File>, created: 
             let _ = std::fs::remove_dir(path);
         }
     }
-    // The lock's file closes here, after the removal: for a removed directory it is the
-    // last reference, so this close is where the disk is waited for.
+    // The lock's file closes here, after the removal. Unless the sandbox's pid 1 still
+    // holds a copy (it does while it exits), that is a removed directory's last reference,
+    // so this close is where the disk is waited for: ext4 mounted with `discard` trims the
+    // freed block then (measured: rmdir 1.7 µs, the close 50 µs).
 }
 
 #[cfg(test)]

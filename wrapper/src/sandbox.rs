@@ -40,6 +40,8 @@ pub struct ChildPlan {
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
     pub breakage: Breakage,
+    /// The placeholders' lock files, which pid 1 keeps open (see `set_up`).
+    pub placeholder_fds: Vec<std::os::fd::RawFd>,
 }
 
 /// pid 1 of the sandbox: set up, prove, then run CMD. Returns the exit status.
@@ -183,8 +185,15 @@ fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> StepError + '_ 
 fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
     // First, keep nothing of netbox's but this end of the channel (netbox's own end, the
     // event log, the host listener, whatever netbox's caller passed): then netbox's end is
-    // open exactly as long as netbox lives.
-    crate::sys::fd::close_from_3_except(channel.raw_fd()).map_err(failed("close fds"))?;
+    // open exactly as long as netbox lives. And the placeholders' lock files, held but never
+    // used (they are close-on-exec, and pid 1 is out of CMD's reach): netbox removes the
+    // placeholders once CMD is done, and the last close of a removed directory, which
+    // waits for the disk (ext4 with `discard`), then falls in pid 1's exit, which nobody
+    // waits for, instead of netbox's.
+    let keep: Vec<_> = std::iter::once(channel.raw_fd())
+        .chain(plan.placeholder_fds.iter().copied())
+        .collect();
+    crate::sys::fd::close_from_3_except(&keep).map_err(failed("close fds"))?;
     // Die with netbox; and if it already died before that took effect, stop here.
     set_pdeathsig(Signal::SIGKILL).map_err(failed("set parent-death signal"))?;
     if channel.peer_closed() {

@@ -94,7 +94,7 @@ fn run_logged(
     // (netbox steps in for the clone only); the probe reads their limits back. Dropped
     // after the sandbox is reaped.
     let cgroups = cgroup::SandboxCgroups::create(&config.session_id, &config.limits)?;
-    let mut plan = child_plan(&config, protected, host_addr, canary, cgroups.limits())?;
+    let plan = child_plan(&config, protected, host_addr, canary, cgroups.limits())?;
 
     if !config.quiet {
         crate::say(&startup_line(&config));
@@ -104,7 +104,6 @@ fn run_logged(
     // function returns; declared before the sandbox guard, so dropped after it: however
     // this function ends, the sandbox is killed and reaped before they go.
     let mut placeholders = Some(protect::Placeholders::hold(protected)?);
-    plan.placeholder_fds = placeholders.as_ref().map_or_else(Vec::new, |p| p.fds());
     let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
     cgroups.enter()?;
     // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
@@ -222,7 +221,11 @@ fn child_plan(
         env: env::sandbox_env(PROXY_PORT, config.env_base, &config.env_extra),
         cwd: config.cwd.clone(),
         breakage: Breakage::from_env(),
-        placeholder_fds: Vec::new(),
+        placeholders: protected
+            .iter()
+            .filter(|p| p.placeholder)
+            .map(|p| p.path.clone())
+            .collect(),
     })
 }
 

@@ -40,8 +40,8 @@ pub struct ChildPlan {
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
     pub breakage: Breakage,
-    /// The placeholders' lock files, which pid 1 keeps open (see `set_up`).
-    pub placeholder_fds: Vec<std::os::fd::RawFd>,
+    /// The placeholders netbox laid, which pid 1 keeps open (see `hold_placeholders`).
+    pub placeholders: Vec<PathBuf>,
 }
 
 /// pid 1 of the sandbox: set up, prove, then run CMD. Returns the exit status.
@@ -53,6 +53,7 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
             return crate::error::EXIT_NETBOX_FAILURE.into();
         }
     };
+    hold_placeholders(&plan.placeholders);
     let report = while_readable(|| {
         let mut report = probe::run(&plan.probe);
         // Last, so the probe's other writes cost no round trip to netbox: from here on
@@ -122,6 +123,22 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     }
 }
 
+/// Opens each placeholder netbox laid, through the sandbox's own read-only view of it, and
+/// leaves it open until pid 1 exits. netbox removes the placeholders once CMD is done, and
+/// the last close of a removed directory waits for the disk (ext4 mounted with `discard`:
+/// ~50 µs a directory here); with these open, that close is often pid 1's, in its exit,
+/// which nobody waits for, instead of netbox's. Opened through the read-only mounts, so a
+/// write through one would be EROFS like any other; close-on-exec, in a process CMD cannot
+/// reach (pid 1 is not dumpable and never execs).
+fn hold_placeholders(paths: &[PathBuf]) {
+    for path in paths {
+        if let Ok(file) = std::fs::File::open(path) {
+            // Closed by the kernel as pid 1 exits.
+            std::mem::forget(file);
+        }
+    }
+}
+
 /// Between `--fetch`'s two commands: waits until netbox has closed the bridge's listeners,
 /// then proves that nothing answers any more. Whether CMD may run.
 fn cut_and_prove(plan: &ChildPlan, channel: &Channel, proxy_v6: bool) -> Result<bool, String> {
@@ -185,15 +202,8 @@ fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> StepError + '_ 
 fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
     // First, keep nothing of netbox's but this end of the channel (netbox's own end, the
     // event log, the host listener, whatever netbox's caller passed): then netbox's end is
-    // open exactly as long as netbox lives. And the placeholders' lock files, held but never
-    // used (they are close-on-exec, and pid 1 is out of CMD's reach): netbox removes the
-    // placeholders once CMD is done, and the last close of a removed directory, which
-    // waits for the disk (ext4 with `discard`), then falls in pid 1's exit, which nobody
-    // waits for, instead of netbox's.
-    let keep: Vec<_> = std::iter::once(channel.raw_fd())
-        .chain(plan.placeholder_fds.iter().copied())
-        .collect();
-    crate::sys::fd::close_from_3_except(&keep).map_err(failed("close fds"))?;
+    // open exactly as long as netbox lives.
+    crate::sys::fd::close_from_3_except(channel.raw_fd()).map_err(failed("close fds"))?;
     // Die with netbox; and if it already died before that took effect, stop here.
     set_pdeathsig(Signal::SIGKILL).map_err(failed("set parent-death signal"))?;
     if channel.peer_closed() {

@@ -12,21 +12,17 @@ pub fn close_from_3() -> io::Result<()> {
     close_range(3, u32::MAX)
 }
 
-/// Closes every fd from 3 up except those in `keep`.
-pub fn close_from_3_except(keep: &[RawFd]) -> io::Result<()> {
-    let mut keep = keep
-        .iter()
-        .map(|&fd| u32::try_from(fd).map_err(|_| io::Error::other("negative fd")))
-        .collect::<io::Result<Vec<u32>>>()?;
-    keep.sort_unstable();
-    let mut first = 3;
-    for fd in keep.into_iter().filter(|&fd| fd >= 3) {
-        if fd > first {
-            close_range(first, fd - 1)?;
-        }
-        first = fd + 1;
+/// Closes every fd from 3 up except `keep`.
+pub fn close_from_3_except(keep: RawFd) -> io::Result<()> {
+    let keep = u32::try_from(keep).map_err(|_| io::Error::other("negative fd"))?;
+    if keep > 3 {
+        close_range(3, keep - 1)?;
     }
-    close_range(first, u32::MAX)
+    if keep >= 3 {
+        close_range(keep + 1, u32::MAX)
+    } else {
+        close_range(3, u32::MAX)
+    }
 }
 
 fn close_range(first: u32, last: u32) -> io::Result<()> {

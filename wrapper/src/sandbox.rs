@@ -76,7 +76,8 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
     // pid 1 keeps the channel, to report a lost pin; CMD cannot reach it (pid 1 is not
-    // dumpable, so /proc/1/fd, ptrace and pidfd_getfd are all refused).
+    // dumpable and never execs, so /proc/1/fd, ptrace and pidfd_getfd are all refused:
+    // see set_up).
     // Pinned: every read-only bind and every covered host socket (a service that recreates
     // its socket on the host would uncover it).
     let pinned = plan.probe.protected.iter().chain(&plan.probe.host_sockets);
@@ -219,7 +220,9 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
         .and_then(|()| namespaces::unshare_rest())
         .map_err(userns_failed)?;
     nix::unistd::sethostname("netbox").map_err(failed("set hostname"))?;
-    // Not dumpable, so CMD cannot reach into pid 1 through /proc/1 or ptrace (same uid).
+    // Not dumpable, so CMD cannot reach into pid 1 through /proc/1 or ptrace (same uid):
+    // that would take CAP_SYS_PTRACE in the user namespace pid 1's memory belongs to,
+    // netbox's (the host's), since pid 1 never execs. Both halves matter.
     nix::sys::prctl::set_dumpable(false).map_err(failed("set non-dumpable"))?;
 
     // Capabilities are still held here, which the mounts need. While they are held, /

@@ -14,9 +14,28 @@ work=$(mktemp -d /tmp/netbox-startup.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/ws"
 cd "$work/ws"
+netbox="$OLDPWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox"
+bwrap_cmd="bwrap --unshare-all --die-with-parent --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp true"
 hyperfine -N -w 20 -r "${RUNS:-300}" --style basic \
-    "$OLDPWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox --quiet --log $work/events.jsonl -- true" \
-    "bwrap --unshare-all --die-with-parent --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp true"
+    "$netbox --quiet --log $work/events.jsonl -- true" "$bwrap_cmd"
+# hyperfine runs one command all its runs, then the other: on a shared machine whose speed
+# drifts, that moves the ratio. The same two commands again, alternating run by run
+# (spawned with posix_spawn, wall time to the reap; medians).
+echo "== alternating, ${RUNS:-300} runs each"
+python3 - "${RUNS:-300}" "$netbox --quiet --log $work/events.jsonl -- true" "$bwrap_cmd" <<'PY'
+import os, shutil, statistics, sys, time
+runs, commands = int(sys.argv[1]), [c.split() for c in sys.argv[2:]]
+commands = [[shutil.which(c[0]) or c[0]] + c[1:] for c in commands]
+times = [[] for _ in commands]
+for _ in range(runs):
+    for i, argv in enumerate(commands):
+        start = time.perf_counter()
+        pid = os.posix_spawn(argv[0], argv, os.environ)
+        os.waitpid(pid, 0)
+        times[i].append(time.perf_counter() - start)
+medians = [statistics.median(t) * 1000 for t in times]
+print(f"netbox {medians[0]:.2f} ms, bwrap {medians[1]:.2f} ms: netbox x{medians[0] / medians[1]:.2f}")
+PY
 echo "== probe cost (from the event log, microseconds)"
 grep -o '"duration_us":[0-9]*' "$work/events.jsonl" | cut -d: -f2 | sort -n \
     | awk '{a[NR]=$1} END {printf "probe median %d us, p90 %d us over %d runs\n", a[int((NR+1)/2)], a[int(NR*0.9)], NR}'

@@ -313,3 +313,21 @@ fn verify_reports_every_control_and_fails_on_a_broken_one() {
     }
     assert!(!dir.join("ws/ran").exists());
 }
+
+/// netbox and the sandbox keep to separate CPUs while it sets up (cpu.rs); CMD must get
+/// every CPU netbox was allowed, as it would without netbox.
+#[test]
+fn cmd_gets_every_cpu_netbox_may_use() {
+    let dir = TestDir::new("cpus");
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    let want = own
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in /proc/self/status")
+        .to_owned();
+    let out = Run::new(&dir)
+        .arg("--quiet")
+        .sh("grep Cpus_allowed_list: /proc/self/status");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim_end(), want, "{}", stderr(&out));
+}

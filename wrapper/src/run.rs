@@ -110,6 +110,11 @@ fn run_logged(
     let spawned = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs));
     let left = cgroups.leave();
     let pid = spawned?;
+    // Until the probe has reported, the sandbox keeps off the CPU netbox keeps to (cpu.rs).
+    let clone_cpu = crate::cpu::current();
+    if let Some(cpu) = clone_cpu {
+        crate::cpu::keep_off(pid, plan.cpus, cpu);
+    }
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;
     left?;
@@ -147,6 +152,7 @@ fn run_logged(
         read_only: config.read_only.clone(),
         allow_nested_userns: config.allow_nested_userns,
         reap_pid1: !cgroups.is_empty(),
+        cpus: (plan.cpus, clone_cpu),
         tally,
     }))
 }
@@ -221,6 +227,7 @@ fn child_plan(
         env: env::sandbox_env(PROXY_PORT, config.env_base, &config.env_extra),
         cwd: config.cwd.clone(),
         breakage: Breakage::from_env(),
+        cpus: crate::cpu::allowed(),
         placeholders: protected
             .iter()
             .filter(|p| p.placeholder)

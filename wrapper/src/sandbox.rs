@@ -40,6 +40,8 @@ pub struct ChildPlan {
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
     pub breakage: Breakage,
+    /// The CPUs netbox may use, which pid 1 allows itself again before CMD (cpu.rs).
+    pub cpus: Option<nix::sched::CpuSet>,
     /// The placeholders netbox laid, which pid 1 keeps open (see `hold_placeholders`).
     pub placeholders: Vec<PathBuf>,
 }
@@ -72,6 +74,8 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         report.duration_us = report.duration_us.saturating_add(watched);
         report
     });
+    // Proven: every CPU netbox may use again, for pid 1 and so for CMD (cpu.rs).
+    cpu::allow(plan.cpus);
     if !report_and_wait(channel, report) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
@@ -250,10 +254,11 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
             // it ends (pid 1's footprint counts against --memory).
             .stack_size(256 << 10)
             .spawn_scoped(scope, || {
-                // New threads often queue on their creator's CPU, where they would wait
-                // for the network namespace (the kernel does not preempt it): move off.
+                // New threads often queue on their creator's CPU, where this one would
+                // wait for the network namespace (the kernel does not preempt it): move
+                // off (cpu.rs).
                 if let Some(cpu) = here {
-                    cpu::move_off(cpu);
+                    cpu::keep_off(Pid::from_raw(0), plan.cpus, cpu);
                 }
                 started.store(true, std::sync::atomic::Ordering::Release);
                 mount()

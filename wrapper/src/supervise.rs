@@ -160,6 +160,8 @@ pub struct Supervised<'a> {
     /// pid 1 must be reaped before netbox goes on, even after it said it is done: the
     /// run's cgroups can be removed only once it has left them.
     pub reap_pid1: bool,
+    /// The CPUs netbox may use, and the one it keeps to until the probe has reported.
+    pub cpus: (Option<nix::sched::CpuSet>, Option<usize>),
     /// How the run ended, for the session_end record.
     pub tally: &'a mut crate::session::Tally,
 }
@@ -182,6 +184,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         read_only,
         allow_nested_userns,
         reap_pid1,
+        cpus,
         tally,
     } = run;
     // Handlers first: a signal from now on is forwarded (or cancels the start), never lost.
@@ -249,6 +252,13 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         channel: &channel,
         breakage,
     };
+    // netbox keeps to the CPU it cloned the sandbox on until the probe has reported, so that
+    // the sandbox's messages and probe connections cannot queue it behind the sandbox
+    // (cpu.rs). Threads started before this keep every CPU.
+    if let Some(cpu) = cpus.1 {
+        crate::cpu::stay_on(cpu);
+    }
+    let mut cpus_restored = false;
     let mut cancelled = None;
     let mut timed_out = false;
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
@@ -274,6 +284,10 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                 }
                 Ok(Some((msg, _))) => {
                     state.handle(msg);
+                    if state.probed() && !cpus_restored {
+                        crate::cpu::allow(cpus.0);
+                        cpus_restored = true;
+                    }
                     if state.done {
                         if let Some(placeholders) = placeholders.as_mut() {
                             placeholders.start_removal();

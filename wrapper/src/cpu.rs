@@ -29,10 +29,21 @@ pub fn current() -> Option<usize> {
     sched_getcpu().ok()
 }
 
-/// Keeps `task` (0: the calling thread) off `cpu`, within `allowed`, if another CPU is left.
-pub fn keep_off(task: Pid, allowed: Option<CpuSet>, cpu: usize) {
-    if let Some(others) = allowed.and_then(|allowed| without(allowed, cpu)) {
+/// Keeps `task` off `cpu`, within `allowed`, if another CPU is left.
+pub fn keep_off(task: Pid, allowed: CpuSet, cpu: usize) {
+    if let Some(others) = without(allowed, cpu) {
         let _ = sched_setaffinity(task, &others);
+    }
+}
+
+/// Moves the calling thread off `cpu`: to another CPU it may use now or, if it may use no
+/// other, of `fallback`.
+pub fn move_off(cpu: usize, fallback: Option<CpuSet>) {
+    let others = allowed()
+        .and_then(|now| without(now, cpu))
+        .or_else(|| fallback.and_then(|set| without(set, cpu)));
+    if let Some(others) = others {
+        let _ = sched_setaffinity(THIS_THREAD, &others);
     }
 }
 
@@ -44,11 +55,22 @@ pub fn stay_on(cpu: usize) {
     }
 }
 
-/// Allows the calling thread every CPU of `allowed` again.
-pub fn allow(allowed: Option<CpuSet>) {
-    if let Some(allowed) = allowed {
-        let _ = sched_setaffinity(THIS_THREAD, &allowed);
+/// Allows the calling thread every CPU of `allowed` again: what netbox itself was
+/// allowed. Where that is every CPU the host lets it use, the thread asks for all of them
+/// instead (the kernel keeps it within its cgroup's cpuset), so that, like any process
+/// started without netbox, CMD follows a cpuset that grows later; `allowed` itself only
+/// where it was narrower (netbox started under taskset).
+pub fn allow(allowed: CpuSet) {
+    let mut every = CpuSet::new();
+    for cpu in 0..CpuSet::count() {
+        let _ = every.set(cpu);
     }
+    if sched_setaffinity(THIS_THREAD, &every).is_ok()
+        && sched_getaffinity(THIS_THREAD).is_ok_and(|now| now == allowed)
+    {
+        return;
+    }
+    let _ = sched_setaffinity(THIS_THREAD, &allowed);
 }
 
 /// `allowed` without `cpu`, if some CPU is left.

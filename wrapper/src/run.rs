@@ -111,9 +111,9 @@ fn run_logged(
     let left = cgroups.leave();
     let pid = spawned?;
     // Until the probe has reported, the sandbox keeps off the CPU netbox keeps to (cpu.rs).
-    let clone_cpu = crate::cpu::current();
-    if let Some(cpu) = clone_cpu {
-        crate::cpu::keep_off(pid, plan.cpus, cpu);
+    let cpus = plan.cpus.zip(crate::cpu::current());
+    if let Some((allowed, cpu)) = cpus {
+        crate::cpu::keep_off(pid, allowed, cpu);
     }
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;
@@ -152,7 +152,7 @@ fn run_logged(
         read_only: config.read_only.clone(),
         allow_nested_userns: config.allow_nested_userns,
         reap_pid1: !cgroups.is_empty(),
-        cpus: (plan.cpus, clone_cpu),
+        cpus,
         tally,
     }))
 }

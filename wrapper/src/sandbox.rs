@@ -75,7 +75,9 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         report
     });
     // Proven: every CPU netbox may use again, for pid 1 and so for CMD (cpu.rs).
-    cpu::allow(plan.cpus);
+    if let Some(allowed) = plan.cpus {
+        cpu::allow(allowed);
+    }
     if !report_and_wait(channel, report) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
@@ -258,7 +260,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
                 // wait for the network namespace (the kernel does not preempt it): move
                 // off (cpu.rs).
                 if let Some(cpu) = here {
-                    cpu::keep_off(Pid::from_raw(0), plan.cpus, cpu);
+                    cpu::move_off(cpu, plan.cpus);
                 }
                 started.store(true, std::sync::atomic::Ordering::Release);
                 mount()

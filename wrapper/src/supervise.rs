@@ -161,7 +161,7 @@ pub struct Supervised<'a> {
     /// run's cgroups can be removed only once it has left them.
     pub reap_pid1: bool,
     /// The CPUs netbox may use, and the one it keeps to until the probe has reported.
-    pub cpus: (Option<nix::sched::CpuSet>, Option<usize>),
+    pub cpus: Option<(nix::sched::CpuSet, usize)>,
     /// How the run ended, for the session_end record.
     pub tally: &'a mut crate::session::Tally,
 }
@@ -255,7 +255,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     // netbox keeps to the CPU it cloned the sandbox on until the probe has reported, so that
     // the sandbox's messages and probe connections cannot queue it behind the sandbox
     // (cpu.rs). Threads started before this keep every CPU.
-    if let Some(cpu) = cpus.1 {
+    if let Some((_, cpu)) = cpus {
         crate::cpu::stay_on(cpu);
     }
     let mut cpus_restored = false;
@@ -285,7 +285,9 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                 Ok(Some((msg, _))) => {
                     state.handle(msg);
                     if state.probed() && !cpus_restored {
-                        crate::cpu::allow(cpus.0);
+                        if let Some((allowed, _)) = cpus {
+                            crate::cpu::allow(allowed);
+                        }
                         cpus_restored = true;
                     }
                     if state.done {

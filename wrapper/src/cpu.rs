@@ -1,5 +1,5 @@
-//! Where netbox and the sandbox run while it sets up and proves itself. On a kernel that
-//! does not preempt itself (PREEMPT_NONE, the default of many distribution and VM
+//! Where netbox and the sandbox's helper thread run while the sandbox sets up. On a kernel
+//! that does not preempt itself (PREEMPT_NONE, the default of many distribution and VM
 //! kernels), a task woken by one that goes on working is often queued on the waker's CPU
 //! and waits there until the waker sleeps, even with another CPU idle: a new thread behind
 //! its creator (measured ~0.35 ms for the sandbox's mounting thread, behind the creation
@@ -8,10 +8,10 @@
 //! the hint that the waker sleeps next; the probe waited ~0.13 ms for the bridge).
 //!
 //! So from the clone until the probe has reported, netbox keeps to the CPU it cloned on,
-//! pid 1 keeps off it, and pid 1's mounting thread keeps off pid 1's CPU; netbox and pid 1
-//! allow themselves every CPU again before anything of CMD's starts (measured: 5.31 ->
-//! 4.99 ms for `netbox -- true`). These are hints: a failure leaves things as they were,
-//! and with one CPU there is nothing to spread.
+//! and pid 1's mounting thread keeps off pid 1's CPU. The sandbox's pid 1 itself is never
+//! given an affinity: CMD inherits from it exactly the CPUs (and the kernel's record of
+//! what was asked for, Linux 6.2+) that it would have had without netbox. These are hints:
+//! a failure leaves things as they were, and with one CPU there is nothing to spread.
 
 use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
@@ -29,20 +29,9 @@ pub fn current() -> Option<usize> {
     sched_getcpu().ok()
 }
 
-/// Keeps `task` off `cpu`, within `allowed`, if another CPU is left.
-pub fn keep_off(task: Pid, allowed: CpuSet, cpu: usize) {
-    if let Some(others) = without(allowed, cpu) {
-        let _ = sched_setaffinity(task, &others);
-    }
-}
-
-/// Moves the calling thread off `cpu`: to another CPU it may use now or, if it may use no
-/// other, of `fallback`.
-pub fn move_off(cpu: usize, fallback: Option<CpuSet>) {
-    let others = allowed()
-        .and_then(|now| without(now, cpu))
-        .or_else(|| fallback.and_then(|set| without(set, cpu)));
-    if let Some(others) = others {
+/// Moves the calling thread (one that ends soon) to another CPU it may use than `cpu`.
+pub fn move_off(cpu: usize) {
+    if let Some(others) = allowed().and_then(|now| without(now, cpu)) {
         let _ = sched_setaffinity(THIS_THREAD, &others);
     }
 }
@@ -55,21 +44,8 @@ pub fn stay_on(cpu: usize) {
     }
 }
 
-/// Allows the calling thread every CPU of `allowed` again: what netbox itself was
-/// allowed. Where that is every CPU the host lets it use, the thread asks for all of them
-/// instead (the kernel keeps it within its cgroup's cpuset), so that, like any process
-/// started without netbox, CMD follows a cpuset that grows later; `allowed` itself only
-/// where it was narrower (netbox started under taskset).
+/// Allows the calling thread every CPU of `allowed` again.
 pub fn allow(allowed: CpuSet) {
-    let mut every = CpuSet::new();
-    for cpu in 0..CpuSet::count() {
-        let _ = every.set(cpu);
-    }
-    if sched_setaffinity(THIS_THREAD, &every).is_ok()
-        && sched_getaffinity(THIS_THREAD).is_ok_and(|now| now == allowed)
-    {
-        return;
-    }
     let _ = sched_setaffinity(THIS_THREAD, &allowed);
 }
 

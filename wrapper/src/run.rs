@@ -110,11 +110,8 @@ fn run_logged(
     let spawned = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs));
     let left = cgroups.leave();
     let pid = spawned?;
-    // Until the probe has reported, the sandbox keeps off the CPU netbox keeps to (cpu.rs).
-    let cpus = plan.cpus.zip(crate::cpu::current());
-    if let Some((allowed, cpu)) = cpus {
-        crate::cpu::keep_off(pid, allowed, cpu);
-    }
+    // Until the probe has reported, netbox keeps to the CPU it is on (cpu.rs).
+    let cpus = crate::cpu::allowed().zip(crate::cpu::current());
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;
     left?;
@@ -227,7 +224,6 @@ fn child_plan(
         env: env::sandbox_env(PROXY_PORT, config.env_base, &config.env_extra),
         cwd: config.cwd.clone(),
         breakage: Breakage::from_env(),
-        cpus: crate::cpu::allowed(),
         placeholders: protected
             .iter()
             .filter(|p| p.placeholder)

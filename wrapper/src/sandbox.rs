@@ -40,8 +40,6 @@ pub struct ChildPlan {
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
     pub breakage: Breakage,
-    /// The CPUs netbox may use, which pid 1 allows itself again before CMD (cpu.rs).
-    pub cpus: Option<nix::sched::CpuSet>,
     /// The placeholders netbox laid, which pid 1 keeps open (see `hold_placeholders`).
     pub placeholders: Vec<PathBuf>,
 }
@@ -74,10 +72,6 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         report.duration_us = report.duration_us.saturating_add(watched);
         report
     });
-    // Proven: every CPU netbox may use again, for pid 1 and so for CMD (cpu.rs).
-    if let Some(allowed) = plan.cpus {
-        cpu::allow(allowed);
-    }
     if !report_and_wait(channel, report) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
@@ -260,7 +254,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
                 // wait for the network namespace (the kernel does not preempt it): move
                 // off (cpu.rs).
                 if let Some(cpu) = here {
-                    cpu::move_off(cpu, plan.cpus);
+                    cpu::move_off(cpu);
                 }
                 started.store(true, std::sync::atomic::Ordering::Release);
                 mount()

@@ -160,7 +160,8 @@ pub struct Supervised<'a> {
     /// pid 1 must be reaped before netbox goes on, even after it said it is done: the
     /// run's cgroups can be removed only once it has left them.
     pub reap_pid1: bool,
-    /// The CPUs netbox may use, and the one it keeps to until the probe has reported.
+    /// The CPUs netbox may use, and the one it keeps to until the probe has reported (or
+    /// the run has ended without a report).
     pub cpus: Option<(nix::sched::CpuSet, usize)>,
     /// How the run ended, for the session_end record.
     pub tally: &'a mut crate::session::Tally,
@@ -254,7 +255,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     };
     // netbox keeps to the CPU it cloned the sandbox on until the probe has reported, so that
     // the sandbox's messages and probe connections cannot queue it behind the sandbox
-    // (cpu.rs). Threads started before this keep every CPU.
+    // (cpu.rs). Threads started before this keep every CPU; none starts while it lasts.
     if let Some((_, cpu)) = cpus {
         crate::cpu::stay_on(cpu);
     }
@@ -285,9 +286,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                 Ok(Some((msg, _))) => {
                     state.handle(msg);
                     if state.probed() && !cpus_restored {
-                        if let Some((allowed, _)) = cpus {
-                            crate::cpu::allow(allowed);
-                        }
+                        restore_cpus(cpus);
                         cpus_restored = true;
                     }
                     if state.done {
@@ -342,6 +341,9 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             }
             _ = exited.readable() => break,
         }
+    }
+    if !cpus_restored {
+        restore_cpus(cpus);
     }
     let code = match state.finished.filter(|_| !reap_pid1) {
         // Done is pid 1's last word: nothing more to read.
@@ -405,6 +407,13 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         });
     }
     Ok(u8::try_from(code).unwrap_or(crate::error::EXIT_NETBOX_FAILURE))
+}
+
+/// Lets netbox run on every CPU it may use again (it kept to one while the sandbox set up).
+fn restore_cpus(cpus: Option<(nix::sched::CpuSet, usize)>) {
+    if let Some((allowed, _)) = cpus {
+        crate::cpu::allow(allowed);
+    }
 }
 
 /// What netbox has learned from the sandbox so far.

@@ -324,7 +324,7 @@ fn cmd_gets_every_cpu_netbox_may_use() {
     let want = own
         .lines()
         .find(|l| l.starts_with("Cpus_allowed_list:"))
-        .expect("Cpus_allowed_list in /proc/self/status")
+        .expect("Cpus_allowed_list in /proc/thread-self/status")
         .to_owned();
     let out = Run::new(&dir)
         .arg("--quiet")

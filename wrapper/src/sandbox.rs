@@ -220,7 +220,10 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(failed("setpgid"))?;
     namespaces::map_ids(plan.uid, plan.gid)
         .and_then(|()| namespaces::unshare_rest())
-        .map_err(userns_failed)?;
+        .map_err(|e| {
+            let hint = e.hint();
+            ("user namespace".to_owned(), crate::error::chain(&e), hint)
+        })?;
     nix::unistd::sethostname("netbox").map_err(failed("set hostname"))?;
     // Not dumpable, so CMD cannot reach into pid 1 through /proc/1 or ptrace (same uid):
     // that would take CAP_SYS_PTRACE in the user namespace pid 1's memory belongs to,
@@ -241,7 +244,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
             .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
     };
     crate::sys::memory::share_one_malloc_arena();
-    let here = nix::sched::sched_getcpu().ok();
+    let here = cpu::current();
     let started = std::sync::atomic::AtomicBool::new(false);
     let (mounted, proxy_v6) = std::thread::scope(|scope| {
         let mounter = std::thread::Builder::new()
@@ -288,11 +291,6 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
         caps::drop_all().map_err(failed("drop capabilities"))?;
     }
     Ok(proxy_v6)
-}
-
-fn userns_failed(e: crate::error::WrapperError) -> StepError {
-    let hint = e.hint();
-    ("user namespace".to_owned(), crate::error::chain(&e), hint)
 }
 
 /// The network namespace with only `lo`, up, and the proxy's listeners in it, handed to

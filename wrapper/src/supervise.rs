@@ -256,10 +256,11 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     // netbox keeps to the CPU it cloned the sandbox on until the probe has reported, so that
     // the sandbox's messages and probe connections cannot queue it behind the sandbox
     // (cpu.rs). Threads started before this keep every CPU; none starts while it lasts.
-    if let Some((_, cpu)) = cpus {
+    // What netbox may use again once the probe has reported (or the run has ended).
+    let mut pinned_from = cpus.map(|(allowed, cpu)| {
         crate::cpu::stay_on(cpu);
-    }
-    let mut cpus_restored = false;
+        allowed
+    });
     let mut cancelled = None;
     let mut timed_out = false;
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
@@ -285,9 +286,8 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                 }
                 Ok(Some((msg, _))) => {
                     state.handle(msg);
-                    if state.probed() && !cpus_restored {
-                        restore_cpus(cpus);
-                        cpus_restored = true;
+                    if let Some(allowed) = pinned_from.take_if(|_| state.probed()) {
+                        crate::cpu::allow(allowed);
                     }
                     if state.done {
                         if let Some(placeholders) = placeholders.as_mut() {
@@ -342,8 +342,8 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             _ = exited.readable() => break,
         }
     }
-    if !cpus_restored {
-        restore_cpus(cpus);
+    if let Some(allowed) = pinned_from.take() {
+        crate::cpu::allow(allowed);
     }
     let code = match state.finished.filter(|_| !reap_pid1) {
         // Done is pid 1's last word: nothing more to read.
@@ -407,13 +407,6 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         });
     }
     Ok(u8::try_from(code).unwrap_or(crate::error::EXIT_NETBOX_FAILURE))
-}
-
-/// Lets netbox run on every CPU it may use again (it kept to one while the sandbox set up).
-fn restore_cpus(cpus: Option<(nix::sched::CpuSet, usize)>) {
-    if let Some((allowed, _)) = cpus {
-        crate::cpu::allow(allowed);
-    }
 }
 
 /// What netbox has learned from the sandbox so far.

@@ -7,11 +7,17 @@
 //! connects to its bridge (a Unix-socket message and a loopback connection both wake with
 //! the hint that the waker sleeps next; the probe waited ~0.13 ms for the bridge).
 //!
-//! So from the clone until the probe has reported, netbox keeps to the CPU it cloned on,
-//! and pid 1's mounting thread keeps off pid 1's CPU. The sandbox's pid 1 itself is never
-//! given an affinity: CMD inherits from it exactly the CPUs (and the kernel's record of
-//! what was asked for, Linux 6.2+) that it would have had without netbox. These are hints:
-//! a failure leaves things as they were, and with one CPU there is nothing to spread.
+//! So from the hand-over of the listeners until the probe has reported, netbox keeps to
+//! one CPU, and pid 1's mounting thread keeps off pid 1's CPU. netbox's CPU is the one it
+//! cloned on, unless pid 1 (which usually starts there, and stays) says, as it hands the
+//! listeners over, that it runs there: then another. Sharing pid 1's CPU, netbox could
+//! answer none of the probe's requests to the bridge until the probe stopped to wait for
+//! them (measured: a run 0.13 ms longer).
+//!
+//! The sandbox's pid 1 itself is never given an affinity: CMD inherits from it exactly the
+//! CPUs (and the kernel's record of what was asked for, Linux 6.2+) that it would have had
+//! without netbox. These are hints: a failure leaves things as they were, and with one CPU
+//! there is nothing to spread.
 
 use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
@@ -47,6 +53,17 @@ pub fn stay_on(cpu: usize) {
 /// Allows the calling thread every CPU of `allowed` again.
 pub fn allow(allowed: CpuSet) {
     let _ = sched_setaffinity(THIS_THREAD, &allowed);
+}
+
+/// The CPU of `allowed` to keep to while `theirs` (if known) is busy: `mine` unless that
+/// is `theirs`, else the first other one; `mine` when there is no other.
+pub fn apart_from(allowed: &CpuSet, mine: usize, theirs: Option<usize>) -> usize {
+    if theirs != Some(mine) {
+        return mine;
+    }
+    (0..CpuSet::count())
+        .find(|&c| c != mine && allowed.is_set(c).unwrap_or(false))
+        .unwrap_or(mine)
 }
 
 /// `allowed` without `cpu`, if some CPU is left.

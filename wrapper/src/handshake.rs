@@ -21,8 +21,9 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// What the sandbox tells the parent, in order, and what the parent answers (`Start`, `Cut`).
 #[derive(Debug, Serialize, Deserialize)]
 pub enum SyncMsg {
-    /// The proxy listeners inside the namespace (attached as fds).
-    Listeners { count: usize },
+    /// The proxy listeners inside the namespace (attached as fds), and the CPU pid 1 runs
+    /// on as it sends them (for netbox to keep off: cpu.rs).
+    Listeners { count: usize, cpu: Option<usize> },
     /// The listener of the sandbox's seccomp filter (attached as an fd): every write-intent
     /// syscall from here on waits for netbox's answer (writewatch.rs).
     WriteWatch,

@@ -306,8 +306,12 @@ fn set_up_network(channel: &Channel) -> Result<bool, StepError> {
     let v6 = TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT))).ok();
     let mut fds = vec![v4.as_raw_fd()];
     fds.extend(v6.as_ref().map(AsRawFd::as_raw_fd));
+    let listeners = SyncMsg::Listeners {
+        count: fds.len(),
+        cpu: cpu::current(),
+    };
     channel
-        .send(&SyncMsg::Listeners { count: fds.len() }, &fds)
+        .send(&listeners, &fds)
         .map_err(failed("hand over listeners"))?;
     // A message wakes netbox on this CPU when it can (the kernel expects the sender to
     // sleep next), where, on a kernel that does not preempt itself, it would wait until

@@ -197,8 +197,8 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         .and_then(crate::sys::fd::register_readable)
         .map_err(WrapperError::Spawn)?;
 
-    let listener_fds = match channel.recv().await {
-        Ok(Some((SyncMsg::Listeners { .. }, fds))) if !fds.is_empty() => fds,
+    let (listener_fds, pid1_cpu) = match channel.recv().await {
+        Ok(Some((SyncMsg::Listeners { cpu, .. }, fds))) if !fds.is_empty() => (fds, cpu),
         Ok(Some((SyncMsg::SetupFailed { step, detail, hint }, _))) => {
             sandbox.reap();
             return Err(WrapperError::Setup { step, detail, hint });
@@ -253,12 +253,12 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         channel: &channel,
         breakage,
     };
-    // netbox keeps to the CPU it cloned the sandbox on until the probe has reported, so that
+    // netbox keeps to one CPU until the probe has reported, apart from pid 1's, so that
     // the sandbox's messages and probe connections cannot queue it behind the sandbox
     // (cpu.rs). Threads started before this keep every CPU; none starts while it lasts.
     // What netbox may use again once the probe has reported (or the run has ended).
     let mut pinned_from = cpus.map(|(allowed, cpu)| {
-        crate::cpu::stay_on(cpu);
+        crate::cpu::stay_on(crate::cpu::apart_from(&allowed, cpu, pid1_cpu));
         allowed
     });
     let mut cancelled = None;

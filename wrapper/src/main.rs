@@ -54,12 +54,10 @@ mod writewatch;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use crate::error::{WrapperError, EXIT_NETBOX_FAILURE};
 
 fn main() -> ExitCode {
-    let cli = match cli::Cli::try_parse() {
+    let cli = match cli::Cli::parse_args() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };

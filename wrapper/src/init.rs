@@ -26,7 +26,7 @@ use crate::error::{EXIT_NETBOX_FAILURE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 use crate::handshake::{Channel, SyncMsg};
 use crate::limits::Limits;
 use crate::pins::Pins;
-use crate::sys::process::{exit_child, fork, Forked};
+use crate::sys::process::{exit_child, spawn_sharing_memory};
 
 /// Signals passed on to CMD.
 const FORWARDED: [Signal; 4] = [
@@ -83,10 +83,10 @@ pub fn run_to_end(
             CString::new(kv).ok()
         })
         .collect();
-    // pid 1 is single-threaded: nothing here ever starts a thread.
-    let child = match fork() {
-        Ok(Forked::Child) => exec_cmd(&argv, &envp, cwd, limits),
-        Ok(Forked::Parent { child }) => child,
+    // pid 1 is single-threaded: nothing here ever starts a thread. exec_cmd only sets up
+    // the child's own state and execs (or says why not and exits).
+    let child = match spawn_sharing_memory(|| exec_cmd(&argv, &envp, cwd, limits)) {
+        Ok(child) => child,
         Err(e) => {
             let name = cmd.first().map(|c| c.to_string_lossy()).unwrap_or_default();
             return Err(Stop::Unrunnable(format!("cannot start {name}: {e}")));

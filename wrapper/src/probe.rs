@@ -135,8 +135,9 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
 }
 
 /// The writes netbox's denied-write log must see, once the filter is on: ones the mounts
-/// refuse (a file in `/` and in the first protected directory), one they allow (a file in
-/// the workspace, created and removed). Few on purpose: each costs a round trip to netbox.
+/// refuse (a file in `/` and in the first protected directory), one they allow (an unnamed
+/// file in the workspace, O_TMPFILE, which nothing has to remove). Few on purpose: each
+/// costs a round trip to netbox.
 pub fn watched_writes(input: &ProbeInput) -> Vec<WatchedWrite> {
     let mut writes = Vec::new();
     let protected_dir = input.protected.iter().find(|p| p.is_dir());
@@ -145,8 +146,7 @@ pub fn watched_writes(input: &ProbeInput) -> Vec<WatchedWrite> {
         let _ = watched(&mut writes, &path, create_and_remove(&path));
     }
     if let Some(root) = input.write_roots.first().filter(|r| r.is_dir()) {
-        let path = root.join(probe_name());
-        let _ = watched(&mut writes, &path, create_and_remove(&path));
+        let _ = watched(&mut writes, root, create_unnamed(root));
     }
     writes
 }
@@ -238,6 +238,17 @@ fn create_and_remove(path: &Path) -> std::io::Result<()> {
     file.write_all(b"netbox probe")?;
     drop(file);
     std::fs::remove_file(path)
+}
+
+/// Creates an unnamed file in `dir` (O_TMPFILE), gone when closed. Where a filesystem
+/// cannot (EOPNOTSUPP), the attempt was still made, and seen.
+fn create_unnamed(dir: &Path) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .mode(0o600)
+        .open(dir)
+        .map(drop)
 }
 
 /// The writable-root control: a file is created and removed inside a directory root; a

@@ -120,7 +120,7 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
     let mut checks = vec![
         read_only_root(input),
         protected_paths(input),
-        network_namespace(input),
+        network_namespace(input, &egress),
         host_sockets(input),
     ];
     checks.push(finish_egress(input, egress));
@@ -364,10 +364,16 @@ fn protected_paths(input: &ProbeInput) -> Check {
     check("protected paths", forbidden, control)
 }
 
-fn network_namespace(input: &ProbeInput) -> Check {
+/// The control is the probe's own connection to the bridge, made for the egress check: a
+/// connection of its own would cost a connect here and an accept in netbox.
+fn network_namespace(input: &ProbeInput, egress: &PendingEgress) -> Check {
+    let connected = match &egress.health {
+        Ok(_) => Ok(()),
+        Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+    };
     let control = vec![succeeded(
         format!("connect to the bridge at {}", input.proxy),
-        TcpStream::connect_timeout(&input.proxy, PROBE_IO_TIMEOUT).map(drop),
+        connected,
     )];
     check("empty network namespace", no_way_out(input), control)
 }

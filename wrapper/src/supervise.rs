@@ -197,6 +197,10 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         .and_then(crate::sys::fd::register_readable)
         .map_err(WrapperError::Spawn)?;
 
+    // The control half of the host-loopback check (the listener answers us), while the
+    // sandbox sets up and netbox would only wait.
+    check_host_listener_answers(&host_listener)?;
+
     let (listener_fds, pid1_cpu) = match channel.recv().await {
         Ok(Some((SyncMsg::Listeners { cpu, .. }, fds))) if !fds.is_empty() => (fds, cpu),
         Ok(Some((SyncMsg::SetupFailed { step, detail, hint }, _))) => {
@@ -209,8 +213,6 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             )));
         }
     };
-    // The control half of the host-loopback check: the listener answers us.
-    check_host_listener_answers(&host_listener)?;
     let mut listeners = Vec::new();
     for fd in listener_fds {
         let std_listener = TcpListener::from(fd);
@@ -224,6 +226,28 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             listener: Listener::Tcp(listener),
         });
     }
+    // Started now, so its thread is up when the probe's first write waits for it.
+    let watch = WriteWatch::spawn(WatchContext {
+        log: Arc::clone(&log),
+        session: Arc::clone(&session.id),
+        pid1: u32::try_from(sandbox.pid.as_raw()).unwrap_or(0),
+        protected: protected.clone(),
+        read_only: read_only.clone(),
+        notices: stderr == Stderr::Summary,
+        blind: breakage.blind_write_watch,
+        share_root: !allow_nested_userns,
+    })
+    .ok();
+    // netbox keeps to one CPU until the probe has reported, apart from pid 1's, so that
+    // the sandbox's messages and probe connections cannot queue it behind the sandbox
+    // (cpu.rs). As soon as nothing can fail any more and the watcher's thread is started
+    // (threads inherit it): pid 1 has just let netbox run on its CPU, and waits until
+    // netbox leaves it. What netbox may use again once the probe has reported (or the run
+    // has ended).
+    let mut pinned_from = cpus.map(|(allowed, cpu)| {
+        crate::cpu::stay_on(crate::cpu::apart_from(&allowed, cpu, pid1_cpu));
+        allowed
+    });
     let mut bridge = BridgeTask::serve(listeners, Arc::clone(&log));
 
     let mut state = RunState {
@@ -238,29 +262,10 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         fetch_status: None,
         cut_report: None,
         cut_sent: false,
-        // Started now, so its thread is up when the probe's first write waits for it.
-        watch: WriteWatch::spawn(WatchContext {
-            log: Arc::clone(&log),
-            session: Arc::clone(&session.id),
-            pid1: u32::try_from(sandbox.pid.as_raw()).unwrap_or(0),
-            protected: protected.clone(),
-            read_only: read_only.clone(),
-            notices: stderr == Stderr::Summary,
-            blind: breakage.blind_write_watch,
-            share_root: !allow_nested_userns,
-        })
-        .ok(),
+        watch,
         channel: &channel,
         breakage,
     };
-    // netbox keeps to one CPU until the probe has reported, apart from pid 1's, so that
-    // the sandbox's messages and probe connections cannot queue it behind the sandbox
-    // (cpu.rs). Threads started before this keep every CPU; none starts while it lasts.
-    // What netbox may use again once the probe has reported (or the run has ended).
-    let mut pinned_from = cpus.map(|(allowed, cpu)| {
-        crate::cpu::stay_on(crate::cpu::apart_from(&allowed, cpu, pid1_cpu));
-        allowed
-    });
     let mut cancelled = None;
     let mut timed_out = false;
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);

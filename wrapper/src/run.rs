@@ -108,6 +108,10 @@ fn run_logged(
     cgroups.enter()?;
     // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
     let spawned = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs));
+    // The new pid 1 is most often queued on this CPU, where a kernel that does not preempt
+    // itself runs it only once netbox blocks (cpu.rs): let it start its setup, the longer
+    // of the two sides, at once (measured: pid 1 starts ~0.14 ms sooner).
+    std::thread::yield_now();
     let left = cgroups.leave();
     let pid = spawned?;
     // Until the probe has reported, netbox keeps to the CPU it is on (cpu.rs).

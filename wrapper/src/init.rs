@@ -26,7 +26,7 @@ use crate::error::{EXIT_NETBOX_FAILURE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 use crate::handshake::{Channel, SyncMsg};
 use crate::limits::Limits;
 use crate::pins::Pins;
-use crate::sys::process::{exit_child, spawn_sharing_memory};
+use crate::sys::process::{exit_child, say_from_child, spawn_sharing_memory};
 
 /// Signals passed on to CMD.
 const FORWARDED: [Signal; 4] = [
@@ -83,9 +83,12 @@ pub fn run_to_end(
             CString::new(kv).ok()
         })
         .collect();
+    // Read here: the child must not take the environment's lock in pid 1's memory.
+    let skip_limits = crate::testhooks::Breakage::from_env().skip_limits;
     // pid 1 is single-threaded: nothing here ever starts a thread. exec_cmd only sets up
     // the child's own state and execs (or says why not and exits).
-    let child = match spawn_sharing_memory(|| exec_cmd(&argv, &envp, cwd, limits)) {
+    let start = || exec_cmd(&argv, &envp, cwd, limits, skip_limits);
+    let child = match spawn_sharing_memory(start) {
         Ok(child) => child,
         Err(e) => {
             let name = cmd.first().map(|c| c.to_string_lossy()).unwrap_or_default();
@@ -131,15 +134,22 @@ pub enum Stop {
     Unrunnable(String),
 }
 
-/// In the child: becomes CMD.
-fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path, limits: &Limits) -> ! {
+/// In the child, which shares pid 1's memory until exec (`spawn_sharing_memory`): becomes
+/// CMD. Messages go out with `say_from_child`.
+fn exec_cmd(
+    argv: &[CString],
+    envp: &[CString],
+    cwd: &Path,
+    limits: &Limits,
+    skip_limits: bool,
+) -> ! {
     let name = argv[0].to_string_lossy().into_owned();
     // CMD starts as from a shell: default dispositions (Rust ignores SIGPIPE in netbox,
     // and an ignored disposition survives exec) and nothing blocked.
     crate::sys::process::reset_signal_dispositions();
     let _ = SigSet::all().thread_unblock();
     if let Err(e) = nix::unistd::setsid() {
-        crate::say(&format!(
+        say_from_child(&format!(
             "netbox: cannot start a new session for {name}: {}",
             e.desc()
         ));
@@ -148,7 +158,7 @@ fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path, limits: &Limits) -> 
     if let Err(e) = nix::unistd::chdir(cwd) {
         // The usual cause: the directory netbox was started in lies under a path the
         // sandbox replaces (its private /tmp, a --hide), outside the workspace.
-        crate::say(&format!(
+        say_from_child(&format!(
             "netbox: the working directory {} cannot be entered inside the sandbox ({}); \
              start netbox in the workspace or in a directory the sandbox shows \
              (a private /tmp hides the host's: --tmp host shares it)",
@@ -158,7 +168,7 @@ fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path, limits: &Limits) -> 
         exit_child(EXIT_NETBOX_FAILURE.into());
     }
     if let Err(e) = crate::sys::fd::close_from_3() {
-        crate::say(&format!(
+        say_from_child(&format!(
             "netbox: cannot close inherited file descriptors: {e}"
         ));
         exit_child(EXIT_NETBOX_FAILURE.into());
@@ -166,14 +176,15 @@ fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path, limits: &Limits) -> 
     let program = match find_program(&argv[0], envp) {
         Some(program) => program,
         None => {
-            crate::say(&format!("netbox: {name}: command not found"));
+            say_from_child(&format!("netbox: {name}: command not found"));
             exit_child(EXIT_NOT_FOUND.into());
         }
     };
-    // Last before exec, with nothing left to allocate: this copy of pid 1's address space
-    // may already be past --memory; exec replaces it, so CMD starts with all of it.
-    if let Err(e) = crate::limits::apply(limits) {
-        crate::say(&format!("netbox: cannot set resource limits: {e}"));
+    // Last before exec, with nothing left to allocate: pid 1's address space, which this
+    // child shares until exec, may already be past --memory; exec replaces it, so CMD
+    // starts with all of it.
+    if let Err(e) = crate::limits::apply(limits, skip_limits) {
+        say_from_child(&format!("netbox: cannot set resource limits: {e}"));
         exit_child(EXIT_NETBOX_FAILURE.into());
     }
     let err = match nix::unistd::execve(&program, argv, envp) {
@@ -181,10 +192,10 @@ fn exec_cmd(argv: &[CString], envp: &[CString], cwd: &Path, limits: &Limits) -> 
         Ok(never) => match never {},
     };
     let code = if err == Errno::ENOENT {
-        crate::say(&format!("netbox: {name}: command not found"));
+        say_from_child(&format!("netbox: {name}: command not found"));
         EXIT_NOT_FOUND
     } else {
-        crate::say(&format!("netbox: cannot run {name}: {}", err.desc()));
+        say_from_child(&format!("netbox: cannot run {name}: {}", err.desc()));
         EXIT_NOT_EXECUTABLE
     };
     exit_child(code.into())
@@ -271,9 +282,9 @@ fn supervise(cmd: Pid, pins: &Pins) -> Result<i32, Stop> {
                 continue;
             };
             if sig != Signal::SIGCHLD {
-                // CMD leads its own process group (setsid); the whole group gets the
-                // signal. Until CMD's child side has called setsid there is no such group
-                // yet: then CMD itself gets it.
+                // CMD leads its own process group (setsid, before its exec, which pid 1
+                // waits for); the whole group gets the signal. A session leader cannot
+                // leave its group: sending to CMD alone is only a safeguard.
                 if kill(Pid::from_raw(-cmd.as_raw()), sig) == Err(Errno::ESRCH) {
                     let _ = kill(cmd, sig);
                 }

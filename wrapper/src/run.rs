@@ -114,7 +114,8 @@ fn run_logged(
     std::thread::yield_now();
     let left = cgroups.leave();
     let pid = spawned?;
-    // Until the probe has reported, netbox keeps to the CPU it is on (cpu.rs).
+    // Until the probe has reported, netbox keeps to one CPU: this one, unless pid 1 runs
+    // here (cpu.rs).
     let cpus = crate::cpu::allowed().zip(crate::cpu::current());
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;

@@ -160,8 +160,8 @@ pub struct Supervised<'a> {
     /// pid 1 must be reaped before netbox goes on, even after it said it is done: the
     /// run's cgroups can be removed only once it has left them.
     pub reap_pid1: bool,
-    /// The CPUs netbox may use, and the one it keeps to until the probe has reported (or
-    /// the run has ended without a report).
+    /// The CPUs netbox may use, and the one it cloned on: netbox keeps to it (or, if pid 1
+    /// runs there, to another) until the probe has reported or the run has ended.
     pub cpus: Option<(nix::sched::CpuSet, usize)>,
     /// How the run ended, for the session_end record.
     pub tally: &'a mut crate::session::Tally,
@@ -240,10 +240,10 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     .ok();
     // netbox keeps to one CPU until the probe has reported, apart from pid 1's, so that
     // the sandbox's messages and probe connections cannot queue it behind the sandbox
-    // (cpu.rs). As soon as nothing can fail any more and the watcher's thread is started
-    // (threads inherit it): pid 1 has just let netbox run on its CPU, and waits until
-    // netbox leaves it. What netbox may use again once the probe has reported (or the run
-    // has ended).
+    // (cpu.rs). As soon as nothing can fail any more and the watcher's thread is started:
+    // pid 1 has just yielded its CPU to netbox (and may soon want it back). No thread
+    // starts while it lasts (a thread would inherit it; `allow` restores this one only).
+    // What netbox may use again once the probe has reported (or the run has ended).
     let mut pinned_from = cpus.map(|(allowed, cpu)| {
         crate::cpu::stay_on(crate::cpu::apart_from(&allowed, cpu, pid1_cpu));
         allowed

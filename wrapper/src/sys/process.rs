@@ -57,29 +57,117 @@ const SPAWN_STACK_BYTES: usize = 256 << 10;
 /// faults). The child has copies of everything else (fds, working directory, signal
 /// dispositions and mask, limits), as after fork, so what it changes there is its own.
 ///
-/// `child` must end in exec or `exit_child`, and change no memory the caller relies on
-/// (what it allocates stays allocated). Callers must be single-threaded, as for [`fork`].
+/// While the child runs, the caller is suspended and forwards no signal: a child that hangs
+/// before its exec (a hung filesystem under its working directory or on PATH) is ended by
+/// `--timeout` or by killing netbox, not by a forwarded Ctrl-C.
+///
+/// `child` must end in exec or `exit_child`, take no lock in this memory (write to stderr
+/// with [`say_from_child`]) and change no memory the caller relies on (what it allocates
+/// stays allocated). Callers must be single-threaded, as for [`fork`].
 pub fn spawn_sharing_memory(child: impl FnMut() -> i32) -> io::Result<nix::unistd::Pid> {
     use nix::sched::CloneFlags;
     let mut child = child;
-    let mut stack = vec![0u8; SPAWN_STACK_BYTES];
+    let mut stack = GuardedStack::new(SPAWN_STACK_BYTES)?;
     let callback: nix::sched::CloneCb<'_> = Box::new(move || exit_child(child()));
     // SAFETY: with CLONE_VM | CLONE_VFORK the child runs `callback` on `stack`, in this
     // address space, while this thread is suspended until the child execs or exits; so
     // `stack`, the callback and its captures outlive their use. The caller is the only
     // thread (documented at each call site), so nothing else reads or writes memory, or
-    // holds a lock (the allocator's included), while the child runs. The child never
-    // returns into this thread's frames (exit_child, or exec). It shares no fd table,
-    // working directory or signal handlers (no CLONE_FILES, CLONE_FS, CLONE_SIGHAND).
+    // holds a lock (the allocator's included), while the child runs; the child takes none
+    // it could leave held (the contract above). It never returns into this thread's frames
+    // (exit_child, or exec), and a stack overflow faults on the guard page. It shares no fd
+    // table, working directory or signal handlers (no CLONE_FILES, CLONE_FS, CLONE_SIGHAND).
     let pid = unsafe {
         nix::sched::clone(
             callback,
-            &mut stack,
+            stack.usable(),
             CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
             Some(libc::SIGCHLD),
         )
     }?;
     Ok(pid)
+}
+
+/// Writes `line` and a newline to stderr from a child that shares pid 1's memory, with
+/// write(2) itself: std's stderr takes a lock in that memory (recording pid 1's own thread
+/// as its owner), which would stay taken if the child died in the write (SIGPIPE on a
+/// closed pipe, SIGXFSZ past `--fsize`).
+pub fn say_from_child(line: &str) {
+    use std::os::fd::AsFd;
+    let mut text = Vec::with_capacity(line.len() + 1);
+    text.extend_from_slice(line.as_bytes());
+    text.push(b'\n');
+    let stderr = std::io::stderr();
+    let mut rest = &text[..];
+    while !rest.is_empty() {
+        match nix::unistd::write(stderr.as_fd(), rest) {
+            Ok(0) => return,
+            Ok(written) => rest = &rest[written.min(rest.len())..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// A stack mapped for one child, above an inaccessible page: a child that overflowed it
+/// would fault there instead of writing over the memory below.
+struct GuardedStack {
+    base: *mut libc::c_void,
+    len: usize,
+    guard: usize,
+}
+
+impl GuardedStack {
+    fn new(usable: usize) -> io::Result<GuardedStack> {
+        // SAFETY: sysconf reads a constant of the system.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let len = usable + page;
+        // SAFETY: a fresh anonymous mapping at an address the kernel chooses (no
+        // MAP_FIXED) cannot overlap or alias any existing memory.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = GuardedStack {
+            base,
+            len,
+            guard: page,
+        };
+        // SAFETY: the lowest page of the mapping just made, which nothing refers to yet.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The stack itself: the mapping above the guard page.
+    fn usable(&mut self) -> &mut [u8] {
+        // SAFETY: `base + guard .. base + len` is readable and writable memory this value
+        // mapped and owns until drop; the borrow of `self` keeps it alive and unaliased.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.base.cast::<u8>().add(self.guard),
+                self.len - self.guard,
+            )
+        }
+    }
+}
+
+impl Drop for GuardedStack {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping made in `new`, which nothing uses any more (the
+        // child has exec'd or exited before the caller goes on).
+        unsafe { libc::munmap(self.base, self.len) };
+    }
 }
 
 /// Ends a forked child with `code` at once, without unwinding or running atexit handlers

@@ -12,7 +12,7 @@ use nix::sys::socket::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::probe::ProbeReport;
+use crate::probe::{Check, ProbeReport, WatchedWrite};
 
 /// Largest message, in bytes (a probe report is a few KiB; the buffer is zeroed per
 /// receive, so it is kept modest).
@@ -29,6 +29,16 @@ pub enum SyncMsg {
     WriteWatch,
     /// The live probe ran; CMD starts only if it passed.
     Probe(ProbeReport),
+    /// The first live probe's checks, sent before pid 1 installs the write filter, so that
+    /// netbox reads them meanwhile. Not a report yet: `ProbeWatched` completes it.
+    ProbeChecks(ProbeReport),
+    /// The rest of the first probe: the writes made under the filter (for netbox's
+    /// denied-write check), the checks made after them, and the time they took.
+    ProbeWatched {
+        writes: Vec<WatchedWrite>,
+        checks: Vec<Check>,
+        duration_us: u64,
+    },
     /// While CMD ran, a pinned path stopped being a mount of its own (changed on the host);
     /// the sandbox was stopped.
     PinLost { path: std::path::PathBuf },

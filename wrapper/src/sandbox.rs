@@ -54,25 +54,7 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         }
     };
     hold_placeholders(&plan.placeholders);
-    let report = while_readable(|| {
-        let mut report = probe::run(&plan.probe);
-        // Last, so the probe's other writes cost no round trip to netbox: from here on
-        // every write-intent syscall (a few of the probe's, then CMD's, which inherits the
-        // filter) waits for netbox, which logs the ones the mounts will refuse.
-        let started = std::time::Instant::now();
-        match watch_writes(channel, plan.breakage) {
-            Ok(()) => report.watched_writes = probe::watched_writes(&plan.probe),
-            Err(e) => report.add_check(probe::failed_check(
-                crate::writewatch::CHECK,
-                "install the filter and hand netbox its listener",
-                e,
-            )),
-        }
-        let watched = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        report.duration_us = report.duration_us.saturating_add(watched);
-        report
-    });
-    if !report_and_wait(channel, report) {
+    if !prove(plan, channel) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
     // pid 1 keeps the channel, to report a lost pin; CMD cannot reach it (pid 1 is not
@@ -142,6 +124,44 @@ fn hold_placeholders(paths: &[PathBuf]) {
     }
 }
 
+/// The first live probe, reported in two parts: its checks, sent before the write filter
+/// goes on, so that netbox reads them while pid 1 installs it; then the writes made under
+/// the filter, with what was checked after them. Whether the command may start: the probe
+/// passed, and netbox, its own checks added, said so.
+fn prove(plan: &ChildPlan, channel: &Channel) -> bool {
+    let ((sent, passed, watched), unreadable) = while_readable(|| {
+        let report = probe::run(&plan.probe);
+        let passed = report.passed;
+        let sent = channel.send(&SyncMsg::ProbeChecks(report), &[]).is_ok();
+        // Last, so the probe's other writes cost no round trip to netbox: from here on
+        // every write-intent syscall (a few of the probe's, then CMD's, which inherits the
+        // filter) waits for netbox, which logs the ones the mounts will refuse.
+        let started = std::time::Instant::now();
+        let (writes, checks) = match watch_writes(channel, plan.breakage) {
+            Ok(()) => (probe::watched_writes(&plan.probe), Vec::new()),
+            Err(e) => {
+                let failed = probe::failed_check(
+                    crate::writewatch::CHECK,
+                    "install the filter and hand netbox its listener",
+                    e,
+                );
+                (Vec::new(), vec![failed])
+            }
+        };
+        let duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        (sent, passed, (writes, checks, duration_us))
+    });
+    let (writes, mut checks, duration_us) = watched;
+    checks.extend(unreadable);
+    let passed = passed && checks.iter().all(|c| c.passed);
+    let rest = SyncMsg::ProbeWatched {
+        writes,
+        checks,
+        duration_us,
+    };
+    sent && channel.send(&rest, &[]).is_ok() && passed && matches!(channel.recv(), Ok(SyncMsg::Start))
+}
+
 /// Between `--fetch`'s two commands: waits until netbox has closed the bridge's listeners,
 /// then proves that nothing answers any more. Whether CMD may run.
 fn cut_and_prove(plan: &ChildPlan, channel: &Channel, proxy_v6: bool) -> Result<bool, String> {
@@ -149,10 +169,11 @@ fn cut_and_prove(plan: &ChildPlan, channel: &Channel, proxy_v6: bool) -> Result<
         SyncMsg::Cut => {}
         other => return Err(format!("expected the cut, got {other:?}")),
     }
-    Ok(report_and_wait(
-        channel,
-        while_readable(|| probe::run_cut(&plan.probe, proxy_v6)),
-    ))
+    let (mut report, unreadable) = while_readable(|| probe::run_cut(&plan.probe, proxy_v6));
+    if let Some(check) = unreadable {
+        report.add_check(check);
+    }
+    Ok(report_and_wait(channel, report))
 }
 
 /// Installs the denied-write filter on pid 1 (and so on everything it starts) and hands
@@ -170,18 +191,19 @@ fn watch_writes(channel: &Channel, breakage: Breakage) -> Result<(), String> {
 /// CAP_SYS_PTRACE) can read the paths of its writes from its memory, which is how the
 /// denied-write log proves itself. Nothing but netbox's own code runs in the sandbox then:
 /// CMD has not started (or, after --fetch, everything of CMD1's is gone). pid 1 is
-/// non-dumpable again before any command starts; if that fails, none does.
-fn while_readable(probe: impl FnOnce() -> probe::ProbeReport) -> probe::ProbeReport {
+/// non-dumpable again before any command starts; if that fails, none does: the failed
+/// check is returned, for the report.
+fn while_readable<T>(probe: impl FnOnce() -> T) -> (T, Option<probe::Check>) {
     let _ = nix::sys::prctl::set_dumpable(true);
-    let mut report = probe();
-    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
-        report.add_check(probe::failed_check(
+    let done = probe();
+    let unreadable = nix::sys::prctl::set_dumpable(false).err().map(|e| {
+        probe::failed_check(
             "pid 1 unreachable from CMD",
             "stay dumpable (reachable through /proc/1 and ptrace)",
             e.to_string(),
-        ));
-    }
-    report
+        )
+    });
+    (done, unreadable)
 }
 
 /// Sends a probe report and, if it passed, waits for netbox's word to start: netbox adds

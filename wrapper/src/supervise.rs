@@ -257,6 +257,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         session: &session.id,
         stderr,
         report: None,
+        probe_checks: None,
         finished: None,
         fetch: fetch.as_deref(),
         fetch_status: None,
@@ -418,6 +419,8 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
 struct RunState<'a> {
     /// The live probe's report, once it has arrived.
     report: Option<ProbeReport>,
+    /// The first probe's checks, until the rest of its report (`ProbeWatched`) arrives.
+    probe_checks: Option<ProbeReport>,
     /// pid 1 reported that nothing of CMD's is left.
     done: bool,
     /// CMD's exit status, as pid 1 reported it with Done.
@@ -537,6 +540,23 @@ impl RunState<'_> {
                 }
                 self.report = Some(report);
             }
+            SyncMsg::ProbeChecks(report) if !self.probed() && self.probe_checks.is_none() => {
+                self.probe_checks = Some(report);
+            }
+            SyncMsg::ProbeWatched {
+                writes,
+                checks,
+                duration_us,
+            } if !self.probed() && self.probe_checks.is_some() => {
+                if let Some(mut report) = self.probe_checks.take() {
+                    report.watched_writes = writes;
+                    report.duration_us = report.duration_us.saturating_add(duration_us);
+                    for check in checks {
+                        report.add_check(check);
+                    }
+                    self.handle(SyncMsg::Probe(report));
+                }
+            }
             SyncMsg::FetchDone { status }
                 if self.fetch.is_some() && self.probed() && self.fetch_status.is_none() =>
             {
@@ -576,6 +596,8 @@ impl RunState<'_> {
                 self.failure.get_or_insert(WrapperError::PinLost { path });
             }
             SyncMsg::Probe(_)
+            | SyncMsg::ProbeChecks(_)
+            | SyncMsg::ProbeWatched { .. }
             | SyncMsg::Listeners { .. }
             | SyncMsg::PinLost { .. }
             | SyncMsg::Done { .. }

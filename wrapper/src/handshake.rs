@@ -24,8 +24,9 @@ pub enum SyncMsg {
     /// The proxy listeners inside the namespace (attached as fds), and the CPU pid 1 runs
     /// on as it sends them (for netbox to keep off: cpu.rs).
     Listeners { count: usize, cpu: Option<usize> },
-    /// The listener of the sandbox's seccomp filter (attached as an fd): every write-intent
-    /// syscall from here on waits for netbox's answer (writewatch.rs).
+    /// The listener of the sandbox's seccomp filter (attached as an fd), and the sandbox's
+    /// root (a second fd, O_PATH) for judging paths: every write-intent syscall from here
+    /// on waits for netbox's answer (writewatch.rs).
     WriteWatch,
     /// The live probe ran; CMD starts only if it passed.
     Probe(ProbeReport),

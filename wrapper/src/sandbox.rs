@@ -159,7 +159,9 @@ fn prove(plan: &ChildPlan, channel: &Channel) -> bool {
         checks,
         duration_us,
     };
-    sent && channel.send(&rest, &[]).is_ok() && passed && matches!(channel.recv(), Ok(SyncMsg::Start))
+    sent && channel.send(&rest, &[]).is_ok()
+        && passed
+        && matches!(channel.recv(), Ok(SyncMsg::Start))
 }
 
 /// Between `--fetch`'s two commands: waits until netbox has closed the bridge's listeners,
@@ -177,14 +179,23 @@ fn cut_and_prove(plan: &ChildPlan, channel: &Channel, proxy_v6: bool) -> Result<
 }
 
 /// Installs the denied-write filter on pid 1 (and so on everything it starts) and hands
-/// netbox its listener.
+/// netbox its listener, with the sandbox's root.
 fn watch_writes(channel: &Channel, breakage: Breakage) -> Result<(), String> {
     if breakage.no_write_watch {
         return Ok(());
     }
+    // The sandbox's root, for netbox's judge, which would otherwise open it through
+    // /proc/1/root (~20 µs more). Opened before the filter, which it must not wait for.
+    let root = nix::fcntl::open(
+        "/",
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    );
     let listener = crate::sys::seccomp::install_with_listener(&crate::sys::seccomp::build())
         .map_err(|e| format!("install the seccomp filter: {e}"))?;
-    channel.send(&SyncMsg::WriteWatch, &[listener.as_raw_fd()])
+    let mut fds = vec![listener.as_raw_fd()];
+    fds.extend(root.as_ref().ok().map(AsRawFd::as_raw_fd));
+    channel.send(&SyncMsg::WriteWatch, &fds)
 }
 
 /// Runs a probe with pid 1 dumpable, so netbox (as an ordinary user, without

@@ -278,8 +278,9 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             biased;
             msg = channel.recv(), if channel_open => match msg {
                 Ok(Some((SyncMsg::WriteWatch, fds))) => {
-                    let attached = match (&mut state.watch, fds.into_iter().next()) {
-                        (Some(watch), Some(fd)) => watch.attach(fd),
+                    let mut fds = fds.into_iter();
+                    let attached = match (&mut state.watch, fds.next()) {
+                        (Some(watch), Some(listener)) => watch.attach(listener, fds.next()),
                         _ => false,
                     };
                     if !attached {

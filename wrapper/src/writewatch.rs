@@ -73,8 +73,8 @@ struct Notices {
 pub struct WriteWatch {
     seen: Arc<Seen>,
     thread: Option<std::thread::JoinHandle<()>>,
-    /// Hands the thread the sandbox's listener; dropped once used (or at the end).
-    listener: Option<std::sync::mpsc::SyncSender<OwnedFd>>,
+    /// Hands the thread the sandbox's listener (and root); dropped once used (or at the end).
+    listener: Option<std::sync::mpsc::SyncSender<(OwnedFd, Option<OwnedFd>)>>,
     /// Closed to tell the thread that nothing the filter could stop is left.
     stop: Option<std::io::PipeWriter>,
 }
@@ -96,22 +96,23 @@ impl WriteWatch {
     /// probe's first write waits for it.
     pub fn spawn(context: WatchContext) -> std::io::Result<WriteWatch> {
         let seen = Arc::new(Seen::default());
-        let (give, take) = std::sync::mpsc::sync_channel::<OwnedFd>(1);
+        let (give, take) = std::sync::mpsc::sync_channel::<(OwnedFd, Option<OwnedFd>)>(1);
         let (stopped, stop) = std::io::pipe()?;
         let thread = {
             let seen = Arc::clone(&seen);
             std::thread::Builder::new()
                 .name("netbox-writewatch".into())
                 .spawn(move || {
-                    let Ok(listener) = take.recv() else {
+                    let Ok((listener, root)) = take.recv() else {
                         return;
                     };
                     seccomp::prefer_sync_wakeup(listener.as_fd());
-                    // Opened now: pid 1 sends its listener after its mounts, so this is
-                    // the sandbox's root, not the host's it started from.
+                    // The sandbox's root as pid 1 sent it, else opened now: pid 1 sends
+                    // its listener after its mounts, so this is the sandbox's root, not
+                    // the host's it started from.
                     let shared_root = context
                         .share_root
-                        .then(|| crate::writejudge::open_root(context.pid1))
+                        .then(|| root.or_else(|| crate::writejudge::open_root(context.pid1)))
                         .flatten();
                     serve(&listener, &stopped, &context, shared_root.as_ref(), &seen);
                 })?
@@ -124,11 +125,12 @@ impl WriteWatch {
         })
     }
 
-    /// Hands the thread the sandbox's listener; false if it already has one or is gone.
-    pub fn attach(&mut self, listener: OwnedFd) -> bool {
+    /// Hands the thread the sandbox's listener, and the sandbox's root if pid 1 sent it;
+    /// false if the thread already has a listener or is gone.
+    pub fn attach(&mut self, listener: OwnedFd, root: Option<OwnedFd>) -> bool {
         self.listener
             .take()
-            .is_some_and(|give| give.send(listener).is_ok())
+            .is_some_and(|give| give.send((listener, root)).is_ok())
     }
 
     /// Whether the thread has the sandbox's listener.

@@ -28,7 +28,8 @@ pub enum SyncMsg {
     /// root (a second fd, O_PATH) for judging paths: every write-intent syscall from here
     /// on waits for netbox's answer (writewatch.rs).
     WriteWatch,
-    /// The live probe ran; CMD starts only if it passed.
+    /// The probe after `--fetch`'s cut ran (in one message; the first probe comes as
+    /// `ProbeChecks` then `ProbeWatched`); CMD starts only if it passed.
     Probe(ProbeReport),
     /// The first live probe's checks, sent before pid 1 installs the write filter, so that
     /// netbox reads them meanwhile. Not a report yet: `ProbeWatched` completes it.

@@ -133,6 +133,10 @@ fn prove(plan: &ChildPlan, channel: &Channel) -> bool {
         let report = probe::run(&plan.probe);
         let passed = report.passed;
         let sent = channel.send(&SyncMsg::ProbeChecks(report), &[]).is_ok();
+        if !sent {
+            // netbox is gone, or cannot be told: nothing will start.
+            return (false, passed, (Vec::new(), Vec::new(), 0));
+        }
         // Last, so the probe's other writes cost no round trip to netbox: from here on
         // every write-intent syscall (a few of the probe's, then CMD's, which inherits the
         // filter) waits for netbox, which logs the ones the mounts will refuse.

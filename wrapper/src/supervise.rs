@@ -398,10 +398,26 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     }
     if !probed {
         // Gone before proving anything (killed, out of memory): CMD never ran, and the
-        // status is netbox's failure, not CMD's.
+        // status is netbox's failure, not CMD's. If the probe's checks had arrived, they are
+        // logged, incomplete, and their first failure said.
+        let found = state.probe_checks.take().and_then(|mut partial| {
+            partial.add_check(crate::probe::failed_check(
+                "probe report complete",
+                "receive the writes made under the write filter",
+                "the sandbox ended first".into(),
+            ));
+            state.record_probe(None, &partial);
+            partial
+                .checks
+                .iter()
+                .any(|c| !c.passed && c.name != "probe report complete")
+                .then(|| partial.first_failure())
+                .flatten()
+        });
+        let found = found.map_or(String::new(), |why| format!("; the probe had found: {why}"));
         return Err(WrapperError::Setup {
             step: "sandbox".into(),
-            detail: format!("the sandbox ended before its live probe (status {code})"),
+            detail: format!("the sandbox ended before its live probe (status {code}){found}"),
             hint: None,
         });
     }
@@ -519,28 +535,31 @@ impl RunState<'_> {
         self.report.is_some()
     }
 
+    /// The first probe's whole report: netbox's own check added, CMD started only if
+    /// everything passed, then logged.
+    fn first_probe(&mut self, mut report: ProbeReport) {
+        self.check_writes(&mut report);
+        self.start_if_passed(&report);
+        self.record_probe(self.fetch.map(|_| "fetch"), &report);
+        match report.first_failure() {
+            Some(why) => {
+                self.failure = Some(WrapperError::ProbeFailed(format!(
+                    "{why}; CMD was not started"
+                )));
+            }
+            None => {
+                // Proven: from now on each blocked attempt is announced as it happens.
+                self.log.set_stderr(self.stderr);
+                if let Some(command) = self.fetch {
+                    self.record_phase("fetch", Some(command), None);
+                }
+            }
+        }
+        self.report = Some(report);
+    }
+
     fn handle(&mut self, msg: SyncMsg) {
         match msg {
-            SyncMsg::Probe(mut report) if !self.probed() => {
-                self.check_writes(&mut report);
-                self.start_if_passed(&report);
-                self.record_probe(self.fetch.map(|_| "fetch"), &report);
-                match report.first_failure() {
-                    Some(why) => {
-                        self.failure = Some(WrapperError::ProbeFailed(format!(
-                            "{why}; CMD was not started"
-                        )));
-                    }
-                    None => {
-                        // Proven: from now on each blocked attempt is announced as it happens.
-                        self.log.set_stderr(self.stderr);
-                        if let Some(command) = self.fetch {
-                            self.record_phase("fetch", Some(command), None);
-                        }
-                    }
-                }
-                self.report = Some(report);
-            }
             SyncMsg::ProbeChecks(report) if !self.probed() && self.probe_checks.is_none() => {
                 self.probe_checks = Some(report);
             }
@@ -555,7 +574,7 @@ impl RunState<'_> {
                     for check in checks {
                         report.add_check(check);
                     }
-                    self.handle(SyncMsg::Probe(report));
+                    self.first_probe(report);
                 }
             }
             SyncMsg::FetchDone { status }
@@ -607,7 +626,7 @@ impl RunState<'_> {
             | SyncMsg::Start
             | SyncMsg::Cut => {
                 self.failure.get_or_insert(WrapperError::Handshake(
-                    "unexpected message after the probe".into(),
+                    "unexpected message from the sandbox".into(),
                 ));
             }
         }

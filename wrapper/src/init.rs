@@ -67,6 +67,7 @@ pub fn run_to_end(
     env: &[(OsString, OsString)],
     cwd: &Path,
     limits: &Limits,
+    skip_limits_for_test: bool,
     pins: &Pins,
 ) -> Result<i32, Stop> {
     let argv: Vec<CString> = cmd
@@ -83,11 +84,9 @@ pub fn run_to_end(
             CString::new(kv).ok()
         })
         .collect();
-    // Read here: the child must not take the environment's lock in pid 1's memory.
-    let skip_limits = crate::testhooks::Breakage::from_env().skip_limits;
     // pid 1 is single-threaded: nothing here ever starts a thread. exec_cmd only sets up
     // the child's own state and execs (or says why not and exits).
-    let start = || exec_cmd(&argv, &envp, cwd, limits, skip_limits);
+    let start = || exec_cmd(&argv, &envp, cwd, limits, skip_limits_for_test);
     let child = match spawn_sharing_memory(start) {
         Ok(child) => child,
         Err(e) => {

@@ -64,8 +64,11 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     // its socket on the host would uncover it).
     let pinned = plan.probe.protected.iter().chain(&plan.probe.host_sockets);
     let pins = crate::pins::Pins::new(pinned.cloned().collect());
-    let run =
-        |cmd: &[OsString]| init::run_to_end(cmd, &plan.env, &plan.cwd, &plan.probe.limits, &pins);
+    let run = |cmd: &[OsString]| {
+        let limits = &plan.probe.limits;
+        let skip_limits = plan.breakage.skip_limits;
+        init::run_to_end(cmd, &plan.env, &plan.cwd, limits, skip_limits, &pins)
+    };
     if let Some(fetch) = &plan.fetch {
         let status = match run(fetch) {
             Ok(status) => status,
@@ -129,14 +132,11 @@ fn hold_placeholders(paths: &[PathBuf]) {
 /// the filter, with what was checked after them. Whether the command may start: the probe
 /// passed, and netbox, its own checks added, said so.
 fn prove(plan: &ChildPlan, channel: &Channel) -> bool {
-    let ((sent, passed, watched), unreadable) = while_readable(|| {
+    let (watched, unreadable) = while_readable(|| {
         let report = probe::run(&plan.probe);
         let passed = report.passed;
-        let sent = channel.send(&SyncMsg::ProbeChecks(report), &[]).is_ok();
-        if !sent {
-            // netbox is gone, or cannot be told: nothing will start.
-            return (false, passed, (Vec::new(), Vec::new(), 0));
-        }
+        // If netbox cannot be told, nothing will start.
+        channel.send(&SyncMsg::ProbeChecks(report), &[]).ok()?;
         // Last, so the probe's other writes cost no round trip to netbox: from here on
         // every write-intent syscall (a few of the probe's, then CMD's, which inherits the
         // filter) waits for netbox, which logs the ones the mounts will refuse.
@@ -153,9 +153,11 @@ fn prove(plan: &ChildPlan, channel: &Channel) -> bool {
             }
         };
         let duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        (sent, passed, (writes, checks, duration_us))
+        Some((passed, writes, checks, duration_us))
     });
-    let (writes, mut checks, duration_us) = watched;
+    let Some((passed, writes, mut checks, duration_us)) = watched else {
+        return false;
+    };
     checks.extend(unreadable);
     let passed = passed && checks.iter().all(|c| c.passed);
     let rest = SyncMsg::ProbeWatched {
@@ -163,9 +165,7 @@ fn prove(plan: &ChildPlan, channel: &Channel) -> bool {
         checks,
         duration_us,
     };
-    sent && channel.send(&rest, &[]).is_ok()
-        && passed
-        && matches!(channel.recv(), Ok(SyncMsg::Start))
+    channel.send(&rest, &[]).is_ok() && passed && matches!(channel.recv(), Ok(SyncMsg::Start))
 }
 
 /// Between `--fetch`'s two commands: waits until netbox has closed the bridge's listeners,

@@ -401,18 +401,14 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         // status is netbox's failure, not CMD's. If the probe's checks had arrived, they are
         // logged, incomplete, and their first failure said.
         let found = state.probe_checks.take().and_then(|mut partial| {
+            let found = partial.first_failure();
             partial.add_check(crate::probe::failed_check(
                 "probe report complete",
                 "receive the writes made under the write filter",
                 "the sandbox ended first".into(),
             ));
             state.record_probe(None, &partial);
-            partial
-                .checks
-                .iter()
-                .any(|c| !c.passed && c.name != "probe report complete")
-                .then(|| partial.first_failure())
-                .flatten()
+            found
         });
         let found = found.map_or(String::new(), |why| format!("; the probe had found: {why}"));
         return Err(WrapperError::Setup {

@@ -14,6 +14,7 @@ mod export;
 mod learn;
 mod sandbox_escapes;
 mod sandbox_fetch;
+mod sandbox_git;
 mod sandbox_lifecycle;
 mod sandbox_limits;
 mod sandbox_regressions;

@@ -390,14 +390,17 @@ fn a_pin_lost_on_the_host_stops_the_run() {
 }
 
 #[test]
-fn allow_git_writes_lets_commits_through_but_not_code() {
+fn allow_git_writes_lets_objects_and_refs_through_but_not_code() {
     let dir = TestDir::new("gitwrites");
     let run = Run::new(&dir).arg("--quiet").arg("--allow-git-writes");
     git_init(&run.workspace);
     std::fs::write(run.workspace.join("f.txt"), "one\n").unwrap();
-    // Control: a commit from inside works.
+    // Control: a commit from inside, made without the index (which stays read-only,
+    // see sandbox_git.rs), lands.
     let out = run.sh(
-        "git add f.txt && git -c user.email=t@test -c user.name=t commit -qm inside && echo COMMITTED",
+        "blob=$(git hash-object -w f.txt) && tree=$(printf '100644 blob %s\\tf.txt\\n' $blob | git mktree) && \
+         commit=$(git -c user.email=t@test -c user.name=t commit-tree $tree -m inside) && \
+         git update-ref HEAD $commit && echo COMMITTED",
     );
     assert_eq!(stdout(&out), "COMMITTED\n", "{}", stderr(&out));
     // What runs code, or redirects git to code, stays out of reach.

@@ -35,6 +35,10 @@ pub enum WrapperError {
     },
     #[error("protected path {} is a symlink, which netbox cannot pin read-only", path.display())]
     ProtectedSymlink { path: PathBuf },
+    #[error("submodule {} lies beyond the symlink {}, which netbox cannot pin read-only", submodule.display(), path.display())]
+    SubmoduleSymlink { path: PathBuf, submodule: PathBuf },
+    #[error("cannot tell which submodules {} records: {reason}", path.display())]
+    GitIndex { path: PathBuf, reason: String },
     #[error("cannot create the read-only placeholder {}", path.display())]
     Placeholder {
         path: PathBuf,
@@ -103,6 +107,14 @@ impl WrapperError {
             WrapperError::Setup { hint, .. } => hint.clone(),
             WrapperError::ProtectedSymlink { .. } => Some(
                 "replace the symlink with the file, or choose a workspace that does not contain it"
+                    .into(),
+            ),
+            WrapperError::SubmoduleSymlink { .. } => Some(
+                "replace the symlink with the directory, or choose a workspace that does not contain it"
+                    .into(),
+            ),
+            WrapperError::GitIndex { .. } => Some(
+                "check the repository with `git status`; netbox pins every submodule's .git and must read the index to find them"
                     .into(),
             ),
             _ => None,

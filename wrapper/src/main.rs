@@ -5,11 +5,13 @@
 //!
 //! Modules, in the order a run uses them:
 //! - `cli`: argument parsing (clap derive); `config`: the validated run configuration
-//! - `protect`: which paths stay read-only; `hostsockets`: host Unix sockets to hide;
+//! - `protect`: which paths stay read-only (submodules included); `hostsockets`: host
+//!   Unix sockets to hide;
 //!   `mounts`: the mount plan and its syscalls; `pins`: pid 1 watching the pins
 //! - `env`: CMD's environment (proxy settings); `limits`: --memory and --fsize
 //! - `run`: netbox's side of a run: plan, clone the sandbox, placeholders; then
-//!   `supervise`: bridge, probe log, signals, pin watch, exit status
+//!   `supervise`: bridge, probe log, signals, pin watch, exit status; then `gitaudit`:
+//!   the git metadata CMD left in the writable roots
 //! - `sandbox`: the sandbox's pid 1, created by clone(2) in new namespaces; its steps in
 //!   order: `namespaces`, `mounts`, `caps`, `probe`, then `init` runs CMD
 //! - `handshake`: the typed parent/sandbox channel; `sys/`: every unsafe syscall wrapper
@@ -30,6 +32,7 @@ mod cpu;
 mod env;
 mod error;
 mod export;
+mod gitaudit;
 mod handshake;
 mod hostsockets;
 mod init;

@@ -508,7 +508,7 @@ mod tests {
     fn workspace_under_private_tmp_is_recreated_then_bound_then_protected() {
         let protected = [Protected {
             path: p("/tmp/demo/.git"),
-            placeholder: false,
+            placeholder: None,
         }];
         let plan = plan(
             &Layout {
@@ -544,15 +544,15 @@ mod tests {
         let protected = [
             Protected {
                 path: p("/w/.git/hooks"),
-                placeholder: false,
+                placeholder: None,
             },
             Protected {
                 path: p("/w/.git/config"),
-                placeholder: false,
+                placeholder: None,
             },
             Protected {
                 path: p("/w/.envrc"),
-                placeholder: false,
+                placeholder: None,
             },
         ];
         let plan = plan(
@@ -619,7 +619,7 @@ mod tests {
     fn host_tmp_mode_binds_roots_outer_first_and_protects_last() {
         let protected = [Protected {
             path: p("/home/u/ws/.git"),
-            placeholder: true,
+            placeholder: Some(crate::protect::Placeholder::Dir),
         }];
         let plan = plan(
             &Layout {

@@ -41,6 +41,8 @@ pub fn run_reporting(
     probe_report: &mut Option<crate::probe::ProbeReport>,
 ) -> Result<u8, WrapperError> {
     let started = std::time::Instant::now();
+    // Before anything of the sandbox exists: whatever CMD creates is stamped later.
+    let since = crate::gitaudit::Stamp::now();
     let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
     let protected = protect::protected_paths(&ProtectInput {
         write_roots: &config.requested_roots,
@@ -70,10 +72,26 @@ pub fn run_reporting(
     log.leave_uncounted(canary.rsplit_once(':').map_or(*canary, |(host, _)| host));
     let pinned: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
     crate::session::record_start(&log, &config, &pinned);
+    // Runs that ended without their check of git metadata (netbox was killed) get it now,
+    // before this one starts.
+    audit_orphans(&log, &config);
+    let audit = crate::gitaudit::Scope {
+        roots: config.write_roots.clone(),
+        skip: pinned.iter().chain(&config.read_only).cloned().collect(),
+        since,
+    };
     // From here on every outcome, failures included, closes the log with session_end.
     let session_id = config.session_id.clone();
     let mut tally = crate::session::Tally::default();
-    let result = run_logged(config, &protected, canary, &log, probe_report, &mut tally);
+    let result = run_logged(
+        config,
+        &protected,
+        canary,
+        &log,
+        audit,
+        probe_report,
+        &mut tally,
+    );
     crate::session::record_end(&log, &session_id, &result, tally, started.elapsed());
     result
 }
@@ -84,6 +102,7 @@ fn run_logged(
     protected: &[Protected],
     canary: &str,
     log: &Arc<EventLog>,
+    audit: crate::gitaudit::Scope,
     probe_report: &mut Option<crate::probe::ProbeReport>,
     tally: &mut crate::session::Tally,
 ) -> Result<u8, WrapperError> {
@@ -120,6 +139,15 @@ fn run_logged(
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;
     left?;
+    // The record that gets this run's check of git metadata done even if netbox is
+    // killed: written while the sandbox sets up (CMD cannot start before netbox says so).
+    let pending = crate::gitaudit::pending::Pending::begin(
+        &crate::gitaudit::pending::dir_beside(&config.log_path),
+        &crate::gitaudit::pending::Record {
+            session: config.session_id.clone(),
+            scope: audit.clone(),
+        },
+    );
     // Threads may exist from here on; the runtime starts while the sandbox sets up. It
     // runs on this thread alone: every thread costs start-up time and a wake-up per
     // hand-off (measured for `netbox -- true`: 2 workers 6.5 ms, 1 worker 5.5 ms; none,
@@ -129,6 +157,7 @@ fn run_logged(
         .enable_all()
         .build()
         .map_err(WrapperError::Runtime)?;
+    let session_id = config.session_id.clone();
     let session = Arc::new(Session {
         id: Arc::from(config.session_id.as_str()),
         policy: Arc::new(config.policy),
@@ -138,7 +167,7 @@ fn run_logged(
     } else {
         Stderr::Summary
     };
-    runtime.block_on(supervise(Supervised {
+    let result = runtime.block_on(supervise(Supervised {
         placeholders: &mut placeholders,
         sandbox,
         timeout: config.timeout,
@@ -156,7 +185,64 @@ fn run_logged(
         reap_pid1: !cgroups.is_empty(),
         cpus,
         tally,
-    }))
+    }));
+    // Everything of the sandbox is gone: what did it leave for git to find?
+    let report = runtime.block_on(audit_cancellable(audit));
+    crate::gitaudit::report(log, &session_id, None, &report);
+    if report.stopped == Some(crate::gitaudit::Stopped::Cancelled) {
+        pending.keep();
+    } else {
+        pending.finish();
+    }
+    result
+}
+
+/// Audits on a thread of its own while this one waits for it, or for Ctrl-C, which
+/// cancels it.
+async fn audit_cancellable(scope: crate::gitaudit::Scope) -> crate::gitaudit::Report {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let cancel = Arc::new(AtomicBool::new(false));
+    let (done, report) = tokio::sync::oneshot::channel();
+    let walking = {
+        let cancel = Arc::clone(&cancel);
+        std::thread::Builder::new()
+            .name("netbox-gitaudit".into())
+            .spawn(move || {
+                let _ = done.send(crate::gitaudit::audit(&scope, &cancel));
+            })
+    };
+    if walking.is_err() {
+        // No thread to be had: nothing was read, and the report says so.
+        return crate::gitaudit::Report {
+            unread: 1,
+            ..Default::default()
+        };
+    }
+    let mut report = report;
+    tokio::select! {
+        finished = &mut report => return finished.unwrap_or_default(),
+        _ = tokio::signal::ctrl_c() => cancel.store(true, Ordering::Relaxed),
+    }
+    report.await.unwrap_or_default()
+}
+
+/// Checks, in this run's place, the runs whose record says their check never happened.
+fn audit_orphans(log: &EventLog, config: &SandboxConfig) {
+    use crate::gitaudit::pending;
+    let mut dirs = vec![pending::dir_beside(&config.log_path)];
+    if let Ok(sessions) = crate::config::sessions_dir() {
+        let default = pending::dir_beside(&sessions.join("x"));
+        if !dirs.contains(&default) {
+            dirs.push(default);
+        }
+    }
+    let never = std::sync::atomic::AtomicBool::new(false);
+    for orphan in pending::orphans(&dirs) {
+        let report = crate::gitaudit::audit(&orphan.record.scope, &never);
+        let audited = orphan.record.session.as_str();
+        crate::gitaudit::report(log, &config.session_id, Some(audited), &report);
+        orphan.finish();
+    }
 }
 
 fn child_plan(
@@ -231,7 +317,7 @@ fn child_plan(
         breakage: Breakage::from_env(),
         placeholders: protected
             .iter()
-            .filter(|p| p.placeholder)
+            .filter(|p| p.placeholder.is_some())
             .map(|p| p.path.clone())
             .collect(),
     })

@@ -35,6 +35,18 @@ pub fn pause_export() {
     }
 }
 
+/// Test builds: sleeps for `NETBOX_TEST_AUDIT_PAUSE_MS` before each directory the git
+/// metadata check reads, so a test can cancel it midway. Release builds: nothing.
+pub fn pause_audit() {
+    #[cfg(feature = "test-hooks")]
+    if let Some(ms) = std::env::var("NETBOX_TEST_AUDIT_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
 impl Breakage {
     /// From `NETBOX_TEST_BREAK` (`read-only-root`, `capability-drop`, `limits`,
     /// `nested-userns`, `cut`, `write-watch`, `no-write-watch`), test builds only.

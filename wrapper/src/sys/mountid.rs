@@ -1,5 +1,6 @@
 //! Which mount a path or an open file is on, and what else one statx(2) tells of a file
-//! (STATX_MNT_ID and STATX_ATTR_MOUNT_ROOT: Linux ≥ 5.8).
+//! (STATX_MNT_ID and STATX_ATTR_MOUNT_ROOT: Linux ≥ 5.8; birth times: Linux ≥ 4.11, on
+//! filesystems that keep one: ext4, xfs, btrfs, tmpfs).
 
 use std::ffi::CString;
 use std::io;
@@ -60,5 +61,31 @@ pub fn fd_facts(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<FdFacts> {
         mount_id: (buf.stx_mask & libc::STATX_MNT_ID != 0).then_some(buf.stx_mnt_id),
         mount_root: (buf.stx_attributes_mask & mount_root_bit != 0)
             .then_some(buf.stx_attributes & mount_root_bit != 0),
+    })
+}
+
+/// A file's type, change time and birth time (where its filesystem keeps one), as
+/// `(seconds, nanoseconds)` since the epoch.
+pub struct Times {
+    pub is_directory: bool,
+    pub birth: Option<(i64, u32)>,
+    pub change: (i64, u32),
+}
+
+/// statx(2) of `name` in the directory open as `dir`, not following a final symlink;
+/// an empty `name` means the file open as `dir` itself.
+pub fn times_at(dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<Times> {
+    use std::os::fd::AsRawFd;
+    let mut flags = libc::AT_SYMLINK_NOFOLLOW;
+    if name.is_empty() {
+        flags |= libc::AT_EMPTY_PATH;
+    }
+    let mask = libc::STATX_TYPE | libc::STATX_CTIME | libc::STATX_BTIME;
+    let buf = statx(dir.as_raw_fd(), name, flags, mask)?;
+    let time = |t: libc::statx_timestamp| (t.tv_sec, t.tv_nsec);
+    Ok(Times {
+        is_directory: u32::from(buf.stx_mode) & libc::S_IFMT == libc::S_IFDIR,
+        birth: (buf.stx_mask & libc::STATX_BTIME != 0).then(|| time(buf.stx_btime)),
+        change: time(buf.stx_ctime),
     })
 }

@@ -1,0 +1,401 @@
+//! After a run: the git metadata the command left in the writable roots, which git run
+//! later on the host would trust. The pins (protect/) keep every existing `.git` and
+//! submodule read-only, but CMD can still make new ones: a `vendor/lib/.git` that the
+//! user's next `git add -A` turns into a submodule (whose config `git status` then reads),
+//! or a repository git finds when run in that directory. Nothing in a mount can stop
+//! that, so netbox looks once CMD is gone and says what it found.
+//!
+//! What is found, walking each root without following symlinks: every `.git` entry
+//! (a directory, a `gitdir:` file, a symlink) and every directory git would take for a
+//! bare repository (`HEAD`, `objects` and `refs` in it: git's is_git_directory()). One is
+//! reported when it was *created* during the run (its birth time, statx(2) STATX_BTIME, is
+//! after the start: CMD cannot set a birth time) or *changed* (a `.git` file or symlink
+//! whose change time is after the start; a git directory whose code-bearing parts, its
+//! config, config.worktree, commondir, hooks/ or a hook, changed: rewriting a file or
+//! renaming one into place sets its change time, which CMD cannot set back). A git
+//! directory's own change time is not used: git changes it on every lock file, so any
+//! git command run in a nested repository would be reported.
+//!
+//! Timestamps are compared with the coarse clock the kernel stamps files with
+//! (CLOCK_REALTIME_COARSE), read at the start of the run. The walk is bounded in time
+//! and directories, cancellable (Ctrl-C), and skips what the run pinned (it could not
+//! change). A run that ends without its audit (netbox killed) leaves a record behind
+//! (pending.rs), and the next run audits it.
+
+pub mod pending;
+mod report;
+
+pub use report::report;
+
+use std::ffi::{CStr, OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::dir::{Dir, Type};
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use serde::{Deserialize, Serialize};
+
+use crate::sys::mountid::times_at;
+
+/// The longest an audit walks.
+const TIME_LIMIT: Duration = Duration::from_secs(10);
+
+/// The most directories an audit reads.
+const MAX_DIRECTORIES: u64 = 1_000_000;
+
+/// Directories deeper than this below a root are not read (each level holds an fd).
+const MAX_DEPTH: usize = 256;
+
+/// Hooks looked at in one hooks directory.
+const MAX_HOOKS: usize = 256;
+
+/// A moment on the clock the kernel stamps files with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Stamp {
+    pub secs: i64,
+    pub nanos: u32,
+}
+
+impl Stamp {
+    /// Now, as file timestamps would record it: the coarse clock (`current_time()` in the
+    /// kernel), which can lag the precise one by a tick; against the precise clock a file
+    /// created right after the start could look older than it.
+    pub fn now() -> Stamp {
+        use nix::time::{clock_gettime, ClockId};
+        match clock_gettime(ClockId::CLOCK_REALTIME_COARSE) {
+            Ok(t) => Stamp {
+                secs: t.tv_sec(),
+                nanos: u32::try_from(t.tv_nsec()).unwrap_or(0),
+            },
+            // Never fails on Linux; if it did, every file counts as new.
+            Err(_) => Stamp { secs: 0, nanos: 0 },
+        }
+    }
+
+    fn of((secs, nanos): (i64, u32)) -> Stamp {
+        Stamp { secs, nanos }
+    }
+}
+
+/// What to audit: where, what to leave out, and since when.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Scope {
+    pub roots: Vec<PathBuf>,
+    /// Paths pinned read-only for the run: not entered, not reported.
+    pub skip: Vec<PathBuf>,
+    pub since: Stamp,
+}
+
+/// What a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A `.git` directory.
+    GitDir,
+    /// A `.git` file (`gitdir: PATH`).
+    GitdirFile,
+    /// A `.git` symlink.
+    GitSymlink,
+    /// A directory shaped like a bare repository.
+    BareRepository,
+}
+
+impl Kind {
+    fn describe(self) -> &'static str {
+        match self {
+            Kind::GitDir => "a git directory",
+            Kind::GitdirFile => "a gitdir file",
+            Kind::GitSymlink => "a .git symlink",
+            Kind::BareRepository => "a bare repository",
+        }
+    }
+}
+
+/// How it came to be reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum How {
+    Created,
+    Changed,
+}
+
+/// One piece of git metadata the run left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub path: PathBuf,
+    pub kind: Kind,
+    pub how: How,
+}
+
+/// Why an audit stopped before it had read everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stopped {
+    TimeLimit,
+    DirectoryLimit,
+    Cancelled,
+}
+
+/// What an audit found, and how much it read.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    pub directories: u64,
+    /// Directories that could not be read, or lay too deep.
+    pub unread: u64,
+    pub stopped: Option<Stopped>,
+    pub took: Duration,
+}
+
+impl Report {
+    pub fn complete(&self) -> bool {
+        self.stopped.is_none() && self.unread == 0
+    }
+}
+
+/// Walks every root of `scope`; stops early when `cancel` is set.
+pub fn audit(scope: &Scope, cancel: &AtomicBool) -> Report {
+    let started = Instant::now();
+    let skip: std::collections::HashSet<&Path> = scope.skip.iter().map(PathBuf::as_path).collect();
+    let mut walk = Walk {
+        since: scope.since,
+        skip,
+        deadline: started + TIME_LIMIT,
+        cancel,
+        report: Report::default(),
+    };
+    for root in &scope.roots {
+        if walk.report.stopped.is_some() {
+            break;
+        }
+        walk.root(root);
+    }
+    let mut report = walk.report;
+    report.findings.sort_by(|a, b| a.path.cmp(&b.path));
+    report.took = started.elapsed();
+    report
+}
+
+/// A directory being walked: its fd, its path, and the subdirectories still to enter.
+struct Frame {
+    dir: Dir,
+    path: PathBuf,
+    pending: Vec<OsString>,
+}
+
+struct Walk<'a> {
+    since: Stamp,
+    skip: std::collections::HashSet<&'a Path>,
+    deadline: Instant,
+    cancel: &'a AtomicBool,
+    report: Report,
+}
+
+impl Walk<'_> {
+    fn root(&mut self, root: &Path) {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(dir) = Dir::open(root, flags, Mode::empty()) else {
+            self.report.unread += 1;
+            return;
+        };
+        if self.skip.contains(root) {
+            return;
+        }
+        let mut stack = Vec::new();
+        if let Some(frame) = self.visit(dir, root.to_owned()) {
+            stack.push(frame);
+        }
+        loop {
+            let depth = stack.len();
+            let Some(top) = stack.last_mut() else {
+                break;
+            };
+            let Some(name) = top.pending.pop() else {
+                stack.pop();
+                continue;
+            };
+            if let Some(stop) = self.should_stop() {
+                self.report.stopped = Some(stop);
+                return;
+            }
+            if depth >= MAX_DEPTH {
+                self.report.unread += 1;
+                continue;
+            }
+            let path = top.path.join(&name);
+            match Dir::openat(top.dir.as_fd(), name.as_os_str(), flags, Mode::empty()) {
+                Ok(dir) => {
+                    if let Some(frame) = self.visit(dir, path) {
+                        stack.push(frame);
+                    }
+                }
+                // A directory this user may not read is one CMD, as this user, could not
+                // have filled either.
+                Err(nix::errno::Errno::EACCES) => {}
+                Err(_) => self.report.unread += 1,
+            }
+        }
+    }
+
+    fn should_stop(&self) -> Option<Stopped> {
+        crate::testhooks::pause_audit();
+        if self.cancel.load(Ordering::Relaxed) {
+            Some(Stopped::Cancelled)
+        } else if self.report.directories >= MAX_DIRECTORIES {
+            Some(Stopped::DirectoryLimit)
+        } else if Instant::now() >= self.deadline {
+            Some(Stopped::TimeLimit)
+        } else {
+            None
+        }
+    }
+
+    /// Reads one directory: reports its `.git` entry and whether it is a bare repository
+    /// itself; returns it with the subdirectories to enter (none for a bare repository,
+    /// whose insides are git's).
+    fn visit(&mut self, mut dir: Dir, path: PathBuf) -> Option<Frame> {
+        self.report.directories += 1;
+        let mut subdirs = Vec::new();
+        let mut git_entry = None;
+        let (mut head, mut objects, mut refs) = (false, false, false);
+        let mut entries = Vec::new();
+        for entry in dir.iter() {
+            match entry {
+                Ok(entry) => entries.push((entry.file_name().to_owned(), entry.file_type())),
+                Err(_) => {
+                    self.report.unread += 1;
+                    break;
+                }
+            }
+        }
+        for (name, kind) in entries {
+            match name.to_bytes() {
+                b"." | b".." => continue,
+                b".git" => {
+                    git_entry = Some(kind);
+                    continue;
+                }
+                b"HEAD" => head = true,
+                b"objects" => objects = true,
+                b"refs" => refs = true,
+                _ => {}
+            }
+            let is_dir = match kind {
+                Some(kind) => kind == Type::Directory,
+                // The filesystem does not say: ask.
+                None => times_at(dir.as_fd(), &name).is_ok_and(|t| t.is_directory),
+            };
+            if is_dir {
+                subdirs.push(OsStr::from_bytes(name.to_bytes()).to_owned());
+            }
+        }
+        if let Some(kind) = git_entry {
+            self.dot_git(dir.as_fd(), &path, kind);
+        }
+        let is_git_dir = path.file_name() == Some(OsStr::new(".git"));
+        if head && objects && refs && !is_git_dir {
+            if let Some(how) = self.git_dir_news(dir.as_fd(), c"") {
+                self.found(path, Kind::BareRepository, how);
+            }
+            return None;
+        }
+        subdirs.retain(|name| !self.skip.contains(path.join(name).as_path()));
+        Some(Frame {
+            dir,
+            path,
+            pending: subdirs,
+        })
+    }
+
+    /// The `.git` entry of the directory open as `parent`.
+    fn dot_git(&mut self, parent: BorrowedFd<'_>, parent_path: &Path, kind: Option<Type>) {
+        let path = parent_path.join(".git");
+        if self.skip.contains(path.as_path()) {
+            return;
+        }
+        let Ok(times) = times_at(parent, c".git") else {
+            self.report.unread += 1;
+            return;
+        };
+        let kind = match kind {
+            Some(Type::Directory) => Kind::GitDir,
+            Some(Type::Symlink) => Kind::GitSymlink,
+            Some(_) => Kind::GitdirFile,
+            None if times.is_directory => Kind::GitDir,
+            None => match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.file_type().is_symlink() => Kind::GitSymlink,
+                _ => Kind::GitdirFile,
+            },
+        };
+        let how = if kind == Kind::GitDir {
+            let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            match nix::fcntl::openat(parent, ".git", flags, Mode::empty()) {
+                Ok(git_dir) => self.git_dir_news(git_dir.as_fd(), c""),
+                Err(_) => {
+                    self.report.unread += 1;
+                    return;
+                }
+            }
+        } else if self.after_start(times.birth) {
+            Some(How::Created)
+        } else if Stamp::of(times.change) >= self.since {
+            Some(How::Changed)
+        } else {
+            None
+        };
+        if let Some(how) = how {
+            self.found(path, kind, how);
+        }
+    }
+
+    /// Whether the git directory `name` in `dir` (or `dir` itself, for an empty name) was
+    /// created during the run, or had its code-bearing parts changed.
+    fn git_dir_news(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Option<How> {
+        let times = times_at(dir, name).ok()?;
+        if self.after_start(times.birth) {
+            return Some(How::Created);
+        }
+        let changed =
+            |name: &CStr| times_at(dir, name).is_ok_and(|t| Stamp::of(t.change) >= self.since);
+        if [c"config", c"config.worktree", c"commondir", c"hooks"]
+            .into_iter()
+            .any(changed)
+        {
+            return Some(How::Changed);
+        }
+        self.hook_changed(dir).then_some(How::Changed)
+    }
+
+    /// Whether any hook in the git directory open as `git_dir` changed during the run.
+    fn hook_changed(&self, git_dir: BorrowedFd<'_>) -> bool {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(mut hooks) = Dir::openat(git_dir, "hooks", flags, Mode::empty()) else {
+            return false;
+        };
+        let names: Vec<std::ffi::CString> = hooks
+            .iter()
+            .flatten()
+            .map(|e| e.file_name().to_owned())
+            .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+            .take(MAX_HOOKS)
+            .collect();
+        names.iter().any(|name| {
+            times_at(hooks.as_fd(), name).is_ok_and(|t| Stamp::of(t.change) >= self.since)
+        })
+    }
+
+    fn after_start(&self, birth: Option<(i64, u32)>) -> bool {
+        birth.is_some_and(|b| Stamp::of(b) >= self.since)
+    }
+
+    fn found(&mut self, path: PathBuf, kind: Kind, how: How) {
+        self.report.findings.push(Finding { path, kind, how });
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,103 @@
+use super::*;
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("netbox-gitaudit-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A git directory's shape (what git's is_git_directory() looks for) with a config.
+fn git_dir_at(dir: &Path) {
+    std::fs::create_dir_all(dir.join("objects")).unwrap();
+    std::fs::create_dir_all(dir.join("refs")).unwrap();
+    std::fs::create_dir_all(dir.join("hooks")).unwrap();
+    std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(dir.join("config"), "[core]\n").unwrap();
+}
+
+/// Waits past a tick of the coarse clock, so that what follows is stamped later than
+/// what came before.
+fn next_tick() -> Stamp {
+    std::thread::sleep(Duration::from_millis(30));
+    let stamp = Stamp::now();
+    std::thread::sleep(Duration::from_millis(30));
+    stamp
+}
+
+fn found(report: &Report) -> Vec<(String, Kind, How)> {
+    report
+        .findings
+        .iter()
+        .map(|f| {
+            (
+                f.path.file_name().unwrap().to_string_lossy().into_owned(),
+                f.kind,
+                f.how,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn new_and_changed_git_metadata_is_found_and_old_or_pinned_is_not() {
+    let root = tempdir("walk");
+    // Before the run: a nested repository, a second one CMD will change, a pinned one,
+    // a bare repository, and a gitdir file.
+    git_dir_at(&root.join("old/.git"));
+    git_dir_at(&root.join("edited/.git"));
+    git_dir_at(&root.join("pinned/.git"));
+    git_dir_at(&root.join("archive.git"));
+    std::fs::create_dir_all(root.join("wt")).unwrap();
+    std::fs::write(root.join("wt/.git"), "gitdir: ../archive.git\n").unwrap();
+    let since = next_tick();
+    // During it: new ones of every kind, a hook added to an old one, a pinned one
+    // touched, and ordinary git activity in the old one (a lock file come and gone).
+    git_dir_at(&root.join("vendor/lib/.git"));
+    git_dir_at(&root.join("deep/er/bare"));
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/.git"), "gitdir: ../archive.git\n").unwrap();
+    std::fs::create_dir_all(root.join("link")).unwrap();
+    std::os::unix::fs::symlink("../old/.git", root.join("link/.git")).unwrap();
+    std::fs::write(root.join("edited/.git/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+    std::fs::write(root.join("pinned/.git/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+    std::fs::write(root.join("old/.git/index.lock"), "").unwrap();
+    std::fs::remove_file(root.join("old/.git/index.lock")).unwrap();
+    std::fs::create_dir_all(root.join("plain/dir")).unwrap();
+    let scope = Scope {
+        roots: vec![root.clone()],
+        skip: vec![root.join("pinned/.git")],
+        since,
+    };
+    let report = audit(&scope, &AtomicBool::new(false));
+    assert!(report.complete(), "{report:?}");
+    assert_eq!(
+        found(&report),
+        vec![
+            ("bare".into(), Kind::BareRepository, How::Created),
+            (".git".into(), Kind::GitDir, How::Changed),
+            (".git".into(), Kind::GitSymlink, How::Created),
+            (".git".into(), Kind::GitdirFile, How::Created),
+            (".git".into(), Kind::GitDir, How::Created),
+        ]
+    );
+    let paths: Vec<&Path> = report.findings.iter().map(|f| f.path.as_path()).collect();
+    assert_eq!(paths[1], root.join("edited/.git"));
+    assert_eq!(paths[4], root.join("vendor/lib/.git"));
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn a_cancelled_audit_says_so() {
+    let root = tempdir("cancel");
+    std::fs::create_dir_all(root.join("a/b")).unwrap();
+    let scope = Scope {
+        roots: vec![root.clone()],
+        skip: Vec::new(),
+        since: Stamp::now(),
+    };
+    let report = audit(&scope, &AtomicBool::new(true));
+    assert_eq!(report.stopped, Some(Stopped::Cancelled));
+    assert!(!report.complete());
+    std::fs::remove_dir_all(&root).unwrap();
+}

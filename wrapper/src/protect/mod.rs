@@ -1,0 +1,501 @@
+//! Which paths stay read-only inside the writable roots: `.git` and the start-up files a
+//! command could plant code in, every submodule's `.git`, plus `--protect` paths.
+//!
+//! Measured on kernel 6.18 (2026-11-29, shared/research/mechanics.md §1): a read-only bind
+//! over `.git` makes writes, unlinks and chmods inside it EROFS, renaming or removing the
+//! mountpoint EBUSY, hard links across it EXDEV, and writes through symlinks or
+//! `/proc/self/root` EROFS. What mounts cannot do on their own, handled here:
+//! - a missing protected path could be created by CMD (`git init` and a hook, a new
+//!   `.envrc`): netbox creates an empty placeholder first (placeholders.rs), pins it
+//!   read-only, and removes it after the run;
+//! - `.git` may be a `gitdir:` file (worktrees, submodules): the real git dir and its
+//!   common dir are protected too when they lie inside a writable root;
+//! - `git status` at the top of a repository enters every submodule (a gitlink in the
+//!   index, gitindex.rs) whose `PATH/.git` is a repository and reads its config, which can
+//!   name a command (`core.fsmonitor`): each gitlink's `.git` is pinned like the top one,
+//!   recursively; where it is missing, the submodule's directory itself is pinned (an
+//!   empty placeholder where that is missing too), since any `.git` placeholder would make
+//!   git stop with "not a git repository" (git 2.47, measured);
+//! - a protected path that is a symlink cannot be pinned (mounts follow symlinks, and the
+//!   link itself could be replaced), so that is refused rather than half-protected; so is
+//!   a submodule path that crosses a symlink (CMD could put a directory in its place).
+
+mod gitindex;
+mod placeholders;
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use crate::error::WrapperError;
+
+pub use placeholders::{is_placeholder, Placeholder, Placeholders};
+
+/// Names protected at the top of every writable root: git's metadata and the files tools
+/// run or load from a project directory.
+const PROJECT_NAMES: &[&str] = &[".git", ".gitmodules", ".envrc", ".vscode", ".idea"];
+
+/// Names tools read only from the home directory: protected where they exist; where
+/// missing, given a placeholder only when the writable root is the home directory
+/// (elsewhere nothing would read a planted one, and each placeholder costs the host a
+/// mkdir and an rmdir).
+const HOME_NAMES: &[&str] = &[
+    ".gitconfig",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+];
+
+/// Submodules within submodules are followed this deep, and no further (netbox refuses
+/// to run rather than leave deeper ones unpinned).
+const MAX_SUBMODULE_DEPTH: usize = 8;
+
+/// Gitlinks pinned at most in one run: each is a mount or two.
+const MAX_GITLINKS: usize = 4096;
+
+/// Every protected name.
+pub fn protected_names() -> impl Iterator<Item = &'static str> {
+    PROJECT_NAMES.iter().chain(HOME_NAMES).copied()
+}
+
+/// A path to pin read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protected {
+    pub path: PathBuf,
+    /// Netbox creates (or adopts) it for the run and removes it after.
+    pub placeholder: Option<Placeholder>,
+}
+
+/// What the protection needs to know about the run.
+pub struct ProtectInput<'a> {
+    pub write_roots: &'a [PathBuf],
+    /// The caller's home directory (canonical), if known.
+    pub home: Option<&'a Path>,
+    pub extra: &'a [PathBuf],
+    pub allow_git_writes: bool,
+}
+
+/// Lists every protected path inside the writable roots, reading the filesystem (to find
+/// which exist, what `.git` files point at, and which submodules each index records) but
+/// changing nothing.
+pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, WrapperError> {
+    let mut found = Found {
+        out: Vec::new(),
+        write_roots: input.write_roots,
+        allow_git_writes: input.allow_git_writes,
+        gitlinks: 0,
+    };
+    for root in input.write_roots.iter().filter(|r| r.is_dir()) {
+        for name in protected_names() {
+            let path = root.join(name);
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    // Missing: CMD must not be able to create it either, where it counts.
+                    let is_home = input.home == Some(root.as_path());
+                    if is_home || PROJECT_NAMES.contains(&name) {
+                        found.push(path, Some(Placeholder::Dir));
+                    }
+                    continue;
+                }
+                Err(source) => return Err(path_error(path, source)),
+            };
+            if meta.file_type().is_symlink() {
+                return Err(WrapperError::ProtectedSymlink { path });
+            }
+            if is_placeholder(&path) {
+                found.push(path, Some(Placeholder::Dir));
+            } else if name == ".git" {
+                found.git_entry(root, &path, &meta, 0)?;
+            } else {
+                found.push(path, None);
+            }
+        }
+    }
+    for root in input.write_roots.iter().filter(|r| r.is_dir()) {
+        found.enclosing_repository(root)?;
+    }
+    for path in input.extra {
+        let missing = std::fs::symlink_metadata(path).is_err();
+        let placeholder = (missing || is_placeholder(path)).then_some(Placeholder::Dir);
+        found.push(path.clone(), placeholder);
+    }
+    Ok(found.out)
+}
+
+fn path_error(path: PathBuf, source: std::io::Error) -> WrapperError {
+    WrapperError::Path {
+        path,
+        what: "protected path",
+        source,
+    }
+}
+
+/// The protected paths found so far.
+struct Found<'a> {
+    out: Vec<Protected>,
+    write_roots: &'a [PathBuf],
+    allow_git_writes: bool,
+    /// Gitlinks seen so far, against `MAX_GITLINKS`.
+    gitlinks: usize,
+}
+
+impl Found<'_> {
+    fn writable(&self, path: &Path) -> bool {
+        self.write_roots.iter().any(|r| path.starts_with(r))
+    }
+
+    /// Adds a path, once, if it lies inside a writable root (elsewhere it is read-only
+    /// already).
+    fn push(&mut self, path: PathBuf, placeholder: Option<Placeholder>) {
+        if self.writable(&path) && !self.out.iter().any(|p| p.path == path) {
+            self.out.push(Protected { path, placeholder });
+        }
+    }
+
+    /// The repository a root lies inside, if its top is above the root: `git status`
+    /// there enters the submodules it records, those inside the root included. An
+    /// enclosing repository that cannot be read is one git cannot use either.
+    fn enclosing_repository(&mut self, root: &Path) -> Result<(), WrapperError> {
+        let own = root.join(".git");
+        if own.symlink_metadata().is_ok() && !is_placeholder(&own) {
+            return Ok(());
+        }
+        for top in root.ancestors().skip(1) {
+            let dot_git = top.join(".git");
+            match std::fs::symlink_metadata(&dot_git) {
+                Ok(meta) => {
+                    return match self.git_entry(top, &dot_git, &meta, 0) {
+                        Err(WrapperError::GitIndex { .. } | WrapperError::Path { .. }) => Ok(()),
+                        other => other,
+                    };
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(_) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// A `.git` entry of the work tree `worktree`: the git dir it is or points at, and
+    /// then the submodules that git dir's index records.
+    fn git_entry(
+        &mut self,
+        worktree: &Path,
+        dot_git: &Path,
+        meta: &std::fs::Metadata,
+        depth: usize,
+    ) -> Result<(), WrapperError> {
+        let (git_dir, common_dir) = if meta.is_file() {
+            let dirs = git_dirs_of_gitfile(dot_git)?;
+            self.push(dot_git.to_owned(), None);
+            for dir in &dirs {
+                self.push_git_dir(dir);
+            }
+            let git_dir = dirs[0].clone();
+            let common = dirs.last().cloned().unwrap_or_else(|| git_dir.clone());
+            (git_dir, common)
+        } else if meta.is_dir() {
+            self.push_git_dir(dot_git);
+            (dot_git.to_owned(), common_dir_of(dot_git))
+        } else {
+            // Neither (a fifo, say): git takes it for no repository. Pinned as it is.
+            self.push(dot_git.to_owned(), None);
+            return Ok(());
+        };
+        self.submodules_of(worktree, &git_dir, &common_dir, depth)
+    }
+
+    /// Pins what git would enter for each gitlink in `git_dir`'s index.
+    fn submodules_of(
+        &mut self,
+        worktree: &Path,
+        git_dir: &Path,
+        common_dir: &Path,
+        depth: usize,
+    ) -> Result<(), WrapperError> {
+        let index = git_dir.join("index");
+        let links =
+            gitindex::gitlinks(&index, gitindex::object_name_len(common_dir)).map_err(|e| {
+                WrapperError::GitIndex {
+                    path: index.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+        if !links.is_empty() && depth >= MAX_SUBMODULE_DEPTH {
+            return Err(WrapperError::GitIndex {
+                path: index,
+                reason: format!("submodules nest more than {MAX_SUBMODULE_DEPTH} deep"),
+            });
+        }
+        for link in links {
+            self.gitlinks += 1;
+            if self.gitlinks > MAX_GITLINKS {
+                return Err(WrapperError::GitIndex {
+                    path: index,
+                    reason: format!("more than {MAX_GITLINKS} submodules to pin"),
+                });
+            }
+            let path = worktree.join(&link);
+            if self.writable(&path) {
+                self.submodule(worktree, &path, depth)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One submodule at `path` (inside `worktree`): its `.git` pinned and followed; if
+    /// it has none, the directory itself pinned; if a component of the path is missing,
+    /// a placeholder directory there.
+    fn submodule(
+        &mut self,
+        worktree: &Path,
+        path: &Path,
+        depth: usize,
+    ) -> Result<(), WrapperError> {
+        let below = path.strip_prefix(worktree).unwrap_or(path);
+        let mut at = worktree.to_owned();
+        for component in below.components() {
+            at.push(component);
+            let meta = match std::fs::symlink_metadata(&at) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    self.push(at, Some(Placeholder::Dir));
+                    return Ok(());
+                }
+                Err(source) => return Err(path_error(at, source)),
+            };
+            if meta.file_type().is_symlink() {
+                return Err(WrapperError::SubmoduleSymlink {
+                    path: at,
+                    submodule: path.to_owned(),
+                });
+            }
+            if !meta.is_dir() {
+                // A file where git expects the submodule (or a directory on its way):
+                // pinned, so that no directory can take its place.
+                self.push(at, None);
+                return Ok(());
+            }
+        }
+        let dot_git = path.join(".git");
+        match std::fs::symlink_metadata(&dot_git) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                Err(WrapperError::ProtectedSymlink { path: dot_git })
+            }
+            Ok(meta) => self.git_entry(path, &dot_git, &meta, depth + 1),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                // Not checked out: nothing of it may be written, a `.git` least of all.
+                let placeholder = is_placeholder(path).then_some(Placeholder::Dir);
+                self.push(path.to_owned(), placeholder);
+                Ok(())
+            }
+            Err(source) => Err(path_error(dot_git, source)),
+        }
+    }
+
+    /// A git directory: all of it, or with --allow-git-writes only what runs code or
+    /// leads git to code.
+    fn push_git_dir(&mut self, dir: &Path) {
+        if !self.allow_git_writes {
+            self.push(dir.to_owned(), None);
+            return;
+        }
+        let index = match gitindex::object_name_len(&common_dir_of(dir)) {
+            32 => placeholders::EMPTY_INDEX_SHA256,
+            _ => placeholders::EMPTY_INDEX_SHA1,
+        };
+        // hooks and config run code, and so does config.worktree once config enables it;
+        // a commondir would redirect git to another directory's config and hooks; a gitlink
+        // added to the index, or a submodule's or worktree's git dir under modules/ or
+        // worktrees/, makes git enter a directory CMD filled. Missing ones get
+        // placeholders, but config: a repository without one is not a repository.
+        for (part, placeholder) in [
+            ("hooks", Some(Placeholder::Dir)),
+            ("config", None),
+            ("config.worktree", Some(placeholders::EMPTY_CONFIG)),
+            ("commondir", Some(placeholders::COMMONDIR)),
+            ("index", Some(index)),
+            ("modules", Some(Placeholder::Dir)),
+            ("worktrees", Some(Placeholder::Dir)),
+        ] {
+            let path = dir.join(part);
+            let exists = std::fs::symlink_metadata(&path).is_ok();
+            if exists && !is_placeholder(&path) {
+                self.push(path, None);
+            } else if let Some(placeholder) = placeholder {
+                self.push(path, Some(placeholder));
+            }
+        }
+    }
+}
+
+/// A git dir's common dir: where its `commondir` file points, or itself.
+fn common_dir_of(git_dir: &Path) -> PathBuf {
+    std::fs::read_to_string(git_dir.join("commondir"))
+        .ok()
+        .and_then(|common| std::fs::canonicalize(git_dir.join(common.trim())).ok())
+        .unwrap_or_else(|| git_dir.to_owned())
+}
+
+/// The git dir a `gitdir: PATH` file points at, and its common dir if it has one.
+fn git_dirs_of_gitfile(gitfile: &Path) -> Result<Vec<PathBuf>, WrapperError> {
+    let read_error = |source| WrapperError::Path {
+        path: gitfile.to_owned(),
+        what: "gitdir file",
+        source,
+    };
+    let text = std::fs::read_to_string(gitfile).map_err(read_error)?;
+    let Some(target) = text.lines().next().and_then(|l| l.strip_prefix("gitdir:")) else {
+        return Err(read_error(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "not a `gitdir: PATH` file",
+        )));
+    };
+    let base = gitfile.parent().unwrap_or(Path::new("/"));
+    let git_dir = std::fs::canonicalize(base.join(target.trim())).map_err(read_error)?;
+    let common = common_dir_of(&git_dir);
+    let mut dirs = vec![git_dir.clone()];
+    if common != git_dir {
+        dirs.push(common);
+    }
+    Ok(dirs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The protected paths of `roots`, with no home directory, no extras and .git locked.
+    fn protected_in(roots: &[PathBuf]) -> Result<Vec<Protected>, WrapperError> {
+        protected_paths(&ProtectInput {
+            write_roots: roots,
+            home: None,
+            extra: &[],
+            allow_git_writes: false,
+        })
+    }
+
+    fn tempdir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("netbox-protect-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn missing_git_gets_a_placeholder_and_existing_files_are_listed() {
+        let ws = tempdir("plain");
+        std::fs::write(ws.join(".bashrc"), "").unwrap();
+        std::fs::create_dir(ws.join(".vscode")).unwrap();
+        std::fs::write(ws.join(".vscode/settings.json"), "{}").unwrap();
+        std::fs::create_dir(ws.join(".idea")).unwrap();
+        let roots = [ws.clone()];
+        let got = protected_in(&roots).unwrap();
+        assert!(got.contains(&Protected {
+            path: ws.join(".git"),
+            placeholder: Some(Placeholder::Dir)
+        }));
+        assert!(got.contains(&Protected {
+            path: ws.join(".bashrc"),
+            placeholder: None
+        }));
+        assert!(got.contains(&Protected {
+            path: ws.join(".vscode"),
+            placeholder: None
+        }));
+        // A user's own empty directory is protected, not taken for a placeholder...
+        assert!(got.contains(&Protected {
+            path: ws.join(".idea"),
+            placeholder: None
+        }));
+        // ...while one carrying netbox's mark (a killed run's) is adopted as one.
+        std::fs::create_dir(ws.join(".envrc")).unwrap();
+        crate::sys::xattr::set(&ws.join(".envrc"), placeholders::PLACEHOLDER_XATTR, b"1").unwrap();
+        let marked = protected_in(&roots).unwrap();
+        assert!(marked.contains(&Protected {
+            path: ws.join(".envrc"),
+            placeholder: Some(Placeholder::Dir)
+        }));
+        std::fs::remove_dir(ws.join(".envrc")).unwrap();
+        // Missing home-only files get no placeholder outside the home directory...
+        assert!(!got.iter().any(|p| p.path.ends_with(".zshrc")));
+        // ...and do in it.
+        let got = protected_paths(&ProtectInput {
+            write_roots: &roots,
+            home: Some(&ws),
+            extra: &[],
+            allow_git_writes: false,
+        })
+        .unwrap();
+        assert_eq!(got.len(), protected_names().count());
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn gitdir_file_protects_the_real_git_dir() {
+        let ws = tempdir("gitfile");
+        let real = ws.join("elsewhere/repo.git");
+        std::fs::create_dir_all(real.join("worktrees/wt")).unwrap();
+        std::fs::write(real.join("worktrees/wt/commondir"), "../..\n").unwrap();
+        let wt = ws.join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        std::fs::write(
+            wt.join(".git"),
+            "gitdir: ../elsewhere/repo.git/worktrees/wt\n",
+        )
+        .unwrap();
+        let roots = [ws.clone()];
+        let got = protected_in(&roots).unwrap();
+        // The workspace root's own .git is missing, so it gets a placeholder.
+        assert!(got
+            .iter()
+            .any(|p| p.path == ws.join(".git") && p.placeholder.is_some()));
+        let roots = [wt.clone(), ws.join("elsewhere")];
+        let got = protected_in(&roots).unwrap();
+        let paths: Vec<_> = got.iter().map(|p| p.path.clone()).collect();
+        assert!(paths.contains(&wt.join(".git")), "{paths:?}");
+        assert!(paths.contains(&real.join("worktrees/wt")), "{paths:?}");
+        assert!(paths.contains(&real), "{paths:?}");
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn symlinked_start_up_file_is_refused() {
+        let ws = tempdir("symlink");
+        std::os::unix::fs::symlink("/etc/hostname", ws.join(".profile")).unwrap();
+        let roots = [ws.clone()];
+        let err = protected_in(&roots).unwrap_err();
+        assert!(matches!(err, WrapperError::ProtectedSymlink { .. }));
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn allow_git_writes_keeps_hooks_and_config_protected() {
+        let ws = tempdir("gitwrites");
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        std::fs::write(ws.join(".git/config"), "").unwrap();
+        let roots = [ws.clone()];
+        let got = protected_paths(&ProtectInput {
+            write_roots: &roots,
+            home: None,
+            extra: &[],
+            allow_git_writes: true,
+        })
+        .unwrap();
+        let paths: Vec<_> = got.iter().map(|p| p.path.clone()).collect();
+        assert!(paths.contains(&ws.join(".git/hooks")));
+        assert!(paths.contains(&ws.join(".git/config")));
+        assert!(!paths.contains(&ws.join(".git")));
+        // A missing commondir gets a (file) placeholder: CMD must not create one.
+        assert!(got.contains(&Protected {
+            path: ws.join(".git/commondir"),
+            placeholder: Some(placeholders::COMMONDIR)
+        }));
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+}

@@ -17,6 +17,7 @@ mod sandbox_fetch;
 mod sandbox_git;
 mod sandbox_lifecycle;
 mod sandbox_limits;
+mod sandbox_pins;
 mod sandbox_regressions;
 mod sandbox_walkthrough;
 mod sandbox_writelog;

@@ -27,6 +27,9 @@ pub struct SandboxConfig {
     pub read_only: Vec<PathBuf>,
     pub hide: Vec<PathBuf>,
     pub protect: Vec<PathBuf>,
+    /// Allowlists (includes too) and `--env-file` files that lie inside a writable root,
+    /// canonical: pinned read-only, so CMD cannot rewrite the next run's policy.
+    pub policy_inputs: Vec<PathBuf>,
     pub allow_git_writes: bool,
     pub allow_nested_userns: bool,
     pub policy: Policy,
@@ -101,21 +104,27 @@ impl SandboxConfig {
             ));
         }
         let write_roots = outermost(write_roots);
+        // A symlink inside a writable root could be replaced by CMD: a pin on its target
+        // would hold the target, not the name the user gave.
+        let no_link = |path: &PathBuf, what| refuse_symlinks_in_roots(path, &write_roots, what);
         let read_only = args
             .read_only
             .iter()
-            .map(|p| existing(p, "--ro path"))
+            .map(|p| no_link(p, "--ro").and_then(|()| existing(p, "--ro path")))
             .collect::<Result<_, _>>()?;
         let hide = args
             .hide
             .iter()
-            .map(|p| existing(p, "--hide path"))
+            .map(|p| no_link(p, "--hide").and_then(|()| existing(p, "--hide path")))
             .collect::<Result<_, _>>()?;
         // A protected path may not exist yet: then it gets a placeholder, like .git.
         let protect = args
             .protect
             .iter()
-            .map(|p| existing_or_in_existing_dir(p, "--protect path"))
+            .map(|p| {
+                no_link(p, "--protect")
+                    .and_then(|()| existing_or_in_existing_dir(p, "--protect path"))
+            })
             .collect::<Result<_, _>>()?;
         // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
         let mut policy_args = args.policy;
@@ -125,8 +134,12 @@ impl SandboxConfig {
             policy.set_learning();
         }
         let session_id = crate::bridge_cmd::new_session_id();
+        for file in policy.named_files() {
+            no_link(file, "allowlist")?;
+        }
         let mut env_extra = Vec::new();
         for file in &args.env_file {
+            no_link(file, "--env-file")?;
             let text = std::fs::read_to_string(file).map_err(|source| WrapperError::Path {
                 path: file.clone(),
                 what: "--env-file",
@@ -146,6 +159,17 @@ impl SandboxConfig {
             None => default_log_path(&session_id)?,
         };
         refuse_log_inside_roots(&log_path, &write_roots)?;
+        // What this run read its policy and environment from, where CMD could rewrite it
+        // for the next run.
+        let mut policy_inputs: Vec<PathBuf> = policy.files().to_vec();
+        policy_inputs.extend(
+            args.env_file
+                .iter()
+                .filter_map(|f| std::fs::canonicalize(f).ok()),
+        );
+        policy_inputs.retain(|f| write_roots.iter().any(|r| f.starts_with(r)));
+        policy_inputs.sort();
+        policy_inputs.dedup();
         Ok(SandboxConfig {
             cmd: args.cmd,
             fetch: args.fetch,
@@ -157,6 +181,7 @@ impl SandboxConfig {
             read_only,
             hide,
             protect,
+            policy_inputs,
             allow_git_writes: args.allow_git_writes,
             allow_nested_userns: args.allow_nested_userns,
             policy,
@@ -203,6 +228,53 @@ fn existing_or_in_existing_dir(path: &Path, what: &'static str) -> Result<PathBu
         _ => Path::new("."),
     };
     Ok(existing(parent, what)?.join(name))
+}
+
+/// Refuses `path` (as the user named it) if resolving it meets a symlink inside a
+/// writable root: CMD could point that link elsewhere, so what netbox pins (or reads next
+/// time) would no longer be what the name leads to. Symlinks outside the roots are
+/// followed, as the kernel would; a missing component ends the check (nothing beyond it
+/// exists to be a link).
+fn refuse_symlinks_in_roots(
+    path: &Path,
+    roots: &[PathBuf],
+    what: &'static str,
+) -> Result<(), WrapperError> {
+    use std::path::Component;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    // Where resolution has got to: always a real path, no symlink in it.
+    let mut at = PathBuf::from("/");
+    for component in absolute.components() {
+        match component {
+            Component::RootDir | Component::Prefix(_) => at = PathBuf::from("/"),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                at.pop();
+            }
+            Component::Normal(name) => {
+                let next = at.join(name);
+                match std::fs::symlink_metadata(&next) {
+                    Ok(meta) if meta.file_type().is_symlink() => {
+                        if let Some(root) = roots.iter().find(|r| next.starts_with(r)) {
+                            return Err(WrapperError::SymlinkInRoot {
+                                what,
+                                path: path.to_owned(),
+                                link: next,
+                                root: root.clone(),
+                            });
+                        }
+                        match std::fs::canonicalize(&next) {
+                            Ok(real) => at = real,
+                            Err(_) => return Ok(()),
+                        }
+                    }
+                    Ok(_) => at = next,
+                    Err(_) => return Ok(()),
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Drops roots that lie inside another root: the outer bind already covers them, and a

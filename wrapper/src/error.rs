@@ -35,6 +35,13 @@ pub enum WrapperError {
     },
     #[error("protected path {} is a symlink, which netbox cannot pin read-only", path.display())]
     ProtectedSymlink { path: PathBuf },
+    #[error("{what} {}: {} is a symlink inside the writable root {}, which CMD could point elsewhere", path.display(), link.display(), root.display())]
+    SymlinkInRoot {
+        what: &'static str,
+        path: PathBuf,
+        link: PathBuf,
+        root: PathBuf,
+    },
     #[error("submodule {} lies beyond the symlink {}, which netbox cannot pin read-only", submodule.display(), path.display())]
     SubmoduleSymlink { path: PathBuf, submodule: PathBuf },
     #[error("cannot tell which submodules {} records: {reason}", path.display())]
@@ -57,7 +64,7 @@ pub enum WrapperError {
         detail: String,
         hint: Option<String>,
     },
-    #[error("protected path {} was removed or replaced on the host during the run, which unpinned it; the run was stopped", path.display())]
+    #[error("pinned path {} was removed or replaced on the host during the run, which unpinned it; the run was stopped", path.display())]
     PinLost { path: PathBuf },
     #[error("live probe failed: {0}")]
     ProbeFailed(String),
@@ -107,6 +114,10 @@ impl WrapperError {
             WrapperError::Setup { hint, .. } => hint.clone(),
             WrapperError::ProtectedSymlink { .. } => Some(
                 "replace the symlink with the file, or choose a workspace that does not contain it"
+                    .into(),
+            ),
+            WrapperError::SymlinkInRoot { .. } => Some(
+                "name the file the link points to (realpath PATH), or replace the link with the file"
                     .into(),
             ),
             WrapperError::SubmoduleSymlink { .. } => Some(

@@ -247,7 +247,10 @@ pub fn apply(plan: &MountPlan, breakage: Breakage) -> Result<()> {
 
     mount_proc(plan.forbid_nested_userns && !breakage.keep_nested_userns)?;
     mount_dev()?;
-    hide_dir(Path::new("/run"))?;
+    // Host service sockets live in /run; a host without one has nothing to cover.
+    if in_root(Path::new("/run")).is_dir() {
+        hide_dir(Path::new("/run"))?;
+    }
 
     let root = Path::new(NEW_ROOT);
     step(|| "chdir to new root".into(), nix::unistd::chdir(root))?;
@@ -478,11 +481,17 @@ fn mount_dev() -> Result<()> {
     )
 }
 
-/// Covers a directory with an empty read-only tmpfs.
+/// Covers a directory with an empty read-only tmpfs. A target that is no longer a
+/// directory (replaced since the plan was made) is an error: what was to be hidden must
+/// not show.
 fn hide_dir(target: &Path) -> Result<()> {
     let path = in_root(target);
-    if !path.is_dir() {
-        return Ok(());
+    let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+    if !is_dir {
+        return Err(MountError {
+            step: format!("hide {}", target.display()),
+            source: std::io::Error::from_raw_os_error(libc::ENOTDIR),
+        });
     }
     step(
         || format!("hide {}", target.display()),

@@ -97,6 +97,8 @@ pub struct ProbeInput {
     pub protected: Vec<PathBuf>,
     /// Host socket files that were visible and are now covered.
     pub host_sockets: Vec<PathBuf>,
+    /// `--hide` paths: each must read empty and be a mount of its own.
+    pub hidden: Vec<PathBuf>,
     pub proxy: SocketAddr,
     /// A listener the parent bound on host loopback before the sandbox existed.
     pub host_listener: SocketAddr,
@@ -123,6 +125,9 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
         network_namespace(input, &egress),
         host_sockets(input),
     ];
+    if !input.hidden.is_empty() {
+        checks.push(hidden_paths(input));
+    }
     checks.push(finish_egress(input, egress));
     checks.push(privileges(input));
     if !input.limits.no_rlimits() {
@@ -158,12 +163,15 @@ pub fn watched_writes(input: &ProbeInput) -> Vec<WatchedWrite> {
 /// and limits are pid 1's own state, which CMD1 could not change, and are not repeated.
 pub fn run_cut(input: &ProbeInput, proxy_v6: bool) -> ProbeReport {
     let started = Instant::now();
-    let checks = vec![
+    let mut checks = vec![
         read_only_root(input),
         protected_paths(input),
         network_cut(input, proxy_v6),
         host_sockets(input),
     ];
+    if !input.hidden.is_empty() {
+        checks.push(hidden_paths(input));
+    }
     ProbeReport::new(checks, watched_writes(input), started)
 }
 
@@ -353,6 +361,53 @@ fn protected_paths(input: &ProbeInput) -> Check {
         std::fs::read_to_string("/proc/sys/kernel/hostname").map(drop),
     )];
     check("protected paths", forbidden, control)
+}
+
+/// `--hide`: each path reads empty (a directory lists nothing, a file reads no byte) and
+/// is a mount of its own (what pid 1 keeps checking while CMD runs); its directory can be
+/// listed, so "empty" is not a directory this probe cannot read.
+fn hidden_paths(input: &ProbeInput) -> Check {
+    let mut forbidden: Vec<Outcome> = input
+        .hidden
+        .iter()
+        .map(|path| {
+            let content = if path.is_dir() {
+                std::fs::read_dir(path).map(|entries| entries.count())
+            } else {
+                std::fs::read(path).map(|bytes| bytes.len())
+            };
+            Outcome {
+                attempt: format!("read what {} held", path.display()),
+                ok: matches!(content, Ok(0)),
+                result: match content {
+                    Ok(0) => "empty".into(),
+                    Ok(n) => format!("{n} entries or bytes"),
+                    Err(e) => e.to_string(),
+                },
+            }
+        })
+        .collect();
+    let pins = crate::pins::Pins::new(input.hidden.clone());
+    forbidden.push(Outcome {
+        attempt: "find a hidden path that is not covered by a mount of its own".into(),
+        ok: pins.lost().is_none(),
+        result: match pins.lost() {
+            Some(path) => format!("{} is not covered", path.display()),
+            None => "all covered".into(),
+        },
+    });
+    let control = input
+        .hidden
+        .iter()
+        .filter_map(|path| path.parent())
+        .map(|dir| {
+            succeeded(
+                format!("list {}", dir.display()),
+                std::fs::read_dir(dir).map(drop),
+            )
+        })
+        .collect();
+    check("hidden paths", forbidden, control)
 }
 
 /// The control is the probe's own connection to the bridge, made for the egress check: a

@@ -44,10 +44,17 @@ pub fn run_reporting(
     // Before anything of the sandbox exists: whatever CMD creates is stamped later.
     let since = crate::gitaudit::Stamp::now();
     let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
+    let extra: Vec<PathBuf> = config
+        .protect
+        .iter()
+        .chain(&config.policy_inputs)
+        .cloned()
+        .collect();
     let protected = protect::protected_paths(&ProtectInput {
         write_roots: &config.requested_roots,
+        writable: &config.write_roots,
         home: home.as_deref(),
-        extra: &config.protect,
+        extra: &extra,
         allow_git_writes: config.allow_git_writes,
     })?;
     let canary = CANARIES
@@ -299,6 +306,7 @@ fn child_plan(
                 .chain(config.read_only.iter().cloned())
                 .collect(),
             host_sockets: sockets,
+            hidden: config.hide.clone(),
             proxy: SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)),
             host_listener,
             canary: canary.to_owned(),

@@ -60,9 +60,15 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     // pid 1 keeps the channel, to report a lost pin; CMD cannot reach it (pid 1 is not
     // dumpable and never execs, so /proc/1/fd, ptrace and pidfd_getfd are all refused:
     // see set_up).
-    // Pinned: every read-only bind and every covered host socket (a service that recreates
-    // its socket on the host would uncover it).
-    let pinned = plan.probe.protected.iter().chain(&plan.probe.host_sockets);
+    // Pinned: every read-only bind, every `--hide` cover (a credential refresher's
+    // save-by-rename on the host would uncover it) and every covered host socket (a
+    // service that recreates its socket would).
+    let pinned = plan
+        .probe
+        .protected
+        .iter()
+        .chain(&plan.probe.hidden)
+        .chain(&plan.probe.host_sockets);
     let pins = crate::pins::Pins::new(pinned.cloned().collect());
     let run = |cmd: &[OsString]| {
         let limits = &plan.probe.limits;

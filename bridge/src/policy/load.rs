@@ -121,6 +121,7 @@ impl Loader<'_> {
         })?;
 
         self.policy.files.push(canonical.clone());
+        self.policy.named_files.push(path.to_owned());
         self.chain.push(canonical);
         for include in &parsed.include {
             let line = at(include.span().start);

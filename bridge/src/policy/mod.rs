@@ -52,6 +52,8 @@ pub struct Policy {
     rules: Vec<Rule>,
     hosts: HashMap<String, Vec<IpAddr>>,
     files: Vec<PathBuf>,
+    /// The same files as they were named (see [`Policy::named_files`]).
+    named_files: Vec<PathBuf>,
     /// Learn mode: a name no rule mentions is allowed too (deny rules still win, and
     /// addresses are still checked: only public ones, or ones an IP rule opens).
     learning: bool,
@@ -188,6 +190,13 @@ impl Policy {
     /// The files this policy was read from, includes too, in load order.
     pub fn files(&self) -> &[PathBuf] {
         &self.files
+    }
+
+    /// The same files as they were named: the path given, or an include resolved against
+    /// its including file's path as named, symlinks and all. This is the path a later
+    /// load opens again, so what lies along it decides what that load reads.
+    pub fn named_files(&self) -> &[PathBuf] {
+        &self.named_files
     }
 
     /// What the policy decides by, as canonical text: its rules in order (allow/deny and

@@ -71,7 +71,11 @@ pub struct Protected {
 
 /// What the protection needs to know about the run.
 pub struct ProtectInput<'a> {
+    /// The roots the user named (workspace, `--write`): protected names are looked for
+    /// at the top of each.
     pub write_roots: &'a [PathBuf],
+    /// Every writable root (a shared host `/tmp` too): pins matter only inside these.
+    pub writable: &'a [PathBuf],
     /// The caller's home directory (canonical), if known.
     pub home: Option<&'a Path>,
     pub extra: &'a [PathBuf],
@@ -84,7 +88,7 @@ pub struct ProtectInput<'a> {
 pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, WrapperError> {
     let mut found = Found {
         out: Vec::new(),
-        write_roots: input.write_roots,
+        writable: input.writable,
         allow_git_writes: input.allow_git_writes,
         gitlinks: 0,
     };
@@ -137,7 +141,7 @@ fn path_error(path: PathBuf, source: std::io::Error) -> WrapperError {
 /// The protected paths found so far.
 struct Found<'a> {
     out: Vec<Protected>,
-    write_roots: &'a [PathBuf],
+    writable: &'a [PathBuf],
     allow_git_writes: bool,
     /// Gitlinks seen so far, against `MAX_GITLINKS`.
     gitlinks: usize,
@@ -145,7 +149,7 @@ struct Found<'a> {
 
 impl Found<'_> {
     fn writable(&self, path: &Path) -> bool {
-        self.write_roots.iter().any(|r| path.starts_with(r))
+        self.writable.iter().any(|r| path.starts_with(r))
     }
 
     /// Adds a path, once, if it lies inside a writable root (elsewhere it is read-only
@@ -373,6 +377,7 @@ mod tests {
     fn protected_in(roots: &[PathBuf]) -> Result<Vec<Protected>, WrapperError> {
         protected_paths(&ProtectInput {
             write_roots: roots,
+            writable: roots,
             home: None,
             extra: &[],
             allow_git_writes: false,
@@ -427,6 +432,7 @@ mod tests {
         // ...and do in it.
         let got = protected_paths(&ProtectInput {
             write_roots: &roots,
+            writable: &roots,
             home: Some(&ws),
             extra: &[],
             allow_git_writes: false,
@@ -482,6 +488,7 @@ mod tests {
         let roots = [ws.clone()];
         let got = protected_paths(&ProtectInput {
             write_roots: &roots,
+            writable: &roots,
             home: None,
             extra: &[],
             allow_git_writes: true,

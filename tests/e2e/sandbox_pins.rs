@@ -1,0 +1,170 @@
+//! What the user names on the command line stays what it names (issue 20, findings 3-5):
+//! allowlists and env files inside the workspace are pinned for the run, a user-given
+//! path through a symlink CMD could replace is refused, and `--hide` covers are pinned,
+//! probed, and stop the run when lost. Each with its control.
+
+use std::time::Duration;
+
+use crate::support::{stderr, stdout, wait_for_path, Run, TestDir};
+
+#[test]
+fn policy_and_env_files_in_the_workspace_cannot_be_rewritten() {
+    let dir = TestDir::new("policy-pinned");
+    let run = Run::new(&dir).arg("--quiet");
+    std::fs::write(
+        run.workspace.join("allow.toml"),
+        "include = [\"base.toml\"]\nallow = [\"registry.test:443\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        run.workspace.join("base.toml"),
+        "allow = [\"mirror.test:443\"]\n",
+    )
+    .unwrap();
+    std::fs::write(run.workspace.join("vars.env"), "MODE=ci\n").unwrap();
+    let run = run.args_from(&["--allowlist", "allow.toml", "--env-file", "vars.env"]);
+    let out = run.sh(
+        "echo 'allow = [\"127.0.0.0/8:*\"]' > allow.toml 2>/dev/null && echo ALLOW; \
+         echo 'allow = [\"127.0.0.0/8:*\"]' >> base.toml 2>/dev/null && echo BASE; \
+         mv base.toml old.toml 2>/dev/null && echo MOVED; \
+         echo 'LD_PRELOAD=/tmp/x.so' >> vars.env 2>/dev/null && echo ENV; \
+         echo \"$MODE\" > control.txt && echo CONTROL",
+    );
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(run.workspace.join("control.txt")).unwrap(),
+        "ci\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.workspace.join("base.toml")).unwrap(),
+        "allow = [\"mirror.test:443\"]\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.workspace.join("vars.env")).unwrap(),
+        "MODE=ci\n"
+    );
+    let start = run
+        .events()
+        .into_iter()
+        .find(|e| e["type"] == "session_start")
+        .unwrap();
+    let protected = start["protected"].to_string();
+    for name in ["allow.toml", "base.toml", "vars.env"] {
+        assert!(
+            protected.contains(&format!("/ws/{name}\"")),
+            "{name}: {protected}"
+        );
+    }
+}
+
+#[test]
+fn user_given_paths_through_symlinks_in_the_workspace_are_refused() {
+    let dir = TestDir::new("symlinked-args");
+    let run = Run::new(&dir).arg("--quiet");
+    std::fs::create_dir(run.workspace.join("dotfiles")).unwrap();
+    std::fs::write(run.workspace.join("dotfiles/npmrc"), "registry=x\n").unwrap();
+    std::fs::write(run.workspace.join("dotfiles/allow.toml"), "allow = []\n").unwrap();
+    std::os::unix::fs::symlink("dotfiles/npmrc", run.workspace.join(".npmrc")).unwrap();
+    std::os::unix::fs::symlink("dotfiles", run.workspace.join("conf")).unwrap();
+    for args in [
+        &["--protect", ".npmrc"][..],
+        &["--ro", ".npmrc"],
+        &["--hide", "conf/npmrc"],
+        &["--allowlist", "conf/allow.toml"],
+        &["--env-file", "conf/npmrc"],
+    ] {
+        let out = Run::new(&dir)
+            .arg("--quiet")
+            .args_from(args)
+            .sh("touch ran");
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert!(
+            said.contains("is a symlink inside the writable root")
+                && said.contains("hint: name the file the link points to"),
+            "{args:?}: {said}"
+        );
+        assert!(!run.workspace.join("ran").exists());
+    }
+    // Control: the real path is pinned, and the link's replacement is what CMD may do.
+    let workspace = run.workspace.clone();
+    let out = run
+        .args_from(&["--protect", "dotfiles/npmrc"])
+        .sh("echo 'script-shell=/tmp/x' > dotfiles/npmrc 2>/dev/null && echo WROTE; rm .npmrc && echo x > .npmrc && echo RELINKED");
+    assert_eq!(stdout(&out), "RELINKED\n", "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("dotfiles/npmrc")).unwrap(),
+        "registry=x\n"
+    );
+}
+
+#[test]
+fn a_symlink_outside_the_workspace_may_be_hidden() {
+    let dir = TestDir::new("hide-outside-link");
+    let secrets = TestDir::outside_tmp("hide-outside-link");
+    std::fs::write(secrets.join("token"), "s3cret").unwrap();
+    std::os::unix::fs::symlink(secrets.join("token"), secrets.join("link")).unwrap();
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--hide")
+        .arg(secrets.join("link").display().to_string());
+    let out = run.sh(&format!(
+        "cat {}; echo end",
+        secrets.join("token").display()
+    ));
+    assert_eq!(stdout(&out), "end\n", "{}", stderr(&out));
+}
+
+#[test]
+fn hidden_paths_are_probed_and_pinned() {
+    let dir = TestDir::new("hide-pinned");
+    let secrets = TestDir::outside_tmp("hide-pinned");
+    std::fs::write(secrets.join("token"), "s3cret").unwrap();
+    std::fs::create_dir(secrets.join("keys")).unwrap();
+    std::fs::write(secrets.join("keys/id"), "private").unwrap();
+    let token = secrets.join("token");
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--hide")
+        .arg(token.display().to_string())
+        .arg("--hide")
+        .arg(secrets.join("keys").display().to_string());
+    let probe = run.sh("true");
+    assert!(probe.status.success(), "{}", stderr(&probe));
+    let row = run.probe()["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "hidden paths")
+        .cloned()
+        .expect("a hidden paths row");
+    assert_eq!(row["passed"], true, "{row}");
+    assert_eq!(row["forbidden"].as_array().unwrap().len(), 3, "{row}");
+    // A credential refresher replaces the token by a rename while the run goes on: the
+    // cover falls with the old file, and the run must stop before CMD reads the new one.
+    let child = run
+        .command(&format!(
+            "touch started; sleep 2; cat {} && echo READ; sleep 5; echo FINISHED",
+            token.display()
+        ))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_path(&run.workspace.join("started"), "CMD never started");
+    std::fs::write(secrets.join("token.new"), "fresh-s3cret").unwrap();
+    std::fs::rename(secrets.join("token.new"), &token).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("fresh"), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("FINISHED"), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("was removed or replaced on the host"),
+        "{}",
+        stderr(&out)
+    );
+    // Control: untouched, the same run finishes.
+    std::thread::sleep(Duration::from_millis(10));
+    let out = run.sh("echo FINISHED");
+    assert_eq!(stdout(&out), "FINISHED\n", "{}", stderr(&out));
+}

@@ -167,3 +167,33 @@ fn walk(root: &std::path::Path) -> Vec<String> {
     }
     found
 }
+
+/// Issue 20, finding 10: the names the sandbox chose are printed escaped, so an escape
+/// sequence or a carriage return in one cannot forge or erase a line on the terminal.
+#[test]
+fn names_are_printed_escaped() {
+    let dir = setup("export-names");
+    let forged = "ok.txt\rexported shadow (1 bytes)\u{1b}[2K";
+    std::fs::write(dir.join("out").join(forged), "x").unwrap();
+    symlink(
+        "/etc/passwd",
+        dir.join("out").join("link\u{1b}]0;title\u{7}"),
+    )
+    .unwrap();
+    let out = export(&dir, &[], &[forged, "link\u{1b}]0;title\u{7}"]);
+    let said = stderr(&out);
+    assert!(!said.contains('\u{1b}') && !said.contains('\r'), "{said:?}");
+    assert!(
+        said.contains("exported ok.txt\\rexported shadow (1 bytes)\\u{1b}[2K (1 bytes)"),
+        "{said:?}"
+    );
+    assert!(
+        said.contains("refused link\\u{1b}]0;title\\u{7}: it is a symbolic link"),
+        "{said:?}"
+    );
+    // Control: the file itself arrived under its own name.
+    assert_eq!(
+        std::fs::read(dir.join("evidence").join(forged)).unwrap(),
+        b"x"
+    );
+}

@@ -81,7 +81,7 @@ fn refused_writes_are_logged_and_still_refused() {
 /// EINVAL first, some for the shape of the name; no write intent; a device; a workspace
 /// symlink changed, not what it points to).
 const WRITE_KINDS: &str = r#"
-import os, sys
+import errno, os, sys
 ws = os.getcwd()
 cases = [
     ("/etc/passwd", lambda: os.utime("/etc/passwd")),
@@ -101,7 +101,9 @@ cases = [
     ("/etc/passwd", lambda: os.utime(os.open("/etc/passwd", os.O_RDONLY))),
     ("/etc/passwd", lambda: os.fchmod(os.open("/etc/passwd", os.O_RDONLY), 0o600)),
     (ws + "/etc-link/nb-through-link", lambda: open("etc-link/nb-through-link", "w")),
-    (ws + "/py-link", lambda: open("py-link", "a")),
+    # Appending (no O_TRUNC) to a file the caller may not write is EACCES before the mount
+    # is asked (as nobody, for a root-owned program): logged only when it is EROFS.
+    (lambda e: ws + "/py-link" if e == errno.EROFS else "-", lambda: open("py-link", "a")),
     (ws + "/.git", lambda: os.rename(".git", "moved-git")),
     (ws + "/.vscode", lambda: os.rmdir(".vscode")),
     (ws + "/.envrc", lambda: os.remove(".envrc")),
@@ -144,11 +146,12 @@ cases = [
     ("-", lambda: os.rmdir("moved-here")),
 ]
 for expected, call in cases:
+    err = None
     try:
         call()
-    except OSError:
-        pass
-    print(expected, flush=True)
+    except OSError as e:
+        err = e.errno
+    print(expected(err) if callable(expected) else expected, flush=True)
     # A marker the log can be split on: an openat nobody else makes.
     try:
         open("/nb-mark", "w")
@@ -201,6 +204,37 @@ fn each_kind_of_write_is_judged_as_the_kernel_decides_it() {
     assert!(!std::path::Path::new("/etc/nb-link").exists());
     assert!(!std::path::Path::new("/etc/nb-dangle").exists());
     assert!(run.workspace.join("made-by-dangling").exists());
+}
+
+/// Issue 20, finding 12: opening a file for writing without O_TRUNC checks the caller's
+/// permission before the mount, so a file it may not write is EACCES, not a write the
+/// read-only root refused, and is not logged as one.
+#[test]
+fn a_write_refused_for_permission_is_not_logged_as_a_read_only_root() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TestDir::new("writelog-eacces");
+    let outside = TestDir::outside_tmp("writelog-eacces");
+    let locked = outside.join("locked.txt");
+    let open = outside.join("open.txt");
+    for (path, mode) in [(&locked, 0o444), (&open, 0o644)] {
+        std::fs::write(path, "x").unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let run = Run::new(&dir).arg("--quiet");
+    let out = run.sh(&format!(
+        "(exec 3>>{}) 2>&1 | grep -c 'Permission denied'; (exec 3>>{}) 2>&1 | grep -c 'Read-only file system'",
+        locked.display(),
+        open.display()
+    ));
+    assert_eq!(stdout(&out), "1\n1\n", "{}", stderr(&out));
+    let events = run.events();
+    let paths: Vec<&str> = denied(&events)
+        .iter()
+        .filter_map(|e| e["path"].as_str())
+        .collect();
+    // Control: the writable-by-mode file the mount refused is logged.
+    assert!(paths.contains(&open.to_str().unwrap()), "{paths:?}");
+    assert!(!paths.contains(&locked.to_str().unwrap()), "{paths:?}");
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //! file changed under us and it is refused. The destination is created O_EXCL|O_NOFOLLOW,
 //! so nothing there is overwritten or followed either.
 
+use crate::printable::printable;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
@@ -40,15 +41,21 @@ pub fn run(args: &ExportArgs) -> Result<u8, WrapperError> {
     for path in &args.paths {
         match export_one(&from, &to, path, args.max_bytes) {
             Outcome::Exported { bytes } => {
-                crate::say(&format!("exported {} ({bytes} bytes)", path.display()));
+                crate::say(&format!("exported {} ({bytes} bytes)", shown(path)));
             }
             Outcome::Refused(reason) => {
                 refused += 1;
-                crate::say(&format!("refused {}: {reason}", path.display()));
+                crate::say(&format!("refused {}: {}", shown(path), printable(&reason)));
             }
         }
     }
     Ok(u8::from(refused > 0))
+}
+
+/// A path as printed: the sandbox chose its name, and an escape or carriage return in it
+/// could forge or erase lines on the terminal.
+fn shown(path: &Path) -> String {
+    printable(&path.to_string_lossy())
 }
 
 fn export_dir_error(path: &Path, what: &'static str, e: Errno) -> WrapperError {

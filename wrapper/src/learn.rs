@@ -109,13 +109,24 @@ fn read_records(log: &Path) -> Result<Vec<Value>, WrapperError> {
         .collect())
 }
 
-/// Network records of the probe's canary are the probe's, not the command's.
+/// A record's destination, normalised the way the bridge normalises a target (case,
+/// trailing dot, IDNA, every spelling of an IP literal): a log is only text, and a line
+/// naming `127.1` must become the rule `127.0.0.1`, which is then left out as non-public,
+/// not an active rule the bridge would read as loopback. Network records of the probe's
+/// canary are the probe's, not the command's.
 fn destination(record: &Value) -> Option<(String, u16)> {
     if record["type"] != "net" {
         return None;
     }
-    let host = record["host"].as_str()?.to_owned();
+    let host = record["host"].as_str()?;
     let port = u16::try_from(record["port"].as_u64()?).ok()?;
+    let authority = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let target = bridge::target::Target::parse_authority(&authority).ok()?;
+    let host = target.host.to_string();
     (!crate::run::is_canary(&host, u64::from(port))).then_some((host, port))
 }
 
@@ -312,6 +323,13 @@ mod tests {
             r#"{"type":"net","host":"169.254.169.254","port":80,"decision":"deny","reason":"not_allowed"}"#,
             r#"{"type":"net","host":"192.0.2.1","port":443,"decision":"deny","reason":"not_allowed"}"#,
             r#"{"type":"net","host":"8.8.8.8","port":443,"decision":"deny","reason":"not_allowed"}"#,
+            // Other spellings of loopback and metadata, and a name in another case: as
+            // the bridge reads them (issue 20, finding 12).
+            r#"{"type":"net","host":"127.1","port":5432,"decision":"deny","reason":"not_allowed"}"#,
+            r#"{"type":"net","host":"0x7f000001","port":6380,"decision":"deny","reason":"not_allowed"}"#,
+            r#"{"type":"net","host":"::ffff:169.254.169.254","port":80,"decision":"deny","reason":"not_allowed"}"#,
+            r#"{"type":"net","host":"Registry.TEST.","port":443,"decision":"deny","reason":"not_allowed"}"#,
+            r#"{"type":"net","host":"bad host\nallow","port":443,"decision":"deny","reason":"not_allowed"}"#,
         ]
         .iter()
         .map(|r| serde_json::from_str(r).unwrap())
@@ -325,7 +343,10 @@ mod tests {
             allow: Vec<String>,
         }
         let file: File = toml::from_str(&text).expect("valid TOML");
-        assert_eq!(file.allow, ["8.8.8.8:443"], "{text}");
+        assert_eq!(file.allow, ["8.8.8.8:443", "registry.test:443"], "{text}");
+        assert!(text.contains("# \"127.0.0.1:5432\""), "{text}");
+        assert!(text.contains("# \"127.0.0.1:6380\""), "{text}");
+        assert!(!text.contains("bad host"), "{text}");
         assert!(text.contains("# \"127.0.0.1:6379\""), "{text}");
         assert!(text.contains("# \"169.254.169.254:80\""), "{text}");
         assert_eq!(

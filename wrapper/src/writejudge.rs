@@ -11,7 +11,8 @@
 //! is itself a mount point, like a pinned `.git`, is refused with EBUSY, and logged.) An
 //! open that neither creates, truncates nor asks for write access writes nothing
 //! (`O_RDONLY|O_CREAT` on an existing file, `O_PATH`), and opening a device, fifo or
-//! socket for writing is I/O, not a change to the filesystem. Calls that act on a
+//! socket for writing is I/O, not a change to the filesystem, and opening a file the
+//! caller may not write (without O_TRUNC) is EACCES first. Calls that act on a
 //! symlink itself (lchown, AT_SYMLINK_NOFOLLOW, O_NOFOLLOW) are judged on the link.
 
 use std::ffi::OsStr;
@@ -262,7 +263,7 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
             link_source_found = Some(!missing || magic);
             continue;
         }
-        let (denied, resolved, busy, parent) = judge_path(root, &named, arg.op, renames);
+        let (denied, resolved, busy, parent) = judge_path(root, &named, arg.op, renames, n.pid);
         mounts.push(parent);
         if renames && !raw.ends_with(b"/") {
             rename_ends.push(named.clone());
@@ -357,6 +358,7 @@ fn judge_path(
     named: &Path,
     op: Op,
     want_mount: bool,
+    pid: u32,
 ) -> (bool, Option<PathBuf>, bool, Option<u64>) {
     let parent = std::cell::OnceCell::new();
     let parent = || {
@@ -443,6 +445,12 @@ fn judge_path(
                     // a symlink with O_NOFOLLOW: ELOOP) or is I/O, not a change to the
                     // filesystem (a device, fifo or socket).
                     (true, _) if !is_kind(&file, libc::S_IFREG) => (false, None),
+                    // Without O_TRUNC, the kernel checks the caller's permission to write
+                    // the file before the mount (may_open before the write access that
+                    // says EROFS): a file it may not write is EACCES, not a refused write.
+                    (true, _) if !has(libc::O_TRUNC) && !caller_may_write(pid, &file) => {
+                        (false, None)
+                    }
                     verdict => verdict,
                 },
                 // Following a final symlink to nothing, O_CREAT creates its target:
@@ -607,6 +615,45 @@ fn is_busy_mount_point(
             (Some(a), Ok(b)) if a != b
         ),
     }
+}
+
+/// Whether the caller's credentials let it write the open file, by its mode bits (as the
+/// kernel's generic_permission() decides for a caller without capabilities, which every
+/// process in the sandbox is; ACLs aside). Unknown credentials count as allowed: the
+/// write is then taken for one the mount refuses, as before.
+fn caller_may_write(pid: u32, file: &OwnedFd) -> bool {
+    let Ok(stat) = nix::sys::stat::fstat(file) else {
+        return true;
+    };
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    // The fourth id of Uid:/Gid: is the one file access is checked with (fsuid, fsgid).
+    let fs_id = |field: &str| -> Option<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))?
+            .split_whitespace()
+            .nth(3)?
+            .parse()
+            .ok()
+    };
+    let (Some(uid), Some(gid)) = (fs_id("Uid:"), fs_id("Gid:")) else {
+        return true;
+    };
+    let in_group = gid == stat.st_gid
+        || status
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .is_some_and(|g| g.split_whitespace().any(|g| g.parse() == Ok(stat.st_gid)));
+    let bit = if uid == stat.st_uid {
+        libc::S_IWUSR
+    } else if in_group {
+        libc::S_IWGRP
+    } else {
+        libc::S_IWOTH
+    };
+    stat.st_mode & bit != 0
 }
 
 /// Whether an open file is of `kind` (an `S_IF*` file type).

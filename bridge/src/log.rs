@@ -21,6 +21,29 @@ use crate::target::Target;
 /// Version of the record layout; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// Longest `detail` a record (and a refusal's body) carries: a detail can quote what the
+/// client sent (a Host header of 60 KB), and the log is the client's to fill otherwise.
+pub const MAX_DETAIL_BYTES: usize = 512;
+
+/// Longest `method` a record carries (an extension method is any token).
+const MAX_METHOD_BYTES: usize = 32;
+
+/// Distinct refusals announced on stderr; past this, one line says the rest are only in
+/// the log (each one announced is kept to say it once).
+const MAX_ANNOUNCED: usize = 1_000;
+
+/// `text`, cut at a character boundary to at most `max` bytes, with "…" if it was cut.
+pub fn bounded(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// How the client spoke to the bridge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -134,7 +157,7 @@ impl Attempt {
             ts: timestamp(),
             session: self.session,
             proto: self.proto,
-            method: self.method,
+            method: self.method.map(|m| bounded(m, MAX_METHOD_BYTES)),
             host,
             port,
             decision: self.decision,
@@ -149,7 +172,7 @@ impl Attempt {
             bytes_down,
             duration_ms: millis(self.started.elapsed()),
             end,
-            detail: self.detail,
+            detail: self.detail.map(|d| bounded(d, MAX_DETAIL_BYTES)),
         }
     }
 }
@@ -187,9 +210,16 @@ pub struct EventLog {
     file: Option<Mutex<File>>,
     /// Summaries on stderr (true) or not; switchable, so start-up chatter can stay quiet.
     stderr: AtomicBool,
-    write_failed: AtomicBool,
-    /// Refusals already announced: each is said once (the file gets every one).
-    announced: Mutex<std::collections::HashSet<String>>,
+    /// The first write that failed, once one has: a log that cannot be written must stop
+    /// what it records (see [`EventLog::failure`]).
+    failed: tokio::sync::watch::Sender<Option<String>>,
+    /// Refusals already announced: each is said once (the file gets every one), up to
+    /// `MAX_ANNOUNCED`.
+    announced: Mutex<Announced>,
+    /// `net` records written at most (`None`: no bound); past it they are counted.
+    net_cap: Option<u64>,
+    net_written: std::sync::atomic::AtomicU64,
+    net_suppressed: std::sync::atomic::AtomicU64,
     allowed: std::sync::atomic::AtomicU64,
     denied: std::sync::atomic::AtomicU64,
     /// A host whose attempts are logged but not counted (the live probe's canary).
@@ -206,18 +236,41 @@ impl EventLog {
         Ok(EventLog {
             file,
             stderr: AtomicBool::new(stderr == Stderr::Summary),
-            write_failed: AtomicBool::new(false),
-            announced: Mutex::new(std::collections::HashSet::new()),
+            failed: tokio::sync::watch::Sender::new(None),
+            announced: Mutex::new(Announced::default()),
+            net_cap: None,
+            net_written: std::sync::atomic::AtomicU64::new(0),
+            net_suppressed: std::sync::atomic::AtomicU64::new(0),
             allowed: std::sync::atomic::AtomicU64::new(0),
             denied: std::sync::atomic::AtomicU64::new(0),
             uncounted: Mutex::new(None),
         })
     }
 
+    /// Bounds the `net` records this log takes: past `cap`, attempts are only counted
+    /// ([`EventLog::net_suppressed`]), so a command looping on refused requests cannot
+    /// fill the host's disk. Without it every attempt is written.
+    pub fn cap_net_records(mut self, cap: u64) -> EventLog {
+        self.net_cap = Some(cap);
+        self
+    }
+
+    /// `net` attempts counted but not written (past the cap).
+    pub fn net_suppressed(&self) -> u64 {
+        self.net_suppressed.load(Ordering::Relaxed)
+    }
+
     /// Writes one event: the whole line in one `write` (O_APPEND keeps lines whole even
     /// with several writers), then the stderr summary (a refusal only the first time).
     pub fn record(&self, event: &Event) {
-        self.record_json(event);
+        let within_cap = self
+            .net_cap
+            .is_none_or(|cap| self.net_written.fetch_add(1, Ordering::Relaxed) < cap);
+        if within_cap {
+            self.record_json(event);
+        } else {
+            self.net_suppressed.fetch_add(1, Ordering::Relaxed);
+        }
         let counted = self
             .uncounted
             .lock()
@@ -232,17 +285,29 @@ impl EventLog {
         }
         if self.stderr.load(Ordering::Relaxed) {
             let line = summary(event);
-            let first = event.decision == Verdict::Allow
-                || self
+            let say = match event.decision {
+                Verdict::Allow => Some(line),
+                Verdict::Deny => self
                     .announced
                     .lock()
-                    .map(|mut seen| seen.insert(line.clone()))
-                    .unwrap_or(true);
-            if first {
+                    .map_or(Some(line.clone()), |mut seen| seen.first(line)),
+            };
+            if let Some(line) = say {
                 // A closed stderr must not take the bridge down (eprintln! would panic).
                 let _ = writeln!(io::stderr(), "{line}");
             }
         }
+    }
+
+    /// The first write that failed, if one has.
+    pub fn failure(&self) -> Option<String> {
+        self.failed.borrow().clone()
+    }
+
+    /// Resolves once a write has failed (at once if one already has).
+    pub async fn failed(&self) {
+        let mut watch = self.failed.subscribe();
+        let _ = watch.wait_for(Option::is_some).await;
     }
 
     /// Network attempts recorded so far: (allowed, denied), the uncounted host's aside.
@@ -289,12 +354,43 @@ impl EventLog {
                 Err(_) => Err(io::Error::other("event log lock poisoned")),
             };
             if let Err(e) = result {
-                // Say it once; a lost audit trail must not go unnoticed.
-                if !self.write_failed.swap(true, Ordering::Relaxed) {
-                    let _ = writeln!(io::stderr(), "netbox: cannot write event log: {e}");
-                }
+                // Kept (the first only) for whoever runs what is logged: it stops.
+                self.failed.send_if_modified(|failed| {
+                    let first = failed.is_none();
+                    if first {
+                        *failed = Some(e.to_string());
+                    }
+                    first
+                });
             }
         }
+    }
+}
+
+/// The refusals said on stderr so far.
+#[derive(Default)]
+struct Announced {
+    lines: std::collections::HashSet<String>,
+    capped: bool,
+}
+
+impl Announced {
+    /// What to say for a refusal: the line the first time it is seen; once the set is
+    /// full, one line saying that the rest go only to the log, then nothing.
+    fn first(&mut self, line: String) -> Option<String> {
+        if self.lines.contains(&line) {
+            return None;
+        }
+        if self.lines.len() < MAX_ANNOUNCED {
+            self.lines.insert(line.clone());
+            return Some(line);
+        }
+        if std::mem::replace(&mut self.capped, true) {
+            return None;
+        }
+        Some(format!(
+            "netbox: {MAX_ANNOUNCED} different refusals announced; the rest are only in the event log"
+        ))
     }
 }
 

@@ -33,7 +33,8 @@ impl Refusal {
     pub fn new(reason: Reason, detail: impl Into<String>) -> Refusal {
         Refusal {
             reason,
-            detail: detail.into(),
+            // It goes into the response too: a client's 60 KB Host header is not echoed.
+            detail: crate::log::bounded(detail.into(), crate::log::MAX_DETAIL_BYTES),
             io_kind: None,
         }
     }

@@ -12,6 +12,7 @@ mod bridge_socks;
 mod bridge_tunnel;
 mod export;
 mod learn;
+mod log_bounds;
 mod sandbox_escapes;
 mod sandbox_fetch;
 mod sandbox_git;

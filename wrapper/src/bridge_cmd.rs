@@ -99,13 +99,30 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
                 session.policy.allow_count()
             ));
         }
-        bridge::serve(listeners, config, Arc::new(log), shutdown_signal()).await;
+        let log = Arc::new(log);
+        // A bridge that cannot log stops: what it lets through must be on record.
+        let stop = {
+            let log = Arc::clone(&log);
+            async move {
+                tokio::select! {
+                    () = shutdown_signal() => {}
+                    () = log.failed() => {}
+                }
+            }
+        };
+        bridge::serve(listeners, config, Arc::clone(&log), stop).await;
         for addr in &addrs {
             if let ListenAddr::Unix(path) = addr {
                 let _ = std::fs::remove_file(path);
             }
         }
-        Ok(())
+        match log.failure() {
+            Some(reason) => Err(WrapperError::EventLogWrite {
+                path: args.log.clone().unwrap_or_default(),
+                reason,
+            }),
+            None => Ok(()),
+        }
     })
 }
 

@@ -66,6 +66,8 @@ pub enum WrapperError {
     },
     #[error("pinned path {} was removed or replaced on the host during the run, which unpinned it; the run was stopped", path.display())]
     PinLost { path: PathBuf },
+    #[error("cannot write the event log {}: {reason}; the run was stopped", path.display())]
+    EventLogWrite { path: PathBuf, reason: String },
     #[error("live probe failed: {0}")]
     ProbeFailed(String),
     #[error("cannot start the sandbox")]

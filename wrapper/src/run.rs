@@ -19,6 +19,10 @@ use crate::supervise::{supervise, SandboxGuard, Supervised};
 use crate::testhooks::Breakage;
 use crate::{cgroup, env, hostsockets, mounts, namespaces};
 
+/// `net` records one session writes at most; past this they are counted
+/// (`net_suppressed`, and `net_allowed`/`net_denied` in `session_end`).
+const MAX_NET_RECORDS: u64 = 10_000;
+
 /// Names the probe tries through the bridge; the first the policy denies is used.
 pub const CANARIES: &[&str] = &[
     "netbox-probe-canary.invalid:443",
@@ -75,10 +79,19 @@ pub fn run_reporting(
             source,
         }
     })?;
-    let log = Arc::new(log);
+    // Bounded: a command looping on refused requests must not fill the host's disk.
+    let log = Arc::new(log.cap_net_records(MAX_NET_RECORDS));
     log.leave_uncounted(canary.rsplit_once(':').map_or(*canary, |(host, _)| host));
     let pinned: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
     crate::session::record_start(&log, &config, &pinned);
+    // A log that cannot be written stops the run before it starts (and, from supervise,
+    // while it runs): nothing runs unrecorded.
+    if let Some(reason) = log.failure() {
+        return Err(WrapperError::EventLogWrite {
+            path: config.log_path.clone(),
+            reason,
+        });
+    }
     // Runs that ended without their check of git metadata (netbox was killed) get it now,
     // before this one starts.
     audit_orphans(&log, &config);
@@ -183,6 +196,7 @@ fn run_logged(
         channel: ours,
         session,
         log: Arc::clone(log),
+        log_path: config.log_path.clone(),
         host_listener,
         stderr,
         probe_report,

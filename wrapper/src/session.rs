@@ -147,6 +147,14 @@ pub fn record_end(
         Err(e) => (e.exit_code(), "failed", Some(e)),
     };
     let (net_allowed, net_denied) = log.counts();
+    let suppressed = log.net_suppressed();
+    if suppressed > 0 {
+        log.record_as(
+            "net_suppressed",
+            session,
+            &serde_json::json!({ "count": suppressed }),
+        );
+    }
     let end = End {
         status,
         outcome,

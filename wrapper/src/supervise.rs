@@ -148,6 +148,8 @@ pub struct Supervised<'a> {
     pub channel: handshake::Channel,
     pub session: Arc<Session>,
     pub log: Arc<EventLog>,
+    /// Where the log is, for the error when it cannot be written.
+    pub log_path: std::path::PathBuf,
     pub host_listener: TcpListener,
     pub stderr: Stderr,
     /// Where the probe's report is kept for the caller (`netbox verify`).
@@ -178,6 +180,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         channel,
         session,
         log,
+        log_path,
         host_listener,
         stderr,
         probe_report,
@@ -340,6 +343,14 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                 // the start is cancelled instead.
                 sandbox.signal(Signal::SIGKILL);
                 cancelled = Some(sig);
+            },
+            () = log.failed(), if state.failure.is_none() => {
+                // Nothing may go on unrecorded: the whole sandbox stops.
+                state.failure = Some(WrapperError::EventLogWrite {
+                    path: log_path.clone(),
+                    reason: log.failure().unwrap_or_default(),
+                });
+                sandbox.signal(Signal::SIGKILL);
             },
             () = sleep_until_some(deadline), if !timed_out => {
                 // The whole sandbox: pid 1's death takes everything in it.

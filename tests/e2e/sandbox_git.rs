@@ -382,3 +382,216 @@ fn the_check_can_be_cancelled_and_is_finished_later() {
         stderr(&out)
     );
 }
+
+/// The review of finding 1: three names at the top of the workspace (HEAD, objects,
+/// refs) made the check take the whole workspace for a bare repository it did not enter.
+#[test]
+fn a_workspace_made_a_bare_repository_is_reported_and_still_walked() {
+    let dir = TestDir::new("git-audit-bare-top");
+    let run = superproject(&dir);
+    // An existing nested repository (not a submodule), whose .git CMD hides one in.
+    std::fs::create_dir_all(run.workspace.join("deps/proj")).unwrap();
+    git(&run.workspace.join("deps/proj"), &["init", "-q"]);
+    std::thread::sleep(Duration::from_millis(50));
+    let out = run.sh(
+        "touch HEAD && mkdir objects refs && mkdir -p vendor/lib && git init -q vendor/lib && \
+         mkdir deps/proj/.git/stash && git init -q deps/proj/.git/stash && echo done",
+    );
+    assert_eq!(stdout(&out), "done\n", "{}", stderr(&out));
+    let events = run.events();
+    let found: Vec<String> = records(&events, "git_metadata_created")
+        .iter()
+        .map(|r| {
+            let path = r["path"].as_str().unwrap();
+            let rel = path
+                .strip_prefix(run.workspace.to_str().unwrap())
+                .unwrap_or(path);
+            format!(
+                "{rel} {} {}",
+                r["kind"].as_str().unwrap(),
+                r["how"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            " bare_repository created".to_owned(),
+            "/deps/proj/.git/stash/.git git_dir created".to_owned(),
+            "/vendor/lib/.git git_dir created".to_owned(),
+        ]
+    );
+}
+
+/// The review: a split index (`core.splitIndex`) with replaced entries is read, its
+/// shared part is pinned under --allow-git-writes, and its gitlinks are pinned.
+#[test]
+fn a_split_index_is_read_and_its_shared_part_pinned() {
+    let dir = TestDir::new("git-split-index");
+    let run = superproject(&dir);
+    git(&run.workspace, &["config", "core.splitIndex", "true"]);
+    std::fs::write(run.workspace.join("f.txt"), "one\n").unwrap();
+    git(&run.workspace, &["add", "f.txt"]);
+    git(&run.workspace, &["commit", "-qm", "split"]);
+    std::fs::write(run.workspace.join("f.txt"), "two\n").unwrap();
+    git(&run.workspace, &["add", "f.txt"]);
+    let shared: Vec<PathBuf> = std::fs::read_dir(run.workspace.join(".git"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("sharedindex.")
+        })
+        .collect();
+    assert!(!shared.is_empty(), "git wrote no shared index");
+    let run = run.arg("--allow-git-writes");
+    let gitfile = std::fs::read_to_string(run.workspace.join("lib/.git")).unwrap();
+    let out = run.sh(
+        "for s in .git/sharedindex.*; do echo x >> $s 2>/dev/null && echo SHARED; done; \
+         rm -f lib/.git 2>/dev/null && echo REMOVED; \
+         git hash-object -w f.txt >/dev/null && echo OBJECTS",
+    );
+    assert_eq!(stdout(&out), "OBJECTS\n", "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(run.workspace.join("lib/.git")).unwrap(),
+        gitfile
+    );
+}
+
+/// The review: what a pinned config names in the workspace (a relative hooks path, an
+/// include, a program a command key runs) is pinned too, placeholders where missing.
+#[test]
+fn what_a_repository_config_names_in_the_workspace_is_pinned() {
+    let dir = TestDir::new("git-config-targets");
+    let run = superproject(&dir);
+    std::fs::create_dir_all(run.workspace.join(".husky/_")).unwrap();
+    std::fs::create_dir_all(run.workspace.join("tools")).unwrap();
+    std::fs::write(run.workspace.join("tools/watch"), "#!/bin/sh\n").unwrap();
+    for (key, value) in [
+        ("core.hooksPath", ".husky/_"),
+        ("include.path", "../.gitconfig-project"),
+        ("core.fsmonitor", "./tools/watch"),
+        ("alias.b", "!./build.sh --fast"),
+    ] {
+        git(&run.workspace, &["config", key, value]);
+    }
+    let out = run.sh("echo x > .husky/_/pre-commit 2>/dev/null && echo HOOK; \
+         printf '[core]\\n\\tsshCommand = x\\n' > .gitconfig-project 2>/dev/null && echo INCLUDE; \
+         echo 'touch owned' >> tools/watch 2>/dev/null && echo FSMONITOR; \
+         echo 'touch owned' > build.sh 2>/dev/null && echo ALIAS; \
+         echo x > tools/other && echo CONTROL");
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    for gone in [".gitconfig-project", "build.sh", ".husky/_/pre-commit"] {
+        assert!(!run.workspace.join(gone).exists(), "{gone}");
+    }
+}
+
+/// The review: a directory CMD made unreadable is said, not skipped as if read.
+#[test]
+fn a_directory_made_unreadable_is_reported_as_unread() {
+    let dir = TestDir::new("git-audit-unreadable");
+    let run = Run::new(&dir).arg("--quiet");
+    let out = run.sh("mkdir -p hid/lib && git init -q hid/lib && chmod 100 hid && echo done");
+    assert_eq!(stdout(&out), "done\n", "{}", stderr(&out));
+    let said = stderr(&out);
+    let audit = run
+        .events()
+        .into_iter()
+        .find(|e| e["type"] == "git_audit")
+        .unwrap();
+    if nix::unistd::geteuid().is_root() {
+        // netbox as root reads it all the same (CAP_DAC_READ_SEARCH), and finds what it hid.
+        assert!(
+            said.contains(&format!(
+                "created a git directory {}/hid/lib/.git",
+                run.workspace.display()
+            )),
+            "{said}"
+        );
+    } else {
+        assert!(
+            said.contains(&format!(
+                "the check for git metadata could not read {}/hid",
+                run.workspace.display()
+            )),
+            "{said}"
+        );
+        assert_eq!(audit["complete"], false, "{audit}");
+    }
+    // So the directory can be removed with the test's.
+    std::fs::set_permissions(
+        run.workspace.join("hid"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    // Control: a run that hides nothing reads everything.
+    let out = run.sh("mkdir -p open/dir");
+    assert!(!stderr(&out).contains("could not read"), "{}", stderr(&out));
+}
+
+/// The review: a record planted where records are kept cannot hang a later run (a fifo),
+/// and one that is not netbox's shape is dropped.
+#[test]
+fn planted_records_cannot_hang_or_steer_the_next_run() {
+    let dir = TestDir::new("git-audit-planted");
+    let run = Run::new(&dir).arg("--quiet");
+    let out = run.sh("true");
+    assert!(out.status.success());
+    let pending = std::fs::read_dir(&dir.path)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(".netbox-pending-")
+        })
+        .expect("a record directory beside the log");
+    nix::unistd::mkfifo(&pending.join("fifo.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let roots: Vec<String> = (0..100).map(|i| format!("\"/nowhere/{i}\"")).collect();
+    std::fs::write(
+        pending.join("many.json"),
+        format!(
+            "{{\"session\":\"planted\",\"scope\":{{\"roots\":[{}],\"skip\":[],\"since\":{{\"secs\":0,\"nanos\":0}}}}}}",
+            roots.join(",")
+        ),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = run.sh("echo ran");
+    assert_eq!(stdout(&out), "ran\n", "{}", stderr(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!stderr(&out).contains("planted"), "{}", stderr(&out));
+    assert!(!pending.join("many.json").exists());
+}
+
+/// The review: netbox's own placeholders (a `commondir`, a `config.worktree` made for
+/// the run) are not news about the repository.
+#[test]
+fn placeholders_are_not_reported_as_changes() {
+    let dir = TestDir::new("git-audit-placeholders");
+    let run = Run::new(&dir).arg("--quiet").arg("--allow-git-writes");
+    git(&run.workspace, &["init", "-q"]);
+    std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..4 {
+        let out = run.sh("sleep 0.2");
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    }
+    // Control: a hook CMD could write (it cannot: hooks/ is pinned) aside, a change to
+    // the repository's code-bearing parts made during a run is reported.
+    let out = run.sh("git init -q nested && echo x > nested/.git/hooks/pre-commit");
+    assert!(
+        stderr(&out).contains("created a git directory"),
+        "{}",
+        stderr(&out)
+    );
+}

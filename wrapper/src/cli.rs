@@ -104,7 +104,8 @@ pub struct RunArgs {
     #[arg(long = "protect", value_name = "PATH")]
     pub protect: Vec<PathBuf>,
 
-    /// Let CMD write .git (commits from inside), except .git/hooks and .git/config.
+    /// Let CMD write .git objects, refs and logs; hooks, config, index, modules and
+    /// worktrees stay read-only.
     #[arg(long = "allow-git-writes")]
     pub allow_git_writes: bool,
 

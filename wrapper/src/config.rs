@@ -106,7 +106,9 @@ impl SandboxConfig {
         let write_roots = outermost(write_roots);
         // A symlink inside a writable root could be replaced by CMD: a pin on its target
         // would hold the target, not the name the user gave.
-        let no_link = |path: &PathBuf, what| refuse_symlinks_in_roots(path, &write_roots, what);
+        let no_link = |path: &PathBuf, what| {
+            crate::protect::refuse_symlinks_in_roots(path, &write_roots, what)
+        };
         let read_only = args
             .read_only
             .iter()
@@ -228,53 +230,6 @@ fn existing_or_in_existing_dir(path: &Path, what: &'static str) -> Result<PathBu
         _ => Path::new("."),
     };
     Ok(existing(parent, what)?.join(name))
-}
-
-/// Refuses `path` (as the user named it) if resolving it meets a symlink inside a
-/// writable root: CMD could point that link elsewhere, so what netbox pins (or reads next
-/// time) would no longer be what the name leads to. Symlinks outside the roots are
-/// followed, as the kernel would; a missing component ends the check (nothing beyond it
-/// exists to be a link).
-fn refuse_symlinks_in_roots(
-    path: &Path,
-    roots: &[PathBuf],
-    what: &'static str,
-) -> Result<(), WrapperError> {
-    use std::path::Component;
-    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
-    // Where resolution has got to: always a real path, no symlink in it.
-    let mut at = PathBuf::from("/");
-    for component in absolute.components() {
-        match component {
-            Component::RootDir | Component::Prefix(_) => at = PathBuf::from("/"),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                at.pop();
-            }
-            Component::Normal(name) => {
-                let next = at.join(name);
-                match std::fs::symlink_metadata(&next) {
-                    Ok(meta) if meta.file_type().is_symlink() => {
-                        if let Some(root) = roots.iter().find(|r| next.starts_with(r)) {
-                            return Err(WrapperError::SymlinkInRoot {
-                                what,
-                                path: path.to_owned(),
-                                link: next,
-                                root: root.clone(),
-                            });
-                        }
-                        match std::fs::canonicalize(&next) {
-                            Ok(real) => at = real,
-                            Err(_) => return Ok(()),
-                        }
-                    }
-                    Ok(_) => at = next,
-                    Err(_) => return Ok(()),
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Drops roots that lie inside another root: the outer bind already covers them, and a

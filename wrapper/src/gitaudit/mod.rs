@@ -53,6 +53,9 @@ const MAX_DEPTH: usize = 256;
 /// Hooks looked at in one hooks directory.
 const MAX_HOOKS: usize = 256;
 
+/// Unreadable directories named in the report (the rest are counted).
+const MAX_UNREAD_PATHS: usize = 20;
+
 /// A moment on the clock the kernel stamps files with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Stamp {
@@ -147,6 +150,8 @@ pub struct Report {
     pub directories: u64,
     /// Directories that could not be read, or lay too deep.
     pub unread: u64,
+    /// The first few of them.
+    pub unread_paths: Vec<PathBuf>,
     pub stopped: Option<Stopped>,
     pub took: Duration,
 }
@@ -169,10 +174,14 @@ pub fn audit(scope: &Scope, cancel: &AtomicBool) -> Report {
         report: Report::default(),
     };
     for root in &scope.roots {
-        if walk.report.stopped.is_some() {
+        if let Some(stop) = walk.should_stop() {
+            walk.report.stopped = Some(stop);
             break;
         }
         walk.root(root);
+        if walk.report.stopped.is_some() {
+            break;
+        }
     }
     let mut report = walk.report;
     report.findings.sort_by(|a, b| a.path.cmp(&b.path));
@@ -198,13 +207,13 @@ struct Walk<'a> {
 impl Walk<'_> {
     fn root(&mut self, root: &Path) {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let Ok(dir) = Dir::open(root, flags, Mode::empty()) else {
-            self.report.unread += 1;
-            return;
-        };
         if self.skip.contains(root) {
             return;
         }
+        let Ok(dir) = Dir::open(root, flags, Mode::empty()) else {
+            self.unread(root.to_owned());
+            return;
+        };
         let mut stack = Vec::new();
         if let Some(frame) = self.visit(dir, root.to_owned()) {
             stack.push(frame);
@@ -222,26 +231,47 @@ impl Walk<'_> {
                 self.report.stopped = Some(stop);
                 return;
             }
+            let path = top.path.join(&name);
             if depth >= MAX_DEPTH {
-                self.report.unread += 1;
+                self.unread(path);
                 continue;
             }
-            let path = top.path.join(&name);
             match Dir::openat(top.dir.as_fd(), name.as_os_str(), flags, Mode::empty()) {
                 Ok(dir) => {
                     if let Some(frame) = self.visit(dir, path) {
                         stack.push(frame);
                     }
                 }
-                // A directory this user may not read is one CMD, as this user, could not
-                // have filled either.
-                Err(nix::errno::Errno::EACCES) => {}
-                Err(_) => self.report.unread += 1,
+                // One this user may not read counts if it is this user's (CMD, as this
+                // user, can make its own directories unreadable to hide what is in
+                // them) or it changed during the run; others' (a shared /tmp) do not.
+                Err(nix::errno::Errno::EACCES | nix::errno::Errno::EPERM) => {
+                    let Ok(name) = std::ffi::CString::new(name.as_bytes()) else {
+                        continue;
+                    };
+                    let counts = times_at(top.dir.as_fd(), &name).is_ok_and(|t| {
+                        t.uid == nix::unistd::geteuid().as_raw()
+                            || Stamp::of(t.change) >= self.since
+                    });
+                    if counts {
+                        self.unread(path);
+                    }
+                }
+                // Gone since it was listed, or replaced by a symlink: nothing to read.
+                Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ELOOP) => {}
+                Err(_) => self.unread(path),
             }
         }
     }
 
-    fn should_stop(&self) -> Option<Stopped> {
+    fn unread(&mut self, path: PathBuf) {
+        self.report.unread += 1;
+        if self.report.unread_paths.len() < MAX_UNREAD_PATHS {
+            self.report.unread_paths.push(path);
+        }
+    }
+
+    pub(super) fn should_stop(&self) -> Option<Stopped> {
         crate::testhooks::pause_audit();
         if self.cancel.load(Ordering::Relaxed) {
             Some(Stopped::Cancelled)
@@ -254,20 +284,21 @@ impl Walk<'_> {
         }
     }
 
-    /// Reads one directory: reports its `.git` entry and whether it is a bare repository
-    /// itself; returns it with the subdirectories to enter (none for a bare repository,
-    /// whose insides are git's).
+    /// Reads one directory: reports its `.git` entry and whether it has become a bare
+    /// repository; returns it with the subdirectories to enter. Git's own directories are
+    /// entered too: a repository can hide in one (`.git/modules/x`, or anywhere in it) as
+    /// well as anywhere else.
     fn visit(&mut self, mut dir: Dir, path: PathBuf) -> Option<Frame> {
         self.report.directories += 1;
         let mut subdirs = Vec::new();
         let mut git_entry = None;
-        let (mut head, mut objects, mut refs) = (false, false, false);
+        let mut marks = Vec::new();
         let mut entries = Vec::new();
         for entry in dir.iter() {
             match entry {
                 Ok(entry) => entries.push((entry.file_name().to_owned(), entry.file_type())),
                 Err(_) => {
-                    self.report.unread += 1;
+                    self.unread(path.clone());
                     break;
                 }
             }
@@ -275,13 +306,8 @@ impl Walk<'_> {
         for (name, kind) in entries {
             match name.to_bytes() {
                 b"." | b".." => continue,
-                b".git" => {
-                    git_entry = Some(kind);
-                    continue;
-                }
-                b"HEAD" => head = true,
-                b"objects" => objects = true,
-                b"refs" => refs = true,
+                b".git" => git_entry = Some(kind),
+                b"HEAD" | b"objects" | b"refs" => marks.push(name.clone()),
                 _ => {}
             }
             let is_dir = match kind {
@@ -296,12 +322,21 @@ impl Walk<'_> {
         if let Some(kind) = git_entry {
             self.dot_git(dir.as_fd(), &path, kind);
         }
-        let is_git_dir = path.file_name() == Some(OsStr::new(".git"));
-        if head && objects && refs && !is_git_dir {
-            if let Some(how) = self.git_dir_news(dir.as_fd(), c"") {
-                self.found(path, Kind::BareRepository, how);
+        let is_dot_git = path.file_name() == Some(OsStr::new(".git"));
+        if marks.len() == 3 && !is_dot_git && !self.skip.contains(path.as_path()) {
+            // An old directory that HEAD, objects and refs made a repository during the
+            // run is as new a repository as one made whole.
+            let made_one = marks
+                .iter()
+                .any(|mark| times_at(dir.as_fd(), mark).is_ok_and(|t| self.after_start(t.birth)));
+            let how = if made_one {
+                Some(How::Created)
+            } else {
+                self.git_dir_news(dir.as_fd(), &path)
+            };
+            if let Some(how) = how {
+                self.found(path.clone(), Kind::BareRepository, how);
             }
-            return None;
         }
         subdirs.retain(|name| !self.skip.contains(path.join(name).as_path()));
         Some(Frame {
@@ -318,7 +353,7 @@ impl Walk<'_> {
             return;
         }
         let Ok(times) = times_at(parent, c".git") else {
-            self.report.unread += 1;
+            self.unread(path);
             return;
         };
         let kind = match kind {
@@ -331,43 +366,58 @@ impl Walk<'_> {
                 _ => Kind::GitdirFile,
             },
         };
-        let how = if kind == Kind::GitDir {
+        let how = if self.after_start(times.birth) {
+            Some(How::Created)
+        } else if kind != Kind::GitDir {
+            (Stamp::of(times.change) >= self.since).then_some(How::Changed)
+        } else {
+            // An older git directory: its code-bearing parts changed, or it was moved
+            // here (a rename sets its change time but not its modification time, which
+            // git's own lock files set; or it sits in a directory made during the run).
+            let moved =
+                Stamp::of(times.change) >= self.since && Stamp::of(times.modify) < self.since;
+            let into_new = times_at(parent, c"").is_ok_and(|t| self.after_start(t.birth));
             let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
             match nix::fcntl::openat(parent, ".git", flags, Mode::empty()) {
-                Ok(git_dir) => self.git_dir_news(git_dir.as_fd(), c""),
+                Ok(git_dir) if moved || into_new => {
+                    drop(git_dir);
+                    Some(How::Changed)
+                }
+                Ok(git_dir) => self.git_dir_news(git_dir.as_fd(), &path),
                 Err(_) => {
-                    self.report.unread += 1;
+                    self.unread(path);
                     return;
                 }
             }
-        } else if self.after_start(times.birth) {
-            Some(How::Created)
-        } else if Stamp::of(times.change) >= self.since {
-            Some(How::Changed)
-        } else {
-            None
         };
         if let Some(how) = how {
             self.found(path, kind, how);
         }
     }
 
-    /// Whether the git directory `name` in `dir` (or `dir` itself, for an empty name) was
-    /// created during the run, or had its code-bearing parts changed.
-    fn git_dir_news(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Option<How> {
-        let times = times_at(dir, name).ok()?;
+    /// Whether the git directory open as `dir` (at `path`) was created during the run, or
+    /// had its code-bearing parts changed: its config, config.worktree, commondir, hooks
+    /// directory or a hook (a part the run pinned could not change: a placeholder netbox
+    /// made is not news).
+    fn git_dir_news(&self, dir: BorrowedFd<'_>, path: &Path) -> Option<How> {
+        let times = times_at(dir, c"").ok()?;
         if self.after_start(times.birth) {
             return Some(How::Created);
         }
-        let changed =
-            |name: &CStr| times_at(dir, name).is_ok_and(|t| Stamp::of(t.change) >= self.since);
+        let changed = |name: &CStr| {
+            let pinned = self
+                .skip
+                .contains(path.join(OsStr::from_bytes(name.to_bytes())).as_path());
+            !pinned && times_at(dir, name).is_ok_and(|t| Stamp::of(t.change) >= self.since)
+        };
         if [c"config", c"config.worktree", c"commondir", c"hooks"]
             .into_iter()
             .any(changed)
         {
             return Some(How::Changed);
         }
-        self.hook_changed(dir).then_some(How::Changed)
+        let hooks_pinned = self.skip.contains(path.join("hooks").as_path());
+        (!hooks_pinned && self.hook_changed(dir)).then_some(How::Changed)
     }
 
     /// Whether any hook in the git directory open as `git_dir` changed during the run.

@@ -19,6 +19,10 @@ use super::Scope;
 /// A record larger than this is not read (one holds a scope: a few paths).
 const MAX_RECORD_BYTES: u64 = 4 << 20;
 
+/// Roots in one record at most (a run has its workspace, its `--write` paths and /tmp);
+/// a record with more is not one netbox wrote.
+const MAX_RECORD_ROOTS: usize = 64;
+
 /// What a record holds.
 #[derive(Serialize, Deserialize)]
 pub struct Record {
@@ -31,10 +35,12 @@ pub struct Pending {
     held: Option<(PathBuf, nix::fcntl::Flock<std::fs::File>)>,
 }
 
-/// The directory of records beside `log`.
+/// The directory of records beside `log` (in its directory, resolved: the same
+/// directory is the same place however the log was named).
 pub fn dir_beside(log: &Path) -> PathBuf {
     let absolute = std::path::absolute(log).unwrap_or_else(|_| log.to_owned());
     let parent = absolute.parent().unwrap_or(Path::new("/"));
+    let parent = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_owned());
     parent.join(format!(".netbox-pending-{}", nix::unistd::geteuid()))
 }
 
@@ -147,13 +153,17 @@ pub fn orphans(dirs: &[PathBuf]) -> Vec<Orphan> {
             if path.extension().is_none_or(|e| e != "json") {
                 continue;
             }
+            // Never blocks (a fifo planted there), never follows a link.
             let Ok(file) = std::fs::OpenOptions::new()
                 .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(&path)
             else {
                 continue;
             };
+            if !file.metadata().is_ok_and(|m| m.is_file()) {
+                continue;
+            }
             let Ok(mut lock) =
                 nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
             else {
@@ -172,7 +182,8 @@ pub fn orphans(dirs: &[PathBuf]) -> Vec<Orphan> {
                 .take(MAX_RECORD_BYTES)
                 .read_to_end(&mut text)
                 .ok()
-                .and_then(|_| serde_json::from_slice::<Record>(&text).ok());
+                .and_then(|_| serde_json::from_slice::<Record>(&text).ok())
+                .filter(|r| r.scope.roots.len() <= MAX_RECORD_ROOTS);
             match read {
                 Some(record) => found.push(Orphan {
                     record,

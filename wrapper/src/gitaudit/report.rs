@@ -30,6 +30,8 @@ struct Summary<'a> {
     stopped: Option<Stopped>,
     directories: u64,
     unread: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    unread_paths: Vec<String>,
     found: usize,
     took_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,6 +59,11 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
             stopped: report.stopped,
             directories: report.directories,
             unread: report.unread,
+            unread_paths: report
+                .unread_paths
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
             found: report.findings.len(),
             took_ms: u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
             audited_session: audited,
@@ -100,10 +107,24 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
             },
             report.directories
         )),
-        None if report.unread > 0 => crate::say(&format!(
-            "netbox: warning: the check for git metadata could not read {} directories",
-            report.unread
-        )),
         None => {}
+    }
+    if report.unread > 0 {
+        let named: Vec<String> = report
+            .unread_paths
+            .iter()
+            .map(|p| printable(&p.to_string_lossy()))
+            .collect();
+        let more = report.unread - u64::try_from(named.len()).unwrap_or(0);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        crate::say(&format!(
+            "netbox: warning: the check for git metadata could not read {}{more}: git \
+             metadata there is not reported",
+            named.join(", ")
+        ));
     }
 }

@@ -39,39 +39,112 @@ fn format<T>(why: &'static str) -> Result<T, IndexError> {
     Err(IndexError::Format(why))
 }
 
+/// What an index records that netbox pins.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Its gitlinks, relative to the work tree, sorted.
+    pub gitlinks: Vec<PathBuf>,
+    /// The shared index a split index reads its other entries from: as much the index as
+    /// the index itself.
+    pub shared_index: Option<PathBuf>,
+}
+
 /// The gitlinks of the index at `path` (and of its shared index, for a split index), as
 /// paths relative to the work tree. `hash_len` is the object name's length: 20 (SHA-1) or
 /// 32 (SHA-256). A path that is not a plain relative path (empty, `.`, `..` or `.git`
 /// components, which git itself refuses) is skipped. A missing index has no gitlinks.
-pub fn gitlinks(path: &Path, hash_len: usize) -> Result<Vec<PathBuf>, IndexError> {
-    let mut found = Vec::new();
-    let shared = match read_index(path, hash_len, &mut found) {
-        Err(IndexError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+pub fn gitlinks(path: &Path, hash_len: usize) -> Result<Scan, IndexError> {
+    let mut modes = Vec::new();
+    let mut own = Vec::new();
+    let link = match read_index(path, hash_len, |i, mode, name| {
+        modes.push(mode);
+        if mode == GITLINK_MODE {
+            own.push((i, name.to_vec()));
+        }
+    }) {
+        Err(IndexError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Scan::default())
+        }
         other => other?,
     };
-    if let Some(id) = shared {
-        let shared_path = path.with_file_name(format!("sharedindex.{id}"));
-        // The shared index may hold no link of its own.
-        read_index(&shared_path, hash_len, &mut found)?;
+    let mut found: Vec<PathBuf> = Vec::new();
+    let mut scan = Scan::default();
+    match link {
+        None => found.extend(own.iter().filter_map(|(_, name)| plain_relative(name))),
+        Some(link) => {
+            // The first entries replace, in order, the shared entries the replace bitmap
+            // marks (their names may be empty: the shared entry's is meant); the rest are
+            // added. Shared entries the delete bitmap marks are gone.
+            let replaced = link.replaced.len();
+            found.extend(
+                own.iter()
+                    .filter(|(i, _)| *i >= replaced)
+                    .filter_map(|(_, name)| plain_relative(name)),
+            );
+            let shared_path = path.with_file_name(format!("sharedindex.{}", link.id));
+            let replacing: std::collections::HashMap<u64, usize> = link
+                .replaced
+                .iter()
+                .enumerate()
+                .map(|(rank, position)| (*position, rank))
+                .collect();
+            let deleted: std::collections::HashSet<u64> = link.deleted.into_iter().collect();
+            let mut unmatched = false;
+            read_index(&shared_path, hash_len, |i, mode, name| {
+                let i = u64::try_from(i).unwrap_or(u64::MAX);
+                if deleted.contains(&i) {
+                    return;
+                }
+                let mode = match replacing.get(&i) {
+                    Some(rank) => match modes.get(*rank) {
+                        Some(mode) => *mode,
+                        None => {
+                            unmatched = true;
+                            mode
+                        }
+                    },
+                    None => mode,
+                };
+                if mode == GITLINK_MODE {
+                    found.extend(plain_relative(name));
+                }
+            })?;
+            if unmatched {
+                return format("the split index replaces more entries than it has");
+            }
+            scan.shared_index = Some(shared_path);
+        }
     }
     found.sort();
     found.dedup();
-    Ok(found)
+    scan.gitlinks = found;
+    Ok(scan)
 }
 
-/// Reads one index file, adding its gitlinks to `found`; returns the id of its shared
-/// index if it is split.
+/// A split index's `link` extension: its shared index and the two bitmaps.
+struct Link {
+    id: String,
+    deleted: Vec<u64>,
+    replaced: Vec<u64>,
+}
+
+/// Reads one index file, calling `entry` with each entry's position, mode and name (empty
+/// for a split index's replacing entries); returns its `link`, if it is split.
 fn read_index(
     path: &Path,
     hash_len: usize,
-    found: &mut Vec<PathBuf>,
-) -> Result<Option<String>, IndexError> {
+    entry: impl FnMut(usize, u32, &[u8]),
+) -> Result<Option<Link>, IndexError> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?;
-    let size = file.metadata()?.len();
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return format("not a regular file");
+    }
+    let size = meta.len();
     if size > MAX_INDEX_BYTES {
         return format("larger than 1 GiB");
     }
@@ -79,33 +152,111 @@ fn read_index(
         inner: BufReader::with_capacity(64 << 10, file),
         read: 0,
     };
-    parse_entries(&mut reader, hash_len, found)?;
+    parse_entries(&mut reader, hash_len, entry)?;
     // Extensions follow until only the trailing checksum is left.
     let trailer = u64::try_from(hash_len).unwrap_or(u64::MAX);
-    let mut shared = None;
+    let mut link = None;
     while size.saturating_sub(reader.read) > trailer {
         let mut head = [0u8; 8];
         reader.read_exact(&mut head)?;
         let len = u64::from(u32::from_be_bytes([head[4], head[5], head[6], head[7]]));
-        if &head[..4] == b"link" && len >= trailer {
-            let mut id = vec![0u8; hash_len];
-            reader.read_exact(&mut id)?;
-            if id.iter().any(|b| *b != 0) {
-                shared = Some(id.iter().map(|b| format!("{b:02x}")).collect());
-            }
-            skip(&mut reader, len - trailer)?;
-        } else {
+        if &head[..4] != b"link" {
             skip(&mut reader, len)?;
+            continue;
         }
+        if len < trailer || len > 1 << 28 {
+            return format("a link extension of impossible length");
+        }
+        let mut data = vec![0u8; usize::try_from(len).unwrap_or(0)];
+        reader.read_exact(&mut data)?;
+        let (id, bitmaps) = data.split_at(hash_len);
+        if id.iter().all(|b| *b == 0) {
+            continue;
+        }
+        let (deleted, used) = ewah_positions(bitmaps)?;
+        let (replaced, _) = ewah_positions(&bitmaps[used..])?;
+        link = Some(Link {
+            id: id.iter().map(|b| format!("{b:02x}")).collect(),
+            deleted,
+            replaced,
+        });
     }
-    Ok(shared)
+    Ok(link)
 }
 
-/// Reads the header and every entry.
+/// Most bits a bitmap may mark: more than an index of 1 GiB could have entries for.
+const MAX_BITMAP_BITS: u64 = 1 << 28;
+
+/// The set bits of an EWAH-compressed bitmap (git's ewah/ewah_io.c: bit count, word
+/// count, the 64-bit words, the position of the last run word, all big-endian), and how
+/// many bytes it took. Each run word holds a run bit, a run length (32 bits) of words all
+/// that bit, and a count (31 bits) of literal words that follow it.
+fn ewah_positions(data: &[u8]) -> Result<(Vec<u64>, usize), IndexError> {
+    let be32 = |at: usize| -> Result<u64, IndexError> {
+        data.get(at..at + 4)
+            .map(|b| u64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
+            .map_or_else(|| format("a truncated bitmap"), Ok)
+    };
+    let bits = be32(0)?;
+    let words = usize::try_from(be32(4)?).unwrap_or(usize::MAX);
+    if bits > MAX_BITMAP_BITS {
+        return format("a bitmap larger than any index");
+    }
+    let word_bytes = words
+        .checked_mul(8)
+        .map_or_else(|| format("a bitmap too large"), Ok)?;
+    let end = 8usize
+        .checked_add(word_bytes)
+        .and_then(|e| e.checked_add(4))
+        .filter(|e| *e <= data.len())
+        .map_or_else(|| format("a truncated bitmap"), Ok)?;
+    let word = |i: usize| {
+        let at = 8 + i * 8;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&data[at..at + 8]);
+        u64::from_be_bytes(b)
+    };
+    let mut set = Vec::new();
+    let mut position: u64 = 0;
+    let mut i = 0;
+    while i < words {
+        let run_word = word(i);
+        i += 1;
+        let run_length = ((run_word >> 1) & 0xffff_ffff) * 64;
+        if run_word & 1 != 0 {
+            if position + run_length > bits {
+                return format("a bitmap run past its size");
+            }
+            set.extend(position..position + run_length);
+        }
+        position += run_length;
+        let literals = usize::try_from(run_word >> 33).unwrap_or(usize::MAX);
+        for _ in 0..literals {
+            if i >= words {
+                return format("a bitmap's literal words run past its end");
+            }
+            let literal = word(i);
+            i += 1;
+            for bit in 0..64 {
+                if literal & (1 << bit) != 0 {
+                    set.push(position + bit);
+                }
+            }
+            position += 64;
+        }
+        if position > bits + 64 {
+            return format("a bitmap past its size");
+        }
+    }
+    set.retain(|p| *p < bits);
+    Ok((set, end))
+}
+
+/// Reads the header and every entry, calling `entry` with each.
 fn parse_entries(
     reader: &mut impl BufRead,
     hash_len: usize,
-    found: &mut Vec<PathBuf>,
+    mut entry: impl FnMut(usize, u32, &[u8]),
 ) -> Result<(), IndexError> {
     let mut header = [0u8; 12];
     reader.read_exact(&mut header)?;
@@ -121,7 +272,8 @@ fn parse_entries(
     let fixed = 40 + hash_len + 2;
     let mut head = vec![0u8; fixed];
     let mut previous: Vec<u8> = Vec::new();
-    for _ in 0..count {
+    let mut path: Vec<u8> = Vec::new();
+    for i in 0..count {
         reader.read_exact(&mut head)?;
         let mode = u32::from_be_bytes([head[24], head[25], head[26], head[27]]);
         let flags = u16::from_be_bytes([head[fixed - 2], head[fixed - 1]]);
@@ -131,7 +283,7 @@ fn parse_entries(
             reader.read_exact(&mut extended)?;
             entry_len += 2;
         }
-        let path = if version == 4 {
+        let name: &[u8] = if version == 4 {
             let strip = read_varint(reader)?;
             let keep = previous
                 .len()
@@ -139,9 +291,12 @@ fn parse_entries(
                 .map_or_else(|| format("prefix longer than the previous path"), Ok)?;
             previous.truncate(keep);
             read_until_nul(reader, &mut previous)?;
-            previous.clone()
+            if previous.len() > MAX_PATH_BYTES {
+                return format("a path is too long");
+            }
+            &previous
         } else {
-            let mut path = Vec::new();
+            path.clear();
             read_until_nul(reader, &mut path)?;
             // Padded with 1 to 8 NULs (the terminating one included) to a multiple of 8.
             let padded = (entry_len + path.len() + 8) & !7;
@@ -149,18 +304,15 @@ fn parse_entries(
                 reader,
                 u64::try_from(padded - entry_len - path.len() - 1).unwrap_or(0),
             )?;
-            path
+            &path
         };
-        if mode == GITLINK_MODE {
-            if let Some(path) = plain_relative(&path) {
-                found.push(path);
-            }
-        }
+        entry(usize::try_from(i).unwrap_or(usize::MAX), mode, name);
     }
     Ok(())
 }
 
-/// Reads a path up to its NUL into `into` (appending), at most `MAX_PATH_BYTES` long.
+/// Reads a path up to its NUL into `into` (appending), at most `MAX_PATH_BYTES` of it.
+/// It may be empty: a split index's replacing entries have no name of their own.
 fn read_until_nul(reader: &mut impl BufRead, into: &mut Vec<u8>) -> Result<(), IndexError> {
     let mut limited = reader.take(u64::try_from(MAX_PATH_BYTES).unwrap_or(u64::MAX) + 1);
     limited.read_until(0, into)?;
@@ -168,9 +320,6 @@ fn read_until_nul(reader: &mut impl BufRead, into: &mut Vec<u8>) -> Result<(), I
         return format("a path is unterminated or too long");
     }
     into.pop();
-    if into.is_empty() {
-        return format("an empty path");
-    }
     Ok(())
 }
 
@@ -236,37 +385,21 @@ impl<R: BufRead> BufRead for Counted<R> {
 /// The length of a repository's object names: 32 bytes if its config sets
 /// `extensions.objectFormat = sha256`, else 20 (SHA-1). `common_dir` holds that config.
 pub fn object_name_len(common_dir: &Path) -> usize {
-    let config = std::fs::File::open(common_dir.join("config"))
-        .map(|f| {
-            let mut text = String::new();
-            let _ = f.take(1 << 20).read_to_string(&mut text);
-            text
-        })
-        .unwrap_or_default();
-    let mut in_extensions = false;
-    for line in config.lines() {
-        let line = line.trim();
-        if let Some(section) = line.strip_prefix('[') {
-            in_extensions = section
-                .trim_end_matches(']')
-                .trim()
-                .eq_ignore_ascii_case("extensions");
-            continue;
-        }
-        let Some((key, value)) = line.split_once('=') else {
-            continue;
-        };
-        if in_extensions
-            && key.trim().eq_ignore_ascii_case("objectformat")
-            && value
-                .trim()
-                .trim_matches('"')
-                .eq_ignore_ascii_case("sha256")
-        {
-            return 32;
-        }
+    let sha256 = super::gitconfig::read(&common_dir.join("config"))
+        .unwrap_or_default()
+        .iter()
+        .any(|e| {
+            e.section == "extensions"
+                && e.key == "objectformat"
+                && e.value
+                    .as_deref()
+                    .is_some_and(|v| v.eq_ignore_ascii_case("sha256"))
+        });
+    if sha256 {
+        32
+    } else {
+        20
     }
-    20
 }
 
 #[cfg(test)]
@@ -328,7 +461,7 @@ mod tests {
             git(&dir, &["update-index", "--index-version", version]);
             let written = std::fs::read(dir.join(".git/index")).unwrap();
             assert_eq!(written[7].to_string(), version, "git wrote another version");
-            let got = gitlinks(&dir.join(".git/index"), 20).unwrap();
+            let got = gitlinks(&dir.join(".git/index"), 20).unwrap().gitlinks;
             assert_eq!(
                 got,
                 vec![
@@ -371,14 +504,71 @@ mod tests {
             .any(|e| e.file_name().to_string_lossy().starts_with("sharedindex."));
         assert!(shared, "git wrote no shared index");
         let got = gitlinks(&dir.join(".git/index"), 20).unwrap();
-        assert_eq!(got, vec![PathBuf::from("later"), PathBuf::from("shared")]);
+        assert_eq!(
+            got.gitlinks,
+            vec![PathBuf::from("later"), PathBuf::from("shared")]
+        );
+        assert!(got.shared_index.is_some_and(|p| p.exists()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What git writes once `core.splitIndex` is on and entries change: replacing entries
+    /// with empty names (a file turned into a gitlink among them), and deletions.
+    #[test]
+    fn a_split_index_with_replaced_and_deleted_entries() {
+        let dir = repo("split-replace");
+        for (mode, sha, path) in [
+            ("100644", BLOB, "a.txt"),
+            ("100644", BLOB, "becomes-gitlink"),
+            ("160000", COMMIT, "goes-away"),
+            ("160000", COMMIT, "stays"),
+            ("100644", BLOB, "z.txt"),
+        ] {
+            git(
+                &dir,
+                &[
+                    "update-index",
+                    "--add",
+                    "--cacheinfo",
+                    &format!("{mode},{sha},{path}"),
+                ],
+            );
+        }
+        git(&dir, &["update-index", "--split-index"]);
+        git(&dir, &["update-index", "--force-remove", "goes-away"]);
+        git(
+            &dir,
+            &[
+                "update-index",
+                "--replace",
+                "--cacheinfo",
+                &format!("160000,{COMMIT},becomes-gitlink"),
+            ],
+        );
+        git(
+            &dir,
+            &[
+                "update-index",
+                "--cacheinfo",
+                &format!("100644,{COMMIT},a.txt"),
+            ],
+        );
+        let got = gitlinks(&dir.join(".git/index"), 20).unwrap();
+        assert!(got.shared_index.is_some());
+        assert_eq!(
+            got.gitlinks,
+            vec![PathBuf::from("becomes-gitlink"), PathBuf::from("stays")]
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_missing_index_has_none_and_a_broken_one_is_an_error() {
         let dir = repo("broken");
-        assert!(gitlinks(&dir.join(".git/index"), 20).unwrap().is_empty());
+        assert!(gitlinks(&dir.join(".git/index"), 20)
+            .unwrap()
+            .gitlinks
+            .is_empty());
         git(
             &dir,
             &[
@@ -430,7 +620,7 @@ mod tests {
         assert_eq!(object_name_len(&dir), 20);
         std::fs::write(
             dir.join("config"),
-            "[core]\n[Extensions]\n\tobjectFormat = sha256\n",
+            "[core]\n[Extensions]\n\tobjectFormat = sha256 ; a comment\n",
         )
         .unwrap();
         assert_eq!(object_name_len(&dir), 32);

@@ -20,6 +20,7 @@
 //!   link itself could be replaced), so that is refused rather than half-protected; so is
 //!   a submodule path that crosses a symlink (CMD could put a directory in its place).
 
+mod gitconfig;
 mod gitindex;
 mod placeholders;
 
@@ -89,9 +90,14 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
     let mut found = Found {
         out: Vec::new(),
         writable: input.writable,
+        home: input.home,
         allow_git_writes: input.allow_git_writes,
         gitlinks: 0,
     };
+    // What the global and system configs make every git run or read.
+    for config in shared_git_configs(input.home) {
+        found.config_targets(&config, None)?;
+    }
     for root in input.write_roots.iter().filter(|r| r.is_dir()) {
         for name in protected_names() {
             let path = root.join(name);
@@ -142,6 +148,7 @@ fn path_error(path: PathBuf, source: std::io::Error) -> WrapperError {
 struct Found<'a> {
     out: Vec<Protected>,
     writable: &'a [PathBuf],
+    home: Option<&'a Path>,
     allow_git_writes: bool,
     /// Gitlinks seen so far, against `MAX_GITLINKS`.
     gitlinks: usize,
@@ -161,8 +168,9 @@ impl Found<'_> {
     }
 
     /// The repository a root lies inside, if its top is above the root: `git status`
-    /// there enters the submodules it records, those inside the root included. An
-    /// enclosing repository that cannot be read is one git cannot use either.
+    /// there enters the submodules it records, those inside the root included. One whose
+    /// index cannot be read is refused like the root's own: its submodules could not be
+    /// pinned (and another user's git may read what this one cannot).
     fn enclosing_repository(&mut self, root: &Path) -> Result<(), WrapperError> {
         let own = root.join(".git");
         if own.symlink_metadata().is_ok() && !is_placeholder(&own) {
@@ -171,12 +179,7 @@ impl Found<'_> {
         for top in root.ancestors().skip(1) {
             let dot_git = top.join(".git");
             match std::fs::symlink_metadata(&dot_git) {
-                Ok(meta) => {
-                    return match self.git_entry(top, &dot_git, &meta, 0) {
-                        Err(WrapperError::GitIndex { .. } | WrapperError::Path { .. }) => Ok(()),
-                        other => other,
-                    };
-                }
+                Ok(meta) => return self.git_entry(top, &dot_git, &meta, 0),
                 Err(e) if e.kind() == ErrorKind::NotFound => continue,
                 Err(_) => return Ok(()),
             }
@@ -210,7 +213,47 @@ impl Found<'_> {
             self.push(dot_git.to_owned(), None);
             return Ok(());
         };
+        // What its config makes git run or read (a hooks path, an include, a program).
+        self.config_targets(&common_dir.join("config"), Some(worktree))?;
+        self.config_targets(&git_dir.join("config.worktree"), Some(worktree))?;
         self.submodules_of(worktree, &git_dir, &common_dir, depth)
+    }
+
+    /// Pins what a config file names for git to run or read, where that lies in a
+    /// writable root (gitconfig.rs); `worktree` is where git runs from, if known.
+    fn config_targets(
+        &mut self,
+        config: &Path,
+        worktree: Option<&Path>,
+    ) -> Result<(), WrapperError> {
+        for (path, leaf) in gitconfig::code_paths(config, worktree, self.home) {
+            self.pin_named(&path, leaf, "path in git config")?;
+        }
+        Ok(())
+    }
+
+    /// Pins a path something names, wherever it lies in a writable root: refused if it
+    /// reaches a symlink there; where it is missing, a placeholder at its first missing
+    /// component (`leaf` for the path itself, else a directory).
+    fn pin_named(
+        &mut self,
+        path: &Path,
+        leaf: Placeholder,
+        what: &'static str,
+    ) -> Result<(), WrapperError> {
+        refuse_symlinks_in_roots(path, self.writable, what)?;
+        let Some((real, missing_from)) = real_path(path) else {
+            return Ok(());
+        };
+        match missing_from {
+            None => {
+                let placeholder = is_placeholder(&real).then_some(leaf);
+                self.push(real, placeholder);
+            }
+            Some(first_missing) if first_missing == real => self.push(real, Some(leaf)),
+            Some(first_missing) => self.push(first_missing, Some(Placeholder::Dir)),
+        }
+        Ok(())
     }
 
     /// Pins what git would enter for each gitlink in `git_dir`'s index.
@@ -222,13 +265,19 @@ impl Found<'_> {
         depth: usize,
     ) -> Result<(), WrapperError> {
         let index = git_dir.join("index");
-        let links =
+        let scan =
             gitindex::gitlinks(&index, gitindex::object_name_len(common_dir)).map_err(|e| {
                 WrapperError::GitIndex {
                     path: index.clone(),
                     reason: e.to_string(),
                 }
             })?;
+        // A split index reads most of its entries from the shared one: a gitlink added
+        // there is one in the index (the whole git dir is pinned otherwise).
+        if let Some(shared) = scan.shared_index.filter(|_| self.allow_git_writes) {
+            self.push(shared, None);
+        }
+        let links = scan.gitlinks;
         if !links.is_empty() && depth >= MAX_SUBMODULE_DEPTH {
             return Err(WrapperError::GitIndex {
                 path: index,
@@ -335,6 +384,100 @@ impl Found<'_> {
             }
         }
     }
+}
+
+/// Refuses `path` (as the user named it) if resolving it meets a symlink inside a
+/// writable root: CMD could point that link elsewhere, so what netbox pins (or reads next
+/// time) would no longer be what the name leads to. Symlinks outside the roots are
+/// followed, as the kernel would; a missing component ends the check (nothing beyond it
+/// exists to be a link).
+pub fn refuse_symlinks_in_roots(
+    path: &Path,
+    roots: &[PathBuf],
+    what: &'static str,
+) -> Result<(), WrapperError> {
+    use std::path::Component;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    // Where resolution has got to: always a real path, no symlink in it.
+    let mut at = PathBuf::from("/");
+    for component in absolute.components() {
+        match component {
+            Component::RootDir | Component::Prefix(_) => at = PathBuf::from("/"),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                at.pop();
+            }
+            Component::Normal(name) => {
+                let next = at.join(name);
+                match std::fs::symlink_metadata(&next) {
+                    Ok(meta) if meta.file_type().is_symlink() => {
+                        if let Some(root) = roots.iter().find(|r| next.starts_with(r)) {
+                            return Err(WrapperError::SymlinkInRoot {
+                                what,
+                                path: path.to_owned(),
+                                link: next,
+                                root: root.clone(),
+                            });
+                        }
+                        match std::fs::canonicalize(&next) {
+                            Ok(real) => at = real,
+                            Err(_) => return Ok(()),
+                        }
+                    }
+                    Ok(_) => at = next,
+                    Err(_) => return Ok(()),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The config files every repository reads besides its own (git-config(1) FILES): the
+/// system one and the global ones, or the files `GIT_CONFIG_SYSTEM` and
+/// `GIT_CONFIG_GLOBAL` name.
+fn shared_git_configs(home: Option<&Path>) -> Vec<PathBuf> {
+    let from_env = |name: &str| std::env::var_os(name).map(PathBuf::from);
+    let mut configs =
+        vec![from_env("GIT_CONFIG_SYSTEM").unwrap_or_else(|| "/etc/gitconfig".into())];
+    match from_env("GIT_CONFIG_GLOBAL") {
+        Some(global) => configs.push(global),
+        None => {
+            let xdg = from_env("XDG_CONFIG_HOME")
+                .filter(|p| p.is_absolute())
+                .or_else(|| home.map(|h| h.join(".config")));
+            configs.extend(xdg.map(|x| x.join("git/config")));
+            configs.extend(home.map(|h| h.join(".gitconfig")));
+        }
+    }
+    configs
+}
+
+/// Where `path` leads, and its first missing component if it does not exist: the
+/// longest existing ancestor resolved (symlinks outside the roots followed, as the
+/// kernel would), the rest appended. `None` if the rest climbs with `..` (nothing can be
+/// opened through a missing directory).
+fn real_path(path: &Path) -> Option<(PathBuf, Option<PathBuf>)> {
+    let absolute = std::path::absolute(path).ok()?;
+    for ancestor in absolute.ancestors() {
+        let Ok(real) = std::fs::canonicalize(ancestor) else {
+            continue;
+        };
+        let rest = absolute.strip_prefix(ancestor).ok()?;
+        if rest.as_os_str().is_empty() {
+            return Some((real, None));
+        }
+        let mut components = rest.components();
+        if !components
+            .clone()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+        {
+            return None;
+        }
+        let first = real.join(components.next()?);
+        return Some((real.join(rest), Some(first)));
+    }
+    None
 }
 
 /// A git dir's common dir: where its `commondir` file points, or itself.

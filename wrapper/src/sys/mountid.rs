@@ -64,12 +64,14 @@ pub fn fd_facts(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<FdFacts> {
     })
 }
 
-/// A file's type, change time and birth time (where its filesystem keeps one), as
-/// `(seconds, nanoseconds)` since the epoch.
+/// A file's type, owner, change and modification times and birth time (where its
+/// filesystem keeps one), times as `(seconds, nanoseconds)` since the epoch.
 pub struct Times {
     pub is_directory: bool,
     pub birth: Option<(i64, u32)>,
     pub change: (i64, u32),
+    pub modify: (i64, u32),
+    pub uid: u32,
 }
 
 /// statx(2) of `name` in the directory open as `dir`, not following a final symlink;
@@ -80,12 +82,18 @@ pub fn times_at(dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr) -> io::
     if name.is_empty() {
         flags |= libc::AT_EMPTY_PATH;
     }
-    let mask = libc::STATX_TYPE | libc::STATX_CTIME | libc::STATX_BTIME;
+    let mask = libc::STATX_TYPE
+        | libc::STATX_CTIME
+        | libc::STATX_MTIME
+        | libc::STATX_BTIME
+        | libc::STATX_UID;
     let buf = statx(dir.as_raw_fd(), name, flags, mask)?;
     let time = |t: libc::statx_timestamp| (t.tv_sec, t.tv_nsec);
     Ok(Times {
         is_directory: u32::from(buf.stx_mode) & libc::S_IFMT == libc::S_IFDIR,
         birth: (buf.stx_mask & libc::STATX_BTIME != 0).then(|| time(buf.stx_btime)),
         change: time(buf.stx_ctime),
+        modify: time(buf.stx_mtime),
+        uid: buf.stx_uid,
     })
 }

@@ -18,6 +18,7 @@ mod sandbox_fetch;
 mod sandbox_git;
 mod sandbox_lifecycle;
 mod sandbox_limits;
+mod sandbox_pid1;
 mod sandbox_pins;
 mod sandbox_regressions;
 mod sandbox_walkthrough;

@@ -2,6 +2,8 @@
 //! limit fails while one inside it works, CPU time is capped, the probe checks each limit
 //! it was given, and a limit that is not really set (test hook) stops CMD before it runs.
 
+use std::time::Duration;
+
 use crate::support::{stderr, stdout, Run, TestDir};
 
 #[test]
@@ -290,4 +292,88 @@ fn process_limit_survives_an_attempt_to_lift_it() {
         "{text} {}",
         stderr(&out)
     );
+}
+
+/// CMD's flood: 39 symlinks chained to nothing in a read-only directory, opened with
+/// O_CREAT by 4 processes for 3 s (each a notification the write watcher judges); then it
+/// marks the end and waits, so netbox's threads can be read.
+const CHAIN_FLOOD: &str = r#"
+import multiprocessing, os, sys, time
+d = os.getcwd() + "/links"
+os.makedirs(d, exist_ok=True)
+last = "/etc/nb-nothing"
+for i in range(39):
+    p = "%s/l%d" % (d, i)
+    os.symlink(last, p)
+    last = p
+def loop(_):
+    end = time.time() + 3
+    while time.time() < end:
+        try:
+            os.open(last, os.O_WRONLY | os.O_CREAT)
+        except OSError:
+            pass
+with multiprocessing.Pool(4) as pool:
+    pool.map(loop, range(4))
+open("flooded", "w").close()
+time.sleep(1.5)
+"#;
+
+/// Issue 20, finding 9: the write watcher's work for CMD is done inside CMD's `--cpus`
+/// quota (its thread joins the sandbox's cpu cgroup), and a long symlink chain is not
+/// followed to its end on every call.
+#[test]
+fn the_write_watcher_cannot_be_used_to_escape_cpus() {
+    let dir = TestDir::new("cpus-watcher");
+    let run = Run::new(&dir).args_from(&["--quiet", "--cpus", "0.5"]);
+    std::fs::write(run.workspace.join("chain.py"), CHAIN_FLOOD).unwrap();
+    let started = std::time::Instant::now();
+    let mut child = run
+        .command("python3 chain.py")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let flooded = run.workspace.join("flooded");
+    while !flooded.exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            // Without a cpu hierarchy netbox may write to (as an ordinary user here),
+            // --cpus is refused, never silently unenforced.
+            let mut said = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut said).unwrap();
+            assert_eq!(status.code(), Some(125), "{said}");
+            assert!(said.contains("--cpus cannot be enforced here"), "{said}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let wall = started.elapsed().as_secs_f64();
+    // Clock ticks of netbox's watcher thread (utime + stime, fields 14 and 15).
+    let ticks: u64 = std::fs::read_dir(format!("/proc/{}/task", child.id()))
+        .unwrap()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
+        .filter(|stat| stat.contains("(netbox-writewat)"))
+        .map(|stat| {
+            let fields: Vec<&str> = stat
+                .rsplit(')')
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .collect();
+            fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+        })
+        .sum();
+    assert!(child.wait().unwrap().success());
+    let watcher = ticks as f64 / 100.0;
+    // Half a CPU for CMD and the watcher together (before: the watcher alone used ~2.8 s
+    // of CPU in 3 s, 15 times CMD's own).
+    assert!(
+        watcher <= 0.5 * wall + 0.3,
+        "the watcher used {watcher:.2} s of CPU in {wall:.2} s"
+    );
+    // Control: the watcher did work for CMD (it judged the flood), and the probe says it
+    // runs in the sandbox's cpu cgroup.
+    assert!(watcher > 0.05, "{watcher}");
+    let probe = run.probe().to_string();
+    assert!(probe.contains("in the sandbox's cpu cgroup"), "{probe}");
 }

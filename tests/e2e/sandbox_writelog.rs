@@ -304,3 +304,48 @@ fn a_watcher_that_does_not_judge_stops_cmd() {
         .clone();
     assert_eq!(check["passed"], true, "{check:#}");
 }
+
+/// Issue 20, finding 8: writes through /proc's magic links (the caller's root, cwd, an
+/// open directory; /dev/fd/N; another process's by its pid) are refused as before, and
+/// now logged, with the path they lead to and the reason that path has.
+#[test]
+fn refused_writes_through_proc_links_are_logged() {
+    let dir = TestDir::new("writelog-proc");
+    let run = Run::new(&dir).arg("--quiet");
+    std::fs::create_dir(run.workspace.join(".git")).unwrap();
+    std::fs::write(run.workspace.join(".git/config"), "[core]\n").unwrap();
+    let out = run.sh(
+        "echo x > /proc/self/root/etc/nb-root 2>/dev/null && echo ROOT; \
+         echo x >> /proc/self/cwd/.git/config 2>/dev/null && echo CWD; \
+         exec 3</usr; echo x > /dev/fd/3/nb-fd 2>/dev/null && echo FD; \
+         sleep 5 & echo x > /proc/$!/root/etc/nb-other 2>/dev/null && echo OTHER; kill $!; \
+         echo x > /proc/1/root/etc/nb-pid1 2>/dev/null && echo PID1; \
+         echo x > /proc/$$/cwd/.git/nb-pid 2>/dev/null && echo PID; \
+         echo fine > /proc/self/cwd/ok.txt && echo CONTROL",
+    );
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    let events = run.events();
+    let ws = run.workspace.display().to_string();
+    let got: Vec<(String, String)> = denied(&events)
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap().to_owned(),
+                e["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want = |p: String, r: &str| (p, r.to_owned());
+    assert_eq!(
+        got,
+        vec![
+            want("/etc/nb-root".into(), "read-only root"),
+            want(format!("{ws}/.git/config"), "protected path"),
+            want("/usr/nb-fd".into(), "read-only root"),
+            want("/etc/nb-other".into(), "read-only root"),
+            want(format!("{ws}/.git/nb-pid"), "protected path"),
+        ]
+    );
+    // Control: the write that went through was not logged, and landed.
+    assert!(run.workspace.join("ok.txt").exists());
+}

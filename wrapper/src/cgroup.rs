@@ -188,6 +188,15 @@ impl SandboxCgroups {
             .try_for_each(|g| move_self(g.controller, &g.home))
     }
 
+    /// The `tasks` file of the sandbox's cpu cgroup, if `--cpus` made one: a thread of
+    /// netbox's that works for the sandbox joins it, to share CMD's quota.
+    pub fn cpu_tasks(&self) -> Option<PathBuf> {
+        self.groups
+            .iter()
+            .find(|g| g.controller == "cpu")
+            .map(|g| g.inner.join("tasks"))
+    }
+
     /// Whether no cgroup was needed (the run has no --pids, --memory or --cpus limit).
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty()

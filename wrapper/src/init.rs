@@ -26,7 +26,7 @@ use crate::error::{EXIT_NETBOX_FAILURE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 use crate::handshake::{Channel, SyncMsg};
 use crate::limits::Limits;
 use crate::pins::Pins;
-use crate::sys::process::{exit_child, say_from_child, spawn_sharing_memory};
+use crate::sys::process::{exit_child, say_from_child, spawn_sharing_memory, ExecArgs};
 
 /// Signals passed on to CMD.
 const FORWARDED: [Signal; 4] = [
@@ -70,24 +70,12 @@ pub fn run_to_end(
     skip_limits_for_test: bool,
     pins: &Pins,
 ) -> Result<i32, Stop> {
-    let argv: Vec<CString> = cmd
-        .iter()
-        .map(|a| CString::new(a.as_bytes()))
-        .collect::<Result<_, _>>()
-        .map_err(|_| Stop::Unrunnable("the command contains a NUL byte".into()))?;
-    let envp: Vec<CString> = env
-        .iter()
-        .filter_map(|(k, v)| {
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            CString::new(kv).ok()
-        })
-        .collect();
+    // Everything the child needs, built here: it shares pid 1's memory until it execs,
+    // and must not allocate (sys/process.rs, spawn_sharing_memory).
+    let start = Start::prepare(cmd, env, cwd)?;
     // pid 1 is single-threaded: nothing here ever starts a thread. exec_cmd only sets up
     // the child's own state and execs (or says why not and exits).
-    let start = || exec_cmd(&argv, &envp, cwd, limits, skip_limits_for_test);
-    let child = match spawn_sharing_memory(start) {
+    let child = match spawn_sharing_memory(|| exec_cmd(&start, limits, skip_limits_for_test)) {
         Ok(child) => child,
         Err(e) => {
             let name = cmd.first().map(|c| c.to_string_lossy()).unwrap_or_default();
@@ -96,8 +84,54 @@ pub fn run_to_end(
     };
     let code = supervise(child, pins)?;
     let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-    while waitpid(None, None).is_ok() {}
+    // Until there is no child left (ECHILD): a signal that interrupts the wait (EINTR)
+    // must not leave any of them unreaped.
+    while let Ok(_) | Err(Errno::EINTR) = waitpid(None, None) {}
     Ok(code)
+}
+
+/// CMD, resolved and laid out before its child starts, with every message the child may
+/// have to say.
+struct Start {
+    /// The program found on PATH, ready to exec; `None`: not found.
+    exec: Option<ExecArgs>,
+    cwd: CString,
+    /// `CMD`'s name (argv[0]) as messages show it.
+    name: Vec<u8>,
+    /// The working directory as messages show it.
+    cwd_shown: Vec<u8>,
+}
+
+impl Start {
+    fn prepare(cmd: &[OsString], env: &[(OsString, OsString)], cwd: &Path) -> Result<Start, Stop> {
+        let unrunnable = |what: &str| Stop::Unrunnable(format!("the {what} contains a NUL byte"));
+        let argv: Vec<CString> = cmd
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| unrunnable("command"))?;
+        let first = argv.first().cloned().ok_or_else(|| unrunnable("command"))?;
+        let envp: Vec<CString> = env
+            .iter()
+            .filter_map(|(k, v)| {
+                let mut kv = k.as_bytes().to_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                CString::new(kv).ok()
+            })
+            .collect();
+        let cwd_c = CString::new(cwd.as_os_str().as_bytes())
+            .map_err(|_| unrunnable("working directory"))?;
+        let name = first.to_string_lossy().into_owned().into_bytes();
+        let exec =
+            find_program(&first, &envp, cwd).map(|program| ExecArgs::new(program, argv, envp));
+        Ok(Start {
+            exec,
+            cwd: cwd_c,
+            cwd_shown: crate::printable::printable(&cwd.to_string_lossy()).into_bytes(),
+            name,
+        })
+    }
 }
 
 /// A forwarded signal that arrived while no command was running (between `--fetch`'s
@@ -134,77 +168,83 @@ pub enum Stop {
 }
 
 /// In the child, which shares pid 1's memory until exec (`spawn_sharing_memory`): becomes
-/// CMD. Messages go out with `say_from_child`.
-fn exec_cmd(
-    argv: &[CString],
-    envp: &[CString],
-    cwd: &Path,
-    limits: &Limits,
-    skip_limits: bool,
-) -> ! {
-    let name = argv[0].to_string_lossy().into_owned();
+/// CMD. It allocates nothing: everything it uses was built before it started (`Start`),
+/// and it says what went wrong with `say_from_child`, from parts.
+fn exec_cmd(start: &Start, limits: &Limits, skip_limits: bool) -> ! {
+    let fail = |parts: &[&[u8]], code: u8| -> ! {
+        say_from_child(parts);
+        exit_child(code.into())
+    };
+    let name = start.name.as_slice();
     // CMD starts as from a shell: default dispositions (Rust ignores SIGPIPE in netbox,
     // and an ignored disposition survives exec) and nothing blocked.
     crate::sys::process::reset_signal_dispositions();
     let _ = SigSet::all().thread_unblock();
     if let Err(e) = nix::unistd::setsid() {
-        say_from_child(&format!(
-            "netbox: cannot start a new session for {name}: {}",
-            e.desc()
-        ));
-        exit_child(EXIT_NETBOX_FAILURE.into());
+        fail(
+            &[
+                b"netbox: cannot start a new session for ",
+                name,
+                b": ",
+                e.desc().as_bytes(),
+            ],
+            EXIT_NETBOX_FAILURE,
+        );
     }
-    if let Err(e) = nix::unistd::chdir(cwd) {
+    if let Err(e) = nix::unistd::chdir(start.cwd.as_c_str()) {
         // The usual cause: the directory netbox was started in lies under a path the
         // sandbox replaces (its private /tmp, a --hide), outside the workspace.
-        say_from_child(&format!(
-            "netbox: the working directory {} cannot be entered inside the sandbox ({}); \
-             start netbox in the workspace or in a directory the sandbox shows \
-             (a private /tmp hides the host's: --tmp host shares it)",
-            crate::printable::printable(&cwd.to_string_lossy()),
-            e.desc()
-        ));
-        exit_child(EXIT_NETBOX_FAILURE.into());
+        fail(
+            &[
+                b"netbox: the working directory ",
+                &start.cwd_shown,
+                b" cannot be entered inside the sandbox (",
+                e.desc().as_bytes(),
+                b"); start netbox in the workspace or in a directory the sandbox shows \
+                  (a private /tmp hides the host's: --tmp host shares it)",
+            ],
+            EXIT_NETBOX_FAILURE,
+        );
     }
     if let Err(e) = crate::sys::fd::close_from_3() {
-        say_from_child(&format!(
-            "netbox: cannot close inherited file descriptors: {e}"
-        ));
-        exit_child(EXIT_NETBOX_FAILURE.into());
+        let errno = e
+            .raw_os_error()
+            .map_or("unknown error", |n| Errno::from_raw(n).desc());
+        fail(
+            &[
+                b"netbox: cannot close inherited file descriptors: ",
+                errno.as_bytes(),
+            ],
+            EXIT_NETBOX_FAILURE,
+        );
     }
-    let program = match find_program(&argv[0], envp) {
-        Some(program) => program,
-        None => {
-            say_from_child(&format!("netbox: {name}: command not found"));
-            exit_child(EXIT_NOT_FOUND.into());
-        }
+    let Some(exec) = &start.exec else {
+        fail(&[b"netbox: ", name, b": command not found"], EXIT_NOT_FOUND);
     };
-    // Last before exec, with nothing left to allocate: pid 1's address space, which this
-    // child shares until exec, may already be past --memory; exec replaces it, so CMD
-    // starts with all of it.
+    // Last before exec: pid 1's address space, which this child shares until exec, may
+    // already be past --memory; exec replaces it, so CMD starts with all of it.
     if let Err(e) = crate::limits::apply(limits, skip_limits) {
-        say_from_child(&format!("netbox: cannot set resource limits: {e}"));
-        exit_child(EXIT_NETBOX_FAILURE.into());
+        fail(
+            &[b"netbox: cannot set resource limits: ", e.desc().as_bytes()],
+            EXIT_NETBOX_FAILURE,
+        );
     }
-    let err = match nix::unistd::execve(&program, argv, envp) {
-        Err(e) => e,
-        Ok(never) => match never {},
-    };
-    let code = if err == Errno::ENOENT {
-        say_from_child(&format!("netbox: {name}: command not found"));
-        EXIT_NOT_FOUND
-    } else {
-        say_from_child(&format!("netbox: cannot run {name}: {}", err.desc()));
-        EXIT_NOT_EXECUTABLE
-    };
-    exit_child(code.into())
+    match exec.exec() {
+        Errno::ENOENT => fail(&[b"netbox: ", name, b": command not found"], EXIT_NOT_FOUND),
+        err => fail(
+            &[b"netbox: cannot run ", name, b": ", err.desc().as_bytes()],
+            EXIT_NOT_EXECUTABLE,
+        ),
+    }
 }
 
-/// Finds CMD the way a shell does: a name with a slash is used as is; otherwise the first
-/// executable regular file in PATH, else the first one that exists (so exec reports why it
-/// cannot run), else nothing (command not found). Directories on PATH this user cannot
-/// search are skipped, as a shell skips them, rather than turning "not found" into 126.
-fn find_program(name: &CString, envp: &[CString]) -> Option<CString> {
+/// Finds CMD the way a shell does, from CMD's working directory `cwd`: a name with a slash
+/// is used as is; otherwise the first executable regular file in PATH, else the first one
+/// that exists (so exec reports why it cannot run), else nothing (command not found).
+/// Directories on PATH this user cannot search are skipped, as a shell skips them, rather
+/// than turning "not found" into 126. What is returned is exec'd from `cwd`, so a relative
+/// PATH entry is looked at there.
+fn find_program(name: &CString, envp: &[CString], cwd: &Path) -> Option<CString> {
     let bytes = name.as_bytes();
     if bytes.contains(&b'/') {
         return Some(name.clone());
@@ -222,12 +262,12 @@ fn find_program(name: &CString, envp: &[CString]) -> Option<CString> {
         let Ok(candidate) = CString::new(candidate) else {
             continue;
         };
-        let is_file = std::fs::metadata(std::ffi::OsStr::from_bytes(candidate.as_bytes()))
-            .is_ok_and(|m| m.is_file());
+        let seen_from_cwd = cwd.join(std::ffi::OsStr::from_bytes(candidate.as_bytes()));
+        let is_file = std::fs::metadata(&seen_from_cwd).is_ok_and(|m| m.is_file());
         if !is_file {
             continue;
         }
-        if nix::unistd::access(candidate.as_c_str(), nix::unistd::AccessFlags::X_OK).is_ok() {
+        if nix::unistd::access(&seen_from_cwd, nix::unistd::AccessFlags::X_OK).is_ok() {
             return Some(candidate);
         }
         existing.get_or_insert(candidate);

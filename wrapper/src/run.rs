@@ -206,6 +206,7 @@ fn run_logged(
         reap_pid1: !cgroups.is_empty(),
         cpus,
         tally,
+        cpu_cgroup_tasks: cgroups.cpu_tasks(),
     }));
     // Everything of the sandbox is gone: what did it leave for git to find?
     let report = runtime.block_on(audit_cancellable(audit));

@@ -255,6 +255,9 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
     if channel.peer_closed() {
         return Err(("start".into(), "netbox exited during start-up".into(), None));
     }
+    // netbox's fault handlers (std's stack-overflow report, on netbox's alternate signal
+    // stack) are not pid 1's: a fault here ends pid 1 plainly.
+    crate::sys::process::reset_fault_handlers().map_err(failed("reset fault handlers"))?;
     // Signals for CMD arrive through netbox, which forwards them; pid 1 reads them from a
     // signalfd, so they are blocked from the start.
     init::block_signals().map_err(failed("block signals"))?;

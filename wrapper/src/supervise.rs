@@ -167,6 +167,8 @@ pub struct Supervised<'a> {
     pub cpus: Option<(nix::sched::CpuSet, usize)>,
     /// How the run ended, for the session_end record.
     pub tally: &'a mut crate::session::Tally,
+    /// With `--cpus`: the sandbox's cpu cgroup's `tasks`, for the write watcher's thread.
+    pub cpu_cgroup_tasks: Option<std::path::PathBuf>,
 }
 
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.
@@ -190,6 +192,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         reap_pid1,
         cpus,
         tally,
+        cpu_cgroup_tasks,
     } = run;
     // Handlers first: a signal from now on is forwarded (or cancels the start), never lost.
     let mut signals = Signals::new()?;
@@ -238,6 +241,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         read_only: read_only.clone(),
         notices: stderr == Stderr::Summary,
         blind: breakage.blind_write_watch,
+        cpu_cgroup_tasks,
         share_root: !allow_nested_userns,
     })
     .ok();

@@ -250,6 +250,15 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
                 None => continue,
             }
         };
+        // Through /proc's magic links (the caller's root, cwd, an fd; /dev/fd/N), which
+        // the judge's own lookups do not follow: what they lead to, as the sandbox names it.
+        // Not for link's existing file, which such a link may name without a path (an
+        // O_TMPFILE published with linkat): that one is taken as found, below.
+        let named = if matches!(arg.op, Op::LinkSource { .. }) {
+            named
+        } else {
+            through_magic_links(named, n.pid, root)
+        };
         refused_for_name |= refused_for_its_name(arg.op, &raw);
         if let Op::LinkSource { follow } = arg.op {
             // Missing only if the lookup says so itself. A path through /proc or /dev
@@ -290,6 +299,83 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
         }
     }
     verdicts
+}
+
+/// Magic links followed in one path at most (each leads to a path that could name
+/// another).
+const MAX_MAGIC_LINKS: usize = 8;
+
+/// `named`, with a leading `/proc/self|thread-self|PID/{root,cwd,fd/N}` or
+/// `/dev/{fd/N,stdin,stdout,stderr}` replaced by where that link leads (as the sandbox
+/// names it), repeatedly; unchanged where it names no such link or the link leads to no
+/// path (a pipe, a socket).
+fn through_magic_links(named: PathBuf, pid: u32, root: &OwnedFd) -> PathBuf {
+    let mut path = named;
+    for _ in 0..MAX_MAGIC_LINKS {
+        match magic_link_target(&path, pid, root) {
+            Some(next) => path = next,
+            None => break,
+        }
+    }
+    path
+}
+
+/// One step of [`through_magic_links`].
+fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd) -> Option<PathBuf> {
+    let mut parts = path
+        .strip_prefix("/")
+        .ok()?
+        .components()
+        .map(|c| c.as_os_str());
+    let (who, link) = match parts.next()?.as_bytes() {
+        b"dev" => {
+            let fd = match parts.next()?.as_bytes() {
+                b"fd" => parts.next()?.to_owned(),
+                b"stdin" => "0".into(),
+                b"stdout" => "1".into(),
+                b"stderr" => "2".into(),
+                _ => return None,
+            };
+            (OsStr::new("self").to_owned(), Path::new("fd").join(fd))
+        }
+        b"proc" => {
+            let who = parts.next()?.to_owned();
+            let link = match parts.next()?.as_bytes() {
+                b"root" => PathBuf::from("root"),
+                b"cwd" => PathBuf::from("cwd"),
+                b"fd" => Path::new("fd").join(parts.next()?),
+                _ => return None,
+            };
+            (who, link)
+        }
+        _ => return None,
+    };
+    let rest: PathBuf = parts.collect();
+    let target = match who.as_bytes() {
+        // The caller's own (a thread's "thread-self" shares these with it).
+        b"self" | b"thread-self" => {
+            std::fs::read_link(Path::new("/proc").join(pid.to_string()).join(&link)).ok()?
+        }
+        // pid 1 is netbox's and not dumpable: its links are EACCES to CMD, no write.
+        b"1" => return None,
+        // Another process of the sandbox's, by its pid there (CMD's own, which CMD may
+        // follow): read through the sandbox's own /proc (readlink, which follows nothing).
+        digits if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) => {
+            let dir = open_in_sandbox(root, &Path::new("/proc").join(&who), false)?;
+            let link = nix::fcntl::readlinkat(&dir, &link).ok()?;
+            PathBuf::from(link)
+        }
+        _ => return None,
+    };
+    // "pipe:[N]", "socket:[N]", "anon_inode:...": no path to judge.
+    if !target.is_absolute() {
+        return None;
+    }
+    Some(if rest.as_os_str().is_empty() {
+        target
+    } else {
+        target.join(rest)
+    })
 }
 
 /// renameat2's flags (0 for rename and renameat).
@@ -491,12 +577,19 @@ pub fn open_root(pid: u32) -> Option<OwnedFd> {
     .ok()
 }
 
+/// Symlinks followed to find where an O_CREAT open through a chain of them lands: each
+/// hop is a lookup from the root on the notified caller's clock (and netbox's CPU), so a
+/// long chain is not followed to its end (the kernel follows 40) and its write, refused
+/// or not, goes unlogged; a command opening one in a loop cannot make the watcher do
+/// quadratic work.
+const MAX_LINK_HOPS: usize = 8;
+
 /// Where an O_CREAT open of `named` creates its file when `named` is a symlink (or a chain
-/// of them, followed up to the kernel's 40) that leads to nothing: the final target, as
-/// the sandbox names it. `None` if `named` is not a symlink, or leads to something.
+/// of them, up to `MAX_LINK_HOPS`) that leads to nothing: the final target, as the
+/// sandbox names it. `None` if `named` is not a symlink, or leads to something.
 fn dangling_target(root: &OwnedFd, named: &Path) -> Option<PathBuf> {
     let mut path = named.to_owned();
-    for _ in 0..40 {
+    for _ in 0..MAX_LINK_HOPS {
         let entry = open_in_sandbox(root, &path, false)?;
         if !is_kind(&entry, libc::S_IFLNK) {
             return None;

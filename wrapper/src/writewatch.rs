@@ -47,6 +47,10 @@ pub struct WatchContext {
     pub notices: bool,
     /// Test builds: answer without looking, so the probe's check must fail.
     pub blind: bool,
+    /// With `--cpus`: the `tasks` file of the sandbox's cpu cgroup, which the watcher's
+    /// thread joins, so that the work CMD makes it do (each notified call is judged) is
+    /// taken from CMD's own CPU quota instead of escaping it.
+    pub cpu_cgroup_tasks: Option<PathBuf>,
     /// Whether every process in the sandbox shares pid 1's root, so it is opened once:
     /// without capabilities and without nested user namespaces none can chroot,
     /// pivot_root or unshare a mount namespace. Otherwise each caller's own is opened.
@@ -58,6 +62,8 @@ pub struct WatchContext {
 struct Seen {
     /// pid 1's writes: path as the sandbox names it, and whether it was judged denied.
     probe: Mutex<Vec<(PathBuf, bool)>>,
+    /// With `--cpus`, how joining the sandbox's cpu cgroup went.
+    cpu_cgroup: Mutex<Option<Result<(), String>>>,
     denied: AtomicU64,
     announced: Mutex<Notices>,
 }
@@ -98,11 +104,20 @@ impl WriteWatch {
         let seen = Arc::new(Seen::default());
         let (give, take) = std::sync::mpsc::sync_channel::<(OwnedFd, Option<OwnedFd>)>(1);
         let (stopped, stop) = std::io::pipe()?;
+        let (joined, join_result) = std::sync::mpsc::sync_channel::<()>(1);
+        let joins = context.cpu_cgroup_tasks.is_some();
         let thread = {
             let seen = Arc::clone(&seen);
             std::thread::Builder::new()
                 .name("netbox-writewatch".into())
                 .spawn(move || {
+                    if let Some(tasks) = &context.cpu_cgroup_tasks {
+                        // cgroup v1 moves a single thread by its id.
+                        let result = std::fs::write(tasks, nix::unistd::gettid().to_string())
+                            .map_err(|e| format!("{}: {e}", tasks.display()));
+                        *seen.cpu_cgroup.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+                        let _ = joined.send(());
+                    }
                     let Ok((listener, root)) = take.recv() else {
                         return;
                     };
@@ -117,6 +132,10 @@ impl WriteWatch {
                     serve(&listener, &stopped, &context, shared_root.as_ref(), &seen);
                 })?
         };
+        if joins {
+            // Known before the probe's report is checked against it.
+            let _ = join_result.recv();
+        }
         Ok(WriteWatch {
             seen,
             thread: Some(thread),
@@ -172,6 +191,23 @@ impl WriteWatch {
                     result: result.into(),
                 });
             }
+        }
+        if let Some(joined) = &*self
+            .seen
+            .cpu_cgroup
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            forbidden.push(Outcome {
+                attempt: "judge CMD's writes outside its --cpus quota (the watcher not in \
+                          the sandbox's cpu cgroup)"
+                    .into(),
+                ok: joined.is_ok(),
+                result: match joined {
+                    Ok(()) => "in the sandbox's cpu cgroup".into(),
+                    Err(e) => e.clone(),
+                },
+            });
         }
         // With no refused write to look for (none was tried), nothing is proven.
         report.add_check(crate::probe::check(CHECK, forbidden, control));

@@ -34,14 +34,15 @@ pub fn clone_process(
     flags: nix::sched::CloneFlags,
     mut child: impl FnMut() -> i32,
 ) -> io::Result<nix::unistd::Pid> {
-    let mut stack = vec![0u8; CLONE_STACK_BYTES];
+    let mut stack = GuardedStack::new(CLONE_STACK_BYTES)?;
     let callback: nix::sched::CloneCb<'_> = Box::new(move || exit_child(child()));
     // SAFETY: without CLONE_VM the child gets a copy of this address space (as after
     // fork), so the callback, its captures and `stack` are the child's own; the callers are
     // single-threaded, so no lock is held by a thread that does not exist in the child; the
-    // stack is 8 MiB, far more than the setup's call depth; and the callback never returns
-    // (exit_child), so the child never unwinds into frames that belong to the parent.
-    let pid = unsafe { nix::sched::clone(callback, &mut stack, flags, Some(libc::SIGCHLD)) }?;
+    // stack is 8 MiB, far more than the setup's call depth, above a guard page that turns
+    // an overflow into a fault; and the callback never returns (exit_child), so the child
+    // never unwinds into frames that belong to the parent.
+    let pid = unsafe { nix::sched::clone(callback, stack.usable(), flags, Some(libc::SIGCHLD)) }?;
     Ok(pid)
 }
 
@@ -88,25 +89,88 @@ pub fn spawn_sharing_memory(child: impl FnMut() -> i32) -> io::Result<nix::unist
     Ok(pid)
 }
 
-/// Writes `line` and a newline to stderr from a child that shares pid 1's memory, with
-/// write(2) itself: std's stderr takes a lock in that memory (recording pid 1's own thread
-/// as its owner), which would stay taken if the child died in the write (SIGPIPE on a
-/// closed pipe, SIGXFSZ past `--fsize`).
-pub fn say_from_child(line: &str) {
+/// Writes `parts` and a newline to stderr from a child that shares pid 1's memory, with
+/// write(2) itself and without allocating: std's stderr takes a lock in that memory
+/// (recording pid 1's own thread as its owner), which would stay taken if the child died
+/// in the write (SIGPIPE on a closed pipe, SIGXFSZ past `--fsize`), and the allocator's
+/// lock likewise.
+pub fn say_from_child(parts: &[&[u8]]) {
     use std::os::fd::AsFd;
-    let mut text = Vec::with_capacity(line.len() + 1);
-    text.extend_from_slice(line.as_bytes());
-    text.push(b'\n');
     let stderr = std::io::stderr();
-    let mut rest = &text[..];
-    while !rest.is_empty() {
-        match nix::unistd::write(stderr.as_fd(), rest) {
-            Ok(0) => return,
-            Ok(written) => rest = &rest[written.min(rest.len())..],
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => return,
+    for part in parts.iter().copied().chain([&b"\n"[..]]) {
+        let mut rest = part;
+        while !rest.is_empty() {
+            match nix::unistd::write(stderr.as_fd(), rest) {
+                Ok(0) => return,
+                Ok(written) => rest = &rest[written.min(rest.len())..],
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => return,
+            }
         }
     }
+}
+
+/// A program and its argument and environment vectors, laid out for execve(2) before a
+/// child that shares the caller's memory starts: the child then execs without building
+/// anything (nix's execve allocates its pointer arrays).
+pub struct ExecArgs {
+    program: std::ffi::CString,
+    /// Owned here: `argv_ptrs` and `envp_ptrs` point into them.
+    _argv: Vec<std::ffi::CString>,
+    _envp: Vec<std::ffi::CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    envp_ptrs: Vec<*const libc::c_char>,
+}
+
+impl ExecArgs {
+    pub fn new(
+        program: std::ffi::CString,
+        argv: Vec<std::ffi::CString>,
+        envp: Vec<std::ffi::CString>,
+    ) -> ExecArgs {
+        let pointers = |strings: &[std::ffi::CString]| {
+            let mut pointers: Vec<*const libc::c_char> =
+                strings.iter().map(|s| s.as_ptr()).collect();
+            pointers.push(std::ptr::null());
+            pointers
+        };
+        ExecArgs {
+            argv_ptrs: pointers(&argv),
+            envp_ptrs: pointers(&envp),
+            program,
+            _argv: argv,
+            _envp: envp,
+        }
+    }
+
+    /// execve(2); returns only if it failed, with why.
+    pub fn exec(&self) -> nix::errno::Errno {
+        // SAFETY: `program` is NUL-terminated; `argv_ptrs` and `envp_ptrs` are
+        // NULL-terminated arrays of pointers into the CStrings `self` owns, which outlive
+        // the call (exec replaces the process on success; on failure nothing was freed).
+        unsafe {
+            libc::execve(
+                self.program.as_ptr(),
+                self.argv_ptrs.as_ptr(),
+                self.envp_ptrs.as_ptr(),
+            );
+        }
+        nix::errno::Errno::last()
+    }
+}
+
+/// Puts SIGSEGV and SIGBUS back to their default action. A process cloned from netbox
+/// inherits std's handlers for them (its stack-overflow report, on netbox's alternate
+/// signal stack), which pid 1, running on a stack of its own, must not run.
+pub fn reset_fault_handlers() -> nix::Result<()> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    for signal in [Signal::SIGSEGV, Signal::SIGBUS] {
+        // SAFETY: installing SIG_DFL runs no handler code of ours, so nothing about the
+        // program's state has to be signal-safe for it.
+        unsafe { sigaction(signal, &default) }?;
+    }
+    Ok(())
 }
 
 /// A stack mapped for one child, above an inaccessible page: a child that overflowed it

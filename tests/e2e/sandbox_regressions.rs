@@ -520,3 +520,57 @@ fn a_working_directory_the_sandbox_hides_is_one_clear_error() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(marker.exists());
 }
+
+/// Issue 20, finding 7: a socket bound in another network namespace (a container's, a
+/// `PrivateNetwork=` service's, another sandbox's) is listed only in that namespace's
+/// /proc/net/unix, yet any namespace can connect to it: it is covered too.
+#[test]
+fn sockets_bound_in_other_network_namespaces_are_hidden() {
+    TestDir::remove_leftovers_outside_tmp("netns-socket");
+    let dir = TestDir::new("netns-socket");
+    // Kept when the test ends, like host_unix_sockets_are_hidden's.
+    let outside = std::mem::ManuallyDrop::new(TestDir::outside_tmp("netns-socket"));
+    let path = outside.join("other-netns.sock");
+    let ready = outside.join("ready");
+    // A listener in a network namespace of its own (a user namespace makes that possible
+    // without root), answering "hello" to whoever connects.
+    let mut other = std::process::Command::new("unshare")
+        .args(["-rn", "python3", "-c"])
+        .arg(format!(
+            "import socket, time\n\
+             s = socket.socket(socket.AF_UNIX); s.bind({path:?}); s.listen()\n\
+             open({ready:?}, 'w').close()\n\
+             s.settimeout(20)\n\
+             try:\n    while True:\n        c, _ = s.accept(); c.sendall(b'hello'); c.close()\n\
+             except OSError:\n    pass\n",
+            path = path.display().to_string(),
+            ready = ready.display().to_string(),
+        ))
+        .spawn()
+        .unwrap();
+    wait_for_path(&ready, "the other namespace's listener never started");
+    let netns_own = std::fs::read_to_string("/proc/self/net/unix").unwrap();
+    assert!(
+        !netns_own.contains("other-netns.sock"),
+        "not another namespace's"
+    );
+    let run = Run::new(&dir);
+    let out = run.sh(&format!(
+        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{}'); print(s.recv(5))\" 2>&1 | tail -1",
+        path.display()
+    ));
+    let said = stdout(&out);
+    assert!(
+        said.contains("ConnectionRefusedError"),
+        "{said} {}",
+        stderr(&out)
+    );
+    assert!(run.probe().to_string().contains("other-netns.sock"));
+    // Control: from outside the sandbox, the same socket answers.
+    let mut client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    let mut hello = [0u8; 5];
+    std::io::Read::read_exact(&mut client, &mut hello).unwrap();
+    assert_eq!(&hello, b"hello");
+    let _ = other.kill();
+    let _ = other.wait();
+}

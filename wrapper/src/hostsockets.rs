@@ -3,14 +3,46 @@
 //! A socket file on a read-only mount is still connectable (measured on kernel 6.18,
 //! 2026-11-29; neither the network namespace nor Landlock ABI 7 stops it), and behind such
 //! sockets sit agents, terminal multiplexers, display servers and container daemons: a
-//! connection is a way out. Every listening socket bound to a path shows up in the host
-//! network namespace's `/proc/net/unix` (unix(7)); netbox reads it before the sandbox
-//! exists and covers each one the sandbox could see with a read-only `/dev/null`.
+//! connection is a way out. A listening socket bound to a path shows up in
+//! `/proc/net/unix` of the network namespace it was bound in (unix(7)), and only there,
+//! though any namespace can connect to it: a container's, a `PrivateNetwork=` service's,
+//! another sandbox's. So netbox reads `/proc/PID/net/unix` for one process of every
+//! network namespace it can see (the file's inode number is the namespace's: measured,
+//! kernel 6.18, readable for other users' processes too) and covers each socket the
+//! sandbox could see with a read-only `/dev/null`. The scan runs while the sandbox sets
+//! up (sandbox.rs waits for its result before its last mounts), not before it.
 //! Sockets created after the sandbox starts are not covered; `/run` and a private `/tmp`
 //! are hidden whole, which is where most appear.
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+
+/// The socket paths bound in every network namespace this user can see: netbox's own,
+/// and one `/proc/PID/net/unix` for each other namespace a process is in.
+fn every_namespaces_sockets() -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut namespaces = std::collections::HashSet::new();
+    let mut paths = Vec::new();
+    let mut read = |file: &Path| {
+        let Ok(meta) = std::fs::metadata(file) else {
+            return;
+        };
+        if namespaces.insert(meta.ino()) {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            paths.extend(parse_proc_net_unix(&text));
+        }
+    };
+    read(Path::new("/proc/self/net/unix"));
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        if name.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+            read(&entry.path().join("net/unix"));
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    paths
+}
 
 /// Parses `/proc/net/unix` text: the path column of every named socket, exactly as it was
 /// bound (absolute or relative; it is the last column and may contain spaces).
@@ -42,8 +74,7 @@ fn path_column(line: &str) -> Option<&str> {
 /// A relative path is tried against each writable root (the likely place a process bound
 /// it from); `hidden` says which paths the sandbox will not see at all.
 pub fn visible_host_sockets(hidden: impl Fn(&Path) -> bool, roots: &[PathBuf]) -> Vec<PathBuf> {
-    let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
-    let mut found: Vec<PathBuf> = parse_proc_net_unix(&text)
+    let mut found: Vec<PathBuf> = every_namespaces_sockets()
         .into_iter()
         .flat_map(|p| {
             if p.is_absolute() {

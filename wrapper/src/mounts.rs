@@ -187,7 +187,13 @@ fn in_root(path: &Path) -> PathBuf {
 
 /// Builds the sandbox filesystem and pivots into it. Runs in the sandbox's init process,
 /// inside its new user, mount and pid namespaces, with capabilities still held.
-pub fn apply(plan: &MountPlan, breakage: Breakage) -> Result<()> {
+/// `host_sockets` gives the host's socket files to cover, once the planned operations are
+/// done (netbox finds them meanwhile); returns those it covered.
+pub fn apply(
+    plan: &MountPlan,
+    breakage: Breakage,
+    host_sockets: impl FnOnce() -> std::io::Result<Vec<PathBuf>>,
+) -> Result<Vec<PathBuf>> {
     let none: Option<&str> = None;
     step(
         || "make / private".into(),
@@ -244,6 +250,19 @@ pub fn apply(plan: &MountPlan, breakage: Breakage) -> Result<()> {
     for op in &plan.ops {
         apply_op(op, &sources)?;
     }
+    let sockets = step(|| "receive the host sockets".into(), host_sockets())?;
+    let mut covered = Vec::with_capacity(sockets.len());
+    for socket in sockets {
+        let cover = MountOp::HideFile {
+            target: socket.clone(),
+        };
+        match apply_op(&cover, &sources) {
+            Ok(()) => covered.push(socket),
+            // Gone since netbox saw it (its service stopped): nothing to connect to.
+            Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
 
     mount_proc(plan.forbid_nested_userns && !breakage.keep_nested_userns)?;
     mount_dev()?;
@@ -261,7 +280,7 @@ pub fn apply(plan: &MountPlan, breakage: Breakage) -> Result<()> {
         umount2(".", MntFlags::MNT_DETACH),
     )?;
     step(|| "chdir /".into(), nix::unistd::chdir("/"))?;
-    Ok(())
+    Ok(covered)
 }
 
 fn apply_op(op: &MountOp, sources: &[OwnedFd]) -> Result<()> {

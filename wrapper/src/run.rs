@@ -11,7 +11,7 @@ use bridge::{BridgeConfig, EventLog, Session, Stderr};
 
 use crate::config::SandboxConfig;
 use crate::error::WrapperError;
-use crate::handshake;
+use crate::handshake::{self, SyncMsg};
 use crate::probe::ProbeInput;
 use crate::protect::{self, ProtectInput, Protected};
 use crate::sandbox::{self, ChildPlan, PROXY_PORT};
@@ -159,6 +159,10 @@ fn run_logged(
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;
     left?;
+    // While pid 1 builds its namespaces and mounts: the host sockets it must cover. A
+    // send fails only when pid 1 is gone (on a connected SEQPACKET pair, with messages
+    // this small), and then supervise reads why it ended.
+    let _ = send_host_sockets(&config, &ours);
     // The record that gets this run's check of git metadata done even if netbox is
     // killed: written while the sandbox sets up (CMD cannot start before netbox says so).
     let pending = crate::gitaudit::pending::Pending::begin(
@@ -217,6 +221,44 @@ fn run_logged(
         pending.finish();
     }
     result
+}
+
+/// Host sockets sent to pid 1 at most in one message (a path is at most 108 bytes: the
+/// messages stay well under the channel's 64 KiB).
+const SOCKETS_PER_MESSAGE: usize = 256;
+
+/// Finds the host's listening socket files the sandbox could see (hostsockets.rs) and
+/// sends them to pid 1, which covers them before it pivots.
+fn send_host_sockets(
+    config: &SandboxConfig,
+    channel: &handshake::Channel,
+) -> Result<(), WrapperError> {
+    // Hidden whole in the sandbox: /run, a private /tmp except the writable roots in it,
+    // and --hide paths (a socket under a hidden directory is not there to cover).
+    let private_tmp = config.tmp == crate::cli::TmpMode::Private;
+    let in_root = |p: &Path| config.write_roots.iter().any(|r| p.starts_with(r));
+    let hidden = |p: &Path| {
+        p.starts_with("/run")
+            || (private_tmp && p.starts_with("/tmp") && !in_root(p))
+            || config.hide.iter().any(|h| p.starts_with(h))
+    };
+    let sockets = hostsockets::visible_host_sockets(hidden, &config.write_roots);
+    let mut parts = sockets.chunks(SOCKETS_PER_MESSAGE).peekable();
+    if parts.peek().is_none() {
+        let none = SyncMsg::HostSockets {
+            paths: Vec::new(),
+            last: true,
+        };
+        return channel.send(&none, &[]).map_err(WrapperError::Handshake);
+    }
+    while let Some(part) = parts.next() {
+        let msg = SyncMsg::HostSockets {
+            paths: part.to_vec(),
+            last: parts.peek().is_none(),
+        };
+        channel.send(&msg, &[]).map_err(WrapperError::Handshake)?;
+    }
+    Ok(())
 }
 
 /// Audits on a thread of its own while this one waits for it, or for Ctrl-C, which
@@ -280,13 +322,9 @@ fn child_plan(
     canary: &str,
     cgroup_limits: Vec<cgroup::CgroupLimit>,
 ) -> Result<ChildPlan, WrapperError> {
-    // Hidden whole in the sandbox: /run, and a private /tmp except the writable roots in it.
-    let private_tmp = config.tmp == crate::cli::TmpMode::Private;
-    let in_root = |p: &Path| config.write_roots.iter().any(|r| p.starts_with(r));
-    let hidden =
-        |p: &Path| p.starts_with("/run") || (private_tmp && p.starts_with("/tmp") && !in_root(p));
-    let sockets = hostsockets::visible_host_sockets(hidden, &config.write_roots);
-    let hidden: Vec<PathBuf> = config.hide.iter().chain(&sockets).cloned().collect();
+    // The host's sockets are not in the plan: netbox finds them while the sandbox sets up
+    // (send_host_sockets), and pid 1 covers them last.
+    let hidden = config.hide.clone();
     let mut mounts = mounts::plan(
         &mounts::Layout {
             write_roots: &config.write_roots,
@@ -326,7 +364,7 @@ fn child_plan(
                 .map(|p| p.path.clone())
                 .chain(config.read_only.iter().cloned())
                 .collect(),
-            host_sockets: sockets,
+            host_sockets: Vec::new(),
             hidden: config.hide.clone(),
             proxy: SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)),
             host_listener,

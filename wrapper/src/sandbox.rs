@@ -46,15 +46,21 @@ pub struct ChildPlan {
 
 /// pid 1 of the sandbox: set up, prove, then run CMD. Returns the exit status.
 pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
-    let proxy_v6 = match set_up(plan, channel) {
-        Ok(proxy_v6) => proxy_v6,
+    let (proxy_v6, host_sockets) = match set_up(plan, channel) {
+        Ok(done) => done,
         Err((step, detail, hint)) => {
             let _ = channel.send(&SyncMsg::SetupFailed { step, detail, hint }, &[]);
             return crate::error::EXIT_NETBOX_FAILURE.into();
         }
     };
     hold_placeholders(&plan.placeholders);
-    if !prove(plan, channel) {
+    // The probe's input, with the host sockets netbox found while the sandbox set up.
+    let probe_input = ProbeInput {
+        host_sockets,
+        ..plan.probe.clone()
+    };
+    let probe_input = &probe_input;
+    if !prove(plan, probe_input, channel) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
     // pid 1 keeps the channel, to report a lost pin; CMD cannot reach it (pid 1 is not
@@ -63,12 +69,11 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     // Pinned: every read-only bind, every `--hide` cover (a credential refresher's
     // save-by-rename on the host would uncover it) and every covered host socket (a
     // service that recreates its socket would).
-    let pinned = plan
-        .probe
+    let pinned = probe_input
         .protected
         .iter()
-        .chain(&plan.probe.hidden)
-        .chain(&plan.probe.host_sockets);
+        .chain(&probe_input.hidden)
+        .chain(&probe_input.host_sockets);
     let pins = crate::pins::Pins::new(pinned.cloned().collect());
     let run = |cmd: &[OsString]| {
         let limits = &plan.probe.limits;
@@ -86,7 +91,7 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         if status != 0 {
             return status;
         }
-        match cut_and_prove(plan, channel, proxy_v6) {
+        match cut_and_prove(probe_input, channel, proxy_v6) {
             Ok(true) => {}
             // netbox says which control failed.
             Ok(false) => return crate::error::EXIT_NETBOX_FAILURE.into(),
@@ -137,9 +142,9 @@ fn hold_placeholders(paths: &[PathBuf]) {
 /// goes on, so that netbox reads them while pid 1 installs it; then the writes made under
 /// the filter, with what was checked after them. Whether the command may start: the probe
 /// passed, and netbox, its own checks added, said so.
-fn prove(plan: &ChildPlan, channel: &Channel) -> bool {
+fn prove(plan: &ChildPlan, input: &ProbeInput, channel: &Channel) -> bool {
     let (watched, unreadable) = while_readable(|| {
-        let report = probe::run(&plan.probe);
+        let report = probe::run(input);
         let passed = report.passed;
         // If netbox cannot be told, nothing will start.
         channel.send(&SyncMsg::ProbeChecks(report), &[]).ok()?;
@@ -148,7 +153,7 @@ fn prove(plan: &ChildPlan, channel: &Channel) -> bool {
         // filter) waits for netbox, which logs the ones the mounts will refuse.
         let started = std::time::Instant::now();
         let (writes, checks) = match watch_writes(channel, plan.breakage) {
-            Ok(()) => (probe::watched_writes(&plan.probe), Vec::new()),
+            Ok(()) => (probe::watched_writes(input), Vec::new()),
             Err(e) => {
                 let failed = probe::failed_check(
                     crate::writewatch::CHECK,
@@ -176,12 +181,12 @@ fn prove(plan: &ChildPlan, channel: &Channel) -> bool {
 
 /// Between `--fetch`'s two commands: waits until netbox has closed the bridge's listeners,
 /// then proves that nothing answers any more. Whether CMD may run.
-fn cut_and_prove(plan: &ChildPlan, channel: &Channel, proxy_v6: bool) -> Result<bool, String> {
+fn cut_and_prove(input: &ProbeInput, channel: &Channel, proxy_v6: bool) -> Result<bool, String> {
     match channel.recv()? {
         SyncMsg::Cut => {}
         other => return Err(format!("expected the cut, got {other:?}")),
     }
-    let (mut report, unreadable) = while_readable(|| probe::run_cut(&plan.probe, proxy_v6));
+    let (mut report, unreadable) = while_readable(|| probe::run_cut(input, proxy_v6));
     if let Some(check) = unreadable {
         report.add_check(check);
     }
@@ -244,8 +249,9 @@ fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> StepError + '_ 
 }
 
 /// The setup steps, in order. Each must succeed; there is no weaker fallback. Returns
-/// whether the proxy also listens on ::1 (a host without IPv6 has no ::1).
-fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
+/// whether the proxy also listens on ::1 (a host without IPv6 has no ::1), and the host
+/// sockets it covered.
+fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), StepError> {
     // First, keep nothing of netbox's but this end of the channel (netbox's own end, the
     // event log, the host listener, whatever netbox's caller passed): then netbox's end is
     // open exactly as long as netbox lives.
@@ -285,9 +291,12 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
     // no sysfs is mounted. pid 1 was made by a raw clone(), so glibc's cached thread id in
     // this thread is still netbox's: sound here because neither thread takes a lock that
     // records its owner's id (recursive or error-checking mutexes, dlopen, NSS).
+    // The host sockets are covered last: netbox looks for them while this runs.
     let mount = || {
-        mounts::apply(&plan.mounts, plan.breakage)
-            .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
+        mounts::apply(&plan.mounts, plan.breakage, || {
+            receive_host_sockets(channel)
+        })
+        .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
     };
     crate::sys::memory::share_one_malloc_arena();
     let here = cpu::current();
@@ -331,12 +340,35 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<bool, StepError> {
     // microseconds to leave the kernel): nothing that needs an empty thread group (seccomp's
     // TSYNC, unshare(CLONE_NEWUSER)) comes next.
     let proxy_v6 = proxy_v6?;
-    mounted?;
+    let host_sockets = mounted?;
     // After the mounts, before the probe and CMD: no capability, no way to regain one.
     if !plan.breakage.skip_capability_drop {
         caps::drop_all().map_err(failed("drop capabilities"))?;
     }
-    Ok(proxy_v6)
+    Ok((proxy_v6, host_sockets))
+}
+
+/// The host sockets netbox sends (`HostSockets`, in parts), on the mounting thread: the
+/// other thread only sends on the channel meanwhile, and netbox sends nothing else
+/// before the probe.
+fn receive_host_sockets(channel: &Channel) -> std::io::Result<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    loop {
+        match channel.recv() {
+            Ok(SyncMsg::HostSockets { paths: part, last }) => {
+                paths.extend(part);
+                if last {
+                    return Ok(paths);
+                }
+            }
+            Ok(other) => {
+                return Err(std::io::Error::other(format!(
+                    "expected the host sockets, got {other:?}"
+                )))
+            }
+            Err(e) => return Err(std::io::Error::other(e)),
+        }
+    }
 }
 
 /// The network namespace with only `lo`, up, and the proxy's listeners in it, handed to

@@ -634,6 +634,7 @@ impl RunState<'_> {
             | SyncMsg::Done { .. }
             | SyncMsg::FetchDone { .. }
             | SyncMsg::WriteWatch
+            | SyncMsg::HostSockets { .. }
             | SyncMsg::Start
             | SyncMsg::Cut => {
                 self.failure.get_or_insert(WrapperError::Handshake(

@@ -36,7 +36,7 @@ mod upstream;
 
 pub use error::BridgeError;
 pub use front::http::HEALTH_PATH;
-pub use log::{EventLog, Stderr};
+pub use log::{EventLog, NetCap, Stderr};
 pub use policy::Policy;
 pub use resolver::DnsConfig;
 pub use server::{serve, BridgeConfig, Listener, Session, SessionListener};

@@ -216,9 +216,10 @@ pub struct EventLog {
     /// Refusals already announced: each is said once (the file gets every one), up to
     /// `MAX_ANNOUNCED`.
     announced: Mutex<Announced>,
-    /// `net` records written at most (`None`: no bound); past it they are counted.
-    net_cap: Option<u64>,
-    net_written: std::sync::atomic::AtomicU64,
+    /// `net` records written at most, refused and allowed ones apart (`None`: no bound);
+    /// past a cap they are counted.
+    net_cap: Option<NetCap>,
+    net_written: [std::sync::atomic::AtomicU64; 2],
     net_suppressed: std::sync::atomic::AtomicU64,
     allowed: std::sync::atomic::AtomicU64,
     denied: std::sync::atomic::AtomicU64,
@@ -239,7 +240,7 @@ impl EventLog {
             failed: tokio::sync::watch::Sender::new(None),
             announced: Mutex::new(Announced::default()),
             net_cap: None,
-            net_written: std::sync::atomic::AtomicU64::new(0),
+            net_written: Default::default(),
             net_suppressed: std::sync::atomic::AtomicU64::new(0),
             allowed: std::sync::atomic::AtomicU64::new(0),
             denied: std::sync::atomic::AtomicU64::new(0),
@@ -247,10 +248,12 @@ impl EventLog {
         })
     }
 
-    /// Bounds the `net` records this log takes: past `cap`, attempts are only counted
-    /// ([`EventLog::net_suppressed`]), so a command looping on refused requests cannot
-    /// fill the host's disk. Without it every attempt is written.
-    pub fn cap_net_records(mut self, cap: u64) -> EventLog {
+    /// Bounds the `net` records this log takes: past a cap, attempts are only counted
+    /// ([`EventLog::net_suppressed`]), so a command looping on requests cannot fill the
+    /// host's disk. Refused and allowed attempts are capped apart, so that refusals cannot
+    /// push a connection that went through out of the log; the first attempt past a cap
+    /// writes a `net_capped` record at once. Without it every attempt is written.
+    pub fn cap_net_records(mut self, cap: NetCap) -> EventLog {
         self.net_cap = Some(cap);
         self
     }
@@ -263,13 +266,23 @@ impl EventLog {
     /// Writes one event: the whole line in one `write` (O_APPEND keeps lines whole even
     /// with several writers), then the stderr summary (a refusal only the first time).
     pub fn record(&self, event: &Event) {
-        let within_cap = self
-            .net_cap
-            .is_none_or(|cap| self.net_written.fetch_add(1, Ordering::Relaxed) < cap);
-        if within_cap {
-            self.record_json(event);
-        } else {
-            self.net_suppressed.fetch_add(1, Ordering::Relaxed);
+        let (written, cap) = match event.decision {
+            Verdict::Deny => (&self.net_written[0], self.net_cap.map(|c| c.refused)),
+            Verdict::Allow => (&self.net_written[1], self.net_cap.map(|c| c.allowed)),
+        };
+        let count = written.fetch_add(1, Ordering::Relaxed);
+        match cap {
+            Some(cap) if count >= cap => {
+                if count == cap {
+                    self.record_as(
+                        "net_capped",
+                        &event.session,
+                        &serde_json::json!({ "decision": event.decision, "cap": cap }),
+                    );
+                }
+                self.net_suppressed.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => self.record_json(event),
         }
         let counted = self
             .uncounted
@@ -365,6 +378,13 @@ impl EventLog {
             }
         }
     }
+}
+
+/// How many `net` records a log takes.
+#[derive(Debug, Clone, Copy)]
+pub struct NetCap {
+    pub refused: u64,
+    pub allowed: u64,
 }
 
 /// The refusals said on stderr so far.

@@ -36,13 +36,28 @@ fn count(events: &[Value], kind: &str) -> usize {
 #[test]
 fn a_flood_of_refusals_is_counted_past_the_cap() {
     let dir = TestDir::new("log-cap");
-    let run = Run::new(&dir);
+    let server = crate::support::upstream::HttpServer::start();
+    let allowed = format!("127.0.0.1:{}", server.port());
+    let run = Run::new(&dir).args_from(&["--allow", &allowed]);
     std::fs::write(run.workspace.join("flood.py"), FLOOD).unwrap();
-    let out = run.sh("python3 flood.py 10500 0");
+    // After the refusals, a connection that goes through: it must be on record.
+    let out = run.sh(&format!(
+        "python3 flood.py 10500 0 && curl -sS -o /dev/null -x $HTTP_PROXY http://{allowed}/ && echo through"
+    ));
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("through"));
     let events = run.events();
-    // 10,000 net records (the probe's canary among them), the rest counted.
-    assert_eq!(count(&events, "net"), 10_000);
+    // 10,000 refused records (the probe's canary among them), the rest counted, and the
+    // allowed one.
+    assert_eq!(count(&events, "net"), 10_001);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "net" && e["decision"] == "allow" && e["port"] == server.port()),
+        "the allowed connection is not on record"
+    );
+    let capped = events.iter().find(|e| e["type"] == "net_capped").unwrap();
+    assert_eq!(capped["decision"], "deny");
     let suppressed = events
         .iter()
         .find(|e| e["type"] == "net_suppressed")

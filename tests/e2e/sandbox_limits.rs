@@ -319,6 +319,91 @@ open("flooded", "w").close()
 time.sleep(1.5)
 "#;
 
+/// CMD's other flood: refused requests to the bridge from 4 processes for 3 s.
+const BRIDGE_FLOOD: &str = r#"
+import multiprocessing, socket, time
+def loop(_):
+    end = time.time() + 3
+    while time.time() < end:
+        s = socket.create_connection(("127.0.0.1", 3128))
+        s.sendall(b"CONNECT refused.test:443 HTTP/1.1\r\nHost: refused.test:443\r\n\r\n")
+        try:
+            s.recv(4096)
+        except OSError:
+            pass
+        s.close()
+with multiprocessing.Pool(4) as pool:
+    pool.map(loop, range(4))
+open("flooded", "w").close()
+time.sleep(1.5)
+"#;
+
+/// Clock ticks (1/100 s) of the threads of `pid` named `name`.
+fn thread_ticks(pid: u32, name: &str) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
+        .filter(|stat| stat.contains(&format!("({name})")))
+        .map(|stat| {
+            let fields: Vec<&str> = stat
+                .rsplit(')')
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .collect();
+            fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+        })
+        .sum()
+}
+
+/// Issue 20's review: the bridge's work for CMD (refusing its requests) is done inside
+/// CMD's `--cpus` quota too, once CMD runs.
+#[test]
+fn the_bridge_cannot_be_used_to_escape_cpus() {
+    let dir = TestDir::new("cpus-bridge");
+    let run = Run::new(&dir).args_from(&["--quiet", "--cpus", "0.1"]);
+    std::fs::write(run.workspace.join("flood.py"), BRIDGE_FLOOD).unwrap();
+    let started = std::time::Instant::now();
+    let mut child = run
+        .command("python3 flood.py")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let flooded = run.workspace.join("flooded");
+    while !flooded.exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            // Without a cpu hierarchy netbox may write to, --cpus is refused.
+            assert_eq!(status.code(), Some(125));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let wall = started.elapsed().as_secs_f64();
+    // netbox's main thread (its task id is its pid), which runs the bridge.
+    let stat = std::fs::read_to_string(format!("/proc/{0}/task/{0}/stat", child.id())).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let bridge = ticks as f64 / 100.0;
+    assert!(child.wait().unwrap().success());
+    assert!(
+        bridge <= 0.1 * wall + 0.15,
+        "the bridge used {bridge:.2} s of CPU in {wall:.2} s"
+    );
+    // Control: it did refuse CMD's requests.
+    let refused = run
+        .events()
+        .iter()
+        .filter(|e| e["type"] == "net" && e["host"] == "refused.test")
+        .count();
+    assert!(refused > 50, "{refused}");
+}
+
 /// Issue 20, finding 9: the write watcher's work for CMD is done inside CMD's `--cpus`
 /// quota (its thread joins the sandbox's cpu cgroup), and a long symlink chain is not
 /// followed to its end on every call.
@@ -348,21 +433,7 @@ fn the_write_watcher_cannot_be_used_to_escape_cpus() {
     }
     let wall = started.elapsed().as_secs_f64();
     // Clock ticks of netbox's watcher thread (utime + stime, fields 14 and 15).
-    let ticks: u64 = std::fs::read_dir(format!("/proc/{}/task", child.id()))
-        .unwrap()
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
-        .filter(|stat| stat.contains("(netbox-writewat)"))
-        .map(|stat| {
-            let fields: Vec<&str> = stat
-                .rsplit(')')
-                .next()
-                .unwrap()
-                .split_whitespace()
-                .collect();
-            fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-        })
-        .sum();
+    let ticks = thread_ticks(child.id(), "netbox-writewat");
     assert!(child.wait().unwrap().success());
     let watcher = ticks as f64 / 100.0;
     // Half a CPU for CMD and the watcher together (before: the watcher alone used ~2.8 s

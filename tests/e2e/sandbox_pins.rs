@@ -80,8 +80,9 @@ fn user_given_paths_through_symlinks_in_the_workspace_are_refused() {
         assert_eq!(out.status.code(), Some(125), "{args:?}: {}", stderr(&out));
         let said = stderr(&out);
         assert!(
-            said.contains("is a symlink inside the writable root")
-                && said.contains("hint: name the file the link points to"),
+            (said.contains("is a symlink inside the writable root")
+                && said.contains("hint: name the file the link points to"))
+                || (args[0] == "--hide" && said.contains("is a symlink, which the host")),
             "{args:?}: {said}"
         );
         assert!(!run.workspace.join("ran").exists());
@@ -98,21 +99,83 @@ fn user_given_paths_through_symlinks_in_the_workspace_are_refused() {
     );
 }
 
+/// The review of findings 3-5: a `--hide` name that is a symlink, even outside the
+/// workspace, could be pointed at a new file by the host during the run; refused.
 #[test]
-fn a_symlink_outside_the_workspace_may_be_hidden() {
+fn a_hide_through_a_symlink_is_refused() {
     let dir = TestDir::new("hide-outside-link");
     let secrets = TestDir::outside_tmp("hide-outside-link");
-    std::fs::write(secrets.join("token"), "s3cret").unwrap();
-    std::os::unix::fs::symlink(secrets.join("token"), secrets.join("link")).unwrap();
+    std::fs::create_dir_all(secrets.join("v1")).unwrap();
+    std::fs::write(secrets.join("v1/secret"), "s3cret").unwrap();
+    std::os::unix::fs::symlink("v1/secret", secrets.join("creds")).unwrap();
     let run = Run::new(&dir)
         .arg("--quiet")
         .arg("--hide")
-        .arg(secrets.join("link").display().to_string());
+        .arg(secrets.join("creds").display().to_string());
+    let out = run.sh("touch ran");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is a symlink, which the host could point elsewhere during the run"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!run.workspace.join("ran").exists());
+    // Control: the real path is hidden.
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--hide")
+        .arg(secrets.join("v1/secret").display().to_string());
     let out = run.sh(&format!(
         "cat {}; echo end",
-        secrets.join("token").display()
+        secrets.join("v1/secret").display()
     ));
     assert_eq!(stdout(&out), "end\n", "{}", stderr(&out));
+}
+
+/// The review: a symlink outside the workspace that leads through one inside it, and an
+/// include reached by two routes, are refused like a link in the workspace itself.
+#[test]
+fn links_reached_from_outside_or_by_a_second_route_are_refused() {
+    let dir = TestDir::new("links-routes");
+    let run = Run::new(&dir).arg("--quiet");
+    std::fs::create_dir_all(run.workspace.join("real/a")).unwrap();
+    std::fs::write(run.workspace.join("real/allow.toml"), "allow = []\n").unwrap();
+    std::fs::write(run.workspace.join("real/a/inc.toml"), "allow = []\n").unwrap();
+    std::os::unix::fs::symlink("real", run.workspace.join("lnk")).unwrap();
+    std::os::unix::fs::symlink("a", run.workspace.join("real/alias")).unwrap();
+    std::fs::write(
+        run.workspace.join("real/top.toml"),
+        "include = [\"a/inc.toml\", \"alias/inc.toml\"]\n",
+    )
+    .unwrap();
+    let outside = TestDir::outside_tmp("links-routes");
+    std::os::unix::fs::symlink(run.workspace.join("lnk"), outside.join("link")).unwrap();
+    for allowlist in [
+        outside.join("link/allow.toml").display().to_string(),
+        "real/top.toml".to_owned(),
+    ] {
+        let out = Run::new(&dir)
+            .arg("--quiet")
+            .args_from(&["--allowlist", &allowlist])
+            .sh("touch ran");
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "{allowlist}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("is a symlink inside the writable root"),
+            "{allowlist}: {}",
+            stderr(&out)
+        );
+        assert!(!run.workspace.join("ran").exists());
+    }
+    // Control: the same file by its real path is accepted (and pinned).
+    let out = run
+        .args_from(&["--allowlist", "real/allow.toml"])
+        .sh("echo x >> real/allow.toml 2>/dev/null && echo WROTE; echo ok");
+    assert_eq!(stdout(&out), "ok\n", "{}", stderr(&out));
 }
 
 #[test]

@@ -574,3 +574,23 @@ fn sockets_bound_in_other_network_namespaces_are_hidden() {
     let _ = other.kill();
     let _ = other.wait();
 }
+
+/// The review of issue 20's fixes: a host file given as standard input could be opened
+/// again for writing through /proc/self/fd/0 (the host's writable mount), whatever the
+/// sandbox's mounts say. It now reaches CMD through a pipe.
+#[test]
+fn a_file_given_as_stdin_cannot_be_rewritten() {
+    let dir = TestDir::new("stdin-file");
+    let outside = TestDir::outside_tmp("stdin-file");
+    let input = outside.join("input.txt");
+    std::fs::write(&input, "original\n").unwrap();
+    let run = Run::new(&dir).arg("--quiet");
+    let out = run
+        .command("cat; echo PWNED > /dev/stdin; echo PWNED > /proc/self/fd/0; echo done")
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output()
+        .unwrap();
+    // Control: CMD reads the file as its input.
+    assert_eq!(stdout(&out), "original\ndone\n", "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&input).unwrap(), "original\n");
+}

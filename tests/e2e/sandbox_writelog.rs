@@ -321,6 +321,8 @@ fn refused_writes_through_proc_links_are_logged() {
          sleep 5 & echo x > /proc/$!/root/etc/nb-other 2>/dev/null && echo OTHER; kill $!; \
          echo x > /proc/1/root/etc/nb-pid1 2>/dev/null && echo PID1; \
          echo x > /proc/$$/cwd/.git/nb-pid 2>/dev/null && echo PID; \
+         echo x > /proc/self/task/$$/cwd/.git/nb-task 2>/dev/null && echo TASK; \
+         echo x > /proc/self/../self/root/etc/nb-dotdot 2>/dev/null && echo DOTDOT; \
          echo fine > /proc/self/cwd/ok.txt && echo CONTROL",
     );
     assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
@@ -344,6 +346,8 @@ fn refused_writes_through_proc_links_are_logged() {
             want("/usr/nb-fd".into(), "read-only root"),
             want("/etc/nb-other".into(), "read-only root"),
             want(format!("{ws}/.git/nb-pid"), "protected path"),
+            want(format!("{ws}/.git/nb-task"), "protected path"),
+            want("/etc/nb-dotdot".into(), "read-only root"),
         ]
     );
     // Control: the write that went through was not logged, and landed.

@@ -117,7 +117,7 @@ impl SandboxConfig {
         let hide = args
             .hide
             .iter()
-            .map(|p| no_link(p, "--hide").and_then(|()| existing(p, "--hide path")))
+            .map(|p| no_link_at_all(p).and_then(|()| existing(p, "--hide path")))
             .collect::<Result<_, _>>()?;
         // A protected path may not exist yet: then it gets a placeholder, like .git.
         let protect = args
@@ -230,6 +230,20 @@ fn existing_or_in_existing_dir(path: &Path, what: &'static str) -> Result<PathBu
         _ => Path::new("."),
     };
     Ok(existing(parent, what)?.join(name))
+}
+
+/// Refuses a `--hide` path that goes through a symlink anywhere: the cover is on what the
+/// link leads to at the start, and the host can point the link elsewhere during the run
+/// (a credentials link updated to a new file), which no pin notices.
+fn no_link_at_all(path: &Path) -> Result<(), WrapperError> {
+    crate::protect::refuse_symlinks_in_roots(path, &[PathBuf::from("/")], "--hide").map_err(|e| {
+        match e {
+            WrapperError::SymlinkInRoot { path, link, .. } => {
+                WrapperError::HideThroughSymlink { path, link }
+            }
+            other => other,
+        }
+    })
 }
 
 /// Drops roots that lie inside another root: the outer bind already covers them, and a

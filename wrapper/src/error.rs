@@ -42,6 +42,8 @@ pub enum WrapperError {
         link: PathBuf,
         root: PathBuf,
     },
+    #[error("--hide {}: {} is a symlink, which the host could point elsewhere during the run", path.display(), link.display())]
+    HideThroughSymlink { path: PathBuf, link: PathBuf },
     #[error("submodule {} lies beyond the symlink {}, which netbox cannot pin read-only", submodule.display(), path.display())]
     SubmoduleSymlink { path: PathBuf, submodule: PathBuf },
     #[error("cannot tell which submodules {} records: {reason}", path.display())]
@@ -117,6 +119,9 @@ impl WrapperError {
             WrapperError::ProtectedSymlink { .. } => Some(
                 "replace the symlink with the file, or choose a workspace that does not contain it"
                     .into(),
+            ),
+            WrapperError::HideThroughSymlink { .. } => Some(
+                "hide the real path (realpath PATH), or the directory that holds the link".into(),
             ),
             WrapperError::SymlinkInRoot { .. } => Some(
                 "name the file the link points to (realpath PATH), or replace the link with the file"

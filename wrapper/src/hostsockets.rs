@@ -10,7 +10,8 @@
 //! network namespace it can see (the file's inode number is the namespace's: measured,
 //! kernel 6.18, readable for other users' processes too) and covers each socket the
 //! sandbox could see with a read-only `/dev/null`. The scan runs while the sandbox sets
-//! up (sandbox.rs waits for its result before its last mounts), not before it.
+//! up (pid 1 waits for its result after its own mounts and pivot, before the capability
+//! drop), not before it: it costs ~5 µs a process (kernel 6.18, measured: 0.3 ms for 67).
 //! Sockets created after the sandbox starts are not covered; `/run` and a private `/tmp`
 //! are hidden whole, which is where most appear.
 

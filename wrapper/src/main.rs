@@ -8,7 +8,8 @@
 //! - `protect`: which paths stay read-only (submodules included); `hostsockets`: host
 //!   Unix sockets to hide;
 //!   `mounts`: the mount plan and its syscalls; `pins`: pid 1 watching the pins
-//! - `env`: CMD's environment (proxy settings); `limits`: --memory and --fsize
+//! - `env`: CMD's environment (proxy settings); `limits`: --memory and --fsize;
+//!   `stdin_relay`: a file given as standard input reaches CMD through a pipe
 //! - `run`: netbox's side of a run: plan, clone the sandbox, placeholders; then
 //!   `supervise`: bridge, probe log, signals, pin watch, exit status; then `gitaudit`:
 //!   the git metadata CMD left in the writable roots
@@ -48,6 +49,7 @@ mod protect;
 mod run;
 mod sandbox;
 mod session;
+mod stdin_relay;
 mod supervise;
 mod sys;
 mod testhooks;

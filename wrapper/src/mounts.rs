@@ -187,13 +187,7 @@ fn in_root(path: &Path) -> PathBuf {
 
 /// Builds the sandbox filesystem and pivots into it. Runs in the sandbox's init process,
 /// inside its new user, mount and pid namespaces, with capabilities still held.
-/// `host_sockets` gives the host's socket files to cover, once the planned operations are
-/// done (netbox finds them meanwhile); returns those it covered.
-pub fn apply(
-    plan: &MountPlan,
-    breakage: Breakage,
-    host_sockets: impl FnOnce() -> std::io::Result<Vec<PathBuf>>,
-) -> Result<Vec<PathBuf>> {
+pub fn apply(plan: &MountPlan, breakage: Breakage) -> Result<()> {
     let none: Option<&str> = None;
     step(
         || "make / private".into(),
@@ -250,19 +244,6 @@ pub fn apply(
     for op in &plan.ops {
         apply_op(op, &sources)?;
     }
-    let sockets = step(|| "receive the host sockets".into(), host_sockets())?;
-    let mut covered = Vec::with_capacity(sockets.len());
-    for socket in sockets {
-        let cover = MountOp::HideFile {
-            target: socket.clone(),
-        };
-        match apply_op(&cover, &sources) {
-            Ok(()) => covered.push(socket),
-            // Gone since netbox saw it (its service stopped): nothing to connect to.
-            Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
 
     mount_proc(plan.forbid_nested_userns && !breakage.keep_nested_userns)?;
     mount_dev()?;
@@ -280,6 +261,44 @@ pub fn apply(
         umount2(".", MntFlags::MNT_DETACH),
     )?;
     step(|| "chdir /".into(), nix::unistd::chdir("/"))?;
+    Ok(())
+}
+
+/// Covers the host's socket files with a read-only `/dev/null` each, in the finished
+/// tree (after the pivot: paths are the sandbox's, which are the host's). Last of the
+/// mounts, so that netbox has the whole setup's time to find them. Returns those covered:
+/// one gone since netbox saw it (its service stopped) has nothing to connect to.
+pub fn cover_sockets(sockets: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
+    let none: Option<&str> = None;
+    let mut covered = Vec::with_capacity(sockets.len());
+    for socket in sockets {
+        match mount(
+            Some(Path::new("/dev/null")),
+            &socket,
+            none,
+            MsFlags::MS_BIND,
+            none,
+        ) {
+            Ok(()) => {}
+            Err(nix::errno::Errno::ENOENT) => continue,
+            Err(e) => {
+                return Err(MountError {
+                    step: format!("hide {}", socket.display()),
+                    source: e.into(),
+                })
+            }
+        }
+        step(
+            || format!("make {} read-only", socket.display()),
+            set_attributes(
+                &socket,
+                Depth::One,
+                libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOEXEC,
+                0,
+            ),
+        )?;
+        covered.push(socket);
+    }
     Ok(covered)
 }
 

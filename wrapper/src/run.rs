@@ -19,9 +19,14 @@ use crate::supervise::{supervise, SandboxGuard, Supervised};
 use crate::testhooks::Breakage;
 use crate::{cgroup, env, hostsockets, mounts, namespaces};
 
-/// `net` records one session writes at most; past this they are counted
-/// (`net_suppressed`, and `net_allowed`/`net_denied` in `session_end`).
-const MAX_NET_RECORDS: u64 = 10_000;
+/// Refused `net` records one session writes at most; past this they are counted
+/// (`net_capped` when it is reached, `net_suppressed` at the end, and `net_denied` in
+/// `session_end`).
+const MAX_REFUSED_RECORDS: u64 = 10_000;
+
+/// Allowed `net` records one session writes at most: each is a connection that went
+/// through, so the bound is far higher, and refusals never count against it.
+const MAX_ALLOWED_RECORDS: u64 = 100_000;
 
 /// Names the probe tries through the bridge; the first the policy denies is used.
 pub const CANARIES: &[&str] = &[
@@ -80,7 +85,10 @@ pub fn run_reporting(
         }
     })?;
     // Bounded: a command looping on refused requests must not fill the host's disk.
-    let log = Arc::new(log.cap_net_records(MAX_NET_RECORDS));
+    let log = Arc::new(log.cap_net_records(bridge::NetCap {
+        refused: MAX_REFUSED_RECORDS,
+        allowed: MAX_ALLOWED_RECORDS,
+    }));
     log.leave_uncounted(canary.rsplit_once(':').map_or(*canary, |(host, _)| host));
     let pinned: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
     crate::session::record_start(&log, &config, &pinned);
@@ -102,6 +110,7 @@ pub fn run_reporting(
     };
     // From here on every outcome, failures included, closes the log with session_end.
     let session_id = config.session_id.clone();
+    let log_path = config.log_path.clone();
     let mut tally = crate::session::Tally::default();
     let result = run_logged(
         config,
@@ -113,7 +122,15 @@ pub fn run_reporting(
         &mut tally,
     );
     crate::session::record_end(&log, &session_id, &result, tally, started.elapsed());
-    result
+    // Whatever was not written (the git metadata check's findings, session_end) makes the
+    // run netbox's failure: nothing is left unrecorded in silence.
+    match (result, log.failure()) {
+        (Ok(_), Some(reason)) => Err(WrapperError::EventLogWrite {
+            path: log_path,
+            reason,
+        }),
+        (result, _) => result,
+    }
 }
 
 /// The run itself, once its log is open.
@@ -143,6 +160,9 @@ fn run_logged(
     // function returns; declared before the sandbox guard, so dropped after it: however
     // this function ends, the sandbox is killed and reaped before they go.
     let mut placeholders = Some(protect::Placeholders::hold(protected)?);
+    // A file given as standard input reaches CMD through a pipe (stdin_relay.rs).
+    let stdin_relay =
+        crate::stdin_relay::StdinRelay::take_over_if_file().map_err(WrapperError::Spawn)?;
     let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
     cgroups.enter()?;
     // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
@@ -177,6 +197,9 @@ fn run_logged(
     // hand-off (measured for `netbox -- true`: 2 workers 6.5 ms, 1 worker 5.5 ms; none,
     // 0.26 ms less again), and netbox's side of a run is mostly waiting: a tunnel's relay
     // runs in one task anyway, and the write watcher has a thread of its own.
+    if let Some(relay) = stdin_relay {
+        relay.start();
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -212,10 +235,18 @@ fn run_logged(
         tally,
         cpu_cgroup_tasks: cgroups.cpu_tasks(),
     }));
+    // The bridge's thread may have joined the sandbox's cpu cgroup (--cpus): back out of
+    // it, so that the cgroup can be removed, and the check below is not held to CMD's
+    // quota.
+    if cgroups.cpu_tasks().is_some() {
+        let _ = cgroups.leave();
+    }
     // Everything of the sandbox is gone: what did it leave for git to find?
     let report = runtime.block_on(audit_cancellable(audit));
     crate::gitaudit::report(log, &session_id, None, &report);
-    if report.stopped == Some(crate::gitaudit::Stopped::Cancelled) {
+    // A check whose findings could not be written stays owed (the next run does it).
+    let unwritten = log.failure().is_some();
+    if unwritten || report.stopped == Some(crate::gitaudit::Stopped::Cancelled) {
         pending.keep();
     } else {
         pending.finish();

@@ -291,12 +291,9 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     // no sysfs is mounted. pid 1 was made by a raw clone(), so glibc's cached thread id in
     // this thread is still netbox's: sound here because neither thread takes a lock that
     // records its owner's id (recursive or error-checking mutexes, dlopen, NSS).
-    // The host sockets are covered last: netbox looks for them while this runs.
     let mount = || {
-        mounts::apply(&plan.mounts, plan.breakage, || {
-            receive_host_sockets(channel)
-        })
-        .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
+        mounts::apply(&plan.mounts, plan.breakage)
+            .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
     };
     crate::sys::memory::share_one_malloc_arena();
     let here = cpu::current();
@@ -340,7 +337,15 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     // microseconds to leave the kernel): nothing that needs an empty thread group (seccomp's
     // TSYNC, unshare(CLONE_NEWUSER)) comes next.
     let proxy_v6 = proxy_v6?;
-    let host_sockets = mounted?;
+    mounted?;
+    // Last, while capabilities are still held: the host sockets netbox looked for while
+    // all of the above ran.
+    let host_sockets = receive_host_sockets(channel)
+        .map_err(failed("receive the host sockets"))
+        .and_then(|sockets| {
+            mounts::cover_sockets(sockets)
+                .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
+        })?;
     // After the mounts, before the probe and CMD: no capability, no way to regain one.
     if !plan.breakage.skip_capability_drop {
         caps::drop_all().map_err(failed("drop capabilities"))?;
@@ -348,8 +353,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     Ok((proxy_v6, host_sockets))
 }
 
-/// The host sockets netbox sends (`HostSockets`, in parts), on the mounting thread: the
-/// other thread only sends on the channel meanwhile, and netbox sends nothing else
+/// The host sockets netbox sends (`HostSockets`, in parts); netbox sends nothing else
 /// before the probe.
 fn receive_host_sockets(channel: &Channel) -> std::io::Result<Vec<PathBuf>> {
     let mut paths = Vec::new();

@@ -241,7 +241,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         read_only: read_only.clone(),
         notices: stderr == Stderr::Summary,
         blind: breakage.blind_write_watch,
-        cpu_cgroup_tasks,
+        cpu_cgroup_tasks: cpu_cgroup_tasks.clone(),
         share_root: !allow_nested_userns,
     })
     .ok();
@@ -256,6 +256,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         allowed
     });
     let mut bridge = BridgeTask::serve(listeners, Arc::clone(&log));
+    let mut cpu_join = cpu_cgroup_tasks;
 
     let mut state = RunState {
         done: false,
@@ -302,6 +303,23 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                     state.handle(msg);
                     if let Some(allowed) = pinned_from.take_if(|_| state.probed()) {
                         crate::cpu::allow(allowed);
+                    }
+                    // With --cpus, once CMD may run: the bridge's work for it (this
+                    // thread runs the bridge) comes out of CMD's quota too, as the write
+                    // watcher's does; a run that cannot keep it there stops.
+                    if let Some(tasks) = cpu_join.take_if(|_| state.probed()) {
+                        let tid = nix::unistd::gettid().to_string();
+                        if let Err(e) = std::fs::write(&tasks, tid) {
+                            state.failure.get_or_insert(WrapperError::Setup {
+                                step: "cpu cgroup".into(),
+                                detail: format!(
+                                    "move the bridge's thread into {}: {e}",
+                                    tasks.display()
+                                ),
+                                hint: None,
+                            });
+                            sandbox.signal(Signal::SIGKILL);
+                        }
                     }
                     if state.done {
                         if let Some(placeholders) = placeholders.as_mut() {

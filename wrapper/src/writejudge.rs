@@ -322,12 +322,22 @@ fn through_magic_links(named: PathBuf, pid: u32, root: &OwnedFd) -> PathBuf {
 
 /// One step of [`through_magic_links`].
 fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd) -> Option<PathBuf> {
-    let mut parts = path
+    // Inside /proc and /dev, ".." means its lexical parent (no symlink there but the
+    // magic ones, which are what this step replaces): `/proc/self/../self/root`.
+    let normal = lexically_normal(path);
+    let mut parts = normal
         .strip_prefix("/")
         .ok()?
         .components()
         .map(|c| c.as_os_str());
-    let (who, link) = match parts.next()?.as_bytes() {
+    // Whose links: the caller's own, or a process's (or one of its threads') of the
+    // sandbox, as its /proc names the directory.
+    enum Whose {
+        Caller,
+        Sandbox(PathBuf),
+    }
+    let is_number = |s: &OsStr| !s.is_empty() && s.as_bytes().iter().all(u8::is_ascii_digit);
+    let (whose, link) = match parts.next()?.as_bytes() {
         b"dev" => {
             let fd = match parts.next()?.as_bytes() {
                 b"fd" => parts.next()?.to_owned(),
@@ -336,36 +346,52 @@ fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd) -> Option<PathBuf> {
                 b"stderr" => "2".into(),
                 _ => return None,
             };
-            (OsStr::new("self").to_owned(), Path::new("fd").join(fd))
+            (Whose::Caller, Path::new("fd").join(fd))
         }
         b"proc" => {
-            let who = parts.next()?.to_owned();
-            let link = match parts.next()?.as_bytes() {
+            let who = parts.next()?;
+            let mut whose = match who.as_bytes() {
+                b"self" | b"thread-self" => Whose::Caller,
+                // pid 1 is netbox's and not dumpable: its links are EACCES to CMD.
+                b"1" => return None,
+                _ if is_number(who) => Whose::Sandbox(Path::new("/proc").join(who)),
+                _ => return None,
+            };
+            let mut what = parts.next()?;
+            // A thread's links (`/proc/PID/task/TID/...`): for the caller's own threads,
+            // the caller's; for another process's, through the sandbox's /proc.
+            if what.as_bytes() == b"task" {
+                let tid = parts.next()?;
+                if !is_number(tid) {
+                    return None;
+                }
+                if let Whose::Sandbox(dir) = &mut whose {
+                    dir.push("task");
+                    dir.push(tid);
+                }
+                what = parts.next()?;
+            }
+            let link = match what.as_bytes() {
                 b"root" => PathBuf::from("root"),
                 b"cwd" => PathBuf::from("cwd"),
                 b"fd" => Path::new("fd").join(parts.next()?),
                 _ => return None,
             };
-            (who, link)
+            (whose, link)
         }
         _ => return None,
     };
     let rest: PathBuf = parts.collect();
-    let target = match who.as_bytes() {
-        // The caller's own (a thread's "thread-self" shares these with it).
-        b"self" | b"thread-self" => {
+    let target = match whose {
+        Whose::Caller => {
             std::fs::read_link(Path::new("/proc").join(pid.to_string()).join(&link)).ok()?
         }
-        // pid 1 is netbox's and not dumpable: its links are EACCES to CMD, no write.
-        b"1" => return None,
-        // Another process of the sandbox's, by its pid there (CMD's own, which CMD may
-        // follow): read through the sandbox's own /proc (readlink, which follows nothing).
-        digits if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) => {
-            let dir = open_in_sandbox(root, &Path::new("/proc").join(&who), false)?;
-            let link = nix::fcntl::readlinkat(&dir, &link).ok()?;
-            PathBuf::from(link)
+        // CMD's own processes, which CMD may follow: read through the sandbox's own /proc
+        // (readlink, which follows nothing).
+        Whose::Sandbox(dir) => {
+            let dir = open_in_sandbox(root, &dir, false)?;
+            PathBuf::from(nix::fcntl::readlinkat(&dir, &link).ok()?)
         }
-        _ => return None,
     };
     // "pipe:[N]", "socket:[N]", "anon_inode:...": no path to judge.
     if !target.is_absolute() {
@@ -376,6 +402,42 @@ fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd) -> Option<PathBuf> {
     } else {
         target.join(rest)
     })
+}
+
+/// For a path under /proc or /dev: its part up to the first magic link (`root`, `cwd`,
+/// `fd/N`, `stdin`...) with `.` dropped and `..` taken as the lexical parent (no symlink
+/// lies there but the magic ones), the rest as it is (past the link, `..` means what the
+/// link's target makes it). Any other path as it is.
+fn lexically_normal(path: &Path) -> PathBuf {
+    use std::path::Component;
+    if !(path.starts_with("/proc") || path.starts_with("/dev")) {
+        return path.to_owned();
+    }
+    let mut out = PathBuf::from("/");
+    let mut components = path.components();
+    while let Some(component) = components.next() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => {
+                out.push(name);
+                let link = matches!(
+                    name.as_bytes(),
+                    b"root" | b"cwd" | b"fd" | b"stdin" | b"stdout" | b"stderr"
+                );
+                if link {
+                    if name.as_bytes() == b"fd" {
+                        out.extend(components.next());
+                    }
+                    out.extend(components);
+                    return out;
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// renameat2's flags (0 for rename and renameat).
@@ -715,9 +777,16 @@ fn is_busy_mount_point(
 /// process in the sandbox is; ACLs aside). Unknown credentials count as allowed: the
 /// write is then taken for one the mount refuses, as before.
 fn caller_may_write(pid: u32, file: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
     let Ok(stat) = nix::sys::stat::fstat(file) else {
         return true;
     };
+    // An access ACL can grant what the mode bits do not (and its mask limit the group
+    // bits): not judged here, so the write counts as one the mount refused.
+    let link = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    if crate::sys::xattr::has_following(&link, "system.posix_acl_access") {
+        return true;
+    }
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return true;
     };

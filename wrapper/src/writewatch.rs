@@ -31,6 +31,10 @@ pub const CHECK: &str = "denied writes logged (seccomp)";
 /// the end as a `write_denied_suppressed` record.
 const MAX_RECORDS: u64 = 10_000;
 
+/// Longest path (and executable) a `write_denied` record carries: a path can be 4 KiB,
+/// and 10,000 records of two of those would be 80 MB of log.
+const MAX_PATH_IN_RECORD: usize = 1024;
+
 /// Paths announced on stderr per session; past this, one line says the rest go only to
 /// the log.
 const MAX_NOTICES: usize = 1_000;
@@ -343,8 +347,8 @@ fn record(
         &WriteDenied {
             pid: n.pid,
             syscall: syscall_name(n.nr),
-            executable: executable.to_owned(),
-            path: verdict.path.display().to_string(),
+            executable: bridge::log::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
+            path: bridge::log::bounded(verdict.path.display().to_string(), MAX_PATH_IN_RECORD),
             reason,
         },
     );

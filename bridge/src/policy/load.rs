@@ -100,6 +100,8 @@ impl Loader<'_> {
                 reason: format!("include of {shown} loops or nests too deep"),
             });
         }
+        // Every route a file is reached by is named: a later load takes each again.
+        self.policy.named_files.push(path.to_owned());
         if !self.seen.insert(canonical.clone()) {
             // Included twice through different routes: its rules are already in.
             return Ok(());
@@ -121,7 +123,6 @@ impl Loader<'_> {
         })?;
 
         self.policy.files.push(canonical.clone());
-        self.policy.named_files.push(path.to_owned());
         self.chain.push(canonical);
         for include in &parsed.include {
             let line = at(include.span().start);

@@ -398,39 +398,68 @@ pub fn refuse_symlinks_in_roots(
 ) -> Result<(), WrapperError> {
     use std::path::Component;
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    // What is left to resolve, last component first: a link's target is put back in
+    // front, so every component met on the way is checked, as the kernel meets them.
+    let mut left: Vec<std::ffi::OsString> = Vec::new();
+    push_components(&mut left, &absolute);
     // Where resolution has got to: always a real path, no symlink in it.
     let mut at = PathBuf::from("/");
-    for component in absolute.components() {
-        match component {
-            Component::RootDir | Component::Prefix(_) => at = PathBuf::from("/"),
-            Component::CurDir => {}
-            Component::ParentDir => {
+    let mut hops = 0;
+    while let Some(name) = left.pop() {
+        match Path::new(&name).components().next() {
+            Some(Component::ParentDir) => {
                 at.pop();
+                continue;
             }
-            Component::Normal(name) => {
-                let next = at.join(name);
-                match std::fs::symlink_metadata(&next) {
-                    Ok(meta) if meta.file_type().is_symlink() => {
-                        if let Some(root) = roots.iter().find(|r| next.starts_with(r)) {
-                            return Err(WrapperError::SymlinkInRoot {
-                                what,
-                                path: path.to_owned(),
-                                link: next,
-                                root: root.clone(),
-                            });
-                        }
-                        match std::fs::canonicalize(&next) {
-                            Ok(real) => at = real,
-                            Err(_) => return Ok(()),
-                        }
-                    }
-                    Ok(_) => at = next,
-                    Err(_) => return Ok(()),
+            Some(Component::Normal(_)) => {}
+            _ => continue,
+        }
+        let next = at.join(&name);
+        match std::fs::symlink_metadata(&next) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                if let Some(root) = roots.iter().find(|r| next.starts_with(r)) {
+                    return Err(WrapperError::SymlinkInRoot {
+                        what,
+                        path: path.to_owned(),
+                        link: next,
+                        root: root.clone(),
+                    });
                 }
+                hops += 1;
+                let Ok(target) = std::fs::read_link(&next) else {
+                    return Ok(());
+                };
+                if hops > MAX_SYMLINK_HOPS {
+                    // The kernel would give up too (ELOOP): nothing lies beyond.
+                    return Ok(());
+                }
+                if target.is_absolute() {
+                    at = PathBuf::from("/");
+                }
+                push_components(&mut left, &target);
             }
+            Ok(_) => at = next,
+            Err(_) => return Ok(()),
         }
     }
     Ok(())
+}
+
+/// Symlinks followed in one path at most, as the kernel (MAXSYMLINKS).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// Pushes `path`'s components so that the first is popped first (`.` dropped, `..` kept).
+fn push_components(left: &mut Vec<std::ffi::OsString>, path: &Path) {
+    use std::path::Component;
+    let parts: Vec<std::ffi::OsString> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name.to_owned()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    left.extend(parts.into_iter().rev());
 }
 
 /// The config files every repository reads besides its own (git-config(1) FILES): the

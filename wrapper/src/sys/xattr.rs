@@ -1,5 +1,6 @@
 //! Extended attributes (xattr(7)): the mark netbox leaves on the placeholder directories
-//! it creates, so it never mistakes a user's own empty directory for one of its own.
+//! it creates, so it never mistakes a user's own empty directory for one of its own; and
+//! whether a file has an access ACL (the write judge cannot read one's verdict).
 
 use std::ffi::CString;
 use std::io;
@@ -40,5 +41,17 @@ pub fn has(path: &Path, name: &str) -> bool {
     // SAFETY: both strings are NUL-terminated and outlive the call; a null buffer of size 0
     // asks only for the value's length, so the kernel writes nothing.
     let rc = unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    rc >= 0
+}
+
+/// Whether what `path` leads to carries the attribute `name` (a final symlink, or a
+/// `/proc/self/fd/N` link, is followed).
+pub fn has_following(path: &Path, name: &str) -> bool {
+    let (Ok(path), Ok(name)) = (c_path(path), CString::new(name)) else {
+        return false;
+    };
+    // SAFETY: as in `has`: NUL-terminated strings that outlive the call, and a null buffer
+    // of size 0, so the kernel writes nothing.
+    let rc = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
     rc >= 0
 }

@@ -24,12 +24,6 @@ pub enum SyncMsg {
     /// The proxy listeners inside the namespace (attached as fds), and the CPU pid 1 runs
     /// on as it sends them (for netbox to keep off: cpu.rs).
     Listeners { count: usize, cpu: Option<usize> },
-    /// From the parent, right after the clone: the host's listening socket files the
-    /// sandbox could see, to cover (hostsockets.rs); in parts, the last one marked.
-    HostSockets {
-        paths: Vec<std::path::PathBuf>,
-        last: bool,
-    },
     /// The listener of the sandbox's seccomp filter (attached as an fd), and the sandbox's
     /// root (a second fd, O_PATH) for judging paths: every write-intent syscall from here
     /// on waits for netbox's answer (writewatch.rs).

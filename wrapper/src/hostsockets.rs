@@ -9,9 +9,9 @@
 //! another sandbox's. So netbox reads `/proc/PID/net/unix` for one process of every
 //! network namespace it can see (the file's inode number is the namespace's: measured,
 //! kernel 6.18, readable for other users' processes too) and covers each socket the
-//! sandbox could see with a read-only `/dev/null`. The scan runs while the sandbox sets
-//! up (pid 1 waits for its result after its own mounts and pivot, before the capability
-//! drop), not before it: it costs ~5 µs a process (kernel 6.18, measured: 0.3 ms for 67).
+//! sandbox could see with a read-only `/dev/null`. It costs ~5 µs a process (kernel 6.18,
+//! measured: 0.3 ms for 67), so the sandbox's mounting thread runs it, alongside the
+//! other thread's network namespace, before its own tmpfs hides the host's /tmp.
 //! Sockets created after the sandbox starts are not covered; `/run` and a private `/tmp`
 //! are hidden whole, which is where most appear.
 
@@ -43,6 +43,30 @@ fn every_namespaces_sockets() -> Vec<PathBuf> {
     paths.sort();
     paths.dedup();
     paths
+}
+
+/// What the scan needs to know of the run: where relative socket paths may lie, and
+/// which paths the sandbox will not show at all.
+#[derive(Debug, Clone)]
+pub struct SocketScan {
+    pub write_roots: Vec<PathBuf>,
+    /// A private /tmp hides the host's, but for the writable roots in it.
+    pub private_tmp: bool,
+    /// `--hide` paths: a socket under one is not there to cover.
+    pub hide: Vec<PathBuf>,
+}
+
+impl SocketScan {
+    /// The host's socket files the sandbox would show, canonical.
+    pub fn run(&self) -> Vec<PathBuf> {
+        let in_root = |p: &Path| self.write_roots.iter().any(|r| p.starts_with(r));
+        let hidden = |p: &Path| {
+            p.starts_with("/run")
+                || (self.private_tmp && p.starts_with("/tmp") && !in_root(p))
+                || self.hide.iter().any(|h| p.starts_with(h))
+        };
+        visible_host_sockets(hidden, &self.write_roots)
+    }
 }
 
 /// Parses `/proc/net/unix` text: the path column of every named socket, exactly as it was

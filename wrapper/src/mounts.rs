@@ -187,7 +187,14 @@ fn in_root(path: &Path) -> PathBuf {
 
 /// Builds the sandbox filesystem and pivots into it. Runs in the sandbox's init process,
 /// inside its new user, mount and pid namespaces, with capabilities still held.
-pub fn apply(plan: &MountPlan, breakage: Breakage) -> Result<()> {
+/// `host_sockets` finds the host's socket files to cover (hostsockets.rs), run while the
+/// host's /proc and /tmp are still in view; returns those covered (one gone since it was
+/// seen has nothing to connect to).
+pub fn apply(
+    plan: &MountPlan,
+    breakage: Breakage,
+    host_sockets: impl FnOnce() -> Vec<PathBuf>,
+) -> Result<Vec<PathBuf>> {
     let none: Option<&str> = None;
     step(
         || "make / private".into(),
@@ -210,6 +217,8 @@ pub fn apply(plan: &MountPlan, breakage: Breakage) -> Result<()> {
         })
         .collect::<Result<_>>()?;
 
+    // Before the staging tmpfs covers the host's /tmp, where sockets are looked at.
+    let sockets = host_sockets();
     step(
         || "mount staging tmpfs".into(),
         mount(
@@ -244,6 +253,17 @@ pub fn apply(plan: &MountPlan, breakage: Breakage) -> Result<()> {
     for op in &plan.ops {
         apply_op(op, &sources)?;
     }
+    let mut covered = Vec::with_capacity(sockets.len());
+    for socket in sockets {
+        let cover = MountOp::HideFile {
+            target: socket.clone(),
+        };
+        match apply_op(&cover, &sources) {
+            Ok(()) => covered.push(socket),
+            Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
 
     mount_proc(plan.forbid_nested_userns && !breakage.keep_nested_userns)?;
     mount_dev()?;
@@ -261,44 +281,6 @@ pub fn apply(plan: &MountPlan, breakage: Breakage) -> Result<()> {
         umount2(".", MntFlags::MNT_DETACH),
     )?;
     step(|| "chdir /".into(), nix::unistd::chdir("/"))?;
-    Ok(())
-}
-
-/// Covers the host's socket files with a read-only `/dev/null` each, in the finished
-/// tree (after the pivot: paths are the sandbox's, which are the host's). Last of the
-/// mounts, so that netbox has the whole setup's time to find them. Returns those covered:
-/// one gone since netbox saw it (its service stopped) has nothing to connect to.
-pub fn cover_sockets(sockets: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
-    let none: Option<&str> = None;
-    let mut covered = Vec::with_capacity(sockets.len());
-    for socket in sockets {
-        match mount(
-            Some(Path::new("/dev/null")),
-            &socket,
-            none,
-            MsFlags::MS_BIND,
-            none,
-        ) {
-            Ok(()) => {}
-            Err(nix::errno::Errno::ENOENT) => continue,
-            Err(e) => {
-                return Err(MountError {
-                    step: format!("hide {}", socket.display()),
-                    source: e.into(),
-                })
-            }
-        }
-        step(
-            || format!("make {} read-only", socket.display()),
-            set_attributes(
-                &socket,
-                Depth::One,
-                libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOEXEC,
-                0,
-            ),
-        )?;
-        covered.push(socket);
-    }
     Ok(covered)
 }
 

@@ -11,7 +11,7 @@ use bridge::{BridgeConfig, EventLog, Session, Stderr};
 
 use crate::config::SandboxConfig;
 use crate::error::WrapperError;
-use crate::handshake::{self, SyncMsg};
+use crate::handshake;
 use crate::probe::ProbeInput;
 use crate::protect::{self, ProtectInput, Protected};
 use crate::sandbox::{self, ChildPlan, PROXY_PORT};
@@ -179,10 +179,6 @@ fn run_logged(
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;
     left?;
-    // While pid 1 builds its namespaces and mounts: the host sockets it must cover. A
-    // send fails only when pid 1 is gone (on a connected SEQPACKET pair, with messages
-    // this small), and then supervise reads why it ended.
-    let _ = send_host_sockets(&config, &ours);
     // The record that gets this run's check of git metadata done even if netbox is
     // killed: written while the sandbox sets up (CMD cannot start before netbox says so).
     let pending = crate::gitaudit::pending::Pending::begin(
@@ -242,7 +238,7 @@ fn run_logged(
         let _ = cgroups.leave();
     }
     // Everything of the sandbox is gone: what did it leave for git to find?
-    let report = runtime.block_on(audit_cancellable(audit));
+    let report = audit_interruptible(&audit);
     crate::gitaudit::report(log, &session_id, None, &report);
     // A check whose findings could not be written stays owed (the next run does it).
     let unwritten = log.failure().is_some();
@@ -254,71 +250,27 @@ fn run_logged(
     result
 }
 
-/// Host sockets sent to pid 1 at most in one message (a path is at most 108 bytes: the
-/// messages stay well under the channel's 64 KiB).
-const SOCKETS_PER_MESSAGE: usize = 256;
-
-/// Finds the host's listening socket files the sandbox could see (hostsockets.rs) and
-/// sends them to pid 1, which covers them before it pivots.
-fn send_host_sockets(
-    config: &SandboxConfig,
-    channel: &handshake::Channel,
-) -> Result<(), WrapperError> {
-    // Hidden whole in the sandbox: /run, a private /tmp except the writable roots in it,
-    // and --hide paths (a socket under a hidden directory is not there to cover).
-    let private_tmp = config.tmp == crate::cli::TmpMode::Private;
-    let in_root = |p: &Path| config.write_roots.iter().any(|r| p.starts_with(r));
-    let hidden = |p: &Path| {
-        p.starts_with("/run")
-            || (private_tmp && p.starts_with("/tmp") && !in_root(p))
-            || config.hide.iter().any(|h| p.starts_with(h))
+/// Audits on this thread, stopping at Ctrl-C: SIGINT is blocked here meanwhile (the only
+/// other thread then, the stdin relay's, blocks every signal) and looked for between
+/// directories through a signalfd, so a Ctrl-C is taken as the cancel and consumed. A
+/// thread of its own would cost more than most walks (tens of µs, measured).
+fn audit_interruptible(scope: &crate::gitaudit::Scope) -> crate::gitaudit::Report {
+    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let mut sigint = SigSet::empty();
+    sigint.add(Signal::SIGINT);
+    let Ok(previous) = sigint.thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK) else {
+        return crate::gitaudit::audit(scope, &|| false);
     };
-    let sockets = hostsockets::visible_host_sockets(hidden, &config.write_roots);
-    let mut parts = sockets.chunks(SOCKETS_PER_MESSAGE).peekable();
-    if parts.peek().is_none() {
-        let none = SyncMsg::HostSockets {
-            paths: Vec::new(),
-            last: true,
-        };
-        return channel.send(&none, &[]).map_err(WrapperError::Handshake);
-    }
-    while let Some(part) = parts.next() {
-        let msg = SyncMsg::HostSockets {
-            paths: part.to_vec(),
-            last: parts.peek().is_none(),
-        };
-        channel.send(&msg, &[]).map_err(WrapperError::Handshake)?;
-    }
-    Ok(())
-}
-
-/// Audits on a thread of its own while this one waits for it, or for Ctrl-C, which
-/// cancels it.
-async fn audit_cancellable(scope: crate::gitaudit::Scope) -> crate::gitaudit::Report {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let cancel = Arc::new(AtomicBool::new(false));
-    let (done, report) = tokio::sync::oneshot::channel();
-    let walking = {
-        let cancel = Arc::clone(&cancel);
-        std::thread::Builder::new()
-            .name("netbox-gitaudit".into())
-            .spawn(move || {
-                let _ = done.send(crate::gitaudit::audit(&scope, &cancel));
-            })
+    let pending = SignalFd::with_flags(&sigint, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
+    let cancelled = || {
+        pending
+            .as_ref()
+            .is_ok_and(|fd| matches!(fd.read_signal(), Ok(Some(_))))
     };
-    if walking.is_err() {
-        // No thread to be had: nothing was read, and the report says so.
-        return crate::gitaudit::Report {
-            unread: 1,
-            ..Default::default()
-        };
-    }
-    let mut report = report;
-    tokio::select! {
-        finished = &mut report => return finished.unwrap_or_default(),
-        _ = tokio::signal::ctrl_c() => cancel.store(true, Ordering::Relaxed),
-    }
-    report.await.unwrap_or_default()
+    let report = crate::gitaudit::audit(scope, &cancelled);
+    let _ = previous.thread_set_mask();
+    report
 }
 
 /// Runs whose check is done in one start's place at most.
@@ -336,10 +288,9 @@ fn audit_orphans(log: &EventLog, config: &SandboxConfig) {
     }
     // Records where this run's CMD can write are CMD's to plant: not read.
     dirs.retain(|d| !config.write_roots.iter().any(|r| d.starts_with(r)));
-    let never = std::sync::atomic::AtomicBool::new(false);
     // A few a start (each is bounded in time); the rest wait for the next runs.
     for orphan in pending::orphans(&dirs).into_iter().take(MAX_ORPHAN_AUDITS) {
-        let report = crate::gitaudit::audit(&orphan.record.scope, &never);
+        let report = crate::gitaudit::audit(&orphan.record.scope, &|| false);
         let audited = orphan.record.session.as_str();
         crate::gitaudit::report(log, &config.session_id, Some(audited), &report);
         orphan.finish();
@@ -353,8 +304,7 @@ fn child_plan(
     canary: &str,
     cgroup_limits: Vec<cgroup::CgroupLimit>,
 ) -> Result<ChildPlan, WrapperError> {
-    // The host's sockets are not in the plan: netbox finds them while the sandbox sets up
-    // (send_host_sockets), and pid 1 covers them last.
+    // The host's sockets are not in the plan: pid 1 finds them while it sets up.
     let hidden = config.hide.clone();
     let mut mounts = mounts::plan(
         &mounts::Layout {
@@ -413,6 +363,11 @@ fn child_plan(
         env: env::sandbox_env(PROXY_PORT, config.env_base, &config.env_extra),
         cwd: config.cwd.clone(),
         breakage: Breakage::from_env(),
+        socket_scan: hostsockets::SocketScan {
+            write_roots: config.write_roots.clone(),
+            private_tmp: config.tmp == crate::cli::TmpMode::Private,
+            hide: config.hide.clone(),
+        },
         placeholders: protected
             .iter()
             .filter(|p| p.placeholder.is_some())

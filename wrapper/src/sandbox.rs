@@ -40,6 +40,8 @@ pub struct ChildPlan {
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
     pub breakage: Breakage,
+    /// What pid 1's mounting thread needs to find the host's sockets to cover.
+    pub socket_scan: crate::hostsockets::SocketScan,
     /// The placeholders netbox laid, which pid 1 keeps open (see `hold_placeholders`).
     pub placeholders: Vec<PathBuf>,
 }
@@ -292,7 +294,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     // this thread is still netbox's: sound here because neither thread takes a lock that
     // records its owner's id (recursive or error-checking mutexes, dlopen, NSS).
     let mount = || {
-        mounts::apply(&plan.mounts, plan.breakage)
+        mounts::apply(&plan.mounts, plan.breakage, || plan.socket_scan.run())
             .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
     };
     crate::sys::memory::share_one_malloc_arena();
@@ -337,42 +339,12 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     // microseconds to leave the kernel): nothing that needs an empty thread group (seccomp's
     // TSYNC, unshare(CLONE_NEWUSER)) comes next.
     let proxy_v6 = proxy_v6?;
-    mounted?;
-    // Last, while capabilities are still held: the host sockets netbox looked for while
-    // all of the above ran.
-    let host_sockets = receive_host_sockets(channel)
-        .map_err(failed("receive the host sockets"))
-        .and_then(|sockets| {
-            mounts::cover_sockets(sockets)
-                .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
-        })?;
+    let host_sockets = mounted?;
     // After the mounts, before the probe and CMD: no capability, no way to regain one.
     if !plan.breakage.skip_capability_drop {
         caps::drop_all().map_err(failed("drop capabilities"))?;
     }
     Ok((proxy_v6, host_sockets))
-}
-
-/// The host sockets netbox sends (`HostSockets`, in parts); netbox sends nothing else
-/// before the probe.
-fn receive_host_sockets(channel: &Channel) -> std::io::Result<Vec<PathBuf>> {
-    let mut paths = Vec::new();
-    loop {
-        match channel.recv() {
-            Ok(SyncMsg::HostSockets { paths: part, last }) => {
-                paths.extend(part);
-                if last {
-                    return Ok(paths);
-                }
-            }
-            Ok(other) => {
-                return Err(std::io::Error::other(format!(
-                    "expected the host sockets, got {other:?}"
-                )))
-            }
-            Err(e) => return Err(std::io::Error::other(e)),
-        }
-    }
 }
 
 /// The network namespace with only `lo`, up, and the proxy's listeners in it, handed to

@@ -51,6 +51,9 @@ impl StdinRelay {
         let _ = std::thread::Builder::new()
             .name("netbox-stdin".into())
             .spawn(move || {
+                // Signals are the main thread's business (netbox forwards them, and its
+                // git metadata check looks for Ctrl-C among its own blocked ones).
+                let _ = nix::sys::signal::SigSet::all().thread_block();
                 let _ = io::copy(&mut file, &mut pipe);
             });
     }

@@ -652,7 +652,6 @@ impl RunState<'_> {
             | SyncMsg::Done { .. }
             | SyncMsg::FetchDone { .. }
             | SyncMsg::WriteWatch
-            | SyncMsg::HostSockets { .. }
             | SyncMsg::Start
             | SyncMsg::Cut => {
                 self.failure.get_or_insert(WrapperError::Handshake(

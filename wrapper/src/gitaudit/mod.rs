@@ -31,7 +31,6 @@ use std::ffi::{CStr, OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::dir::{Dir, Type};
@@ -162,15 +161,16 @@ impl Report {
     }
 }
 
-/// Walks every root of `scope`; stops early when `cancel` is set.
-pub fn audit(scope: &Scope, cancel: &AtomicBool) -> Report {
+/// Walks every root of `scope`; stops early once `cancelled` says so (asked between
+/// directories).
+pub fn audit(scope: &Scope, cancelled: &dyn Fn() -> bool) -> Report {
     let started = Instant::now();
     let skip: std::collections::HashSet<&Path> = scope.skip.iter().map(PathBuf::as_path).collect();
     let mut walk = Walk {
         since: scope.since,
         skip,
         deadline: started + TIME_LIMIT,
-        cancel,
+        cancelled,
         report: Report::default(),
     };
     for root in &scope.roots {
@@ -200,7 +200,7 @@ struct Walk<'a> {
     since: Stamp,
     skip: std::collections::HashSet<&'a Path>,
     deadline: Instant,
-    cancel: &'a AtomicBool,
+    cancelled: &'a dyn Fn() -> bool,
     report: Report,
 }
 
@@ -273,7 +273,7 @@ impl Walk<'_> {
 
     pub(super) fn should_stop(&self) -> Option<Stopped> {
         crate::testhooks::pause_audit();
-        if self.cancel.load(Ordering::Relaxed) {
+        if (self.cancelled)() {
             Some(Stopped::Cancelled)
         } else if self.report.directories >= MAX_DIRECTORIES {
             Some(Stopped::DirectoryLimit)

@@ -69,7 +69,7 @@ fn new_and_changed_git_metadata_is_found_and_old_or_pinned_is_not() {
         skip: vec![root.join("pinned/.git")],
         since,
     };
-    let report = audit(&scope, &AtomicBool::new(false));
+    let report = audit(&scope, &|| false);
     assert!(report.complete(), "{report:?}");
     assert_eq!(
         found(&report),
@@ -96,7 +96,7 @@ fn a_cancelled_audit_says_so() {
         skip: Vec::new(),
         since: Stamp::now(),
     };
-    let report = audit(&scope, &AtomicBool::new(true));
+    let report = audit(&scope, &|| true);
     assert_eq!(report.stopped, Some(Stopped::Cancelled));
     assert!(!report.complete());
     std::fs::remove_dir_all(&root).unwrap();

@@ -147,6 +147,8 @@ impl Placeholders {
         let spawned = std::thread::Builder::new()
             .name("netbox-placeholders".into())
             .spawn(move || {
+                // Signals are the main thread's (see run.rs, audit_interruptible).
+                let _ = nix::sys::signal::SigSet::all().thread_block();
                 if let Ok(held) = returned.recv() {
                     remove_all(held);
                 }

@@ -338,6 +338,32 @@ open("flooded", "w").close()
 time.sleep(1.5)
 "#;
 
+/// Runs `script` (which writes `flooded` when its flood ends) in `run` (with --cpus) and
+/// returns netbox's process and the seconds until the flood ended; `None` where --cpus
+/// cannot be enforced (no cpu hierarchy netbox may write to, as an ordinary user here),
+/// after checking it was refused, never silently unenforced.
+fn flood_under_cpus(run: &Run, script: &str) -> Option<(std::process::Child, f64)> {
+    std::fs::write(run.workspace.join("flood.py"), script).unwrap();
+    let started = std::time::Instant::now();
+    let mut child = run
+        .command("python3 flood.py")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let flooded = run.workspace.join("flooded");
+    while !flooded.exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut said = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut said).unwrap();
+            assert_eq!(status.code(), Some(125), "{said}");
+            assert!(said.contains("--cpus cannot be enforced here"), "{said}");
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some((child, started.elapsed().as_secs_f64()))
+}
+
 /// Clock ticks (1/100 s) of the threads of `pid` named `name`.
 fn thread_ticks(pid: u32, name: &str) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -363,23 +389,9 @@ fn thread_ticks(pid: u32, name: &str) -> u64 {
 fn the_bridge_cannot_be_used_to_escape_cpus() {
     let dir = TestDir::new("cpus-bridge");
     let run = Run::new(&dir).args_from(&["--quiet", "--cpus", "0.1"]);
-    std::fs::write(run.workspace.join("flood.py"), BRIDGE_FLOOD).unwrap();
-    let started = std::time::Instant::now();
-    let mut child = run
-        .command("python3 flood.py")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let flooded = run.workspace.join("flooded");
-    while !flooded.exists() {
-        if let Some(status) = child.try_wait().unwrap() {
-            // Without a cpu hierarchy netbox may write to, --cpus is refused.
-            assert_eq!(status.code(), Some(125));
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let wall = started.elapsed().as_secs_f64();
+    let Some((mut child, wall)) = flood_under_cpus(&run, BRIDGE_FLOOD) else {
+        return;
+    };
     // netbox's main thread (its task id is its pid), which runs the bridge.
     let stat = std::fs::read_to_string(format!("/proc/{0}/task/{0}/stat", child.id())).unwrap();
     let fields: Vec<&str> = stat
@@ -411,27 +423,9 @@ fn the_bridge_cannot_be_used_to_escape_cpus() {
 fn the_write_watcher_cannot_be_used_to_escape_cpus() {
     let dir = TestDir::new("cpus-watcher");
     let run = Run::new(&dir).args_from(&["--quiet", "--cpus", "0.5"]);
-    std::fs::write(run.workspace.join("chain.py"), CHAIN_FLOOD).unwrap();
-    let started = std::time::Instant::now();
-    let mut child = run
-        .command("python3 chain.py")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let flooded = run.workspace.join("flooded");
-    while !flooded.exists() {
-        if let Some(status) = child.try_wait().unwrap() {
-            // Without a cpu hierarchy netbox may write to (as an ordinary user here),
-            // --cpus is refused, never silently unenforced.
-            let mut said = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut said).unwrap();
-            assert_eq!(status.code(), Some(125), "{said}");
-            assert!(said.contains("--cpus cannot be enforced here"), "{said}");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let wall = started.elapsed().as_secs_f64();
+    let Some((mut child, wall)) = flood_under_cpus(&run, CHAIN_FLOOD) else {
+        return;
+    };
     // Clock ticks of netbox's watcher thread (utime + stime, fields 14 and 15).
     let ticks = thread_ticks(child.id(), "netbox-writewat");
     assert!(child.wait().unwrap().success());

@@ -3,31 +3,13 @@
 //! the git metadata a run does create is reported when it ends, or by the next run when
 //! netbox was killed first. Each with its control.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{stderr, stdout, wait_for_path, Run, TestDir};
-
-/// Runs git with an identity and local file transport allowed; panics unless it works.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.email=t@netbox.test", "-c", "user.name=t"])
-        .args([
-            "-c",
-            "protocol.file.allow=always",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git is needed for these tests");
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    stdout(&out)
-}
+use crate::support::{git, stderr, stdout, wait_for_path, Run, TestDir};
 
 /// A repository `super` in the workspace with one submodule, `lib`, checked out from a
 /// repository beside the workspace; returns the workspace's run.

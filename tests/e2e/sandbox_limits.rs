@@ -371,16 +371,19 @@ fn thread_ticks(pid: u32, name: &str) -> u64 {
         .flatten()
         .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
         .filter(|stat| stat.contains(&format!("({name})")))
-        .map(|stat| {
-            let fields: Vec<&str> = stat
-                .rsplit(')')
-                .next()
-                .unwrap()
-                .split_whitespace()
-                .collect();
-            fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-        })
+        .map(|stat| cpu_ticks(&stat))
         .sum()
+}
+
+/// utime + stime (fields 14 and 15) of a /proc `stat` text, in clock ticks.
+fn cpu_ticks(stat: &str) -> u64 {
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
 /// Issue 20's review: the bridge's work for CMD (refusing its requests) is done inside
@@ -394,14 +397,7 @@ fn the_bridge_cannot_be_used_to_escape_cpus() {
     };
     // netbox's main thread (its task id is its pid), which runs the bridge.
     let stat = std::fs::read_to_string(format!("/proc/{0}/task/{0}/stat", child.id())).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    let bridge = ticks as f64 / 100.0;
+    let bridge = cpu_ticks(&stat) as f64 / 100.0;
     assert!(child.wait().unwrap().success());
     assert!(
         bridge <= 0.1 * wall + 0.15,

@@ -2,27 +2,8 @@
 //! positive controls that show the sandbox still does its job (workspace writes, an allowed
 //! HTTPS registry).
 
-use std::process::Command;
-
 use crate::support::upstream::HttpServer;
-use crate::support::{stderr, stdout, Run, TestDir};
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.email=t@test",
-            "-c",
-            "user.name=t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git is needed for these tests");
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-}
+use crate::support::{git, stderr, stdout, Run, TestDir};
 
 #[test]
 fn write_to_home_is_read_only_and_workspace_is_writable() {

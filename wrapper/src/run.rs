@@ -281,7 +281,7 @@ fn audit_orphans(log: &EventLog, config: &SandboxConfig) {
     use crate::gitaudit::pending;
     let mut dirs = vec![pending::dir_beside(&config.log_path)];
     if let Ok(sessions) = crate::config::sessions_dir() {
-        let default = pending::dir_beside(&sessions.join("x"));
+        let default = pending::dir_in(&sessions);
         if !dirs.contains(&default) {
             dirs.push(default);
         }

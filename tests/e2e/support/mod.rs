@@ -399,3 +399,21 @@ pub fn sha256_hex(data: &[u8]) -> String {
 pub fn file_sha256(path: &Path) -> String {
     sha256_hex(&std::fs::read(path).unwrap())
 }
+
+/// Runs git with an identity and local file transport allowed; panics unless it works.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.email=t@netbox.test", "-c", "user.name=t"])
+        .args([
+            "-c",
+            "protocol.file.allow=always",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git is needed for these tests");
+    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+    stdout(&out)
+}

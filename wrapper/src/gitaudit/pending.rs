@@ -39,9 +39,13 @@ pub struct Pending {
 /// directory is the same place however the log was named).
 pub fn dir_beside(log: &Path) -> PathBuf {
     let absolute = std::path::absolute(log).unwrap_or_else(|_| log.to_owned());
-    let parent = absolute.parent().unwrap_or(Path::new("/"));
-    let parent = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_owned());
-    parent.join(format!(".netbox-pending-{}", nix::unistd::geteuid()))
+    dir_in(absolute.parent().unwrap_or(Path::new("/")))
+}
+
+/// The directory of records in the directory `logs` (resolved).
+pub fn dir_in(logs: &Path) -> PathBuf {
+    let logs = std::fs::canonicalize(logs).unwrap_or_else(|_| logs.to_owned());
+    logs.join(format!(".netbox-pending-{}", nix::unistd::geteuid()))
 }
 
 /// Whether `dir` is ours alone: a directory (not a symlink) this user owns, which no one

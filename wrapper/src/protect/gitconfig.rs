@@ -224,11 +224,15 @@ pub fn code_paths(
                 }
                 continue;
             }
+            // Relative to the work tree, where git runs hooks and commands from; without
+            // one (global and system files), only absolute and `~/` paths count.
+            let from_worktree = |path: &str| match worktree {
+                Some(base) => resolve(path, base, home),
+                None if path.starts_with(['/', '~']) => resolve(path, Path::new("/"), home),
+                None => None,
+            };
             if entry.section == "core" && entry.key == "hookspath" {
-                let base = worktree.unwrap_or(Path::new("/"));
-                if worktree.is_some() || value.starts_with(['/', '~']) {
-                    found.extend(resolve(value, base, home).map(|p| (p, Placeholder::Dir)));
-                }
+                found.extend(from_worktree(value).map(|p| (p, Placeholder::Dir)));
                 continue;
             }
             let runs = COMMAND_KEYS.iter().any(|(section, sub, key)| {
@@ -236,21 +240,13 @@ pub fn code_paths(
                     && entry.subsection.is_some() == *sub
                     && (*key == "*" || entry.key == *key)
             });
-            if let Some(program) = value_program(runs, value) {
-                let relative_ok = worktree.is_some();
-                if relative_ok || program.starts_with(['/', '~']) {
-                    let base = worktree.unwrap_or(Path::new("/"));
-                    // A placeholder for a missing one is an empty file, not executable.
-                    found.extend(resolve(program, base, home).map(|p| (p, EMPTY_CONFIG)));
-                }
+            if let Some(program) = runs.then(|| program(value)).flatten() {
+                // A placeholder for a missing one is an empty file, not executable.
+                found.extend(from_worktree(program).map(|p| (p, EMPTY_CONFIG)));
             }
         }
     }
     found
-}
-
-fn value_program(runs: bool, value: &str) -> Option<&str> {
-    runs.then(|| program(value)).flatten()
 }
 
 #[cfg(test)]

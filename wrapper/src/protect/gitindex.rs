@@ -424,6 +424,19 @@ mod tests {
         dir
     }
 
+    /// Records `path` in the index with `mode` and object `sha`, as git does.
+    fn add_entry(dir: &Path, mode: &str, sha: &str, path: &str) {
+        git(
+            dir,
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                &format!("{mode},{sha},{path}"),
+            ],
+        );
+    }
+
     const COMMIT: &str = "1ed07c15e9288a1f55775b0d310961bc7e9ecd7d";
     const BLOB: &str = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391";
 
@@ -444,15 +457,7 @@ mod tests {
                 ("100644", BLOB, "vendor/x"),
                 ("160000", COMMIT, long.as_str()),
             ] {
-                git(
-                    &dir,
-                    &[
-                        "update-index",
-                        "--add",
-                        "--cacheinfo",
-                        &format!("{mode},{sha},{path}"),
-                    ],
-                );
+                add_entry(&dir, mode, sha, path);
             }
             if version != "2" {
                 // An extended flag (skip-worktree) is what version 3 adds to an entry.
@@ -479,25 +484,9 @@ mod tests {
     #[test]
     fn a_split_index_is_read_with_its_shared_part() {
         let dir = repo("split");
-        git(
-            &dir,
-            &[
-                "update-index",
-                "--add",
-                "--cacheinfo",
-                &format!("160000,{COMMIT},shared"),
-            ],
-        );
+        add_entry(&dir, "160000", COMMIT, "shared");
         git(&dir, &["update-index", "--split-index"]);
-        git(
-            &dir,
-            &[
-                "update-index",
-                "--add",
-                "--cacheinfo",
-                &format!("160000,{COMMIT},later"),
-            ],
-        );
+        add_entry(&dir, "160000", COMMIT, "later");
         let shared = std::fs::read_dir(dir.join(".git"))
             .unwrap()
             .flatten()
@@ -524,15 +513,7 @@ mod tests {
             ("160000", COMMIT, "stays"),
             ("100644", BLOB, "z.txt"),
         ] {
-            git(
-                &dir,
-                &[
-                    "update-index",
-                    "--add",
-                    "--cacheinfo",
-                    &format!("{mode},{sha},{path}"),
-                ],
-            );
+            add_entry(&dir, mode, sha, path);
         }
         git(&dir, &["update-index", "--split-index"]);
         git(&dir, &["update-index", "--force-remove", "goes-away"]);
@@ -569,15 +550,7 @@ mod tests {
             .unwrap()
             .gitlinks
             .is_empty());
-        git(
-            &dir,
-            &[
-                "update-index",
-                "--add",
-                "--cacheinfo",
-                &format!("160000,{COMMIT},lib"),
-            ],
-        );
+        add_entry(&dir, "160000", COMMIT, "lib");
         let index = std::fs::read(dir.join(".git/index")).unwrap();
         for cut in [4, 11, 12, 40, 70, index.len() - 21] {
             std::fs::write(dir.join("cut"), &index[..cut]).unwrap();

@@ -54,6 +54,8 @@ pub enum WrapperError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{} changed while netbox was starting ({reason}); nothing ran", path.display())]
+    PathChanged { path: PathBuf, reason: String },
     #[error("user namespaces are not available to this user")]
     UsernsUnavailable {
         #[source]
@@ -129,6 +131,10 @@ impl WrapperError {
             ),
             WrapperError::SubmoduleSymlink { .. } => Some(
                 "replace the symlink with the directory, or choose a workspace that does not contain it"
+                    .into(),
+            ),
+            WrapperError::PathChanged { .. } => Some(
+                "another process renamed or replaced it, or a directory above it; find out which before running again"
                     .into(),
             ),
             WrapperError::GitIndex { .. } => Some(

@@ -46,6 +46,7 @@ mod pins;
 mod printable;
 mod probe;
 mod protect;
+mod resolved;
 mod run;
 mod sandbox;
 mod session;

@@ -6,6 +6,11 @@
 //! 2. Every source is captured with `open_tree(OPEN_TREE_CLONE)` first: the root tree, the
 //!    writable roots, the host `/tmp`. Captured trees stay reachable after the staging
 //!    tmpfs covers `/tmp`.
+//!
+//!    Every path taken from the host (a source, a pin, a hidden path) is opened following
+//!    no symlink and checked against the identity netbox recorded at start-up (resolved.rs)
+//!    before anything is mounted from or onto it; mounts then go from fd to fd
+//!    (`move_mount` with empty paths), so nothing is looked up by name twice.
 //! 3. The root clone is attached at the staging root and made read-only in one recursive
 //!    `mount_setattr` (mount_setattr(2); this also covers hidden stacked mounts).
 //! 4. The plan's operations run in order: the private temp root (tmpfs), writable roots,
@@ -19,14 +24,19 @@
 //! Capabilities are still held during all of this: while they are, `/` could be remounted
 //! read-write. The capability drop comes right after (sandbox.rs).
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 use crate::cli::TmpMode;
 use crate::protect::Protected;
-use crate::sys::mount_api::{attach_tree, clone_tree, set_attributes, Depth};
+use crate::sys::mount_api::{
+    attach_tree, attach_tree_onto, clone_tree, clone_tree_of, new_tmpfs, set_attributes,
+    set_attributes_of, Depth,
+};
+use crate::sys::resolve::{self, FileId};
 use crate::testhooks::Breakage;
 
 /// Where the new root is assembled (inside a tmpfs mounted over `/tmp` in the sandbox's own
@@ -71,6 +81,28 @@ pub struct MountPlan {
     pub ops: Vec<MountOp>,
     /// Set `user.max_user_namespaces` to 0 in the sandbox's user namespace.
     pub forbid_nested_userns: bool,
+    /// What each source and each pinned or hidden target was when netbox resolved it
+    /// (resolved.rs), by host path: the sandbox mounts only onto and from these.
+    pub identities: BTreeMap<PathBuf, FileId>,
+}
+
+impl MountPlan {
+    /// The host paths whose identity the sandbox checks: every source, and every target
+    /// that is not created fresh inside the sandbox.
+    pub fn paths_to_identify(&self) -> Vec<&Path> {
+        let targets = self.ops.iter().filter_map(|op| match op {
+            MountOp::Anchor { target }
+            | MountOp::ReadOnly { target }
+            | MountOp::HideDir { target }
+            | MountOp::HideFile { target } => Some(target.as_path()),
+            _ => None,
+        });
+        self.sources
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(targets)
+            .collect()
+    }
 }
 
 /// What the sandbox's filesystem must look like, beyond the fixed parts.
@@ -98,6 +130,7 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
         sources: Vec::new(),
         ops: Vec::new(),
         forbid_nested_userns: true,
+        identities: BTreeMap::new(),
     };
     if tmp == TmpMode::Private {
         plan.ops.push(MountOp::Tmpfs {
@@ -195,13 +228,18 @@ pub fn apply(
     breakage: Breakage,
     host_sockets: impl FnOnce() -> Vec<PathBuf>,
 ) -> Result<Vec<PathBuf>> {
+    if breakage.mount_pause_ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(breakage.mount_pause_ms));
+    }
+    let check = !breakage.skip_identity_checks;
     let none: Option<&str> = None;
     step(
         || "make / private".into(),
         mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none),
     )?;
 
-    // Capture sources before the staging tmpfs hides /tmp.
+    // Capture sources before the staging tmpfs hides /tmp: each the very directory netbox
+    // resolved, reached without a symlink.
     let root_tree = step(
         || "clone /".into(),
         clone_tree(Path::new("/"), Depth::Recursive),
@@ -210,9 +248,16 @@ pub fn apply(
         .sources
         .iter()
         .map(|s| {
+            let found = step(
+                || format!("find {}", s.display()),
+                resolve::open_exact(s).map_err(|e| changed(s, &e)),
+            )?;
+            if check {
+                expect_identity(plan, s, &found)?;
+            }
             step(
                 || format!("clone {}", s.display()),
-                clone_tree(s, Depth::Recursive),
+                clone_tree_of(found.as_fd(), Depth::Recursive),
             )
         })
         .collect::<Result<_>>()?;
@@ -249,27 +294,46 @@ pub fn apply(
             ),
         )?;
     }
-
+    // Everything below is found from here (the root tree just attached), never by a host
+    // path.
+    let new_root = step(
+        || "open the new root".into(),
+        resolve::open_exact(Path::new(NEW_ROOT)),
+    )?;
+    let steps = Steps {
+        root: new_root.as_fd(),
+        sources: &sources,
+        plan,
+        fresh: plan
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::Mkdir { target } | MountOp::MakeFile { target } => Some(target.as_path()),
+                _ => None,
+            })
+            .collect(),
+        check,
+    };
     for op in &plan.ops {
-        apply_op(op, &sources)?;
+        steps.apply(op)?;
     }
     let mut covered = Vec::with_capacity(sockets.len());
     for socket in sockets {
-        let cover = MountOp::HideFile {
-            target: socket.clone(),
-        };
-        match apply_op(&cover, &sources) {
+        match steps.cover_socket(&socket) {
             Ok(()) => covered.push(socket),
             Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
     }
 
-    mount_proc(plan.forbid_nested_userns && !breakage.keep_nested_userns)?;
+    mount_proc(
+        &steps,
+        plan.forbid_nested_userns && !breakage.keep_nested_userns,
+    )?;
     mount_dev()?;
     // Host service sockets live in /run; a host without one has nothing to cover.
     if in_root(Path::new("/run")).is_dir() {
-        hide_dir(Path::new("/run"))?;
+        steps.hide_dir(Path::new("/run"), None)?;
     }
 
     let root = Path::new(NEW_ROOT);
@@ -284,103 +348,233 @@ pub fn apply(
     Ok(covered)
 }
 
-fn apply_op(op: &MountOp, sources: &[OwnedFd]) -> Result<()> {
-    let none: Option<&str> = None;
-    match op {
-        MountOp::Tmpfs { target } => step(
-            || format!("tmpfs on {}", target.display()),
-            mount(
-                Some("tmpfs"),
-                &in_root(target),
-                Some("tmpfs"),
-                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-                Some("mode=1777"),
-            ),
-        ),
-        MountOp::Mkdir { target } => step(
-            || format!("create {}", target.display()),
-            std::fs::create_dir_all(in_root(target)),
-        ),
-        MountOp::MakeFile { target } => {
-            let path = in_root(target);
-            if let Some(parent) = path.parent() {
-                step(
-                    || format!("create {}", parent.display()),
-                    std::fs::create_dir_all(parent),
+/// What the plan's steps need: the new root to find targets from, the captured sources,
+/// the identities to check, and which targets the sandbox made itself.
+struct Steps<'a> {
+    root: BorrowedFd<'a>,
+    sources: &'a [OwnedFd],
+    plan: &'a MountPlan,
+    fresh: BTreeSet<&'a Path>,
+    /// Whether identities are checked (always, but in a test build's deliberate breakage).
+    check: bool,
+}
+
+impl Steps<'_> {
+    fn apply(&self, op: &MountOp) -> Result<()> {
+        match op {
+            MountOp::Tmpfs { target } => {
+                let at = self.find(target, None)?;
+                let tmpfs = step(
+                    || format!("tmpfs for {}", target.display()),
+                    new_tmpfs("1777", libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV),
                 )?;
+                step(
+                    || format!("tmpfs on {}", target.display()),
+                    attach_tree_onto(tmpfs.as_fd(), at.as_fd()),
+                )
             }
-            step(
+            // Inside the sandbox's own fresh tmpfs, which no other process can reach.
+            MountOp::Mkdir { target } => step(
                 || format!("create {}", target.display()),
-                std::fs::File::create(&path).map(drop),
-            )
+                std::fs::create_dir_all(in_root(target)),
+            ),
+            MountOp::MakeFile { target } => {
+                let path = in_root(target);
+                if let Some(parent) = path.parent() {
+                    step(
+                        || format!("create {}", parent.display()),
+                        std::fs::create_dir_all(parent),
+                    )?;
+                }
+                step(
+                    || format!("create {}", target.display()),
+                    std::fs::File::create(&path).map(drop),
+                )
+            }
+            MountOp::Writable { source, target } => {
+                let tree = self.sources.get(*source).ok_or_else(|| MountError {
+                    step: format!("bind {}", target.display()),
+                    source: std::io::Error::other("no captured source"),
+                })?;
+                // The mountpoint is the source's own directory in the root tree, unless
+                // the sandbox made it in its fresh /tmp.
+                let expected = if self.fresh.contains(target.as_path()) {
+                    None
+                } else {
+                    Some(self.expected(target)?)
+                };
+                let at = self.find(target, expected)?;
+                step(
+                    || format!("bind {} writable", target.display()),
+                    attach_tree_onto(tree.as_fd(), at.as_fd()),
+                )
+            }
+            MountOp::Anchor { target } => {
+                let at = self.find(target, Some(self.expected(target)?))?;
+                let tree = step(
+                    || format!("anchor {}", target.display()),
+                    clone_tree_of(at.as_fd(), Depth::Recursive),
+                )?;
+                step(
+                    || format!("anchor {}", target.display()),
+                    attach_tree_onto(tree.as_fd(), at.as_fd()),
+                )
+            }
+            MountOp::ReadOnly { target } => self.read_only(target, Some(self.expected(target)?)),
+            MountOp::HideDir { target } => self.hide_dir(target, Some(self.expected(target)?)),
+            MountOp::HideFile { target } => {
+                let at = self.find(target, Some(self.expected(target)?))?;
+                self.cover_with_null(target, at.as_fd())
+            }
         }
-        MountOp::Writable { source, target } => {
-            let tree = sources.get(*source).ok_or_else(|| MountError {
-                step: format!("bind {}", target.display()),
-                source: std::io::Error::other("no captured source"),
-            })?;
-            step(
-                || format!("bind {} writable", target.display()),
-                attach_tree(tree.as_fd(), &in_root(target)),
-            )
+    }
+
+    /// Binds `target` over itself, read-only, recursively. `expected`: the identity netbox
+    /// recorded (every pin of the plan has one; the kernel knobs under the sandbox's own
+    /// fresh /proc have none).
+    fn read_only(&self, target: &Path, expected: Option<FileId>) -> Result<()> {
+        let at = self.find(target, expected)?;
+        let tree = step(
+            || format!("bind {} over itself", target.display()),
+            clone_tree_of(at.as_fd(), Depth::Recursive),
+        )?;
+        step(
+            || format!("make {} read-only", target.display()),
+            set_attributes_of(tree.as_fd(), Depth::Recursive, libc::MOUNT_ATTR_RDONLY, 0),
+        )?;
+        step(
+            || format!("bind {} over itself", target.display()),
+            attach_tree_onto(tree.as_fd(), at.as_fd()),
+        )
+    }
+
+    /// Covers a directory with an empty read-only tmpfs. What was to be hidden must not
+    /// show: a target that is no longer a directory is an error. `expected`: as for
+    /// [`Steps::read_only`] (the sandbox's own /run has none).
+    fn hide_dir(&self, target: &Path, expected: Option<FileId>) -> Result<()> {
+        let at = self.find(target, expected)?;
+        if !resolve::is_dir(&at).unwrap_or(false) {
+            return Err(MountError {
+                step: format!("hide {}", target.display()),
+                source: std::io::Error::from_raw_os_error(libc::ENOTDIR),
+            });
         }
-        MountOp::Anchor { target } => {
-            let path = in_root(target);
-            step(
-                || format!("anchor {}", target.display()),
-                mount(
-                    Some(&path),
-                    &path,
-                    none,
-                    MsFlags::MS_BIND | MsFlags::MS_REC,
-                    none,
-                ),
-            )
+        let tmpfs = step(
+            || format!("hide {}", target.display()),
+            new_tmpfs(
+                "0755",
+                libc::MOUNT_ATTR_RDONLY
+                    | libc::MOUNT_ATTR_NOSUID
+                    | libc::MOUNT_ATTR_NODEV
+                    | libc::MOUNT_ATTR_NOEXEC,
+            ),
+        )?;
+        step(
+            || format!("hide {}", target.display()),
+            attach_tree_onto(tmpfs.as_fd(), at.as_fd()),
+        )
+    }
+
+    /// Covers a host socket. Its path is the one it was bound at, which may go through a
+    /// symlink (`/var/run`): followed, but only within the new root.
+    fn cover_socket(&self, socket: &Path) -> Result<()> {
+        let relative = socket.strip_prefix("/").unwrap_or(socket);
+        let at = step(
+            || format!("find {}", socket.display()),
+            resolve::open_in_root(self.root, relative),
+        )?;
+        self.cover_with_null(socket, at.as_fd())
+    }
+
+    /// Covers a file (or a socket) with a read-only `/dev/null`: reads are empty, writes
+    /// fail, and a socket there can no longer be connected to.
+    fn cover_with_null(&self, target: &Path, at: BorrowedFd<'_>) -> Result<()> {
+        let null = step(
+            || format!("hide {}", target.display()),
+            clone_tree(Path::new("/dev/null"), Depth::One),
+        )?;
+        step(
+            || format!("make {} read-only", target.display()),
+            set_attributes_of(
+                null.as_fd(),
+                Depth::One,
+                libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOEXEC,
+                0,
+            ),
+        )?;
+        step(
+            || format!("hide {}", target.display()),
+            attach_tree_onto(null.as_fd(), at),
+        )
+    }
+
+    /// The identity netbox recorded for `path`; a plan without one is netbox's bug, and
+    /// nothing is mounted unchecked.
+    fn expected(&self, path: &Path) -> Result<FileId> {
+        self.plan
+            .identities
+            .get(path)
+            .copied()
+            .ok_or_else(|| MountError {
+                step: format!("check {}", path.display()),
+                source: std::io::Error::other("netbox recorded no identity for it"),
+            })
+    }
+
+    /// Opens `target` (a sandbox path) in the new root, following no symlink, and checks it
+    /// is what netbox resolved.
+    fn find(&self, target: &Path, expected: Option<FileId>) -> Result<OwnedFd> {
+        let relative = target.strip_prefix("/").unwrap_or(target);
+        let found = step(
+            || format!("find {}", target.display()),
+            resolve::open_beneath(self.root, relative).map_err(|e| changed(target, &e)),
+        )?;
+        if let Some(expected) = expected.filter(|_| self.check) {
+            check_identity(target, expected, &found)?;
         }
-        MountOp::ReadOnly { target } => {
-            let path = in_root(target);
-            step(
-                || format!("bind {} over itself", target.display()),
-                mount(
-                    Some(&path),
-                    &path,
-                    none,
-                    MsFlags::MS_BIND | MsFlags::MS_REC,
-                    none,
-                ),
-            )?;
-            step(
-                || format!("make {} read-only", target.display()),
-                set_attributes(&path, Depth::Recursive, libc::MOUNT_ATTR_RDONLY, 0),
-            )
-        }
-        MountOp::HideDir { target } => hide_dir(target),
-        MountOp::HideFile { target } => {
-            let path = in_root(target);
-            step(
-                || format!("hide {}", target.display()),
-                mount(
-                    Some(Path::new("/dev/null")),
-                    &path,
-                    none,
-                    MsFlags::MS_BIND,
-                    none,
-                ),
-            )?;
-            step(
-                || format!("make {} read-only", target.display()),
-                set_attributes(
-                    &path,
-                    Depth::One,
-                    libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOEXEC,
-                    0,
-                ),
-            )
-        }
+        Ok(found)
     }
 }
 
-fn mount_proc(forbid_nested_userns: bool) -> Result<()> {
+/// A lookup that failed, said as what it means: the path changed since netbox looked.
+fn changed(path: &Path, error: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(
+        error.kind(),
+        format!(
+            "{} changed since netbox resolved it: {}",
+            path.display(),
+            resolve::describe(error)
+        ),
+    )
+}
+
+fn expect_identity(plan: &MountPlan, path: &Path, found: &OwnedFd) -> Result<()> {
+    let expected = plan
+        .identities
+        .get(path)
+        .copied()
+        .ok_or_else(|| MountError {
+            step: format!("check {}", path.display()),
+            source: std::io::Error::other("netbox recorded no identity for it"),
+        })?;
+    check_identity(path, expected, found)
+}
+
+fn check_identity(path: &Path, expected: FileId, found: &OwnedFd) -> Result<()> {
+    let id = step(|| format!("check {}", path.display()), FileId::of(found))?;
+    if id == expected {
+        return Ok(());
+    }
+    Err(MountError {
+        step: format!("check {}", path.display()),
+        source: std::io::Error::other(format!(
+            "{} is not what netbox resolved at start-up ({expected}; now {id}): another process moved or replaced it",
+            path.display()
+        )),
+    })
+}
+
+fn mount_proc(steps: &Steps<'_>, forbid_nested_userns: bool) -> Result<()> {
     let proc_dir = in_root(Path::new("/proc"));
     step(
         || "mount /proc".into(),
@@ -406,12 +600,7 @@ fn mount_proc(forbid_nested_userns: bool) -> Result<()> {
     for name in PROC_READ_ONLY {
         let path = proc_dir.join(name);
         if path.exists() {
-            apply_op(
-                &MountOp::ReadOnly {
-                    target: Path::new("/proc").join(name),
-                },
-                &[],
-            )?;
+            steps.read_only(&Path::new("/proc").join(name), None)?;
         }
     }
     Ok(())
@@ -498,30 +687,6 @@ fn mount_dev() -> Result<()> {
     step(
         || "make /dev read-only".into(),
         set_attributes(&dev, Depth::One, libc::MOUNT_ATTR_RDONLY, 0),
-    )
-}
-
-/// Covers a directory with an empty read-only tmpfs. A target that is no longer a
-/// directory (replaced since the plan was made) is an error: what was to be hidden must
-/// not show.
-fn hide_dir(target: &Path) -> Result<()> {
-    let path = in_root(target);
-    let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-    if !is_dir {
-        return Err(MountError {
-            step: format!("hide {}", target.display()),
-            source: std::io::Error::from_raw_os_error(libc::ENOTDIR),
-        });
-    }
-    step(
-        || format!("hide {}", target.display()),
-        mount(
-            Some("tmpfs"),
-            &path,
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY,
-            Some("mode=0755"),
-        ),
     )
 }
 
@@ -682,6 +847,39 @@ mod tests {
                     target: p("/srv/agent.sock")
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn every_source_and_every_pinned_or_hidden_target_is_identified() {
+        let protected = [Protected {
+            path: p("/w/.git/config"),
+            placeholder: None,
+        }];
+        let plan = plan(
+            &Layout {
+                write_roots: &[p("/w"), p("/tmp/scratch")],
+                tmp: TmpMode::Private,
+                protected: &protected,
+                read_only: &[p("/w/ro")],
+                hidden: &[p("/srv/secret"), p("/srv/agent.sock")],
+            },
+            |path| !path.ends_with("agent.sock"),
+        );
+        let mut wanted = plan.paths_to_identify();
+        wanted.sort();
+        assert_eq!(
+            wanted,
+            [
+                "/srv/agent.sock",
+                "/srv/secret",
+                "/tmp/scratch",
+                "/w",
+                "/w/.git",
+                "/w/.git/config",
+                "/w/ro"
+            ]
+            .map(Path::new)
         );
     }
 }

@@ -91,6 +91,9 @@ impl ProbeReport {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProbeInput {
     pub write_roots: Vec<PathBuf>,
+    /// What netbox resolved each writable root to at start-up (resolved.rs): the sandbox's
+    /// view of the path must be that very directory.
+    pub root_identities: Vec<(PathBuf, crate::sys::resolve::FileId)>,
     pub temp_dir: PathBuf,
     /// A path outside every write root where a create must fail.
     pub outside: Vec<PathBuf>,
@@ -302,8 +305,30 @@ fn read_only_root(input: &ProbeInput) -> Check {
         .iter()
         .chain(std::iter::once(&input.temp_dir))
         .map(|root| write_control(root))
+        .chain(
+            input
+                .root_identities
+                .iter()
+                .map(|(root, expected)| same_directory(root, *expected)),
+        )
         .collect();
     check("read-only root, writable roots", forbidden, control)
+}
+
+/// That the sandbox's path to a writable root leads, with no symlink, to the directory
+/// netbox resolved at start-up: not a look-alike swapped in while the sandbox was built.
+fn same_directory(root: &Path, expected: crate::sys::resolve::FileId) -> Outcome {
+    use crate::sys::resolve::{open_exact, FileId};
+    let found = open_exact(root).and_then(FileId::of);
+    Outcome {
+        attempt: format!("{} is the directory netbox resolved", root.display()),
+        ok: matches!(&found, Ok(id) if *id == expected),
+        result: match found {
+            Ok(id) if id == expected => "same".into(),
+            Ok(id) => format!("another: {id}, not {expected}"),
+            Err(e) => crate::sys::resolve::describe(&e),
+        },
+    }
 }
 
 fn protected_paths(input: &ProbeInput) -> Check {

@@ -14,6 +14,7 @@ use crate::error::WrapperError;
 use crate::handshake;
 use crate::probe::ProbeInput;
 use crate::protect::{self, ProtectInput, Protected};
+use crate::resolved::Resolved;
 use crate::sandbox::{self, ChildPlan, PROXY_PORT};
 use crate::supervise::{supervise, SandboxGuard, Supervised};
 use crate::testhooks::Breakage;
@@ -52,6 +53,8 @@ pub fn run_reporting(
     let started = std::time::Instant::now();
     // Before anything of the sandbox exists: whatever CMD creates is stamped later.
     let since = crate::gitaudit::Stamp::now();
+    // Each writable root, held from here on: everything below is reached through it.
+    let mut resolved = Resolved::roots(&config.write_roots)?;
     let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
     let extra: Vec<PathBuf> = config
         .protect
@@ -114,7 +117,10 @@ pub fn run_reporting(
     let mut tally = crate::session::Tally::default();
     let result = run_logged(
         config,
-        &protected,
+        Paths {
+            protected: &protected,
+            resolved: &mut resolved,
+        },
         canary,
         &log,
         audit,
@@ -134,15 +140,26 @@ pub fn run_reporting(
 }
 
 /// The run itself, once its log is open.
+/// What the sandbox's filesystem is built on: the paths to protect, and every path as
+/// netbox resolved it (resolved.rs).
+struct Paths<'a> {
+    protected: &'a [Protected],
+    resolved: &'a mut Resolved,
+}
+
 fn run_logged(
     config: SandboxConfig,
-    protected: &[Protected],
+    paths: Paths<'_>,
     canary: &str,
     log: &Arc<EventLog>,
     audit: crate::gitaudit::Scope,
     probe_report: &mut Option<crate::probe::ProbeReport>,
     tally: &mut crate::session::Tally,
 ) -> Result<u8, WrapperError> {
+    let Paths {
+        protected,
+        resolved,
+    } = paths;
     // A listener on host loopback that the sandbox must not reach (and that answers us).
     let host_listener = TcpListener::bind("127.0.0.1:0").map_err(WrapperError::Spawn)?;
     let host_addr = host_listener.local_addr().map_err(WrapperError::Spawn)?;
@@ -150,16 +167,23 @@ fn run_logged(
     // (netbox steps in for the clone only); the probe reads their limits back. Dropped
     // after the sandbox is reaped.
     let cgroups = cgroup::SandboxCgroups::create(&config.session_id, &config.limits)?;
-    let plan = child_plan(&config, protected, host_addr, canary, cgroups.limits())?;
+    // The placeholders the sandbox's mounts pin, laid before the plan records what each
+    // pin is. Held (flocked) until this function returns; declared before the sandbox
+    // guard, so dropped after it: however this function ends, the sandbox is killed and
+    // reaped before they go.
+    let mut placeholders = Some(protect::Placeholders::hold(protected, resolved)?);
+    let plan = child_plan(
+        &config,
+        protected,
+        resolved,
+        host_addr,
+        canary,
+        cgroups.limits(),
+    )?;
 
     if !config.quiet {
         crate::say(&startup_line(&config));
     }
-
-    // The placeholders the sandbox's mounts pin, laid first. Held (flocked) until this
-    // function returns; declared before the sandbox guard, so dropped after it: however
-    // this function ends, the sandbox is killed and reaped before they go.
-    let mut placeholders = Some(protect::Placeholders::hold(protected)?);
     // A file given as standard input reaches CMD through a pipe (stdin_relay.rs).
     let stdin_relay =
         crate::stdin_relay::StdinRelay::take_over_if_file().map_err(WrapperError::Spawn)?;
@@ -300,12 +324,17 @@ fn audit_orphans(log: &EventLog, config: &SandboxConfig) {
 fn child_plan(
     config: &SandboxConfig,
     protected: &[Protected],
+    resolved: &mut Resolved,
     host_listener: SocketAddr,
     canary: &str,
     cgroup_limits: Vec<cgroup::CgroupLimit>,
 ) -> Result<ChildPlan, WrapperError> {
     // The host's sockets are not in the plan: pid 1 finds them while it sets up.
     let hidden = config.hide.clone();
+    // Whether each is a directory, as resolved (roots already are).
+    for path in &hidden {
+        resolved.identify(path)?;
+    }
     let mut mounts = mounts::plan(
         &mounts::Layout {
             write_roots: &config.write_roots,
@@ -314,9 +343,24 @@ fn child_plan(
             read_only: &config.read_only,
             hidden: &hidden,
         },
-        Path::is_dir,
+        |path| resolved.is_dir(path),
     );
     mounts.forbid_nested_userns = !config.allow_nested_userns;
+    // What each path the sandbox mounts from or onto is, for pid 1 to check.
+    let to_identify: Vec<PathBuf> = mounts
+        .paths_to_identify()
+        .into_iter()
+        .map(Path::to_owned)
+        .collect();
+    for path in &to_identify {
+        resolved.identify(path)?;
+    }
+    mounts.identities = resolved.ids();
+    let root_identities = config
+        .write_roots
+        .iter()
+        .filter_map(|r| Some((r.clone(), *mounts.identities.get(r)?)))
+        .collect();
     let mut outside = vec![PathBuf::from("/")];
     if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
         // Only where the sandbox can see it: under a private /tmp it does not exist at all.
@@ -338,6 +382,7 @@ fn child_plan(
         mounts,
         probe: ProbeInput {
             write_roots: config.write_roots.clone(),
+            root_identities,
             temp_dir: PathBuf::from("/tmp"),
             outside,
             protected: protected

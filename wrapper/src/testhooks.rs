@@ -21,6 +21,12 @@ pub struct Breakage {
     /// No denied-write filter at all, and no check of it: for benches/write_watch.sh's
     /// "the same run without the filter".
     pub no_write_watch: bool,
+    /// Mount what a path leads to without checking it is what netbox resolved (pid 1's
+    /// side; the probe's check of the writable roots still runs).
+    pub skip_identity_checks: bool,
+    /// Not a breakage: pid 1 waits this long before it mounts anything
+    /// (`NETBOX_TEST_MOUNT_PAUSE_MS`), so a test can swap a path in that window.
+    pub mount_pause_ms: u64,
 }
 
 /// Test builds: sleeps for `NETBOX_TEST_EXPORT_PAUSE_MS` between checking a file and
@@ -49,7 +55,8 @@ pub fn pause_audit() {
 
 impl Breakage {
     /// From `NETBOX_TEST_BREAK` (`read-only-root`, `capability-drop`, `limits`,
-    /// `nested-userns`, `cut`, `write-watch`, `no-write-watch`), test builds only.
+    /// `nested-userns`, `cut`, `write-watch`, `no-write-watch`, `identity`), test builds
+    /// only.
     pub fn from_env() -> Breakage {
         #[cfg(feature = "test-hooks")]
         {
@@ -62,6 +69,11 @@ impl Breakage {
                 keep_bridge_at_cut: wanted.split(',').any(|w| w == "cut"),
                 blind_write_watch: wanted.split(',').any(|w| w == "write-watch"),
                 no_write_watch: wanted.split(',').any(|w| w == "no-write-watch"),
+                skip_identity_checks: wanted.split(',').any(|w| w == "identity"),
+                mount_pause_ms: std::env::var("NETBOX_TEST_MOUNT_PAUSE_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
             }
         }
         #[cfg(not(feature = "test-hooks"))]

@@ -4,10 +4,13 @@
 //! shared flock for the run (several runs in one workspace share one), and removed by the
 //! last run out.
 
+use std::ffi::{OsStr, OsString};
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
 
 use crate::error::WrapperError;
+use crate::resolved::Resolved;
 
 use super::Protected;
 
@@ -56,23 +59,47 @@ const FILE_CONTENTS: &[Placeholder] = &[
 pub(super) const PLACEHOLDER_XATTR: &str = "user.netbox.placeholder";
 
 /// Whether `path` is a placeholder (ours, or one a killed run left): an empty directory
-/// that carries netbox's mark. A user's own empty directory has no mark and is left alone.
-/// Git does not track empty directories, so a placeholder never slips into a commit.
+/// (or a file holding exactly a placeholder's content) that carries netbox's mark. A
+/// user's own empty directory has no mark and is left alone. Git does not track empty
+/// directories, so a placeholder never slips into a commit.
 pub fn is_placeholder(path: &Path) -> bool {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
+    open_entry(nix::fcntl::AT_FDCWD, path).is_ok_and(|file| is_placeholder_file(&file))
+}
+
+/// Opens an entry for reading without following a symlink at its end, and without
+/// blocking on a FIFO someone left there.
+fn open_entry<P: ?Sized + nix::NixPath>(
+    dir: impl std::os::fd::AsFd,
+    name: &P,
+) -> std::io::Result<std::fs::File> {
+    use nix::fcntl::OFlag;
+    let fd = nix::fcntl::openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// [`is_placeholder`] for a file already open: what netbox locks is what it judged.
+fn is_placeholder_file(file: &std::fs::File) -> bool {
+    use std::os::fd::AsFd;
+    let Ok(meta) = file.metadata() else {
         return false;
     };
     let empty = if meta.is_dir() {
-        is_empty_dir(path)
+        is_empty_dir(file)
     } else {
-        meta.is_file() && holds_placeholder_content(path)
+        meta.is_file() && holds_placeholder_content(file)
     };
-    empty && crate::sys::xattr::has(path, PLACEHOLDER_XATTR)
+    empty && crate::sys::xattr::has_on(file.as_fd(), PLACEHOLDER_XATTR)
 }
 
 /// Whether a file holds exactly what some placeholder holds (read only if it is that
 /// short: a placeholder is at most a few dozen bytes).
-fn holds_placeholder_content(path: &Path) -> bool {
+fn holds_placeholder_content(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
     let longest = FILE_CONTENTS
         .iter()
         .map(|p| match p {
@@ -81,22 +108,33 @@ fn holds_placeholder_content(path: &Path) -> bool {
         })
         .max()
         .unwrap_or(0);
-    let too_long = std::fs::symlink_metadata(path).map_or(true, |m| {
-        m.len() > u64::try_from(longest).unwrap_or(u64::MAX)
-    });
-    if too_long {
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    if len > u64::try_from(longest).unwrap_or(u64::MAX) {
         return false;
     }
-    std::fs::read(path).is_ok_and(|held| {
-        FILE_CONTENTS
-            .iter()
-            .any(|p| matches!(p, Placeholder::File(content) if *content == held.as_slice()))
-    })
+    let mut held = vec![0u8; longest + 1];
+    let Ok(read) = file.read_at(&mut held, 0) else {
+        return false;
+    };
+    FILE_CONTENTS
+        .iter()
+        .any(|p| matches!(p, Placeholder::File(content) if *content == &held[..read]))
 }
 
-fn is_empty_dir(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
-        && std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
+fn is_empty_dir(dir: &std::fs::File) -> bool {
+    let Ok(copy) = dir.try_clone() else {
+        return false;
+    };
+    let Ok(mut entries) = nix::dir::Dir::from_fd(copy.into()) else {
+        return false;
+    };
+    let empty = entries
+        .iter()
+        .flatten()
+        .all(|e| matches!(e.file_name().to_bytes(), b"." | b".."));
+    empty
 }
 
 /// The placeholders this run holds, each with a shared flock held for the whole run; several runs in one workspace share it. The last
@@ -109,12 +147,20 @@ pub struct Placeholders {
     removal: Option<std::thread::JoinHandle<()>>,
 }
 
-/// A placeholder, its lock, and whether this run created it.
-type Held = (PathBuf, nix::fcntl::Flock<std::fs::File>, bool);
+/// A placeholder: the directory it is in, its name there, its lock, and whether this run
+/// created it.
+struct Held {
+    parent: OwnedFd,
+    name: OsString,
+    lock: nix::fcntl::Flock<std::fs::File>,
+    created: bool,
+}
 
 impl Placeholders {
-    /// Creates (or adopts) and locks every placeholder in `paths`.
-    pub fn hold(paths: &[Protected]) -> Result<Placeholders, WrapperError> {
+    /// Creates (or adopts) and locks every placeholder in `paths`, each in the directory
+    /// `resolved` opens for it (beneath its writable root, following no symlink): a
+    /// directory swapped for a link meanwhile is refused, not followed.
+    pub fn hold(paths: &[Protected], resolved: &Resolved) -> Result<Placeholders, WrapperError> {
         let mut held = Placeholders {
             held: Vec::new(),
             removal: None,
@@ -123,12 +169,18 @@ impl Placeholders {
             let Some(shape) = p.placeholder else {
                 continue;
             };
-            let (lock, created) =
-                hold_one(&p.path, shape).map_err(|source| WrapperError::Placeholder {
-                    path: p.path.clone(),
-                    source,
-                })?;
-            held.held.push((p.path.clone(), lock, created));
+            let failed = |source| WrapperError::Placeholder {
+                path: p.path.clone(),
+                source,
+            };
+            let (parent, name) = resolved.parent_of(&p.path).map_err(failed)?;
+            let (lock, created) = hold_one(&parent, &name, shape).map_err(failed)?;
+            held.held.push(Held {
+                parent,
+                name,
+                lock,
+                created,
+            });
         }
         Ok(held)
     }
@@ -164,75 +216,92 @@ impl Placeholders {
 }
 
 fn hold_one(
-    path: &Path,
+    parent: &OwnedFd,
+    name: &OsStr,
     shape: Placeholder,
 ) -> std::io::Result<(nix::fcntl::Flock<std::fs::File>, bool)> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     for _ in 0..8 {
-        let created = match create_marked(path, shape) {
+        let created = match create_marked(parent, name, shape) {
             Ok(()) => true,
-            Err(e) if e.kind() == ErrorKind::AlreadyExists && is_placeholder(path) => false,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => false,
             Err(e) => return Err(e),
         };
-        let dir = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-        {
-            Ok(dir) => dir,
+        let file = match open_entry(parent, name) {
+            Ok(file) => file,
             // Another run removed it between our look and our open: look again.
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         };
-        let lock = lock_shared_briefly(dir)?;
+        if !created && !is_placeholder_file(&file) {
+            return Err(std::io::Error::from(ErrorKind::AlreadyExists));
+        }
+        let lock = lock_shared_briefly(file)?;
         // Another run may have removed it between our look and our lock: check that the
-        // path still names the directory we hold.
-        let held = lock.metadata()?;
-        match std::fs::symlink_metadata(path) {
-            Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                return Ok((lock, created))
-            }
-            _ => continue,
+        // name still holds the file we hold.
+        if names_held(parent, name, &lock) {
+            return Ok((lock, created));
         }
     }
     Err(std::io::Error::other("placeholder keeps changing under us"))
 }
 
+/// Whether `name` in `parent` is (still) the very file `held` has open.
+fn names_held(parent: &OwnedFd, name: &OsStr, held: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let now = nix::sys::stat::fstatat(parent, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
+    match (held.metadata(), now) {
+        (Ok(held), Ok(now)) => held.ino() == now.st_ino && held.dev() == now.st_dev,
+        _ => false,
+    }
+}
+
 /// Creates a placeholder under a temporary name, marks it (and fills a file one), then
 /// renames it into place without replacing anything: another run never sees a placeholder
-/// that is not yet marked, and an existing entry is never overwritten.
-fn create_marked(path: &Path, shape: Placeholder) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+/// that is not yet marked, and an existing entry is never overwritten. All in `parent`.
+fn create_marked(parent: &OwnedFd, name: &OsStr, shape: Placeholder) -> std::io::Result<()> {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = format!(".netbox-placeholder-{}-{n}", std::process::id());
-    let temp = path.with_file_name(name);
-    let is_file = matches!(shape, Placeholder::File(_));
-    let made = match shape {
-        Placeholder::File(content) => std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&temp)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, content)),
-        Placeholder::Dir => std::fs::create_dir(&temp),
+    let temp = format!(".netbox-placeholder-{}-{n}", std::process::id());
+    let temp = temp.as_str();
+    let made: std::io::Result<std::fs::File> = match shape {
+        Placeholder::File(content) => nix::fcntl::openat(
+            parent,
+            temp,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )
+        .map(std::fs::File::from)
+        .map_err(std::io::Error::from)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, content).map(|()| f)),
+        Placeholder::Dir => nix::sys::stat::mkdirat(parent, temp, Mode::from_bits_truncate(0o777))
+            .map_err(std::io::Error::from)
+            .and_then(|()| open_entry(parent, temp)),
+    };
+    let unlink = if matches!(shape, Placeholder::File(_)) {
+        nix::unistd::UnlinkatFlags::NoRemoveDir
+    } else {
+        nix::unistd::UnlinkatFlags::RemoveDir
     };
     let remove_temp = || {
-        let _ = if is_file {
-            std::fs::remove_file(&temp)
-        } else {
-            std::fs::remove_dir(&temp)
-        };
+        let _ = nix::unistd::unlinkat(parent, temp, unlink);
     };
-    made?;
+    let made = match made {
+        Ok(made) => made,
+        Err(e) => {
+            remove_temp();
+            return Err(e);
+        }
+    };
     // Best effort: without user xattrs (some filesystems) this run still knows it made the
     // placeholder; only another run could not recognise it.
-    let _ = crate::sys::xattr::set(&temp, PLACEHOLDER_XATTR, b"1");
+    let _ = crate::sys::xattr::set_on(made.as_fd(), PLACEHOLDER_XATTR, b"1");
     let placed = nix::fcntl::renameat2(
-        nix::fcntl::AT_FDCWD,
-        &temp,
-        nix::fcntl::AT_FDCWD,
-        path,
+        parent,
+        temp,
+        parent,
+        name,
         nix::fcntl::RenameFlags::RENAME_NOREPLACE,
     );
     if placed.is_err() {
@@ -282,16 +351,21 @@ impl Drop for Placeholders {
 }
 
 fn remove_all(held: Vec<Held>) {
-    for (path, lock, created) in held {
-        remove_if_last(&path, lock, created);
+    for placeholder in held {
+        remove_if_last(placeholder);
     }
 }
 
-/// Removes one placeholder, if no other run still holds it, the path still names the very
+/// Removes one placeholder, if no other run still holds it, its name still holds the very
 /// directory (or file) held, and it is ours (rmdir itself refuses a directory that is no
-/// longer empty).
-fn remove_if_last(path: &Path, lock: nix::fcntl::Flock<std::fs::File>, created: bool) {
-    use std::os::unix::fs::MetadataExt;
+/// longer empty). By name in the directory it was made in, never by path.
+fn remove_if_last(held: Held) {
+    let Held {
+        parent,
+        name,
+        lock,
+        created,
+    } = held;
     // Exclusive only if no other run still holds it.
     if lock
         .relock(nix::fcntl::FlockArg::LockExclusiveNonblock)
@@ -299,16 +373,21 @@ fn remove_if_last(path: &Path, lock: nix::fcntl::Flock<std::fs::File>, created: 
     {
         return;
     }
-    let same = match (lock.metadata(), std::fs::symlink_metadata(path)) {
-        (Ok(held), Ok(now)) => held.ino() == now.ino() && held.dev() == now.dev(),
-        _ => false,
-    };
-    if same && (created || crate::sys::xattr::has(path, PLACEHOLDER_XATTR)) {
+    let ours = created || crate::sys::xattr::has_on(lock.as_fd(), PLACEHOLDER_XATTR);
+    if names_held(&parent, &name, &lock) && ours {
         if lock.metadata().is_ok_and(|m| m.is_dir()) {
-            let _ = std::fs::remove_dir(path);
-        } else if holds_placeholder_content(path) {
+            let _ = nix::unistd::unlinkat(
+                &parent,
+                name.as_os_str(),
+                nix::unistd::UnlinkatFlags::RemoveDir,
+            );
+        } else if holds_placeholder_content(&lock) {
             // Only if unchanged: a file placeholder cannot refuse like rmdir.
-            let _ = std::fs::remove_file(path);
+            let _ = nix::unistd::unlinkat(
+                &parent,
+                name.as_os_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
         }
     }
     // The lock's file closes here, after the removal. Unless the sandbox's pid 1 still

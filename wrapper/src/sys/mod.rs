@@ -8,5 +8,6 @@ pub mod mount_api;
 pub mod mountid;
 pub mod netdev;
 pub mod process;
+pub mod resolve;
 pub mod seccomp;
 pub mod xattr;

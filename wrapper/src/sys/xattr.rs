@@ -13,6 +13,7 @@ fn c_path(path: &Path) -> io::Result<CString> {
 }
 
 /// Sets `name` to `value` on `path` itself (not following a symlink).
+#[cfg(test)]
 pub fn set(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
     let path = c_path(path)?;
     let name = CString::new(name).map_err(|_| io::Error::other("xattr name contains NUL"))?;
@@ -33,17 +34,6 @@ pub fn set(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether `path` itself carries the attribute `name`.
-pub fn has(path: &Path, name: &str) -> bool {
-    let (Ok(path), Ok(name)) = (c_path(path), CString::new(name)) else {
-        return false;
-    };
-    // SAFETY: both strings are NUL-terminated and outlive the call; a null buffer of size 0
-    // asks only for the value's length, so the kernel writes nothing.
-    let rc = unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
-    rc >= 0
-}
-
 /// Whether what `path` leads to carries the attribute `name` (a final symlink, or a
 /// `/proc/self/fd/N` link, is followed).
 pub fn has_following(path: &Path, name: &str) -> bool {
@@ -53,5 +43,39 @@ pub fn has_following(path: &Path, name: &str) -> bool {
     // SAFETY: as in `has`: NUL-terminated strings that outlive the call, and a null buffer
     // of size 0, so the kernel writes nothing.
     let rc = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    rc >= 0
+}
+
+/// Sets `name` to `value` on the file `fd` holds (open for reading, not `O_PATH`).
+pub fn set_on(fd: std::os::fd::BorrowedFd<'_>, name: &str, value: &[u8]) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let name = CString::new(name).map_err(|_| io::Error::other("xattr name contains NUL"))?;
+    // SAFETY: `name` is NUL-terminated and outlives the call; `value` is a live slice whose
+    // pointer and length are passed together; `fd` is open for the call; the kernel only
+    // reads them.
+    let rc = unsafe {
+        libc::fsetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether the file `fd` holds (open for reading, not `O_PATH`) carries `name`.
+pub fn has_on(fd: std::os::fd::BorrowedFd<'_>, name: &str) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(name) = CString::new(name) else {
+        return false;
+    };
+    // SAFETY: as in `has`: a NUL-terminated name that outlives the call and a null buffer
+    // of size 0, so the kernel writes nothing; `fd` is open for the call.
+    let rc = unsafe { libc::fgetxattr(fd.as_raw_fd(), name.as_ptr(), std::ptr::null_mut(), 0) };
     rc >= 0
 }

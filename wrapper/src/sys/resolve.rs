@@ -1,0 +1,123 @@
+//! Resolving a path without following any symlink (openat2(2), Linux ≥ 5.6), and the
+//! identity of what was found. netbox resolves each path a run mounts on once, at
+//! start-up; the sandbox resolves it again where it mounts, the same way, and compares the
+//! two: a directory swapped for a symlink (or for another directory) in between is caught,
+//! not followed.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+use serde::{Deserialize, Serialize};
+
+/// Which file a path led to: its device and inode. Sound as long as someone holds the file
+/// open (netbox does, for the run), so the inode number cannot be reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileId {
+    pub fn of(fd: impl AsFd) -> io::Result<FileId> {
+        let stat = nix::sys::stat::fstat(fd)?;
+        Ok(FileId {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+        })
+    }
+}
+
+impl std::fmt::Display for FileId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "device {:#x} inode {}", self.dev, self.ino)
+    }
+}
+
+/// Whether the file held by `fd` is a directory.
+pub fn is_dir(fd: impl AsFd) -> io::Result<bool> {
+    let stat = nix::sys::stat::fstat(fd)?;
+    Ok(stat.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+fn how(resolve: ResolveFlag) -> OpenHow {
+    OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .resolve(resolve)
+}
+
+/// Opens the absolute `path` as an `O_PATH` fd, following no symlink on the way or at its
+/// end (ELOOP if there is one).
+pub fn open_exact(path: &Path) -> io::Result<OwnedFd> {
+    nix::fcntl::openat2(
+        nix::fcntl::AT_FDCWD,
+        path,
+        how(ResolveFlag::RESOLVE_NO_SYMLINKS),
+    )
+    .map_err(io::Error::from)
+}
+
+/// Opens `relative` below `dir` as an `O_PATH` fd, following no symlink and never leaving
+/// `dir` (an empty path is `dir` itself).
+pub fn open_beneath(dir: BorrowedFd<'_>, relative: &Path) -> io::Result<OwnedFd> {
+    let relative = if relative.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        relative
+    };
+    nix::fcntl::openat2(
+        dir,
+        relative,
+        how(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS),
+    )
+    .map_err(io::Error::from)
+}
+
+/// Opens `relative` below `dir` as an `O_PATH` fd, following symlinks as if `dir` were
+/// `/` (a link can lead nowhere outside it).
+pub fn open_in_root(dir: BorrowedFd<'_>, relative: &Path) -> io::Result<OwnedFd> {
+    nix::fcntl::openat2(
+        dir,
+        relative,
+        how(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS),
+    )
+    .map_err(io::Error::from)
+}
+
+/// A message for a resolution that failed, saying what it means here.
+pub fn describe(error: &io::Error) -> String {
+    match error.raw_os_error() {
+        Some(libc::ELOOP) => "a symlink now stands in its path".into(),
+        Some(libc::ENOENT) => "it is gone".into(),
+        Some(libc::EXDEV) => "it now leads outside the directory it was in".into(),
+        _ => error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symlink_anywhere_on_the_path_is_refused_and_identity_follows_the_file() {
+        let dir = std::env::temp_dir().join(format!("netbox-resolve-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("real/sub")).unwrap();
+        std::os::unix::fs::symlink("real", dir.join("link")).unwrap();
+        let real = open_exact(&dir.join("real/sub")).unwrap();
+        assert!(is_dir(&real).unwrap());
+        let err = open_exact(&dir.join("link/sub")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP));
+        let top = open_exact(&dir).unwrap();
+        let again = open_beneath(top.as_fd(), Path::new("real/sub")).unwrap();
+        assert_eq!(FileId::of(&real).unwrap(), FileId::of(&again).unwrap());
+        assert!(open_beneath(top.as_fd(), Path::new("link/sub")).is_err());
+        assert!(open_beneath(top.as_fd(), Path::new("../x")).is_err());
+        std::fs::rename(dir.join("real"), dir.join("moved")).unwrap();
+        // The fd follows the directory, not the name.
+        let moved = open_exact(&dir.join("moved/sub")).unwrap();
+        assert_eq!(FileId::of(&real).unwrap(), FileId::of(&moved).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

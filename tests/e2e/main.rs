@@ -16,6 +16,7 @@ mod log_bounds;
 mod sandbox_escapes;
 mod sandbox_fetch;
 mod sandbox_git;
+mod sandbox_home;
 mod sandbox_lifecycle;
 mod sandbox_limits;
 mod sandbox_pid1;

@@ -231,3 +231,48 @@ fn hidden_paths_are_probed_and_pinned() {
     let out = run.sh("echo FINISHED");
     assert_eq!(stdout(&out), "FINISHED\n", "{}", stderr(&out));
 }
+
+/// A `--hide` or `--ro` path under the host's /tmp, outside every root, is not in the
+/// sandbox at all under its private /tmp: nothing to do there, and no error. With the
+/// host's /tmp shared, the same path is hidden.
+#[test]
+fn hide_and_ro_under_a_private_tmp_need_nothing() {
+    let dir = TestDir::new("hide-private-tmp");
+    std::fs::create_dir_all(dir.join("secret")).unwrap();
+    std::fs::write(dir.join("secret/key"), "SECRET\n").unwrap();
+    std::fs::write(dir.join("notes"), "notes\n").unwrap();
+    let secret = dir.join("secret").display().to_string();
+    let notes = dir.join("notes").display().to_string();
+    let script = format!("cat {secret}/key {notes} 2>&1; echo done");
+    let private = Run::new(&dir)
+        .args_from(&["--quiet", "--hide", &secret, "--ro", &notes])
+        .sh(&script);
+    assert_eq!(private.status.code(), Some(0), "{}", stderr(&private));
+    assert!(!stdout(&private).contains("SECRET"), "{}", stdout(&private));
+    assert!(stdout(&private).ends_with("done\n"));
+    // Control: the host's /tmp, where the same --hide must cover it.
+    let shared = Run::new(&dir)
+        .args_from(&[
+            "--quiet", "--tmp", "host", "--hide", &secret, "--ro", &notes,
+        ])
+        .log_at(std::path::PathBuf::from(format!(
+            "/var/tmp/netbox-e2e-hide-private-tmp-{}.jsonl",
+            std::process::id()
+        )))
+        .sh(&format!(
+            "cat {secret}/key 2>&1; {{ echo x >> {notes}; }} 2>&1; echo done"
+        ));
+    let _ = std::fs::remove_file(format!(
+        "/var/tmp/netbox-e2e-hide-private-tmp-{}.jsonl",
+        std::process::id()
+    ));
+    assert_eq!(shared.status.code(), Some(0), "{}", stderr(&shared));
+    let said = stdout(&shared);
+    assert!(!said.contains("SECRET"), "{said}");
+    assert!(said.contains("No such file"), "{said}");
+    assert!(said.contains("Read-only file system"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes")).unwrap(),
+        "notes\n"
+    );
+}

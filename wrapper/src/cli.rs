@@ -109,6 +109,11 @@ pub struct RunArgs {
     #[arg(long = "allow-git-writes")]
     pub allow_git_writes: bool,
 
+    /// Let the workspace or a --write path be your home directory (or hold it): every
+    /// place under home that runs code later stays read-only, the rest is writable.
+    #[arg(long = "allow-home-write")]
+    pub allow_home_write: bool,
+
     /// Let CMD create user namespaces of its own (bwrap, podman, browsers' sandboxes).
     #[arg(long = "allow-nested-userns")]
     pub allow_nested_userns: bool,

@@ -30,6 +30,9 @@ pub struct SandboxConfig {
     /// Allowlists (includes too) and `--env-file` files that lie inside a writable root,
     /// canonical: pinned read-only, so CMD cannot rewrite the next run's policy.
     pub policy_inputs: Vec<PathBuf>,
+    /// The default event log's directory, when `--allow-home-write` puts it inside a
+    /// writable root: pinned read-only for the run.
+    pub log_dir_pin: Option<PathBuf>,
     pub allow_git_writes: bool,
     pub allow_nested_userns: bool,
     pub policy: Policy,
@@ -104,6 +107,19 @@ impl SandboxConfig {
             ));
         }
         let write_roots = outermost(write_roots);
+        // A writable home lets CMD plant code that runs later, outside the sandbox: only
+        // on request, and then with every such place under home pinned (protect/home.rs).
+        let home = home_dir();
+        if let Some(home) = &home {
+            if let Some(root) = write_roots.iter().find(|r| home.starts_with(r)) {
+                if !args.allow_home_write {
+                    return Err(WrapperError::HomeWritable {
+                        root: root.clone(),
+                        home: home.clone(),
+                    });
+                }
+            }
+        }
         // A symlink inside a writable root could be replaced by CMD: a pin on its target
         // would hold the target, not the name the user gave.
         let no_link = |path: &PathBuf, what| {
@@ -156,11 +172,22 @@ impl SandboxConfig {
             crate::env::parse_env_flags(&args.env)
                 .map_err(|reason| WrapperError::Usage(format!("--env: {reason}")))?,
         );
+        let default_log = args.log.is_none();
         let log_path = match args.log {
             Some(path) => path,
             None => default_log_path(&session_id)?,
         };
-        refuse_log_inside_roots(&log_path, &write_roots)?;
+        // The default log under a home made writable on request: its directory (netbox's
+        // state directory, the records of unchecked runs beside the logs too) is pinned
+        // read-only for the run instead.
+        let log_pin = (default_log && args.allow_home_write)
+            .then(|| sessions_dir().ok()?.parent().map(Path::to_owned))
+            .flatten()
+            .and_then(|dir| std::fs::canonicalize(dir).ok())
+            .filter(|dir| write_roots.iter().any(|r| dir.starts_with(r)));
+        if log_pin.is_none() {
+            refuse_log_inside_roots(&log_path, &write_roots)?;
+        }
         // What this run read its policy and environment from, where CMD could rewrite it
         // for the next run.
         let mut policy_inputs: Vec<PathBuf> = policy.files().to_vec();
@@ -184,6 +211,7 @@ impl SandboxConfig {
             hide,
             protect,
             policy_inputs,
+            log_dir_pin: log_pin,
             allow_git_writes: args.allow_git_writes,
             allow_nested_userns: args.allow_nested_userns,
             policy,
@@ -253,6 +281,13 @@ fn outermost(mut roots: Vec<PathBuf>) -> Vec<PathBuf> {
     roots.retain(|r| !all.iter().any(|other| other != r && r.starts_with(other)));
     roots.dedup();
     roots
+}
+
+/// The caller's home directory (`$HOME`), canonical, if it exists.
+pub fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| Path::new(h).is_absolute())
+        .and_then(|h| std::fs::canonicalize(h).ok())
 }
 
 /// The event log is evidence: CMD must not be able to rewrite it.

@@ -56,6 +56,8 @@ pub enum WrapperError {
     },
     #[error("{} changed while netbox was starting ({reason}); nothing ran", path.display())]
     PathChanged { path: PathBuf, reason: String },
+    #[error("the writable root {} {} your home directory{}, where CMD could plant code that runs later outside the sandbox (~/.bashrc, ~/.local/bin, ~/.config/autostart, ...)", root.display(), if root == home { "is" } else { "holds" }, if root == home { String::new() } else { format!(" {}", home.display()) })]
+    HomeWritable { root: PathBuf, home: PathBuf },
     #[error("user namespaces are not available to this user")]
     UsernsUnavailable {
         #[source]
@@ -131,6 +133,10 @@ impl WrapperError {
             ),
             WrapperError::SubmoduleSymlink { .. } => Some(
                 "replace the symlink with the directory, or choose a workspace that does not contain it"
+                    .into(),
+            ),
+            WrapperError::HomeWritable { .. } => Some(
+                "start netbox in a project directory, or --write only the directories CMD needs; --allow-home-write makes home writable but for the places that run code"
                     .into(),
             ),
             WrapperError::PathChanged { .. } => Some(

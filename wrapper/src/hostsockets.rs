@@ -12,11 +12,15 @@
 //! sandbox could see with a read-only `/dev/null`. It costs ~5 µs a process (kernel 6.18,
 //! measured: 0.3 ms for 67), so the sandbox's mounting thread runs it, alongside the
 //! other thread's network namespace, before its own tmpfs hides the host's /tmp.
-//! Sockets created after the sandbox starts are not covered; `/run` and a private `/tmp`
-//! are hidden whole, which is where most appear.
+//! Sockets created after the scan are not covered (nor one whose directory is moved away
+//! during the scan and back after it); `/run` and a private `/tmp` are hidden whole, which
+//! is where most appear. A socket found is covered only if its path still leads to it,
+//! with no symlink, when the cover goes on; otherwise the run stops.
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+
+use crate::sys::resolve::{open_exact, FileId};
 
 /// The socket paths bound in every network namespace this user can see: netbox's own,
 /// and one `/proc/PID/net/unix` for each other namespace a process is in.
@@ -57,8 +61,9 @@ pub struct SocketScan {
 }
 
 impl SocketScan {
-    /// The host's socket files the sandbox would show, canonical.
-    pub fn run(&self) -> Vec<PathBuf> {
+    /// The host's socket files the sandbox would show, canonical, each with its identity
+    /// (so the cover goes on that very socket, or the run stops: mounts.rs).
+    pub fn run(&self) -> Vec<(PathBuf, FileId)> {
         let in_root = |p: &Path| self.write_roots.iter().any(|r| p.starts_with(r));
         let hidden = |p: &Path| {
             p.starts_with("/run")
@@ -98,7 +103,10 @@ fn path_column(line: &str) -> Option<&str> {
 ///
 /// A relative path is tried against each writable root (the likely place a process bound
 /// it from); `hidden` says which paths the sandbox will not see at all.
-pub fn visible_host_sockets(hidden: impl Fn(&Path) -> bool, roots: &[PathBuf]) -> Vec<PathBuf> {
+pub fn visible_host_sockets(
+    hidden: impl Fn(&Path) -> bool,
+    roots: &[PathBuf],
+) -> Vec<(PathBuf, FileId)> {
     let mut found: Vec<PathBuf> = every_namespaces_sockets()
         .into_iter()
         .flat_map(|p| {
@@ -117,6 +125,12 @@ pub fn visible_host_sockets(hidden: impl Fn(&Path) -> bool, roots: &[PathBuf]) -
     found.sort();
     found.dedup();
     found
+        .into_iter()
+        .filter_map(|p| {
+            let id = open_exact(&p).and_then(FileId::of).ok()?;
+            Some((p, id))
+        })
+        .collect()
 }
 
 #[cfg(test)]

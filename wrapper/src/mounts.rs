@@ -226,7 +226,7 @@ fn in_root(path: &Path) -> PathBuf {
 pub fn apply(
     plan: &MountPlan,
     breakage: Breakage,
-    host_sockets: impl FnOnce() -> Vec<PathBuf>,
+    host_sockets: impl FnOnce() -> Vec<(PathBuf, FileId)>,
 ) -> Result<Vec<PathBuf>> {
     if breakage.mount_pause_ms > 0 {
         std::thread::sleep(std::time::Duration::from_millis(breakage.mount_pause_ms));
@@ -317,13 +317,13 @@ pub fn apply(
     for op in &plan.ops {
         steps.apply(op)?;
     }
+    // Each socket the scan found, still there and still that socket: one swapped or moved
+    // since would stay connectable under its new name, so that stops the run.
     let mut covered = Vec::with_capacity(sockets.len());
-    for socket in sockets {
-        match steps.cover_socket(&socket) {
-            Ok(()) => covered.push(socket),
-            Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+    for (socket, id) in sockets {
+        let at = steps.find(&socket, Some(id))?;
+        steps.cover_with_null(&socket, at.as_fd())?;
+        covered.push(socket);
     }
 
     mount_proc(
@@ -473,17 +473,6 @@ impl Steps<'_> {
             || format!("hide {}", target.display()),
             attach_tree_onto(tmpfs.as_fd(), at.as_fd()),
         )
-    }
-
-    /// Covers a host socket. Its path is the one it was bound at, which may go through a
-    /// symlink (`/var/run`): followed, but only within the new root.
-    fn cover_socket(&self, socket: &Path) -> Result<()> {
-        let relative = socket.strip_prefix("/").unwrap_or(socket);
-        let at = step(
-            || format!("find {}", socket.display()),
-            resolve::open_in_root(self.root, relative),
-        )?;
-        self.cover_with_null(socket, at.as_fd())
     }
 
     /// Covers a file (or a socket) with a read-only `/dev/null`: reads are empty, writes

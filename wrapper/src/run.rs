@@ -55,11 +55,12 @@ pub fn run_reporting(
     let since = crate::gitaudit::Stamp::now();
     // Each writable root, held from here on: everything below is reached through it.
     let mut resolved = Resolved::roots(&config.write_roots)?;
-    let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
+    let home = crate::config::home_dir();
     let extra: Vec<PathBuf> = config
         .protect
         .iter()
         .chain(&config.policy_inputs)
+        .chain(&config.log_dir_pin)
         .cloned()
         .collect();
     let protected = protect::protected_paths(&ProtectInput {
@@ -107,7 +108,13 @@ pub fn run_reporting(
     // before this one starts.
     audit_orphans(&log, &config);
     let audit = crate::gitaudit::Scope {
-        roots: config.write_roots.clone(),
+        // Directories: a file root holds no git metadata.
+        roots: config
+            .write_roots
+            .iter()
+            .filter(|r| r.is_dir())
+            .cloned()
+            .collect(),
         skip: pinned.iter().chain(&config.read_only).cloned().collect(),
         since,
     };
@@ -330,7 +337,20 @@ fn child_plan(
     cgroup_limits: Vec<cgroup::CgroupLimit>,
 ) -> Result<ChildPlan, WrapperError> {
     // The host's sockets are not in the plan: pid 1 finds them while it sets up.
-    let hidden = config.hide.clone();
+    // A path under a private /tmp outside every root is not in the sandbox at all: nothing
+    // to hide or pin there.
+    let in_sandbox = |path: &&PathBuf| {
+        config.tmp == crate::cli::TmpMode::Host
+            || !path.starts_with("/tmp")
+            || config.write_roots.iter().any(|r| path.starts_with(r))
+    };
+    let hidden: Vec<PathBuf> = config.hide.iter().filter(in_sandbox).cloned().collect();
+    let read_only: Vec<PathBuf> = config
+        .read_only
+        .iter()
+        .filter(in_sandbox)
+        .cloned()
+        .collect();
     // Whether each is a directory, as resolved (roots already are).
     for path in &hidden {
         resolved.identify(path)?;
@@ -340,7 +360,7 @@ fn child_plan(
             write_roots: &config.write_roots,
             tmp: config.tmp,
             protected,
-            read_only: &config.read_only,
+            read_only: &read_only,
             hidden: &hidden,
         },
         |path| resolved.is_dir(path),
@@ -388,10 +408,10 @@ fn child_plan(
             protected: protected
                 .iter()
                 .map(|p| p.path.clone())
-                .chain(config.read_only.iter().cloned())
+                .chain(read_only.iter().cloned())
                 .collect(),
             host_sockets: Vec::new(),
-            hidden: config.hide.clone(),
+            hidden,
             proxy: SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)),
             host_listener,
             canary: canary.to_owned(),

@@ -128,12 +128,13 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
 /// leaves it open until pid 1 exits. netbox removes the placeholders once CMD is done, and
 /// the last close of a removed directory waits for the disk (ext4 mounted with `discard`:
 /// ~50 µs a directory here); with these open, that close is often pid 1's, in its exit,
-/// which nobody waits for, instead of netbox's. Opened through the read-only mounts, so a
-/// write through one would be EROFS like any other; close-on-exec, in a process CMD cannot
-/// reach (pid 1 is not dumpable and never execs).
+/// which nobody waits for, instead of netbox's. Held as `O_PATH` fds following no symlink
+/// (what stands there may have been swapped by the host since: a FIFO would block an
+/// ordinary open forever); close-on-exec, in a process CMD cannot reach (pid 1 is not
+/// dumpable and never execs).
 fn hold_placeholders(paths: &[PathBuf]) {
     for path in paths {
-        if let Ok(file) = std::fs::File::open(path) {
+        if let Ok(file) = crate::sys::resolve::open_exact(path) {
             // Closed by the kernel as pid 1 exits.
             std::mem::forget(file);
         }

@@ -20,6 +20,10 @@ use crate::probe::ProbeReport;
 use crate::protect::Placeholders;
 use crate::writewatch::{WatchContext, WriteWatch};
 
+/// How long the sandbox may take to set up and pass its probe before netbox gives up on
+/// it (measured: a few ms; the probe's own network attempts time out at 5 s).
+const SETUP_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The probe's record in the event log.
 #[derive(Serialize)]
 struct ProbeRecord<'a> {
@@ -278,6 +282,9 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     let mut cancelled = None;
     let mut timed_out = false;
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    // Set-up and probe take milliseconds; a sandbox that has not reported by then is stuck
+    // (on something another process planted where it looks, say) and never will.
+    let setup_deadline = Some(tokio::time::Instant::now() + SETUP_TIME_LIMIT);
     let mut channel_open = true;
     loop {
         tokio::select! {
@@ -371,6 +378,17 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                 state.failure = Some(WrapperError::EventLogWrite {
                     path: log_path.clone(),
                     reason: log.failure().unwrap_or_default(),
+                });
+                sandbox.signal(Signal::SIGKILL);
+            },
+            () = sleep_until_some(setup_deadline), if !state.probed() && state.failure.is_none() => {
+                state.failure = Some(WrapperError::Setup {
+                    step: "start".into(),
+                    detail: format!(
+                        "the sandbox did not finish setting up within {} s",
+                        SETUP_TIME_LIMIT.as_secs()
+                    ),
+                    hint: None,
                 });
                 sandbox.signal(Signal::SIGKILL);
             },

@@ -22,6 +22,7 @@
 
 mod gitconfig;
 mod gitindex;
+mod home;
 mod placeholders;
 
 use std::io::ErrorKind;
@@ -35,10 +36,10 @@ pub use placeholders::{is_placeholder, Placeholder, Placeholders};
 /// run or load from a project directory.
 const PROJECT_NAMES: &[&str] = &[".git", ".gitmodules", ".envrc", ".vscode", ".idea"];
 
-/// Names tools read only from the home directory: protected where they exist; where
-/// missing, given a placeholder only when the writable root is the home directory
-/// (elsewhere nothing would read a planted one, and each placeholder costs the host a
-/// mkdir and an rmdir).
+/// Names tools read only from the home directory: protected where they exist at the top
+/// of a root; where missing, given a placeholder only under home (home.rs; elsewhere
+/// nothing would read a planted one, and each placeholder costs the host a mkdir and an
+/// rmdir).
 const HOME_NAMES: &[&str] = &[
     ".gitconfig",
     ".bashrc",
@@ -104,9 +105,9 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
             let meta = match std::fs::symlink_metadata(&path) {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == ErrorKind::NotFound => {
-                    // Missing: CMD must not be able to create it either, where it counts.
-                    let is_home = input.home == Some(root.as_path());
-                    if is_home || PROJECT_NAMES.contains(&name) {
+                    // Missing: CMD must not be able to create it either, where it counts
+                    // (under home, the list of places that run code says how).
+                    if PROJECT_NAMES.contains(&name) {
                         found.push(path, Some(Placeholder::Dir));
                     }
                     continue;
@@ -127,6 +128,13 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
     }
     for root in input.write_roots.iter().filter(|r| r.is_dir()) {
         found.enclosing_repository(root)?;
+    }
+    // A home inside a writable root (on request only: config.rs): every place there that
+    // runs code later.
+    if let Some(home) = input.home.filter(|h| found.writable(h)) {
+        for (name, leaf) in home::CODE_PATHS {
+            found.pin_named(&home.join(name), *leaf, "place under home that runs code")?;
+        }
     }
     for path in input.extra {
         let missing = std::fs::symlink_metadata(path).is_err();
@@ -601,7 +609,7 @@ mod tests {
         std::fs::remove_dir(ws.join(".envrc")).unwrap();
         // Missing home-only files get no placeholder outside the home directory...
         assert!(!got.iter().any(|p| p.path.ends_with(".zshrc")));
-        // ...and do in it.
+        // ...and do in it, each in its shape, with every other place that runs code.
         let got = protected_paths(&ProtectInput {
             write_roots: &roots,
             writable: &roots,
@@ -610,7 +618,28 @@ mod tests {
             allow_git_writes: false,
         })
         .unwrap();
-        assert_eq!(got.len(), protected_names().count());
+        let shape = |name: &str| {
+            got.iter()
+                .find(|p| p.path == ws.join(name))
+                .map(|p| p.placeholder)
+        };
+        assert_eq!(shape(".zshrc"), Some(Some(placeholders::EMPTY_CONFIG)));
+        assert_eq!(
+            shape(".bash_profile"),
+            Some(Some(placeholders::BASH_PROFILE))
+        );
+        assert_eq!(shape(".ssh"), Some(Some(Placeholder::Dir)));
+        assert_eq!(shape(".bashrc"), Some(None));
+        // A missing parent is pinned whole.
+        assert_eq!(shape(".local"), Some(Some(Placeholder::Dir)));
+        assert_eq!(shape(".local/bin"), None);
+        for (name, _) in home::CODE_PATHS {
+            let path = ws.join(name);
+            assert!(
+                got.iter().any(|p| path.starts_with(&p.path)),
+                "{name} is not pinned"
+            );
+        }
         std::fs::remove_dir_all(&ws).unwrap();
     }
 

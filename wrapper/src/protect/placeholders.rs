@@ -47,12 +47,31 @@ pub const EMPTY_INDEX_SHA256: Placeholder = Placeholder::File(&[
     0xed, // SHA-256 of the 12 bytes
 ]);
 
+/// `~/.bash_profile` placeholder: a login shell reads the first of `~/.bash_profile`,
+/// `~/.bash_login` and `~/.profile` that exists, so an empty one would make a login shell
+/// started on the host during the run skip the user's `~/.profile`. This one reads on as
+/// bash would have without it.
+pub const BASH_PROFILE: Placeholder = Placeholder::File(
+    b"# netbox: a placeholder for one run, read as if it were not here
+if [ -r ~/.bash_login ]; then . ~/.bash_login; elif [ -r ~/.profile ]; then . ~/.profile; fi
+",
+);
+
+/// `~/.bash_login` placeholder: likewise, on to `~/.profile`.
+pub const BASH_LOGIN: Placeholder = Placeholder::File(
+    b"# netbox: a placeholder for one run, read as if it were not here
+if [ -r ~/.profile ]; then . ~/.profile; fi
+",
+);
+
 /// Every file content a placeholder can have: a file holding anything else is not one.
 const FILE_CONTENTS: &[Placeholder] = &[
     COMMONDIR,
     EMPTY_CONFIG,
     EMPTY_INDEX_SHA1,
     EMPTY_INDEX_SHA256,
+    BASH_PROFILE,
+    BASH_LOGIN,
 ];
 
 /// The extended attribute that marks a placeholder netbox made.
@@ -97,7 +116,7 @@ fn is_placeholder_file(file: &std::fs::File) -> bool {
 }
 
 /// Whether a file holds exactly what some placeholder holds (read only if it is that
-/// short: a placeholder is at most a few dozen bytes).
+/// short: a placeholder is at most a few hundred bytes).
 fn holds_placeholder_content(file: &std::fs::File) -> bool {
     use std::os::unix::fs::FileExt;
     let longest = FILE_CONTENTS
@@ -233,7 +252,10 @@ fn hold_one(
             Err(e) => return Err(e),
         };
         if !created && !is_placeholder_file(&file) {
-            return Err(std::io::Error::from(ErrorKind::AlreadyExists));
+            return Err(std::io::Error::new(
+                ErrorKind::AlreadyExists,
+                "something netbox did not make stands there now (was it just created?)",
+            ));
         }
         let lock = lock_shared_briefly(file)?;
         // Another run may have removed it between our look and our lock: check that the

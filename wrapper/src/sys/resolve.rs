@@ -41,9 +41,12 @@ pub fn is_dir(fd: impl AsFd) -> io::Result<bool> {
     Ok(stat.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
 
+/// `O_PATH` without `O_NOFOLLOW`: with `O_NOFOLLOW`, openat2 hands back a final symlink
+/// itself (an fd to the link, which a mount would then land on) instead of refusing it;
+/// without, `RESOLVE_NO_SYMLINKS` refuses it with ELOOP like any other component.
 fn how(resolve: ResolveFlag) -> OpenHow {
     OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
         .resolve(resolve)
 }
 
@@ -74,17 +77,6 @@ pub fn open_beneath(dir: BorrowedFd<'_>, relative: &Path) -> io::Result<OwnedFd>
     .map_err(io::Error::from)
 }
 
-/// Opens `relative` below `dir` as an `O_PATH` fd, following symlinks as if `dir` were
-/// `/` (a link can lead nowhere outside it).
-pub fn open_in_root(dir: BorrowedFd<'_>, relative: &Path) -> io::Result<OwnedFd> {
-    nix::fcntl::openat2(
-        dir,
-        relative,
-        how(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS),
-    )
-    .map_err(io::Error::from)
-}
-
 /// A message for a resolution that failed, saying what it means here.
 pub fn describe(error: &io::Error) -> String {
     match error.raw_os_error() {
@@ -109,11 +101,22 @@ mod tests {
         assert!(is_dir(&real).unwrap());
         let err = open_exact(&dir.join("link/sub")).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ELOOP));
+        // A link as the last component too.
+        let err = open_exact(&dir.join("link")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP));
         let top = open_exact(&dir).unwrap();
         let again = open_beneath(top.as_fd(), Path::new("real/sub")).unwrap();
         assert_eq!(FileId::of(&real).unwrap(), FileId::of(&again).unwrap());
         assert!(open_beneath(top.as_fd(), Path::new("link/sub")).is_err());
+        assert!(open_beneath(top.as_fd(), Path::new("link")).is_err());
         assert!(open_beneath(top.as_fd(), Path::new("../x")).is_err());
+        // A FIFO opens at once (an ordinary open would wait for a writer).
+        nix::unistd::mkfifo(
+            &dir.join("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        assert!(!is_dir(open_exact(&dir.join("fifo")).unwrap()).unwrap());
         std::fs::rename(dir.join("real"), dir.join("moved")).unwrap();
         // The fd follows the directory, not the name.
         let moved = open_exact(&dir.join("moved/sub")).unwrap();

@@ -1,0 +1,113 @@
+//! The places under a home directory that run code later, outside the sandbox: pinned
+//! read-only whenever home lies inside a writable root (only with `--allow-home-write`;
+//! config.rs refuses it otherwise), with a placeholder where one is missing (at its first
+//! missing component: a missing `~/.config` is pinned whole).
+//!
+//! Chosen by what reads them without asking: shells and login sessions, the desktop and
+//! systemd's user manager, tools that run commands from their configuration (git, ssh,
+//! npm, pip, cargo, docker and kubectl credential helpers, aws `credential_process`,
+//! gdb, tmux), directories on `PATH` or on a language's load path, and caches or toolchain
+//! homes whose contents run as they are (`npx`'s packages, pip's wheels, cargo's unpacked
+//! crates with their `build.rs`, rustup's and pyenv's toolchains). More can be added with
+//! `--protect`.
+
+use super::placeholders::{BASH_LOGIN, BASH_PROFILE, EMPTY_CONFIG};
+use super::Placeholder;
+
+/// A file: a missing one gets an empty file, which every reader takes as "no settings"
+/// (but bash's login files, which say which file a login shell reads: placeholders.rs).
+const FILE: Placeholder = EMPTY_CONFIG;
+/// A directory: a missing one gets an empty directory.
+const DIR: Placeholder = Placeholder::Dir;
+
+/// Relative to home, with the shape a missing one takes.
+pub const CODE_PATHS: &[(&str, Placeholder)] = &[
+    // Shells, login sessions, readline.
+    (".bashrc", FILE),
+    (".bash_profile", BASH_PROFILE),
+    (".bash_login", BASH_LOGIN),
+    (".bash_logout", FILE),
+    (".profile", FILE),
+    (".zshrc", FILE),
+    (".zshenv", FILE),
+    (".zprofile", FILE),
+    (".zlogin", FILE),
+    (".zlogout", FILE),
+    (".cshrc", FILE),
+    (".tcshrc", FILE),
+    (".login", FILE),
+    (".logout", FILE),
+    (".inputrc", FILE),
+    (".pam_environment", FILE),
+    (".xprofile", FILE),
+    (".xsession", FILE),
+    (".xsessionrc", FILE),
+    (".xinitrc", FILE),
+    (".oh-my-zsh", DIR),
+    (".config/fish", DIR),
+    (".config/environment.d", DIR),
+    (".config/autostart", DIR),
+    (".config/systemd", DIR),
+    (".local/share/systemd", DIR),
+    (".local/share/applications", DIR),
+    (".config/direnv", DIR),
+    (".direnvrc", FILE),
+    // Directories on PATH or a load path.
+    ("bin", DIR),
+    (".local/bin", DIR),
+    (".local/lib", DIR),
+    // Tools that run commands named in their configuration, or hold keys and trust.
+    (".gitconfig", FILE),
+    (".config/git", DIR),
+    (".ssh", DIR),
+    (".gnupg", DIR),
+    (".docker", DIR),
+    (".kube", DIR),
+    (".aws", DIR),
+    (".netrc", FILE),
+    (".curlrc", FILE),
+    (".wgetrc", FILE),
+    (".gdbinit", FILE),
+    (".tmux.conf", FILE),
+    (".screenrc", FILE),
+    (".config/gh", DIR),
+    (".local/share/gh", DIR),
+    // Package managers: configuration, and what they run from their caches.
+    (".npmrc", FILE),
+    (".yarnrc", FILE),
+    (".yarnrc.yml", FILE),
+    (".npm/_npx", DIR),
+    (".pypirc", FILE),
+    (".pip", DIR),
+    (".config/pip", DIR),
+    (".cache/pip", DIR),
+    (".condarc", FILE),
+    (".cargo", DIR),
+    (".rustup", DIR),
+    (".gemrc", FILE),
+    (".bundle", DIR),
+    (".m2", DIR),
+    (".gradle", DIR),
+    (".terraform.d", DIR),
+    // Interpreter and toolchain homes.
+    (".pyenv", DIR),
+    (".nvm", DIR),
+    (".volta", DIR),
+    (".bun", DIR),
+    (".deno", DIR),
+    (".sdkman", DIR),
+    ("go/bin", DIR),
+    (".ipython", DIR),
+    (".irbrc", FILE),
+    (".pryrc", FILE),
+    (".Rprofile", FILE),
+    // Editors, which run their configuration and plugins.
+    (".vimrc", FILE),
+    (".gvimrc", FILE),
+    (".exrc", FILE),
+    (".vim", DIR),
+    (".config/nvim", DIR),
+    (".local/share/nvim", DIR),
+    (".emacs", FILE),
+    (".emacs.d", DIR),
+];

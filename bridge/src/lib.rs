@@ -31,6 +31,7 @@ pub mod policy;
 pub mod resolver;
 pub mod server;
 pub mod target;
+pub mod terminal;
 mod tunnel;
 mod upstream;
 

@@ -306,8 +306,7 @@ impl EventLog {
                     .map_or(Some(line.clone()), |mut seen| seen.first(line)),
             };
             if let Some(line) = say {
-                // A closed stderr must not take the bridge down (eprintln! would panic).
-                let _ = writeln!(io::stderr(), "{line}");
+                crate::terminal::say(&line);
             }
         }
     }

@@ -23,6 +23,7 @@ mod sandbox_pid1;
 mod sandbox_pins;
 mod sandbox_regressions;
 mod sandbox_swaps;
+mod sandbox_tty;
 mod sandbox_walkthrough;
 mod sandbox_writelog;
 mod session_log;

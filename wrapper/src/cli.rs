@@ -114,6 +114,15 @@ pub struct RunArgs {
     #[arg(long = "allow-home-write")]
     pub allow_home_write: bool,
 
+    /// Give CMD a terminal of its own even when netbox is not run in one.
+    #[arg(long = "tty", conflicts_with = "no_tty")]
+    pub tty: bool,
+
+    /// Never give CMD a terminal of its own (by default it gets one when netbox's standard
+    /// input and output are terminals).
+    #[arg(long = "no-tty")]
+    pub no_tty: bool,
+
     /// Let CMD create user namespaces of its own (bwrap, podman, browsers' sandboxes).
     #[arg(long = "allow-nested-userns")]
     pub allow_nested_userns: bool,

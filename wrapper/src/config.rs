@@ -35,6 +35,8 @@ pub struct SandboxConfig {
     pub log_dir_pin: Option<PathBuf>,
     pub allow_git_writes: bool,
     pub allow_nested_userns: bool,
+    /// Whether CMD gets a terminal of its own (terminal.rs).
+    pub tty: crate::terminal::Choice,
     pub policy: Policy,
     pub session_id: String,
     pub env_base: crate::env::EnvBase,
@@ -214,6 +216,11 @@ impl SandboxConfig {
             log_dir_pin: log_pin,
             allow_git_writes: args.allow_git_writes,
             allow_nested_userns: args.allow_nested_userns,
+            tty: match (args.tty, args.no_tty) {
+                (true, _) => crate::terminal::Choice::Always,
+                (_, true) => crate::terminal::Choice::Never,
+                _ => crate::terminal::Choice::Auto,
+            },
             policy,
             session_id,
             env_base: if args.clean_env {

@@ -56,6 +56,9 @@ pub enum SyncMsg {
     /// From the parent, after `FetchDone { status: 0 }`: the bridge has stopped and its
     /// listeners are closed; prove the cut and run CMD.
     Cut,
+    /// CMD's terminal (terminal.rs): the master end of the pty pid 1 made inside the
+    /// sandbox (attached as an fd), sent before CMD starts.
+    Terminal,
     /// A setup step failed; CMD will not run.
     SetupFailed {
         step: String,

@@ -69,10 +69,12 @@ pub fn run_to_end(
     limits: &Limits,
     skip_limits_for_test: bool,
     pins: &Pins,
+    tty: Option<Tty>,
 ) -> Result<i32, Stop> {
     // Everything the child needs, built here: it shares pid 1's memory until it execs,
     // and must not allocate (sys/process.rs, spawn_sharing_memory).
-    let start = Start::prepare(cmd, env, cwd)?;
+    let mut start = Start::prepare(cmd, env, cwd)?;
+    start.tty = tty;
     // pid 1 is single-threaded: nothing here ever starts a thread. exec_cmd only sets up
     // the child's own state and execs (or says why not and exits).
     let child = match spawn_sharing_memory(|| exec_cmd(&start, limits, skip_limits_for_test)) {
@@ -90,9 +92,20 @@ pub fn run_to_end(
     Ok(code)
 }
 
+/// CMD's own terminal (terminal.rs): the pty's slave end, held by pid 1.
+#[derive(Debug, Clone, Copy)]
+pub struct Tty {
+    pub fd: std::os::fd::RawFd,
+    /// Standard error goes there too (netbox's own is a terminal).
+    pub stderr_too: bool,
+}
+
 /// CMD, resolved and laid out before its child starts, with every message the child may
 /// have to say.
 struct Start {
+    /// CMD's terminal, if it gets one: its controlling terminal and standard input and
+    /// output.
+    tty: Option<Tty>,
     /// The program found on PATH, ready to exec; `None`: not found.
     exec: Option<ExecArgs>,
     cwd: CString,
@@ -126,6 +139,7 @@ impl Start {
         let exec =
             find_program(&first, &envp, cwd).map(|program| ExecArgs::new(program, argv, envp));
         Ok(Start {
+            tty: None,
             exec,
             cwd: cwd_c,
             cwd_shown: crate::printable::printable(&cwd.to_string_lossy()).into_bytes(),
@@ -190,6 +204,25 @@ fn exec_cmd(start: &Start, limits: &Limits, skip_limits: bool) -> ! {
             ],
             EXIT_NETBOX_FAILURE,
         );
+    }
+    if let Some(tty) = start.tty {
+        // The new session's controlling terminal, then CMD's standard input and output.
+        let onto: &[i32] = if tty.stderr_too { &[0, 1, 2] } else { &[0, 1] };
+        let attached = crate::sys::pty::make_controlling(tty.fd).and_then(|()| {
+            onto.iter()
+                .try_for_each(|&n| crate::sys::fd::duplicate_onto(tty.fd, n))
+        });
+        if let Err(e) = attached {
+            fail(
+                &[
+                    b"netbox: cannot give ",
+                    name,
+                    b" its terminal: ",
+                    e.desc().as_bytes(),
+                ],
+                EXIT_NETBOX_FAILURE,
+            );
+        }
     }
     if let Err(e) = nix::unistd::chdir(start.cwd.as_c_str()) {
         // The usual cause: the directory netbox was started in lies under a path the

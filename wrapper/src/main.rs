@@ -53,6 +53,7 @@ mod session;
 mod stdin_relay;
 mod supervise;
 mod sys;
+mod terminal;
 mod testhooks;
 mod verify;
 mod writejudge;
@@ -85,8 +86,7 @@ fn main() -> ExitCode {
 /// Writes one line to stderr. A closed stderr is not a reason to fail a run (eprintln!
 /// would panic on it).
 pub fn say(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
+    bridge::terminal::say(line);
 }
 
 /// Writes a command's output (a report, an allowlist) to stdout, whole, and flushes it.

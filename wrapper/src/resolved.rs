@@ -89,6 +89,20 @@ impl Resolved {
         self.ids.get(path).is_some_and(|(_, dir)| *dir)
     }
 
+    /// Hands over every fd held, for the caller to close once the sandbox's checks are done
+    /// (its mounts hold the inodes from then on). Closing them at exit instead would make
+    /// netbox's the last reference to a removed placeholder, whose close waits for the disk
+    /// (measured: ~0.25 ms a run, ext4 with `discard`).
+    pub fn release(&mut self) -> Vec<OwnedFd> {
+        let mut fds = std::mem::take(&mut self.held);
+        fds.extend(
+            std::mem::take(&mut self.roots)
+                .into_iter()
+                .map(|(_, fd)| fd),
+        );
+        fds
+    }
+
     /// Every identity recorded, by host path.
     pub fn ids(&self) -> BTreeMap<PathBuf, FileId> {
         self.ids

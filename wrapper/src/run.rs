@@ -192,8 +192,11 @@ fn run_logged(
         crate::say(&startup_line(&config));
     }
     // A file given as standard input reaches CMD through a pipe (stdin_relay.rs).
-    let stdin_relay =
-        crate::stdin_relay::StdinRelay::take_over_if_file().map_err(WrapperError::Spawn)?;
+    // With a terminal of its own, CMD reads that instead (terminal.rs).
+    let stdin_relay = match plan.terminal {
+        Some(_) => None,
+        None => crate::stdin_relay::StdinRelay::take_over_if_file().map_err(WrapperError::Spawn)?,
+    };
     let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
     cgroups.enter()?;
     // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
@@ -243,6 +246,7 @@ fn run_logged(
     };
     let result = runtime.block_on(supervise(Supervised {
         placeholders: &mut placeholders,
+        resolved_fds: resolved.release(),
         sandbox,
         timeout: config.timeout,
         fetch: config.fetch.clone(),
@@ -433,6 +437,7 @@ fn child_plan(
             private_tmp: config.tmp == crate::cli::TmpMode::Private,
             hide: config.hide.clone(),
         },
+        terminal: crate::terminal::plan(config.tty),
         placeholders: protected
             .iter()
             .filter(|p| p.placeholder.is_some())

@@ -44,6 +44,8 @@ pub struct ChildPlan {
     pub socket_scan: crate::hostsockets::SocketScan,
     /// The placeholders netbox laid, which pid 1 keeps open (see `hold_placeholders`).
     pub placeholders: Vec<PathBuf>,
+    /// CMD's own terminal, when it gets one (terminal.rs).
+    pub terminal: Option<crate::terminal::Plan>,
 }
 
 /// pid 1 of the sandbox: set up, prove, then run CMD. Returns the exit status.
@@ -65,6 +67,24 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     if !prove(plan, probe_input, channel) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
+    // CMD's terminal: made here, from the sandbox's own devpts; its master end goes to
+    // netbox, its slave end stays with pid 1 (so the pty lasts as long as the run) and is
+    // CMD's standard input and output.
+    let terminal = match plan.terminal.as_ref().map(|t| open_terminal(t, channel)) {
+        None => None,
+        Some(Ok(slave)) => Some(slave),
+        Some(Err(e)) => {
+            crate::say(&format!("netbox: cannot give the command a terminal: {e}"));
+            return crate::error::EXIT_NETBOX_FAILURE.into();
+        }
+    };
+    let tty = terminal
+        .as_ref()
+        .zip(plan.terminal.as_ref())
+        .map(|(slave, t)| init::Tty {
+            fd: slave.as_raw_fd(),
+            stderr_too: t.stderr_too,
+        });
     // pid 1 keeps the channel, to report a lost pin; CMD cannot reach it (pid 1 is not
     // dumpable and never execs, so /proc/1/fd, ptrace and pidfd_getfd are all refused:
     // see set_up).
@@ -80,7 +100,7 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     let run = |cmd: &[OsString]| {
         let limits = &plan.probe.limits;
         let skip_limits = plan.breakage.skip_limits;
-        init::run_to_end(cmd, &plan.env, &plan.cwd, limits, skip_limits, &pins)
+        init::run_to_end(cmd, &plan.env, &plan.cwd, limits, skip_limits, &pins, tty)
     };
     if let Some(fetch) = &plan.fetch {
         let status = match run(fetch) {
@@ -122,6 +142,20 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         }
         Err(stop) => init::report_stop(stop, channel),
     }
+}
+
+/// Opens CMD's pty and hands its master end to netbox. Returns the slave end.
+fn open_terminal(
+    terminal: &crate::terminal::Plan,
+    channel: &Channel,
+) -> Result<std::os::fd::OwnedFd, String> {
+    let modes = terminal.modes.map(nix::sys::termios::Termios::from);
+    let (master, slave) = crate::sys::pty::open(modes.as_ref(), terminal.size.as_ref())
+        .map_err(|e| format!("open a pty: {e}"))?;
+    channel
+        .send(&SyncMsg::Terminal, &[master.as_raw_fd()])
+        .map_err(|e| format!("hand netbox the pty: {e}"))?;
+    Ok(slave)
 }
 
 /// Opens each placeholder netbox laid, through the sandbox's own read-only view of it, and

@@ -142,6 +142,9 @@ pub struct Supervised<'a> {
     /// alongside netbox's teardown and the sandbox's own exit; the caller's drop waits
     /// for it (or, without Done, removes them after the sandbox is reaped).
     pub placeholders: &'a mut Option<Placeholders>,
+    /// What netbox resolved at start-up (resolved.rs), held until the probe has reported:
+    /// the sandbox's identity checks are done by then.
+    pub resolved_fds: Vec<OwnedFd>,
     pub sandbox: SandboxGuard,
     /// `--timeout`: the whole sandbox is killed when it runs out.
     pub timeout: Option<std::time::Duration>,
@@ -179,6 +182,7 @@ pub struct Supervised<'a> {
 pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     let Supervised {
         placeholders,
+        resolved_fds,
         mut sandbox,
         timeout,
         fetch,
@@ -286,6 +290,13 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     // (on something another process planted where it looks, say) and never will.
     let setup_deadline = Some(tokio::time::Instant::now() + SETUP_TIME_LIMIT);
     let mut channel_open = true;
+    let mut resolved_fds = Some(resolved_fds);
+    // CMD's terminal, once pid 1 has handed it over (terminal.rs), and the caller's
+    // terminal's size changes, which go to it.
+    let mut terminal: Option<crate::terminal::Session> = None;
+    let mut window_changes =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+            .map_err(WrapperError::Spawn)?;
     loop {
         tokio::select! {
             // Messages first: a probe report that arrived with a signal decides whether
@@ -306,11 +317,23 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                         sandbox.signal(Signal::SIGKILL);
                     }
                 }
+                Ok(Some((SyncMsg::Terminal, fds))) if state.probed() && terminal.is_none() => {
+                    match fds.into_iter().next().map(crate::terminal::Session::start) {
+                        Some(Ok(session)) => terminal = Some(session),
+                        _ => {
+                            state.failure.get_or_insert(WrapperError::Handshake(
+                                "the command's terminal could not be used".into(),
+                            ));
+                            sandbox.signal(Signal::SIGKILL);
+                        }
+                    }
+                }
                 Ok(Some((msg, _))) => {
                     state.handle(msg);
                     if let Some(allowed) = pinned_from.take_if(|_| state.probed()) {
                         crate::cpu::allow(allowed);
                     }
+                    drop(resolved_fds.take_if(|_| state.probed()));
                     // With --cpus, once CMD may run: the bridge's work for it (this
                     // thread runs the bridge) comes out of CMD's quota too, as the write
                     // watcher's does; a run that cannot keep it there stops.
@@ -381,6 +404,11 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                 });
                 sandbox.signal(Signal::SIGKILL);
             },
+            _ = window_changes.recv(), if terminal.is_some() => {
+                if let Some(terminal) = &terminal {
+                    terminal.resize();
+                }
+            },
             () = sleep_until_some(setup_deadline), if !state.probed() && state.failure.is_none() => {
                 state.failure = Some(WrapperError::Setup {
                     step: "start".into(),
@@ -402,6 +430,11 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     }
     if let Some(allowed) = pinned_from.take() {
         crate::cpu::allow(allowed);
+    }
+    // The last of CMD's output, and the caller's terminal as it was, before netbox says
+    // anything more.
+    if let Some(terminal) = terminal.take() {
+        terminal.finish();
     }
     let code = match state.finished.filter(|_| !reap_pid1) {
         // Done is pid 1's last word: nothing more to read.
@@ -670,6 +703,7 @@ impl RunState<'_> {
             | SyncMsg::Done { .. }
             | SyncMsg::FetchDone { .. }
             | SyncMsg::WriteWatch
+            | SyncMsg::Terminal
             | SyncMsg::Start
             | SyncMsg::Cut => {
                 self.failure.get_or_insert(WrapperError::Handshake(

@@ -25,6 +25,15 @@ pub fn close_from_3_except(keep: RawFd) -> io::Result<()> {
     }
 }
 
+/// Makes fd `onto` a copy of `fd` (dup2(2)), closing what `onto` was. Allocates
+/// nothing: safe in a child that shares its parent's memory.
+pub fn duplicate_onto(fd: RawFd, onto: RawFd) -> nix::Result<()> {
+    // SAFETY: dup2 takes plain integers and touches no memory; the caller is the child
+    // about to exec, where fds 0-2 belong to no Rust object (they are replaced on purpose).
+    let rc = unsafe { libc::dup2(fd, onto) };
+    nix::errno::Errno::result(rc).map(drop)
+}
+
 fn close_range(first: u32, last: u32) -> io::Result<()> {
     // SAFETY: close_range takes plain integers and only closes descriptors of this process.
     // Callers use it where no live Rust object still owns the closed fds: the sandbox's

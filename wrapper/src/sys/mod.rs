@@ -8,6 +8,7 @@ pub mod mount_api;
 pub mod mountid;
 pub mod netdev;
 pub mod process;
+pub mod pty;
 pub mod resolve;
 pub mod seccomp;
 pub mod xattr;

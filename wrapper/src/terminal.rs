@@ -1,0 +1,218 @@
+//! A terminal of CMD's own (issue 13): when netbox runs in a terminal, CMD gets a new
+//! pseudo-terminal made inside the sandbox as its controlling terminal, as `ssh -t`,
+//! `docker run -t` and `script` give one. netbox puts its own terminal in raw mode, relays
+//! bytes both ways and window-size changes in, and restores the terminal's modes however
+//! the run ends (but for a SIGKILL of netbox itself, which nothing can catch).
+//!
+//! The pty is the sandbox's: opened by pid 1 from its private devpts instance, so `tty`
+//! inside names `/dev/pts/N` that exists there, and TIOCSTI from inside reaches only that
+//! pty's input, which CMD itself reads. netbox's own terminal never enters the sandbox as
+//! CMD's standard input or output.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Mutex;
+
+use nix::sys::termios::{self, SetArg, Termios};
+
+use crate::sys::pty::{self, Winsize};
+
+/// `--tty` / `--no-tty`, or neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// A pty when netbox's standard input and output are both terminals and netbox is in
+    /// the terminal's foreground (a background job must not take the terminal over).
+    Auto,
+    Always,
+    Never,
+}
+
+/// What the sandbox needs to make CMD's terminal.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The caller's terminal modes (as they are before raw mode), copied to the new pty so
+    /// that erase, interrupt and the rest keep their keys.
+    pub modes: Option<libc::termios>,
+    pub size: Option<Winsize>,
+    /// CMD's standard error goes to the pty too (netbox's own is a terminal); otherwise it
+    /// stays what netbox's is (a file, a pipe).
+    pub stderr_too: bool,
+}
+
+/// Whether CMD gets a terminal of its own, and how it is made.
+pub fn plan(choice: Choice) -> Option<Plan> {
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    let is_tty = |fd: BorrowedFd<'_>| nix::unistd::isatty(fd).unwrap_or(false);
+    let wanted = match choice {
+        Choice::Never => false,
+        Choice::Always => true,
+        Choice::Auto => {
+            is_tty(stdin.as_fd()) && is_tty(stdout.as_fd()) && in_foreground(stdin.as_fd())
+        }
+    };
+    if !wanted {
+        return None;
+    }
+    let terminal = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()]
+        .into_iter()
+        .find(|fd| is_tty(*fd));
+    Some(Plan {
+        modes: terminal.and_then(|fd| termios::tcgetattr(fd).ok().map(libc::termios::from)),
+        size: terminal.and_then(pty::window_size),
+        stderr_too: is_tty(stderr.as_fd()),
+    })
+}
+
+fn in_foreground(fd: BorrowedFd<'_>) -> bool {
+    nix::unistd::tcgetpgrp(fd).is_ok_and(|group| group == nix::unistd::getpgrp())
+}
+
+/// The caller's terminal modes, kept to put back; also for the panic hook (netbox aborts
+/// on a panic, so no destructor runs then).
+static SAVED: Mutex<Option<Termios>> = Mutex::new(None);
+
+/// netbox's side of CMD's terminal while it runs: the caller's terminal in raw mode, and
+/// the relay threads.
+pub struct Session {
+    master: OwnedFd,
+    output: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Session {
+    /// Takes the master end from the sandbox: raw mode on netbox's terminal (if standard
+    /// input is one), then the relays: standard input into the pty, the pty out to
+    /// standard output.
+    pub fn start(master: OwnedFd) -> std::io::Result<Session> {
+        enter_raw_mode();
+        let input = master.try_clone()?;
+        let output = master.try_clone()?;
+        let _ = std::thread::Builder::new()
+            .name("netbox-tty-in".into())
+            .spawn(move || relay_input(input));
+        let output = std::thread::Builder::new()
+            .name("netbox-tty-out".into())
+            .spawn(move || relay_output(output))?;
+        Ok(Session {
+            master,
+            output: Some(output),
+        })
+    }
+
+    /// The caller's terminal changed size: so does CMD's (the kernel tells CMD).
+    pub fn resize(&self) {
+        let stdin = std::io::stdin();
+        let stdout = std::io::stdout();
+        let size = pty::window_size(stdin.as_fd()).or_else(|| pty::window_size(stdout.as_fd()));
+        if let Some(size) = size {
+            let _ = pty::set_window_size(self.master.as_fd(), &size);
+        }
+    }
+
+    /// Once the sandbox is gone: waits for the last of CMD's output (the pty ends when its
+    /// last holder, pid 1, has exited), then restores the caller's terminal.
+    pub fn finish(mut self) {
+        if let Some(output) = self.output.take() {
+            let _ = output.join();
+        }
+        restore();
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+/// Raw mode on standard input, if it is a terminal: every byte (Ctrl-C and Ctrl-Z
+/// included) goes to CMD's terminal, whose own line discipline acts on it. Output
+/// processing is off too: CMD's terminal has done it already.
+fn enter_raw_mode() {
+    let stdin = std::io::stdin();
+    let Ok(saved) = termios::tcgetattr(stdin.as_fd()) else {
+        return;
+    };
+    let mut raw = saved.clone();
+    termios::cfmakeraw(&mut raw);
+    if let Ok(mut kept) = SAVED.lock() {
+        *kept = Some(saved);
+    }
+    install_panic_hook();
+    if termios::tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw).is_ok() {
+        bridge::terminal::set_raw(true);
+    }
+}
+
+/// Puts the caller's terminal modes back (once; later calls do nothing).
+pub fn restore() {
+    let saved = SAVED.lock().ok().and_then(|mut kept| kept.take());
+    if let Some(saved) = saved {
+        // TCSADRAIN: what netbox already wrote is shown as it was meant (raw) first.
+        let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSADRAIN, &saved);
+        bridge::terminal::set_raw(false);
+    }
+}
+
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
+    });
+}
+
+/// Standard input into the pty until it ends; then Ctrl-D, the end-of-file character a
+/// terminal user would type (a pty's master has modes of its own, not the slave's, so it
+/// cannot be asked). Signals are the main thread's.
+fn relay_input(master: OwnedFd) {
+    const CTRL_D: u8 = 4;
+    let _ = nix::sys::signal::SigSet::all().thread_block();
+    let mut master = std::fs::File::from(master);
+    let eof = CTRL_D;
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) => {
+                let _ = master.write_all(&[eof]);
+                return;
+            }
+            Ok(n) => {
+                if master.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// The pty out to standard output until it ends (EIO once nothing holds its other end).
+fn relay_output(master: OwnedFd) {
+    let _ = nix::sys::signal::SigSet::all().thread_block();
+    let mut master = std::fs::File::from(master);
+    let mut buf = [0u8; 16384];
+    loop {
+        match master.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                let mut stdout = std::io::stdout().lock();
+                if stdout
+                    .write_all(&buf[..n])
+                    .and_then(|()| stdout.flush())
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}

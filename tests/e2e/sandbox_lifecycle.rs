@@ -332,3 +332,95 @@ fn cmd_gets_every_cpu_netbox_may_use() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim_end(), want, "{}", stderr(&out));
 }
+
+/// netbox reaps its sandbox's pid 1 before it exits: nothing is left for the orphan
+/// reaper, which in a container may be an init that never reaps (a zombie per run).
+/// Control: the same watcher sees a process netbox's CMD leaves running on purpose
+/// (a double-forked sleep outside any sandbox here: `--disable-sandbox`).
+#[test]
+fn no_zombie_is_left_to_the_orphan_reaper() {
+    let dir = TestDir::new("zombies");
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let log = dir.join("events.jsonl");
+    let watcher = r#"
+import ctypes, os, subprocess, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+netbox, log, mode = sys.argv[1:4]
+for _ in range(10):
+    if mode == "sandbox":
+        cmd = [netbox, "--quiet", "--log", log, "--", "true"]
+    else:
+        cmd = [netbox, "--disable-sandbox", "--", "sh", "-c", "(sleep 5 &) ; true"]
+    subprocess.run(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+time.sleep(0.3)
+mine = 0
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        continue
+    fields = stat.rsplit(")", 1)[1].split()
+    if int(fields[1]) == os.getpid():
+        mine += 1
+print("orphans", mine)
+"#;
+    let netbox = netbox_bin();
+    let run = |mode: &str| {
+        let out = std::process::Command::new("python3")
+            .args(["-c", watcher])
+            .arg(&netbox)
+            .arg(&log)
+            .arg(mode)
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    assert_eq!(run("sandbox"), "orphans 0\n");
+    // Control: orphans are seen when there are some.
+    assert_eq!(run("control"), "orphans 10\n");
+}
+
+/// A run killed with SIGKILL leaves its placeholders; the next run that logs beside it,
+/// in any workspace, removes them (with its check of git metadata). A directory of the
+/// user's own (no mark) is kept.
+#[test]
+fn placeholders_of_a_killed_run_go_with_the_next_run_anywhere() {
+    let dir = TestDir::new("killed-placeholders");
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let first = Run::new(&dir)
+        .arg("--quiet")
+        .log_at(logs.join("first.jsonl"));
+    std::fs::create_dir(first.workspace.join(".idea")).unwrap();
+    let marker = format!("netbox-e2e-killed-{}", std::process::id());
+    let mut child = first
+        .command(&format!("sleep 300; : {marker}"))
+        .spawn()
+        .unwrap();
+    wait_for_process(&marker, true);
+    child.kill().unwrap();
+    let _ = child.wait();
+    wait_for_process(&marker, false);
+    // Left behind: the placeholder of the missing .git.
+    assert!(first.workspace.join(".git").is_dir());
+
+    let elsewhere = TestDir::new("killed-placeholders-next");
+    let next = Run::new(&elsewhere)
+        .arg("--quiet")
+        .log_at(logs.join("next.jsonl"));
+    let out = next.sh("true");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !first.workspace.join(".git").exists(),
+        "placeholder left behind"
+    );
+    assert!(!first.workspace.join(".envrc").exists());
+    // Control: the user's own empty directory is not a placeholder.
+    assert!(first.workspace.join(".idea").is_dir());
+}

@@ -210,11 +210,13 @@ fn cpu_limit_caps_cpu_time() {
         "{check:#}"
     );
 
-    // Control: without the limit the two loops use well over one CPU-second between them.
+    // Control: without the limit the two loops use well over half a CPU-second between
+    // them (two on two cores: up to 2; on a machine busy with other work, measured down
+    // to 0.79).
     let dir = TestDir::new("cpus-control");
     let out = Run::new(&dir).arg("--quiet").sh(TWO_BUSY_SECONDS);
     let free = children_cpu_seconds(&stdout(&out));
-    assert!(free > 0.8, "{free} s without --cpus");
+    assert!(free > 0.7, "{free} s without --cpus");
 }
 
 #[test]

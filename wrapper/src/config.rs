@@ -30,9 +30,9 @@ pub struct SandboxConfig {
     /// Allowlists (includes too) and `--env-file` files that lie inside a writable root,
     /// canonical: pinned read-only, so CMD cannot rewrite the next run's policy.
     pub policy_inputs: Vec<PathBuf>,
-    /// The default event log's directory, when `--allow-home-write` puts it inside a
-    /// writable root: pinned read-only for the run.
-    pub log_dir_pin: Option<PathBuf>,
+    /// Homes made writable on request (homesplit.rs): each, how many of its entries are
+    /// writable roots, and the places holding code inside those, pinned.
+    pub home_split: Vec<HomeSplit>,
     pub allow_git_writes: bool,
     pub allow_nested_userns: bool,
     /// Whether CMD gets a terminal of its own (terminal.rs).
@@ -108,20 +108,9 @@ impl SandboxConfig {
                     .into(),
             ));
         }
-        let write_roots = outermost(write_roots);
         // A writable home lets CMD plant code that runs later, outside the sandbox: only
-        // on request, and then with every such place under home pinned (protect/home.rs).
-        let home = home_dir();
-        if let Some(home) = &home {
-            if let Some(root) = write_roots.iter().find(|r| home.starts_with(r)) {
-                if !args.allow_home_write {
-                    return Err(WrapperError::HomeWritable {
-                        root: root.clone(),
-                        home: home.clone(),
-                    });
-                }
-            }
-        }
+        // on request, and then split into what may be written (homesplit.rs).
+        let (write_roots, home_split) = split_homes(outermost(write_roots), args.allow_home_write)?;
         // A symlink inside a writable root could be replaced by CMD: a pin on its target
         // would hold the target, not the name the user gave.
         let no_link = |path: &PathBuf, what| {
@@ -174,22 +163,11 @@ impl SandboxConfig {
             crate::env::parse_env_flags(&args.env)
                 .map_err(|reason| WrapperError::Usage(format!("--env: {reason}")))?,
         );
-        let default_log = args.log.is_none();
         let log_path = match args.log {
             Some(path) => path,
             None => default_log_path(&session_id)?,
         };
-        // The default log under a home made writable on request: its directory (netbox's
-        // state directory, the records of unchecked runs beside the logs too) is pinned
-        // read-only for the run instead.
-        let log_pin = (default_log && args.allow_home_write)
-            .then(|| sessions_dir().ok()?.parent().map(Path::to_owned))
-            .flatten()
-            .and_then(|dir| std::fs::canonicalize(dir).ok())
-            .filter(|dir| write_roots.iter().any(|r| dir.starts_with(r)));
-        if log_pin.is_none() {
-            refuse_log_inside_roots(&log_path, &write_roots)?;
-        }
+        refuse_log_inside_roots(&log_path, &write_roots)?;
         // What this run read its policy and environment from, where CMD could rewrite it
         // for the next run.
         let mut policy_inputs: Vec<PathBuf> = policy.files().to_vec();
@@ -213,7 +191,7 @@ impl SandboxConfig {
             hide,
             protect,
             policy_inputs,
-            log_dir_pin: log_pin,
+            home_split,
             allow_git_writes: args.allow_git_writes,
             allow_nested_userns: args.allow_nested_userns,
             tty: match (args.tty, args.no_tty) {
@@ -288,6 +266,59 @@ fn outermost(mut roots: Vec<PathBuf>) -> Vec<PathBuf> {
     roots.retain(|r| !all.iter().any(|other| other != r && r.starts_with(other)));
     roots.dedup();
     roots
+}
+
+/// A home split into writable entries (homesplit.rs).
+#[derive(Debug, Clone)]
+pub struct HomeSplit {
+    pub home: PathBuf,
+    pub writable: usize,
+    pub pins: Vec<PathBuf>,
+}
+
+/// Replaces each writable root that is, or holds, one of the caller's homes by the
+/// entries that may be written (homesplit.rs), or refuses it without
+/// `--allow-home-write`.
+fn split_homes(
+    mut roots: Vec<PathBuf>,
+    allowed: bool,
+) -> Result<(Vec<PathBuf>, Vec<HomeSplit>), WrapperError> {
+    let homes = crate::homesplit::homes();
+    let mut splits: Vec<HomeSplit> = Vec::new();
+    // A root split for one home may still hold another ($HOME and the password
+    // database's home differ): split until none does.
+    while let Some((at, home)) = roots.iter().enumerate().find_map(|(i, r)| {
+        homes
+            .iter()
+            .find(|h| h.starts_with(r))
+            .map(|h| (i, h.clone()))
+    }) {
+        let root = roots.remove(at);
+        if !allowed {
+            return Err(WrapperError::HomeWritable { root, home });
+        }
+        let code = crate::homesplit::code_locations(&home);
+        let split =
+            crate::homesplit::split(&root, &home, &code).map_err(|source| WrapperError::Path {
+                path: root.clone(),
+                what: "writable root holding your home directory",
+                source,
+            })?;
+        let writable = split.roots.iter().filter(|r| r.starts_with(&home)).count();
+        roots.extend(split.roots);
+        match splits.iter_mut().find(|s| s.home == home) {
+            Some(known) => {
+                known.writable += writable;
+                known.pins.extend(split.pins);
+            }
+            None => splits.push(HomeSplit {
+                home,
+                writable,
+                pins: split.pins,
+            }),
+        }
+    }
+    Ok((roots, splits))
 }
 
 /// The caller's home directory (`$HOME`), canonical, if it exists.

@@ -35,6 +35,7 @@ mod error;
 mod export;
 mod gitaudit;
 mod handshake;
+mod homesplit;
 mod hostsockets;
 mod init;
 mod learn;
@@ -77,6 +78,7 @@ fn main() -> ExitCode {
         None if cli.run.disable_sandbox => run::run_unsandboxed(&cli.run),
         None => config::SandboxConfig::from_args(cli.run).and_then(run::run),
     };
+    supervise::reap_left_behind();
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => report(&e),

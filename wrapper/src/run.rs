@@ -60,13 +60,14 @@ pub fn run_reporting(
         .protect
         .iter()
         .chain(&config.policy_inputs)
-        .chain(&config.log_dir_pin)
+        .chain(config.home_split.iter().flat_map(|s| &s.pins))
         .cloned()
         .collect();
     let protected = protect::protected_paths(&ProtectInput {
         write_roots: &config.requested_roots,
         writable: &config.write_roots,
         home: home.as_deref(),
+        homes: &crate::homesplit::homes(),
         extra: &extra,
         allow_git_writes: config.allow_git_writes,
     })?;
@@ -220,6 +221,11 @@ fn run_logged(
         &crate::gitaudit::pending::Record {
             session: config.session_id.clone(),
             scope: audit.clone(),
+            placeholders: protected
+                .iter()
+                .filter(|p| p.placeholder.is_some())
+                .map(|p| p.path.clone())
+                .collect(),
         },
     );
     // Threads may exist from here on; the runtime starts while the sandbox sets up. It
@@ -328,6 +334,8 @@ fn audit_orphans(log: &EventLog, config: &SandboxConfig) {
         let report = crate::gitaudit::audit(&orphan.record.scope, &|| false);
         let audited = orphan.record.session.as_str();
         crate::gitaudit::report(log, &config.session_id, Some(audited), &report);
+        // What the killed run laid, if nobody uses it any more.
+        protect::remove_orphaned_placeholders(&orphan.record.placeholders);
         orphan.finish();
     }
 }
@@ -447,11 +455,21 @@ fn child_plan(
 }
 
 fn startup_line(config: &SandboxConfig) -> String {
+    // A home split into its writable entries is said as one (homesplit.rs).
+    let in_split = |r: &Path| config.home_split.iter().any(|s| r.starts_with(&s.home));
     let mut roots: Vec<String> = config
         .write_roots
         .iter()
+        .filter(|r| !in_split(r))
         .map(|r| r.display().to_string())
         .collect();
+    for split in &config.home_split {
+        roots.push(format!(
+            "{} ({} entries; its top level, hidden files and code read-only)",
+            split.home.display(),
+            split.writable
+        ));
+    }
     if config.tmp == crate::cli::TmpMode::Private {
         roots.push("/tmp (private)".into());
     }

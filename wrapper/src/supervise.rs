@@ -128,12 +128,39 @@ impl Drop for SandboxGuard {
             return;
         }
         if self.exiting {
-            let _ = waitpid(self.pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+            let alive = waitpid(self.pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+            if let Ok(nix::sys::wait::WaitStatus::StillAlive) = alive {
+                // Still tearing its namespaces down: reaped as netbox exits
+                // (`reap_left_behind`), after its own last work, so that no zombie goes
+                // to an orphan reaper that may never reap it (a container's init).
+                if let (Ok(mut left), Ok(pidfd)) = (LEFT_BEHIND.lock(), self.pidfd.try_clone()) {
+                    *left = Some((self.pid, pidfd));
+                }
+            }
             return;
         }
         self.signal(Signal::SIGKILL);
         let _ = waitpid(self.pid, None);
     }
+}
+
+/// The sandbox's pid 1, left to exit on its own and not reaped yet.
+static LEFT_BEHIND: std::sync::Mutex<Option<(Pid, OwnedFd)>> = std::sync::Mutex::new(None);
+
+/// Reaps pid 1 if it was left to exit on its own: called as netbox exits. Its exit was
+/// SIGKILL's, so it comes; waited for a second at most (a process stuck in the kernel
+/// cannot be helped, and netbox must not hang on it).
+pub fn reap_left_behind() {
+    let left = LEFT_BEHIND.lock().ok().and_then(|mut l| l.take());
+    let Some((pid, pidfd)) = left else {
+        return;
+    };
+    let mut fds = [nix::poll::PollFd::new(
+        pidfd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16));
+    let _ = waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG));
 }
 
 /// What `supervise` follows.

@@ -19,15 +19,23 @@ use super::Scope;
 /// A record larger than this is not read (one holds a scope: a few paths).
 const MAX_RECORD_BYTES: u64 = 4 << 20;
 
-/// Roots in one record at most (a run has its workspace, its `--write` paths and /tmp);
-/// a record with more is not one netbox wrote.
-const MAX_RECORD_ROOTS: usize = 64;
+/// Roots in one record at most (a run has its workspace, its `--write` paths and /tmp;
+/// a home made writable, one for each of its entries); a record with more is not one
+/// netbox wrote.
+const MAX_RECORD_ROOTS: usize = 65536;
+
+/// Placeholders in one record at most (a run's gitlinks are bounded at 4096).
+const MAX_RECORD_PLACEHOLDERS: usize = 16384;
 
 /// What a record holds.
 #[derive(Serialize, Deserialize)]
 pub struct Record {
     pub session: String,
     pub scope: Scope,
+    /// The placeholders the run held: a killed run's are removed by the next run that
+    /// finds its record (if no other run holds them, and they are still placeholders).
+    #[serde(default)]
+    pub placeholders: Vec<PathBuf>,
 }
 
 /// This run's record, held until its audit is done.
@@ -187,7 +195,10 @@ pub fn orphans(dirs: &[PathBuf]) -> Vec<Orphan> {
                 .read_to_end(&mut text)
                 .ok()
                 .and_then(|_| serde_json::from_slice::<Record>(&text).ok())
-                .filter(|r| r.scope.roots.len() <= MAX_RECORD_ROOTS);
+                .filter(|r| {
+                    r.scope.roots.len() <= MAX_RECORD_ROOTS
+                        && r.placeholders.len() <= MAX_RECORD_PLACEHOLDERS
+                });
             match read {
                 Some(record) => found.push(Orphan {
                     record,

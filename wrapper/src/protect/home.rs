@@ -1,7 +1,8 @@
 //! The places under a home directory that run code later, outside the sandbox: pinned
-//! read-only whenever home lies inside a writable root (only with `--allow-home-write`;
-//! config.rs refuses it otherwise), with a placeholder where one is missing (at its first
-//! missing component: a missing `~/.config` is pinned whole).
+//! read-only wherever a writable root holds one (`--write ~/.config`, say), with a
+//! placeholder where one is missing (at its first missing component). A writable home
+//! itself never holds one: it is split so that only data is writable (homesplit.rs); this
+//! list is for the places a user makes writable by name.
 //!
 //! Chosen by what reads them without asking: shells and login sessions, the desktop and
 //! systemd's user manager, tools that run commands from their configuration (git, ssh,
@@ -27,6 +28,12 @@ pub const CODE_PATHS: &[(&str, Placeholder)] = &[
     (".bash_profile", BASH_PROFILE),
     (".bash_login", BASH_LOGIN),
     (".bash_logout", FILE),
+    (".bash_aliases", FILE),
+    (".bashrc.d", DIR),
+    (".bash_completion", FILE),
+    (".local/share/bash-completion", DIR),
+    (".p10k.zsh", FILE),
+    (".fzf.bash", FILE),
     (".profile", FILE),
     (".zshrc", FILE),
     (".zshenv", FILE),
@@ -49,6 +56,16 @@ pub const CODE_PATHS: &[(&str, Placeholder)] = &[
     (".config/autostart", DIR),
     (".config/systemd", DIR),
     (".local/share/systemd", DIR),
+    (".config/user-tmpfiles.d", DIR),
+    (".local/share/user-tmpfiles.d", DIR),
+    (".local/share/dbus-1", DIR),
+    (".config/dconf", DIR),
+    (".local/share/gnome-shell", DIR),
+    (".config/plasma-workspace", DIR),
+    (".config/pipewire", DIR),
+    (".config/user-dirs.dirs", FILE),
+    (".config/pkcs11", DIR),
+    (".pki", DIR),
     (".local/share/applications", DIR),
     (".config/direnv", DIR),
     (".direnvrc", FILE),
@@ -56,6 +73,7 @@ pub const CODE_PATHS: &[(&str, Placeholder)] = &[
     ("bin", DIR),
     (".local/bin", DIR),
     (".local/lib", DIR),
+    ("node_modules", DIR),
     // Tools that run commands named in their configuration, or hold keys and trust.
     (".gitconfig", FILE),
     (".config/git", DIR),
@@ -69,7 +87,20 @@ pub const CODE_PATHS: &[(&str, Placeholder)] = &[
     (".wgetrc", FILE),
     (".gdbinit", FILE),
     (".tmux.conf", FILE),
+    (".config/tmux", DIR),
     (".screenrc", FILE),
+    (".lesskey", FILE),
+    (".config/lesskey", FILE),
+    (".config/gdb", DIR),
+    (".lldbinit", FILE),
+    (".pdbrc", FILE),
+    (".hgrc", FILE),
+    (".config/containers", DIR),
+    (".config/go", DIR),
+    (".terraformrc", FILE),
+    (".config/mise", DIR),
+    (".local/share/direnv", DIR),
+    (".local/state/nvim", DIR),
     (".config/gh", DIR),
     (".local/share/gh", DIR),
     // Package managers: configuration, and what they run from their caches.
@@ -89,6 +120,19 @@ pub const CODE_PATHS: &[(&str, Placeholder)] = &[
     (".m2", DIR),
     (".gradle", DIR),
     (".terraform.d", DIR),
+    (".mavenrc", FILE),
+    (".cache/pre-commit", DIR),
+    (".cache/go-build", DIR),
+    (".cache/node", DIR),
+    (".cache/deno", DIR),
+    (".local/share/pipx", DIR),
+    (".local/share/uv", DIR),
+    (".local/share/pnpm", DIR),
+    (".gem", DIR),
+    (".krew", DIR),
+    (".ansible", DIR),
+    (".azure", DIR),
+    (".jupyter", DIR),
     // Interpreter and toolchain homes.
     (".pyenv", DIR),
     (".nvm", DIR),
@@ -101,6 +145,7 @@ pub const CODE_PATHS: &[(&str, Placeholder)] = &[
     (".irbrc", FILE),
     (".pryrc", FILE),
     (".Rprofile", FILE),
+    (".Renviron", FILE),
     // Editors, which run their configuration and plugins.
     (".vimrc", FILE),
     (".gvimrc", FILE),
@@ -110,4 +155,13 @@ pub const CODE_PATHS: &[(&str, Placeholder)] = &[
     (".local/share/nvim", DIR),
     (".emacs", FILE),
     (".emacs.d", DIR),
+    (".emacs.el", FILE),
+    (".config/emacs", DIR),
+    (".config/vim", DIR),
+    (".config/Code", DIR),
+    (".vscode-server", DIR),
+    // Project names that apply to every directory below (direnv, editors), here too.
+    (".envrc", FILE),
+    (".vscode", DIR),
+    (".idea", DIR),
 ];

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::WrapperError;
 
-pub use placeholders::{is_placeholder, Placeholder, Placeholders};
+pub use placeholders::{is_placeholder, remove_orphaned_placeholders, Placeholder, Placeholders};
 
 /// Names protected at the top of every writable root: git's metadata and the files tools
 /// run or load from a project directory.
@@ -78,8 +78,11 @@ pub struct ProtectInput<'a> {
     pub write_roots: &'a [PathBuf],
     /// Every writable root (a shared host `/tmp` too): pins matter only inside these.
     pub writable: &'a [PathBuf],
-    /// The caller's home directory (canonical), if known.
+    /// The caller's home directory (canonical), if known: where git's global config is.
     pub home: Option<&'a Path>,
+    /// Every home of the caller's (`$HOME`, the password database's): the places there
+    /// that run code are pinned wherever they lie in a writable root.
+    pub homes: &'a [PathBuf],
     pub extra: &'a [PathBuf],
     pub allow_git_writes: bool,
 }
@@ -129,11 +132,14 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
     for root in input.write_roots.iter().filter(|r| r.is_dir()) {
         found.enclosing_repository(root)?;
     }
-    // A home inside a writable root (on request only: config.rs): every place there that
-    // runs code later.
-    if let Some(home) = input.home.filter(|h| found.writable(h)) {
+    // The places under home that run code later, wherever a writable root holds one
+    // (`--write ~/.config`; a writable home itself is split so that none is: homesplit.rs).
+    for home in input.homes {
         for (name, leaf) in home::CODE_PATHS {
-            found.pin_named(&home.join(name), *leaf, "place under home that runs code")?;
+            let path = home.join(name);
+            if found.writable(&path) {
+                found.pin_named(&path, *leaf, "place under home that runs code")?;
+            }
         }
     }
     for path in input.extra {
@@ -517,9 +523,30 @@ fn real_path(path: &Path) -> Option<(PathBuf, Option<PathBuf>)> {
     None
 }
 
+/// A small regular file's text; anything else (a FIFO someone planted, which an ordinary
+/// open would wait on forever; a device; something huge) is an error.
+fn read_small_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const LIMIT: u64 = 64 << 10;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    let mut text = String::new();
+    file.take(LIMIT).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// A git dir's common dir: where its `commondir` file points, or itself.
 fn common_dir_of(git_dir: &Path) -> PathBuf {
-    std::fs::read_to_string(git_dir.join("commondir"))
+    read_small_file(&git_dir.join("commondir"))
         .ok()
         .and_then(|common| std::fs::canonicalize(git_dir.join(common.trim())).ok())
         .unwrap_or_else(|| git_dir.to_owned())
@@ -532,7 +559,7 @@ fn git_dirs_of_gitfile(gitfile: &Path) -> Result<Vec<PathBuf>, WrapperError> {
         what: "gitdir file",
         source,
     };
-    let text = std::fs::read_to_string(gitfile).map_err(read_error)?;
+    let text = read_small_file(gitfile).map_err(read_error)?;
     let Some(target) = text.lines().next().and_then(|l| l.strip_prefix("gitdir:")) else {
         return Err(read_error(std::io::Error::new(
             ErrorKind::InvalidData,
@@ -559,6 +586,7 @@ mod tests {
             write_roots: roots,
             writable: roots,
             home: None,
+            homes: &[],
             extra: &[],
             allow_git_writes: false,
         })
@@ -614,6 +642,7 @@ mod tests {
             write_roots: &roots,
             writable: &roots,
             home: Some(&ws),
+            homes: std::slice::from_ref(&ws),
             extra: &[],
             allow_git_writes: false,
         })
@@ -640,6 +669,21 @@ mod tests {
                 "{name} is not pinned"
             );
         }
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_where_git_keeps_a_file_is_not_waited_on() {
+        let ws = tempdir("fifo");
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        let fifo = nix::sys::stat::Mode::from_bits_truncate(0o600);
+        nix::unistd::mkfifo(&ws.join(".git/commondir"), fifo).unwrap();
+        std::fs::create_dir_all(ws.join("wt")).unwrap();
+        nix::unistd::mkfifo(&ws.join("wt/.git"), fifo).unwrap();
+        // Would block forever on an ordinary open of either FIFO.
+        let got = protected_in(std::slice::from_ref(&ws)).unwrap();
+        assert!(got.iter().any(|p| p.path == ws.join(".git")));
+        assert!(read_small_file(&ws.join("wt/.git")).is_err());
         std::fs::remove_dir_all(&ws).unwrap();
     }
 
@@ -691,6 +735,7 @@ mod tests {
             write_roots: &roots,
             writable: &roots,
             home: None,
+            homes: &[],
             extra: &[],
             allow_git_writes: true,
         })

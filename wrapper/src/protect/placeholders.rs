@@ -297,7 +297,9 @@ fn create_marked(parent: &OwnedFd, name: &OsStr, shape: Placeholder) -> std::io:
         .map(std::fs::File::from)
         .map_err(std::io::Error::from)
         .and_then(|mut f| std::io::Write::write_all(&mut f, content).map(|()| f)),
-        Placeholder::Dir => nix::sys::stat::mkdirat(parent, temp, Mode::from_bits_truncate(0o777))
+        // 0700: an empty directory no one else needs (and `~/.ssh` or `~/.gnupg` must not
+        // be group-writable under a lax umask).
+        Placeholder::Dir => nix::sys::stat::mkdirat(parent, temp, Mode::from_bits_truncate(0o700))
             .map_err(std::io::Error::from)
             .and_then(|()| open_entry(parent, temp)),
     };
@@ -369,6 +371,35 @@ impl Drop for Placeholders {
             }
             None => remove_all(std::mem::take(&mut self.held)),
         }
+    }
+}
+
+/// Removes placeholders a killed run left (named in its record), each only if it is still
+/// a placeholder (marked, empty), reached without a symlink, and no run holds it.
+pub fn remove_orphaned_placeholders(paths: &[std::path::PathBuf]) {
+    for path in paths {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            continue;
+        };
+        let Ok(parent) = crate::sys::resolve::open_exact(parent) else {
+            continue;
+        };
+        let Ok(file) = open_entry(&parent, name) else {
+            continue;
+        };
+        if !is_placeholder_file(&file) {
+            continue;
+        }
+        let Ok(lock) = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock)
+        else {
+            continue;
+        };
+        remove_if_last(Held {
+            parent,
+            name: name.to_owned(),
+            lock,
+            created: false,
+        });
     }
 }
 

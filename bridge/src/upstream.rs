@@ -76,7 +76,7 @@ pub async fn open(
     let mut admitted = Vec::new();
     let mut first_refused = None;
     for &addr in &addrs {
-        let verdict = policy.admit(addr, target.port);
+        let verdict = policy.admit_for(&decision, addr, target.port);
         if verdict.is_allow() {
             admitted.push((SocketAddr::new(addr, target.port), verdict.rule));
         } else if first_refused.is_none() {
@@ -91,6 +91,13 @@ pub async fn open(
         attempt.refused_class = verdict.class;
         let detail = match (&verdict.rule, verdict.class) {
             (Some(rule), _) => format!("{addr} denied by rule {:?} at {rule}", rule.text),
+            (None, Some(class)) if crate::policy::private_service_class(class) => format!(
+                "{host} resolves to {addr}, a {} address; to let this name reach it: \
+                 --allow-private {host}:{port} (in an allowlist: allow_private = [\"{host}:{port}\"])",
+                class.describe(),
+                host = target.host,
+                port = target.port,
+            ),
             (None, Some(class)) => format!(
                 "{} resolves to {addr}, a {} address; open it with an IP/CIDR rule",
                 target.host,

@@ -392,3 +392,59 @@ fn invalid_allowlist_is_refused_with_file_and_line() {
     assert_eq!(out.status.code(), Some(125));
     assert!(stderr(&out).contains("only loopback"), "{}", stderr(&out));
 }
+
+/// `allow_private` (issue 12): a name allowed that way reaches the non-public address its
+/// DNS gives (here pinned to loopback), without an IP rule that would open the address for
+/// every name. Another name pinned to the same address, allowed the ordinary way, stays
+/// refused, and its refusal says the exact flag and allowlist line that would open it.
+#[test]
+fn allow_private_opens_a_private_address_for_its_name_only() {
+    let dir = TestDir::new("allow-private");
+    let http = HttpServer::start();
+    let p = http.port();
+    let bridge = Bridge::start(
+        &dir,
+        &format!(
+            "allow_private = [\"mirror.test:{p}\"]\nallow = [\"other.test:{p}\"]\n\
+             [hosts]\n\"mirror.test\" = \"127.0.0.1\"\n\"other.test\" = \"127.0.0.1\"\n"
+        ),
+        &[],
+    );
+    let out = curl(&[
+        "-x",
+        &bridge.proxy_url(),
+        &format!("http://mirror.test:{p}/hello"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "hello from upstream\n");
+    let event = bridge.event_for("mirror.test");
+    assert_eq!(event["decision"], "allow");
+    assert_eq!(event["opened_by"]["text"], format!("mirror.test:{p}"));
+
+    // The same address under another name, and as a literal: still closed.
+    for url in [
+        format!("http://other.test:{p}/hello"),
+        format!("http://127.0.0.1:{p}/hello"),
+    ] {
+        let out = curl(&[
+            "-x",
+            &bridge.proxy_url(),
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &url,
+        ]);
+        assert_eq!(stdout(&out), "502", "{url}: {}", stderr(&out));
+    }
+    let (answer, _) = raw_exchange(
+        bridge.addr,
+        format!("CONNECT other.test:{p} HTTP/1.1\r\n\r\n").as_bytes(),
+    );
+    let hint = format!("--allow-private other.test:{p}");
+    assert!(answer.contains(&hint), "{answer}");
+    // The body says it as written in a file.
+    let line = format!("allow_private = [\"other.test:{p}\"]");
+    assert!(answer.contains(&line), "{answer}");
+}

@@ -145,3 +145,73 @@ fn learn_refuses_what_makes_no_sense() {
         assert_eq!(stdout(&out), "", "{args:?}");
     }
 }
+
+/// What the learn run was given on its command line (an address opened with `--allow`, a
+/// mirror on a private address allowed with `--allow-private`) goes into the learned
+/// file, so replaying the file runs the same command with no refusal (issue 12).
+#[test]
+fn a_learned_file_keeps_the_rules_it_was_given_and_replays_the_run() {
+    let dir = TestDir::new("learn-given");
+    let (mirror, direct) = (HttpServer::start(), HttpServer::start());
+    let pins = dir.write("pins.toml", "[hosts]\n\"mirror.test\" = \"127.0.0.1\"\n");
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let learned = dir.join("learned.toml");
+    let script = format!(
+        "{}; {}",
+        get("mirror.test", mirror.port()),
+        get("127.0.0.1", direct.port())
+    );
+    let out = Command::new(netbox_bin())
+        .arg("learn")
+        .arg("-o")
+        .arg(&learned)
+        .arg("--allowlist")
+        .arg(&pins)
+        .args([
+            "--allow-private",
+            &format!("mirror.test:{}", mirror.port()),
+            "--allow",
+            &format!("127.0.0.1:{}", direct.port()),
+            "--log",
+        ])
+        .arg(dir.join("learn.jsonl"))
+        .args(["--", "sh", "-c", &script])
+        .current_dir(&ws)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let expected = "mirror.test 200\n127.0.0.1 200\n";
+    assert_eq!(stdout(&out), expected, "{}", stderr(&out));
+
+    // Replayed with the pins and the learned file alone: the same, and no refusal.
+    let replay = Run::new(&dir).arg("--quiet").args_from(&[
+        "--allowlist",
+        pins.to_str().unwrap(),
+        "--allowlist",
+        learned.to_str().unwrap(),
+    ]);
+    let out = replay.sh(&script);
+    let text = std::fs::read_to_string(&learned).unwrap();
+    assert_eq!(stdout(&out), expected, "{}\n{text}", stderr(&out));
+    let refused: Vec<_> = replay
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "net" && e["decision"] == "deny")
+        .filter(|e| !e["host"].as_str().unwrap_or("").ends_with(".invalid"))
+        .collect();
+    assert!(refused.is_empty(), "{refused:#?}");
+
+    // Control: the pins alone refuse both.
+    let closed = Run::new(&dir)
+        .arg("--quiet")
+        .args_from(&["--allowlist", pins.to_str().unwrap()])
+        .log_at(dir.join("closed.jsonl"));
+    let out = closed.sh(&script);
+    assert_eq!(
+        stdout(&out),
+        "mirror.test 502\n127.0.0.1 502\n",
+        "{}",
+        stderr(&out)
+    );
+}

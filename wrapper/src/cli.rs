@@ -67,6 +67,12 @@ pub struct PolicyArgs {
     /// Deny HOST[:PORTS], *.SUFFIX[:PORTS], IP or CIDR (repeatable); deny wins over allow.
     #[arg(long = "deny", value_name = "RULE")]
     pub deny: Vec<String>,
+
+    /// Allow HOST[:PORTS] or *.SUFFIX[:PORTS], and let those names reach the private,
+    /// loopback or documentation address their DNS returns (a company mirror), without
+    /// opening that address for any other name (repeatable).
+    #[arg(long = "allow-private", value_name = "RULE")]
+    pub allow_private: Vec<String>,
 }
 
 /// Where the sandbox's temp root comes from.
@@ -109,8 +115,9 @@ pub struct RunArgs {
     #[arg(long = "allow-git-writes")]
     pub allow_git_writes: bool,
 
-    /// Let the workspace or a --write path be your home directory (or hold it): every
-    /// place under home that runs code later stays read-only, the rest is writable.
+    /// Let the workspace or a --write path be your home directory (or hold it): only
+    /// home's data becomes writable (its non-hidden entries, but those holding code);
+    /// its top level and hidden files stay read-only.
     #[arg(long = "allow-home-write")]
     pub allow_home_write: bool,
 
@@ -126,6 +133,12 @@ pub struct RunArgs {
     /// Let CMD create user namespaces of its own (bwrap, podman, browsers' sandboxes).
     #[arg(long = "allow-nested-userns")]
     pub allow_nested_userns: bool,
+
+    /// HTTP status for refused requests (default 502; see README for what each client
+    /// makes of it).
+    #[arg(long = "refusal-status", value_name = "CODE", default_value_t = 502,
+          value_parser = clap::value_parser!(u16).range(400..=599))]
+    pub refusal_status: u16,
 
     /// Temp root: a private tmpfs, or the host's /tmp.
     #[arg(long = "tmp", value_enum, default_value_t = TmpMode::Private)]

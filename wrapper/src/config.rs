@@ -33,8 +33,14 @@ pub struct SandboxConfig {
     /// Homes made writable on request (homesplit.rs): each, how many of its entries are
     /// writable roots, and the places holding code inside those, pinned.
     pub home_split: Vec<HomeSplit>,
+    /// The caller's homes (homesplit.rs): `$HOME` and the account's.
+    pub homes: Vec<PathBuf>,
+    /// Places the environment names for code inside a writable root: pinned.
+    pub code_pins: Vec<PathBuf>,
     pub allow_git_writes: bool,
     pub allow_nested_userns: bool,
+    /// The HTTP status of a refused request.
+    pub refusal_status: http::StatusCode,
     /// Whether CMD gets a terminal of its own (terminal.rs).
     pub tty: crate::terminal::Choice,
     pub policy: Policy,
@@ -110,7 +116,10 @@ impl SandboxConfig {
         }
         // A writable home lets CMD plant code that runs later, outside the sandbox: only
         // on request, and then split into what may be written (homesplit.rs).
-        let (write_roots, home_split) = split_homes(outermost(write_roots), args.allow_home_write)?;
+        let homes = crate::homesplit::homes();
+        let (write_roots, home_split) =
+            split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
+        let code_pins = code_inside(&write_roots, &homes);
         // A symlink inside a writable root could be replaced by CMD: a pin on its target
         // would hold the target, not the name the user gave.
         let no_link = |path: &PathBuf, what| {
@@ -192,8 +201,16 @@ impl SandboxConfig {
             protect,
             policy_inputs,
             home_split,
+            homes,
+            code_pins,
             allow_git_writes: args.allow_git_writes,
             allow_nested_userns: args.allow_nested_userns,
+            refusal_status: http::StatusCode::from_u16(args.refusal_status).map_err(|_| {
+                WrapperError::Usage(format!(
+                    "--refusal-status {} is not an HTTP status",
+                    args.refusal_status
+                ))
+            })?,
             tty: match (args.tty, args.no_tty) {
                 (true, _) => crate::terminal::Choice::Always,
                 (_, true) => crate::terminal::Choice::Never,
@@ -278,47 +295,136 @@ pub struct HomeSplit {
 
 /// Replaces each writable root that is, or holds, one of the caller's homes by the
 /// entries that may be written (homesplit.rs), or refuses it without
-/// `--allow-home-write`.
+/// `--allow-home-write`. A root holds a home by path, or as another name for the same
+/// directory (a bind mount of home, or of a directory above it). Also refuses, without the
+/// flag, a root that is one of home's shared configuration or data directories
+/// (`~/.config`, `~/.local`, ...): they hold every program's settings.
 fn split_homes(
     mut roots: Vec<PathBuf>,
+    homes: &[PathBuf],
     allowed: bool,
 ) -> Result<(Vec<PathBuf>, Vec<HomeSplit>), WrapperError> {
-    let homes = crate::homesplit::homes();
+    use std::os::unix::fs::MetadataExt;
+    // Outermost first: $HOME inside the account's home (or the other way round) is split
+    // as part of the outer one, whose hidden entries stay read-only.
+    let mut homes = homes.to_vec();
+    homes.sort_by_key(|h| h.components().count());
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    // Where root `r` holds a home: the home's path as seen through `r`.
+    let holds = |r: &Path| -> Option<(PathBuf, PathBuf)> {
+        let root_id = id(r)?;
+        homes.iter().find_map(|h| {
+            if h.starts_with(r) {
+                return Some((h.clone(), h.clone()));
+            }
+            h.ancestors().find_map(|a| {
+                (id(a) == Some(root_id)).then(|| {
+                    (
+                        h.clone(),
+                        r.join(h.strip_prefix(a).unwrap_or(Path::new(""))),
+                    )
+                })
+            })
+        })
+    };
+    for root in &roots {
+        if !allowed {
+            if let Some(base) = shared_base_dir(root, &homes) {
+                return Err(WrapperError::SharedHomeDirWritable { root: base });
+            }
+        }
+    }
     let mut splits: Vec<HomeSplit> = Vec::new();
-    // A root split for one home may still hold another ($HOME and the password
-    // database's home differ): split until none does.
-    while let Some((at, home)) = roots.iter().enumerate().find_map(|(i, r)| {
-        homes
-            .iter()
-            .find(|h| h.starts_with(r))
-            .map(|h| (i, h.clone()))
-    }) {
+    // A root split for one home may still hold another: split until none does.
+    while let Some((at, (home, seen_as))) = roots
+        .iter()
+        .enumerate()
+        .find_map(|(i, r)| holds(r).map(|found| (i, found)))
+    {
         let root = roots.remove(at);
         if !allowed {
             return Err(WrapperError::HomeWritable { root, home });
         }
-        let code = crate::homesplit::code_locations(&home);
-        let split =
-            crate::homesplit::split(&root, &home, &code).map_err(|source| WrapperError::Path {
+        let code = crate::homesplit::code_locations(&seen_as);
+        let split = crate::homesplit::split(&root, &seen_as, &code).map_err(|source| {
+            WrapperError::Path {
                 path: root.clone(),
                 what: "writable root holding your home directory",
                 source,
-            })?;
-        let writable = split.roots.iter().filter(|r| r.starts_with(&home)).count();
+            }
+        })?;
+        let writable = split
+            .roots
+            .iter()
+            .filter(|r| r.starts_with(&seen_as))
+            .count();
+        // Project names that already exist at the top of a writable entry stay pinned
+        // there, as at the top of a workspace (no placeholders: nothing is laid in home).
+        let pins: Vec<PathBuf> = split
+            .roots
+            .iter()
+            .filter(|r| r.starts_with(&seen_as) && r.is_dir())
+            .flat_map(|r| crate::protect::project_names().map(move |n| r.join(n)))
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_symlink()))
+            .collect();
         roots.extend(split.roots);
-        match splits.iter_mut().find(|s| s.home == home) {
+        match splits.iter_mut().find(|s| s.home == seen_as) {
             Some(known) => {
                 known.writable += writable;
-                known.pins.extend(split.pins);
+                known.pins.extend(pins);
             }
             None => splits.push(HomeSplit {
-                home,
+                home: seen_as,
                 writable,
-                pins: split.pins,
+                pins,
             }),
         }
     }
     Ok((roots, splits))
+}
+
+/// The places under the homes that the environment names for code (homesplit.rs) and
+/// that lie inside a writable root the user named (`--write ~/tools` with `~/tools/bin` on
+/// PATH): pinned there.
+fn code_inside(roots: &[PathBuf], homes: &[PathBuf]) -> Vec<PathBuf> {
+    let mut pins: Vec<PathBuf> = homes
+        .iter()
+        .flat_map(|h| crate::homesplit::code_locations(h))
+        .filter(|c| roots.iter().any(|r| c.starts_with(r) && c != r))
+        .collect();
+    pins.sort();
+    pins.dedup();
+    pins
+}
+
+/// The shared configuration or data directory of a home that `root` is (or lies above,
+/// inside home): `~/.config`, `~/.local`, `~/.local/share`, `~/.local/state`, `~/.cache`,
+/// and what `XDG_CONFIG_HOME`, `XDG_DATA_HOME`, `XDG_STATE_HOME` name.
+fn shared_base_dir(root: &Path, homes: &[PathBuf]) -> Option<PathBuf> {
+    let mut bases: Vec<PathBuf> = homes
+        .iter()
+        .flat_map(|h| {
+            [
+                ".config",
+                ".local",
+                ".local/share",
+                ".local/state",
+                ".cache",
+            ]
+            .map(|b| h.join(b))
+        })
+        .collect();
+    bases.extend(
+        ["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"]
+            .iter()
+            .filter_map(std::env::var_os)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .filter_map(|p| std::fs::canonicalize(p).ok()),
+    );
+    bases
+        .into_iter()
+        .find(|b| b.starts_with(root) && homes.iter().any(|h| root.starts_with(h) && root != h))
 }
 
 /// The caller's home directory (`$HOME`), canonical, if it exists.

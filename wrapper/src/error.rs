@@ -58,6 +58,8 @@ pub enum WrapperError {
     PathChanged { path: PathBuf, reason: String },
     #[error("the writable root {} {} your home directory{}, where CMD could plant code that runs later outside the sandbox (~/.bashrc, ~/.local/bin, ~/.config/autostart, ...)", root.display(), if root == home { "is" } else { "holds" }, if root == home { String::new() } else { format!(" {}", home.display()) })]
     HomeWritable { root: PathBuf, home: PathBuf },
+    #[error("the writable root {} holds the settings or data of every program of yours, where CMD could plant code that runs later outside the sandbox", root.display())]
+    SharedHomeDirWritable { root: PathBuf },
     #[error("user namespaces are not available to this user")]
     UsernsUnavailable {
         #[source]
@@ -136,7 +138,11 @@ impl WrapperError {
                     .into(),
             ),
             WrapperError::HomeWritable { .. } => Some(
-                "start netbox in a project directory, or --write only the directories CMD needs; --allow-home-write makes home writable but for the places that run code"
+                "start netbox in a project directory, or --write only the directories CMD needs; --allow-home-write makes only home's data writable"
+                    .into(),
+            ),
+            WrapperError::SharedHomeDirWritable { .. } => Some(
+                "--write the one program's directory CMD needs (~/.config/tool), or pass --allow-home-write"
                     .into(),
             ),
             WrapperError::PathChanged { .. } => Some(

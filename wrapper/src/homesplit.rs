@@ -6,16 +6,18 @@
 //! places is complete, so a writable home is built the other way round:
 //! - home's own top level stays read-only: nothing new appears there, nothing there is
 //!   renamed or removed;
-//! - each existing, not hidden entry of home (`~/projects`, `~/notes.txt`) becomes a
-//!   writable root of its own, but for those that hold code: directories on the caller's
-//!   `PATH`, the places the environment names for configuration, data and toolchains
-//!   (`XDG_CONFIG_HOME`, `CARGO_HOME`, `GOPATH`, ...), `~/bin`, `~/go`, `~/node_modules`;
-//!   one of those deeper inside a writable entry is pinned read-only there;
-//! - hidden entries stay read-only but for known data: shell and REPL histories, the
-//!   entries of `~/.local/state` (but nvim's trust database and netbox's own logs),
-//!   `~/.local/share/Trash`, npm's content-addressed cache and logs;
-//! - a symlink, socket or FIFO in home is never made writable (a link's target could be
-//!   anywhere);
+//! - each existing, not hidden entry of home (`~/projects`, `~/notes.txt`) that the caller
+//!   may write becomes a writable root of its own, but for those that hold code or that
+//!   code is reached through: one holding a directory on the caller's `PATH` or a place the
+//!   environment names for configuration, data or toolchains (`XDG_CONFIG_HOME`,
+//!   `CARGO_HOME`, `GOPATH`, ...; as named and as resolved), `~/bin`, `~/go`,
+//!   `~/node_modules`, and one that a symlink elsewhere in home leads into (dotfiles kept in
+//!   `~/dotfiles` and linked from `~/.bashrc` or `~/.config/nvim`);
+//! - hidden entries stay read-only but for known data: shell and REPL histories, a few
+//!   entries of `~/.local/state` (shells', less's, Python's histories), `~/.local/share`'s
+//!   Trash, npm's logs;
+//! - a symlink, socket or FIFO in home, or an entry whose name is not UTF-8, is never made
+//!   writable;
 //! - a root above home (`/home`, or a workspace holding it): everything in it beside the
 //!   path down to home is writable as before, and the directories on that path keep
 //!   their own entries (nothing new appears beside home).
@@ -53,19 +55,23 @@ struct DataDir {
 }
 
 const HIDDEN_DATA_DIRS: &[DataDir] = &[
+    // Not all of it: nix profiles, home-manager's session variables, mise's trusted
+    // configs and fnm's shell links live here too, and decide what runs.
     DataDir {
         dir: ".local/state",
-        only: None,
-        except: &["nvim", "netbox"],
+        only: Some(&["bash", "zsh", "less", "lesshst", "python", "wireplumber"]),
+        except: &[],
     },
     DataDir {
         dir: ".local/share",
         only: Some(&["Trash", "recently-used.xbel"]),
         except: &[],
     },
+    // Not `_cacache`: its index (packuments, their headers) is not checked against
+    // whoever wrote it, and a later install would trust it.
     DataDir {
         dir: ".npm",
-        only: Some(&["_cacache", "_logs"]),
+        only: Some(&["_logs"]),
         except: &[],
     },
 ];
@@ -108,10 +114,14 @@ pub fn homes() -> Vec<PathBuf> {
     let from_env = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute());
-    let from_passwd = nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map(|u| u.dir)
+    let uid = nix::unistd::getuid();
+    let from_passwd = passwd_file_home(uid)
+        .or_else(|| {
+            nix::unistd::User::from_uid(uid)
+                .ok()
+                .flatten()
+                .map(|u| u.dir)
+        })
         .filter(|h| h.is_absolute());
     let mut homes: Vec<PathBuf> = [from_env, from_passwd]
         .into_iter()
@@ -123,7 +133,22 @@ pub fn homes() -> Vec<PathBuf> {
     homes
 }
 
-/// The places the environment names for code under `home`, canonical where they exist.
+/// The account's home as `/etc/passwd` gives it, read directly: getpwuid(3) loads the
+/// NSS modules first (libnss_systemd here: ~140 µs measured, every start), which an
+/// account listed in the file does not need. Accounts found elsewhere (LDAP, systemd-homed)
+/// go through getpwuid.
+fn passwd_file_home(uid: nix::unistd::Uid) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    let wanted = uid.as_raw().to_string();
+    text.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.len() == 7 && fields[2] == wanted).then(|| PathBuf::from(fields[5]))
+    })
+}
+
+/// The places the environment names for code under `home` (`PATH` directories and the
+/// variables above, and `~/bin`, `~/go`, `~/node_modules`), each resolved as far as it
+/// exists (a missing `~/tools/bin` under a symlinked home still counts), and also as named.
 pub fn code_locations(home: &Path) -> Vec<PathBuf> {
     let path_dirs = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
@@ -137,22 +162,75 @@ pub fn code_locations(home: &Path) -> Vec<PathBuf> {
         .into_iter()
         .chain(named)
         .filter(|p| p.is_absolute())
-        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+        .flat_map(|p| [resolve_existing_prefix(&p), p])
         .chain(defaults)
-        .filter(|p| p.starts_with(home) && p != home)
+        .filter(|p| p.starts_with(home))
         .collect();
     found.sort();
     found.dedup();
     found
 }
 
-/// What a root holding a home becomes.
+/// `path` with its longest existing prefix resolved (symlinks and all), the rest as is.
+fn resolve_existing_prefix(path: &Path) -> PathBuf {
+    for prefix in path.ancestors() {
+        if let Ok(real) = std::fs::canonicalize(prefix) {
+            let rest = path.strip_prefix(prefix).unwrap_or(Path::new(""));
+            return real.join(rest);
+        }
+    }
+    path.to_owned()
+}
+
+/// How deep under home, and how many entries at most, the look for symlinks goes.
+const LINK_SCAN_DEPTH: usize = 3;
+const LINK_SCAN_ENTRIES: usize = 20_000;
+
+/// The entries of `home` that a symlink elsewhere in home (its hidden part, or its top
+/// level) leads into: where dotfiles are kept. Depth- and count-bounded.
+fn linked_into(home: &Path) -> Vec<std::ffi::OsString> {
+    let mut found = Vec::new();
+    let mut seen = 0usize;
+    let mut stack: Vec<(PathBuf, usize)> = vec![(home.to_owned(), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > LINK_SCAN_ENTRIES {
+                return found;
+            }
+            let name = entry.file_name();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let at_top = depth == 0;
+            let hidden = name.as_encoded_bytes().starts_with(b".");
+            // A hidden link at the top (`~/.bashrc -> dotfiles/bashrc`) or any link in the
+            // hidden part below; not one of the top's own plain entries (`~/Dropbox`).
+            if kind.is_symlink() && (hidden || !at_top) {
+                let target = std::fs::canonicalize(entry.path()).ok();
+                if let Some(top) = target
+                    .as_deref()
+                    .and_then(|t| t.strip_prefix(home).ok())
+                    .and_then(|rest| rest.components().next())
+                {
+                    found.push(top.as_os_str().to_owned());
+                }
+            } else if kind.is_dir() && depth + 1 < LINK_SCAN_DEPTH && (!at_top || hidden) {
+                // Below the top only what is read-only anyway: the hidden part.
+                stack.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    found
+}
+
+/// What a root holding a home becomes: the writable roots in its place.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Split {
-    /// The writable roots in its place.
     pub roots: Vec<PathBuf>,
-    /// Places that hold code inside those roots, to pin read-only.
-    pub pins: Vec<PathBuf>,
 }
 
 /// Splits the writable root `root`, which is `home` or holds it, into the writable roots
@@ -177,13 +255,27 @@ pub fn split(root: &Path, home: &Path, code: &[PathBuf]) -> std::io::Result<Spli
         }
     }
     // Home itself.
+    let holds_code = |name: &OsStr| {
+        code.iter().any(|c| {
+            c.strip_prefix(home)
+                .ok()
+                .and_then(|rest| rest.components().next())
+                .is_some_and(|top| top.as_os_str() == name)
+        })
+    };
+    // Home itself on PATH: every file at its top is a command.
+    let home_is_code = code.iter().any(|c| c == home);
+    let linked = linked_into(home);
     for name in entries(home)? {
         let path = home.join(&name);
         let hidden = name.as_encoded_bytes().starts_with(b".");
-        if code.iter().any(|c| c == &path) {
+        if holds_code(&name) || linked.contains(&name) {
             continue;
         }
         if !hidden {
+            if home_is_code && !path.is_dir() {
+                continue;
+            }
             split.add(path);
         } else if HIDDEN_DATA.iter().any(|d| OsStr::new(d) == name) {
             split.add_file(path);
@@ -202,31 +294,33 @@ pub fn split(root: &Path, home: &Path, code: &[PathBuf]) -> std::io::Result<Spli
             }
         }
     }
-    // Code places inside a writable entry (a PATH directory in ~/tools/bin, say).
-    split.pins = code
-        .iter()
-        .filter(|c| split.roots.iter().any(|r| c.starts_with(r) && *c != r))
-        .cloned()
-        .collect();
     split.roots.sort();
     Ok(split)
 }
 
 impl Split {
-    /// A directory or a regular file, never a symlink, socket or FIFO.
+    /// A directory or a regular file the caller may write, named in UTF-8; never a
+    /// symlink, socket or FIFO.
     fn add(&mut self, path: PathBuf) {
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
-            if meta.is_dir() || meta.is_file() {
+            if (meta.is_dir() || meta.is_file()) && usable(&path) {
                 self.roots.push(path);
             }
         }
     }
 
     fn add_file(&mut self, path: PathBuf) {
-        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) && usable(&path) {
             self.roots.push(path);
         }
     }
+}
+
+/// Writable by the caller (one it cannot write would only fail the probe's check that
+/// each writable root takes a write), and named in UTF-8 (the record of an unfinished run
+/// holds its roots as text).
+fn usable(path: &Path) -> bool {
+    path.to_str().is_some() && nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
 fn entries(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
@@ -242,7 +336,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn home_keeps_its_top_level_hidden_entries_and_code_places() {
+    fn home_keeps_its_top_level_hidden_entries_code_and_linked_dotfiles() {
         let base = std::env::temp_dir().join(format!("netbox-homesplit-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         let home = base.join("me");
@@ -250,20 +344,23 @@ mod tests {
             "projects/app",
             "tools/bin",
             "bin",
+            "dotfiles/nvim",
             ".config/autostart",
-            ".local/state/app",
-            ".local/state/nvim",
+            ".local/state/bash",
+            ".local/state/nix/profiles",
             ".local/share/Trash",
             ".local/share/applications",
             ".npm/_cacache",
-            ".npm/_npx",
+            ".npm/_logs",
         ] {
             std::fs::create_dir_all(home.join(dir)).unwrap();
         }
-        for file in ["notes.txt", ".bashrc", ".bash_history"] {
+        for file in ["notes.txt", ".bashrc", ".bash_history", "dotfiles/zshrc"] {
             std::fs::write(home.join(file), "").unwrap();
         }
         std::os::unix::fs::symlink("projects", home.join("link")).unwrap();
+        std::os::unix::fs::symlink("../dotfiles/nvim", home.join(".config/nvim")).unwrap();
+        std::os::unix::fs::symlink("dotfiles/zshrc", home.join(".zshrc")).unwrap();
         std::fs::create_dir_all(base.join("other")).unwrap();
         let code = vec![home.join("bin"), home.join("tools/bin")];
         let got = split(&base, &home, &code).unwrap();
@@ -277,15 +374,13 @@ mod tests {
             [
                 "me/.bash_history",
                 "me/.local/share/Trash",
-                "me/.local/state/app",
-                "me/.npm/_cacache",
+                "me/.local/state/bash",
+                "me/.npm/_logs",
                 "me/notes.txt",
                 "me/projects",
-                "me/tools",
                 "other",
             ]
         );
-        assert_eq!(got.pins, vec![home.join("tools/bin")]);
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -23,6 +23,14 @@ use crate::cli::LearnArgs;
 use crate::config::SandboxConfig;
 use crate::error::WrapperError;
 
+/// The rules given on the learn run's command line, carried into the file.
+#[derive(Debug, Default)]
+struct Given {
+    allow: Vec<String>,
+    allow_private: Vec<String>,
+    deny: Vec<String>,
+}
+
 /// What was seen of one host:port.
 #[derive(Debug, Default)]
 struct Seen {
@@ -60,7 +68,7 @@ pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {
         let seen = from_refusals(&records);
         let origin = format!("the refusals in {}", log.display());
         let target = output.as_deref().map(OutputFile::open).transpose()?;
-        return write(&seen, &origin, target).map(|()| 0);
+        return write(&seen, &Given::default(), &origin, target).map(|()| 0);
     }
     if run.disable_sandbox {
         return Err(WrapperError::Usage(
@@ -75,6 +83,14 @@ pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {
         ));
     }
     run.learn = true;
+    // The rules given on the command line go into the file too: without them the file
+    // would not replay the run (an address opened with --allow ADDR, a mirror allowed with
+    // --allow-private).
+    let given = Given {
+        allow: run.policy.allow.clone(),
+        allow_private: run.policy.allow_private.clone(),
+        deny: run.policy.deny.clone(),
+    };
     // Where the file goes is settled before CMD runs: the workspace is CMD's to change,
     // and a directory it swapped for a symlink must not move netbox's write.
     let target = output.as_deref().map(OutputFile::open).transpose()?;
@@ -93,7 +109,7 @@ pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {
         .collect();
     let seen = from_learning(&records);
     let origin = format!("session {session}: {}", command.join(" "));
-    write(&seen, &origin, target)?;
+    write(&seen, &given, &origin, target)?;
     Ok(status)
 }
 
@@ -171,15 +187,40 @@ fn from_refusals(records: &[Value]) -> BTreeMap<(String, u16), Seen> {
 }
 
 /// The allowlist, as TOML.
-fn render(seen: &BTreeMap<(String, u16), Seen>, origin: &str) -> String {
+fn render(seen: &BTreeMap<(String, u16), Seen>, given: &Given, origin: &str) -> String {
     // The command line is the command's own text: one escaped line, so no newline in it
     // can end the comment and add TOML of its choosing.
     let origin = crate::printable::printable(origin);
     let mut text = format!(
         "# Written by `netbox learn` from {origin}.\n\
-         # One rule per destination the command tried; review before you commit it.\n\
-         allow = [\n"
+         # One rule per destination the command tried; review before you commit it.\n"
     );
+    // Given rules are the user's own text, already checked by the policy; quoted as TOML
+    // strings (serde_json's quoting is valid TOML basic-string quoting).
+    let quote = |rule: &String| serde_json::to_string(rule).unwrap_or_default();
+    for (key, rules) in [
+        ("allow_private", &given.allow_private),
+        ("deny", &given.deny),
+    ] {
+        if rules.is_empty() {
+            continue;
+        }
+        text.push_str(&format!("{key} = [\n"));
+        for rule in rules {
+            text.push_str(&format!(
+                "    {}, # given on the command line\n",
+                quote(rule)
+            ));
+        }
+        text.push_str("]\n");
+    }
+    text.push_str("allow = [\n");
+    for rule in &given.allow {
+        text.push_str(&format!(
+            "    {}, # given on the command line\n",
+            quote(rule)
+        ));
+    }
     for ((host, port), s) in seen {
         let rule = if host.contains(':') {
             format!("[{host}]:{port}")
@@ -289,10 +330,11 @@ impl OutputFile {
 /// Writes the allowlist to the output file, or to stdout.
 fn write(
     seen: &BTreeMap<(String, u16), Seen>,
+    given: &Given,
     origin: &str,
     output: Option<OutputFile>,
 ) -> Result<(), WrapperError> {
-    let text = render(seen, origin);
+    let text = render(seen, given, origin);
     let Some(output) = output else {
         return crate::print_stdout(&text);
     };
@@ -336,6 +378,7 @@ mod tests {
         .collect();
         let text = render(
             &from_refusals(&records),
+            &Given::default(),
             "sh -c 'x'\nallow = [\"evil.test\"]",
         );
         #[derive(serde::Deserialize)]
@@ -369,7 +412,7 @@ mod tests {
         .iter()
         .map(|r| serde_json::from_str(r).unwrap())
         .collect();
-        let text = render(&from_learning(&records), "a test");
+        let text = render(&from_learning(&records), &Given::default(), "a test");
         let a = text
             .find("\"a.test:8443\", # 2 attempts, 10 B down")
             .unwrap();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bridge::policy::Verdict;
 use bridge::target::Target;
-use bridge::{BridgeConfig, EventLog, Session, Stderr};
+use bridge::{EventLog, Session, Stderr};
 
 use crate::config::SandboxConfig;
 use crate::error::WrapperError;
@@ -61,13 +61,14 @@ pub fn run_reporting(
         .iter()
         .chain(&config.policy_inputs)
         .chain(config.home_split.iter().flat_map(|s| &s.pins))
+        .chain(&config.code_pins)
         .cloned()
         .collect();
     let protected = protect::protected_paths(&ProtectInput {
         write_roots: &config.requested_roots,
         writable: &config.write_roots,
         home: home.as_deref(),
-        homes: &crate::homesplit::homes(),
+        homes: &config.homes,
         extra: &extra,
         allow_git_writes: config.allow_git_writes,
     })?;
@@ -253,6 +254,7 @@ fn run_logged(
     let result = runtime.block_on(supervise(Supervised {
         placeholders: &mut placeholders,
         resolved_fds: resolved.release(),
+        refusal_status: config.refusal_status,
         sandbox,
         timeout: config.timeout,
         fetch: config.fetch.clone(),
@@ -427,7 +429,7 @@ fn child_plan(
             proxy: SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)),
             host_listener,
             canary: canary.to_owned(),
-            refusal_status: BridgeConfig::default().refusal_status.as_u16(),
+            refusal_status: config.refusal_status.as_u16(),
             limits: config.limits,
             cgroup_limits,
             nested_userns_forbidden: !config.allow_nested_userns,

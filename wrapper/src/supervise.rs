@@ -172,6 +172,8 @@ pub struct Supervised<'a> {
     /// What netbox resolved at start-up (resolved.rs), held until the probe has reported:
     /// the sandbox's identity checks are done by then.
     pub resolved_fds: Vec<OwnedFd>,
+    /// The HTTP status of a refused request.
+    pub refusal_status: http::StatusCode,
     pub sandbox: SandboxGuard,
     /// `--timeout`: the whole sandbox is killed when it runs out.
     pub timeout: Option<std::time::Duration>,
@@ -210,6 +212,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     let Supervised {
         placeholders,
         resolved_fds,
+        refusal_status,
         mut sandbox,
         timeout,
         fetch,
@@ -290,7 +293,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         crate::cpu::stay_on(crate::cpu::apart_from(&allowed, cpu, pid1_cpu));
         allowed
     });
-    let mut bridge = BridgeTask::serve(listeners, Arc::clone(&log));
+    let mut bridge = BridgeTask::serve(listeners, Arc::clone(&log), refusal_status);
     let mut cpu_join = cpu_cgroup_tasks;
 
     let mut state = RunState {
@@ -783,11 +786,18 @@ enum BridgeTask {
 }
 
 impl BridgeTask {
-    fn serve(listeners: Vec<SessionListener>, log: Arc<EventLog>) -> BridgeTask {
+    fn serve(
+        listeners: Vec<SessionListener>,
+        log: Arc<EventLog>,
+        refusal_status: http::StatusCode,
+    ) -> BridgeTask {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(bridge::serve(
             listeners,
-            BridgeConfig::default(),
+            BridgeConfig {
+                refusal_status,
+                ..BridgeConfig::default()
+            },
             log,
             async {
                 let _ = stopped.await;

@@ -51,6 +51,9 @@ struct AllowlistFile {
     allow: Vec<Spanned<String>>,
     #[serde(default)]
     deny: Vec<Spanned<String>>,
+    /// Allow rules whose names may reach the non-public address their DNS returns.
+    #[serde(default)]
+    allow_private: Vec<Spanned<String>>,
     #[serde(default)]
     hosts: BTreeMap<String, Spanned<HostAddrs>>,
 }
@@ -131,12 +134,19 @@ impl Loader<'_> {
         }
         self.chain.pop();
 
-        let rules = [(Action::Deny, &parsed.deny), (Action::Allow, &parsed.allow)];
-        for (action, texts) in rules {
+        let rules = [
+            (Action::Deny, &parsed.deny, false),
+            (Action::Allow, &parsed.allow, false),
+            (Action::Allow, &parsed.allow_private, true),
+        ];
+        for (action, texts, reach_private) in rules {
             for text in texts {
                 let line = at(text.span().start);
                 let spec = RuleSpec::parse(text.get_ref(), action)
                     .map_err(|reason| invalid(line, format!("{action} rule: {reason}")))?;
+                if reach_private {
+                    super::check_names_only(&spec).map_err(|reason| invalid(line, reason))?;
+                }
                 self.policy.push_rule(Rule {
                     action,
                     spec,
@@ -145,6 +155,7 @@ impl Loader<'_> {
                         line,
                         text: text.get_ref().clone(),
                     },
+                    reach_private,
                 });
             }
         }

@@ -5,7 +5,10 @@
 //! Order of precedence: a matching deny rule wins over any allow rule; no match is a deny.
 //! Address admission runs after resolution on every address: deny CIDR rules first, then
 //! public addresses pass, then a non-public address passes only if an allow CIDR rule
-//! covers it (a deliberate opening such as `127.0.0.1:5432`).
+//! covers it (a deliberate opening such as `127.0.0.1:5432`), or the name was allowed by an
+//! `allow_private` rule and the address is one a private service lives at (private,
+//! loopback, carrier-grade NAT, documentation, benchmarking, reserved; never link-local,
+//! cloud metadata, multicast, broadcast or unspecified).
 
 mod load;
 mod rule;
@@ -44,6 +47,10 @@ pub struct Rule {
     pub action: Action,
     pub spec: RuleSpec,
     pub origin: RuleRef,
+    /// An allow rule for names (`allow_private`, `--allow-private`) whose target may be
+    /// dialed at the non-public address its DNS returns (a company mirror, split-horizon
+    /// DNS): for the names it matches only, never for any other name.
+    pub reach_private: bool,
 }
 
 /// An effective policy: every rule of every file, and the pinned host map.
@@ -116,6 +123,9 @@ pub struct Decision {
     pub rule: Option<RuleRef>,
     /// For address decisions: what the address is.
     pub class: Option<IpClass>,
+    /// For target decisions: the allow rule that matched lets the name reach a
+    /// non-public address.
+    pub reach_private: bool,
 }
 
 impl Decision {
@@ -125,6 +135,7 @@ impl Decision {
             reason,
             rule: rule.map(|r| r.origin.clone()),
             class: None,
+            reach_private: false,
         }
     }
 
@@ -150,7 +161,26 @@ impl Policy {
 
     /// Adds one rule given on a command line, e.g. `--allow registry.test:443`.
     pub fn add_rule(&mut self, action: Action, text: &str, origin: &str) -> Result<(), String> {
+        self.add_flag_rule(action, text, origin, false)
+    }
+
+    /// Adds an allow rule whose names may reach the non-public address their DNS returns,
+    /// e.g. `--allow-private mirror.corp:443`.
+    pub fn add_private_rule(&mut self, text: &str, origin: &str) -> Result<(), String> {
+        self.add_flag_rule(Action::Allow, text, origin, true)
+    }
+
+    fn add_flag_rule(
+        &mut self,
+        action: Action,
+        text: &str,
+        origin: &str,
+        reach_private: bool,
+    ) -> Result<(), String> {
         let spec = RuleSpec::parse(text, action)?;
+        if reach_private {
+            check_names_only(&spec)?;
+        }
         // "Line" of a flag rule: its position among the rules given by the same flag.
         let index = 1 + self
             .rules
@@ -165,6 +195,7 @@ impl Policy {
                 line: u32::try_from(index).unwrap_or(u32::MAX),
                 text: text.to_owned(),
             },
+            reach_private,
         });
         Ok(())
     }
@@ -205,7 +236,8 @@ impl Policy {
     pub fn canonical_text(&self) -> String {
         let mut text = String::new();
         for rule in &self.rules {
-            text.push_str(&format!("{:?} {:?}\n", rule.action, rule.spec));
+            let private = if rule.reach_private { " private" } else { "" };
+            text.push_str(&format!("{:?}{private} {:?}\n", rule.action, rule.spec));
         }
         if self.learning {
             text.push_str("learning\n");
@@ -244,18 +276,26 @@ impl Policy {
         if let Some(rule) = first(Action::Deny) {
             return Decision::deny(Reason::DeniedByRule, Some(rule));
         }
-        match first(Action::Allow) {
+        // An `allow_private` rule for the name counts wherever it stands among the allow
+        // rules that match (a learned allowlist may name the same host plainly first).
+        let private = self
+            .rules
+            .iter()
+            .find(|r| r.action == Action::Allow && r.reach_private && r.spec.matches(target));
+        match private.or_else(|| first(Action::Allow)) {
             Some(rule) => Decision {
                 verdict: Verdict::Allow,
                 reason: Reason::AllowedByRule,
                 rule: Some(rule.origin.clone()),
                 class: None,
+                reach_private: rule.reach_private,
             },
             None if self.learning && !is_invalid(&target.host) => Decision {
                 verdict: Verdict::Allow,
                 reason: Reason::Learning,
                 rule: None,
                 class: None,
+                reach_private: false,
             },
             None => Decision::deny(Reason::NotAllowed, None),
         }
@@ -294,6 +334,7 @@ impl Policy {
                 reason: Reason::PublicAddress,
                 rule: None,
                 class: None,
+                reach_private: false,
             });
         }
         match covering(Action::Allow) {
@@ -302,10 +343,55 @@ impl Policy {
                 reason: Reason::OpenedByRule,
                 rule: Some(rule.origin.clone()),
                 class: None,
+                reach_private: false,
             }),
             None => with_class(Decision::deny(Reason::NonPublicAddress, None)),
         }
     }
+
+    /// [`Policy::admit`] for an address `target` resolved to, where `target` was allowed
+    /// by `decision`: an `allow_private` rule also admits the non-public addresses a
+    /// private service can have (the rule that opened it is named).
+    pub fn admit_for(&self, decision: &Decision, addr: IpAddr, port: u16) -> Decision {
+        let admitted = self.admit(addr, port);
+        let reachable = admitted.reason == Reason::NonPublicAddress
+            && decision.reach_private
+            && admitted.class.is_some_and(private_service_class);
+        if !reachable {
+            return admitted;
+        }
+        Decision {
+            verdict: Verdict::Allow,
+            reason: Reason::OpenedByRule,
+            rule: decision.rule.clone(),
+            class: admitted.class,
+            reach_private: true,
+        }
+    }
+}
+
+/// Where a private service (a mirror, a proxy, a split-horizon name) can live; not where
+/// only the machine itself or its cloud is (link-local, metadata), nor no one at all.
+pub fn private_service_class(class: IpClass) -> bool {
+    matches!(
+        class,
+        IpClass::Private
+            | IpClass::Loopback
+            | IpClass::Cgnat
+            | IpClass::Documentation
+            | IpClass::Benchmarking
+            | IpClass::Reserved
+    )
+}
+
+/// An `allow_private` rule names hosts: for an address, an IP/CIDR rule is the way.
+pub(crate) fn check_names_only(spec: &RuleSpec) -> Result<(), String> {
+    if spec.hosts.is_address() {
+        return Err("allow_private takes names (mirror.corp:443, *.corp.test); \
+                    open an address with an IP/CIDR allow rule"
+            .into());
+    }
+    Ok(())
 }
 
 /// Whether a host is a name under the reserved `.invalid` top-level domain.

@@ -30,6 +30,13 @@ pub enum HostMatcher {
     Net(IpNet),
 }
 
+impl HostMatcher {
+    /// Whether it matches addresses (an IP/CIDR rule), not names.
+    pub fn is_address(&self) -> bool {
+        matches!(self, HostMatcher::Net(_))
+    }
+}
+
 /// Which ports a rule matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ports {

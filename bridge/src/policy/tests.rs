@@ -306,3 +306,61 @@ fn learning_allows_unnamed_hosts_but_not_denied_ones_or_private_addresses() {
         policy(&["known.test:443"], &["evil.test"]).canonical_text()
     );
 }
+
+#[test]
+fn allow_private_opens_a_non_public_address_for_its_names_only() {
+    let mut p = policy(&["other.test:443"], &["10.9.0.0/16"]);
+    p.add_private_rule("mirror.test:443", "--allow-private")
+        .unwrap();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let mirror = p.decide(&target("mirror.test:443"));
+    let other = p.decide(&target("other.test:443"));
+    assert!(mirror.reach_private && !other.reach_private);
+    for addr in [
+        "10.1.2.3",
+        "127.0.0.1",
+        "192.0.2.7",
+        "100.64.0.1",
+        "fd00::1",
+    ] {
+        let d = p.admit_for(&mirror, ip(addr), 443);
+        assert_eq!(
+            (d.verdict, d.reason),
+            (Verdict::Allow, Reason::OpenedByRule),
+            "{addr}"
+        );
+        assert_eq!(d.rule.as_ref().unwrap().text, "mirror.test:443");
+        // The same address for another name stays closed.
+        let d = p.admit_for(&other, ip(addr), 443);
+        assert_eq!(d.reason, Reason::NonPublicAddress, "{addr}");
+    }
+    // Never where only the machine or its cloud lives; deny rules still win.
+    for addr in [
+        "169.254.169.254",
+        "169.254.1.1",
+        "fe80::1",
+        "0.0.0.0",
+        "224.0.0.1",
+    ] {
+        let d = p.admit_for(&mirror, ip(addr), 443);
+        assert_eq!(d.verdict, Verdict::Deny, "{addr}");
+    }
+    let d = p.admit_for(&mirror, ip("10.9.1.1"), 443);
+    assert_eq!(d.reason, Reason::DeniedByRule);
+    // Names only: an address is opened with an IP/CIDR rule.
+    assert!(p.add_private_rule("10.0.0.0/8", "--allow-private").is_err());
+}
+
+#[test]
+fn allow_private_is_read_from_files() {
+    let file = TempFile::new(
+        "private.toml",
+        "allow_private = [\"mirror.test:443\"]\nallow = [\"plain.test\"]\n",
+    );
+    let p = Policy::load(std::slice::from_ref(&file.0)).unwrap();
+    assert!(p.decide(&target("mirror.test:443")).reach_private);
+    assert!(!p.decide(&target("plain.test:443")).reach_private);
+    let bad = TempFile::new("private-bad.toml", "allow_private = [\"10.0.0.1\"]\n");
+    let err = Policy::load(std::slice::from_ref(&bad.0)).unwrap_err();
+    assert!(err.to_string().contains("IP/CIDR"), "{err}");
+}

@@ -58,6 +58,11 @@ const MAX_SUBMODULE_DEPTH: usize = 8;
 /// Gitlinks pinned at most in one run: each is a mount or two.
 const MAX_GITLINKS: usize = 4096;
 
+/// The names protected at the top of a project directory.
+pub fn project_names() -> impl Iterator<Item = &'static str> {
+    PROJECT_NAMES.iter().copied()
+}
+
 /// Every protected name.
 pub fn protected_names() -> impl Iterator<Item = &'static str> {
     PROJECT_NAMES.iter().chain(HOME_NAMES).copied()
@@ -105,6 +110,11 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
     for root in input.write_roots.iter().filter(|r| r.is_dir()) {
         for name in protected_names() {
             let path = root.join(name);
+            // Where it is read-only anyway (the top of a home split into its entries,
+            // homesplit.rs), there is nothing to pin, a symlink included.
+            if !found.writable(&path) {
+                continue;
+            }
             let meta = match std::fs::symlink_metadata(&path) {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == ErrorKind::NotFound => {

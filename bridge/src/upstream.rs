@@ -91,6 +91,13 @@ pub async fn open(
         attempt.refused_class = verdict.class;
         let detail = match (&verdict.rule, verdict.class) {
             (Some(rule), _) => format!("{addr} denied by rule {:?} at {rule}", rule.text),
+            (None, Some(crate::ipclass::IpClass::Loopback)) => format!(
+                "{host} resolves to {addr}, a loopback address (this machine's own services); \
+                 open it with an IP/CIDR rule if you mean it, or let this exact name reach it: \
+                 --allow-private {host}:{port} (in an allowlist: allow_private = [\"{host}:{port}\"])",
+                host = target.host,
+                port = target.port,
+            ),
             (None, Some(class)) if crate::policy::private_service_class(class) => format!(
                 "{host} resolves to {addr}, a {} address; to let this name reach it: \
                  --allow-private {host}:{port} (in an allowlist: allow_private = [\"{host}:{port}\"])",

@@ -27,3 +27,4 @@ mod sandbox_tty;
 mod sandbox_walkthrough;
 mod sandbox_writelog;
 mod session_log;
+mod tools;

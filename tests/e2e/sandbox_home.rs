@@ -369,3 +369,67 @@ fn a_home_with_many_entries_and_unwritable_ones_runs() {
     assert_eq!(stdout(&out), "CONTROL\n");
     assert!(home.join("d599/file").exists());
 }
+
+/// What code is reached through stays read-only under --allow-home-write: entries named
+/// by load paths (as lists, with `~`), entries that deep links (systemd's own `enable`
+/// links) or dangling links lead into; a shared directory reached through a link is
+/// refused like the real one. Control: an entry nothing leads into is writable.
+#[test]
+fn entries_code_is_reached_through_stay_read_only() {
+    TestDir::remove_leftovers_outside_tmp("home-links");
+    let dir = TestDir::outside_tmp("home-links");
+    let home = dir.join("ws");
+    for d in [
+        "projects/svc",
+        "pylib",
+        "gowork",
+        "scripts",
+        "plain",
+        ".config/systemd/user/default.target.wants",
+        "dotfiles/config",
+    ] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    std::os::unix::fs::symlink(
+        home.join("projects/svc/svc.service"),
+        home.join(".config/systemd/user/default.target.wants/svc.service"),
+    )
+    .unwrap();
+    // A link to a dotfiles checkout not cloned yet.
+    std::os::unix::fs::symlink("../later/nvim", home.join(".config/nvim")).unwrap();
+    std::fs::create_dir_all(home.join("later")).unwrap();
+    let h = home.display().to_string();
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--allow-home-write")
+        .env("HOME", &h)
+        .env("PYTHONPATH", format!("{h}/pylib"))
+        .env("GOPATH", format!("/nonexistent:{h}/gowork"))
+        .env("PATH", "~/scripts:/usr/bin:/bin");
+    let out = run.sh("for d in projects/svc pylib gowork scripts later; do \
+           (echo x > $d/planted) 2>/dev/null && echo PLANTED $d; done; \
+         echo x > plain/ok && echo CONTROL");
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+
+    // A shared directory reached through a link is refused like the real one.
+    let linked = dir.join("linked-home");
+    std::fs::create_dir_all(linked.join("dotfiles/config/autostart")).unwrap();
+    std::fs::create_dir_all(linked.join("ws")).unwrap();
+    std::os::unix::fs::symlink("dotfiles/config", linked.join(".config")).unwrap();
+    let config = linked.join(".config").display().to_string();
+    let out = Command::new(netbox_bin())
+        .args(["--quiet", "--log"])
+        .arg(dir.join("linked.jsonl"))
+        .args(["--write", &config, "--", "touch", "x"])
+        .current_dir(linked.join("ws"))
+        .env("HOME", &linked)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("settings or data of every program"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -9,6 +9,60 @@ use bridge::{BridgeConfig, EventLog, Session, SessionListener, Stderr};
 use crate::cli::{BridgeArgs, PolicyArgs};
 use crate::error::WrapperError;
 
+/// Loads the policy from files and flags, asking the tools named (`--allow-tool`,
+/// `tools = [...]`) for their registries as seen from `cwd`; every mistake is reported
+/// before anything runs. Returns the policy and, per tool, a summary for the start-up
+/// line.
+pub fn load_policy_with_tools(
+    args: &PolicyArgs,
+    cwd: &std::path::Path,
+) -> Result<(Policy, Vec<String>, Vec<String>), WrapperError> {
+    let mut policy = load_policy(args)?;
+    let mut named: Vec<(String, String)> = args
+        .allow_tool
+        .iter()
+        .map(|t| (t.clone(), "--allow-tool".to_owned()))
+        .collect();
+    named.extend(
+        policy
+            .tools()
+            .iter()
+            .map(|(t, at)| (t.clone(), at.to_string())),
+    );
+    let mut summaries = Vec::new();
+    let mut asked: Vec<String> = Vec::new();
+    for (tool, named_at) in named {
+        if asked.contains(&tool) {
+            continue;
+        }
+        asked.push(tool.clone());
+        let found = crate::tools::discover(&tool, cwd).map_err(|reason| WrapperError::Rule {
+            flag: "--allow-tool",
+            rule: tool.clone(),
+            reason,
+        })?;
+        for rule in &found.rules {
+            let origin = format!("{tool} ({})", rule.source);
+            // An address is opened by its own rule; a name may reach a private address
+            // only if the user said the registries are internal.
+            let is_name = bridge::policy::RuleSpec::parse(&rule.rule, Action::Allow)
+                .is_ok_and(|spec| !spec.hosts.is_address());
+            let added = if args.private_ok && is_name {
+                policy.add_private_rule(&rule.rule, &origin)
+            } else {
+                policy.add_rule(Action::Allow, &rule.rule, &origin)
+            };
+            added.map_err(|reason| WrapperError::Rule {
+                flag: "--allow-tool",
+                rule: rule.rule.clone(),
+                reason,
+            })?;
+        }
+        summaries.push(crate::tools::summary(&tool, &found, &named_at));
+    }
+    Ok((policy, summaries, asked))
+}
+
 /// Loads the policy from files and flags; every mistake is reported before anything runs.
 pub fn load_policy(args: &PolicyArgs) -> Result<Policy, WrapperError> {
     let mut policy = Policy::load(&args.allowlist).map_err(bridge::BridgeError::from)?;
@@ -54,7 +108,11 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         .iter()
         .map(|a| a.parse())
         .collect::<Result<_, _>>()?;
-    let policy = load_policy(&args.policy)?;
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let (policy, tools, _) = load_policy_with_tools(&args.policy, &cwd)?;
+    for line in tools {
+        crate::say(&format!("netbox bridge: {line}"));
+    }
     let stderr = if args.quiet {
         Stderr::Quiet
     } else {

@@ -73,6 +73,26 @@ pub struct PolicyArgs {
     /// opening that address for any other name (repeatable).
     #[arg(long = "allow-private", value_name = "RULE")]
     pub allow_private: Vec<String>,
+
+    /// Allow the registries a package manager is configured for, asked of the tool's own
+    /// configuration at run time: pip (uv), npm (yarn, pnpm), cargo, git, apt, go
+    /// (repeatable; `netbox tools NAME` shows what it would add).
+    #[arg(long = "allow-tool", value_name = "NAME")]
+    pub allow_tool: Vec<String>,
+
+    /// The registries `--allow-tool` finds are internal: they may resolve to private,
+    /// loopback or documentation addresses (as `--allow-private` rules).
+    #[arg(long = "private-ok")]
+    pub private_ok: bool,
+}
+
+/// Where tools' caches go (`--cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolCache {
+    /// `$XDG_CACHE_HOME/netbox/TOOL` (or `~/.cache/netbox/TOOL`), kept between runs.
+    Netbox,
+    /// The run's private /tmp: gone with the run.
+    None,
 }
 
 /// Where the sandbox's temp root comes from.
@@ -139,6 +159,11 @@ pub struct RunArgs {
     #[arg(long = "refusal-status", value_name = "CODE", default_value_t = 502,
           value_parser = clap::value_parser!(u16).range(400..=599))]
     pub refusal_status: u16,
+
+    /// Where an `--allow-tool` tool's cache goes: a netbox-owned persistent directory per
+    /// tool (`$XDG_CACHE_HOME/netbox/TOOL`), or `none` (the run's private /tmp).
+    #[arg(long = "cache", value_enum, default_value_t = ToolCache::Netbox)]
+    pub cache: ToolCache,
 
     /// Temp root: a private tmpfs, or the host's /tmp.
     #[arg(long = "tmp", value_enum, default_value_t = TmpMode::Private)]
@@ -222,6 +247,16 @@ pub enum Command {
     Log(LogArgs),
     /// Run CMD letting it reach any public host, and write an allowlist of what it tried.
     Learn(Box<LearnArgs>),
+    /// Show the rules `--allow-tool NAME` would add here, and where each comes from.
+    Tools(ToolsArgs),
+}
+
+/// `netbox tools`: what `--allow-tool` finds.
+#[derive(Debug, Args)]
+pub struct ToolsArgs {
+    /// Tools to ask (pip, uv, npm, yarn, pnpm, cargo, git, apt, go).
+    #[arg(value_name = "NAME", required = true)]
+    pub names: Vec<String>,
 }
 
 /// `netbox learn`: an allowlist from what a command tries.

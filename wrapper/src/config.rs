@@ -41,6 +41,8 @@ pub struct SandboxConfig {
     pub allow_nested_userns: bool,
     /// The HTTP status of a refused request.
     pub refusal_status: http::StatusCode,
+    /// What each `--allow-tool` contributed, for the start-up line.
+    pub tool_summary: Vec<String>,
     /// Whether CMD gets a terminal of its own (terminal.rs).
     pub tty: crate::terminal::Choice,
     pub policy: Policy,
@@ -117,7 +119,7 @@ impl SandboxConfig {
         // A writable home lets CMD plant code that runs later, outside the sandbox: only
         // on request, and then split into what may be written (homesplit.rs).
         let homes = crate::homesplit::homes();
-        let (write_roots, home_split) =
+        let (mut write_roots, home_split) =
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
         let code_pins = code_inside(&write_roots, &homes);
         // A symlink inside a writable root could be replaced by CMD: a pin on its target
@@ -147,7 +149,11 @@ impl SandboxConfig {
         // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
         let mut policy_args = args.policy;
         policy_args.allowlist.extend(args.fetch_allowlist);
-        let mut policy = crate::bridge_cmd::load_policy(&policy_args)?;
+        let (mut policy, tool_summary, tools) =
+            crate::bridge_cmd::load_policy_with_tools(&policy_args, &cwd)?;
+        // Each tool's cache: a directory of netbox's, writable in the sandbox (never the
+        // tool's own cache, which runs outside the sandbox trust), or the private /tmp.
+        let caches = crate::tools::caches(&tools, args.cache)?;
         if args.learn {
             policy.set_learning();
         }
@@ -167,6 +173,15 @@ impl SandboxConfig {
                 WrapperError::Usage(format!("{}:{line}: {reason}", file.display()))
             })?;
             env_extra.extend(parsed);
+        }
+        write_roots.extend(caches.iter().filter_map(|c| c.dir.clone()));
+        for cache in &caches {
+            env_extra.extend(
+                cache
+                    .env
+                    .iter()
+                    .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+            );
         }
         env_extra.extend(
             crate::env::parse_env_flags(&args.env)
@@ -211,6 +226,7 @@ impl SandboxConfig {
                     args.refusal_status
                 ))
             })?,
+            tool_summary,
             tty: match (args.tty, args.no_tty) {
                 (true, _) => crate::terminal::Choice::Always,
                 (_, true) => crate::terminal::Choice::Never,
@@ -345,8 +361,13 @@ fn split_homes(
         if !allowed {
             return Err(WrapperError::HomeWritable { root, home });
         }
-        let code = crate::homesplit::code_locations(&seen_as);
-        let split = crate::homesplit::split(&root, &seen_as, &code).map_err(|source| {
+        // What the environment and the links name is in the real home's terms; mapped onto
+        // the name this root gives it (a bind mount of home).
+        let code: Vec<PathBuf> = crate::homesplit::code_locations(&home)
+            .into_iter()
+            .filter_map(|c| Some(seen_as.join(c.strip_prefix(&home).ok()?)))
+            .collect();
+        let split = crate::homesplit::split(&root, &seen_as, &home, &code).map_err(|source| {
             WrapperError::Path {
                 path: root.clone(),
                 what: "writable root holding your home directory",
@@ -397,9 +418,11 @@ fn code_inside(roots: &[PathBuf], homes: &[PathBuf]) -> Vec<PathBuf> {
     pins
 }
 
-/// The shared configuration or data directory of a home that `root` is (or lies above,
-/// inside home): `~/.config`, `~/.local`, `~/.local/share`, `~/.local/state`, `~/.cache`,
-/// and what `XDG_CONFIG_HOME`, `XDG_DATA_HOME`, `XDG_STATE_HOME` name.
+/// The shared configuration or data directory that `root` is, or lies above (but for a
+/// home itself, which is split instead): `~/.config`, `~/.local`, `~/.local/share`,
+/// `~/.local/state`, `~/.cache`, and what `XDG_CONFIG_HOME`, `XDG_DATA_HOME`,
+/// `XDG_STATE_HOME` name wherever they are; each resolved (a `~/.config` that is a link
+/// into `~/dotfiles` is that directory).
 fn shared_base_dir(root: &Path, homes: &[PathBuf]) -> Option<PathBuf> {
     let mut bases: Vec<PathBuf> = homes
         .iter()
@@ -419,12 +442,13 @@ fn shared_base_dir(root: &Path, homes: &[PathBuf]) -> Option<PathBuf> {
             .iter()
             .filter_map(std::env::var_os)
             .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .filter_map(|p| std::fs::canonicalize(p).ok()),
+            .filter(|p| p.is_absolute()),
     );
+    let is_home = homes.iter().any(|h| h == root);
     bases
         .into_iter()
-        .find(|b| b.starts_with(root) && homes.iter().any(|h| root.starts_with(h) && root != h))
+        .map(|b| crate::homesplit::resolve_existing_prefix(&b))
+        .find(|b| b.starts_with(root) && !is_home && !homes.iter().any(|h| h.starts_with(root)))
 }
 
 /// The caller's home directory (`$HOME`), canonical, if it exists.

@@ -59,12 +59,7 @@ const HIDDEN_DATA_DIRS: &[DataDir] = &[
     // configs and fnm's shell links live here too, and decide what runs.
     DataDir {
         dir: ".local/state",
-        only: Some(&["bash", "zsh", "less", "lesshst", "python", "wireplumber"]),
-        except: &[],
-    },
-    DataDir {
-        dir: ".local/share",
-        only: Some(&["Trash", "recently-used.xbel"]),
+        only: Some(&["bash", "less", "lesshst", "python", "wireplumber"]),
         except: &[],
     },
     // Not `_cacache`: its index (packuments, their headers) is not checked against
@@ -77,7 +72,7 @@ const HIDDEN_DATA_DIRS: &[DataDir] = &[
 ];
 
 /// Not hidden, yet holding code that runs later: never made writable.
-const NOT_HIDDEN_CODE: &[&str] = &["bin", "go", "node_modules"];
+const NOT_HIDDEN_CODE: &[&str] = &["bin", "go", "node_modules", "R", "perl5"];
 
 /// Environment variables naming directories (or, for some, files) that hold code or
 /// configuration: where one lies under home, it is not made writable.
@@ -106,6 +101,26 @@ const CODE_LOCATIONS: &[&str] = &[
     "GEM_HOME",
     "PIPX_HOME",
     "PIPX_BIN_DIR",
+    // Load paths and start-up files of interpreters and the dynamic linker.
+    "PYTHONPATH",
+    "BASH_ENV",
+    "ENV",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYLIB",
+    "GEM_PATH",
+    "NODE_PATH",
+    "CLASSPATH",
+    "R_LIBS",
+    "R_LIBS_USER",
+    "JULIA_LOAD_PATH",
+    "XDG_CONFIG_DIRS",
+    "XDG_DATA_DIRS",
+    "CONDA_PREFIX",
+    "JAVA_HOME",
+    "GOROOT",
 ];
 
 /// The caller's home directories, canonical: `$HOME` and the account's home in the
@@ -150,17 +165,24 @@ fn passwd_file_home(uid: nix::unistd::Uid) -> Option<PathBuf> {
 /// variables above, and `~/bin`, `~/go`, `~/node_modules`), each resolved as far as it
 /// exists (a missing `~/tools/bin` under a symlinked home still counts), and also as named.
 pub fn code_locations(home: &Path) -> Vec<PathBuf> {
-    let path_dirs = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default();
-    let named = CODE_LOCATIONS
-        .iter()
+    // Every variable may hold a list (`GOPATH=a:b`, `LD_PRELOAD` with spaces too); a
+    // leading `~` is the home the shell would expand it to.
+    let named = std::iter::once("PATH")
+        .chain(CODE_LOCATIONS.iter().copied())
         .filter_map(std::env::var_os)
-        .map(PathBuf::from);
+        .flat_map(|value| {
+            value
+                .to_string_lossy()
+                .split([':', ' '])
+                .filter(|p| !p.is_empty())
+                .map(|p| match p.strip_prefix('~') {
+                    Some(rest) => home.join(rest.trim_start_matches('/')),
+                    None => PathBuf::from(p),
+                })
+                .collect::<Vec<_>>()
+        });
     let defaults = NOT_HIDDEN_CODE.iter().map(|n| home.join(n));
-    let mut found: Vec<PathBuf> = path_dirs
-        .into_iter()
-        .chain(named)
+    let mut found: Vec<PathBuf> = named
         .filter(|p| p.is_absolute())
         .flat_map(|p| [resolve_existing_prefix(&p), p])
         .chain(defaults)
@@ -172,7 +194,7 @@ pub fn code_locations(home: &Path) -> Vec<PathBuf> {
 }
 
 /// `path` with its longest existing prefix resolved (symlinks and all), the rest as is.
-fn resolve_existing_prefix(path: &Path) -> PathBuf {
+pub fn resolve_existing_prefix(path: &Path) -> PathBuf {
     for prefix in path.ancestors() {
         if let Ok(real) = std::fs::canonicalize(prefix) {
             let rest = path.strip_prefix(prefix).unwrap_or(Path::new(""));
@@ -182,16 +204,46 @@ fn resolve_existing_prefix(path: &Path) -> PathBuf {
     path.to_owned()
 }
 
-/// How deep under home, and how many entries at most, the look for symlinks goes.
-const LINK_SCAN_DEPTH: usize = 3;
-const LINK_SCAN_ENTRIES: usize = 20_000;
+/// How deep the look for symlinks goes in each hidden directory, and how many entries it
+/// reads at most: a home with more is refused rather than split half-seen.
+const LINK_SCAN_DEPTH: usize = 8;
+const LINK_SCAN_ENTRIES: usize = 200_000;
 
-/// The entries of `home` that a symlink elsewhere in home (its hidden part, or its top
-/// level) leads into: where dotfiles are kept. Depth- and count-bounded.
-fn linked_into(home: &Path) -> Vec<std::ffi::OsString> {
+/// Hidden directories not looked through for links: caches and state (read-only anyway
+/// but for the data entries, whose own links lead nowhere that runs), the biggest parts
+/// of a home. `.local` is looked through in its code-bearing parts only.
+const LINK_SCAN_SKIP: &[&str] = &[".cache", ".npm", ".local"];
+
+/// The parts of `~/.local` looked through.
+const LINK_SCAN_LOCAL: &[&str] = &[
+    ".local/bin",
+    ".local/lib",
+    ".local/share/applications",
+    ".local/share/systemd",
+    ".local/share/dbus-1",
+    ".local/share/user-tmpfiles.d",
+    ".local/share/bash-completion",
+    ".local/share/fish",
+    ".local/share/nvim",
+    ".local/share/gnome-shell",
+    ".local/share/kservices5",
+    ".local/share/kio",
+    ".local/share/direnv",
+];
+
+/// Too much to look through for links into home.
+#[derive(Debug)]
+pub struct TooBig;
+
+/// The entries of `home` that a symlink in its hidden part (or a hidden link at its top)
+/// leads into, or would if it existed (a link to a dotfiles repository not cloned yet):
+/// where dotfiles are kept.
+fn linked_into(home: &Path) -> Result<Vec<std::ffi::OsString>, TooBig> {
     let mut found = Vec::new();
     let mut seen = 0usize;
-    let mut stack: Vec<(PathBuf, usize)> = vec![(home.to_owned(), 0)];
+    let mut stack: Vec<(PathBuf, usize)> =
+        LINK_SCAN_LOCAL.iter().map(|d| (home.join(d), 1)).collect();
+    stack.push((home.to_owned(), 0));
     while let Some((dir, depth)) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
@@ -199,7 +251,7 @@ fn linked_into(home: &Path) -> Vec<std::ffi::OsString> {
         for entry in entries.flatten() {
             seen += 1;
             if seen > LINK_SCAN_ENTRIES {
-                return found;
+                return Err(TooBig);
             }
             let name = entry.file_name();
             let Ok(kind) = entry.file_type() else {
@@ -207,24 +259,34 @@ fn linked_into(home: &Path) -> Vec<std::ffi::OsString> {
             };
             let at_top = depth == 0;
             let hidden = name.as_encoded_bytes().starts_with(b".");
-            // A hidden link at the top (`~/.bashrc -> dotfiles/bashrc`) or any link in the
-            // hidden part below; not one of the top's own plain entries (`~/Dropbox`).
             if kind.is_symlink() && (hidden || !at_top) {
-                let target = std::fs::canonicalize(entry.path()).ok();
-                if let Some(top) = target
-                    .as_deref()
-                    .and_then(|t| t.strip_prefix(home).ok())
-                    .and_then(|rest| rest.components().next())
+                if let Some(top) = link_target(&entry.path())
+                    .and_then(|t| t.strip_prefix(home).ok().map(Path::to_owned))
+                    .and_then(|rest| rest.components().next().map(|c| c.as_os_str().to_owned()))
                 {
-                    found.push(top.as_os_str().to_owned());
+                    found.push(top);
                 }
-            } else if kind.is_dir() && depth + 1 < LINK_SCAN_DEPTH && (!at_top || hidden) {
-                // Below the top only what is read-only anyway: the hidden part.
-                stack.push((entry.path(), depth + 1));
+            } else if kind.is_dir() && depth < LINK_SCAN_DEPTH && (!at_top || hidden) {
+                let skipped = at_top && LINK_SCAN_SKIP.iter().any(|s| OsStr::new(s) == name);
+                if !skipped {
+                    stack.push((entry.path(), depth + 1));
+                }
             }
         }
     }
-    found
+    Ok(found)
+}
+
+/// Where a symlink leads, resolved as far as what it names exists (a dangling link's
+/// target counts where it would be).
+fn link_target(link: &Path) -> Option<PathBuf> {
+    let target = std::fs::read_link(link).ok()?;
+    let target = if target.is_absolute() {
+        target
+    } else {
+        link.parent()?.join(target)
+    };
+    Some(resolve_existing_prefix(&target))
 }
 
 /// What a root holding a home becomes: the writable roots in its place.
@@ -236,7 +298,12 @@ pub struct Split {
 /// Splits the writable root `root`, which is `home` or holds it, into the writable roots
 /// the rules above allow. `code` are the places under home that hold code
 /// ([`code_locations`]).
-pub fn split(root: &Path, home: &Path, code: &[PathBuf]) -> std::io::Result<Split> {
+pub fn split(
+    root: &Path,
+    home: &Path,
+    real_home: &Path,
+    code: &[PathBuf],
+) -> std::io::Result<Split> {
     let mut split = Split::default();
     // Above home: everything beside the path down to it.
     for dir in home.ancestors().skip(1) {
@@ -248,7 +315,9 @@ pub fn split(root: &Path, home: &Path, code: &[PathBuf]) -> std::io::Result<Spli
             .ok()
             .and_then(|rest| rest.components().next())
             .map(|c| c.as_os_str().to_owned());
-        for entry in entries(dir)? {
+        // A directory on the way this user cannot list (`/home` at 0711) has nothing
+        // beside home to make writable.
+        for entry in entries(dir).unwrap_or_default() {
             if Some(entry.as_os_str()) != toward_home.as_deref().map(OsStr::new) {
                 split.add(dir.join(entry));
             }
@@ -265,7 +334,12 @@ pub fn split(root: &Path, home: &Path, code: &[PathBuf]) -> std::io::Result<Spli
     };
     // Home itself on PATH: every file at its top is a command.
     let home_is_code = code.iter().any(|c| c == home);
-    let linked = linked_into(home);
+    let linked = linked_into(real_home).map_err(|TooBig| {
+        std::io::Error::other(format!(
+            "more than {LINK_SCAN_ENTRIES} entries to look through for links to dotfiles; \
+             --write the directories CMD needs instead"
+        ))
+    })?;
     for name in entries(home)? {
         let path = home.join(&name);
         let hidden = name.as_encoded_bytes().starts_with(b".");
@@ -363,7 +437,7 @@ mod tests {
         std::os::unix::fs::symlink("dotfiles/zshrc", home.join(".zshrc")).unwrap();
         std::fs::create_dir_all(base.join("other")).unwrap();
         let code = vec![home.join("bin"), home.join("tools/bin")];
-        let got = split(&base, &home, &code).unwrap();
+        let got = split(&base, &home, &home, &code).unwrap();
         let rel: Vec<String> = got
             .roots
             .iter()
@@ -373,7 +447,6 @@ mod tests {
             rel,
             [
                 "me/.bash_history",
-                "me/.local/share/Trash",
                 "me/.local/state/bash",
                 "me/.npm/_logs",
                 "me/notes.txt",

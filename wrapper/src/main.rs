@@ -56,6 +56,7 @@ mod supervise;
 mod sys;
 mod terminal;
 mod testhooks;
+mod tools;
 mod verify;
 mod writejudge;
 mod writewatch;
@@ -65,6 +66,7 @@ use std::process::ExitCode;
 use crate::error::{WrapperError, EXIT_NETBOX_FAILURE};
 
 fn main() -> ExitCode {
+    raise_open_file_limit();
     let cli = match cli::Cli::parse_args() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Some(cli::Command::Verify(args)) => verify::run(args),
         Some(cli::Command::Log(args)) => logview::run(&args),
         Some(cli::Command::Learn(args)) => learn::run(args),
+        Some(cli::Command::Tools(args)) => tools::run(&args),
         None if cli.run.disable_sandbox => run::run_unsandboxed(&cli.run),
         None => config::SandboxConfig::from_args(cli.run).and_then(run::run),
     };
@@ -82,6 +85,18 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => report(&e),
+    }
+}
+
+/// Raises the soft limit on open files to the hard one: a run holds one fd for each
+/// writable root until its sandbox is set up, and a home split into its entries
+/// (homesplit.rs) can have more than the usual soft limit of 1024.
+fn raise_open_file_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
     }
 }
 

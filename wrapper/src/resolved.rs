@@ -129,6 +129,14 @@ impl Resolved {
 }
 
 fn changed(path: &Path, error: &std::io::Error) -> WrapperError {
+    // Not a change at all: out of file descriptors (one per writable root is held).
+    if error.raw_os_error() == Some(libc::EMFILE) {
+        return WrapperError::Path {
+            path: path.to_owned(),
+            what: "writable root (too many open files: raise `ulimit -n`)",
+            source: std::io::Error::from_raw_os_error(libc::EMFILE),
+        };
+    }
     WrapperError::PathChanged {
         path: path.to_owned(),
         reason: resolve::describe(error),

@@ -489,8 +489,13 @@ fn startup_line(config: &SandboxConfig) -> String {
     } else {
         "normal"
     };
+    let tools: String = config
+        .tool_summary
+        .iter()
+        .map(|t| format!(" | {}", crate::printable::printable(t)))
+        .collect();
     format!(
-        "netbox: sandbox {mode} | workspace {} | write {} | {hosts} | log {}",
+        "netbox: sandbox {mode} | workspace {} | write {} | {hosts}{tools} | log {}",
         config.workspace.display(),
         roots.join(", "),
         config.log_path.display()

@@ -54,6 +54,10 @@ struct AllowlistFile {
     /// Allow rules whose names may reach the non-public address their DNS returns.
     #[serde(default)]
     allow_private: Vec<Spanned<String>>,
+    /// Package managers whose configured registries are allowed (the wrapper asks each
+    /// tool: `--allow-tool`).
+    #[serde(default)]
+    tools: Vec<Spanned<String>>,
     #[serde(default)]
     hosts: BTreeMap<String, Spanned<HostAddrs>>,
 }
@@ -158,6 +162,17 @@ impl Loader<'_> {
                     reach_private,
                 });
             }
+        }
+        for tool in &parsed.tools {
+            let line = at(tool.span().start);
+            self.policy.tools.push((
+                tool.get_ref().clone(),
+                RuleRef {
+                    file: Arc::clone(&file),
+                    line,
+                    text: tool.get_ref().clone(),
+                },
+            ));
         }
         for (name, addrs) in &parsed.hosts {
             let line = at(addrs.span().start);

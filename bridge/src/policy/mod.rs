@@ -61,6 +61,9 @@ pub struct Policy {
     files: Vec<PathBuf>,
     /// The same files as they were named (see [`Policy::named_files`]).
     named_files: Vec<PathBuf>,
+    /// `tools = [...]` in the files, with where each was named: the wrapper asks each
+    /// tool for its registries and adds them as rules.
+    tools: Vec<(String, RuleRef)>,
     /// Learn mode: a name no rule mentions is allowed too (deny rules still win, and
     /// addresses are still checked: only public ones, or ones an IP rule opens).
     learning: bool,
@@ -126,6 +129,8 @@ pub struct Decision {
     /// For target decisions: the allow rule that matched lets the name reach a
     /// non-public address.
     pub reach_private: bool,
+    /// For target decisions: the rule that matched is a wildcard (`*.corp.test`).
+    pub wildcard: bool,
 }
 
 impl Decision {
@@ -136,6 +141,7 @@ impl Decision {
             rule: rule.map(|r| r.origin.clone()),
             class: None,
             reach_private: false,
+            wildcard: false,
         }
     }
 
@@ -218,6 +224,11 @@ impl Policy {
         &self.rules
     }
 
+    /// The tools the files name (`tools = ["pip"]`), with where.
+    pub fn tools(&self) -> &[(String, RuleRef)] {
+        &self.tools
+    }
+
     /// The files this policy was read from, includes too, in load order.
     pub fn files(&self) -> &[PathBuf] {
         &self.files
@@ -289,6 +300,7 @@ impl Policy {
                 rule: Some(rule.origin.clone()),
                 class: None,
                 reach_private: rule.reach_private,
+                wildcard: matches!(rule.spec.hosts, HostMatcher::Subdomains(_)),
             },
             None if self.learning && !is_invalid(&target.host) => Decision {
                 verdict: Verdict::Allow,
@@ -296,6 +308,7 @@ impl Policy {
                 rule: None,
                 class: None,
                 reach_private: false,
+                wildcard: false,
             },
             None => Decision::deny(Reason::NotAllowed, None),
         }
@@ -335,6 +348,7 @@ impl Policy {
                 rule: None,
                 class: None,
                 reach_private: false,
+                wildcard: false,
             });
         }
         match covering(Action::Allow) {
@@ -344,6 +358,7 @@ impl Policy {
                 rule: Some(rule.origin.clone()),
                 class: None,
                 reach_private: false,
+                wildcard: false,
             }),
             None => with_class(Decision::deny(Reason::NonPublicAddress, None)),
         }
@@ -354,9 +369,15 @@ impl Policy {
     /// private service can have (the rule that opened it is named).
     pub fn admit_for(&self, decision: &Decision, addr: IpAddr, port: u16) -> Decision {
         let admitted = self.admit(addr, port);
+        // Loopback only for a rule naming the host exactly: a wildcard rule would let any
+        // name in the zone that says 127.0.0.1 (`localhost.corp.test`) reach the host's
+        // own services.
+        let loopback_ok = !decision.wildcard;
         let reachable = admitted.reason == Reason::NonPublicAddress
             && decision.reach_private
-            && admitted.class.is_some_and(private_service_class);
+            && admitted.class.is_some_and(|c| {
+                private_service_class(c) && (c != IpClass::Loopback || loopback_ok)
+            });
         if !reachable {
             return admitted;
         }
@@ -366,12 +387,14 @@ impl Policy {
             rule: decision.rule.clone(),
             class: admitted.class,
             reach_private: true,
+            wildcard: decision.wildcard,
         }
     }
 }
 
 /// Where a private service (a mirror, a proxy, a split-horizon name) can live; not where
-/// only the machine itself or its cloud is (link-local, metadata), nor no one at all.
+/// only the machine itself or its cloud is (link-local, metadata), nor no one at all, nor
+/// reserved space (`0.0.0.0/8` and `240.0.0.0/4` are routed to the default gateway).
 pub fn private_service_class(class: IpClass) -> bool {
     matches!(
         class,
@@ -380,7 +403,6 @@ pub fn private_service_class(class: IpClass) -> bool {
             | IpClass::Cgnat
             | IpClass::Documentation
             | IpClass::Benchmarking
-            | IpClass::Reserved
     )
 }
 

@@ -347,6 +347,27 @@ fn allow_private_opens_a_non_public_address_for_its_names_only() {
     }
     let d = p.admit_for(&mirror, ip("10.9.1.1"), 443);
     assert_eq!(d.reason, Reason::DeniedByRule);
+    // Reserved space is routed to the gateway: never.
+    for addr in ["0.0.0.1", "240.0.0.1"] {
+        assert_eq!(
+            p.admit_for(&mirror, ip(addr), 443).verdict,
+            Verdict::Deny,
+            "{addr}"
+        );
+    }
+    // A wildcard rule reaches private addresses, but not this machine's own loopback.
+    p.add_private_rule("*.corp.test:443", "--allow-private")
+        .unwrap();
+    let any = p.decide(&target("localhost.corp.test:443"));
+    assert!(any.reach_private);
+    assert_eq!(
+        p.admit_for(&any, ip("127.0.0.1"), 443).verdict,
+        Verdict::Deny
+    );
+    assert_eq!(
+        p.admit_for(&any, ip("10.1.2.3"), 443).verdict,
+        Verdict::Allow
+    );
     // Names only: an address is opened with an IP/CIDR rule.
     assert!(p.add_private_rule("10.0.0.0/8", "--allow-private").is_err());
 }

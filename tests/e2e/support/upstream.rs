@@ -63,8 +63,88 @@ impl HttpServer {
         HttpServer { addr, ca: Some(ca) }
     }
 
+    /// HTTPS for `names`, serving the files under `root` (GET only; 404 for anything
+    /// else): a registry's static layout. Files may be written after it starts.
+    pub fn start_tls_files(dir: &Path, names: &[&str], root: PathBuf) -> HttpServer {
+        let (config, ca_pem) = tls_config(names);
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, ca_pem).unwrap();
+        let config = Arc::new(config);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let config = Arc::clone(&config);
+                let root = root.clone();
+                std::thread::spawn(move || {
+                    let Ok(conn) = rustls::ServerConnection::new(config) else {
+                        return;
+                    };
+                    let _ = serve_files(rustls::StreamOwned::new(conn, stream), &root);
+                });
+            }
+        });
+        HttpServer { addr, ca: Some(ca) }
+    }
+
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+}
+
+/// GET PATH → the file `root/PATH` (for a directory, its `index.json`; no `..`),
+/// keep-alive; anything else 404.
+fn serve_files<S: Read + Write>(stream: S, root: &Path) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut request = String::new();
+        if reader.read_line(&mut request)? == 0 {
+            return Ok(());
+        }
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 || line == "\r\n" {
+                break;
+            }
+        }
+        let mut parts = request.split(' ');
+        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let path = path.split('?').next().unwrap_or("").trim_start_matches('/');
+        let file = (method == "GET" && !path.split('/').any(|c| c == ".."))
+            .then(|| {
+                let at = root.join(path);
+                let at = if at.is_dir() {
+                    at.join("index.json")
+                } else {
+                    at
+                };
+                std::fs::read(at).ok()
+            })
+            .flatten();
+        let stream = reader.get_mut();
+        match file {
+            Some(body) => {
+                let kind = if path.ends_with(".tgz") || path.ends_with(".crate") {
+                    "application/octet-stream"
+                } else if path.ends_with(".html") || path.ends_with('/') {
+                    "text/html"
+                } else {
+                    "application/json"
+                };
+                write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                )?;
+                stream.write_all(&body)?;
+            }
+            None => {
+                stream.write_all(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 10\r\n\r\nnot found\n",
+                )?;
+            }
+        }
+        stream.flush()?;
     }
 }
 

@@ -165,3 +165,22 @@ pub const CODE_PATHS: &[(&str, Placeholder)] = &[
     (".vscode", DIR),
     (".idea", DIR),
 ];
+
+/// Where a place of the list is: under home, and for `.config/…`, `.local/share/…` and
+/// `.local/state/…` also under `XDG_CONFIG_HOME`, `XDG_DATA_HOME`, `XDG_STATE_HOME`.
+pub fn places(home: &std::path::Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut places = vec![home.join(name)];
+    for (prefix, var) in [
+        (".config/", "XDG_CONFIG_HOME"),
+        (".local/share/", "XDG_DATA_HOME"),
+        (".local/state/", "XDG_STATE_HOME"),
+    ] {
+        if let (Some(rest), Some(base)) = (name.strip_prefix(prefix), std::env::var_os(var)) {
+            let base = std::path::PathBuf::from(base);
+            if base.is_absolute() {
+                places.push(base.join(rest));
+            }
+        }
+    }
+    places
+}

@@ -146,9 +146,12 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
     // (`--write ~/.config`; a writable home itself is split so that none is: homesplit.rs).
     for home in input.homes {
         for (name, leaf) in home::CODE_PATHS {
-            let path = home.join(name);
-            if found.writable(&path) {
-                found.pin_named(&path, *leaf, "place under home that runs code")?;
+            for path in home::places(home, name) {
+                // Where it really is: `~/.config` may be a link into `~/dotfiles`.
+                let path = crate::homesplit::resolve_existing_prefix(&path);
+                if found.writable(&path) {
+                    found.pin_named(&path, *leaf, "place under home that runs code")?;
+                }
             }
         }
     }

@@ -1,0 +1,210 @@
+//! cargo: its configuration files (`.cargo/config.toml` in the project and each directory
+//! above it, then `$CARGO_HOME/config.toml`) for source replacement (`[source.NAME]`) and
+//! extra registries (`[registries.NAME]`), and `CARGO_REGISTRIES_NAME_INDEX`. cargo's
+//! default registry is in no configuration file: it is taken from what cargo has cached
+//! of it (`$CARGO_HOME/registry/index/HOST-HASH/`). A sparse index names the host its
+//! crates download from in its `config.json` (`dl`, `api`): read from cargo's cache, or
+//! fetched from the index at run time.
+
+use std::path::{Path, PathBuf};
+
+use super::{query, ToolRules};
+
+pub fn discover(cwd: &Path) -> ToolRules {
+    let mut out = ToolRules::default();
+    let home = cargo_home();
+    let mut files: Vec<PathBuf> = cwd
+        .ancestors()
+        .flat_map(|d| [d.join(".cargo/config.toml"), d.join(".cargo/config")])
+        .collect();
+    if let Some(home) = &home {
+        files.extend([home.join("config.toml"), home.join("config")]);
+    }
+    files.dedup();
+    let mut default_replaced = false;
+    let mut indexes: Vec<String> = Vec::new();
+    for file in files.iter().filter(|f| f.is_file()) {
+        let Some(config) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| t.parse::<toml::Table>().ok())
+        else {
+            out.note(format!(
+                "cannot read cargo configuration {}",
+                file.display()
+            ));
+            continue;
+        };
+        let found = registries_in(&config);
+        default_replaced |= found.default_replaced;
+        for url in found.indexes {
+            out.add(&url, format!("cargo configuration {}", file.display()));
+            indexes.push(url);
+        }
+    }
+    for (key, value) in std::env::vars() {
+        if key.starts_with("CARGO_REGISTRIES_") && key.ends_with("_INDEX") {
+            out.add(&value, format!("{key} in the environment"));
+            indexes.push(value);
+        }
+    }
+    let cached = home.as_deref().map(cached_indexes).unwrap_or_default();
+    if !default_replaced {
+        let defaults: Vec<&Cached> = cached.iter().filter(|c| c.dir_host.is_some()).collect();
+        if defaults.is_empty() {
+            out.note(
+                "cargo's default registry is in no configuration file and cargo has cached \
+                 none of it: run once with `netbox learn` to find its hosts",
+            );
+        }
+        for index in defaults {
+            if let Some(host) = &index.dir_host {
+                out.add(
+                    host,
+                    format!("cargo's cached index {}", index.dir.display()),
+                );
+            }
+        }
+    }
+    // Where each sparse index serves downloads from.
+    for url in indexes.iter().filter(|u| u.starts_with("sparse+")) {
+        let base = url.trim_start_matches("sparse+").trim_end_matches('/');
+        let host = super::rule_of(url).and_then(|r| r.rsplit_once(':').map(|(h, _)| h.to_owned()));
+        let from_cache = cached.iter().find(|c| host.is_some() && c.dir_host == host);
+        let document = match from_cache.and_then(|c| c.config.clone()) {
+            Some(doc) => Some((doc, "cargo's cache of its config.json".to_owned())),
+            None => query::output(
+                "curl",
+                &["-fsS", "--max-time", "5", &format!("{base}/config.json")],
+                Path::new("/"),
+            )
+            .map(|doc| (doc, format!("{base}/config.json"))),
+        };
+        match document {
+            Some((doc, source)) => {
+                for url in download_hosts(&doc) {
+                    out.add(&url, format!("dl/api in {source}"));
+                }
+            }
+            None => out.note(format!(
+                "{base}/config.json could not be read: where its crates download from is unknown (netbox learn finds it)"
+            )),
+        }
+    }
+    if default_replaced {
+        // Said so the start-up line shows why no default is listed.
+        out.note("crates-io is replaced by another source in cargo's configuration");
+    }
+    out
+}
+
+fn cargo_home() -> Option<PathBuf> {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+}
+
+/// What one configuration file says about registries.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Found {
+    indexes: Vec<String>,
+    default_replaced: bool,
+}
+
+fn registries_in(config: &toml::Table) -> Found {
+    let mut found = Found::default();
+    let sources = config.get("source").and_then(|s| s.as_table());
+    for (name, source) in sources.into_iter().flatten() {
+        if let Some(url) = source.get("registry").and_then(|v| v.as_str()) {
+            found.indexes.push(url.to_owned());
+        }
+        if name == "crates-io" && source.get("replace-with").is_some() {
+            found.default_replaced = true;
+        }
+    }
+    let registries = config.get("registries").and_then(|s| s.as_table());
+    for (_, registry) in registries.into_iter().flatten() {
+        if let Some(url) = registry.get("index").and_then(|v| v.as_str()) {
+            found.indexes.push(url.to_owned());
+        }
+    }
+    found
+}
+
+/// One index cargo has cached: its directory, the host its name starts with (a sparse
+/// index's `HOST-HASH`; a git index's directory is named the same way), and its cached
+/// `config.json`.
+struct Cached {
+    dir: PathBuf,
+    dir_host: Option<String>,
+    config: Option<String>,
+}
+
+fn cached_indexes(cargo_home: &Path) -> Vec<Cached> {
+    let Ok(entries) = std::fs::read_dir(cargo_home.join("registry/index")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let dir_host = name
+                .rsplit_once('-')
+                .map(|(host, _)| host.to_owned())
+                .filter(|h| h.contains('.'));
+            let config = std::fs::read_to_string(e.path().join("config.json")).ok();
+            Cached {
+                dir: e.path(),
+                dir_host,
+                config,
+            }
+        })
+        .collect()
+}
+
+/// The `dl` and `api` URLs of a sparse index's `config.json`.
+fn download_hosts(config_json: &str) -> Vec<String> {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(config_json) else {
+        return Vec::new();
+    };
+    ["dl", "api"]
+        .iter()
+        .filter_map(|k| value.get(*k).and_then(|v| v.as_str()).map(str::to_owned))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_replacement_and_registries() {
+        let config: toml::Table = r#"
+            [source.crates-io]
+            replace-with = "mirror"
+            [source.mirror]
+            registry = "sparse+https://index.mirror.test/"
+            [registries.corp]
+            index = "https://git.corp.test/index.git"
+        "#
+        .parse()
+        .unwrap();
+        let found = registries_in(&config);
+        assert!(found.default_replaced);
+        assert_eq!(
+            found.indexes,
+            [
+                "sparse+https://index.mirror.test/",
+                "https://git.corp.test/index.git"
+            ]
+        );
+        assert_eq!(
+            download_hosts(
+                r#"{"dl":"https://dl.mirror.test/api/v1/crates","api":"https://mirror.test"}"#
+            ),
+            [
+                "https://dl.mirror.test/api/v1/crates",
+                "https://mirror.test"
+            ]
+        );
+    }
+}

@@ -1,0 +1,287 @@
+//! `--allow-tool NAME`: the hosts a package manager will reach, found in its own
+//! configuration at run time (issue 12). Nothing here names a public registry: where a
+//! tool's built-in default is in no configuration file, it is asked of the tool itself
+//! (its config query, its installed modules, what it cached of an index), and where a
+//! registry serves files from a host nothing names, that is said, pointing to learn mode.
+//!
+//! Each tool has a module with one `discover` function; what it finds is a list of rules
+//! (`host:port`), each with where it came from, and notes for the start-up line.
+
+mod apt;
+mod cargo;
+mod git;
+mod go;
+mod npm;
+mod pip;
+mod query;
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+
+/// One rule a tool needs, and where it came from ("index-url in /etc/pip.conf").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRule {
+    pub rule: String,
+    pub source: String,
+}
+
+/// What one tool contributes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolRules {
+    pub rules: Vec<ToolRule>,
+    /// What could not be found, said on the start-up line and by `netbox tools`.
+    pub notes: Vec<String>,
+}
+
+impl ToolRules {
+    fn add(&mut self, url_or_host: &str, source: impl Into<String>) {
+        if let Some(rule) = rule_of(url_or_host) {
+            if !self.rules.iter().any(|r| r.rule == rule) {
+                self.rules.push(ToolRule {
+                    rule,
+                    source: source.into(),
+                });
+            }
+        }
+    }
+
+    fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+}
+
+/// One line for the start-up line: `pip: 2 hosts (pip's default index …)`, and what
+/// could not be found.
+pub fn summary(tool: &str, found: &ToolRules, named_at: &str) -> String {
+    let hosts = found.rules.len();
+    let plural = if hosts == 1 { "" } else { "s" };
+    let mut sources: Vec<&str> = found.rules.iter().map(|r| r.source.as_str()).collect();
+    sources.dedup();
+    let mut line = format!("{tool}: {hosts} host{plural}");
+    if !sources.is_empty() {
+        line.push_str(&format!(" ({})", sources.join("; ")));
+    }
+    if named_at != "--allow-tool" {
+        line.push_str(&format!(" [{named_at}]"));
+    }
+    for note in &found.notes {
+        line.push_str(&format!("; {note}"));
+    }
+    line
+}
+
+/// `netbox tools NAME...`: prints what each tool would add, as allowlist lines.
+pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperError> {
+    let cwd = std::env::current_dir().map_err(|source| crate::error::WrapperError::Path {
+        path: ".".into(),
+        what: "current directory",
+        source,
+    })?;
+    let mut text = String::from("allow = [\n");
+    for name in &args.names {
+        let found = discover(name, &cwd).map_err(|reason| crate::error::WrapperError::Rule {
+            flag: "netbox tools",
+            rule: name.clone(),
+            reason,
+        })?;
+        text.push_str(&format!("    # {name}\n"));
+        for rule in &found.rules {
+            let quoted = serde_json::to_string(&rule.rule).unwrap_or_default();
+            let source = crate::printable::printable(&rule.source);
+            text.push_str(&format!("    {quoted}, # {source}\n"));
+        }
+        for note in &found.notes {
+            text.push_str(&format!(
+                "    # note: {}\n",
+                crate::printable::printable(note)
+            ));
+        }
+    }
+    text.push_str("]\n");
+    crate::print_stdout(&text).map(|()| 0)
+}
+
+/// A tool's cache for a run: the directory made writable for it (none with `--cache
+/// none`), and the environment that points the tool there.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    pub dir: Option<std::path::PathBuf>,
+    pub env: Vec<(String, String)>,
+}
+
+/// The caches of `tools` (canonical names): `$XDG_CACHE_HOME/netbox/TOOL` (or
+/// `~/.cache/netbox/TOOL`), made 0700 if missing; or, with `--cache none`, a directory in
+/// the run's private /tmp. Tools with no cache setting of their own (git, apt; cargo,
+/// whose cache is inside `CARGO_HOME` with its configuration) get none.
+pub fn caches(
+    tools: &[String],
+    mode: crate::cli::ToolCache,
+) -> Result<Vec<Cache>, crate::error::WrapperError> {
+    let mut out = Vec::new();
+    for tool in tools.iter().filter_map(|t| canonical(t)) {
+        let vars: &[(&str, &str)] = match tool {
+            "npm" => &[("npm_config_cache", "")],
+            "pip" => &[("PIP_CACHE_DIR", ""), ("UV_CACHE_DIR", "uv")],
+            "go" => &[("GOMODCACHE", "mod"), ("GOCACHE", "build")],
+            _ => continue,
+        };
+        let dir = match mode {
+            crate::cli::ToolCache::None => std::path::PathBuf::from("/tmp/netbox-cache").join(tool),
+            crate::cli::ToolCache::Netbox => cache_home()
+                .ok_or_else(|| {
+                    crate::error::WrapperError::Usage(format!(
+                        "--allow-tool {tool}: no HOME or XDG_CACHE_HOME for its cache; pass --cache none"
+                    ))
+                })?
+                .join("netbox")
+                .join(tool),
+        };
+        let persistent = mode == crate::cli::ToolCache::Netbox;
+        if persistent {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|source| crate::error::WrapperError::Path {
+                    path: dir.clone(),
+                    what: "tool cache directory",
+                    source,
+                })?;
+        }
+        let dir = if persistent {
+            Some(std::fs::canonicalize(&dir).unwrap_or(dir))
+        } else {
+            None
+        };
+        let base = dir
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("/tmp/netbox-cache").join(tool));
+        let env = vars
+            .iter()
+            .map(|(key, sub)| {
+                let at = if sub.is_empty() {
+                    base.clone()
+                } else {
+                    base.join(sub)
+                };
+                ((*key).to_owned(), at.display().to_string())
+            })
+            .collect();
+        out.push(Cache { dir, env });
+    }
+    Ok(out)
+}
+
+fn cache_home() -> Option<std::path::PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(std::path::PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|h| h.join(".cache"))
+        })
+}
+
+/// The tools `--allow-tool` knows.
+pub const TOOLS: &[&str] = &["pip", "npm", "cargo", "git", "apt", "go"];
+
+/// Names that mean one of the tools (uv reads pip's index settings; yarn and pnpm npm's).
+fn canonical(name: &str) -> Option<&'static str> {
+    match name {
+        "pip" | "pip3" | "uv" => Some("pip"),
+        "npm" | "yarn" | "pnpm" => Some("npm"),
+        "cargo" => Some("cargo"),
+        "git" => Some("git"),
+        "apt" | "apt-get" => Some("apt"),
+        "go" => Some("go"),
+        _ => None,
+    }
+}
+
+/// Asks `name`'s configuration, as seen from `cwd` (project files count). An unknown
+/// tool is an error naming the known ones.
+pub fn discover(name: &str, cwd: &Path) -> Result<ToolRules, String> {
+    let tool = canonical(name).ok_or_else(|| {
+        format!(
+            "unknown tool {name:?}; known: {} (and uv, yarn, pnpm, apt-get)",
+            TOOLS.join(", ")
+        )
+    })?;
+    Ok(match tool {
+        "pip" => pip::discover(cwd),
+        "npm" => npm::discover(cwd),
+        "cargo" => cargo::discover(cwd),
+        "git" => git::discover(cwd),
+        "apt" => apt::discover(Path::new("/etc/apt")),
+        _ => go::discover(cwd),
+    })
+}
+
+/// `host:port` for a URL (`https://h:8443/x` → `h:8443`, `http://h/` → `h:80`), or a
+/// bare `host[:port]` (443 when no port is given); `None` for what is no network
+/// address (`file:`, a path).
+pub fn rule_of(url_or_host: &str) -> Option<String> {
+    let text = url_or_host.trim();
+    // Cargo's and others' prefixes: `sparse+https://…`, `git+https://…`, `registry+…`.
+    let text = text
+        .strip_prefix("sparse+")
+        .or_else(|| text.strip_prefix("registry+"))
+        .or_else(|| text.strip_prefix("git+"))
+        .unwrap_or(text);
+    let (default_port, rest) = if let Some(rest) = text.strip_prefix("https://") {
+        (443, rest)
+    } else if let Some(rest) = text.strip_prefix("http://") {
+        (80, rest)
+    } else if let Some(rest) = text.strip_prefix("ssh://") {
+        (22, rest)
+    } else if text.contains("://") || text.starts_with('/') || text.is_empty() {
+        return None;
+    } else {
+        (443, text)
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit('@').next()?;
+    if authority.is_empty() {
+        return None;
+    }
+    let rule = if authority.starts_with('[') {
+        if authority.contains("]:") {
+            authority.to_owned()
+        } else {
+            format!("{authority}:{default_port}")
+        }
+    } else if authority.contains(':') {
+        authority.to_owned()
+    } else {
+        format!("{authority}:{default_port}")
+    };
+    // What the policy would refuse as a rule is no rule to add.
+    bridge::policy::RuleSpec::parse(&rule, bridge::policy::Action::Allow)
+        .ok()
+        .map(|_| rule)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_become_host_port_rules() {
+        let cases = [
+            ("https://mirror.test/simple", Some("mirror.test:443")),
+            ("http://mirror.test:8080/x", Some("mirror.test:8080")),
+            ("sparse+https://index.test/", Some("index.test:443")),
+            ("ssh://git@forge.test:2222/a.git", Some("forge.test:2222")),
+            ("https://user:pw@mirror.test/", Some("mirror.test:443")),
+            ("https://[2001:db8::1]/x", Some("[2001:db8::1]:443")),
+            ("file:///opt/wheels", None),
+            ("/opt/wheels", None),
+            ("", None),
+        ];
+        for (url, want) in cases {
+            assert_eq!(rule_of(url).as_deref(), want, "{url}");
+        }
+    }
+}

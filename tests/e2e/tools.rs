@@ -154,3 +154,292 @@ fn netbox_tools_says_what_it_would_allow_and_where_from() {
     assert_eq!(out.status.code(), Some(125));
     assert!(stderr(&out).contains("unknown tool"), "{}", stderr(&out));
 }
+
+/// The tools are asked on the host, before the sandbox, about a workspace an earlier
+/// command may have written: a program planted there (on a PATH entry inside it, or a
+/// relative one) is never run, and Python never imports from it.
+#[test]
+fn asking_a_tool_never_runs_what_the_workspace_holds() {
+    let dir = TestDir::new("tool-planted");
+    let ws = dir.join("ws");
+    let marker = dir.join("ran");
+    std::fs::create_dir_all(ws.join("bin")).unwrap();
+    for tool in ["npm", "pip", "git", "go"] {
+        let fake = ws.join("bin").join(tool);
+        std::fs::write(&fake, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    // A module that would shadow pip's own for a Python run from the workspace.
+    std::fs::create_dir_all(ws.join("pip")).unwrap();
+    std::fs::write(
+        ws.join("pip/__init__.py"),
+        format!("open('{}', 'w').write('x')\n", marker.display()),
+    )
+    .unwrap();
+    let out = Command::new(netbox_bin())
+        .args(["tools", "npm", "pip", "git", "go"])
+        .current_dir(&ws)
+        .env(
+            "PATH",
+            format!(
+                "bin:{}:/usr/local/bin:/usr/bin:/bin",
+                ws.join("bin").display()
+            ),
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!marker.exists(), "a program from the workspace ran");
+    // Control: the same fake, run the way netbox must not, leaves the marker.
+    let ran = Command::new(ws.join("bin/npm")).status().unwrap();
+    assert!(ran.success() && marker.exists());
+}
+
+/// `cargo fetch` from a local sparse registry set through source replacement in the
+/// project's `.cargo/config.toml`, whose crates download from a second host that only
+/// the index's own `config.json` names: `--allow-tool cargo` finds both.
+#[test]
+fn cargo_fetches_from_a_replaced_source_and_its_download_host() {
+    // rustup's cargo lives in its installer's home (/root/.cargo here): another user may
+    // have none to run. The test then has nothing to run; it runs as that installer.
+    let usable = Command::new("cargo").arg("--version").output();
+    if !usable.is_ok_and(|o| o.status.success()) {
+        eprintln!("cargo is not runnable by this user: nothing to test");
+        return;
+    }
+    let dir = TestDir::new("tool-cargo");
+    let root = dir.join("registry");
+    std::fs::create_dir_all(root.join("de/mo")).unwrap();
+    let server = HttpServer::start_tls_files(&dir.path, &["index.test", "dl.test"], root.clone());
+    let port = server.port();
+    std::fs::write(
+        root.join("config.json"),
+        format!(r#"{{"dl":"https://dl.test:{port}/crates"}}"#),
+    )
+    .unwrap();
+    let src = dir.join("crate-src/demo-1.0.0");
+    std::fs::create_dir_all(src.join("src")).unwrap();
+    std::fs::write(
+        src.join("Cargo.toml"),
+        "[package]\nname = \"demo\"\nversion = \"1.0.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("src/lib.rs"),
+        "pub fn hi() -> &'static str { \"hi\" }\n",
+    )
+    .unwrap();
+    let download = root.join("crates/demo/1.0.0");
+    std::fs::create_dir_all(&download).unwrap();
+    let packed = Command::new("tar")
+        .arg("czf")
+        .arg(download.join("download"))
+        .arg("-C")
+        .arg(dir.join("crate-src"))
+        .arg("demo-1.0.0")
+        .status()
+        .unwrap();
+    assert!(packed.success());
+    let cksum = crate::support::file_sha256(&download.join("download"));
+    std::fs::write(
+        root.join("de/mo/demo"),
+        format!(
+            "{{\"name\":\"demo\",\"vers\":\"1.0.0\",\"deps\":[],\"cksum\":\"{cksum}\",\"features\":{{}},\"yanked\":false}}\n"
+        ),
+    )
+    .unwrap();
+
+    let pins = dir.write(
+        "pins.toml",
+        "[hosts]\n\"index.test\" = \"127.0.0.1\"\n\"dl.test\" = \"127.0.0.1\"\n",
+    );
+    let run = Run::new(&dir);
+    let ws = &run.workspace;
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::create_dir_all(ws.join(".cargo")).unwrap();
+    std::fs::write(
+        ws.join("src/main.rs"),
+        "fn main() { println!(\"{}\", demo::hi()); }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("Cargo.toml"),
+        "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\ndemo = \"1\"\n",
+    )
+    .unwrap();
+    let ca = ws.join("test-ca.pem");
+    std::fs::copy(server.ca.as_ref().unwrap(), &ca).unwrap();
+    std::fs::write(
+        ws.join(".cargo/config.toml"),
+        format!(
+            "[source.crates-io]\nreplace-with = \"local\"\n\n[source.local]\nregistry = \"sparse+https://index.test:{port}/\"\n\n\
+             [http]\ncainfo = \"{}\"\n\n[net]\nretry = 0\n",
+            ca.display()
+        ),
+    )
+    .unwrap();
+    let cargo_home = ws.join(".cargo-home").display().to_string();
+    let with = |extra: &[&str]| {
+        let mut args = vec!["--quiet", "--allowlist", pins.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        args.extend(["--env", "CARGO_HOME"]);
+        Run::new(&dir)
+            .args_from(&args)
+            .env("CARGO_HOME", cargo_home.clone())
+    };
+    let out =
+        with(&["--allow-tool", "cargo", "--private-ok"]).sh("cargo fetch --quiet && echo FETCHED");
+    assert_eq!(stdout(&out), "FETCHED\n", "{}", stderr(&out));
+    let via_dl = Run::new(&dir).events().into_iter().any(|e| {
+        e["type"] == "net"
+            && e["host"] == "dl.test"
+            && e["decision"] == "allow"
+            && e["rule"]["file"]
+                .as_str()
+                .unwrap_or("")
+                .contains("config.json")
+    });
+    assert!(
+        via_dl,
+        "the download host was not allowed by its config.json rule"
+    );
+
+    // Control: without --allow-tool, nothing is fetched.
+    std::fs::remove_dir_all(ws.join(".cargo-home")).unwrap();
+    let out = with(&[]).sh("cargo fetch --quiet && echo FETCHED");
+    assert_ne!(stdout(&out), "FETCHED\n", "{}", stderr(&out));
+}
+
+/// A wheel `demopkg-1.0` (pure Python), built by hand: a zip with its module, METADATA,
+/// WHEEL and RECORD.
+fn build_wheel(dir: &std::path::Path) -> std::path::PathBuf {
+    let wheel = dir.join("demopkg-1.0-py3-none-any.whl");
+    let script = r#"
+import sys, zipfile
+out = sys.argv[1]
+files = {
+    "demopkg/__init__.py": "GREETING = 'demopkg says hi'\n",
+    "demopkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: demopkg\nVersion: 1.0\n",
+    "demopkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = "".join(f"{name},,\n" for name in files) + "demopkg-1.0.dist-info/RECORD,,\n"
+with zipfile.ZipFile(out, "w") as z:
+    for name, text in files.items():
+        z.writestr(name, text)
+    z.writestr("demopkg-1.0.dist-info/RECORD", record)
+"#;
+    let built = Command::new("python3")
+        .args(["-c", script])
+        .arg(&wheel)
+        .status()
+        .unwrap();
+    assert!(built.success());
+    wheel
+}
+
+/// `pip install` from a local simple index that the user's pip configuration names
+/// (`PIP_INDEX_URL`): `--allow-tool pip` finds it.
+#[test]
+fn pip_installs_from_the_index_its_configuration_names() {
+    let dir = TestDir::new("tool-pip");
+    let root = dir.join("index");
+    std::fs::create_dir_all(root.join("simple/demopkg")).unwrap();
+    let server = HttpServer::start_tls_files(&dir.path, &["pypi-mirror.test"], root.clone());
+    let port = server.port();
+    let wheel = build_wheel(&root);
+    let sha = crate::support::file_sha256(&wheel);
+    std::fs::write(
+        root.join("simple/demopkg/index.html"),
+        format!(
+            "<html><body><a href=\"https://pypi-mirror.test:{port}/demopkg-1.0-py3-none-any.whl#sha256={sha}\">demopkg-1.0-py3-none-any.whl</a></body></html>\n"
+        ),
+    )
+    .unwrap();
+    // The file server answers a directory with its index.json: an HTML page here.
+    std::fs::rename(
+        root.join("simple/demopkg/index.html"),
+        root.join("simple/demopkg/index.json"),
+    )
+    .unwrap();
+    let pins = dir.write(
+        "pins.toml",
+        "[hosts]\n\"pypi-mirror.test\" = \"127.0.0.1\"\n",
+    );
+    let run = Run::new(&dir);
+    let ca = run.workspace.join("test-ca.pem");
+    std::fs::copy(server.ca.as_ref().unwrap(), &ca).unwrap();
+    let index = format!("https://pypi-mirror.test:{port}/simple/");
+    let with = |extra: &[&str]| {
+        let mut args = vec!["--quiet", "--allowlist", pins.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Run::new(&dir)
+            .args_from(&args)
+            .env("PIP_INDEX_URL", index.clone())
+            .env("PIP_CERT", ca.display().to_string())
+            .env("PIP_RETRIES", "0")
+            .env("PIP_FIND_LINKS", "")
+            .env(
+                "XDG_CACHE_HOME",
+                dir.join("cache-home").display().to_string(),
+            )
+    };
+    // TLS is not what is tested here (pip 23 did not take the test CA through a proxy):
+    // the index is a trusted host. pip's own status is not used: pyenv's shim fails the
+    // install when it cannot rehash its read-only shims, after installing.
+    let install =
+        "pip install --quiet --trusted-host pypi-mirror.test --no-deps --target deps demopkg; \
+                   PYTHONPATH=deps python3 -c 'import demopkg; print(demopkg.GREETING)'";
+    let out = with(&["--allow-tool", "pip", "--private-ok"]).sh(install);
+    assert_eq!(stdout(&out), "demopkg says hi\n", "{}", stderr(&out));
+    assert!(dir.join("cache-home/netbox/pip").is_dir());
+    // Control: without it, refused.
+    std::fs::remove_dir_all(run.workspace.join("deps")).unwrap();
+    let out = with(&[]).sh(install);
+    assert_ne!(stdout(&out), "demopkg says hi\n", "{}", stderr(&out));
+}
+
+/// A tool's configuration is text an earlier command may have written: what it names
+/// becomes a rule only as a name with one port (never an address, a wildcard or every
+/// port), and what is shown of it is escaped.
+#[test]
+fn planted_tool_configuration_opens_no_address_and_prints_no_control_characters() {
+    let dir = TestDir::new("tool-hostile");
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(
+        ws.join(".npmrc"),
+        "registry=http://127.0.0.1:*/\n@evil:registry=https://*.com:*/\n@x:registry=http://[::1]:1-65535/\n@ok:registry=https://npm.corp.test:8443/\n",
+    )
+    .unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    git(&["init", "-q"]);
+    // A remote name git's porcelain would refuse, written into the config directly.
+    let mut config = std::fs::read_to_string(ws.join(".git/config")).unwrap();
+    config.push_str("[remote \"x\u{1b}[2J\"]\n\turl = https://forge.test/a.git\n");
+    std::fs::write(ws.join(".git/config"), config).unwrap();
+    let out = Command::new(netbox_bin())
+        .args(["tools", "npm", "git"])
+        .current_dir(&ws)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let rules: toml::Table = text.parse().expect("valid TOML");
+    let allowed: Vec<&str> = rules["allow"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    // Control: the ordinary ones are there.
+    assert_eq!(allowed, ["npm.corp.test:8443", "forge.test:443"], "{text}");
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+}

@@ -36,11 +36,12 @@ pub fn load_policy_with_tools(
             continue;
         }
         asked.push(tool.clone());
-        let found = crate::tools::discover(&tool, cwd).map_err(|reason| WrapperError::Rule {
-            flag: "--allow-tool",
-            rule: tool.clone(),
-            reason,
-        })?;
+        let found =
+            crate::tools::discover(&tool, cwd, &policy).map_err(|reason| WrapperError::Rule {
+                flag: "--allow-tool",
+                rule: tool.clone(),
+                reason,
+            })?;
         for rule in &found.rules {
             let origin = format!("{tool} ({})", rule.source);
             // An address is opened by its own rule; a name may reach a private address

@@ -153,7 +153,7 @@ impl SandboxConfig {
             crate::bridge_cmd::load_policy_with_tools(&policy_args, &cwd)?;
         // Each tool's cache: a directory of netbox's, writable in the sandbox (never the
         // tool's own cache, which runs outside the sandbox trust), or the private /tmp.
-        let caches = crate::tools::caches(&tools, args.cache)?;
+        let caches = crate::tools::caches(&tools, args.cache, &workspace)?;
         if args.learn {
             policy.set_learning();
         }

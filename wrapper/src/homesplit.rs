@@ -74,55 +74,6 @@ const HIDDEN_DATA_DIRS: &[DataDir] = &[
 /// Not hidden, yet holding code that runs later: never made writable.
 const NOT_HIDDEN_CODE: &[&str] = &["bin", "go", "node_modules", "R", "perl5"];
 
-/// Environment variables naming directories (or, for some, files) that hold code or
-/// configuration: where one lies under home, it is not made writable.
-const CODE_LOCATIONS: &[&str] = &[
-    "XDG_CONFIG_HOME",
-    "XDG_DATA_HOME",
-    "XDG_STATE_HOME",
-    "XDG_CACHE_HOME",
-    "ZDOTDIR",
-    "GIT_CONFIG_GLOBAL",
-    "PYTHONUSERBASE",
-    "PYTHONSTARTUP",
-    "CARGO_HOME",
-    "RUSTUP_HOME",
-    "GOPATH",
-    "GOBIN",
-    "npm_config_prefix",
-    "NPM_CONFIG_PREFIX",
-    "PNPM_HOME",
-    "VOLTA_HOME",
-    "BUN_INSTALL",
-    "DENO_INSTALL",
-    "PYENV_ROOT",
-    "NVM_DIR",
-    "SDKMAN_DIR",
-    "GEM_HOME",
-    "PIPX_HOME",
-    "PIPX_BIN_DIR",
-    // Load paths and start-up files of interpreters and the dynamic linker.
-    "PYTHONPATH",
-    "BASH_ENV",
-    "ENV",
-    "LD_LIBRARY_PATH",
-    "LD_PRELOAD",
-    "PERL5LIB",
-    "PERLLIB",
-    "RUBYLIB",
-    "GEM_PATH",
-    "NODE_PATH",
-    "CLASSPATH",
-    "R_LIBS",
-    "R_LIBS_USER",
-    "JULIA_LOAD_PATH",
-    "XDG_CONFIG_DIRS",
-    "XDG_DATA_DIRS",
-    "CONDA_PREFIX",
-    "JAVA_HOME",
-    "GOROOT",
-];
-
 /// The caller's home directories, canonical: `$HOME` and the account's home in the
 /// password database (sshd, systemd and the desktop go by the latter), where they exist.
 pub fn homes() -> Vec<PathBuf> {
@@ -165,23 +116,29 @@ fn passwd_file_home(uid: nix::unistd::Uid) -> Option<PathBuf> {
 /// variables above, and `~/bin`, `~/go`, `~/node_modules`), each resolved as far as it
 /// exists (a missing `~/tools/bin` under a symlinked home still counts), and also as named.
 pub fn code_locations(home: &Path) -> Vec<PathBuf> {
-    // Every variable may hold a list (`GOPATH=a:b`, `LD_PRELOAD` with spaces too); a
-    // leading `~` is the home the shell would expand it to.
-    let named = std::iter::once("PATH")
-        .chain(CODE_LOCATIONS.iter().copied())
-        .filter_map(std::env::var_os)
-        .flat_map(|value| {
+    // Not only the variables above: any variable's value may name a program or a
+    // directory under home that something runs (`EDITOR=~/apps/nvim.AppImage`,
+    // `LESSOPEN="| ~/scripts/lesspipe.sh %s"`, `GIT_SSH_COMMAND`, `NODE_OPTIONS`). Each
+    // value is split into words (`:`, spaces, `|`, `=`); a word that is an absolute
+    // path, or `~`-prefixed, counts. Variables naming where netbox and the shell are, not
+    // what runs, are left out.
+    const NOT_CODE: &[&str] = &["PWD", "OLDPWD", "HOME", "TMPDIR", "MAIL", "LOGNAME", "USER"];
+    let named = std::env::vars_os()
+        .filter(|(key, _)| !NOT_CODE.iter().any(|n| key == *n))
+        .flat_map(|(_, value)| {
             value
                 .to_string_lossy()
-                .split([':', ' '])
-                .filter(|p| !p.is_empty())
+                .split([':', ' ', '|', '=', ',', ';', '"', '\''])
+                .filter(|p| p.starts_with('/') || p.starts_with('~'))
                 .map(|p| match p.strip_prefix('~') {
                     Some(rest) => home.join(rest.trim_start_matches('/')),
                     None => PathBuf::from(p),
                 })
                 .collect::<Vec<_>>()
         });
-    let defaults = NOT_HIDDEN_CODE.iter().map(|n| home.join(n));
+    let defaults = NOT_HIDDEN_CODE
+        .iter()
+        .flat_map(|n| [home.join(n), resolve_existing_prefix(&home.join(n))]);
     let mut found: Vec<PathBuf> = named
         .filter(|p| p.is_absolute())
         .flat_map(|p| [resolve_existing_prefix(&p), p])
@@ -207,29 +164,34 @@ pub fn resolve_existing_prefix(path: &Path) -> PathBuf {
 /// How deep the look for symlinks goes in each hidden directory, and how many entries it
 /// reads at most: a home with more is refused rather than split half-seen.
 const LINK_SCAN_DEPTH: usize = 8;
-const LINK_SCAN_ENTRIES: usize = 200_000;
+const LINK_SCAN_ENTRIES: usize = 500_000;
 
-/// Hidden directories not looked through for links: caches and state (read-only anyway
-/// but for the data entries, whose own links lead nowhere that runs), the biggest parts
-/// of a home. `.local` is looked through in its code-bearing parts only.
-const LINK_SCAN_SKIP: &[&str] = &[".cache", ".npm", ".local"];
-
-/// The parts of `~/.local` looked through.
-const LINK_SCAN_LOCAL: &[&str] = &[
-    ".local/bin",
-    ".local/lib",
-    ".local/share/applications",
-    ".local/share/systemd",
-    ".local/share/dbus-1",
-    ".local/share/user-tmpfiles.d",
-    ".local/share/bash-completion",
-    ".local/share/fish",
-    ".local/share/nvim",
-    ".local/share/gnome-shell",
-    ".local/share/kservices5",
-    ".local/share/kio",
-    ".local/share/direnv",
+/// Not looked through for links: caches, toolchains and package stores (read-only here,
+/// filled by their tools, which link within them), and the biggest data stores. A link
+/// in them into a writable entry is not seen.
+const LINK_SCAN_SKIP: &[&str] = &[
+    ".cache",
+    ".npm",
+    ".rustup",
+    ".cargo/registry",
+    ".cargo/git",
+    ".m2",
+    ".gradle",
+    ".pyenv/versions",
+    ".nvm/versions",
+    ".vscode/extensions",
+    ".vscode-server",
+    ".local/state",
+    ".local/share/Steam",
+    ".local/share/flatpak",
+    ".local/share/containers",
+    ".local/share/Trash",
+    ".local/share/baloo",
+    ".local/share/akonadi",
 ];
+
+/// Looked through besides home's top level and its hidden directories (none).
+const LINK_SCAN_LOCAL: &[&str] = &[];
 
 /// Too much to look through for links into home.
 #[derive(Debug)]
@@ -267,9 +229,10 @@ fn linked_into(home: &Path) -> Result<Vec<std::ffi::OsString>, TooBig> {
                     found.push(top);
                 }
             } else if kind.is_dir() && depth < LINK_SCAN_DEPTH && (!at_top || hidden) {
-                let skipped = at_top && LINK_SCAN_SKIP.iter().any(|s| OsStr::new(s) == name);
+                let path = entry.path();
+                let skipped = LINK_SCAN_SKIP.iter().any(|s| path == home.join(s));
                 if !skipped {
-                    stack.push((entry.path(), depth + 1));
+                    stack.push((path, depth + 1));
                 }
             }
         }

@@ -124,12 +124,12 @@ fn serve_files<S: Read + Write>(stream: S, root: &Path) -> std::io::Result<()> {
         let stream = reader.get_mut();
         match file {
             Some(body) => {
-                let kind = if path.ends_with(".tgz") || path.ends_with(".crate") {
-                    "application/octet-stream"
-                } else if path.ends_with(".html") || path.ends_with('/') {
+                let kind = if body.starts_with(b"<") {
                     "text/html"
-                } else {
+                } else if body.starts_with(b"{") {
                     "application/json"
+                } else {
+                    "application/octet-stream"
                 };
                 write!(
                     stream,

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use super::{query, ToolRules};
 
-pub fn discover(cwd: &Path) -> ToolRules {
+/// `policy`: its `[hosts]` pins are where netbox looks an index up, as the bridge would.
+pub fn discover(cwd: &Path, policy: &bridge::policy::Policy) -> ToolRules {
     let mut out = ToolRules::default();
     let home = cargo_home();
     let mut files: Vec<PathBuf> = cwd
@@ -23,6 +24,9 @@ pub fn discover(cwd: &Path) -> ToolRules {
     files.dedup();
     let mut default_replaced = false;
     let mut indexes: Vec<String> = Vec::new();
+    // The CA cargo trusts (`http.cainfo`, `CARGO_HTTP_CAINFO`), for reading an index's
+    // config.json the way cargo would.
+    let mut cainfo: Option<String> = std::env::var("CARGO_HTTP_CAINFO").ok();
     for file in files.iter().filter(|f| f.is_file()) {
         let Some(config) = std::fs::read_to_string(file)
             .ok()
@@ -36,6 +40,13 @@ pub fn discover(cwd: &Path) -> ToolRules {
         };
         let found = registries_in(&config);
         default_replaced |= found.default_replaced;
+        if cainfo.is_none() {
+            cainfo = config
+                .get("http")
+                .and_then(|h| h.get("cainfo"))
+                .and_then(|c| c.as_str())
+                .map(str::to_owned);
+        }
         for url in found.indexes {
             out.add(&url, format!("cargo configuration {}", file.display()));
             indexes.push(url);
@@ -72,10 +83,11 @@ pub fn discover(cwd: &Path) -> ToolRules {
         let from_cache = cached.iter().find(|c| host.is_some() && c.dir_host == host);
         let document = match from_cache.and_then(|c| c.config.clone()) {
             Some(doc) => Some((doc, "cargo's cache of its config.json".to_owned())),
-            None => query::output(
-                "curl",
-                &["-fsS", "--max-time", "5", &format!("{base}/config.json")],
-                Path::new("/"),
+            None => fetch(
+                &format!("{base}/config.json"),
+                cainfo.as_deref(),
+                policy,
+                cwd,
             )
             .map(|doc| (doc, format!("{base}/config.json"))),
         };
@@ -95,6 +107,71 @@ pub fn discover(cwd: &Path) -> ToolRules {
         out.note("crates-io is replaced by another source in cargo's configuration");
     }
     out
+}
+
+/// Reads `url` with curl (the host's own client), trusting `cainfo` if cargo does. This
+/// is a request from the host, before the sandbox, to a URL a workspace file names (one
+/// an earlier command may have written): HTTPS only, to a name that is pinned by the
+/// policy or resolves to public addresses only, and curl is held to the addresses
+/// checked (no second lookup).
+fn fetch(
+    url: &str,
+    cainfo: Option<&str>,
+    policy: &bridge::policy::Policy,
+    workspace: &Path,
+) -> Option<String> {
+    use std::net::ToSocketAddrs;
+    if !url.starts_with("https://") {
+        return None;
+    }
+    let rule = super::rule_of(url)?;
+    let (host, port) = rule.rsplit_once(':')?;
+    if host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    let name = bridge::target::Host::Name(host.to_owned());
+    let addrs: Vec<std::net::IpAddr> = match policy.pinned(&name) {
+        Some(pinned) => pinned.to_vec(),
+        None => {
+            let found: Vec<_> = (host, port.parse::<u16>().ok()?)
+                .to_socket_addrs()
+                .ok()?
+                .map(|a| a.ip())
+                .collect();
+            if found.is_empty()
+                || found
+                    .iter()
+                    .any(|a| !bridge::ipclass::classify(*a).is_public())
+            {
+                return None;
+            }
+            found
+        }
+    };
+    let mut args: Vec<String> = [
+        "-fsS",
+        "--max-time",
+        "5",
+        "--proto",
+        "=https",
+        "--max-redirs",
+        "0",
+    ]
+    .map(String::from)
+    .to_vec();
+    if let Some(ca) = cainfo {
+        args.extend(["--cacert".to_owned(), ca.to_owned()]);
+    }
+    for addr in addrs {
+        let addr = match addr {
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+            v4 => v4.to_string(),
+        };
+        args.extend(["--resolve".to_owned(), format!("{host}:{port}:{addr}")]);
+    }
+    args.push(url.to_owned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    query::output("curl", &args, Path::new("/"), workspace)
 }
 
 fn cargo_home() -> Option<PathBuf> {

@@ -11,6 +11,7 @@ pub fn discover(cwd: &Path) -> ToolRules {
         "git",
         &["config", "--get-regexp", r"^remote\..*\.url$"],
         cwd,
+        cwd,
     )
     .unwrap_or_default();
     let modules = query::output(
@@ -22,6 +23,7 @@ pub fn discover(cwd: &Path) -> ToolRules {
             "--get-regexp",
             r"^submodule\..*\.url$",
         ],
+        cwd,
         cwd,
     )
     .unwrap_or_default();

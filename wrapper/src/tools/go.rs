@@ -7,7 +7,10 @@ use super::{query, ToolRules};
 
 pub fn discover(cwd: &Path) -> ToolRules {
     let mut out = ToolRules::default();
-    let Some(text) = query::output("go", &["env", "GOPROXY", "GOSUMDB"], cwd) else {
+    // Asked from `/`: no go.mod or go.work of the workspace's (their toolchain lines)
+    // comes into it.
+    let Some(text) = query::output("go", &["env", "GOPROXY", "GOSUMDB"], Path::new("/"), cwd)
+    else {
         out.note("go did not answer `go env` (is it installed?)");
         return out;
     };

@@ -34,14 +34,22 @@ pub struct ToolRules {
 }
 
 impl ToolRules {
+    /// Adds the rule for a URL a tool's configuration names. `source` may hold text
+    /// from a file an earlier command wrote (a git remote's name): it is escaped here,
+    /// once, for every place it is shown.
     fn add(&mut self, url_or_host: &str, source: impl Into<String>) {
         if let Some(rule) = rule_of(url_or_host) {
             if !self.rules.iter().any(|r| r.rule == rule) {
                 self.rules.push(ToolRule {
                     rule,
-                    source: source.into(),
+                    source: crate::printable::printable(&source.into()),
                 });
             }
+        } else if !url_or_host.trim().is_empty() && url_or_host.contains("://") {
+            self.note(crate::printable::printable(&format!(
+                "{} is not a registry address netbox allows (a name and one port only)",
+                url_or_host.trim()
+            )));
         }
     }
 
@@ -67,7 +75,7 @@ pub fn summary(tool: &str, found: &ToolRules, named_at: &str) -> String {
     for note in &found.notes {
         line.push_str(&format!("; {note}"));
     }
-    line
+    crate::printable::printable(&line)
 }
 
 /// `netbox tools NAME...`: prints what each tool would add, as allowlist lines.
@@ -79,11 +87,14 @@ pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperErro
     })?;
     let mut text = String::from("allow = [\n");
     for name in &args.names {
-        let found = discover(name, &cwd).map_err(|reason| crate::error::WrapperError::Rule {
-            flag: "netbox tools",
-            rule: name.clone(),
-            reason,
-        })?;
+        let found =
+            discover(name, &cwd, &bridge::policy::Policy::deny_all()).map_err(|reason| {
+                crate::error::WrapperError::Rule {
+                    flag: "netbox tools",
+                    rule: name.clone(),
+                    reason,
+                }
+            })?;
         text.push_str(&format!("    # {name}\n"));
         for rule in &found.rules {
             let quoted = serde_json::to_string(&rule.rule).unwrap_or_default();
@@ -116,7 +127,19 @@ pub struct Cache {
 pub fn caches(
     tools: &[String],
     mode: crate::cli::ToolCache,
+    workspace: &Path,
 ) -> Result<Vec<Cache>, crate::error::WrapperError> {
+    // One cache per workspace: a cache one run could poison (npm's packument index, pip's
+    // wheels, go's build cache are not checked against who wrote them) serves only later
+    // runs in the same workspace, which that run could change anyway.
+    let per_workspace = {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes());
+        digest[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
     let mut out = Vec::new();
     for tool in tools.iter().filter_map(|t| canonical(t)) {
         let vars: &[(&str, &str)] = match tool {
@@ -134,7 +157,8 @@ pub fn caches(
                     ))
                 })?
                 .join("netbox")
-                .join(tool),
+                .join(tool)
+                .join(&per_workspace),
         };
         let persistent = mode == crate::cli::ToolCache::Netbox;
         if persistent {
@@ -202,7 +226,11 @@ fn canonical(name: &str) -> Option<&'static str> {
 
 /// Asks `name`'s configuration, as seen from `cwd` (project files count). An unknown
 /// tool is an error naming the known ones.
-pub fn discover(name: &str, cwd: &Path) -> Result<ToolRules, String> {
+pub fn discover(
+    name: &str,
+    cwd: &Path,
+    policy: &bridge::policy::Policy,
+) -> Result<ToolRules, String> {
     let tool = canonical(name).ok_or_else(|| {
         format!(
             "unknown tool {name:?}; known: {} (and uv, yarn, pnpm, apt-get)",
@@ -212,7 +240,7 @@ pub fn discover(name: &str, cwd: &Path) -> Result<ToolRules, String> {
     Ok(match tool {
         "pip" => pip::discover(cwd),
         "npm" => npm::discover(cwd),
-        "cargo" => cargo::discover(cwd),
+        "cargo" => cargo::discover(cwd, policy),
         "git" => git::discover(cwd),
         "apt" => apt::discover(Path::new("/etc/apt")),
         _ => go::discover(cwd),
@@ -257,7 +285,18 @@ pub fn rule_of(url_or_host: &str) -> Option<String> {
     } else {
         format!("{authority}:{default_port}")
     };
-    // What the policy would refuse as a rule is no rule to add.
+    // A name and one numeric port only: a tool's configuration (which an earlier command
+    // may have written into the workspace) must not open an address, a wildcard, every
+    // port or a range (`127.0.0.1:*`, `*.com:*`, `[::1]:1-65535`).
+    let (host, port) = rule.rsplit_once(':')?;
+    let is_name = !host.starts_with('[')
+        && host.parse::<std::net::IpAddr>().is_err()
+        && !host.contains('*')
+        && bridge::target::Target::parse_authority(&rule)
+            .is_ok_and(|t| matches!(t.host, bridge::target::Host::Name(_)));
+    if !is_name || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return None;
+    }
     bridge::policy::RuleSpec::parse(&rule, bridge::policy::Action::Allow)
         .ok()
         .map(|_| rule)
@@ -275,7 +314,12 @@ mod tests {
             ("sparse+https://index.test/", Some("index.test:443")),
             ("ssh://git@forge.test:2222/a.git", Some("forge.test:2222")),
             ("https://user:pw@mirror.test/", Some("mirror.test:443")),
-            ("https://[2001:db8::1]/x", Some("[2001:db8::1]:443")),
+            ("https://[2001:db8::1]/x", None),
+            ("http://127.0.0.1:8080/", None),
+            ("http://127.0.0.1:*/", None),
+            ("https://*.com:*/", None),
+            ("http://[::1]:1-65535/", None),
+            ("https://mirror.test:0/", None),
             ("file:///opt/wheels", None),
             ("/opt/wheels", None),
             ("", None),

@@ -8,14 +8,14 @@ use super::{query, ToolRules};
 
 pub fn discover(cwd: &Path) -> ToolRules {
     let mut out = ToolRules::default();
-    match query::output("npm", &["config", "get", "registry"], cwd) {
+    match query::output("npm", &["config", "get", "registry"], cwd, cwd) {
         Some(registry) => out.add(registry.trim(), "npm config get registry"),
         None => {
             out.note("npm did not answer `npm config get registry` (is it installed?)");
             return out;
         }
     }
-    if let Some(json) = query::output("npm", &["config", "list", "--json"], cwd) {
+    if let Some(json) = query::output("npm", &["config", "list", "--json"], cwd, cwd) {
         for (key, url) in scoped_registries(&json) {
             out.add(&url, format!("{key} in npm's configuration"));
         }

@@ -14,7 +14,9 @@ const DEFAULTS: &str = "from pip._internal.models.index import PyPI; \
 
 pub fn discover(cwd: &Path) -> ToolRules {
     let mut out = ToolRules::default();
-    let Some(listed) = query::output("pip", &["config", "list"], cwd) else {
+    // pip reads no project file: asked from `/`, away from whatever the workspace holds.
+    let cwd_for_pip = Path::new("/");
+    let Some(listed) = query::output("pip", &["config", "list"], cwd_for_pip, cwd) else {
         out.note("pip did not answer `pip config list` (is it installed?)");
         return out;
     };
@@ -37,8 +39,9 @@ pub fn discover(cwd: &Path) -> ToolRules {
         }
     }
     if !has_index {
-        let interpreter = interpreter().unwrap_or_else(|| "python3".to_owned());
-        match query::output(&interpreter, &["-c", DEFAULTS], cwd) {
+        let interpreter = interpreter(cwd).unwrap_or_else(|| "python3".to_owned());
+        // -I: isolated (no current directory on the path, no PYTHON* variables).
+        match query::output(&interpreter, &["-I", "-c", DEFAULTS], cwd_for_pip, cwd) {
             Some(defaults) => {
                 for url in defaults.lines() {
                     out.add(url, "pip's default index (pip's own settings)");
@@ -64,12 +67,9 @@ fn parse_config_list(text: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// The interpreter of the `pip` on PATH, from its `#!` line (a Python one only).
-fn interpreter() -> Option<String> {
-    let path = std::env::var_os("PATH")?;
-    let pip = std::env::split_paths(&path)
-        .map(|d| d.join("pip"))
-        .find(|p| p.is_file())?;
+/// The interpreter of the `pip` netbox would run, from its `#!` line (a Python one only).
+fn interpreter(cwd: &Path) -> Option<String> {
+    let pip = query::trusted("pip", cwd)?;
     let head = std::fs::read(&pip).ok()?;
     let first = head.split(|b| *b == b'\n').next()?;
     let line = std::str::from_utf8(first).ok()?.strip_prefix("#!")?;

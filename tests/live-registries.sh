@@ -31,7 +31,7 @@ hosts = set()
 for line in open(sys.argv[1]):
     try: r = json.loads(line)
     except ValueError: continue
-    if r.get("type") == "net" and r.get("decision") == "allow": hosts.add(f"{r[\"host\"]}:{r[\"port\"]}")
+    if r.get("type") == "net" and r.get("decision") == "allow": hosts.add("%s:%s" % (r["host"], r["port"]))
 print(" ".join(sorted(hosts)))' "$log")"
     grep -m1 '^netbox: sandbox' "$work/logs/$name.err" | sed 's/^/    /'
     [ "$rc" = 0 ] || tail -n 3 "$work/logs/$name.err" | sed 's/^/    /'

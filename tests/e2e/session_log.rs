@@ -155,12 +155,13 @@ fn netbox_log_reads_logs_still_open_or_cut_short_and_finds_the_last() {
     assert!(stdout(&out).contains("/etc/nb-last"), "{}", stdout(&out));
 
     // Cut in the middle of a line, and cut before session_end: read, said, no crash.
+    // The session's log (beside it lies the directory of pending records).
     let log = std::fs::read_dir(&sessions)
         .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap();
     let bytes = std::fs::read(&log).unwrap();
     let last_line_start = bytes[..bytes.len() - 1]
         .iter()

@@ -71,15 +71,9 @@ fn npm_installs_from_the_registry_its_configuration_names_and_nothing_else() {
     // The test CA inside the workspace: the host's /tmp is not in the sandbox.
     let ca = run.workspace.join("test-ca.pem");
     std::fs::copy(registry.ca.as_ref().unwrap(), &ca).unwrap();
-    std::fs::write(
-        run.workspace.join(".npmrc"),
-        format!(
-            "registry=https://npm.test:{}/\ncafile={}\n",
-            registry.port(),
-            ca.display()
-        ),
-    )
-    .unwrap();
+    // The registry is the user's setting (the environment): one a workspace file named
+    // would not be taken as internal (an earlier command may have written it).
+    let registry_url = format!("https://npm.test:{}/", registry.port());
     let cache_home = dir.join("cache-home");
     let with_tool = |extra: &[&str]| {
         let mut args = vec!["--quiet", "--allowlist", pins.to_str().unwrap()];
@@ -87,6 +81,8 @@ fn npm_installs_from_the_registry_its_configuration_names_and_nothing_else() {
         Run::new(&dir)
             .args_from(&args)
             .env("XDG_CACHE_HOME", cache_home.display().to_string())
+            .env("npm_config_registry", registry_url.clone())
+            .env("npm_config_cafile", ca.display().to_string())
     };
     let install = "npm install --no-audit --no-fund --loglevel=error \
                    && node -e \"console.log(require('demo-pkg'))\"";
@@ -128,6 +124,7 @@ fn netbox_tools_says_what_it_would_allow_and_where_from() {
     )
     .unwrap();
     std::fs::write(ws.join(".npmrc"), "registry=https://npm.mirror.test/\n").unwrap();
+    std::fs::write(ws.join("package.json"), "{}").unwrap();
     let out = Command::new(netbox_bin())
         .args(["tools", "cargo", "npm"])
         .current_dir(&ws)
@@ -140,7 +137,7 @@ fn netbox_tools_says_what_it_would_allow_and_where_from() {
         "{text}"
     );
     assert!(
-        text.contains("\"npm.mirror.test:443\", # npm config get registry"),
+        text.contains("\"npm.mirror.test:443\", # registry in"),
         "{text}"
     );
     // The output is an allowlist.
@@ -164,7 +161,8 @@ fn asking_a_tool_never_runs_what_the_workspace_holds() {
     let ws = dir.join("ws");
     let marker = dir.join("ran");
     std::fs::create_dir_all(ws.join("bin")).unwrap();
-    for tool in ["npm", "pip", "git", "go"] {
+    // npm's `#!/usr/bin/env node` must not find a planted `node` either.
+    for tool in ["npm", "pip", "git", "go", "node", "python3"] {
         let fake = ws.join("bin").join(tool);
         std::fs::write(&fake, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
         std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
@@ -177,9 +175,21 @@ fn asking_a_tool_never_runs_what_the_workspace_holds() {
         format!("open('{}', 'w').write('x')\n", marker.display()),
     )
     .unwrap();
+    // Nor a sitecustomize the caller's PYTHONPATH would load.
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(
+        ws.join("src/sitecustomize.py"),
+        format!("open('{}', 'w').write('x')\n", marker.display()),
+    )
+    .unwrap();
     let out = Command::new(netbox_bin())
         .args(["tools", "npm", "pip", "git", "go"])
         .current_dir(&ws)
+        .env("PYTHONPATH", ws.join("src"))
+        .env(
+            "NODE_OPTIONS",
+            format!("--require {}", ws.join("pip/__init__.py").display()),
+        )
         .env(
             "PATH",
             format!(
@@ -208,7 +218,10 @@ fn cargo_fetches_from_a_replaced_source_and_its_download_host() {
         eprintln!("cargo is not runnable by this user: nothing to test");
         return;
     }
-    let dir = TestDir::new("tool-cargo");
+    TestDir::remove_leftovers_outside_tmp("tool-cargo");
+    // The registry is set above the workspace (where cargo looks too), outside /tmp so the
+    // sandbox sees it: a workspace file would not be taken as internal.
+    let dir = TestDir::outside_tmp("tool-cargo");
     let root = dir.join("registry");
     std::fs::create_dir_all(root.join("de/mo")).unwrap();
     let server = HttpServer::start_tls_files(&dir.path, &["index.test", "dl.test"], root.clone());
@@ -257,7 +270,7 @@ fn cargo_fetches_from_a_replaced_source_and_its_download_host() {
     let run = Run::new(&dir);
     let ws = &run.workspace;
     std::fs::create_dir_all(ws.join("src")).unwrap();
-    std::fs::create_dir_all(ws.join(".cargo")).unwrap();
+    std::fs::create_dir_all(dir.join(".cargo")).unwrap();
     std::fs::write(
         ws.join("src/main.rs"),
         "fn main() { println!(\"{}\", demo::hi()); }\n",
@@ -271,7 +284,7 @@ fn cargo_fetches_from_a_replaced_source_and_its_download_host() {
     let ca = ws.join("test-ca.pem");
     std::fs::copy(server.ca.as_ref().unwrap(), &ca).unwrap();
     std::fs::write(
-        ws.join(".cargo/config.toml"),
+        dir.join(".cargo/config.toml"),
         format!(
             "[source.crates-io]\nreplace-with = \"local\"\n\n[source.local]\nregistry = \"sparse+https://index.test:{port}/\"\n\n\
              [http]\ncainfo = \"{}\"\n\n[net]\nretry = 0\n",
@@ -412,6 +425,7 @@ fn planted_tool_configuration_opens_no_address_and_prints_no_control_characters(
         "registry=http://127.0.0.1:*/\n@evil:registry=https://*.com:*/\n@x:registry=http://[::1]:1-65535/\n@ok:registry=https://npm.corp.test:8443/\n",
     )
     .unwrap();
+    std::fs::write(ws.join("package.json"), "{}").unwrap();
     let git = |args: &[&str]| {
         let out = Command::new("git")
             .args(args)
@@ -439,7 +453,15 @@ fn planted_tool_configuration_opens_no_address_and_prints_no_control_characters(
         .iter()
         .filter_map(|v| v.as_str())
         .collect();
-    // Control: the ordinary ones are there.
-    assert_eq!(allowed, ["npm.corp.test:8443", "forge.test:443"], "{text}");
+    // Control: the ordinary ones are there; none of the planted ones.
+    for wanted in ["npm.corp.test:8443", "forge.test:443"] {
+        assert!(allowed.contains(&wanted), "{wanted}: {text}");
+    }
+    for planted in ["127.0.0.1", "*", "[::1]", "localhost"] {
+        assert!(
+            !allowed.iter().any(|r| r.contains(planted)),
+            "{planted}: {text}"
+        );
+    }
     assert!(!text.contains('\u{1b}'), "{text:?}");
 }

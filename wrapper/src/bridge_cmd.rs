@@ -16,6 +16,7 @@ use crate::error::WrapperError;
 pub fn load_policy_with_tools(
     args: &PolicyArgs,
     cwd: &std::path::Path,
+    untrusted: &[std::path::PathBuf],
 ) -> Result<(Policy, Vec<String>, Vec<String>), WrapperError> {
     let mut policy = load_policy(args)?;
     let mut named: Vec<(String, String)> = args
@@ -36,19 +37,25 @@ pub fn load_policy_with_tools(
             continue;
         }
         asked.push(tool.clone());
-        let found =
-            crate::tools::discover(&tool, cwd, &policy).map_err(|reason| WrapperError::Rule {
-                flag: "--allow-tool",
-                rule: tool.clone(),
-                reason,
-            })?;
+        let ctx = crate::tools::Context {
+            cwd,
+            untrusted,
+            policy: &policy,
+        };
+        let found = crate::tools::discover(&tool, &ctx).map_err(|reason| WrapperError::Rule {
+            flag: "--allow-tool",
+            rule: tool.clone(),
+            reason,
+        })?;
         for rule in &found.rules {
             let origin = format!("{tool} ({})", rule.source);
             // An address is opened by its own rule; a name may reach a private address
             // only if the user said the registries are internal.
             let is_name = bridge::policy::RuleSpec::parse(&rule.rule, Action::Allow)
                 .is_ok_and(|spec| !spec.hosts.is_address());
-            let added = if args.private_ok && is_name {
+            // Never for what a file in a writable root named: an earlier command could
+            // have pointed it at this machine or the local network.
+            let added = if args.private_ok && is_name && !rule.from_workspace {
                 policy.add_private_rule(&rule.rule, &origin)
             } else {
                 policy.add_rule(Action::Allow, &rule.rule, &origin)
@@ -110,7 +117,8 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         .map(|a| a.parse())
         .collect::<Result<_, _>>()?;
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    let (policy, tools, _) = load_policy_with_tools(&args.policy, &cwd)?;
+    let untrusted = vec![cwd.clone()];
+    let (policy, tools, _) = load_policy_with_tools(&args.policy, &cwd, &untrusted)?;
     for line in tools {
         crate::say(&format!("netbox bridge: {line}"));
     }

@@ -150,7 +150,7 @@ impl SandboxConfig {
         let mut policy_args = args.policy;
         policy_args.allowlist.extend(args.fetch_allowlist);
         let (mut policy, tool_summary, tools) =
-            crate::bridge_cmd::load_policy_with_tools(&policy_args, &cwd)?;
+            crate::bridge_cmd::load_policy_with_tools(&policy_args, &cwd, &write_roots)?;
         // Each tool's cache: a directory of netbox's, writable in the sandbox (never the
         // tool's own cache, which runs outside the sandbox trust), or the private /tmp.
         let caches = crate::tools::caches(&tools, args.cache, &workspace)?;

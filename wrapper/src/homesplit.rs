@@ -72,7 +72,16 @@ const HIDDEN_DATA_DIRS: &[DataDir] = &[
 ];
 
 /// Not hidden, yet holding code that runs later: never made writable.
-const NOT_HIDDEN_CODE: &[&str] = &["bin", "go", "node_modules", "R", "perl5"];
+const NOT_HIDDEN_CODE: &[&str] = &[
+    "bin",
+    "go",
+    "node_modules",
+    "R",
+    "perl5",
+    // Launchers a desktop runs, and strict snaps' own dotfile trees.
+    "Desktop",
+    "snap",
+];
 
 /// The caller's home directories, canonical: `$HOME` and the account's home in the
 /// password database (sshd, systemd and the desktop go by the latter), where they exist.
@@ -125,17 +134,7 @@ pub fn code_locations(home: &Path) -> Vec<PathBuf> {
     const NOT_CODE: &[&str] = &["PWD", "OLDPWD", "HOME", "TMPDIR", "MAIL", "LOGNAME", "USER"];
     let named = std::env::vars_os()
         .filter(|(key, _)| !NOT_CODE.iter().any(|n| key == *n))
-        .flat_map(|(_, value)| {
-            value
-                .to_string_lossy()
-                .split([':', ' ', '|', '=', ',', ';', '"', '\''])
-                .filter(|p| p.starts_with('/') || p.starts_with('~'))
-                .map(|p| match p.strip_prefix('~') {
-                    Some(rest) => home.join(rest.trim_start_matches('/')),
-                    None => PathBuf::from(p),
-                })
-                .collect::<Vec<_>>()
-        });
+        .flat_map(|(_, value)| paths_in(&value.to_string_lossy(), home));
     let defaults = NOT_HIDDEN_CODE
         .iter()
         .flat_map(|n| [home.join(n), resolve_existing_prefix(&home.join(n))]);
@@ -147,6 +146,46 @@ pub fn code_locations(home: &Path) -> Vec<PathBuf> {
         .collect();
     found.sort();
     found.dedup();
+    found
+}
+
+/// Every path under `home` that `text` mentions, wherever it stands in it (after a
+/// newline, in `$(~/x)`, after `-I` or `@`): each occurrence of home's path or of `~/`,
+/// up to the next character no path of interest has (space, quote, `:`, `;`, `|`, `,`,
+/// `)`, `` ` ``, `$`, `=`, a control character).
+fn paths_in(text: &str, home: &Path) -> Vec<PathBuf> {
+    let home_text = home.to_string_lossy().into_owned();
+    let ends = |c: char| {
+        c.is_whitespace()
+            || c.is_control()
+            || matches!(
+                c,
+                '"' | '\'' | ':' | ';' | '|' | ',' | ')' | '`' | '$' | '=' | '('
+            )
+    };
+    let mut found = Vec::new();
+    for (prefix, replace) in [
+        (home_text.as_str(), None),
+        ("~/", Some(home)),
+        ("~", Some(home)),
+    ] {
+        let mut rest = text;
+        while let Some(at) = rest.find(prefix) {
+            let after = &rest[at + prefix.len()..];
+            let end = after.find(ends).unwrap_or(after.len());
+            let tail = &after[..end];
+            // `~` alone only as a word of its own (not `a~b`).
+            let standalone = at == 0 || rest[..at].ends_with(|c: char| ends(c) || c == '@');
+            if prefix != "~" || (standalone && (tail.is_empty() || tail.starts_with('/'))) {
+                let path = match replace {
+                    Some(home) => home.join(tail.trim_start_matches('/')),
+                    None => PathBuf::from(format!("{prefix}{tail}")),
+                };
+                found.push(path);
+            }
+            rest = &after[end..];
+        }
+    }
     found
 }
 
@@ -181,7 +220,7 @@ const LINK_SCAN_SKIP: &[&str] = &[
     ".nvm/versions",
     ".vscode/extensions",
     ".vscode-server",
-    ".local/state",
+    ".local/state/nix",
     ".local/share/Steam",
     ".local/share/flatpak",
     ".local/share/containers",
@@ -371,6 +410,30 @@ fn entries(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_are_found_anywhere_in_a_value() {
+        let home = Path::new("/home/me");
+        let got = paths_in(
+            "a\n/home/me/tools/run.sh\t$(~/x) -I/home/me/inc @/home/me/args `~/y` a~b ~",
+            home,
+        );
+        let want: Vec<PathBuf> = [
+            "/home/me/tools/run.sh",
+            "/home/me/inc",
+            "/home/me/args",
+            "/home/me/x",
+            "/home/me/y",
+            "/home/me",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        for w in &want {
+            assert!(got.contains(w), "{w:?} in {got:?}");
+        }
+        assert!(!got.iter().any(|p| p.ends_with("b")), "{got:?}");
+    }
 
     #[test]
     fn home_keeps_its_top_level_hidden_entries_code_and_linked_dotfiles() {

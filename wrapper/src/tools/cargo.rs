@@ -8,10 +8,13 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{query, ToolRules};
+use super::{query, Context, ToolRules};
 
-/// `policy`: its `[hosts]` pins are where netbox looks an index up, as the bridge would.
-pub fn discover(cwd: &Path, policy: &bridge::policy::Policy) -> ToolRules {
+/// Sparse indexes whose config.json is fetched at most, and how long all of it may take.
+const MAX_FETCHES: usize = 4;
+
+pub fn discover(ctx: &Context<'_>) -> ToolRules {
+    let (cwd, policy) = (ctx.cwd, ctx.policy);
     let mut out = ToolRules::default();
     let home = cargo_home();
     let mut files: Vec<PathBuf> = cwd
@@ -23,7 +26,7 @@ pub fn discover(cwd: &Path, policy: &bridge::policy::Policy) -> ToolRules {
     }
     files.dedup();
     let mut default_replaced = false;
-    let mut indexes: Vec<String> = Vec::new();
+    let mut indexes: Vec<(String, bool)> = Vec::new();
     // The CA cargo trusts (`http.cainfo`, `CARGO_HTTP_CAINFO`), for reading an index's
     // config.json the way cargo would.
     let mut cainfo: Option<String> = std::env::var("CARGO_HTTP_CAINFO").ok();
@@ -40,6 +43,7 @@ pub fn discover(cwd: &Path, policy: &bridge::policy::Policy) -> ToolRules {
         };
         let found = registries_in(&config);
         default_replaced |= found.default_replaced;
+        let from_workspace = query::is_untrusted(file, ctx.untrusted);
         if cainfo.is_none() {
             cainfo = config
                 .get("http")
@@ -48,14 +52,18 @@ pub fn discover(cwd: &Path, policy: &bridge::policy::Policy) -> ToolRules {
                 .map(str::to_owned);
         }
         for url in found.indexes {
-            out.add(&url, format!("cargo configuration {}", file.display()));
-            indexes.push(url);
+            out.add_from(
+                &url,
+                format!("cargo configuration {}", file.display()),
+                from_workspace,
+            );
+            indexes.push((url, from_workspace));
         }
     }
     for (key, value) in std::env::vars() {
         if key.starts_with("CARGO_REGISTRIES_") && key.ends_with("_INDEX") {
             out.add(&value, format!("{key} in the environment"));
-            indexes.push(value);
+            indexes.push((value, false));
         }
     }
     let cached = home.as_deref().map(cached_indexes).unwrap_or_default();
@@ -77,7 +85,16 @@ pub fn discover(cwd: &Path, policy: &bridge::policy::Policy) -> ToolRules {
         }
     }
     // Where each sparse index serves downloads from.
-    for url in indexes.iter().filter(|u| u.starts_with("sparse+")) {
+    let sparse: Vec<&(String, bool)> = indexes
+        .iter()
+        .filter(|(u, _)| u.starts_with("sparse+"))
+        .collect();
+    if sparse.len() > MAX_FETCHES {
+        out.note(format!(
+            "more than {MAX_FETCHES} sparse indexes: the download hosts of the rest are unknown"
+        ));
+    }
+    for (url, from_workspace) in sparse.into_iter().take(MAX_FETCHES) {
         let base = url.trim_start_matches("sparse+").trim_end_matches('/');
         let host = super::rule_of(url).and_then(|r| r.rsplit_once(':').map(|(h, _)| h.to_owned()));
         let from_cache = cached.iter().find(|c| host.is_some() && c.dir_host == host);
@@ -87,14 +104,14 @@ pub fn discover(cwd: &Path, policy: &bridge::policy::Policy) -> ToolRules {
                 &format!("{base}/config.json"),
                 cainfo.as_deref(),
                 policy,
-                cwd,
+                ctx.untrusted,
             )
             .map(|doc| (doc, format!("{base}/config.json"))),
         };
         match document {
             Some((doc, source)) => {
                 for url in download_hosts(&doc) {
-                    out.add(&url, format!("dl/api in {source}"));
+                    out.add_from(&url, format!("dl/api in {source}"), *from_workspace);
                 }
             }
             None => out.note(format!(
@@ -118,7 +135,7 @@ fn fetch(
     url: &str,
     cainfo: Option<&str>,
     policy: &bridge::policy::Policy,
-    workspace: &Path,
+    untrusted: &[PathBuf],
 ) -> Option<String> {
     use std::net::ToSocketAddrs;
     if !url.starts_with("https://") {
@@ -171,7 +188,7 @@ fn fetch(
     }
     args.push(url.to_owned());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    query::output("curl", &args, Path::new("/"), workspace)
+    query::output("curl", &args, untrusted)
 }
 
 fn cargo_home() -> Option<PathBuf> {

@@ -1,17 +1,16 @@
 //! git: the workspace's remotes (`git config --get-regexp remote.*.url`) and its
 //! submodules' URLs (`.gitmodules`). An scp-like address (`git@host:path`) is SSH, port 22.
 
-use std::path::Path;
+use super::{query, Context, ToolRules};
 
-use super::{query, ToolRules};
-
-pub fn discover(cwd: &Path) -> ToolRules {
+pub fn discover(ctx: &Context<'_>) -> ToolRules {
+    let cwd = ctx.cwd.to_string_lossy().into_owned();
+    let gitmodules = ctx.cwd.join(".gitmodules").to_string_lossy().into_owned();
     let mut out = ToolRules::default();
     let remotes = query::output(
         "git",
-        &["config", "--get-regexp", r"^remote\..*\.url$"],
-        cwd,
-        cwd,
+        &["-C", &cwd, "config", "--get-regexp", r"^remote\..*\.url$"],
+        ctx.untrusted,
     )
     .unwrap_or_default();
     let modules = query::output(
@@ -19,12 +18,11 @@ pub fn discover(cwd: &Path) -> ToolRules {
         &[
             "config",
             "-f",
-            ".gitmodules",
+            &gitmodules,
             "--get-regexp",
             r"^submodule\..*\.url$",
         ],
-        cwd,
-        cwd,
+        ctx.untrusted,
     )
     .unwrap_or_default();
     for (text, what) in [
@@ -36,7 +34,8 @@ pub fn discover(cwd: &Path) -> ToolRules {
                 continue;
             };
             let url = scp_like_to_ssh(url.trim());
-            out.add(&url, format!("{what} {key}"));
+            // The workspace's own: an earlier command may have written it.
+            out.add_from(&url, format!("{what} {key}"), true);
         }
     }
     if out.rules.is_empty() {

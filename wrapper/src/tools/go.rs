@@ -1,16 +1,13 @@
 //! go: `go env GOPROXY GOSUMDB` (defaults included: go says them). `direct` in GOPROXY
 //! means modules come from their own hosts, which no configuration names.
 
-use std::path::Path;
+use super::{query, Context, ToolRules};
 
-use super::{query, ToolRules};
-
-pub fn discover(cwd: &Path) -> ToolRules {
+pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
-    // Asked from `/`: no go.mod or go.work of the workspace's (their toolchain lines)
-    // comes into it.
-    let Some(text) = query::output("go", &["env", "GOPROXY", "GOSUMDB"], Path::new("/"), cwd)
-    else {
+    // Asked from `/` (query.rs): no go.mod or go.work of the workspace's (their toolchain
+    // lines) comes into it.
+    let Some(text) = query::output("go", &["env", "GOPROXY", "GOSUMDB"], ctx.untrusted) else {
         out.note("go did not answer `go env` (is it installed?)");
         return out;
     };

@@ -23,7 +23,22 @@ use std::path::Path;
 pub struct ToolRule {
     pub rule: String,
     pub source: String,
+    /// It came from a file in a writable root (the workspace's `.npmrc`, its git remotes):
+    /// an earlier command may have written it, so `--private-ok` does not apply to it.
+    pub from_workspace: bool,
 }
+
+/// What discovery needs: where the command runs, the writable roots (nothing from them
+/// is run, and what is read from them is marked), and the policy's pins.
+pub struct Context<'a> {
+    pub cwd: &'a Path,
+    pub untrusted: &'a [std::path::PathBuf],
+    pub policy: &'a bridge::policy::Policy,
+}
+
+/// Rules one tool may add at most: a configuration listing thousands of registries is
+/// not one to follow.
+const MAX_RULES_PER_TOOL: usize = 64;
 
 /// What one tool contributes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,11 +53,25 @@ impl ToolRules {
     /// from a file an earlier command wrote (a git remote's name): it is escaped here,
     /// once, for every place it is shown.
     fn add(&mut self, url_or_host: &str, source: impl Into<String>) {
+        self.add_from(url_or_host, source, false);
+    }
+
+    /// [`ToolRules::add`] for what a file in a writable root named.
+    fn add_from(&mut self, url_or_host: &str, source: impl Into<String>, from_workspace: bool) {
         if let Some(rule) = rule_of(url_or_host) {
+            if self.rules.len() >= MAX_RULES_PER_TOOL {
+                if !self.notes.iter().any(|n| n.starts_with("more than")) {
+                    self.note(format!(
+                        "more than {MAX_RULES_PER_TOOL} registries: the rest are left out"
+                    ));
+                }
+                return;
+            }
             if !self.rules.iter().any(|r| r.rule == rule) {
                 self.rules.push(ToolRule {
                     rule,
                     source: crate::printable::printable(&source.into()),
+                    from_workspace,
                 });
             }
         } else if !url_or_host.trim().is_empty() && url_or_host.contains("://") {
@@ -65,6 +94,10 @@ pub fn summary(tool: &str, found: &ToolRules, named_at: &str) -> String {
     let plural = if hosts == 1 { "" } else { "s" };
     let mut sources: Vec<&str> = found.rules.iter().map(|r| r.source.as_str()).collect();
     sources.dedup();
+    if sources.len() > 4 {
+        sources.truncate(4);
+        sources.push("…");
+    }
     let mut line = format!("{tool}: {hosts} host{plural}");
     if !sources.is_empty() {
         line.push_str(&format!(" ({})", sources.join("; ")));
@@ -86,15 +119,20 @@ pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperErro
         source,
     })?;
     let mut text = String::from("allow = [\n");
+    let policy = bridge::policy::Policy::deny_all();
+    // As a run from here would see it: the current directory is the workspace.
+    let untrusted = vec![std::fs::canonicalize(&cwd).unwrap_or_else(|_| cwd.clone())];
+    let ctx = Context {
+        cwd: &cwd,
+        untrusted: &untrusted,
+        policy: &policy,
+    };
     for name in &args.names {
-        let found =
-            discover(name, &cwd, &bridge::policy::Policy::deny_all()).map_err(|reason| {
-                crate::error::WrapperError::Rule {
-                    flag: "netbox tools",
-                    rule: name.clone(),
-                    reason,
-                }
-            })?;
+        let found = discover(name, &ctx).map_err(|reason| crate::error::WrapperError::Rule {
+            flag: "netbox tools",
+            rule: name.clone(),
+            reason,
+        })?;
         text.push_str(&format!("    # {name}\n"));
         for rule in &found.rules {
             let quoted = serde_json::to_string(&rule.rule).unwrap_or_default();
@@ -226,11 +264,7 @@ fn canonical(name: &str) -> Option<&'static str> {
 
 /// Asks `name`'s configuration, as seen from `cwd` (project files count). An unknown
 /// tool is an error naming the known ones.
-pub fn discover(
-    name: &str,
-    cwd: &Path,
-    policy: &bridge::policy::Policy,
-) -> Result<ToolRules, String> {
+pub fn discover(name: &str, ctx: &Context<'_>) -> Result<ToolRules, String> {
     let tool = canonical(name).ok_or_else(|| {
         format!(
             "unknown tool {name:?}; known: {} (and uv, yarn, pnpm, apt-get)",
@@ -238,12 +272,12 @@ pub fn discover(
         )
     })?;
     Ok(match tool {
-        "pip" => pip::discover(cwd),
-        "npm" => npm::discover(cwd),
-        "cargo" => cargo::discover(cwd, policy),
-        "git" => git::discover(cwd),
+        "pip" => pip::discover(ctx),
+        "npm" => npm::discover(ctx),
+        "cargo" => cargo::discover(ctx),
+        "git" => git::discover(ctx),
         "apt" => apt::discover(Path::new("/etc/apt")),
-        _ => go::discover(cwd),
+        _ => go::discover(ctx),
     })
 }
 
@@ -289,7 +323,11 @@ pub fn rule_of(url_or_host: &str) -> Option<String> {
     // may have written into the workspace) must not open an address, a wildcard, every
     // port or a range (`127.0.0.1:*`, `*.com:*`, `[::1]:1-65535`).
     let (host, port) = rule.rsplit_once(':')?;
+    // `localhost` and its subdomains are this machine (RFC 6761), never a registry.
+    let lower = host.to_ascii_lowercase();
+    let is_localhost = lower == "localhost" || lower.ends_with(".localhost");
     let is_name = !host.starts_with('[')
+        && !is_localhost
         && host.parse::<std::net::IpAddr>().is_err()
         && !host.contains('*')
         && bridge::target::Target::parse_authority(&rule)
@@ -320,6 +358,8 @@ mod tests {
             ("https://*.com:*/", None),
             ("http://[::1]:1-65535/", None),
             ("https://mirror.test:0/", None),
+            ("http://localhost:18080/", None),
+            ("http://a.localhost/", None),
             ("file:///opt/wheels", None),
             ("/opt/wheels", None),
             ("", None),

@@ -4,24 +4,61 @@
 
 use std::path::Path;
 
-use super::{query, ToolRules};
+use super::{query, Context, ToolRules};
 
-pub fn discover(cwd: &Path) -> ToolRules {
+pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
-    match query::output("npm", &["config", "get", "registry"], cwd, cwd) {
+    // npm's own settings (its default, the user's and the global .npmrc, npm_config_*),
+    // asked from `/`: no project file comes into npm itself.
+    match query::output("npm", &["config", "get", "registry"], ctx.untrusted) {
         Some(registry) => out.add(registry.trim(), "npm config get registry"),
         None => {
             out.note("npm did not answer `npm config get registry` (is it installed?)");
             return out;
         }
     }
-    if let Some(json) = query::output("npm", &["config", "list", "--json"], cwd, cwd) {
+    if let Some(json) = query::output("npm", &["config", "list", "--json"], ctx.untrusted) {
         for (key, url) in scoped_registries(&json) {
             out.add(&url, format!("{key} in npm's configuration"));
         }
     }
+    // The project's own .npmrc, read here (not by npm, which would act on all of it).
+    if let Some(npmrc) = project_npmrc(ctx.cwd) {
+        let from_workspace = query::is_untrusted(&npmrc, ctx.untrusted);
+        let text = std::fs::read_to_string(&npmrc).unwrap_or_default();
+        for (key, url) in registries_in_npmrc(&text) {
+            out.add_from(
+                &url,
+                format!("{key} in {}", npmrc.display()),
+                from_workspace,
+            );
+        }
+    }
     out.note("a registry may serve tarballs from another host: netbox learn finds it");
     out
+}
+
+/// The `.npmrc` of the project `cwd` is in: beside the nearest `package.json` above it.
+fn project_npmrc(cwd: &Path) -> Option<std::path::PathBuf> {
+    let root = cwd.ancestors().find(|d| d.join("package.json").is_file())?;
+    let npmrc = root.join(".npmrc");
+    std::fs::symlink_metadata(&npmrc)
+        .is_ok_and(|m| m.is_file())
+        .then_some(npmrc)
+}
+
+/// `registry` and `@scope:registry` lines of an `.npmrc` (ini: `key = value`).
+fn registries_in_npmrc(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with(['#', ';']))
+        .filter_map(|l| {
+            let (key, value) = l.split_once('=')?;
+            let (key, value) = (key.trim(), value.trim().trim_matches('"'));
+            (key == "registry" || (key.starts_with('@') && key.ends_with(":registry")))
+                .then(|| (key.to_owned(), value.to_owned()))
+        })
+        .collect()
 }
 
 /// `@scope:registry` keys of `npm config list --json`.
@@ -38,6 +75,18 @@ fn scoped_registries(json: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_a_project_npmrc() {
+        let text = "; comment\nregistry = https://npm.test/\n@corp:registry=\"https://corp.test/\"\ncafile=/x\n";
+        assert_eq!(
+            registries_in_npmrc(text),
+            [
+                ("registry".to_owned(), "https://npm.test/".to_owned()),
+                ("@corp:registry".to_owned(), "https://corp.test/".to_owned())
+            ]
+        );
+    }
 
     #[test]
     fn finds_scoped_registries() {

@@ -3,20 +3,23 @@
 //! `index-url`, pip's own default index and the host its files come from are asked of pip
 //! itself (its `PyPI` settings, with its own interpreter).
 
-use std::path::Path;
-
-use super::{query, ToolRules};
+use super::{query, Context, ToolRules};
 
 /// Printed by pip's own interpreter: its default index, then the host it serves files
 /// from (pip's `models.index.PyPI`).
 const DEFAULTS: &str = "from pip._internal.models.index import PyPI; \
                         print(PyPI.simple_url); print('https://' + PyPI.file_storage_domain + '/')";
 
-pub fn discover(cwd: &Path) -> ToolRules {
+pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
-    // pip reads no project file: asked from `/`, away from whatever the workspace holds.
-    let cwd_for_pip = Path::new("/");
-    let Some(listed) = query::output("pip", &["config", "list"], cwd_for_pip, cwd) else {
+    // pip's own interpreter, isolated (-I: no current directory on its path, no PYTHON*
+    // variables, no user site): `python -I -m pip` reads only pip's files and PIP_*.
+    let interpreter = interpreter(ctx.untrusted).unwrap_or_else(|| "python3".to_owned());
+    let Some(listed) = query::output(
+        &interpreter,
+        &["-I", "-m", "pip", "config", "list"],
+        ctx.untrusted,
+    ) else {
         out.note("pip did not answer `pip config list` (is it installed?)");
         return out;
     };
@@ -39,9 +42,7 @@ pub fn discover(cwd: &Path) -> ToolRules {
         }
     }
     if !has_index {
-        let interpreter = interpreter(cwd).unwrap_or_else(|| "python3".to_owned());
-        // -I: isolated (no current directory on the path, no PYTHON* variables).
-        match query::output(&interpreter, &["-I", "-c", DEFAULTS], cwd_for_pip, cwd) {
+        match query::output(&interpreter, &["-I", "-c", DEFAULTS], ctx.untrusted) {
             Some(defaults) => {
                 for url in defaults.lines() {
                     out.add(url, "pip's default index (pip's own settings)");
@@ -67,14 +68,16 @@ fn parse_config_list(text: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// The interpreter of the `pip` netbox would run, from its `#!` line (a Python one only).
-fn interpreter(cwd: &Path) -> Option<String> {
-    let pip = query::trusted("pip", cwd)?;
+/// The interpreter of the `pip` netbox would run, from its `#!` line (a Python one only,
+/// itself outside the writable roots).
+fn interpreter(untrusted: &[std::path::PathBuf]) -> Option<String> {
+    let pip = query::trusted("pip", untrusted)?;
     let head = std::fs::read(&pip).ok()?;
     let first = head.split(|b| *b == b'\n').next()?;
     let line = std::str::from_utf8(first).ok()?.strip_prefix("#!")?;
     let program = line.split_whitespace().next()?;
-    program.contains("python").then(|| program.to_owned())
+    let program = program.contains("python").then(|| program.to_owned())?;
+    query::trusted(&program, untrusted).map(|_| program)
 }
 
 #[cfg(test)]

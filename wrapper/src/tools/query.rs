@@ -1,36 +1,77 @@
 //! Asking a tool about itself: its config query or a one-line script run with its own
 //! interpreter, with a deadline (a tool that hangs must not hang netbox's start).
 //!
-//! This runs on the host, before the sandbox, in or about a workspace that an earlier
-//! sandboxed command may have written: the program is found only in absolute `PATH`
-//! directories outside that workspace (a planted `./node_modules/.bin/npm` is never
-//! run), Python ignores the current directory and its environment (`-I`, and
-//! `PYTHONSAFEPATH`), and go never switches to a toolchain a `go.mod` asks for
-//! (`GOTOOLCHAIN=local`).
+//! This runs on the host, before the sandbox, about a workspace that an earlier
+//! sandboxed command may have written. So a tool is found only in absolute `PATH`
+//! directories outside every writable root, runs from `/` (no project file of the
+//! workspace's comes into it: netbox reads those itself), with an environment of the
+//! caller's that holds only what says where things are and the tools' own settings (no
+//! `NODE_OPTIONS`, `PYTHONPATH`, `LD_PRELOAD`, proxies), and a `PATH` of the trusted
+//! directories only (an `#!/usr/bin/env node` finds no planted `node`); Python ignores
+//! its current directory (`PYTHONSAFEPATH`; callers pass `-I` too), and go never switches
+//! to another toolchain (`GOTOOLCHAIN=local`).
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a tool may take to answer.
 const DEADLINE: Duration = Duration::from_secs(10);
 
-/// Runs `program args` in `cwd` and returns its standard output, if it ran and exited 0
-/// in time. `workspace`: where the program must not come from. Its standard error is
-/// dropped; nothing is read from the terminal.
-pub fn output(program: &str, args: &[&str], cwd: &Path, workspace: &Path) -> Option<String> {
-    let program = trusted(program, workspace)?;
-    let mut child = Command::new(program)
+/// Variables passed to a tool as they are.
+const KEPT: &[&str] = &[
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+];
+
+/// Prefixes of the tools' own settings, passed as they are.
+const KEPT_PREFIXES: &[&str] = &[
+    "PIP_",
+    "PYENV_",
+    "npm_config_",
+    "NPM_CONFIG_",
+    "CARGO_",
+    "RUSTUP_",
+    "GOPROXY",
+    "GOSUMDB",
+    "GOPRIVATE",
+    "GONOPROXY",
+    "GONOSUMDB",
+    "GOFLAGS",
+    "GIT_CONFIG",
+];
+
+/// Runs `program args` from `/` and returns its standard output, if it ran and exited 0
+/// in time. `untrusted`: the writable roots, where the program (and anything on its
+/// `PATH`) must not come from.
+pub fn output(program: &str, args: &[&str], untrusted: &[PathBuf]) -> Option<String> {
+    let program = trusted(program, untrusted)?;
+    let mut command = Command::new(program);
+    command
         .args(args)
-        .current_dir(cwd)
+        .current_dir("/")
+        .env_clear()
+        .env("PATH", trusted_path(untrusted))
         .env("PYTHONSAFEPATH", "1")
         .env("GOTOOLCHAIN", "local")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
+        .stderr(Stdio::null());
+    for (key, value) in std::env::vars_os() {
+        let name = key.to_string_lossy();
+        if KEPT.contains(&name.as_ref()) || KEPT_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            command.env(&key, value);
+        }
+    }
+    let mut child = command.spawn().ok()?;
     let mut stdout = child.stdout.take()?;
     let reader = std::thread::spawn(move || {
         let mut text = Vec::new();
@@ -57,20 +98,36 @@ pub fn output(program: &str, args: &[&str], cwd: &Path, workspace: &Path) -> Opt
         .then(|| String::from_utf8_lossy(&text).into_owned())
 }
 
-/// `program` as found in an absolute `PATH` directory that does not lie in `workspace`
-/// (or as given, if it is a path itself, which callers take from such a program).
-pub fn trusted(program: &str, workspace: &Path) -> Option<std::path::PathBuf> {
-    if program.contains('/') {
-        return Some(std::path::PathBuf::from(program));
-    }
-    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_owned());
-    let path = std::env::var_os("PATH")?;
+/// The caller's `PATH` directories that are absolute and lie in no writable root.
+fn trusted_dirs(untrusted: &[PathBuf]) -> Vec<PathBuf> {
+    let Some(path) = std::env::var_os("PATH") else {
+        return Vec::new();
+    };
     std::env::split_paths(&path)
         .filter(|d| d.is_absolute())
         .filter(|d| {
             let real = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
-            !real.starts_with(&workspace)
+            !untrusted
+                .iter()
+                .any(|u| real.starts_with(u) || d.starts_with(u))
         })
+        .collect()
+}
+
+fn trusted_path(untrusted: &[PathBuf]) -> std::ffi::OsString {
+    std::env::join_paths(trusted_dirs(untrusted)).unwrap_or_default()
+}
+
+/// `program` as found in a trusted `PATH` directory (or as given, if it is a path
+/// itself, which callers take from such a program).
+pub fn trusted(program: &str, untrusted: &[PathBuf]) -> Option<PathBuf> {
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        let real = std::fs::canonicalize(&path).ok()?;
+        return (!untrusted.iter().any(|u| real.starts_with(u))).then_some(path);
+    }
+    trusted_dirs(untrusted)
+        .into_iter()
         .map(|d| d.join(program))
         .find(|p| {
             std::fs::metadata(p).is_ok_and(|m| {
@@ -78,4 +135,12 @@ pub fn trusted(program: &str, workspace: &Path) -> Option<std::path::PathBuf> {
                 m.is_file() && m.permissions().mode() & 0o111 != 0
             })
         })
+}
+
+/// Whether `path` lies in a writable root (a file an earlier command may have written).
+pub fn is_untrusted(path: &Path, untrusted: &[PathBuf]) -> bool {
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    untrusted
+        .iter()
+        .any(|u| real.starts_with(u) || path.starts_with(u))
 }

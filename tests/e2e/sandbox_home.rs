@@ -405,10 +405,26 @@ fn entries_code_is_reached_through_stay_read_only() {
         .env("HOME", &h)
         .env("PYTHONPATH", format!("{h}/pylib"))
         .env("GOPATH", format!("/nonexistent:{h}/gowork"))
-        .env("PATH", "~/scripts:/usr/bin:/bin");
-    let out = run.sh("for d in projects/svc pylib gowork scripts later; do \
+        .env(
+            "PATH",
+            format!(
+                "~/scripts:{}/apps2/bin:/usr/bin:/bin",
+                dir.join("homelink").display()
+            ),
+        )
+        .env("EDITOR", "~/apps/nvim.AppImage")
+        // Other spellings of home: literal $HOME (a shell expands it), `//`, a symlink.
+        .env("VISUAL", "$HOME/edtools/ed")
+        .env("PAGER", format!("{}//ws/dbl/bin/x", dir.path.display()));
+    std::os::unix::fs::symlink(&home, dir.join("homelink")).unwrap();
+    for d in ["apps", "apps2/bin", "edtools", "dbl/bin"] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    let out = run.sh(
+        "for d in projects/svc pylib gowork scripts later apps apps2/bin edtools dbl/bin; do \
            (echo x > $d/planted) 2>/dev/null && echo PLANTED $d; done; \
-         echo x > plain/ok && echo CONTROL");
+         echo x > plain/ok && echo CONTROL",
+    );
     assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
 
     // A shared directory reached through a link is refused like the real one.

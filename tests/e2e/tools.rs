@@ -296,10 +296,11 @@ fn cargo_fetches_from_a_replaced_source_and_its_download_host() {
     let with = |extra: &[&str]| {
         let mut args = vec!["--quiet", "--allowlist", pins.to_str().unwrap()];
         args.extend_from_slice(extra);
-        args.extend(["--env", "CARGO_HOME"]);
-        Run::new(&dir)
-            .args_from(&args)
-            .env("CARGO_HOME", cargo_home.clone())
+        // For CMD only: a CARGO_HOME of netbox's own inside the workspace would make
+        // cargo's settings the workspace's (no --private-ok for them).
+        let cargo_home_env = format!("CARGO_HOME={cargo_home}");
+        args.extend(["--env", cargo_home_env.as_str()]);
+        Run::new(&dir).args_from(&args)
     };
     let out =
         with(&["--allow-tool", "cargo", "--private-ok"]).sh("cargo fetch --quiet && echo FETCHED");
@@ -526,4 +527,47 @@ fn git_clones_the_remote_the_workspace_names() {
     std::fs::remove_dir_all(run.workspace.join("cloned")).unwrap();
     let out = with(&[]).sh(&clone);
     assert_ne!(stdout(&out), "from the forge\n", "{}", stderr(&out));
+}
+
+/// `--private-ok` trusts only the user's own settings: not npm's environment when netbox
+/// runs from an npm script (npm exports the project's .npmrc there), nor a cargo home in
+/// the workspace. Control: the same registry from the user's environment reaches its
+/// private address.
+#[test]
+fn private_ok_never_trusts_settings_the_workspace_could_have_written() {
+    let dir = TestDir::new("tool-private-ok");
+    let server = crate::support::upstream::HttpServer::start();
+    let port = server.port();
+    let pins = dir.write("pins.toml", "[hosts]\n\"intranet.test\" = \"127.0.0.1\"\n");
+    let url = format!("http://intranet.test:{port}/hello");
+    let fetch = format!("curl -s -o /dev/null -w '%{{http_code}}' {url}");
+    let run = |env: &[(&str, String)]| {
+        let mut run = Run::new(&dir).args_from(&[
+            "--quiet",
+            "--allowlist",
+            pins.to_str().unwrap(),
+            "--allow-tool",
+            "npm",
+            "--private-ok",
+            "--cache",
+            "none",
+        ]);
+        run = run.env(
+            "npm_config_registry",
+            format!("http://intranet.test:{port}/"),
+        );
+        for (k, v) in env {
+            run = run.env(k, v.clone());
+        }
+        stdout(&run.sh(&fetch))
+    };
+    // Control: the user's own setting.
+    assert_eq!(run(&[]), "200");
+    // From an npm script: the project's, not the user's.
+    assert_eq!(run(&[("npm_lifecycle_event", "sandbox".to_owned())]), "502");
+    // A user config file inside the workspace.
+    let ws = dir.join("ws");
+    std::fs::write(ws.join(".npmrc-user"), "").unwrap();
+    let user = ws.join(".npmrc-user").display().to_string();
+    assert_eq!(run(&[("npm_config_userconfig", user)]), "502");
 }

@@ -33,10 +33,12 @@ pub fn load_policy_with_tools(
     let mut summaries = Vec::new();
     let mut asked: Vec<String> = Vec::new();
     for (tool, named_at) in named {
-        if asked.contains(&tool) {
+        // One tool however it is named (npm, yarn and pnpm are npm).
+        let key = crate::tools::canonical(&tool).unwrap_or(&tool).to_owned();
+        if asked.contains(&key) {
             continue;
         }
-        asked.push(tool.clone());
+        asked.push(key);
         let ctx = crate::tools::Context {
             cwd,
             untrusted,

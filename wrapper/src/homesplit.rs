@@ -149,44 +149,68 @@ pub fn code_locations(home: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// Every path under `home` that `text` mentions, wherever it stands in it (after a
-/// newline, in `$(~/x)`, after `-I` or `@`): each occurrence of home's path or of `~/`,
-/// up to the next character no path of interest has (space, quote, `:`, `;`, `|`, `,`,
-/// `)`, `` ` ``, `$`, `=`, a control character).
+/// Every path `text` mentions that may lie under `home`, wherever it stands (after a
+/// newline, in `$(~/x)`, after `-I` or `@`), with `$VAR` and `${VAR}` expanded from the
+/// environment first (a command run through a shell would): each word's part from its
+/// first `/` or `~`, resolved as far as it exists (another spelling of home, `//`, a
+/// symlinked home all come to the same path). The caller keeps those under home.
 fn paths_in(text: &str, home: &Path) -> Vec<PathBuf> {
-    let home_text = home.to_string_lossy().into_owned();
+    let text = expand_variables(text);
     let ends = |c: char| {
         c.is_whitespace()
             || c.is_control()
             || matches!(
                 c,
-                '"' | '\'' | ':' | ';' | '|' | ',' | ')' | '`' | '$' | '=' | '('
+                '"' | '\'' | ':' | ';' | '|' | ',' | ')' | '(' | '`' | '$' | '='
             )
     };
     let mut found = Vec::new();
-    for (prefix, replace) in [
-        (home_text.as_str(), None),
-        ("~/", Some(home)),
-        ("~", Some(home)),
-    ] {
-        let mut rest = text;
-        while let Some(at) = rest.find(prefix) {
-            let after = &rest[at + prefix.len()..];
-            let end = after.find(ends).unwrap_or(after.len());
-            let tail = &after[..end];
-            // `~` alone only as a word of its own (not `a~b`).
-            let standalone = at == 0 || rest[..at].ends_with(|c: char| ends(c) || c == '@');
-            if prefix != "~" || (standalone && (tail.is_empty() || tail.starts_with('/'))) {
-                let path = match replace {
-                    Some(home) => home.join(tail.trim_start_matches('/')),
-                    None => PathBuf::from(format!("{prefix}{tail}")),
-                };
-                found.push(path);
+    for word in text.split(ends).filter(|w| !w.is_empty()) {
+        let Some(at) = word.find(['/', '~']) else {
+            continue;
+        };
+        let path = &word[at..];
+        if let Some(rest) = path.strip_prefix('~') {
+            // `~` or `~/…` only (not `~user`).
+            if rest.is_empty() || rest.starts_with('/') {
+                found.push(home.join(rest.trim_start_matches('/')));
             }
-            rest = &after[end..];
+        } else {
+            found.push(PathBuf::from(path));
+            found.push(resolve_existing_prefix(Path::new(path)));
         }
     }
     found
+}
+
+/// `$VAR` and `${VAR}` replaced by their values in the environment (unset: empty).
+fn expand_variables(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, consumed) = if let Some(inner) = after.strip_prefix('{') {
+            match inner.find('}') {
+                Some(end) => (&inner[..end], end + 2),
+                None => ("", 0),
+            }
+        } else {
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            (&after[..end], end)
+        };
+        if name.is_empty() {
+            out.push('$');
+            rest = after;
+            continue;
+        }
+        out.push_str(&std::env::var(name).unwrap_or_default());
+        rest = &after[consumed..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `path` with its longest existing prefix resolved (symlinks and all), the rest as is.
@@ -418,6 +442,17 @@ mod tests {
             "a\n/home/me/tools/run.sh\t$(~/x) -I/home/me/inc @/home/me/args `~/y` a~b ~",
             home,
         );
+        // A variable expanded as a shell would.
+        std::env::set_var("NETBOX_TEST_HOME_X", "/home/me/viavar");
+        let via = paths_in("${NETBOX_TEST_HOME_X}/bin:$NETBOX_TEST_HOME_X/lib", home);
+        assert!(
+            via.contains(&PathBuf::from("/home/me/viavar/bin")),
+            "{via:?}"
+        );
+        assert!(
+            via.contains(&PathBuf::from("/home/me/viavar/lib")),
+            "{via:?}"
+        );
         let want: Vec<PathBuf> = [
             "/home/me/tools/run.sh",
             "/home/me/inc",
@@ -432,7 +467,7 @@ mod tests {
         for w in &want {
             assert!(got.contains(w), "{w:?} in {got:?}");
         }
-        assert!(!got.iter().any(|p| p.ends_with("b")), "{got:?}");
+        assert!(!got.iter().any(|p| p.ends_with("a~b")), "{got:?}");
     }
 
     #[test]

@@ -31,9 +31,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     // config.json the way cargo would.
     let mut cainfo: Option<String> = std::env::var("CARGO_HTTP_CAINFO").ok();
     for file in files.iter().filter(|f| f.is_file()) {
-        let Some(config) = std::fs::read_to_string(file)
-            .ok()
-            .and_then(|t| t.parse::<toml::Table>().ok())
+        let Some(config) = super::read_small(file).and_then(|t| t.parse::<toml::Table>().ok())
         else {
             out.note(format!(
                 "cannot read cargo configuration {}",
@@ -77,9 +75,11 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         }
         for index in defaults {
             if let Some(host) = &index.dir_host {
-                out.add(
+                let from_workspace = query::is_untrusted(&index.dir, ctx.untrusted);
+                out.add_from(
                     host,
                     format!("cargo's cached index {}", index.dir.display()),
+                    from_workspace,
                 );
             }
         }
@@ -165,14 +165,20 @@ fn fetch(
             found
         }
     };
+    // -q first: no ~/.curlrc; no proxy (it would look the name up itself); no URL
+    // globbing (`[1-5]` in a URL would be five requests).
     let mut args: Vec<String> = [
+        "-q",
         "-fsS",
+        "-g",
         "--max-time",
-        "5",
+        "3",
         "--proto",
         "=https",
         "--max-redirs",
         "0",
+        "--noproxy",
+        "*",
     ]
     .map(String::from)
     .to_vec();

@@ -206,7 +206,7 @@ pub fn caches(
                 .create(&dir)
                 .map_err(|source| crate::error::WrapperError::Path {
                     path: dir.clone(),
-                    what: "tool cache directory",
+                    what: "tool cache directory (--cache none keeps it in the run's private /tmp)",
                     source,
                 })?;
         }
@@ -246,11 +246,49 @@ fn cache_home() -> Option<std::path::PathBuf> {
         })
 }
 
+/// A configuration file's text, if it is a regular file of at most 1 MiB (a workspace
+/// file may be anything: a FIFO, a sparse file of gigabytes).
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(1 << 20).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// Variables by which a tool's own settings can come from elsewhere than the user's
+/// files: where one points into a writable root, all that tool's rules are taken as the
+/// workspace's (an earlier command could have written them).
+fn settings_elsewhere(tool: &str) -> &'static [&'static str] {
+    match tool {
+        "npm" => &[
+            "npm_config_userconfig",
+            "npm_config_globalconfig",
+            "npm_config_prefix",
+            "NPM_CONFIG_USERCONFIG",
+            "NPM_CONFIG_GLOBALCONFIG",
+            "NPM_CONFIG_PREFIX",
+        ],
+        "pip" => &["PIP_CONFIG_FILE", "XDG_CONFIG_HOME", "VIRTUAL_ENV"],
+        "cargo" => &["CARGO_HOME"],
+        "go" => &["GOENV", "XDG_CONFIG_HOME"],
+        _ => &[],
+    }
+}
+
 /// The tools `--allow-tool` knows.
 pub const TOOLS: &[&str] = &["pip", "npm", "cargo", "git", "apt", "go"];
 
 /// Names that mean one of the tools (uv reads pip's index settings; yarn and pnpm npm's).
-fn canonical(name: &str) -> Option<&'static str> {
+pub fn canonical(name: &str) -> Option<&'static str> {
     match name {
         "pip" | "pip3" | "uv" => Some("pip"),
         "npm" | "yarn" | "pnpm" => Some("npm"),
@@ -271,14 +309,31 @@ pub fn discover(name: &str, ctx: &Context<'_>) -> Result<ToolRules, String> {
             TOOLS.join(", ")
         )
     })?;
-    Ok(match tool {
+    let mut found = match tool {
         "pip" => pip::discover(ctx),
         "npm" => npm::discover(ctx),
         "cargo" => cargo::discover(ctx),
         "git" => git::discover(ctx),
         "apt" => apt::discover(Path::new("/etc/apt")),
         _ => go::discover(ctx),
-    })
+    };
+    let tainted = settings_elsewhere(tool).iter().any(|var| {
+        std::env::var_os(var)
+            .map(std::path::PathBuf::from)
+            .is_some_and(|p| p.is_absolute() && query::is_untrusted(&p, ctx.untrusted))
+    });
+    // Run from an npm script, npm's settings in the environment are the project's own
+    // .npmrc's (npm exports them as npm_config_*).
+    let from_npm_script = tool == "npm"
+        && ["npm_lifecycle_event", "npm_execpath", "npm_command"]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some());
+    if tainted || from_npm_script {
+        for rule in &mut found.rules {
+            rule.from_workspace = true;
+        }
+    }
+    Ok(found)
 }
 
 /// `host:port` for a URL (`https://h:8443/x` → `h:8443`, `http://h/` → `h:80`), or a

@@ -25,7 +25,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     // The project's own .npmrc, read here (not by npm, which would act on all of it).
     if let Some(npmrc) = project_npmrc(ctx.cwd) {
         let from_workspace = query::is_untrusted(&npmrc, ctx.untrusted);
-        let text = std::fs::read_to_string(&npmrc).unwrap_or_default();
+        let text = super::read_small(&npmrc).unwrap_or_default();
         for (key, url) in registries_in_npmrc(&text) {
             out.add_from(
                 &url,

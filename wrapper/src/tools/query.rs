@@ -65,9 +65,16 @@ pub fn output(program: &str, args: &[&str], untrusted: &[PathBuf]) -> Option<Str
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
+    // Run from an npm script, npm_config_* are the project's .npmrc exported: not the
+    // user's settings.
+    let in_npm_script = std::env::var_os("npm_lifecycle_event").is_some()
+        || std::env::var_os("npm_execpath").is_some();
     for (key, value) in std::env::vars_os() {
         let name = key.to_string_lossy();
-        if KEPT.contains(&name.as_ref()) || KEPT_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        let npm_setting = name.starts_with("npm_config_") || name.starts_with("NPM_CONFIG_");
+        let kept =
+            KEPT.contains(&name.as_ref()) || KEPT_PREFIXES.iter().any(|p| name.starts_with(p));
+        if kept && !(npm_setting && in_npm_script) {
             command.env(&key, value);
         }
     }
@@ -98,18 +105,19 @@ pub fn output(program: &str, args: &[&str], untrusted: &[PathBuf]) -> Option<Str
         .then(|| String::from_utf8_lossy(&text).into_owned())
 }
 
-/// The caller's `PATH` directories that are absolute and lie in no writable root.
+/// The caller's `PATH` directories that are absolute, lie in no writable root, and hold
+/// no interpreter a tool's `#!/usr/bin/env` would run that is a link into one.
 fn trusted_dirs(untrusted: &[PathBuf]) -> Vec<PathBuf> {
     let Some(path) = std::env::var_os("PATH") else {
         return Vec::new();
     };
     std::env::split_paths(&path)
         .filter(|d| d.is_absolute())
+        .filter(|d| !is_untrusted(d, untrusted))
         .filter(|d| {
-            let real = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
-            !untrusted
+            ["node", "python3", "python", "sh", "bash", "env"]
                 .iter()
-                .any(|u| real.starts_with(u) || d.starts_with(u))
+                .all(|i| !d.join(i).exists() || !is_untrusted(&d.join(i), untrusted))
         })
         .collect()
 }
@@ -126,6 +134,8 @@ pub fn trusted(program: &str, untrusted: &[PathBuf]) -> Option<PathBuf> {
         let real = std::fs::canonicalize(&path).ok()?;
         return (!untrusted.iter().any(|u| real.starts_with(u))).then_some(path);
     }
+    // The file itself too: a link in a trusted directory may lead into a root (`npm
+    // link`).
     trusted_dirs(untrusted)
         .into_iter()
         .map(|d| d.join(program))
@@ -135,6 +145,7 @@ pub fn trusted(program: &str, untrusted: &[PathBuf]) -> Option<PathBuf> {
                 m.is_file() && m.permissions().mode() & 0o111 != 0
             })
         })
+        .filter(|p| !is_untrusted(p, untrusted))
 }
 
 /// Whether `path` lies in a writable root (a file an earlier command may have written).

@@ -571,3 +571,59 @@ fn private_ok_never_trusts_settings_the_workspace_could_have_written() {
     let user = ws.join(".npmrc-user").display().to_string();
     assert_eq!(run(&[("npm_config_userconfig", user)]), "502");
 }
+
+/// Settings the environment points into the workspace (written, maybe, by an earlier
+/// command) are never acted on: git's trace target, pip's log file, pyenv's hooks would
+/// make the host write files or run code while netbox asks the tool.
+#[test]
+fn settings_pointed_into_the_workspace_never_act_on_the_host() {
+    let dir = TestDir::new("tool-redirected");
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(ws.join("hooks/exec")).unwrap();
+    let out = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&ws)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::write(
+        ws.join(".git/config"),
+        "[core]\n\trepositoryformatversion = 0\n[remote \"origin\"]\n\turl = https://forge.test/a.git\n",
+    )
+    .unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(
+        ws.join("gitconfig"),
+        format!("[trace2]\n\teventTarget = {}\n", victim.display()),
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("pip.conf"),
+        format!("[global]\nlog = {}\n", victim.display()),
+    )
+    .unwrap();
+    let hook_marker = dir.join("hook-ran");
+    std::fs::write(
+        ws.join("hooks/exec/x.bash"),
+        format!("touch {}\n", hook_marker.display()),
+    )
+    .unwrap();
+    let out = Command::new(netbox_bin())
+        .args(["tools", "git", "pip"])
+        .current_dir(&ws)
+        .env("GIT_CONFIG_GLOBAL", ws.join("gitconfig"))
+        .env("PIP_CONFIG_FILE", ws.join("pip.conf"))
+        .env("PYENV_HOOK_PATH", ws.join("hooks"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !victim.exists(),
+        "a tool wrote where workspace settings said"
+    );
+    assert!(!hook_marker.exists(), "a pyenv hook from the workspace ran");
+    let text = stdout(&out);
+    // Control: git's remote is still read; pip is said not to be asked.
+    assert!(text.contains("forge.test:443"), "{text}");
+    assert!(text.contains("not asked: PIP_CONFIG_FILE"), "{text}");
+}

@@ -113,11 +113,16 @@ pub fn homes() -> Vec<PathBuf> {
 /// account listed in the file does not need. Accounts found elsewhere (LDAP, systemd-homed)
 /// go through getpwuid.
 fn passwd_file_home(uid: nix::unistd::Uid) -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/etc/passwd").ok()?;
     let wanted = uid.as_raw().to_string();
+    passwd_file_field(|f| f[2] == wanted)
+}
+
+/// The home field of the first `/etc/passwd` line whose fields `matches`.
+fn passwd_file_field(matches: impl Fn(&[&str]) -> bool) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
     text.lines().find_map(|line| {
         let fields: Vec<&str> = line.split(':').collect();
-        (fields.len() == 7 && fields[2] == wanted).then(|| PathBuf::from(fields[5]))
+        (fields.len() == 7 && matches(&fields)).then(|| PathBuf::from(fields[5]))
     })
 }
 
@@ -155,7 +160,12 @@ pub fn code_locations(home: &Path) -> Vec<PathBuf> {
 /// first `/` or `~`, resolved as far as it exists (another spelling of home, `//`, a
 /// symlinked home all come to the same path). The caller keeps those under home.
 fn paths_in(text: &str, home: &Path) -> Vec<PathBuf> {
-    let text = expand_variables(text);
+    paths_in_with(text, home, &|name| std::env::var(name).ok())
+}
+
+/// [`paths_in`] with variables looked up by `lookup`.
+fn paths_in_with(text: &str, home: &Path, lookup: &dyn Fn(&str) -> Option<String>) -> Vec<PathBuf> {
+    let text = expand_variables(text, lookup);
     let ends = |c: char| {
         c.is_whitespace()
             || c.is_control()
@@ -171,20 +181,51 @@ fn paths_in(text: &str, home: &Path) -> Vec<PathBuf> {
         };
         let path = &word[at..];
         if let Some(rest) = path.strip_prefix('~') {
-            // `~` or `~/…` only (not `~user`).
             if rest.is_empty() || rest.starts_with('/') {
                 found.push(home.join(rest.trim_start_matches('/')));
+            } else {
+                // `~user/…`: that account's home (from /etc/passwd: no NSS modules loaded
+                // for a word in a variable).
+                let (user, tail) = rest.split_once('/').unwrap_or((rest, ""));
+                if let Some(dir) = passwd_file_field(|f| f[0] == user) {
+                    found.push(resolve_existing_prefix(&dir.join(tail)));
+                }
             }
         } else {
             found.push(PathBuf::from(path));
             found.push(resolve_existing_prefix(Path::new(path)));
         }
     }
+    // Home's path followed by a name with spaces in it (`~/My Tools/pager`), or inside a
+    // URL (`file://localhost/home/me/x`): the entry after home's path, to the next `/`.
+    let mut spellings = vec![home.to_string_lossy().into_owned()];
+    if let Some(raw) = std::env::var_os("HOME") {
+        let raw = PathBuf::from(raw);
+        if std::fs::canonicalize(&raw).is_ok_and(|r| r == home) {
+            spellings.push(raw.to_string_lossy().into_owned());
+        }
+    }
+    for spelling in spellings {
+        let prefix = format!("{}/", spelling.trim_end_matches('/'));
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(&prefix) {
+            let after = &rest[at + prefix.len()..];
+            let end = after
+                .find(|c: char| c == '/' || c.is_control() || matches!(c, '"' | '\''))
+                .unwrap_or(after.len());
+            if end > 0 {
+                found.push(home.join(&after[..end]));
+            }
+            rest = &after[end..];
+        }
+    }
     found
 }
 
 /// `$VAR` and `${VAR}` replaced by their values in the environment (unset: empty).
-fn expand_variables(text: &str) -> String {
+/// `${VAR:-word}` and the like: VAR's value, then the rest as it stands (its paths are
+/// looked at too).
+fn expand_variables(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('$') {
@@ -192,7 +233,21 @@ fn expand_variables(text: &str) -> String {
         let after = &rest[at + 1..];
         let (name, consumed) = if let Some(inner) = after.strip_prefix('{') {
             match inner.find('}') {
-                Some(end) => (&inner[..end], end + 2),
+                Some(end) => {
+                    let body = &inner[..end];
+                    let name_end = body
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(body.len());
+                    // The operator's word stays in the text, as paths to look at.
+                    out.push_str(&lookup(&body[..name_end]).unwrap_or_default());
+                    if name_end < body.len() {
+                        out.push(' ');
+                        out.push_str(&body[name_end..]);
+                        out.push(' ');
+                    }
+                    rest = &inner[end + 1..];
+                    continue;
+                }
                 None => ("", 0),
             }
         } else {
@@ -206,7 +261,7 @@ fn expand_variables(text: &str) -> String {
             rest = after;
             continue;
         }
-        out.push_str(&std::env::var(name).unwrap_or_default());
+        out.push_str(&lookup(name).unwrap_or_default());
         rest = &after[consumed..];
     }
     out.push_str(rest);
@@ -443,8 +498,8 @@ mod tests {
             home,
         );
         // A variable expanded as a shell would.
-        std::env::set_var("NETBOX_TEST_HOME_X", "/home/me/viavar");
-        let via = paths_in("${NETBOX_TEST_HOME_X}/bin:$NETBOX_TEST_HOME_X/lib", home);
+        let lookup = |name: &str| (name == "X").then(|| "/home/me/viavar".to_owned());
+        let via = paths_in_with("${X}/bin:$X/lib", home, &lookup);
         assert!(
             via.contains(&PathBuf::from("/home/me/viavar/bin")),
             "{via:?}"

@@ -100,6 +100,17 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         let from_cache = cached.iter().find(|c| host.is_some() && c.dir_host == host);
         let document = match from_cache.and_then(|c| c.config.clone()) {
             Some(doc) => Some((doc, "cargo's cache of its config.json".to_owned())),
+            // A name the user pinned (an internal host) is fetched from only for a
+            // registry the user's own configuration names, not one a workspace file does.
+            None if *from_workspace
+                && host.as_deref().is_some_and(|h| {
+                    policy
+                        .pinned(&bridge::target::Host::Name(h.to_owned()))
+                        .is_some()
+                }) =>
+            {
+                None
+            }
             None => fetch(
                 &format!("{base}/config.json"),
                 cainfo.as_deref(),
@@ -251,7 +262,7 @@ fn cached_indexes(cargo_home: &Path) -> Vec<Cached> {
                 .rsplit_once('-')
                 .map(|(host, _)| host.to_owned())
                 .filter(|h| h.contains('.'));
-            let config = std::fs::read_to_string(e.path().join("config.json")).ok();
+            let config = super::read_small(&e.path().join("config.json"));
             Cached {
                 dir: e.path(),
                 dir_host,

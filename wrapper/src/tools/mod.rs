@@ -268,20 +268,39 @@ fn read_small(path: &Path) -> Option<String> {
 /// files: where one points into a writable root, all that tool's rules are taken as the
 /// workspace's (an earlier command could have written them).
 fn settings_elsewhere(tool: &str) -> &'static [&'static str] {
+    // Compared without regard to case (npm reads npm_config_* in any case).
     match tool {
         "npm" => &[
             "npm_config_userconfig",
             "npm_config_globalconfig",
             "npm_config_prefix",
-            "NPM_CONFIG_USERCONFIG",
-            "NPM_CONFIG_GLOBALCONFIG",
-            "NPM_CONFIG_PREFIX",
+            "npm_config_cache",
+            "npm_config_logs_dir",
+            "npm_config_logs-dir",
         ],
-        "pip" => &["PIP_CONFIG_FILE", "XDG_CONFIG_HOME", "VIRTUAL_ENV"],
-        "cargo" => &["CARGO_HOME"],
-        "go" => &["GOENV", "XDG_CONFIG_HOME"],
+        "pip" => &[
+            "PIP_CONFIG_FILE",
+            "XDG_CONFIG_HOME",
+            "VIRTUAL_ENV",
+            "PYENV_ROOT",
+        ],
+        "cargo" => &["CARGO_HOME", "RUSTUP_HOME"],
+        "go" => &["GOENV", "XDG_CONFIG_HOME", "GOROOT"],
         _ => &[],
     }
+}
+
+/// The first variable (and its value) by which the environment points `tool`'s settings
+/// into a writable root.
+fn redirected_into_root(tool: &str, untrusted: &[std::path::PathBuf]) -> Option<String> {
+    let watched = settings_elsewhere(tool);
+    std::env::vars_os().find_map(|(key, value)| {
+        let key = key.to_string_lossy();
+        let listed = watched.iter().any(|w| w.eq_ignore_ascii_case(&key));
+        let path = std::path::PathBuf::from(&value);
+        (listed && path.is_absolute() && query::is_untrusted(&path, untrusted))
+            .then(|| format!("{key}={}", path.display()))
+    })
 }
 
 /// The tools `--allow-tool` knows.
@@ -309,6 +328,15 @@ pub fn discover(name: &str, ctx: &Context<'_>) -> Result<ToolRules, String> {
             TOOLS.join(", ")
         )
     })?;
+    // The tool would be run on settings an earlier command may have written (its log,
+    // trace or hook settings can make it write files or run code): not asked at all.
+    if let Some(var) = redirected_into_root(tool, ctx.untrusted) {
+        let mut skipped = ToolRules::default();
+        skipped.note(format!(
+            "not asked: {var} points its settings into a writable root, which an earlier command could have written"
+        ));
+        return Ok(skipped);
+    }
     let mut found = match tool {
         "pip" => pip::discover(ctx),
         "npm" => npm::discover(ctx),
@@ -317,18 +345,13 @@ pub fn discover(name: &str, ctx: &Context<'_>) -> Result<ToolRules, String> {
         "apt" => apt::discover(Path::new("/etc/apt")),
         _ => go::discover(ctx),
     };
-    let tainted = settings_elsewhere(tool).iter().any(|var| {
-        std::env::var_os(var)
-            .map(std::path::PathBuf::from)
-            .is_some_and(|p| p.is_absolute() && query::is_untrusted(&p, ctx.untrusted))
-    });
     // Run from an npm script, npm's settings in the environment are the project's own
     // .npmrc's (npm exports them as npm_config_*).
     let from_npm_script = tool == "npm"
         && ["npm_lifecycle_event", "npm_execpath", "npm_command"]
             .iter()
             .any(|v| std::env::var_os(v).is_some());
-    if tainted || from_npm_script {
+    if from_npm_script {
         for rule in &mut found.rules {
             rule.from_workspace = true;
         }
@@ -379,8 +402,12 @@ pub fn rule_of(url_or_host: &str) -> Option<String> {
     // port or a range (`127.0.0.1:*`, `*.com:*`, `[::1]:1-65535`).
     let (host, port) = rule.rsplit_once(':')?;
     // `localhost` and its subdomains are this machine (RFC 6761), never a registry.
-    let lower = host.to_ascii_lowercase();
-    let is_localhost = lower == "localhost" || lower.ends_with(".localhost");
+    let lower = host.trim_end_matches('.').to_ascii_lowercase();
+    let is_localhost = lower == "localhost"
+        || lower.ends_with(".localhost")
+        || lower.starts_with("localhost.")
+        || lower.starts_with("ip6-localhost")
+        || lower.starts_with("ip6-loopback");
     let is_name = !host.starts_with('[')
         && !is_localhost
         && host.parse::<std::net::IpAddr>().is_err()
@@ -415,6 +442,9 @@ mod tests {
             ("https://mirror.test:0/", None),
             ("http://localhost:18080/", None),
             ("http://a.localhost/", None),
+            ("http://localhost./", None),
+            ("http://localhost.localdomain/", None),
+            ("http://ip6-localhost/", None),
             ("file:///opt/wheels", None),
             ("/opt/wheels", None),
             ("", None),

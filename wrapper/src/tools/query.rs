@@ -32,10 +32,12 @@ const KEPT: &[&str] = &[
     "XDG_DATA_HOME",
 ];
 
-/// Prefixes of the tools' own settings, passed as they are.
+/// Prefixes of the tools' own settings, passed as they are (pyenv's version choice and
+/// root only: not its hook path, which runs scripts).
 const KEPT_PREFIXES: &[&str] = &[
     "PIP_",
-    "PYENV_",
+    "PYENV_VERSION",
+    "PYENV_ROOT",
     "npm_config_",
     "NPM_CONFIG_",
     "CARGO_",
@@ -46,7 +48,6 @@ const KEPT_PREFIXES: &[&str] = &[
     "GONOPROXY",
     "GONOSUMDB",
     "GOFLAGS",
-    "GIT_CONFIG",
 ];
 
 /// Runs `program args` from `/` and returns its standard output, if it ran and exited 0
@@ -62,6 +63,13 @@ pub fn output(program: &str, args: &[&str], untrusted: &[PathBuf]) -> Option<Str
         .env("PATH", trusted_path(untrusted))
         .env("PYTHONSAFEPATH", "1")
         .env("GOTOOLCHAIN", "local")
+        // git: only the repository's own remotes are wanted; no global or system config
+        // (where trace2 targets and the like would make it write files).
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        // pip writes no log wherever a config file says.
+        .env("PIP_LOG", "/dev/null")
+        .env("PIP_LOG_FILE", "/dev/null")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());

@@ -307,3 +307,65 @@ impl OnTerminal {
         OnTerminal::start_program(dir, &wrapper, args)
     }
 }
+
+/// A CMD that stopped itself ends at netbox's SIGTERM (it is continued to take the
+/// signal), and the caller's terminal comes back.
+#[test]
+fn a_stopped_cmd_ends_at_sigterm() {
+    let dir = TestDir::new("tty-stopped");
+    let term = OnTerminal::start(&dir, &[], &["bash", "-c", "echo READY; kill -STOP $$"]);
+    let before = term.modes();
+    term.wait_for("READY", 0);
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(term.child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let (status, shown) = term_wait_with_modes(term, &before);
+    assert_eq!(status.code(), Some(143), "{shown}");
+}
+
+/// A terminal another program left non-blocking (the flag is shared by all on it) still
+/// relays both ways.
+#[test]
+fn a_non_blocking_terminal_still_relays() {
+    let dir = TestDir::new("tty-nonblock");
+    let mut term = OnTerminal::start(&dir, &[], &["sh", "-c", "echo READY; read x; echo got=$x"]);
+    let flags = nix::fcntl::fcntl(term.slave.as_fd(), nix::fcntl::FcntlArg::F_GETFL).unwrap();
+    let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(term.slave.as_fd(), nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
+    let at = term.wait_for("READY", 0);
+    term.type_in("hello\n");
+    term.wait_for("got=hello", at);
+    let (status, shown) = term.wait();
+    assert_eq!(status.code(), Some(0), "{shown}");
+}
+
+/// Output nobody reads any more (`netbox --tty -- yes | head -1`): CMD is hung up, as
+/// by a terminal that goes away, instead of blocking forever on a full pty.
+#[test]
+fn unread_output_hangs_cmd_up() {
+    let dir = TestDir::new("tty-unread");
+    let started = Instant::now();
+    let out = Command::new("timeout")
+        .arg("30")
+        .arg("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} --quiet --log {} --tty -- yes </dev/null | head -1",
+            netbox_bin().display(),
+            dir.join("yes.jsonl").display()
+        ))
+        .current_dir({
+            let ws = dir.join("ws");
+            std::fs::create_dir_all(&ws).unwrap();
+            ws
+        })
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(25), "the run hung");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "y\r\n");
+}

@@ -360,6 +360,10 @@ fn supervise(cmd: Pid, pins: &Pins) -> Result<i32, Stop> {
                 if kill(Pid::from_raw(-cmd.as_raw()), sig) == Err(Errno::ESRCH) {
                     let _ = kill(cmd, sig);
                 }
+                // A stopped CMD would keep the signal pending forever: CMD leads a
+                // session of its own, so no shell above it will continue it (as a
+                // shell's `kill` does, it is continued to take the signal).
+                let _ = kill(Pid::from_raw(-cmd.as_raw()), Signal::SIGCONT);
                 continue;
             }
             loop {

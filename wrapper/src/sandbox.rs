@@ -130,6 +130,19 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         if let Some(path) = pins.lost() {
             return init::report_stop(init::Stop::PinLost(path.to_owned()), channel);
         }
+        // What CMD1 left on the shared terminal (input pushed with TIOCSTI, changed modes)
+        // is not CMD's: flushed, and the modes and size set as they were made.
+        if let (Some(slave), Some(plan_tty)) = (&terminal, &plan.terminal) {
+            let _ = nix::sys::termios::tcflush(slave, nix::sys::termios::FlushArg::TCIOFLUSH);
+            if let Some(modes) = plan_tty.modes {
+                let modes = nix::sys::termios::Termios::from(modes);
+                let _ =
+                    nix::sys::termios::tcsetattr(slave, nix::sys::termios::SetArg::TCSANOW, &modes);
+            }
+            if let Some(size) = &plan_tty.size {
+                let _ = crate::sys::pty::set_window_size(std::os::fd::AsFd::as_fd(slave), size);
+            }
+        }
     }
     match run(&plan.cmd) {
         Ok(code) => {

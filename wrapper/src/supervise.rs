@@ -348,7 +348,8 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
                     }
                 }
                 Ok(Some((SyncMsg::Terminal, fds))) if state.probed() && terminal.is_none() => {
-                    match fds.into_iter().next().map(crate::terminal::Session::start) {
+                    let pid1 = sandbox.pid;
+                    match fds.into_iter().next().map(|fd| crate::terminal::Session::start(fd, pid1)) {
                         Some(Ok(session)) => terminal = Some(session),
                         _ => {
                             state.failure.get_or_insert(WrapperError::Handshake(

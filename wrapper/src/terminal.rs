@@ -9,7 +9,6 @@
 //! pty's input, which CMD itself reads. netbox's own terminal never enters the sandbox as
 //! CMD's standard input or output.
 
-use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 
@@ -84,7 +83,7 @@ impl Session {
     /// Takes the master end from the sandbox: raw mode on netbox's terminal (if standard
     /// input is one), then the relays: standard input into the pty, the pty out to
     /// standard output.
-    pub fn start(master: OwnedFd) -> std::io::Result<Session> {
+    pub fn start(master: OwnedFd, sandbox: nix::unistd::Pid) -> std::io::Result<Session> {
         enter_raw_mode();
         let input = master.try_clone()?;
         let output = master.try_clone()?;
@@ -93,7 +92,7 @@ impl Session {
             .spawn(move || relay_input(input));
         let output = std::thread::Builder::new()
             .name("netbox-tty-out".into())
-            .spawn(move || relay_output(output))?;
+            .spawn(move || relay_output(output, sandbox))?;
         Ok(Session {
             master,
             output: Some(output),
@@ -166,53 +165,97 @@ fn install_panic_hook() {
     });
 }
 
-/// Standard input into the pty until it ends; then Ctrl-D, the end-of-file character a
-/// terminal user would type (a pty's master has modes of its own, not the slave's, so it
-/// cannot be asked). Signals are the main thread's.
+/// Standard input into the pty until it ends; then the terminal's end-of-file character
+/// (twice after an unfinished line, as a terminal user would type it), read from the
+/// pty's modes. Signals are the main thread's.
 fn relay_input(master: OwnedFd) {
-    const CTRL_D: u8 = 4;
     let _ = nix::sys::signal::SigSet::all().thread_block();
-    let mut master = std::fs::File::from(master);
-    let eof = CTRL_D;
-    let mut stdin = std::io::stdin().lock();
+    let stdin = std::io::stdin();
     let mut buf = [0u8; 4096];
+    let mut last = b'\n';
     loop {
-        match stdin.read(&mut buf) {
+        match read_blocking(stdin.as_fd(), &mut buf) {
             Ok(0) => {
-                let _ = master.write_all(&[eof]);
+                let modes = termios::tcgetattr(master.as_fd()).ok();
+                let canonical = modes
+                    .as_ref()
+                    .is_some_and(|m| m.local_flags.contains(termios::LocalFlags::ICANON));
+                let eof = modes
+                    .map(|m| m.control_chars[termios::SpecialCharacterIndices::VEOF as usize])
+                    .filter(|c| *c != 0)
+                    .unwrap_or(4);
+                let times = if canonical && last != b'\n' { 2 } else { 1 };
+                for _ in 0..times {
+                    let _ = write_all_blocking(master.as_fd(), &[eof]);
+                }
                 return;
             }
             Ok(n) => {
-                if master.write_all(&buf[..n]).is_err() {
+                last = buf[n - 1];
+                if write_all_blocking(master.as_fd(), &buf[..n]).is_err() {
                     return;
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return,
         }
     }
 }
 
-/// The pty out to standard output until it ends (EIO once nothing holds its other end).
-fn relay_output(master: OwnedFd) {
-    let _ = nix::sys::signal::SigSet::all().thread_block();
-    let mut master = std::fs::File::from(master);
-    let mut buf = [0u8; 16384];
+/// Reads, waiting out EINTR and EAGAIN (a terminal others left non-blocking: the flag is
+/// shared by every process on it, and netbox does not change it).
+fn read_blocking(fd: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<usize> {
     loop {
-        match master.read(&mut buf) {
-            Ok(0) => return,
+        match nix::unistd::read(fd, buf) {
+            Ok(n) => return Ok(n),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => wait_for(fd, nix::poll::PollFlags::POLLIN),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Writes all of `data`, waiting out EINTR and EAGAIN likewise.
+fn write_all_blocking(fd: BorrowedFd<'_>, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        match nix::unistd::write(fd, data) {
+            Ok(n) => data = &data[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => wait_for(fd, nix::poll::PollFlags::POLLOUT),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+fn wait_for(fd: BorrowedFd<'_>, events: nix::poll::PollFlags) {
+    let mut fds = [nix::poll::PollFd::new(fd, events)];
+    let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE);
+}
+
+/// The pty out to standard output until it ends (EIO once nothing holds its other end).
+/// If standard output stops taking it (a closed pipe, a terminal gone), CMD is hung up
+/// (SIGHUP through the sandbox's pid 1, which passes it on as netbox's own SIGHUP is; a
+/// pty master can only send SIGINT, SIGQUIT and SIGTSTP itself) and the rest is read and
+/// dropped, so CMD never blocks on a full pty.
+fn relay_output(master: OwnedFd, sandbox: nix::unistd::Pid) {
+    let _ = nix::sys::signal::SigSet::all().thread_block();
+    let stdout = std::io::stdout();
+    let mut buf = [0u8; 16384];
+    let mut discarding = false;
+    loop {
+        match read_blocking(master.as_fd(), &mut buf) {
+            Ok(0) | Err(_) => return,
             Ok(n) => {
-                let mut stdout = std::io::stdout().lock();
-                if stdout
-                    .write_all(&buf[..n])
-                    .and_then(|()| stdout.flush())
-                    .is_err()
-                {
-                    return;
+                if discarding {
+                    continue;
+                }
+                if write_all_blocking(stdout.as_fd(), &buf[..n]).is_err() {
+                    discarding = true;
+                    // pid 1 is netbox's child, unreaped until netbox has joined this
+                    // thread: the pid names it still.
+                    let _ = nix::sys::signal::kill(sandbox, nix::sys::signal::Signal::SIGHUP);
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
         }
     }
 }

@@ -9,6 +9,10 @@ need() { command -v "$1" >/dev/null || { echo "tests/run.sh: '$1' is missing; in
 need curl curl
 need dnsmasq dnsmasq-base
 need git git
+need npm "nodejs npm"
+need go golang-go
+need dpkg-deb dpkg
+need apt-get apt
 need cargo "a Rust toolchain (rustup)"
 
 echo "== cargo fmt --check"

@@ -152,6 +152,69 @@ fn netbox_tools_says_what_it_would_allow_and_where_from() {
     assert!(stderr(&out).contains("unknown tool"), "{}", stderr(&out));
 }
 
+/// maven's and bundler's settings: the user's mirror stands in for maven's default
+/// repository, the project's POM and Gemfile add theirs, and a settings file with a DTD
+/// (entity expansion) is refused with a note.
+#[test]
+fn netbox_tools_reads_maven_and_bundler_settings() {
+    let dir = TestDir::new("tool-list-jvm-ruby");
+    let (ws, home) = (dir.join("ws"), dir.join("home"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(home.join(".m2")).unwrap();
+    std::fs::write(
+        home.join(".m2/settings.xml"),
+        "<settings><mirrors><mirror><id>corp</id><mirrorOf>*</mirrorOf>\
+         <url>https://maven.corp.test/all</url></mirror></mirrors></settings>\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("pom.xml"),
+        "<project><repositories><repository><id>r</id><url>https://repo.project.test:8443/m2</url>\
+         </repository></repositories><distributionManagement><repository><id>d</id>\
+         <url>https://publish.project.test/</url></repository></distributionManagement></project>\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("Gemfile"),
+        "source \"https://gems.project.test\"\ngem \"rake\"\n",
+    )
+    .unwrap();
+    let tools = |home: &std::path::Path| {
+        Command::new(netbox_bin())
+            .args(["tools", "maven", "bundle"])
+            .current_dir(&ws)
+            .env("HOME", home)
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap()
+    };
+    let out = tools(&home);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for want in [
+        "\"maven.corp.test:443\", # maven settings",
+        "\"repo.project.test:8443\", # repository in",
+        "# note: maven's default repository is mirrored in its settings",
+        "\"gems.project.test:443\", # source in",
+    ] {
+        assert!(text.contains(want), "{want} in {text}");
+    }
+    assert!(!text.contains("publish.project.test"), "{text}");
+    assert!(!text.contains("super POM"), "{text}");
+    // A DTD in the user's settings: refused, said, and nothing of it taken.
+    std::fs::write(
+        home.join(".m2/settings.xml"),
+        "<?xml version=\"1.0\"?><!DOCTYPE s [<!ENTITY u \"https://dtd.test/\">]>\
+         <settings><mirrors><mirror><mirrorOf>*</mirrorOf><url>&u;</url></mirror></mirrors></settings>\n",
+    )
+    .unwrap();
+    let out = tools(&home);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(text.contains("# note: cannot read"), "{text}");
+    assert!(!text.contains("dtd.test"), "{text}");
+}
+
 /// The tools are asked on the host, before the sandbox, about a workspace an earlier
 /// command may have written: a program planted there (on a PATH entry inside it, or a
 /// relative one) is never run, and Python never imports from it.
@@ -353,39 +416,45 @@ with zipfile.ZipFile(out, "w") as z:
 }
 
 /// `pip install` from a local simple index that the user's pip configuration names
-/// (`PIP_INDEX_URL`): `--allow-tool pip` finds it.
+/// (`PIP_INDEX_URL`), whose files live on a second host that only the index's own pages
+/// name: `--allow-tool pip` finds both.
 #[test]
-fn pip_installs_from_the_index_its_configuration_names() {
+fn pip_installs_from_the_index_its_configuration_names_and_its_files_host() {
     let dir = TestDir::new("tool-pip");
     let root = dir.join("index");
     std::fs::create_dir_all(root.join("simple/demopkg")).unwrap();
-    let server = HttpServer::start_tls_files(&dir.path, &["pypi-mirror.test"], root.clone());
+    let server =
+        HttpServer::start_tls_files(&dir.path, &["pypi-mirror.test", "files.test"], root.clone());
     let port = server.port();
     let wheel = build_wheel(&root);
     let sha = crate::support::file_sha256(&wheel);
+    // The file server answers a directory with its index.json: HTML pages here. No `pip`
+    // project: netbox reads the first one the index lists.
     std::fs::write(
-        root.join("simple/demopkg/index.html"),
-        format!(
-            "<html><body><a href=\"https://pypi-mirror.test:{port}/demopkg-1.0-py3-none-any.whl#sha256={sha}\">demopkg-1.0-py3-none-any.whl</a></body></html>\n"
-        ),
+        root.join("simple/index.json"),
+        "<html><body><a href=\"/simple/demopkg/\">demopkg</a></body></html>\n",
     )
     .unwrap();
-    // The file server answers a directory with its index.json: an HTML page here.
-    std::fs::rename(
-        root.join("simple/demopkg/index.html"),
+    std::fs::write(
         root.join("simple/demopkg/index.json"),
+        format!(
+            "<html><body><a href=\"https://files.test:{port}/demopkg-1.0-py3-none-any.whl#sha256={sha}\">demopkg-1.0-py3-none-any.whl</a></body></html>\n"
+        ),
     )
     .unwrap();
     let pins = dir.write(
         "pins.toml",
-        "[hosts]\n\"pypi-mirror.test\" = \"127.0.0.1\"\n",
+        "[hosts]\n\"pypi-mirror.test\" = \"127.0.0.1\"\n\"files.test\" = \"127.0.0.1\"\n",
     );
     let run = Run::new(&dir);
-    let ca = run.workspace.join("test-ca.pem");
+    // The CA outside every writable root (one in the workspace could have been planted to
+    // forge the index's pages: what they name would not be trusted with --private-ok).
+    let ca_dir = TestDir::outside_tmp("tool-pip-ca");
+    let ca = ca_dir.join("test-ca.pem");
     std::fs::copy(server.ca.as_ref().unwrap(), &ca).unwrap();
     let index = format!("https://pypi-mirror.test:{port}/simple/");
     let with = |extra: &[&str]| {
-        let mut args = vec!["--quiet", "--allowlist", pins.to_str().unwrap()];
+        let mut args = vec!["--allowlist", pins.to_str().unwrap()];
         args.extend_from_slice(extra);
         Run::new(&dir)
             .args_from(&args)
@@ -401,15 +470,37 @@ fn pip_installs_from_the_index_its_configuration_names() {
     // TLS is not what is tested here (pip 23 did not take the test CA through a proxy):
     // the index is a trusted host. pip's own status is not used: pyenv's shim fails the
     // install when it cannot rehash its read-only shims, after installing.
-    let install =
-        "pip install --quiet --trusted-host pypi-mirror.test --no-deps --target deps demopkg; \
+    let install = "pip install --quiet --trusted-host pypi-mirror.test --trusted-host files.test \
+                   --no-deps --target deps demopkg; \
                    PYTHONPATH=deps python3 -c 'import demopkg; print(demopkg.GREETING)'";
     let out = with(&["--allow-tool", "pip", "--private-ok"]).sh(install);
     assert_eq!(stdout(&out), "demopkg says hi\n", "{}", stderr(&out));
+    // The start-up line says where the files host came from.
+    assert!(
+        stderr(&out).contains(&format!(
+            "files on https://pypi-mirror.test:{port}/simple/demopkg/"
+        )),
+        "{}",
+        stderr(&out)
+    );
     assert!(dir.join("cache-home/netbox/pip").is_dir());
-    // Control: without it, refused.
+    // A CA in the workspace could have been planted to forge the index's pages: the
+    // files host they name is allowed, but not trusted to reach a private address.
     std::fs::remove_dir_all(run.workspace.join("deps")).unwrap();
-    let out = with(&[]).sh(install);
+    let planted_ca = run.workspace.join("planted-ca.pem");
+    std::fs::copy(&ca, &planted_ca).unwrap();
+    let out = with(&["--allow-tool", "pip", "--private-ok"])
+        .env("PIP_CERT", planted_ca.display().to_string())
+        .sh(install);
+    assert_ne!(stdout(&out), "demopkg says hi\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("blocked CONNECT files.test"),
+        "{}",
+        stderr(&out)
+    );
+    // Control: without it, refused.
+    let _ = std::fs::remove_dir_all(run.workspace.join("deps"));
+    let out = with(&["--quiet"]).sh(install);
     assert_ne!(stdout(&out), "demopkg says hi\n", "{}", stderr(&out));
 }
 
@@ -626,4 +717,194 @@ fn settings_pointed_into_the_workspace_never_act_on_the_host() {
     // Control: git's remote is still read; pip is said not to be asked.
     assert!(text.contains("forge.test:443"), "{text}");
     assert!(text.contains("not asked: PIP_CONFIG_FILE"), "{text}");
+}
+
+/// `apt-get update` and `apt-get download`, unprivileged, from a local repository that
+/// apt's own configuration names (`APT_CONFIG`, whose sources list lies elsewhere than
+/// /etc/apt): `--allow-tool apt` asks apt where its sources are and finds it.
+#[test]
+fn apt_downloads_from_the_repository_its_configuration_names() {
+    let dir = TestDir::new("tool-apt");
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(dir.join("pkg/DEBIAN")).unwrap();
+    std::fs::create_dir_all(&repo).unwrap();
+    let server = HttpServer::start_tls_files(&dir.path, &["apt-mirror.test"], repo.clone());
+    let port = server.port();
+    // A package, and a flat repository's index and release file for it.
+    let control = "Package: netbox-demo\nVersion: 1.0\nArchitecture: all\n\
+                   Maintainer: test <test@example.test>\nDescription: demo\n";
+    std::fs::write(dir.join("pkg/DEBIAN/control"), control).unwrap();
+    let deb = repo.join("netbox-demo_1.0_all.deb");
+    let built = Command::new("dpkg-deb")
+        .args(["--root-owner-group", "-Zgzip", "--build"])
+        .arg(dir.join("pkg"))
+        .arg(&deb)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", stderr(&built));
+    let packages = format!(
+        "{control}Filename: ./netbox-demo_1.0_all.deb\nSize: {}\nSHA256: {}\n",
+        std::fs::metadata(&deb).unwrap().len(),
+        crate::support::file_sha256(&deb)
+    );
+    std::fs::write(repo.join("Packages"), &packages).unwrap();
+    std::fs::write(
+        repo.join("Release"),
+        format!(
+            "Suite: stable\nCodename: stable\nDate: Tue, 01 Dec 2026 00:00:00 UTC\n\
+             Architectures: all amd64\nSHA256:\n {} {} Packages\n",
+            crate::support::file_sha256(&repo.join("Packages")),
+            packages.len()
+        ),
+    )
+    .unwrap();
+    let pins = dir.write(
+        "pins.toml",
+        "[hosts]\n\"apt-mirror.test\" = \"127.0.0.1\"\n",
+    );
+    let run = Run::new(&dir);
+    // apt's settings outside every writable root; its lists and downloads in the
+    // workspace. As root, apt would switch to its own user, which the sandbox's user
+    // namespace does not map: it stays who it is.
+    let conf = TestDir::outside_tmp("tool-apt-conf");
+    std::fs::copy(server.ca.as_ref().unwrap(), conf.join("ca.pem")).unwrap();
+    conf.write(
+        "sources.list",
+        &format!("deb [trusted=yes] https://apt-mirror.test:{port}/ ./\n"),
+    );
+    conf.write("status", "");
+    let ws = run.workspace.display().to_string();
+    let at = conf.path.display().to_string();
+    let apt_conf = conf.write(
+        "apt.conf",
+        &format!(
+            "Dir::Etc::sourcelist \"{at}/sources.list\";\n\
+             Dir::Etc::sourceparts \"{at}/none.d\";\n\
+             Dir::State \"{ws}/apt/state\";\nDir::State::status \"{at}/status\";\n\
+             Dir::Cache \"{ws}/apt/cache\";\nAcquire::https::CaInfo \"{at}/ca.pem\";\n\
+             Acquire::Retries \"0\";\nDebug::NoLocking \"true\";\n\
+             APT::Sandbox::User \"root\";\n"
+        ),
+    );
+    let download = "mkdir -p apt/state/lists/partial apt/cache/archives/partial && \
+                    apt-get -qq update && apt-get -qq download netbox-demo && ls *.deb";
+    let with = |extra: &[&str]| {
+        let mut args = vec!["--allowlist", pins.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Run::new(&dir)
+            .args_from(&args)
+            .env("APT_CONFIG", apt_conf.display().to_string())
+    };
+    let out = with(&["--allow-tool", "apt", "--private-ok"]).sh(download);
+    assert_eq!(
+        stdout(&out),
+        "netbox-demo_1.0_all.deb\n",
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains(&format!("apt source {at}/sources.list")),
+        "{}",
+        stderr(&out)
+    );
+    // Control: without it, refused.
+    std::fs::remove_file(run.workspace.join("netbox-demo_1.0_all.deb")).unwrap();
+    let _ = std::fs::remove_dir_all(run.workspace.join("apt"));
+    let out = with(&[]).sh(download);
+    assert_ne!(
+        stdout(&out),
+        "netbox-demo_1.0_all.deb\n",
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("blocked CONNECT apt-mirror.test"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `go run` of a module that needs another from a local module proxy that go's own
+/// settings name (`GOPROXY`): `--allow-tool go` asks `go env` and finds it; the module
+/// and build caches go to netbox's cache directory.
+#[test]
+fn go_fetches_modules_from_the_proxy_its_settings_name() {
+    let dir = TestDir::new("tool-go");
+    let proxy = dir.join("proxy");
+    let versions = proxy.join("demo.test/hello/@v");
+    std::fs::create_dir_all(&versions).unwrap();
+    let server = HttpServer::start_tls_files(&dir.path, &["goproxy.test"], proxy.clone());
+    let port = server.port();
+    // The module proxy protocol, as files: a version list, its info, go.mod and zip.
+    let go_mod = "module demo.test/hello\n\ngo 1.19\n";
+    std::fs::write(versions.join("list"), "v1.0.0\n").unwrap();
+    std::fs::write(
+        versions.join("v1.0.0.info"),
+        "{\"Version\":\"v1.0.0\",\"Time\":\"2026-12-01T00:00:00Z\"}",
+    )
+    .unwrap();
+    std::fs::write(versions.join("v1.0.0.mod"), go_mod).unwrap();
+    let zipped = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile\n\
+             with zipfile.ZipFile(sys.argv[1], 'w') as z:\n\
+             \x20   z.writestr('demo.test/hello@v1.0.0/go.mod', sys.argv[2])\n\
+             \x20   z.writestr('demo.test/hello@v1.0.0/hello.go', 'package hello\\n\\nconst Greeting = \"hello from the proxy\"\\n')\n",
+        ])
+        .arg(versions.join("v1.0.0.zip"))
+        .arg(go_mod)
+        .status()
+        .unwrap();
+    assert!(zipped.success());
+    let pins = dir.write("pins.toml", "[hosts]\n\"goproxy.test\" = \"127.0.0.1\"\n");
+    let run = Run::new(&dir);
+    std::fs::write(
+        run.workspace.join("go.mod"),
+        "module app\n\ngo 1.19\n\nrequire demo.test/hello v1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        run.workspace.join("main.go"),
+        "package main\n\nimport (\n\t\"fmt\"\n\n\t\"demo.test/hello\"\n)\n\n\
+         func main() { fmt.Println(hello.Greeting) }\n",
+    )
+    .unwrap();
+    let ca_dir = TestDir::outside_tmp("tool-go-ca");
+    let ca = ca_dir.join("ca.pem");
+    std::fs::copy(server.ca.as_ref().unwrap(), &ca).unwrap();
+    let with = |extra: &[&str]| {
+        let mut args = vec!["--allowlist", pins.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Run::new(&dir)
+            .args_from(&args)
+            .env("GOPROXY", format!("https://goproxy.test:{port}"))
+            .env("GOSUMDB", "off")
+            .env("GOFLAGS", "-mod=mod")
+            .env("SSL_CERT_FILE", ca.display().to_string())
+            .env(
+                "XDG_CACHE_HOME",
+                dir.join("cache-home").display().to_string(),
+            )
+    };
+    let out = with(&["--allow-tool", "go", "--private-ok"]).sh("go run .");
+    assert_eq!(stdout(&out), "hello from the proxy\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("GOPROXY (go env)"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(dir.join("cache-home/netbox/go").is_dir());
+    // Control: without it (and with caches of its own: netbox gives none), refused.
+    let ws = run.workspace.display().to_string();
+    let out = with(&[])
+        .env("GOMODCACHE", format!("{ws}/mod"))
+        .env("GOCACHE", format!("{ws}/build"))
+        .sh("go run .");
+    assert_ne!(stdout(&out), "hello from the proxy\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("blocked CONNECT goproxy.test"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -43,6 +43,7 @@ pub fn load_policy_with_tools(
             cwd,
             untrusted,
             policy: &policy,
+            private_ok: args.private_ok,
         };
         let found = crate::tools::discover(&tool, &ctx).map_err(|reason| WrapperError::Rule {
             flag: "--allow-tool",

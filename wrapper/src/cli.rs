@@ -75,7 +75,7 @@ pub struct PolicyArgs {
     pub allow_private: Vec<String>,
 
     /// Allow the registries a package manager is configured for, asked of the tool's own
-    /// configuration at run time: pip (uv), npm (yarn, pnpm), cargo, git, apt, go
+    /// configuration at run time: pip (uv), npm (yarn, pnpm), cargo, git, apt, go, maven (mvn), gem (bundle)
     /// (repeatable; `netbox tools NAME` shows what it would add).
     #[arg(long = "allow-tool", value_name = "NAME")]
     pub allow_tool: Vec<String>,
@@ -254,9 +254,14 @@ pub enum Command {
 /// `netbox tools`: what `--allow-tool` finds.
 #[derive(Debug, Args)]
 pub struct ToolsArgs {
-    /// Tools to ask (pip, uv, npm, yarn, pnpm, cargo, git, apt, go).
+    /// Tools to ask (pip, uv, npm, yarn, pnpm, cargo, git, apt, go, maven, mvn, gem, bundle).
     #[arg(value_name = "NAME", required = true)]
     pub names: Vec<String>,
+
+    /// The registries are internal: read their documents from non-public addresses too,
+    /// as `--allow-tool NAME --private-ok` would.
+    #[arg(long = "private-ok")]
+    pub private_ok: bool,
 }
 
 /// `netbox learn`: an allowlist from what a command tries.

@@ -111,11 +111,11 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
             {
                 None
             }
-            None => fetch(
+            None => super::fetch::https_document(
                 &format!("{base}/config.json"),
                 cainfo.as_deref(),
-                policy,
-                ctx.untrusted,
+                ctx,
+                ctx.private_ok && !*from_workspace,
             )
             .map(|doc| (doc, format!("{base}/config.json"))),
         };
@@ -135,77 +135,6 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         out.note("crates-io is replaced by another source in cargo's configuration");
     }
     out
-}
-
-/// Reads `url` with curl (the host's own client), trusting `cainfo` if cargo does. This
-/// is a request from the host, before the sandbox, to a URL a workspace file names (one
-/// an earlier command may have written): HTTPS only, to a name that is pinned by the
-/// policy or resolves to public addresses only, and curl is held to the addresses
-/// checked (no second lookup).
-fn fetch(
-    url: &str,
-    cainfo: Option<&str>,
-    policy: &bridge::policy::Policy,
-    untrusted: &[PathBuf],
-) -> Option<String> {
-    use std::net::ToSocketAddrs;
-    if !url.starts_with("https://") {
-        return None;
-    }
-    let rule = super::rule_of(url)?;
-    let (host, port) = rule.rsplit_once(':')?;
-    if host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok() {
-        return None;
-    }
-    let name = bridge::target::Host::Name(host.to_owned());
-    let addrs: Vec<std::net::IpAddr> = match policy.pinned(&name) {
-        Some(pinned) => pinned.to_vec(),
-        None => {
-            let found: Vec<_> = (host, port.parse::<u16>().ok()?)
-                .to_socket_addrs()
-                .ok()?
-                .map(|a| a.ip())
-                .collect();
-            if found.is_empty()
-                || found
-                    .iter()
-                    .any(|a| !bridge::ipclass::classify(*a).is_public())
-            {
-                return None;
-            }
-            found
-        }
-    };
-    // -q first: no ~/.curlrc; no proxy (it would look the name up itself); no URL
-    // globbing (`[1-5]` in a URL would be five requests).
-    let mut args: Vec<String> = [
-        "-q",
-        "-fsS",
-        "-g",
-        "--max-time",
-        "3",
-        "--proto",
-        "=https",
-        "--max-redirs",
-        "0",
-        "--noproxy",
-        "*",
-    ]
-    .map(String::from)
-    .to_vec();
-    if let Some(ca) = cainfo {
-        args.extend(["--cacert".to_owned(), ca.to_owned()]);
-    }
-    for addr in addrs {
-        let addr = match addr {
-            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
-            v4 => v4.to_string(),
-        };
-        args.extend(["--resolve".to_owned(), format!("{host}:{port}:{addr}")]);
-    }
-    args.push(url.to_owned());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    query::output("curl", &args, untrusted)
 }
 
 fn cargo_home() -> Option<PathBuf> {

@@ -9,8 +9,11 @@
 
 mod apt;
 mod cargo;
+mod fetch;
+mod gem;
 mod git;
 mod go;
+mod maven;
 mod npm;
 mod pip;
 mod query;
@@ -34,6 +37,9 @@ pub struct Context<'a> {
     pub cwd: &'a Path,
     pub untrusted: &'a [std::path::PathBuf],
     pub policy: &'a bridge::policy::Policy,
+    /// The user said the registries are internal (`--private-ok`): a registry document
+    /// the user's own settings name may be read from a non-public address.
+    pub private_ok: bool,
 }
 
 /// Rules one tool may add at most: a configuration listing thousands of registries is
@@ -126,6 +132,7 @@ pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperErro
         cwd: &cwd,
         untrusted: &untrusted,
         policy: &policy,
+        private_ok: args.private_ok,
     };
     for name in &args.names {
         let found = discover(name, &ctx).map_err(|reason| crate::error::WrapperError::Rule {
@@ -184,6 +191,12 @@ pub fn caches(
             "npm" => &[("npm_config_cache", "")],
             "pip" => &[("PIP_CACHE_DIR", ""), ("UV_CACHE_DIR", "uv")],
             "go" => &[("GOMODCACHE", "mod"), ("GOCACHE", "build")],
+            "gem" => &[
+                ("GEM_SPEC_CACHE", "specs"),
+                ("BUNDLE_USER_CACHE", "bundler"),
+            ],
+            // maven's local repository, given as a system property after the user's own.
+            "maven" => &[("MAVEN_OPTS", "repository")],
             _ => continue,
         };
         let dir = match mode {
@@ -226,7 +239,15 @@ pub fn caches(
                 } else {
                     base.join(sub)
                 };
-                ((*key).to_owned(), at.display().to_string())
+                let value = if *key == "MAVEN_OPTS" {
+                    let theirs = std::env::var("MAVEN_OPTS").unwrap_or_default();
+                    format!("{theirs} -Dmaven.repo.local={}", at.display())
+                        .trim()
+                        .to_owned()
+                } else {
+                    at.display().to_string()
+                };
+                ((*key).to_owned(), value)
             })
             .collect();
         out.push(Cache { dir, env });
@@ -286,6 +307,15 @@ fn settings_elsewhere(tool: &str) -> &'static [&'static str] {
         ],
         "cargo" => &["CARGO_HOME", "RUSTUP_HOME"],
         "go" => &["GOENV", "XDG_CONFIG_HOME", "GOROOT"],
+        "apt" => &["APT_CONFIG"],
+        // gem loads the plugins of the gems in its paths when it starts.
+        "gem" => &[
+            "GEMRC",
+            "GEM_HOME",
+            "GEM_PATH",
+            "XDG_CONFIG_HOME",
+            "XDG_DATA_HOME",
+        ],
         _ => &[],
     }
 }
@@ -304,7 +334,7 @@ fn redirected_into_root(tool: &str, untrusted: &[std::path::PathBuf]) -> Option<
 }
 
 /// The tools `--allow-tool` knows.
-pub const TOOLS: &[&str] = &["pip", "npm", "cargo", "git", "apt", "go"];
+pub const TOOLS: &[&str] = &["pip", "npm", "cargo", "git", "apt", "go", "maven", "gem"];
 
 /// Names that mean one of the tools (uv reads pip's index settings; yarn and pnpm npm's).
 pub fn canonical(name: &str) -> Option<&'static str> {
@@ -315,6 +345,8 @@ pub fn canonical(name: &str) -> Option<&'static str> {
         "git" => Some("git"),
         "apt" | "apt-get" => Some("apt"),
         "go" => Some("go"),
+        "maven" | "mvn" => Some("maven"),
+        "gem" | "bundle" | "bundler" => Some("gem"),
         _ => None,
     }
 }
@@ -324,7 +356,7 @@ pub fn canonical(name: &str) -> Option<&'static str> {
 pub fn discover(name: &str, ctx: &Context<'_>) -> Result<ToolRules, String> {
     let tool = canonical(name).ok_or_else(|| {
         format!(
-            "unknown tool {name:?}; known: {} (and uv, yarn, pnpm, apt-get)",
+            "unknown tool {name:?}; known: {} (and uv, yarn, pnpm, apt-get, mvn, bundle)",
             TOOLS.join(", ")
         )
     })?;
@@ -342,7 +374,9 @@ pub fn discover(name: &str, ctx: &Context<'_>) -> Result<ToolRules, String> {
         "npm" => npm::discover(ctx),
         "cargo" => cargo::discover(ctx),
         "git" => git::discover(ctx),
-        "apt" => apt::discover(Path::new("/etc/apt")),
+        "apt" => apt::discover(ctx),
+        "maven" => maven::discover(ctx),
+        "gem" => gem::discover(ctx),
         _ => go::discover(ctx),
     };
     // Run from an npm script, npm's settings in the environment are the project's own

@@ -23,12 +23,22 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         out.note("pip did not answer `pip config list` (is it installed?)");
         return out;
     };
+    let settings = parse_config_list(&listed);
+    // The CA pip trusts (`cert`), to read an index the way pip would.
+    let cert = settings
+        .iter()
+        .find(|(_, key, _)| key == "cert")
+        .map(|(_, _, value)| value.clone());
     let mut has_index = false;
-    for (scope, key, value) in parse_config_list(&listed) {
+    let mut indexes: Vec<String> = Vec::new();
+    for (scope, key, value) in settings {
         if !matches!(key.as_str(), "index-url" | "extra-index-url" | "find-links") {
             continue;
         }
         has_index |= key == "index-url";
+        if key != "find-links" {
+            indexes.extend(value.split_whitespace().map(str::to_owned));
+        }
         let source = if scope == ":env:" {
             format!(
                 "{key} in the environment (PIP_{})",
@@ -50,10 +60,127 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
             }
             None => out.note("pip's default index could not be asked of pip itself"),
         }
-    } else {
-        out.note("an index may serve its files from another host: netbox learn finds it");
     }
+    add_file_hosts(&mut out, &indexes, cert.as_deref(), ctx);
     out
+}
+
+/// Indexes whose pages are read at most.
+const MAX_INDEXES_READ: usize = 4;
+
+/// Adds the hosts the configured indexes serve their files from, as the indexes' own
+/// pages say (a simple index links each file, often on another host). A CA file in a
+/// writable root could have been planted to forge those pages: what they name is then
+/// the workspace's.
+fn add_file_hosts(out: &mut ToolRules, indexes: &[String], cert: Option<&str>, ctx: &Context<'_>) {
+    let cert_planted =
+        cert.is_some_and(|c| query::is_untrusted(std::path::Path::new(c), ctx.untrusted));
+    for index in indexes.iter().take(MAX_INDEXES_READ) {
+        match file_hosts(index, cert, ctx, !cert_planted) {
+            Some((page, hosts)) => {
+                for host in hosts {
+                    out.add_from(&host, format!("files on {page}"), cert_planted);
+                }
+            }
+            None => out.note(format!(
+                "{index} could not be read: if it serves files from another host, netbox learn finds it"
+            )),
+        }
+    }
+}
+
+/// Where `index` serves files from: the page of one project it holds (`pip`, which a
+/// mirror of the default index has, or else the first project it lists), and the hosts
+/// other than the index's own that the page links files on.
+fn file_hosts(
+    index: &str,
+    cert: Option<&str>,
+    ctx: &Context<'_>,
+    trusted_cert: bool,
+) -> Option<(String, Vec<String>)> {
+    let index_rule = super::rule_of(index)?;
+    let get =
+        |url: &str| super::fetch::https_document(url, cert, ctx, ctx.private_ok && trusted_cert);
+    let base = format!("{}/", index.trim_end_matches('/'));
+    let pip_page = format!("{base}pip/");
+    let (page_url, page) = match get(&pip_page) {
+        Some(page) => (pip_page, page),
+        None => {
+            let listing = get(&base)?;
+            let first = links(&listing).into_iter().next()?;
+            let url = absolute(&first, &base)?;
+            // Only a page on the index itself.
+            if super::rule_of(&url)? != index_rule {
+                return None;
+            }
+            let page = get(&url)?;
+            (url, page)
+        }
+    };
+    let mut hosts: Vec<String> = Vec::new();
+    for link in links(&page) {
+        let Some(url) = absolute(&link, &page_url) else {
+            continue;
+        };
+        if super::rule_of(&url).is_some_and(|r| r != index_rule) && !hosts.contains(&url) {
+            hosts.push(url);
+        }
+    }
+    Some((page_url, hosts))
+}
+
+/// The links of a simple index page: `href` values of its HTML, or the `url` of each
+/// file and the `name` of each project of its JSON form (PEP 691).
+fn links(page: &str) -> Vec<String> {
+    if let Ok(json) = serde_json::from_str::<serde_json::Value>(page) {
+        let files = json.get("files").and_then(|f| f.as_array());
+        let projects = json.get("projects").and_then(|p| p.as_array());
+        let file_urls = files
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.get("url")?.as_str().map(str::to_owned));
+        let project_pages = projects
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("name")?.as_str().map(|n| format!("{n}/")));
+        return file_urls.chain(project_pages).collect();
+    }
+    let mut found = Vec::new();
+    let mut rest = page;
+    while let Some(at) = rest.find("href=") {
+        rest = &rest[at + 5..];
+        let quote = match rest.chars().next() {
+            Some(q @ ('"' | '\'')) => q,
+            _ => continue,
+        };
+        let Some(end) = rest[1..].find(quote) else {
+            break;
+        };
+        found.push(rest[1..=end].replace("&amp;", "&"));
+        rest = &rest[end + 1..];
+    }
+    found
+}
+
+/// `link` as an absolute URL, read against the page at `page_url`.
+fn absolute(link: &str, page_url: &str) -> Option<String> {
+    if link.starts_with("https://") || link.starts_with("http://") {
+        return Some(link.to_owned());
+    }
+    if let Some(rest) = link.strip_prefix("//") {
+        return Some(format!("https://{rest}"));
+    }
+    let (scheme, after) = page_url.split_once("://")?;
+    if link.starts_with('/') {
+        let authority = after.split('/').next()?;
+        return Some(format!("{scheme}://{authority}{link}"));
+    }
+    if link.contains(':') && !link.contains('/') || link.split('/').next()?.contains(':') {
+        // Another scheme (`mailto:`, `file:`): no network address.
+        return None;
+    }
+    let dir = &page_url[..page_url.rfind('/')? + 1];
+    Some(format!("{dir}{link}"))
 }
 
 /// `scope.key='value'` lines, as `pip config list` prints them.
@@ -83,6 +210,41 @@ fn interpreter(untrusted: &[std::path::PathBuf]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn simple_index_pages_name_their_links() {
+        let html = "<a href=\"https://files.test/packages/a/b/demo-1.0.whl#sha256=00\">x</a>\n\
+                    <a href='../../demo-0.9.tar.gz'>y</a><a href=\"/simple/other/\">z</a>";
+        assert_eq!(
+            links(html),
+            [
+                "https://files.test/packages/a/b/demo-1.0.whl#sha256=00",
+                "../../demo-0.9.tar.gz",
+                "/simple/other/"
+            ]
+        );
+        let json = r#"{"meta":{"api-version":"1.0"},"name":"demo",
+            "files":[{"filename":"demo-1.0.whl","url":"https://files.test/demo-1.0.whl"}]}"#;
+        assert_eq!(links(json), ["https://files.test/demo-1.0.whl"]);
+        let listing = r#"{"meta":{"api-version":"1.0"},"projects":[{"name":"demo"}]}"#;
+        assert_eq!(links(listing), ["demo/"]);
+    }
+
+    #[test]
+    fn links_are_read_against_their_page() {
+        let page = "https://mirror.test:8443/simple/demo/";
+        let cases = [
+            ("https://files.test/x.whl", Some("https://files.test/x.whl")),
+            ("//files.test/x.whl", Some("https://files.test/x.whl")),
+            ("/p/x.whl", Some("https://mirror.test:8443/p/x.whl")),
+            ("x.whl", Some("https://mirror.test:8443/simple/demo/x.whl")),
+            ("mailto:someone", None),
+            ("file:///x.whl", None),
+        ];
+        for (link, want) in cases {
+            assert_eq!(absolute(link, page).as_deref(), want, "{link}");
+        }
+    }
 
     #[test]
     fn reads_pips_config_list() {

@@ -30,6 +30,8 @@ const KEPT: &[&str] = &[
     "XDG_CONFIG_HOME",
     "XDG_CACHE_HOME",
     "XDG_DATA_HOME",
+    "APT_CONFIG",
+    "GEMRC",
 ];
 
 /// Prefixes of the tools' own settings, passed as they are (pyenv's version choice and

@@ -11,6 +11,7 @@ need dnsmasq dnsmasq-base
 need git git
 need npm "nodejs npm"
 need go golang-go
+need ruby ruby
 need dpkg-deb dpkg
 need apt-get apt
 need cargo "a Rust toolchain (rustup)"

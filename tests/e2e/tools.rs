@@ -8,6 +8,16 @@ use std::process::Command;
 use crate::support::upstream::HttpServer;
 use crate::support::{netbox_bin, stderr, stdout, Run, TestDir};
 
+/// The control each registry test ends with: the registry's host was refused and the
+/// refusal logged (a `net` record with a deny decision).
+fn assert_refused_and_logged(dir: &TestDir, host: &str, out: &std::process::Output) {
+    let refused = Run::new(dir)
+        .events()
+        .into_iter()
+        .any(|e| e["type"] == "net" && e["host"] == host && e["decision"] == "deny");
+    assert!(refused, "no refusal of {host} logged: {}", stderr(out));
+}
+
 /// A package `demo-pkg@1.0.0` in an npm registry laid out under `root`, served at
 /// `https://npm.test:PORT/`: its packument and its tarball (with its integrity).
 fn npm_registry(dir: &TestDir) -> HttpServer {
@@ -344,26 +354,25 @@ fn cargo_fetches_from_a_replaced_source_and_its_download_host() {
         "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\ndemo = \"1\"\n",
     )
     .unwrap();
-    let ca = ws.join("test-ca.pem");
+    // The CA outside every writable root: one in the workspace could have been planted
+    // to forge the index's config.json (checked below).
+    let ca = dir.join("test-ca.pem");
     std::fs::copy(server.ca.as_ref().unwrap(), &ca).unwrap();
-    std::fs::write(
-        dir.join(".cargo/config.toml"),
+    let cargo_config = |ca: &std::path::Path| {
         format!(
             "[source.crates-io]\nreplace-with = \"local\"\n\n[source.local]\nregistry = \"sparse+https://index.test:{port}/\"\n\n\
              [http]\ncainfo = \"{}\"\n\n[net]\nretry = 0\n",
             ca.display()
-        ),
-    )
-    .unwrap();
-    let cargo_home = ws.join(".cargo-home").display().to_string();
+        )
+    };
+    std::fs::write(dir.join(".cargo/config.toml"), cargo_config(&ca)).unwrap();
+    let cache_home = dir.join("cache-home").display().to_string();
     let with = |extra: &[&str]| {
         let mut args = vec!["--quiet", "--allowlist", pins.to_str().unwrap()];
         args.extend_from_slice(extra);
-        // For CMD only: a CARGO_HOME of netbox's own inside the workspace would make
-        // cargo's settings the workspace's (no --private-ok for them).
-        let cargo_home_env = format!("CARGO_HOME={cargo_home}");
-        args.extend(["--env", cargo_home_env.as_str()]);
-        Run::new(&dir).args_from(&args)
+        Run::new(&dir)
+            .args_from(&args)
+            .env("XDG_CACHE_HOME", cache_home.clone())
     };
     let out =
         with(&["--allow-tool", "cargo", "--private-ok"]).sh("cargo fetch --quiet && echo FETCHED");
@@ -381,11 +390,83 @@ fn cargo_fetches_from_a_replaced_source_and_its_download_host() {
         via_dl,
         "the download host was not allowed by its config.json rule"
     );
+    // The crate went to cargo's cache in netbox's directory, not the user's CARGO_HOME.
+    let cached = std::fs::read_dir(dir.join("cache-home/netbox/cargo"))
+        .unwrap()
+        .flatten()
+        .any(|e| e.path().join("registry/cache").is_dir());
+    assert!(cached, "no registry cache in netbox's cargo home");
 
-    // Control: without --allow-tool, nothing is fetched.
-    std::fs::remove_dir_all(ws.join(".cargo-home")).unwrap();
-    let out = with(&[]).sh("cargo fetch --quiet && echo FETCHED");
+    // A CA in the workspace could have been planted to forge config.json: the download
+    // host it names is allowed, but not trusted to reach a private address.
+    let planted = ws.join("planted-ca.pem");
+    std::fs::copy(&ca, &planted).unwrap();
+    std::fs::write(dir.join(".cargo/config.toml"), cargo_config(&planted)).unwrap();
+    let probe = format!(
+        "curl -s -o /dev/null -w '%{{http_code}}' --cacert {} https://dl.test:{port}/config.json",
+        ca.display()
+    );
+    let out = with(&["--allow-tool", "cargo", "--private-ok"]).sh(&probe);
+    assert_eq!(stdout(&out), "000", "{}", stderr(&out));
+    // Positive control: the same request with the CA outside the workspace.
+    std::fs::write(dir.join(".cargo/config.toml"), cargo_config(&ca)).unwrap();
+    let out = with(&["--allow-tool", "cargo", "--private-ok"]).sh(&probe);
+    assert_eq!(stdout(&out), "200", "{}", stderr(&out));
+
+    // Control: without --allow-tool (and a writable CARGO_HOME of its own), nothing is
+    // fetched.
+    let cargo_home = format!("CARGO_HOME={}/.cargo-home", ws.display());
+    let out = with(&["--env", &cargo_home]).sh("cargo fetch --quiet && echo FETCHED");
     assert_ne!(stdout(&out), "FETCHED\n", "{}", stderr(&out));
+    assert_refused_and_logged(&dir, "index.test", &out);
+}
+
+/// With `--allow-tool cargo`, CMD's `CARGO_HOME` is netbox's, writable, and holds the
+/// user's own settings afresh at each run: what an earlier run wrote there as settings
+/// (a `rustc-wrapper`, credentials with a provider, a link) is gone by the next.
+#[test]
+fn cargos_home_of_netboxs_gets_the_users_settings_afresh_each_run() {
+    let dir = TestDir::new("tool-cargo-home");
+    let user = TestDir::outside_tmp("tool-cargo-user-home");
+    user.write("config.toml", "[net]\nretry = 0\n");
+    let with = || {
+        Run::new(&dir)
+            .args_from(&["--quiet", "--allow-tool", "cargo"])
+            .env("CARGO_HOME", user.path.display().to_string())
+            .env(
+                "XDG_CACHE_HOME",
+                dir.join("cache-home").display().to_string(),
+            )
+    };
+    let plant = "cat \"$CARGO_HOME/config.toml\"; \
+                 printf '[build]\\nrustc-wrapper = \"/tmp/evil\"\\n' > \"$CARGO_HOME/config.toml\"; \
+                 echo '[registry]' > \"$CARGO_HOME/credentials.toml\"; \
+                 ln -s /etc/passwd \"$CARGO_HOME/config\"; echo \"$CARGO_HOME\"";
+    let out = with().sh(plant);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("[net]\nretry = 0\n"), "{text}");
+    let home = text.lines().last().unwrap().to_owned();
+    assert!(
+        home.starts_with(&dir.join("cache-home/netbox/cargo").display().to_string()),
+        "{home}"
+    );
+    // Positive control: the planting took (it would be read by a later run).
+    assert!(std::path::Path::new(&home)
+        .join("credentials.toml")
+        .exists());
+    let out = with().sh("cat \"$CARGO_HOME/config.toml\"; ls -A \"$CARGO_HOME\"");
+    assert_eq!(
+        stdout(&out),
+        "[net]\nretry = 0\nconfig.toml\n",
+        "{}",
+        stderr(&out)
+    );
+    // The user's own settings were never touched.
+    assert_eq!(
+        std::fs::read_to_string(user.join("config.toml")).unwrap(),
+        "[net]\nretry = 0\n"
+    );
 }
 
 /// A wheel `demopkg-1.0` (pure Python), built by hand: a zip with its module, METADATA,
@@ -423,8 +504,11 @@ fn pip_installs_from_the_index_its_configuration_names_and_its_files_host() {
     let dir = TestDir::new("tool-pip");
     let root = dir.join("index");
     std::fs::create_dir_all(root.join("simple/demopkg")).unwrap();
-    let server =
-        HttpServer::start_tls_files(&dir.path, &["pypi-mirror.test", "files.test"], root.clone());
+    let server = HttpServer::start_tls_files(
+        &dir.path,
+        &["pypi.mirror.test", "files.mirror.test"],
+        root.clone(),
+    );
     let port = server.port();
     let wheel = build_wheel(&root);
     let sha = crate::support::file_sha256(&wheel);
@@ -435,16 +519,24 @@ fn pip_installs_from_the_index_its_configuration_names_and_its_files_host() {
         "<html><body><a href=\"/simple/demopkg/\">demopkg</a></body></html>\n",
     )
     .unwrap();
+    // A page may link anything: hosts on other ports (an index's files are on 443, 80 or
+    // its own port) are not taken, and two file hosts at most.
+    let odd: String = (0..50)
+        .map(|i| format!("<a href=\"https://odd{i}.test:{}/x.whl\">x</a>", 22 + i))
+        .collect();
+    let more: String = (0..5)
+        .map(|i| format!("<a href=\"https://cdn{i}.test/x.whl\">x</a>"))
+        .collect();
     std::fs::write(
         root.join("simple/demopkg/index.json"),
         format!(
-            "<html><body><a href=\"https://files.test:{port}/demopkg-1.0-py3-none-any.whl#sha256={sha}\">demopkg-1.0-py3-none-any.whl</a></body></html>\n"
+            "<html><body><a href=\"https://files.mirror.test:{port}/demopkg-1.0-py3-none-any.whl#sha256={sha}\">demopkg-1.0-py3-none-any.whl</a>{odd}{more}</body></html>\n"
         ),
     )
     .unwrap();
     let pins = dir.write(
         "pins.toml",
-        "[hosts]\n\"pypi-mirror.test\" = \"127.0.0.1\"\n\"files.test\" = \"127.0.0.1\"\n",
+        "[hosts]\n\"pypi.mirror.test\" = \"127.0.0.1\"\n\"files.mirror.test\" = \"127.0.0.1\"\n",
     );
     let run = Run::new(&dir);
     // The CA outside every writable root (one in the workspace could have been planted to
@@ -452,7 +544,7 @@ fn pip_installs_from_the_index_its_configuration_names_and_its_files_host() {
     let ca_dir = TestDir::outside_tmp("tool-pip-ca");
     let ca = ca_dir.join("test-ca.pem");
     std::fs::copy(server.ca.as_ref().unwrap(), &ca).unwrap();
-    let index = format!("https://pypi-mirror.test:{port}/simple/");
+    let index = format!("https://pypi.mirror.test:{port}/simple/");
     let with = |extra: &[&str]| {
         let mut args = vec!["--allowlist", pins.to_str().unwrap()];
         args.extend_from_slice(extra);
@@ -470,15 +562,17 @@ fn pip_installs_from_the_index_its_configuration_names_and_its_files_host() {
     // TLS is not what is tested here (pip 23 did not take the test CA through a proxy):
     // the index is a trusted host. pip's own status is not used: pyenv's shim fails the
     // install when it cannot rehash its read-only shims, after installing.
-    let install = "pip install --quiet --trusted-host pypi-mirror.test --trusted-host files.test \
+    let install =
+        "pip install --quiet --trusted-host pypi.mirror.test --trusted-host files.mirror.test \
                    --no-deps --target deps demopkg; \
                    PYTHONPATH=deps python3 -c 'import demopkg; print(demopkg.GREETING)'";
     let out = with(&["--allow-tool", "pip", "--private-ok"]).sh(install);
     assert_eq!(stdout(&out), "demopkg says hi\n", "{}", stderr(&out));
-    // The start-up line says where the files host came from.
+    // The start-up line says where the files host came from: the index, its files host
+    // and one more (cdn0), none of the odd ports.
     assert!(
         stderr(&out).contains(&format!(
-            "files on https://pypi-mirror.test:{port}/simple/demopkg/"
+            "pip: 3 hosts (index-url in the environment (PIP_INDEX_URL); files on https://pypi.mirror.test:{port}/simple/demopkg/)"
         )),
         "{}",
         stderr(&out)
@@ -494,7 +588,7 @@ fn pip_installs_from_the_index_its_configuration_names_and_its_files_host() {
         .sh(install);
     assert_ne!(stdout(&out), "demopkg says hi\n", "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("blocked CONNECT files.test"),
+        stderr(&out).contains("blocked CONNECT files.mirror.test"),
         "{}",
         stderr(&out)
     );
@@ -502,6 +596,7 @@ fn pip_installs_from_the_index_its_configuration_names_and_its_files_host() {
     let _ = std::fs::remove_dir_all(run.workspace.join("deps"));
     let out = with(&["--quiet"]).sh(install);
     assert_ne!(stdout(&out), "demopkg says hi\n", "{}", stderr(&out));
+    assert_refused_and_logged(&dir, "pypi.mirror.test", &out);
 }
 
 /// A tool's configuration is text an earlier command may have written: what it names
@@ -618,6 +713,7 @@ fn git_clones_the_remote_the_workspace_names() {
     std::fs::remove_dir_all(run.workspace.join("cloned")).unwrap();
     let out = with(&[]).sh(&clone);
     assert_ne!(stdout(&out), "from the forge\n", "{}", stderr(&out));
+    assert_refused_and_logged(&dir, "forge.test", &out);
 }
 
 /// `--private-ok` trusts only the user's own settings: not npm's environment when netbox
@@ -822,6 +918,7 @@ fn apt_downloads_from_the_repository_its_configuration_names() {
         "{}",
         stderr(&out)
     );
+    assert_refused_and_logged(&dir, "apt-mirror.test", &out);
 }
 
 /// `go run` of a module that needs another from a local module proxy that go's own
@@ -907,4 +1004,68 @@ fn go_fetches_modules_from_the_proxy_its_settings_name() {
         "{}",
         stderr(&out)
     );
+    assert_refused_and_logged(&dir, "goproxy.test", &out);
+}
+
+/// gem's sources are asked of RubyGems without its plugins: a plugin planted in the
+/// user's gem directory (where a run given `--write` for it could put one) never runs on
+/// the host. A `GEMRC` path list with a part in the workspace is not asked at all.
+#[test]
+fn asking_gem_runs_no_plugin_and_no_settings_of_the_workspace() {
+    let dir = TestDir::new("tool-gem");
+    let (ws, home) = (dir.join("ws"), dir.join("home"));
+    std::fs::create_dir_all(&ws).unwrap();
+    let version = Command::new("ruby")
+        .args(["-e", "print RbConfig::CONFIG['ruby_version']"])
+        .output()
+        .expect("ruby is installed (.ci/run installs it)");
+    let version = stdout(&version);
+    let marker = dir.join("plugin-ran");
+    for gems in [".local/share/gem", ".gem"] {
+        let plugins = home.join(gems).join("ruby").join(&version).join("plugins");
+        std::fs::create_dir_all(&plugins).unwrap();
+        std::fs::write(
+            plugins.join("x_plugin.rb"),
+            format!("File.write({:?}, 'ran')\n", marker.display().to_string()),
+        )
+        .unwrap();
+    }
+    let gemrc = dir.write("gemrc", "---\n:sources:\n- https://gems.corp.test/\n");
+    let tools = |gemrc: &str| {
+        Command::new(netbox_bin())
+            .args(["tools", "gem"])
+            .current_dir(&ws)
+            .env("HOME", &home)
+            .env("GEMRC", gemrc)
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap()
+    };
+    let out = tools(&gemrc.display().to_string());
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Positive control: RubyGems ran and read the user's settings.
+    assert!(
+        stdout(&out).contains("\"gems.corp.test:443\", # gem sources"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!marker.exists(), "a gem plugin ran on the host");
+    // Control: `gem` itself would have run it.
+    let ran = Command::new("gem")
+        .args(["sources", "--list"])
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    assert!(ran.status.success() && marker.exists());
+    // A GEMRC list with a part in the workspace.
+    std::fs::write(
+        ws.join(".gemrc"),
+        "---\n:sources:\n- https://planted.test/\n",
+    )
+    .unwrap();
+    let list = format!("{}:{}", gemrc.display(), ws.join(".gemrc").display());
+    let out = tools(&list);
+    let text = stdout(&out);
+    assert!(text.contains("not asked: GEMRC="), "{text}");
+    assert!(!text.contains("planted.test"), "{text}");
 }

@@ -7,7 +7,7 @@
 pub fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control() || is_direction_override(c) {
+        if c.is_control() || is_invisible_format(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -16,9 +16,23 @@ pub fn printable(text: &str) -> String {
     out
 }
 
-/// U+202A..U+202E and U+2066..U+2069: embeddings, overrides and isolates.
-fn is_direction_override(c: char) -> bool {
-    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+/// Invisible format characters that change how a line reads: direction marks,
+/// embeddings, overrides and isolates (U+061C, U+200E/F, U+202A..E, U+2066..9), line and
+/// paragraph separators (U+2028/9), zero-width and other format characters (U+00AD,
+/// U+180E, U+200B..D, U+2060..4, U+206A..F, U+FEFF, U+FFF9..B).
+fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00ad}'
+            | '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
 }
 
 #[cfg(test)]
@@ -30,5 +44,6 @@ mod tests {
         assert_eq!(printable("/tmp/ok-é"), "/tmp/ok-é");
         assert_eq!(printable("a\nb\r\u{1b}[2J"), "a\\nb\\r\\u{1b}[2J");
         assert_eq!(printable("x\u{202e}y"), "x\\u{202e}y");
+        assert_eq!(printable("x\u{2028}z\u{200f}"), "x\\u{2028}z\\u{200f}");
     }
 }

@@ -129,6 +129,8 @@ pub const CODE_PATHS: &[(&str, Placeholder)] = &[
     (".local/share/uv", DIR),
     (".local/share/pnpm", DIR),
     (".gem", DIR),
+    (".local/share/gem", DIR),
+    (".config/gem", DIR),
     (".krew", DIR),
     (".ansible", DIR),
     (".azure", DIR),

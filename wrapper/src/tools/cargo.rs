@@ -30,6 +30,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     // The CA cargo trusts (`http.cainfo`, `CARGO_HTTP_CAINFO`), for reading an index's
     // config.json the way cargo would.
     let mut cainfo: Option<String> = std::env::var("CARGO_HTTP_CAINFO").ok();
+    let mut cainfo_in_workspace = false;
     for file in files.iter().filter(|f| f.is_file()) {
         let Some(config) = super::read_small(file).and_then(|t| t.parse::<toml::Table>().ok())
         else {
@@ -43,6 +44,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         default_replaced |= found.default_replaced;
         let from_workspace = query::is_untrusted(file, ctx.untrusted);
         if cainfo.is_none() {
+            cainfo_in_workspace = from_workspace;
             cainfo = config
                 .get("http")
                 .and_then(|h| h.get("cainfo"))
@@ -84,6 +86,12 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
             }
         }
     }
+    // A CA that a workspace file names, or that lies in a writable root, could have been
+    // planted to forge an index's config.json: what it names is then the workspace's.
+    let cainfo_planted = cainfo_in_workspace
+        || cainfo
+            .as_deref()
+            .is_some_and(|c| query::is_untrusted(Path::new(c), ctx.untrusted));
     // Where each sparse index serves downloads from.
     let sparse: Vec<&(String, bool)> = indexes
         .iter()
@@ -115,14 +123,18 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
                 &format!("{base}/config.json"),
                 cainfo.as_deref(),
                 ctx,
-                ctx.private_ok && !*from_workspace,
+                ctx.private_ok && !*from_workspace && !cainfo_planted,
             )
             .map(|doc| (doc, format!("{base}/config.json"))),
         };
         match document {
             Some((doc, source)) => {
                 for url in download_hosts(&doc) {
-                    out.add_from(&url, format!("dl/api in {source}"), *from_workspace);
+                    out.add_from(
+                        &url,
+                        format!("dl/api in {source}"),
+                        *from_workspace || cainfo_planted,
+                    );
                 }
             }
             None => out.note(format!(
@@ -135,6 +147,44 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         out.note("crates-io is replaced by another source in cargo's configuration");
     }
     out
+}
+
+/// Makes `home` (a `CARGO_HOME` of netbox's, which earlier runs could write) hold the
+/// user's own settings and nothing else that cargo reads as settings: `config.toml` and
+/// `config` are copied afresh from the user's `CARGO_HOME` (or removed, if the user has
+/// none), and credentials are removed (a planted `credential-provider` would run). Each
+/// is replaced by rename, so a link an earlier run left there is replaced, not followed.
+pub(super) fn seed_home(home: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let user = cargo_home().filter(|u| u != home);
+    for name in ["config.toml", "config", "credentials.toml", "credentials"] {
+        let at = home.join(name);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+            std::fs::remove_dir_all(&at)?;
+        }
+        let theirs = user
+            .as_deref()
+            .filter(|_| name.starts_with("config"))
+            .and_then(|u| super::read_small(&u.join(name)));
+        let Some(text) = theirs else {
+            match std::fs::remove_file(&at) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => continue,
+            }
+        };
+        let staged = home.join(format!(".{name}.netbox-{}", std::process::id()));
+        let _ = std::fs::remove_file(&staged);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&staged)?;
+        file.write_all(text.as_bytes())?;
+        std::fs::rename(&staged, &at)?;
+    }
+    Ok(())
 }
 
 fn cargo_home() -> Option<PathBuf> {

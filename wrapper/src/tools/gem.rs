@@ -1,5 +1,7 @@
-//! gem (and bundler): `gem sources --list` gives the sources gem's files and its own
-//! defaults set; the project's `Gemfile` names its `source`s (the workspace's, so
+//! gem (and bundler): gem's sources as its settings files and its own defaults set them,
+//! asked of RubyGems with ruby itself (not the `gem` command, which loads the plugins of
+//! the gems in its paths: code a sandboxed run could have put in the user's gem
+//! directory); the project's `Gemfile` names its `source`s (the workspace's, so
 //! marked); bundler's mirrors come from `BUNDLE_MIRROR__*` in the environment and in the
 //! user's and the project's `.bundle/config`.
 
@@ -7,15 +9,19 @@ use std::path::PathBuf;
 
 use super::{query, Context, ToolRules};
 
+/// RubyGems loaded without its plugins; its configuration (`/etc/gemrc`, `~/.gemrc`,
+/// `GEMRC`) read, which sets its sources.
+const SOURCES: &str = "require 'rubygems'; Gem.configuration; puts Gem.sources";
+
 pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
-    match query::output("gem", &["sources", "--list"], ctx.untrusted) {
+    match query::output("ruby", &["--disable-gems", "-e", SOURCES], ctx.untrusted) {
         Some(listed) => {
             for url in listed.lines().filter(|l| l.contains("://")) {
                 out.add(url, "gem sources (gem's settings and defaults)");
             }
         }
-        None => out.note("gem did not answer `gem sources --list` (is it installed?)"),
+        None => out.note("ruby did not say gem's sources (is it installed?)"),
     }
     let gemfile = ctx.cwd.join("Gemfile");
     if let Some(text) = super::read_small(&gemfile) {

@@ -65,7 +65,13 @@ impl ToolRules {
     /// [`ToolRules::add`] for what a file in a writable root named.
     fn add_from(&mut self, url_or_host: &str, source: impl Into<String>, from_workspace: bool) {
         if let Some(rule) = rule_of(url_or_host) {
-            if self.rules.len() >= MAX_RULES_PER_TOOL {
+            // Counted apart, so the workspace's files cannot crowd out the user's own.
+            let alike = self
+                .rules
+                .iter()
+                .filter(|r| r.from_workspace == from_workspace)
+                .count();
+            if alike >= MAX_RULES_PER_TOOL {
                 if !self.notes.iter().any(|n| n.starts_with("more than")) {
                     self.note(format!(
                         "more than {MAX_RULES_PER_TOOL} registries: the rest are left out"
@@ -76,7 +82,7 @@ impl ToolRules {
             if !self.rules.iter().any(|r| r.rule == rule) {
                 self.rules.push(ToolRule {
                     rule,
-                    source: crate::printable::printable(&source.into()),
+                    source: crate::printable::printable(&without_credentials(&source.into())),
                     from_workspace,
                 });
             }
@@ -89,8 +95,50 @@ impl ToolRules {
     }
 
     fn note(&mut self, note: impl Into<String>) {
-        self.notes.push(note.into());
+        let note = without_credentials(&note.into());
+        if self.notes.len() < MAX_NOTES_PER_TOOL {
+            let mut note = note;
+            if note.chars().count() > MAX_NOTE_CHARS {
+                note = note.chars().take(MAX_NOTE_CHARS).collect::<String>() + "…";
+            }
+            self.notes.push(note);
+        } else if self.notes.len() == MAX_NOTES_PER_TOOL {
+            self.notes.push("and more notes, left out".to_owned());
+        }
     }
+}
+
+/// Notes one tool may add, and their length: text a workspace file chose must not flood
+/// the start-up line.
+const MAX_NOTES_PER_TOOL: usize = 6;
+const MAX_NOTE_CHARS: usize = 300;
+
+/// `text` with the credentials of every URL in it left out (`https://user:token@host/`
+/// → `https://host/`, a query string → `?…`): sources and notes are shown and logged.
+pub fn without_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        out.push_str(&rest[..at + 3]);
+        rest = &rest[at + 3..];
+        let end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '>' | ')' | ';'))
+            .unwrap_or(rest.len());
+        let url = &rest[..end];
+        let authority_end = url.find(['/', '?', '#']).unwrap_or(url.len());
+        let host_from = url[..authority_end].rfind('@').map_or(0, |i| i + 1);
+        let kept = &url[host_from..];
+        match kept.split_once('?') {
+            Some((before, _)) => {
+                out.push_str(before);
+                out.push_str("?…");
+            }
+            None => out.push_str(kept),
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// One line for the start-up line: `pip: 2 hosts (pip's default index …)`, and what
@@ -167,8 +215,9 @@ pub struct Cache {
 
 /// The caches of `tools` (canonical names): `$XDG_CACHE_HOME/netbox/TOOL` (or
 /// `~/.cache/netbox/TOOL`), made 0700 if missing; or, with `--cache none`, a directory in
-/// the run's private /tmp. Tools with no cache setting of their own (git, apt; cargo,
-/// whose cache is inside `CARGO_HOME` with its configuration) get none.
+/// the run's private /tmp. Tools with no cache setting of their own (git, apt) get none;
+/// cargo, whose cache is inside `CARGO_HOME` with its settings, gets a `CARGO_HOME` of
+/// netbox's (not with `--cache none`).
 pub fn caches(
     tools: &[String],
     mode: crate::cli::ToolCache,
@@ -197,6 +246,10 @@ pub fn caches(
             ],
             // maven's local repository, given as a system property after the user's own.
             "maven" => &[("MAVEN_OPTS", "repository")],
+            // cargo keeps its cache in CARGO_HOME beside its settings: a CARGO_HOME of
+            // netbox's own, with the user's settings copied in at each run. Not with
+            // `--cache none`: the private /tmp cannot be given them before CMD starts.
+            "cargo" if mode == crate::cli::ToolCache::Netbox => &[("CARGO_HOME", "")],
             _ => continue,
         };
         let dir = match mode {
@@ -224,7 +277,15 @@ pub fn caches(
                 })?;
         }
         let dir = if persistent {
-            Some(std::fs::canonicalize(&dir).unwrap_or(dir))
+            let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+            if tool == "cargo" {
+                cargo::seed_home(&dir).map_err(|source| crate::error::WrapperError::Path {
+                    path: dir.clone(),
+                    what: "cargo's home in netbox's cache (its settings are copied there)",
+                    source,
+                })?;
+            }
+            Some(dir)
         } else {
             None
         };
@@ -326,10 +387,14 @@ fn redirected_into_root(tool: &str, untrusted: &[std::path::PathBuf]) -> Option<
     let watched = settings_elsewhere(tool);
     std::env::vars_os().find_map(|(key, value)| {
         let key = key.to_string_lossy();
-        let listed = watched.iter().any(|w| w.eq_ignore_ascii_case(&key));
-        let path = std::path::PathBuf::from(&value);
-        (listed && path.is_absolute() && query::is_untrusted(&path, untrusted))
-            .then(|| format!("{key}={}", path.display()))
+        if !watched.iter().any(|w| w.eq_ignore_ascii_case(&key)) {
+            return None;
+        }
+        // Each part of a path list (`GEMRC=a:b`, `GEM_PATH`); a relative one is read
+        // from where the tool starts, which is no writable root.
+        std::env::split_paths(&value)
+            .find(|path| path.is_absolute() && query::is_untrusted(path, untrusted))
+            .map(|path| format!("{key}={}", path.display()))
     })
 }
 
@@ -459,6 +524,40 @@ pub fn rule_of(url_or_host: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_are_left_out_of_what_is_shown() {
+        let cases = [
+            (
+                "files on https://alice:S3cret@idx.test:8443/simple/pip/",
+                "files on https://idx.test:8443/simple/pip/",
+            ),
+            (
+                "https://tok@a.test/x?token=abc could not be read",
+                "https://a.test/x?… could not be read",
+            ),
+            ("http://a.test/p@q", "http://a.test/p@q"),
+            ("no url here", "no url here"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(without_credentials(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_workspaces_rules_cannot_crowd_out_the_users() {
+        let mut found = ToolRules::default();
+        for i in 0..100 {
+            found.add_from(&format!("https://w{i}.test/"), "Gemfile", true);
+        }
+        found.add("https://mirror.corp.test/", "the user's settings");
+        assert!(found.rules.iter().any(|r| r.rule == "mirror.corp.test:443"));
+        assert_eq!(found.rules.len(), MAX_RULES_PER_TOOL + 1);
+        for i in 0..100 {
+            found.note(format!("note {i}"));
+        }
+        assert_eq!(found.notes.len(), MAX_NOTES_PER_TOOL + 1);
+    }
 
     #[test]
     fn urls_become_host_port_rules() {

@@ -68,30 +68,54 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
 /// Indexes whose pages are read at most.
 const MAX_INDEXES_READ: usize = 4;
 
+/// Hosts one index's page may add: an index serves its files from one or two places.
+const MAX_FILE_HOSTS: usize = 2;
+
+/// Links read of one page at most.
+const MAX_LINKS: usize = 10_000;
+
 /// Adds the hosts the configured indexes serve their files from, as the indexes' own
-/// pages say (a simple index links each file, often on another host). A CA file in a
-/// writable root could have been planted to forge those pages: what they name is then
-/// the workspace's.
+/// pages say (a simple index links each file, often on another host). What a page names
+/// is text the index chose: it may reach a private address with `--private-ok` only if
+/// it lies in the index's own domain and pip's `cert` is outside every writable root (a
+/// planted CA could forge the page).
 fn add_file_hosts(out: &mut ToolRules, indexes: &[String], cert: Option<&str>, ctx: &Context<'_>) {
     let cert_planted =
         cert.is_some_and(|c| query::is_untrusted(std::path::Path::new(c), ctx.untrusted));
     for index in indexes.iter().take(MAX_INDEXES_READ) {
+        let shown = super::without_credentials(index);
         match file_hosts(index, cert, ctx, !cert_planted) {
             Some((page, hosts)) => {
+                let page = super::without_credentials(&page);
                 for host in hosts {
-                    out.add_from(&host, format!("files on {page}"), cert_planted);
+                    let trusted = !cert_planted && same_domain(&host, index);
+                    out.add_from(&host, format!("files on {page}"), !trusted);
                 }
             }
             None => out.note(format!(
-                "{index} could not be read: if it serves files from another host, netbox learn finds it"
+                "{shown} could not be read: if it serves files from another host, netbox learn finds it"
             )),
         }
     }
 }
 
+/// Whether two URLs' hosts share their parent domain, of two labels at least
+/// (`files.mirror.corp` and `pypi.mirror.corp`; not `a.test` and `b.test`).
+fn same_domain(a: &str, b: &str) -> bool {
+    let parent = |url: &str| {
+        let rule = super::rule_of(url)?;
+        let (host, _) = rule.rsplit_once(':')?;
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let (_, parent) = host.split_once('.')?;
+        parent.contains('.').then(|| parent.to_owned())
+    };
+    parent(a).is_some_and(|p| Some(p) == parent(b))
+}
+
 /// Where `index` serves files from: the page of one project it holds (`pip`, which a
 /// mirror of the default index has, or else the first project it lists), and the hosts
-/// other than the index's own that the page links files on.
+/// other than the index's own that the page links files on: on port 443, 80 or the
+/// index's own, two at most.
 fn file_hosts(
     index: &str,
     cert: Option<&str>,
@@ -99,6 +123,7 @@ fn file_hosts(
     trusted_cert: bool,
 ) -> Option<(String, Vec<String>)> {
     let index_rule = super::rule_of(index)?;
+    let index_port = index_rule.rsplit_once(':')?.1.to_owned();
     let get =
         |url: &str| super::fetch::https_document(url, cert, ctx, ctx.private_ok && trusted_cert);
     let base = format!("{}/", index.trim_end_matches('/'));
@@ -117,13 +142,22 @@ fn file_hosts(
             (url, page)
         }
     };
+    let mut seen = std::collections::HashSet::new();
     let mut hosts: Vec<String> = Vec::new();
-    for link in links(&page) {
+    for link in links(&page).into_iter().take(MAX_LINKS) {
         let Some(url) = absolute(&link, &page_url) else {
             continue;
         };
-        if super::rule_of(&url).is_some_and(|r| r != index_rule) && !hosts.contains(&url) {
+        let Some(rule) = super::rule_of(&url) else {
+            continue;
+        };
+        let port = rule.rsplit_once(':').map_or("", |(_, p)| p);
+        let usual_port = port == "443" || port == "80" || port == index_port;
+        if rule != index_rule && usual_port && seen.insert(rule) {
             hosts.push(url);
+            if hosts.len() == MAX_FILE_HOSTS {
+                break;
+            }
         }
     }
     Some((page_url, hosts))
@@ -228,6 +262,15 @@ mod tests {
         assert_eq!(links(json), ["https://files.test/demo-1.0.whl"]);
         let listing = r#"{"meta":{"api-version":"1.0"},"projects":[{"name":"demo"}]}"#;
         assert_eq!(links(listing), ["demo/"]);
+    }
+
+    #[test]
+    fn a_files_host_is_the_indexs_own_only_in_its_domain() {
+        let index = "https://pypi.mirror.corp.test/simple/";
+        assert!(same_domain("https://files.mirror.corp.test/x.whl", index));
+        assert!(!same_domain("https://files.elsewhere.test/x.whl", index));
+        assert!(!same_domain("https://b.test/", "https://a.test/"));
+        assert!(!same_domain("https://127.0.0.1/", "https://127.0.0.2/"));
     }
 
     #[test]

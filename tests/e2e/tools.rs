@@ -423,7 +423,8 @@ fn cargo_fetches_from_a_replaced_source_and_its_download_host() {
 
 /// With `--allow-tool cargo`, CMD's `CARGO_HOME` is netbox's, writable, and holds the
 /// user's own settings afresh at each run: what an earlier run wrote there as settings
-/// (a `rustc-wrapper`, credentials with a provider, a link) is gone by the next.
+/// or programs (a `rustc-wrapper`, credentials with a provider, a link, a `cargo-NAME`
+/// in `bin/`) is gone by the next.
 #[test]
 fn cargos_home_of_netboxs_gets_the_users_settings_afresh_each_run() {
     let dir = TestDir::new("tool-cargo-home");
@@ -441,7 +442,9 @@ fn cargos_home_of_netboxs_gets_the_users_settings_afresh_each_run() {
     let plant = "cat \"$CARGO_HOME/config.toml\"; \
                  printf '[build]\\nrustc-wrapper = \"/tmp/evil\"\\n' > \"$CARGO_HOME/config.toml\"; \
                  echo '[registry]' > \"$CARGO_HOME/credentials.toml\"; \
-                 ln -s /etc/passwd \"$CARGO_HOME/config\"; echo \"$CARGO_HOME\"";
+                 ln -s /etc/passwd \"$CARGO_HOME/config\"; \
+                 mkdir \"$CARGO_HOME/bin\" && echo planted > \"$CARGO_HOME/bin/cargo-clippy\"; \
+                 echo \"$CARGO_HOME\"";
     let out = with().sh(plant);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
@@ -467,6 +470,54 @@ fn cargos_home_of_netboxs_gets_the_users_settings_afresh_each_run() {
         std::fs::read_to_string(user.join("config.toml")).unwrap(),
         "[net]\nretry = 0\n"
     );
+}
+
+/// netbox's cache directory must be its own: one inside a writable root is refused (CMD
+/// could swap it for a link, and netbox would write, and CMD be given, wherever that
+/// leads), and a link found where it goes is refused, never followed.
+#[test]
+fn a_tool_cache_netbox_cannot_own_is_refused() {
+    let dir = TestDir::new("tool-cache-own");
+    let run = Run::new(&dir);
+    let out = Run::new(&dir)
+        .args_from(&["--allow-tool", "cargo"])
+        .env(
+            "XDG_CACHE_HOME",
+            run.workspace.join(".cache").display().to_string(),
+        )
+        .sh("echo ran");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("would lie in the writable root"),
+        "{}",
+        stderr(&out)
+    );
+    let cache = dir.join("cache-home").display().to_string();
+    let with = || {
+        Run::new(&dir)
+            .args_from(&["--quiet", "--allow-tool", "cargo"])
+            .env("XDG_CACHE_HOME", cache.clone())
+    };
+    let out = with().sh("echo \"$CARGO_HOME\"");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let home = std::path::PathBuf::from(stdout(&out).trim());
+    // Swapped for a link, as a run given the cache's parent to write could.
+    let victim = dir.join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("credentials.toml"), "SECRET").unwrap();
+    std::fs::remove_dir_all(&home).unwrap();
+    std::os::unix::fs::symlink(&victim, &home).unwrap();
+    let out = with().sh("echo ran");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert_ne!(stdout(&out), "ran\n");
+    assert!(
+        victim.join("credentials.toml").exists(),
+        "followed the link"
+    );
+    // Positive control: with the link gone, the run goes ahead.
+    std::fs::remove_file(&home).unwrap();
+    let out = with().sh("echo ran");
+    assert_eq!(stdout(&out), "ran\n", "{}", stderr(&out));
 }
 
 /// A wheel `demopkg-1.0` (pure Python), built by hand: a zip with its module, METADATA,
@@ -1030,6 +1081,27 @@ fn asking_gem_runs_no_plugin_and_no_settings_of_the_workspace() {
         )
         .unwrap();
     }
+    // A newer psych (a default gem RubyGems loads to read its settings) in the user's gem
+    // directory: its gemspec and library both run code.
+    let psych_marker = dir.join("psych-ran");
+    let mark = format!(
+        "File.write({:?}, 'ran')\n",
+        psych_marker.display().to_string()
+    );
+    for gems in [".local/share/gem", ".gem"] {
+        let user_gems = home.join(gems).join("ruby").join(&version);
+        std::fs::create_dir_all(user_gems.join("specifications")).unwrap();
+        std::fs::create_dir_all(user_gems.join("gems/psych-99.0/lib")).unwrap();
+        std::fs::write(
+            user_gems.join("specifications/psych-99.0.gemspec"),
+            format!(
+                "{mark}Gem::Specification.new do |s|\n  s.name = 'psych'\n  s.version = '99.0'\n  \
+                 s.require_paths = ['lib']\n  s.files = ['lib/psych.rb']\nend\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(user_gems.join("gems/psych-99.0/lib/psych.rb"), &mark).unwrap();
+    }
     let gemrc = dir.write("gemrc", "---\n:sources:\n- https://gems.corp.test/\n");
     let tools = |gemrc: &str| {
         Command::new(netbox_bin())
@@ -1050,13 +1122,26 @@ fn asking_gem_runs_no_plugin_and_no_settings_of_the_workspace() {
         stdout(&out)
     );
     assert!(!marker.exists(), "a gem plugin ran on the host");
-    // Control: `gem` itself would have run it.
+    assert!(!psych_marker.exists(), "a planted psych ran on the host");
+    // Controls: `gem` itself would have run the plugin, and RubyGems with the user's gem
+    // paths the planted psych.
     let ran = Command::new("gem")
         .args(["sources", "--list"])
         .env("HOME", &home)
         .output()
         .unwrap();
     assert!(ran.status.success() && marker.exists());
+    let _ = std::fs::remove_file(&psych_marker);
+    let ran = Command::new("ruby")
+        .args([
+            "--disable-gems",
+            "-e",
+            "require 'rubygems'; Gem.configuration",
+        ])
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    assert!(psych_marker.exists(), "{}", stderr(&ran));
     // A GEMRC list with a part in the workspace.
     std::fs::write(
         ws.join(".gemrc"),

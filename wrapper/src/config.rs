@@ -153,7 +153,7 @@ impl SandboxConfig {
             crate::bridge_cmd::load_policy_with_tools(&policy_args, &cwd, &write_roots)?;
         // Each tool's cache: a directory of netbox's, writable in the sandbox (never the
         // tool's own cache, which runs outside the sandbox trust), or the private /tmp.
-        let caches = crate::tools::caches(&tools, args.cache, &workspace)?;
+        let caches = crate::tools::caches(&tools, args.cache, &workspace, &write_roots)?;
         if args.learn {
             policy.set_learning();
         }

@@ -19,7 +19,9 @@ pub fn printable(text: &str) -> String {
 /// Invisible format characters that change how a line reads: direction marks,
 /// embeddings, overrides and isolates (U+061C, U+200E/F, U+202A..E, U+2066..9), line and
 /// paragraph separators (U+2028/9), zero-width and other format characters (U+00AD,
-/// U+180E, U+200B..D, U+2060..4, U+206A..F, U+FEFF, U+FFF9..B).
+/// U+180E, U+200B..D, U+2060..4, U+206A..F, U+FEFF, U+FFF9..B), and what shows as
+/// nothing: fillers (U+034F, U+115F, U+1160, U+17B4/5, U+3164, U+FFA0), variation
+/// selectors (U+FE00..F, U+E0100..EF) and tags (U+E0000..7F).
 fn is_invisible_format(c: char) -> bool {
     matches!(
         c,
@@ -32,6 +34,16 @@ fn is_invisible_format(c: char) -> bool {
             | '\u{2066}'..='\u{206f}'
             | '\u{feff}'
             | '\u{fff9}'..='\u{fffb}'
+            | '\u{034f}'
+            | '\u{115f}'
+            | '\u{1160}'
+            | '\u{17b4}'
+            | '\u{17b5}'
+            | '\u{3164}'
+            | '\u{ffa0}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{e0000}'..='\u{e007f}'
+            | '\u{e0100}'..='\u{e01ef}'
     )
 }
 

@@ -150,13 +150,20 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
 }
 
 /// Makes `home` (a `CARGO_HOME` of netbox's, which earlier runs could write) hold the
-/// user's own settings and nothing else that cargo reads as settings: `config.toml` and
-/// `config` are copied afresh from the user's `CARGO_HOME` (or removed, if the user has
-/// none), and credentials are removed (a planted `credential-provider` would run). Each
-/// is replaced by rename, so a link an earlier run left there is replaced, not followed.
+/// user's own settings and nothing else that cargo reads as settings or runs by name:
+/// `config.toml` and `config` are copied afresh from the user's `CARGO_HOME` (or removed,
+/// if the user has none); credentials are removed (a planted `credential-provider` would
+/// run), and so are `bin/` (cargo runs `cargo-NAME` from there before `PATH`, and rustup
+/// puts it first on the toolchain's `PATH`) and what records installs into it. Each file
+/// is replaced by rename, so a link an earlier run left there is replaced, not followed;
+/// nothing is followed when removing. The downloaded crates stay: a cache one run could
+/// poison serves only later runs of the same workspace.
 pub(super) fn seed_home(home: &Path) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    for name in ["bin", "env", ".crates.toml", ".crates2.json"] {
+        remove_any(&home.join(name))?;
+    }
     let user = cargo_home().filter(|u| u != home);
     for name in ["config.toml", "config", "credentials.toml", "credentials"] {
         let at = home.join(name);
@@ -168,13 +175,11 @@ pub(super) fn seed_home(home: &Path) -> std::io::Result<()> {
             .filter(|_| name.starts_with("config"))
             .and_then(|u| super::read_small(&u.join(name)));
         let Some(text) = theirs else {
-            match std::fs::remove_file(&at) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                _ => continue,
-            }
+            remove_any(&at)?;
+            continue;
         };
         let staged = home.join(format!(".{name}.netbox-{}", std::process::id()));
-        let _ = std::fs::remove_file(&staged);
+        remove_any(&staged)?;
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -185,6 +190,20 @@ pub(super) fn seed_home(home: &Path) -> std::io::Result<()> {
         std::fs::rename(&staged, &at)?;
     }
     Ok(())
+}
+
+/// Removes `path` whatever it is (a file, a link, a directory tree), following no link;
+/// nothing there is no error.
+fn remove_any(path: &Path) -> std::io::Result<()> {
+    let removed = match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) => Err(e),
+    };
+    match removed {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 fn cargo_home() -> Option<PathBuf> {

@@ -15,7 +15,20 @@ const SOURCES: &str = "require 'rubygems'; Gem.configuration; puts Gem.sources";
 
 pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
-    match query::output("ruby", &["--disable-gems", "-e", SOURCES], ctx.untrusted) {
+    // No gem paths at all: RubyGems would load the highest version of a default gem it
+    // needs (psych, to read the settings) from any of them, the user's own gem directory
+    // and a system one a run may have been given to write included. Ruby's own default
+    // gems are still found where ruby keeps them.
+    let no_gems = [
+        ("GEM_HOME", "/nonexistent/netbox"),
+        ("GEM_PATH", "/nonexistent/netbox"),
+    ];
+    match query::output_with(
+        "ruby",
+        &["--disable-gems", "-e", SOURCES],
+        &no_gems,
+        ctx.untrusted,
+    ) {
         Some(listed) => {
             for url in listed.lines().filter(|l| l.contains("://")) {
                 out.add(url, "gem sources (gem's settings and defaults)");

@@ -72,8 +72,9 @@ impl ToolRules {
                 .filter(|r| r.from_workspace == from_workspace)
                 .count();
             if alike >= MAX_RULES_PER_TOOL {
+                // Past the cap on notes: the workspace's notes must not hide it.
                 if !self.notes.iter().any(|n| n.starts_with("more than")) {
-                    self.note(format!(
+                    self.notes.push(format!(
                         "more than {MAX_RULES_PER_TOOL} registries: the rest are left out"
                     ));
                 }
@@ -114,30 +115,48 @@ const MAX_NOTES_PER_TOOL: usize = 6;
 const MAX_NOTE_CHARS: usize = 300;
 
 /// `text` with the credentials of every URL in it left out (`https://user:token@host/`
-/// → `https://host/`, a query string → `?…`): sources and notes are shown and logged.
+/// → `https://host/`; a query string or fragment → `?…`, `#…`; `;params` → `;…`):
+/// sources and notes are shown and logged.
 pub fn without_credentials(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("://") {
         out.push_str(&rest[..at + 3]);
         rest = &rest[at + 3..];
-        let end = rest
-            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '>' | ')' | ';'))
+        // The authority ends at the path, query or fragment only: a password may hold
+        // any other character.
+        let authority_end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '/' | '?' | '#'))
             .unwrap_or(rest.len());
-        let url = &rest[..end];
-        let authority_end = url.find(['/', '?', '#']).unwrap_or(url.len());
-        let host_from = url[..authority_end].rfind('@').map_or(0, |i| i + 1);
-        let kept = &url[host_from..];
-        match kept.split_once('?') {
-            Some((before, _)) => {
-                out.push_str(before);
-                out.push_str("?…");
+        let host_from = rest[..authority_end].rfind('@').map_or(0, |i| i + 1);
+        out.push_str(&rest[host_from..authority_end]);
+        rest = &rest[authority_end..];
+        // The path, up to where the URL ends; past `?`, `#` or `;` nothing is kept.
+        let end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '>' | ')'))
+            .unwrap_or(rest.len());
+        let path = &rest[..end];
+        match path.find(['?', '#', ';']) {
+            Some(cut) => {
+                out.push_str(&path[..cut]);
+                out.push(path.as_bytes()[cut] as char);
+                out.push('…');
             }
-            None => out.push_str(kept),
+            None => out.push_str(path),
         }
         rest = &rest[end..];
     }
     out.push_str(rest);
+    // npm's `//host/:_authToken=…` and the like: a token after a key that says so.
+    for key in ["_authToken=", "_auth=", "_password=", "token="] {
+        if let Some(at) = out.find(key) {
+            let from = at + key.len();
+            let end = out[from..]
+                .find(char::is_whitespace)
+                .map_or(out.len(), |e| from + e);
+            out.replace_range(from..end, "…");
+        }
+    }
     out
 }
 
@@ -222,6 +241,7 @@ pub fn caches(
     tools: &[String],
     mode: crate::cli::ToolCache,
     workspace: &Path,
+    write_roots: &[std::path::PathBuf],
 ) -> Result<Vec<Cache>, crate::error::WrapperError> {
     // One cache per workspace: a cache one run could poison (npm's packument index, pip's
     // wheels, go's build cache are not checked against who wrote them) serves only later
@@ -253,41 +273,18 @@ pub fn caches(
             _ => continue,
         };
         let dir = match mode {
-            crate::cli::ToolCache::None => std::path::PathBuf::from("/tmp/netbox-cache").join(tool),
-            crate::cli::ToolCache::Netbox => cache_home()
-                .ok_or_else(|| {
-                    crate::error::WrapperError::Usage(format!(
-                        "--allow-tool {tool}: no HOME or XDG_CACHE_HOME for its cache; pass --cache none"
-                    ))
-                })?
-                .join("netbox")
-                .join(tool)
-                .join(&per_workspace),
-        };
-        let persistent = mode == crate::cli::ToolCache::Netbox;
-        if persistent {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(|source| crate::error::WrapperError::Path {
-                    path: dir.clone(),
-                    what: "tool cache directory (--cache none keeps it in the run's private /tmp)",
-                    source,
-                })?;
-        }
-        let dir = if persistent {
-            let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
-            if tool == "cargo" {
-                cargo::seed_home(&dir).map_err(|source| crate::error::WrapperError::Path {
-                    path: dir.clone(),
-                    what: "cargo's home in netbox's cache (its settings are copied there)",
-                    source,
-                })?;
+            crate::cli::ToolCache::None => None,
+            crate::cli::ToolCache::Netbox => {
+                let dir = own_cache_dir(tool, &per_workspace, write_roots)?;
+                if tool == "cargo" {
+                    cargo::seed_home(&dir).map_err(|source| crate::error::WrapperError::Path {
+                        path: dir.clone(),
+                        what: "cargo's home in netbox's cache (its settings are copied there)",
+                        source,
+                    })?;
+                }
+                Some(dir)
             }
-            Some(dir)
-        } else {
-            None
         };
         let base = dir
             .clone()
@@ -314,6 +311,84 @@ pub fn caches(
         out.push(Cache { dir, env });
     }
     Ok(out)
+}
+
+/// `CACHE_HOME/netbox/TOOL/HASH`, made if missing, and netbox's own: the cache home lies
+/// in no writable root and holds none below `netbox/` (CMD could swap a directory there
+/// for a link, and netbox would write, and CMD be given, wherever it leads); `netbox`,
+/// `TOOL` and `HASH` are directories of this user's, not links, and `HASH` is 0700 again
+/// (an earlier run may have changed its mode to stop the next).
+fn own_cache_dir(
+    tool: &str,
+    per_workspace: &str,
+    write_roots: &[std::path::PathBuf],
+) -> Result<std::path::PathBuf, crate::error::WrapperError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let usage = |text: String| crate::error::WrapperError::Usage(text);
+    let home = cache_home().ok_or_else(|| {
+        usage(format!(
+            "--allow-tool {tool}: no HOME or XDG_CACHE_HOME for its cache; pass --cache none"
+        ))
+    })?;
+    let io_error = |path: &Path| {
+        let path = path.to_owned();
+        move |source| crate::error::WrapperError::Path {
+            path,
+            what: "tool cache directory (--cache none keeps it in the run's private /tmp)",
+            source,
+        }
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&home)
+        .map_err(io_error(&home))?;
+    let home = std::fs::canonicalize(&home).map_err(io_error(&home))?;
+    let netbox = home.join("netbox");
+    if let Some(root) = write_roots
+        .iter()
+        .find(|r| netbox.starts_with(r) || r.starts_with(&netbox))
+    {
+        return Err(usage(format!(
+            "--allow-tool {tool}: its cache {} would lie in the writable root {}, where CMD could \
+             swap it for a link; set XDG_CACHE_HOME outside it, or pass --cache none",
+            netbox.display(),
+            root.display()
+        )));
+    }
+    let mut dir = netbox;
+    ensure_own_dir(&dir).map_err(io_error(&dir))?;
+    for part in [tool, per_workspace] {
+        dir.push(part);
+        ensure_own_dir(&dir).map_err(io_error(&dir))?;
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(io_error(&dir))?;
+    let meta = std::fs::symlink_metadata(&dir).map_err(io_error(&dir))?;
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(usage(format!(
+            "--allow-tool {tool}: its cache {} is not yours; remove it",
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
+/// Makes `dir` (mode 0700) if missing, and checks it is a directory of this user's and
+/// not a link.
+fn ensure_own_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(std::io::Error::other(
+            "not a directory of this user's (a link, or another owner's): remove it",
+        ));
+    }
+    Ok(())
 }
 
 fn cache_home() -> Option<std::path::PathBuf> {
@@ -538,6 +613,16 @@ mod tests {
             ),
             ("http://a.test/p@q", "http://a.test/p@q"),
             ("no url here", "no url here"),
+            ("https://alice:s3c;r)e't@idx.test/x", "https://idx.test/x"),
+            (
+                "https://idx.test/simple/#token=SECRET",
+                "https://idx.test/simple/#…",
+            ),
+            ("https://a.test/x;jsessionid=abc y", "https://a.test/x;… y"),
+            (
+                "//npm.test/:_authToken=SECRET in .npmrc",
+                "//npm.test/:_authToken=… in .npmrc",
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(without_credentials(text), want, "{text}");

@@ -99,17 +99,17 @@ fn add_file_hosts(out: &mut ToolRules, indexes: &[String], cert: Option<&str>, c
     }
 }
 
-/// Whether two URLs' hosts share their parent domain, of two labels at least
-/// (`files.mirror.corp` and `pypi.mirror.corp`; not `a.test` and `b.test`).
+/// Whether two URLs' hosts share their registrable domain (`files.mirror.corp` and
+/// `pypi.mirror.corp`; not `a.co.uk` and `b.co.uk`, nor two names under a hosting
+/// service's suffix), by the Public Suffix List.
 fn same_domain(a: &str, b: &str) -> bool {
-    let parent = |url: &str| {
+    let domain = |url: &str| {
         let rule = super::rule_of(url)?;
         let (host, _) = rule.rsplit_once(':')?;
         let host = host.trim_end_matches('.').to_ascii_lowercase();
-        let (_, parent) = host.split_once('.')?;
-        parent.contains('.').then(|| parent.to_owned())
+        psl::domain_str(&host).map(str::to_owned)
     };
-    parent(a).is_some_and(|p| Some(p) == parent(b))
+    domain(a).is_some_and(|d| Some(d) == domain(b))
 }
 
 /// Where `index` serves files from: the page of one project it holds (`pip`, which a
@@ -271,6 +271,18 @@ mod tests {
         assert!(!same_domain("https://files.elsewhere.test/x.whl", index));
         assert!(!same_domain("https://b.test/", "https://a.test/"));
         assert!(!same_domain("https://127.0.0.1/", "https://127.0.0.2/"));
+        assert!(!same_domain(
+            "https://evil.co.uk/",
+            "https://mycorp.co.uk/simple/"
+        ));
+        assert!(same_domain(
+            "https://files.mycorp.co.uk/",
+            "https://mycorp.co.uk/simple/"
+        ));
+        assert!(same_domain(
+            "https://FILES.mirror.test./x",
+            index.replace("corp.", "").as_str()
+        ));
     }
 
     #[test]

@@ -56,6 +56,16 @@ const KEPT_PREFIXES: &[&str] = &[
 /// in time. `untrusted`: the writable roots, where the program (and anything on its
 /// `PATH`) must not come from.
 pub fn output(program: &str, args: &[&str], untrusted: &[PathBuf]) -> Option<String> {
+    output_with(program, args, &[], untrusted)
+}
+
+/// [`output`], with `env` set for the program after the caller's variables it keeps.
+pub fn output_with(
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    untrusted: &[PathBuf],
+) -> Option<String> {
     let program = trusted(program, untrusted)?;
     let mut command = Command::new(program);
     command
@@ -88,6 +98,7 @@ pub fn output(program: &str, args: &[&str], untrusted: &[PathBuf]) -> Option<Str
             command.env(&key, value);
         }
     }
+    command.envs(env.iter().copied());
     let mut child = command.spawn().ok()?;
     let mut stdout = child.stdout.take()?;
     let reader = std::thread::spawn(move || {

@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 mod client_io;
+pub mod conn;
 mod counted;
 mod dialer;
 mod error;

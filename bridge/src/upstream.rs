@@ -10,9 +10,9 @@ use std::net::SocketAddr;
 
 use tokio::net::TcpStream;
 
+use crate::conn::Conn;
 use crate::log::Attempt;
 use crate::policy::{Reason, Verdict};
-use crate::server::Conn;
 use crate::target::Target;
 
 /// Addresses tried per request at most: each can take the full connect timeout.

@@ -28,10 +28,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 
 use crate::client_io::{ClientIo, Stream};
+use crate::conn::Conn;
 use crate::counted::{Counted, Counters};
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
-use crate::server::Conn;
 use crate::target::Target;
 use crate::tunnel;
 use crate::upstream::{self, Refusal};

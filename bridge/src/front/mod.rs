@@ -5,9 +5,9 @@ pub mod http;
 pub mod socks5;
 
 use crate::client_io::ClientIo;
+use crate::conn::Conn;
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
-use crate::server::Conn;
 
 /// First byte of every SOCKS5 message (RFC 1928 §3).
 const SOCKS5_VERSION: u8 = 0x05;

@@ -11,9 +11,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::client_io::{ClientIo, Stream};
+use crate::conn::Conn;
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
-use crate::server::Conn;
 use crate::target::{normalise_host, Host, Target};
 use crate::tunnel;
 use crate::upstream::{self, Refusal};

@@ -1,0 +1,86 @@
+//! What a connection carries through the front ends and the upstream dialer: the
+//! bridge's tunables, the session it belongs to, what every connection shares, and the
+//! connection's own context. It sits below the accept loop (`server`) and the front ends
+//! that use it, so neither imports the other to reach it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+
+use crate::log::EventLog;
+use crate::policy::Policy;
+use crate::resolver::{DnsConfig, Resolver};
+
+/// Tunables, with defaults that suit a sandboxed build.
+#[derive(Debug, Clone)]
+pub struct BridgeConfig {
+    /// Per-address upstream connect deadline.
+    pub connect_timeout: Duration,
+    /// Deadline for a client to send a complete request head (slowloris guard).
+    pub header_timeout: Duration,
+    /// A tunnel with no bytes either way for this long is closed.
+    pub idle_timeout: Duration,
+    pub dns_timeout: Duration,
+    pub dns: DnsConfig,
+    /// Status for policy refusals (502 by design; some clients expect 403).
+    pub refusal_status: StatusCode,
+    /// Connections served at once; more wait in the accept queue.
+    pub max_connections: usize,
+    /// How long shutdown waits for open connections before stopping them.
+    pub drain_timeout: Duration,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> BridgeConfig {
+        BridgeConfig {
+            connect_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            dns_timeout: Duration::from_secs(5),
+            dns: DnsConfig::System,
+            refusal_status: StatusCode::BAD_GATEWAY,
+            max_connections: 1024,
+            drain_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One sandboxed run (or one standalone bridge): an id and the policy it is held to.
+#[derive(Debug)]
+pub struct Session {
+    pub id: Arc<str>,
+    pub policy: Arc<Policy>,
+}
+
+/// What every connection shares.
+pub struct Shared {
+    pub config: BridgeConfig,
+    pub log: Arc<EventLog>,
+    pub resolver: Resolver,
+    /// Fires when open connections must stop (after the drain deadline).
+    pub stop: watch::Receiver<bool>,
+}
+
+/// One accepted connection's context. It holds the connection's slot under
+/// `max_connections`; tasks that outlive the handler (a CONNECT tunnel after hyper hands it
+/// over, a forwarded request's upstream) clone `slot`, so the slot is freed only when the
+/// last of them ends and shutdown drains them all.
+pub struct Conn {
+    pub session: Arc<Session>,
+    pub shared: Arc<Shared>,
+    pub slot: Arc<OwnedSemaphorePermit>,
+}
+
+impl Conn {
+    /// Resolves when the bridge tells open connections to stop.
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut stop = self.shared.stop.clone();
+        async move {
+            // An error means the sender is gone, which also means stop.
+            let _ = stop.wait_for(|&s| s).await;
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! `netbox bridge`: the egress proxy on its own, on listeners it binds itself.
+
+use std::sync::Arc;
+
+use bridge::listen::ListenAddr;
+use bridge::{BridgeConfig, EventLog, Session, SessionListener, Stderr};
+
+use crate::cli::BridgeArgs;
+use crate::error::WrapperError;
+use crate::plan::policy::{load_policy_with_tools, new_session_id};
+
+pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
+    // Parse and validate everything before a runtime or socket exists.
+    let addrs: Vec<ListenAddr> = args
+        .listen
+        .iter()
+        .map(|a| a.parse())
+        .collect::<Result<_, _>>()?;
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let untrusted = vec![cwd.clone()];
+    let (policy, tools, _) = load_policy_with_tools(&args.policy, &cwd, &untrusted)?;
+    for line in tools {
+        crate::output::say(&format!("netbox bridge: {line}"));
+    }
+    let stderr = if args.quiet {
+        Stderr::Quiet
+    } else {
+        Stderr::Summary
+    };
+    let log = EventLog::open(args.log.as_deref(), stderr).map_err(|source| {
+        bridge::BridgeError::OpenLog {
+            path: args.log.clone().unwrap_or_default(),
+            source,
+        }
+    })?;
+    let config = BridgeConfig {
+        connect_timeout: args.connect_timeout,
+        header_timeout: args.header_timeout,
+        idle_timeout: args.idle_timeout,
+        dns: if args.dns.is_empty() {
+            bridge::DnsConfig::System
+        } else {
+            bridge::DnsConfig::Servers(args.dns.clone())
+        },
+        refusal_status: http_status(args.refusal_status)?,
+        ..BridgeConfig::default()
+    };
+    let session = Arc::new(Session {
+        id: Arc::from(args.session.clone().unwrap_or_else(new_session_id)),
+        policy: Arc::new(policy),
+    });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(WrapperError::Runtime)?;
+    runtime.block_on(async move {
+        let mut listeners = Vec::new();
+        for addr in &addrs {
+            if let ListenAddr::Unix(path) = addr {
+                remove_stale_socket(path)?;
+            }
+            listeners.push(SessionListener {
+                session: Arc::clone(&session),
+                listener: addr.bind().await?,
+            });
+        }
+        // Announced only once every listener is bound, so a client that reads this line
+        // can connect to any of them.
+        for sl in &listeners {
+            crate::output::say(&format!(
+                "netbox bridge: listening on {} (session {}, {} allow rules)",
+                sl.listener.describe(),
+                session.id,
+                session.policy.allow_count()
+            ));
+        }
+        let log = Arc::new(log);
+        // A bridge that cannot log stops: what it lets through must be on record.
+        let stop = {
+            let log = Arc::clone(&log);
+            async move {
+                tokio::select! {
+                    () = shutdown_signal() => {}
+                    () = log.failed() => {}
+                }
+            }
+        };
+        bridge::serve(listeners, config, Arc::clone(&log), stop).await;
+        for addr in &addrs {
+            if let ListenAddr::Unix(path) = addr {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        match log.failure() {
+            Some(reason) => Err(WrapperError::EventLogWrite {
+                path: args.log.clone().unwrap_or_default(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    })
+}
+
+fn http_status(code: u16) -> Result<http::StatusCode, WrapperError> {
+    http::StatusCode::from_u16(code)
+        .map_err(|_| WrapperError::Usage(format!("--refusal-status {code} is not an HTTP status")))
+}
+
+/// A socket file left by an earlier bridge would make bind fail; only sockets are removed.
+fn remove_stale_socket(path: &std::path::Path) -> Result<(), WrapperError> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            std::fs::remove_file(path).map_err(|source| WrapperError::StaleSocket {
+                path: path.to_owned(),
+                source,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without signal handlers the default action (terminate) still applies.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,263 @@
+//! `netbox export --from DIR --to DIR [--max-bytes N] PATH…`: copies named files out of a
+//! directory a sandbox wrote, treating that directory as hostile.
+//!
+//! Every path is walked from a held directory fd, one component at a time, with
+//! O_NOFOLLOW: no symlink is ever followed, at any depth. A file is looked at before it is
+//! opened (fstatat without following: only a regular file is opened at all, so no fifo
+//! blocks and no device is touched), opened O_NOFOLLOW|O_NONBLOCK, and `fstat` on the open
+//! fd must then show the same regular file, with a link count of 1 (a hard link could make
+//! it some other file's content) and a size within the bound. Exactly that many bytes are
+//! read; a byte more, or a different `fstat` afterwards (size, times, inode), means the
+//! file changed under us and it is refused. The destination is created O_EXCL|O_NOFOLLOW,
+//! so nothing there is overwritten or followed either.
+
+use crate::printable::printable;
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
+
+use crate::cli::ExportArgs;
+use crate::error::WrapperError;
+
+/// What happened to one requested path.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Exported { bytes: u64 },
+    Refused(String),
+}
+
+/// Runs `netbox export`; exit status 0 if every path was exported, 1 if any was refused.
+pub fn run(args: &ExportArgs) -> Result<u8, WrapperError> {
+    let from = open_dir_at(nix::fcntl::AT_FDCWD, &args.from)
+        .map_err(|e| export_dir_error(&args.from, "--from directory", e))?;
+    let to = open_dir_at(nix::fcntl::AT_FDCWD, &args.to)
+        .map_err(|e| export_dir_error(&args.to, "--to directory", e))?;
+    let mut refused = 0;
+    for path in &args.paths {
+        match export_one(&from, &to, path, args.max_bytes) {
+            Outcome::Exported { bytes } => {
+                crate::output::say(&format!("exported {} ({bytes} bytes)", shown(path)));
+            }
+            Outcome::Refused(reason) => {
+                refused += 1;
+                crate::output::say(&format!("refused {}: {}", shown(path), printable(&reason)));
+            }
+        }
+    }
+    Ok(u8::from(refused > 0))
+}
+
+/// A path as printed: the sandbox chose its name, and an escape or carriage return in it
+/// could forge or erase lines on the terminal.
+fn shown(path: &Path) -> String {
+    printable(&path.to_string_lossy())
+}
+
+fn export_dir_error(path: &Path, what: &'static str, e: Errno) -> WrapperError {
+    WrapperError::Path {
+        path: path.to_owned(),
+        what,
+        source: std::io::Error::from(e),
+    }
+}
+
+fn open_dir_at<Fd: AsFd>(dir: Fd, name: &Path) -> Result<OwnedFd, Errno> {
+    openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// The plain components of a relative path; anything else (absolute, `..`) is refused.
+fn components(path: &Path) -> Result<Vec<&OsStr>, String> {
+    let mut parts = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => parts.push(part),
+            Component::CurDir => {}
+            _ => return Err("only plain relative paths inside --from are exported".into()),
+        }
+    }
+    if parts.is_empty() {
+        return Err("empty path".into());
+    }
+    Ok(parts)
+}
+
+/// Copies one file; never follows a link, never overwrites.
+pub fn export_one(from: &OwnedFd, to: &OwnedFd, path: &Path, max_bytes: u64) -> Outcome {
+    match copy(from, to, path, max_bytes) {
+        Ok(bytes) => Outcome::Exported { bytes },
+        Err(reason) => Outcome::Refused(reason),
+    }
+}
+
+fn copy(from: &OwnedFd, to: &OwnedFd, path: &Path, max_bytes: u64) -> Result<u64, String> {
+    let parts = components(path)?;
+    let (name, dirs) = parts.split_last().ok_or("empty path")?;
+    // Walk the source directories without following anything.
+    let mut src_dir = from.try_clone().map_err(|e| e.to_string())?;
+    for dir in dirs {
+        src_dir = open_dir_at(&src_dir, Path::new(dir)).map_err(|e| match e {
+            Errno::ELOOP | Errno::ENOTDIR => format!("{} is not a plain directory", dir.display()),
+            e => format!("cannot open {}: {}", dir.display(), e.desc()),
+        })?;
+    }
+    // Look before opening: only a regular file is opened at all.
+    let before = fstatat(&src_dir, *name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map_err(|e| format!("cannot look at it: {}", e.desc()))?;
+    check_plain_file(&before, max_bytes)?;
+    let file = openat(
+        &src_dir,
+        *name,
+        OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("cannot open it: {}", e.desc()))?;
+    let opened = fstat(&file).map_err(|e| format!("cannot stat it: {}", e.desc()))?;
+    check_plain_file(&opened, max_bytes)?;
+    if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino) {
+        return Err("it was replaced while being opened".into());
+    }
+    crate::testhooks::pause_export();
+    let content = read_exactly(&file, u64::try_from(opened.st_size).unwrap_or(u64::MAX))?;
+    let after = fstat(&file).map_err(|e| format!("cannot stat it: {}", e.desc()))?;
+    if !same_file_state(&opened, &after) {
+        return Err("it changed while being read".into());
+    }
+    write_destination(to, dirs, name, &content)?;
+    Ok(content.len() as u64)
+}
+
+fn check_plain_file(stat: &FileStat, max_bytes: u64) -> Result<(), String> {
+    let kind = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
+    let what = match kind {
+        SFlag::S_IFREG => None,
+        SFlag::S_IFLNK => Some("a symbolic link"),
+        SFlag::S_IFDIR => Some("a directory"),
+        SFlag::S_IFIFO => Some("a fifo"),
+        SFlag::S_IFSOCK => Some("a socket"),
+        SFlag::S_IFCHR | SFlag::S_IFBLK => Some("a device"),
+        _ => Some("not a regular file"),
+    };
+    if let Some(what) = what {
+        return Err(format!("it is {what}, not a regular file"));
+    }
+    if stat.st_nlink != 1 {
+        return Err(format!(
+            "it has {} hard links (only a file with one is exported)",
+            stat.st_nlink
+        ));
+    }
+    let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+    if size > max_bytes {
+        return Err(format!("it is {size} bytes, over --max-bytes {max_bytes}"));
+    }
+    Ok(())
+}
+
+fn same_file_state(a: &FileStat, b: &FileStat) -> bool {
+    (
+        a.st_dev,
+        a.st_ino,
+        a.st_size,
+        a.st_mtime,
+        a.st_mtime_nsec,
+        a.st_ctime,
+        a.st_ctime_nsec,
+    ) == (
+        b.st_dev,
+        b.st_ino,
+        b.st_size,
+        b.st_mtime,
+        b.st_mtime_nsec,
+        b.st_ctime,
+        b.st_ctime_nsec,
+    )
+}
+
+/// Reads exactly `size` bytes; a short file or one byte more means it changed.
+fn read_exactly(file: &OwnedFd, size: u64) -> Result<Vec<u8>, String> {
+    let size = usize::try_from(size).map_err(|_| "too large for this machine".to_string())?;
+    let mut content = vec![0u8; size];
+    let mut filled = 0;
+    while filled < size {
+        match nix::unistd::read(file, &mut content[filled..]) {
+            Ok(0) => return Err("it shrank while being read".into()),
+            Ok(n) => filled += n,
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(format!("cannot read it: {}", e.desc())),
+        }
+    }
+    let mut extra = [0u8; 1];
+    match nix::unistd::read(file, &mut extra) {
+        Ok(0) => Ok(content),
+        Ok(_) => Err("it grew while being read".into()),
+        Err(e) => Err(format!("cannot read it: {}", e.desc())),
+    }
+}
+
+/// Creates the destination under `to`, mirroring the source's directories; nothing there
+/// is followed or overwritten.
+fn write_destination(
+    to: &OwnedFd,
+    dirs: &[&OsStr],
+    name: &OsStr,
+    content: &[u8],
+) -> Result<(), String> {
+    let mut dst_dir = to.try_clone().map_err(|e| e.to_string())?;
+    let mut shown = PathBuf::new();
+    for dir in dirs {
+        shown.push(dir);
+        match mkdirat(&dst_dir, *dir, Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(format!("cannot create {}: {}", shown.display(), e.desc())),
+        }
+        dst_dir = open_dir_at(&dst_dir, Path::new(dir)).map_err(|e| {
+            format!(
+                "destination {} is not a plain directory: {}",
+                shown.display(),
+                e.desc()
+            )
+        })?;
+    }
+    let out = openat(
+        &dst_dir,
+        name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )
+    .map_err(|e| match e {
+        Errno::EEXIST => "the destination already exists".to_string(),
+        e => format!("cannot create the destination: {}", e.desc()),
+    })?;
+    let mut out = std::fs::File::from(out);
+    out.write_all(content)
+        .and_then(|()| out.sync_all())
+        .map_err(|e| format!("cannot write the destination: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_relative_paths() {
+        assert!(components(Path::new("a/b.txt")).is_ok());
+        assert!(components(Path::new("./a.txt")).is_ok());
+        for bad in ["/etc/passwd", "../x", "a/../../x", ""] {
+            assert!(components(Path::new(bad)).is_err(), "{bad}");
+        }
+    }
+}

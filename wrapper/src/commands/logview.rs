@@ -1,0 +1,405 @@
+//! `netbox log [FILE|--last] [--json]`: a session log, summarised for people (or as JSON):
+//! what ran, the probe's verdict, per host and port the allowed and refused attempts with
+//! bytes, per path the refused writes, and how it ended.
+//!
+//! A log may still be growing, or cut short by a crash: only whole lines are read (a last
+//! line with no newline yet is left out and said so), a line that is not JSON is counted
+//! and skipped, and a session with no `session_end` is reported as not finished.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::LogArgs;
+use crate::error::WrapperError;
+
+/// One host:port's attempts.
+#[derive(Debug, Default, Serialize)]
+struct Destination {
+    host: String,
+    port: u64,
+    allowed: u64,
+    denied: u64,
+    bytes_up: u64,
+    bytes_down: u64,
+    /// Why attempts were refused (the log's `reason`s, in words), each once.
+    refused_because: Vec<String>,
+}
+
+/// One path's refused writes.
+#[derive(Debug, Default, Serialize)]
+struct RefusedPath {
+    path: String,
+    attempts: u64,
+    reasons: Vec<String>,
+    syscalls: Vec<String>,
+    executables: Vec<String>,
+}
+
+/// One session's summary.
+#[derive(Debug, Default, Serialize)]
+struct Summary {
+    session: String,
+    /// The `session_start` record as logged, if there is one.
+    start: Option<Value>,
+    /// Each probe: its phase (if any), whether it passed, the first failed check.
+    probes: Vec<ProbeSummary>,
+    phases: Vec<String>,
+    network: Vec<Destination>,
+    refused_writes: Vec<RefusedPath>,
+    /// The `session_end` record; `None` while running or after a crash.
+    end: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct ProbeSummary {
+    phase: Option<String>,
+    passed: bool,
+    failed_check: Option<String>,
+    duration_us: Option<u64>,
+}
+
+/// What `--json` prints.
+#[derive(Serialize)]
+struct Report<'a> {
+    file: &'a Path,
+    sessions: Vec<Summary>,
+    /// The last line had no newline yet (still being written, or cut short).
+    incomplete_last_line: bool,
+    /// Lines that were not JSON records, skipped.
+    unreadable_lines: usize,
+}
+
+pub fn run(args: &LogArgs) -> Result<u8, WrapperError> {
+    let file = match (&args.file, args.last) {
+        (Some(file), false) => file.clone(),
+        (None, true) => newest_session_log()?,
+        _ => {
+            return Err(WrapperError::Usage(
+                "netbox log needs a log FILE or --last (the newest session log)".into(),
+            ))
+        }
+    };
+    let bytes = std::fs::read(&file).map_err(|source| WrapperError::Path {
+        path: file.clone(),
+        what: "event log",
+        source,
+    })?;
+    let report = summarise(&file, &bytes);
+    let text = if args.json {
+        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+    } else {
+        render(&report)
+    };
+    crate::output::print_stdout(&text)?;
+    Ok(0)
+}
+
+/// The most recently written log in the default sessions directory.
+fn newest_session_log() -> Result<PathBuf, WrapperError> {
+    let dir = crate::plan::config::sessions_dir()?;
+    let newest = std::fs::read_dir(&dir)
+        .map_err(|source| WrapperError::Path {
+            path: dir.clone(),
+            what: "sessions directory",
+            source,
+        })?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max();
+    newest
+        .map(|(_, path)| path)
+        .ok_or_else(|| WrapperError::Usage(format!("no session logs in {} yet", dir.display())))
+}
+
+/// The complete lines of a log that may still be written (or was cut short): a last
+/// line without its newline is left out.
+pub fn whole_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let whole = match bytes.iter().rposition(|&b| b == b'\n') {
+        Some(end) => &bytes[..=end],
+        None => &[][..],
+    };
+    whole.split(|&b| b == b'\n').filter(|l| !l.is_empty())
+}
+
+fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
+    let incomplete_last_line = !bytes.is_empty() && !bytes.ends_with(b"\n");
+    let mut unreadable_lines = 0;
+    let mut sessions: Vec<Summary> = Vec::new();
+    let mut destinations: Vec<BTreeMap<(String, u64), Destination>> = Vec::new();
+    let mut writes: Vec<BTreeMap<String, RefusedPath>> = Vec::new();
+    for line in whole_lines(bytes) {
+        let Ok(record) = serde_json::from_slice::<Value>(line) else {
+            unreadable_lines += 1;
+            continue;
+        };
+        let id = record["session"].as_str().unwrap_or("").to_owned();
+        let at = match sessions.iter().position(|s| s.session == id) {
+            Some(at) => at,
+            None => {
+                sessions.push(Summary {
+                    session: id,
+                    ..Summary::default()
+                });
+                destinations.push(BTreeMap::new());
+                writes.push(BTreeMap::new());
+                sessions.len() - 1
+            }
+        };
+        let summary = &mut sessions[at];
+        match record["type"].as_str().unwrap_or("") {
+            "session_start" => summary.start = Some(record),
+            "session_end" => summary.end = Some(record),
+            "probe" => summary.probes.push(probe_summary(&record)),
+            "phase" => summary
+                .phases
+                .push(record["phase"].as_str().unwrap_or("?").to_owned()),
+            "net" => add_attempt(&mut destinations[at], &record),
+            "write_denied" => add_write(&mut writes[at], &record),
+            _ => {}
+        }
+    }
+    for ((summary, dest), refused) in sessions.iter_mut().zip(destinations).zip(writes) {
+        summary.network = dest.into_values().collect();
+        summary.refused_writes = refused.into_values().collect();
+    }
+    Report {
+        file,
+        sessions,
+        incomplete_last_line,
+        unreadable_lines,
+    }
+}
+
+fn probe_summary(record: &Value) -> ProbeSummary {
+    let failed_check = record["checks"].as_array().and_then(|checks| {
+        checks
+            .iter()
+            .find(|c| c["passed"] == false)
+            .and_then(|c| c["name"].as_str())
+            .map(str::to_owned)
+    });
+    ProbeSummary {
+        phase: record["phase"].as_str().map(str::to_owned),
+        passed: record["passed"] == true,
+        failed_check,
+        duration_us: record["duration_us"].as_u64(),
+    }
+}
+
+fn add_attempt(destinations: &mut BTreeMap<(String, u64), Destination>, record: &Value) {
+    let host = record["host"].as_str().unwrap_or("(unparsed)").to_owned();
+    let port = record["port"].as_u64().unwrap_or(0);
+    if crate::commands::run::is_canary(&host, port) {
+        return;
+    }
+    let entry = destinations
+        .entry((host.clone(), port))
+        .or_insert_with(|| Destination {
+            host,
+            port,
+            ..Destination::default()
+        });
+    if record["decision"] == "allow" {
+        entry.allowed += 1;
+    } else {
+        entry.denied += 1;
+        if let Some(reason) = record["reason"].as_str() {
+            // In words, as the live notice said it (an unknown reason as it is).
+            let reason = serde_json::from_value::<bridge::policy::Reason>(record["reason"].clone())
+                .map_or_else(
+                    |_| reason.to_owned(),
+                    |r| bridge::log::describe(r).to_owned(),
+                );
+            if !entry.refused_because.contains(&reason) {
+                entry.refused_because.push(reason);
+            }
+        }
+    }
+    entry.bytes_up += record["bytes_up"].as_u64().unwrap_or(0);
+    entry.bytes_down += record["bytes_down"].as_u64().unwrap_or(0);
+}
+
+fn add_write(writes: &mut BTreeMap<String, RefusedPath>, record: &Value) {
+    let path = record["path"].as_str().unwrap_or("?").to_owned();
+    let entry = writes.entry(path.clone()).or_insert_with(|| RefusedPath {
+        path,
+        ..RefusedPath::default()
+    });
+    entry.attempts += 1;
+    for (field, list) in [
+        ("reason", &mut entry.reasons),
+        ("syscall", &mut entry.syscalls),
+        ("executable", &mut entry.executables),
+    ] {
+        if let Some(value) = record[field].as_str().filter(|v| !v.is_empty()) {
+            if !list.iter().any(|v| v == value) {
+                list.push(value.to_owned());
+            }
+        }
+    }
+}
+
+fn render(report: &Report<'_>) -> String {
+    let mut out = String::new();
+    // Paths, programs and commands in a log are the sandboxed command's choice: each
+    // line is made printable whole, so none can move the cursor or forge another line.
+    let mut line = |text: String| {
+        out.push_str(&crate::printable::printable(&text));
+        out.push('\n');
+    };
+    if report.sessions.is_empty() {
+        line(format!("{}: no records", report.file.display()));
+    }
+    for summary in &report.sessions {
+        render_session(summary, &mut line);
+    }
+    if report.unreadable_lines > 0 {
+        line(format!(
+            "note: {} line(s) were not JSON records and were skipped",
+            report.unreadable_lines
+        ));
+    }
+    if report.incomplete_last_line {
+        line("note: the last line is incomplete (the log is still being written, or was cut short); it was left out".into());
+    }
+    out
+}
+
+fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
+    line(format!("session {}", summary.session));
+    if let Some(start) = &summary.start {
+        let command: Vec<&str> = start["command"]
+            .as_array()
+            .map(|c| c.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        line(format!(
+            "  started  {} (netbox {}, {})",
+            start["ts"].as_str().unwrap_or("?"),
+            start["netbox_version"].as_str().unwrap_or("?"),
+            start["mode"].as_str().unwrap_or("?"),
+        ));
+        if let Some(fetch) = start["fetch_command"].as_str() {
+            line(format!("  fetch    {fetch}"));
+        }
+        line(format!("  command  {}", command.join(" ")));
+        let policy: String = start["policy_sha256"]
+            .as_str()
+            .unwrap_or("?")
+            .chars()
+            .take(12)
+            .collect();
+        line(format!(
+            "  workspace {}; {} allow rule(s), policy {policy}",
+            start["workspace"].as_str().unwrap_or("?"),
+            start["allow_rules"].as_u64().unwrap_or(0),
+        ));
+    }
+    if summary.probes.is_empty() {
+        line("  probe    none recorded".into());
+    }
+    for probe in &summary.probes {
+        let phase = probe
+            .phase
+            .as_deref()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default();
+        let verdict = match (&probe.failed_check, probe.passed) {
+            (_, true) => "every control held".to_owned(),
+            (Some(check), false) => format!("FAILED: {check}; the command was not started"),
+            (None, false) => "FAILED".to_owned(),
+        };
+        line(format!("  probe{phase}  {verdict}"));
+    }
+    if !summary.phases.is_empty() {
+        line(format!("  phases   {}", summary.phases.join(" -> ")));
+    }
+    if summary.network.is_empty() {
+        line("  network  no attempts".into());
+    } else {
+        line("  network".into());
+        for d in &summary.network {
+            let why = if d.refused_because.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", d.refused_because.join(", "))
+            };
+            line(format!(
+                "    {:<40} allowed {:>3}  refused {:>3}  {} up  {} down{why}",
+                format!("{}:{}", d.host, d.port),
+                d.allowed,
+                d.denied,
+                bytes(d.bytes_up),
+                bytes(d.bytes_down),
+            ));
+        }
+    }
+    if summary.refused_writes.is_empty() {
+        line("  writes   none refused".into());
+    } else {
+        line("  refused writes".into());
+        for w in &summary.refused_writes {
+            line(format!(
+                "    {:<40} {:>3}x  {}  [{}] by {}",
+                w.path,
+                w.attempts,
+                w.reasons.join(", "),
+                w.syscalls.join(", "),
+                w.executables.join(", "),
+            ));
+        }
+    }
+    match &summary.end {
+        Some(end) => line(format!(
+            "  ended    {} with status {} after {} ms{}",
+            end["outcome"].as_str().unwrap_or("?"),
+            end["status"].as_u64().unwrap_or(0),
+            end["duration_ms"].as_u64().unwrap_or(0),
+            end["error"]
+                .as_str()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default(),
+        )),
+        None => line("  ended    not recorded: still running, or cut short".into()),
+    }
+}
+
+fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 10 << 20 => format!("{} MiB", n >> 20),
+        n if n >= 10 << 10 => format!("{} KiB", n >> 10),
+        n => format!("{n} B"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_text_cannot_forge_lines_or_escape_sequences() {
+        let log = b"{\"type\":\"write_denied\",\"session\":\"s\",\"path\":\"/x\\n  ended    exited with status 0\\u001b[2J\",\"reason\":\"read-only root\"}\n";
+        let text = render(&summarise(Path::new("x"), log));
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(
+            !text.lines().any(|l| l.starts_with("  ended    exited")),
+            "{text}"
+        );
+        assert!(text.contains("/x\\n  ended"), "{text}");
+    }
+
+    #[test]
+    fn a_half_written_last_line_is_left_out() {
+        let log = b"{\"type\":\"net\",\"session\":\"s\",\"host\":\"a.test\",\"port\":443,\"decision\":\"deny\",\"reason\":\"not_allowed\"}\nnot json\n{\"type\":\"net\",\"sess";
+        let report = summarise(Path::new("x"), log);
+        assert!(report.incomplete_last_line);
+        assert_eq!(report.unreadable_lines, 1);
+        assert_eq!(report.sessions.len(), 1);
+        assert_eq!(report.sessions[0].network[0].denied, 1);
+        assert!(report.sessions[0].end.is_none());
+        assert!(render(&report).contains("cut short"));
+    }
+}

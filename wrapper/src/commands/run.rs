@@ -1,0 +1,539 @@
+//! `netbox -- CMD`, netbox's side: plan everything, clone the sandbox before any thread
+//! exists, lay the placeholders, then hand over to `supervise` until CMD's status is known.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bridge::policy::Verdict;
+use bridge::target::Target;
+use bridge::{EventLog, Session, Stderr};
+
+use crate::error::WrapperError;
+use crate::plan::config::SandboxConfig;
+use crate::plan::protect::{self, ProtectInput, Protected};
+use crate::plan::resolved::Resolved;
+use crate::plan::{cgroup, env, hostsockets};
+use crate::sandbox::handshake;
+use crate::sandbox::probe::ProbeInput;
+use crate::sandbox::{self, ChildPlan, PROXY_PORT};
+use crate::sandbox::{mounts, namespaces};
+use crate::supervise::{supervise, SandboxGuard, Supervised};
+use crate::testhooks::Breakage;
+
+/// Refused `net` records one session writes at most; past this they are counted
+/// (`net_capped` when it is reached, `net_suppressed` at the end, and `net_denied` in
+/// `session_end`).
+const MAX_REFUSED_RECORDS: u64 = 10_000;
+
+/// Allowed `net` records one session writes at most: each is a connection that went
+/// through, so the bound is far higher, and refusals never count against it.
+const MAX_ALLOWED_RECORDS: u64 = 100_000;
+
+/// Names the probe tries through the bridge; the first the policy denies is used.
+pub const CANARIES: &[&str] = &[
+    "netbox-probe-canary.invalid:443",
+    "canary.netbox-probe.invalid:9",
+];
+
+/// Whether a logged attempt is the probe's canary (the probe's, not the command's).
+pub fn is_canary(host: &str, port: u64) -> bool {
+    CANARIES.contains(&format!("{host}:{port}").as_str())
+}
+
+/// Runs CMD in the sandbox; returns the exit status for netbox.
+pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
+    run_reporting(config, &mut None)
+}
+
+/// [`run`], also handing back the live probe's report when there was one.
+pub fn run_reporting(
+    config: SandboxConfig,
+    probe_report: &mut Option<crate::sandbox::probe::ProbeReport>,
+) -> Result<u8, WrapperError> {
+    let started = std::time::Instant::now();
+    // Before anything of the sandbox exists: whatever CMD creates is stamped later.
+    let since = crate::supervise::gitaudit::Stamp::now();
+    // Each writable root, held from here on: everything below is reached through it.
+    let mut resolved = Resolved::roots(&config.write_roots)?;
+    let home = crate::plan::config::home_dir();
+    let extra: Vec<PathBuf> = config
+        .protect
+        .iter()
+        .chain(&config.policy_inputs)
+        .chain(config.home_split.iter().flat_map(|s| &s.pins))
+        .chain(&config.code_pins)
+        .cloned()
+        .collect();
+    let protected = protect::protected_paths(&ProtectInput {
+        write_roots: &config.requested_roots,
+        writable: &config.write_roots,
+        home: home.as_deref(),
+        homes: &config.homes,
+        extra: &extra,
+        allow_git_writes: config.allow_git_writes,
+    })?;
+    let canary = CANARIES
+        .iter()
+        .find(|c| {
+            Target::parse_authority(c)
+                .map(|t| config.policy.decide(&t).verdict == Verdict::Deny)
+                .unwrap_or(false)
+        })
+        .ok_or_else(|| {
+            WrapperError::Usage("the allowlist allows the probe's .invalid canaries".into())
+        })?;
+    // Quiet until the probe is done: its canary is logged, but is no news to the user,
+    // and no attempt of CMD's.
+    let log = EventLog::open(Some(&config.log_path), Stderr::Quiet).map_err(|source| {
+        bridge::BridgeError::OpenLog {
+            path: config.log_path.clone(),
+            source,
+        }
+    })?;
+    // Bounded: a command looping on refused requests must not fill the host's disk.
+    let log = Arc::new(log.cap_net_records(bridge::NetCap {
+        refused: MAX_REFUSED_RECORDS,
+        allowed: MAX_ALLOWED_RECORDS,
+    }));
+    log.leave_uncounted(canary.rsplit_once(':').map_or(*canary, |(host, _)| host));
+    let pinned: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
+    crate::supervise::session::record_start(&log, &config, &pinned);
+    // A log that cannot be written stops the run before it starts (and, from supervise,
+    // while it runs): nothing runs unrecorded.
+    if let Some(reason) = log.failure() {
+        return Err(WrapperError::EventLogWrite {
+            path: config.log_path.clone(),
+            reason,
+        });
+    }
+    // Runs that ended without their check of git metadata (netbox was killed) get it now,
+    // before this one starts.
+    audit_orphans(&log, &config);
+    let audit = crate::supervise::gitaudit::Scope {
+        // Directories: a file root holds no git metadata.
+        roots: config
+            .write_roots
+            .iter()
+            .filter(|r| r.is_dir())
+            .cloned()
+            .collect(),
+        skip: pinned.iter().chain(&config.read_only).cloned().collect(),
+        since,
+    };
+    // From here on every outcome, failures included, closes the log with session_end.
+    let session_id = config.session_id.clone();
+    let log_path = config.log_path.clone();
+    let mut tally = crate::supervise::session::Tally::default();
+    let result = run_logged(
+        config,
+        Paths {
+            protected: &protected,
+            resolved: &mut resolved,
+        },
+        canary,
+        &log,
+        audit,
+        probe_report,
+        &mut tally,
+    );
+    crate::supervise::session::record_end(&log, &session_id, &result, tally, started.elapsed());
+    // Whatever was not written (the git metadata check's findings, session_end) makes the
+    // run netbox's failure: nothing is left unrecorded in silence.
+    match (result, log.failure()) {
+        (Ok(_), Some(reason)) => Err(WrapperError::EventLogWrite {
+            path: log_path,
+            reason,
+        }),
+        (result, _) => result,
+    }
+}
+
+/// The run itself, once its log is open.
+/// What the sandbox's filesystem is built on: the paths to protect, and every path as
+/// netbox resolved it (resolved.rs).
+struct Paths<'a> {
+    protected: &'a [Protected],
+    resolved: &'a mut Resolved,
+}
+
+fn run_logged(
+    config: SandboxConfig,
+    paths: Paths<'_>,
+    canary: &str,
+    log: &Arc<EventLog>,
+    audit: crate::supervise::gitaudit::Scope,
+    probe_report: &mut Option<crate::sandbox::probe::ProbeReport>,
+    tally: &mut crate::supervise::session::Tally,
+) -> Result<u8, WrapperError> {
+    let Paths {
+        protected,
+        resolved,
+    } = paths;
+    // A listener on host loopback that the sandbox must not reach (and that answers us).
+    let host_listener = TcpListener::bind("127.0.0.1:0").map_err(WrapperError::Spawn)?;
+    let host_addr = host_listener.local_addr().map_err(WrapperError::Spawn)?;
+    // The cgroups the limits need (none for most runs), which the sandbox is born into
+    // (netbox steps in for the clone only); the probe reads their limits back. Dropped
+    // after the sandbox is reaped.
+    let cgroups = cgroup::SandboxCgroups::create(&config.session_id, &config.limits)?;
+    // The placeholders the sandbox's mounts pin, laid before the plan records what each
+    // pin is. Held (flocked) until this function returns; declared before the sandbox
+    // guard, so dropped after it: however this function ends, the sandbox is killed and
+    // reaped before they go.
+    let mut placeholders = Some(protect::Placeholders::hold(protected, resolved)?);
+    let plan = child_plan(
+        &config,
+        protected,
+        resolved,
+        host_addr,
+        canary,
+        cgroups.limits(),
+    )?;
+
+    if !config.quiet {
+        crate::output::say(&startup_line(&config));
+    }
+    // A file given as standard input reaches CMD through a pipe (stdin_relay.rs).
+    // With a terminal of its own, CMD reads that instead (terminal.rs).
+    let stdin_relay = match plan.terminal {
+        Some(_) => None,
+        None => crate::supervise::stdin_relay::StdinRelay::take_over_if_file()
+            .map_err(WrapperError::Spawn)?,
+    };
+    let (ours, theirs) = handshake::pair().map_err(WrapperError::Spawn)?;
+    cgroups.enter()?;
+    // Single-threaded here: no runtime or thread exists yet, so cloning is sound.
+    let spawned = namespaces::spawn_in_new_namespaces(|| sandbox::run(&plan, &theirs));
+    // The new pid 1 is most often queued on this CPU, where a kernel that does not preempt
+    // itself runs it only once netbox blocks (cpu.rs): let it start its setup, the longer
+    // of the two sides, at once (measured: pid 1 starts ~0.14 ms sooner).
+    std::thread::yield_now();
+    let left = cgroups.leave();
+    let pid = spawned?;
+    // Until the probe has reported, netbox keeps to one CPU: this one, unless pid 1 runs
+    // here (cpu.rs).
+    let cpus = crate::cpu::allowed().zip(crate::cpu::current());
+    drop(theirs);
+    let sandbox = SandboxGuard::new(pid)?;
+    left?;
+    // The record that gets this run's check of git metadata done even if netbox is
+    // killed: written while the sandbox sets up (CMD cannot start before netbox says so).
+    let pending = crate::supervise::gitaudit::pending::Pending::begin(
+        &crate::supervise::gitaudit::pending::dir_beside(&config.log_path),
+        &crate::supervise::gitaudit::pending::Record {
+            session: config.session_id.clone(),
+            scope: audit.clone(),
+            placeholders: protected
+                .iter()
+                .filter(|p| p.placeholder.is_some())
+                .map(|p| p.path.clone())
+                .collect(),
+        },
+    );
+    // Threads may exist from here on; the runtime starts while the sandbox sets up. It
+    // runs on this thread alone: every thread costs start-up time and a wake-up per
+    // hand-off (measured for `netbox -- true`: 2 workers 6.5 ms, 1 worker 5.5 ms; none,
+    // 0.26 ms less again), and netbox's side of a run is mostly waiting: a tunnel's relay
+    // runs in one task anyway, and the write watcher has a thread of its own.
+    if let Some(relay) = stdin_relay {
+        relay.start();
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(WrapperError::Runtime)?;
+    let session_id = config.session_id.clone();
+    let session = Arc::new(Session {
+        id: Arc::from(config.session_id.as_str()),
+        policy: Arc::new(config.policy),
+    });
+    let stderr = if config.quiet {
+        Stderr::Quiet
+    } else {
+        Stderr::Summary
+    };
+    let result = runtime.block_on(supervise(Supervised {
+        placeholders: &mut placeholders,
+        resolved_fds: resolved.release(),
+        refusal_status: config.refusal_status,
+        sandbox,
+        timeout: config.timeout,
+        fetch: config.fetch.clone(),
+        breakage: Breakage::from_env(),
+        channel: ours,
+        session,
+        log: Arc::clone(log),
+        log_path: config.log_path.clone(),
+        host_listener,
+        stderr,
+        probe_report,
+        protected: protected.iter().map(|p| p.path.clone()).collect(),
+        read_only: config.read_only.clone(),
+        allow_nested_userns: config.allow_nested_userns,
+        reap_pid1: !cgroups.is_empty(),
+        cpus,
+        tally,
+        cpu_cgroup_tasks: cgroups.cpu_tasks(),
+    }));
+    // The bridge's thread may have joined the sandbox's cpu cgroup (--cpus): back out of
+    // it, so that the cgroup can be removed, and the check below is not held to CMD's
+    // quota.
+    if cgroups.cpu_tasks().is_some() {
+        let _ = cgroups.leave();
+    }
+    // Everything of the sandbox is gone: what did it leave for git to find?
+    let report = audit_interruptible(&audit);
+    crate::supervise::gitaudit::report(log, &session_id, None, &report);
+    // A check whose findings could not be written stays owed (the next run does it).
+    let unwritten = log.failure().is_some();
+    if unwritten || report.stopped == Some(crate::supervise::gitaudit::Stopped::Cancelled) {
+        pending.keep();
+    } else {
+        pending.finish();
+    }
+    result
+}
+
+/// Audits on this thread, stopping at Ctrl-C: SIGINT is blocked here meanwhile (the only
+/// other thread then, the stdin relay's, blocks every signal) and looked for between
+/// directories through a signalfd, so a Ctrl-C is taken as the cancel and consumed. A
+/// thread of its own would cost more than most walks (tens of µs, measured).
+fn audit_interruptible(
+    scope: &crate::supervise::gitaudit::Scope,
+) -> crate::supervise::gitaudit::Report {
+    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let mut sigint = SigSet::empty();
+    sigint.add(Signal::SIGINT);
+    let Ok(previous) = sigint.thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK) else {
+        return crate::supervise::gitaudit::audit(scope, &|| false);
+    };
+    let pending = SignalFd::with_flags(&sigint, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
+    let cancelled = || {
+        pending
+            .as_ref()
+            .is_ok_and(|fd| matches!(fd.read_signal(), Ok(Some(_))))
+    };
+    let report = crate::supervise::gitaudit::audit(scope, &cancelled);
+    let _ = previous.thread_set_mask();
+    report
+}
+
+/// Runs whose check is done in one start's place at most.
+const MAX_ORPHAN_AUDITS: usize = 4;
+
+/// Checks, in this run's place, the runs whose record says their check never happened.
+fn audit_orphans(log: &EventLog, config: &SandboxConfig) {
+    use crate::supervise::gitaudit::pending;
+    let mut dirs = vec![pending::dir_beside(&config.log_path)];
+    if let Ok(sessions) = crate::plan::config::sessions_dir() {
+        let default = pending::dir_in(&sessions);
+        if !dirs.contains(&default) {
+            dirs.push(default);
+        }
+    }
+    // Records where this run's CMD can write are CMD's to plant: not read.
+    dirs.retain(|d| !config.write_roots.iter().any(|r| d.starts_with(r)));
+    // A few a start (each is bounded in time); the rest wait for the next runs.
+    for orphan in pending::orphans(&dirs).into_iter().take(MAX_ORPHAN_AUDITS) {
+        let report = crate::supervise::gitaudit::audit(&orphan.record.scope, &|| false);
+        let audited = orphan.record.session.as_str();
+        crate::supervise::gitaudit::report(log, &config.session_id, Some(audited), &report);
+        // What the killed run laid, if nobody uses it any more.
+        protect::remove_orphaned_placeholders(&orphan.record.placeholders);
+        orphan.finish();
+    }
+}
+
+fn child_plan(
+    config: &SandboxConfig,
+    protected: &[Protected],
+    resolved: &mut Resolved,
+    host_listener: SocketAddr,
+    canary: &str,
+    cgroup_limits: Vec<cgroup::CgroupLimit>,
+) -> Result<ChildPlan, WrapperError> {
+    // The host's sockets are not in the plan: pid 1 finds them while it sets up.
+    // A path under a private /tmp outside every root is not in the sandbox at all: nothing
+    // to hide or pin there.
+    let in_sandbox = |path: &&PathBuf| {
+        config.tmp == crate::cli::TmpMode::Host
+            || !path.starts_with("/tmp")
+            || config.write_roots.iter().any(|r| path.starts_with(r))
+    };
+    let hidden: Vec<PathBuf> = config.hide.iter().filter(in_sandbox).cloned().collect();
+    let read_only: Vec<PathBuf> = config
+        .read_only
+        .iter()
+        .filter(in_sandbox)
+        .cloned()
+        .collect();
+    // Whether each is a directory, as resolved (roots already are).
+    for path in &hidden {
+        resolved.identify(path)?;
+    }
+    let mut mounts = mounts::plan(
+        &mounts::Layout {
+            write_roots: &config.write_roots,
+            tmp: config.tmp,
+            protected,
+            read_only: &read_only,
+            hidden: &hidden,
+        },
+        |path| resolved.is_dir(path),
+    );
+    mounts.forbid_nested_userns = !config.allow_nested_userns;
+    // What each path the sandbox mounts from or onto is, for pid 1 to check.
+    let to_identify: Vec<PathBuf> = mounts
+        .paths_to_identify()
+        .into_iter()
+        .map(Path::to_owned)
+        .collect();
+    for path in &to_identify {
+        resolved.identify(path)?;
+    }
+    mounts.identities = resolved.ids();
+    let root_identities = config
+        .write_roots
+        .iter()
+        .filter_map(|r| Some((r.clone(), *mounts.identities.get(r)?)))
+        .collect();
+    let mut outside = vec![PathBuf::from("/")];
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+        // Only where the sandbox can see it: under a private /tmp it does not exist at all.
+        // And where this user can look: a home it cannot search would fail with EACCES,
+        // which proves nothing about the mount.
+        let hidden = config.tmp == crate::cli::TmpMode::Private && home.starts_with("/tmp");
+        let searchable = nix::unistd::access(&home, nix::unistd::AccessFlags::X_OK).is_ok();
+        if home.is_dir()
+            && searchable
+            && !hidden
+            && !config.write_roots.iter().any(|r| home.starts_with(r))
+        {
+            outside.push(home);
+        }
+    }
+    Ok(ChildPlan {
+        uid: config.uid,
+        gid: config.gid,
+        mounts,
+        probe: ProbeInput {
+            write_roots: config.write_roots.clone(),
+            root_identities,
+            temp_dir: PathBuf::from("/tmp"),
+            outside,
+            protected: protected
+                .iter()
+                .map(|p| p.path.clone())
+                .chain(read_only.iter().cloned())
+                .collect(),
+            host_sockets: Vec::new(),
+            hidden,
+            proxy: SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)),
+            host_listener,
+            canary: canary.to_owned(),
+            refusal_status: config.refusal_status.as_u16(),
+            limits: config.limits,
+            cgroup_limits,
+            nested_userns_forbidden: !config.allow_nested_userns,
+        },
+        cmd: config.cmd.clone(),
+        fetch: config
+            .fetch
+            .as_ref()
+            .map(|cmd1| vec!["/bin/sh".into(), "-c".into(), cmd1.into()]),
+        env: env::sandbox_env(PROXY_PORT, config.env_base, &config.env_extra),
+        cwd: config.cwd.clone(),
+        breakage: Breakage::from_env(),
+        socket_scan: hostsockets::SocketScan {
+            write_roots: config.write_roots.clone(),
+            private_tmp: config.tmp == crate::cli::TmpMode::Private,
+            hide: config.hide.clone(),
+        },
+        terminal: crate::terminal::plan(config.tty),
+        placeholders: protected
+            .iter()
+            .filter(|p| p.placeholder.is_some())
+            .map(|p| p.path.clone())
+            .collect(),
+    })
+}
+
+fn startup_line(config: &SandboxConfig) -> String {
+    // A home split into its writable entries is said as one (homesplit.rs).
+    let in_split = |r: &Path| config.home_split.iter().any(|s| r.starts_with(&s.home));
+    let mut roots: Vec<String> = config
+        .write_roots
+        .iter()
+        .filter(|r| !in_split(r))
+        .map(|r| r.display().to_string())
+        .collect();
+    for split in &config.home_split {
+        roots.push(format!(
+            "{} ({} entries; its top level, hidden files and code read-only)",
+            split.home.display(),
+            split.writable
+        ));
+    }
+    if config.tmp == crate::cli::TmpMode::Private {
+        roots.push("/tmp (private)".into());
+    }
+    // With --fetch the allowlist is the fetch phase's; CMD itself gets no network.
+    let hosts = match (&config.fetch, config.policy.is_learning()) {
+        (_, true) => "any public host (learn mode)".to_owned(),
+        (Some(_), false) => format!(
+            "{} allowed hosts for --fetch, none after",
+            config.policy.allow_count()
+        ),
+        (None, false) => format!("{} allowed hosts", config.policy.allow_count()),
+    };
+    let mode = if config.policy.is_learning() {
+        "learning"
+    } else {
+        "normal"
+    };
+    let tools: String = config
+        .tool_summary
+        .iter()
+        .map(|t| format!(" | {}", crate::printable::printable(t)))
+        .collect();
+    format!(
+        "netbox: sandbox {mode} | workspace {} | write {} | {hosts}{tools} | log {}",
+        config.workspace.display(),
+        roots.join(", "),
+        config.log_path.display()
+    )
+}
+
+/// `--disable-sandbox`: CMD as it is, no protection, no probe, said loudly.
+pub fn run_unsandboxed(config: &crate::cli::RunArgs) -> Result<u8, WrapperError> {
+    if config.fetch.is_some() {
+        return Err(WrapperError::Usage(
+            "--fetch cuts the network between its two commands, which needs the sandbox; \
+             drop --disable-sandbox"
+                .into(),
+        ));
+    }
+    let Some((program, args)) = config.cmd.split_first() else {
+        return Err(WrapperError::Usage(
+            "nothing to run: use netbox [OPTIONS] -- CMD [ARGS...]".into(),
+        ));
+    };
+    crate::output::say(
+        "netbox: sandbox disabled: CMD runs with no network filter, no filesystem protection and no probe",
+    );
+    let status = std::process::Command::new(program)
+        .args(args)
+        .status()
+        .map_err(|source| WrapperError::Exec {
+            cmd: program.to_string_lossy().into_owned(),
+            source,
+        })?;
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(i32::from(crate::error::EXIT_NETBOX_FAILURE));
+    Ok(u8::try_from(code).unwrap_or(crate::error::EXIT_NETBOX_FAILURE))
+}

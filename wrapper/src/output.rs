@@ -1,0 +1,20 @@
+//! What netbox itself prints: one line to stderr at a time (notices, errors), and a
+//! command's whole output to stdout. Every module prints through these two.
+
+use crate::error::WrapperError;
+
+/// Writes one line to stderr. A closed stderr is not a reason to fail a run (eprintln!
+/// would panic on it).
+pub fn say(line: &str) {
+    bridge::terminal::say(line);
+}
+
+/// Writes a command's output (a report, an allowlist) to stdout, whole, and flushes it.
+pub fn print_stdout(text: &str) -> Result<(), WrapperError> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(WrapperError::Output)
+}

@@ -1,0 +1,15 @@
+//! netbox before the clone: from the command line to a checked plan of the run. What is
+//! writable and what stays read-only inside it (`config`, `protect`, `homesplit`,
+//! `resolved`, `pins`), the policy and what package managers add to it (`policy`,
+//! `tools`), limits and cgroups, CMD's environment, and the host sockets to hide.
+
+pub mod cgroup;
+pub mod config;
+pub mod env;
+pub mod homesplit;
+pub mod hostsockets;
+pub mod pins;
+pub mod policy;
+pub mod protect;
+pub mod resolved;
+pub mod tools;

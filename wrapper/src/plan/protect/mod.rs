@@ -1,0 +1,767 @@
+//! Which paths stay read-only inside the writable roots: `.git` and the start-up files a
+//! command could plant code in, every submodule's `.git`, plus `--protect` paths.
+//!
+//! Measured on kernel 6.18 (2026-11-29, shared/research/mechanics.md §1): a read-only bind
+//! over `.git` makes writes, unlinks and chmods inside it EROFS, renaming or removing the
+//! mountpoint EBUSY, hard links across it EXDEV, and writes through symlinks or
+//! `/proc/self/root` EROFS. What mounts cannot do on their own, handled here:
+//! - a missing protected path could be created by CMD (`git init` and a hook, a new
+//!   `.envrc`): netbox creates an empty placeholder first (placeholders.rs), pins it
+//!   read-only, and removes it after the run;
+//! - `.git` may be a `gitdir:` file (worktrees, submodules): the real git dir and its
+//!   common dir are protected too when they lie inside a writable root;
+//! - `git status` at the top of a repository enters every submodule (a gitlink in the
+//!   index, gitindex.rs) whose `PATH/.git` is a repository and reads its config, which can
+//!   name a command (`core.fsmonitor`): each gitlink's `.git` is pinned like the top one,
+//!   recursively; where it is missing, the submodule's directory itself is pinned (an
+//!   empty placeholder where that is missing too), since any `.git` placeholder would make
+//!   git stop with "not a git repository" (git 2.47, measured);
+//! - a protected path that is a symlink cannot be pinned (mounts follow symlinks, and the
+//!   link itself could be replaced), so that is refused rather than half-protected; so is
+//!   a submodule path that crosses a symlink (CMD could put a directory in its place).
+
+mod gitconfig;
+mod gitindex;
+mod home;
+mod placeholders;
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use crate::error::WrapperError;
+
+pub use placeholders::{is_placeholder, remove_orphaned_placeholders, Placeholder, Placeholders};
+
+/// Names protected at the top of every writable root: git's metadata and the files tools
+/// run or load from a project directory.
+const PROJECT_NAMES: &[&str] = &[".git", ".gitmodules", ".envrc", ".vscode", ".idea"];
+
+/// Names tools read only from the home directory: protected where they exist at the top
+/// of a root; where missing, given a placeholder only under home (home.rs; elsewhere
+/// nothing would read a planted one, and each placeholder costs the host a mkdir and an
+/// rmdir).
+const HOME_NAMES: &[&str] = &[
+    ".gitconfig",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+];
+
+/// Submodules within submodules are followed this deep, and no further (netbox refuses
+/// to run rather than leave deeper ones unpinned).
+const MAX_SUBMODULE_DEPTH: usize = 8;
+
+/// Gitlinks pinned at most in one run: each is a mount or two.
+const MAX_GITLINKS: usize = 4096;
+
+/// The names protected at the top of a project directory.
+pub fn project_names() -> impl Iterator<Item = &'static str> {
+    PROJECT_NAMES.iter().copied()
+}
+
+/// Every protected name.
+pub fn protected_names() -> impl Iterator<Item = &'static str> {
+    PROJECT_NAMES.iter().chain(HOME_NAMES).copied()
+}
+
+/// A path to pin read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protected {
+    pub path: PathBuf,
+    /// Netbox creates (or adopts) it for the run and removes it after.
+    pub placeholder: Option<Placeholder>,
+}
+
+/// What the protection needs to know about the run.
+pub struct ProtectInput<'a> {
+    /// The roots the user named (workspace, `--write`): protected names are looked for
+    /// at the top of each.
+    pub write_roots: &'a [PathBuf],
+    /// Every writable root (a shared host `/tmp` too): pins matter only inside these.
+    pub writable: &'a [PathBuf],
+    /// The caller's home directory (canonical), if known: where git's global config is.
+    pub home: Option<&'a Path>,
+    /// Every home of the caller's (`$HOME`, the password database's): the places there
+    /// that run code are pinned wherever they lie in a writable root.
+    pub homes: &'a [PathBuf],
+    pub extra: &'a [PathBuf],
+    pub allow_git_writes: bool,
+}
+
+/// Lists every protected path inside the writable roots, reading the filesystem (to find
+/// which exist, what `.git` files point at, and which submodules each index records) but
+/// changing nothing.
+pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, WrapperError> {
+    let mut found = Found {
+        out: Vec::new(),
+        writable: input.writable,
+        home: input.home,
+        allow_git_writes: input.allow_git_writes,
+        gitlinks: 0,
+    };
+    // What the global and system configs make every git run or read.
+    for config in shared_git_configs(input.home) {
+        found.config_targets(&config, None)?;
+    }
+    for root in input.write_roots.iter().filter(|r| r.is_dir()) {
+        for name in protected_names() {
+            let path = root.join(name);
+            // Where it is read-only anyway (the top of a home split into its entries,
+            // homesplit.rs), there is nothing to pin, a symlink included.
+            if !found.writable(&path) {
+                continue;
+            }
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    // Missing: CMD must not be able to create it either, where it counts
+                    // (under home, the list of places that run code says how).
+                    if PROJECT_NAMES.contains(&name) {
+                        found.push(path, Some(Placeholder::Dir));
+                    }
+                    continue;
+                }
+                Err(source) => return Err(path_error(path, source)),
+            };
+            if meta.file_type().is_symlink() {
+                return Err(WrapperError::ProtectedSymlink { path });
+            }
+            if is_placeholder(&path) {
+                found.push(path, Some(Placeholder::Dir));
+            } else if name == ".git" {
+                found.git_entry(root, &path, &meta, 0)?;
+            } else {
+                found.push(path, None);
+            }
+        }
+    }
+    for root in input.write_roots.iter().filter(|r| r.is_dir()) {
+        found.enclosing_repository(root)?;
+    }
+    // The places under home that run code later, wherever a writable root holds one
+    // (`--write ~/.config`; a writable home itself is split so that none is: homesplit.rs).
+    for home in input.homes {
+        for (name, leaf) in home::CODE_PATHS {
+            for path in home::places(home, name) {
+                // Where it really is: `~/.config` may be a link into `~/dotfiles`.
+                let path = crate::plan::homesplit::resolve_existing_prefix(&path);
+                if found.writable(&path) {
+                    found.pin_named(&path, *leaf, "place under home that runs code")?;
+                }
+            }
+        }
+    }
+    for path in input.extra {
+        let missing = std::fs::symlink_metadata(path).is_err();
+        let placeholder = (missing || is_placeholder(path)).then_some(Placeholder::Dir);
+        found.push(path.clone(), placeholder);
+    }
+    Ok(found.out)
+}
+
+fn path_error(path: PathBuf, source: std::io::Error) -> WrapperError {
+    WrapperError::Path {
+        path,
+        what: "protected path",
+        source,
+    }
+}
+
+/// The protected paths found so far.
+struct Found<'a> {
+    out: Vec<Protected>,
+    writable: &'a [PathBuf],
+    home: Option<&'a Path>,
+    allow_git_writes: bool,
+    /// Gitlinks seen so far, against `MAX_GITLINKS`.
+    gitlinks: usize,
+}
+
+impl Found<'_> {
+    fn writable(&self, path: &Path) -> bool {
+        self.writable.iter().any(|r| path.starts_with(r))
+    }
+
+    /// Adds a path, once, if it lies inside a writable root (elsewhere it is read-only
+    /// already).
+    fn push(&mut self, path: PathBuf, placeholder: Option<Placeholder>) {
+        if self.writable(&path) && !self.out.iter().any(|p| p.path == path) {
+            self.out.push(Protected { path, placeholder });
+        }
+    }
+
+    /// The repository a root lies inside, if its top is above the root: `git status`
+    /// there enters the submodules it records, those inside the root included. One whose
+    /// index cannot be read is refused like the root's own: its submodules could not be
+    /// pinned (and another user's git may read what this one cannot).
+    fn enclosing_repository(&mut self, root: &Path) -> Result<(), WrapperError> {
+        let own = root.join(".git");
+        if own.symlink_metadata().is_ok() && !is_placeholder(&own) {
+            return Ok(());
+        }
+        for top in root.ancestors().skip(1) {
+            let dot_git = top.join(".git");
+            match std::fs::symlink_metadata(&dot_git) {
+                Ok(meta) => return self.git_entry(top, &dot_git, &meta, 0),
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(_) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// A `.git` entry of the work tree `worktree`: the git dir it is or points at, and
+    /// then the submodules that git dir's index records.
+    fn git_entry(
+        &mut self,
+        worktree: &Path,
+        dot_git: &Path,
+        meta: &std::fs::Metadata,
+        depth: usize,
+    ) -> Result<(), WrapperError> {
+        let (git_dir, common_dir) = if meta.is_file() {
+            let dirs = git_dirs_of_gitfile(dot_git)?;
+            self.push(dot_git.to_owned(), None);
+            for dir in &dirs {
+                self.push_git_dir(dir);
+            }
+            let git_dir = dirs[0].clone();
+            let common = dirs.last().cloned().unwrap_or_else(|| git_dir.clone());
+            (git_dir, common)
+        } else if meta.is_dir() {
+            self.push_git_dir(dot_git);
+            (dot_git.to_owned(), common_dir_of(dot_git))
+        } else {
+            // Neither (a fifo, say): git takes it for no repository. Pinned as it is.
+            self.push(dot_git.to_owned(), None);
+            return Ok(());
+        };
+        // What its config makes git run or read (a hooks path, an include, a program).
+        self.config_targets(&common_dir.join("config"), Some(worktree))?;
+        self.config_targets(&git_dir.join("config.worktree"), Some(worktree))?;
+        self.submodules_of(worktree, &git_dir, &common_dir, depth)
+    }
+
+    /// Pins what a config file names for git to run or read, where that lies in a
+    /// writable root (gitconfig.rs); `worktree` is where git runs from, if known.
+    fn config_targets(
+        &mut self,
+        config: &Path,
+        worktree: Option<&Path>,
+    ) -> Result<(), WrapperError> {
+        for (path, leaf) in gitconfig::code_paths(config, worktree, self.home) {
+            self.pin_named(&path, leaf, "path in git config")?;
+        }
+        Ok(())
+    }
+
+    /// Pins a path something names, wherever it lies in a writable root: refused if it
+    /// reaches a symlink there; where it is missing, a placeholder at its first missing
+    /// component (`leaf` for the path itself, else a directory).
+    fn pin_named(
+        &mut self,
+        path: &Path,
+        leaf: Placeholder,
+        what: &'static str,
+    ) -> Result<(), WrapperError> {
+        refuse_symlinks_in_roots(path, self.writable, what)?;
+        let Some((real, missing_from)) = real_path(path) else {
+            return Ok(());
+        };
+        match missing_from {
+            None => {
+                let placeholder = is_placeholder(&real).then_some(leaf);
+                self.push(real, placeholder);
+            }
+            Some(first_missing) if first_missing == real => self.push(real, Some(leaf)),
+            Some(first_missing) => self.push(first_missing, Some(Placeholder::Dir)),
+        }
+        Ok(())
+    }
+
+    /// Pins what git would enter for each gitlink in `git_dir`'s index.
+    fn submodules_of(
+        &mut self,
+        worktree: &Path,
+        git_dir: &Path,
+        common_dir: &Path,
+        depth: usize,
+    ) -> Result<(), WrapperError> {
+        let index = git_dir.join("index");
+        let scan =
+            gitindex::gitlinks(&index, gitindex::object_name_len(common_dir)).map_err(|e| {
+                WrapperError::GitIndex {
+                    path: index.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+        // A split index reads most of its entries from the shared one: a gitlink added
+        // there is one in the index (the whole git dir is pinned otherwise).
+        if let Some(shared) = scan.shared_index.filter(|_| self.allow_git_writes) {
+            self.push(shared, None);
+        }
+        let links = scan.gitlinks;
+        if !links.is_empty() && depth >= MAX_SUBMODULE_DEPTH {
+            return Err(WrapperError::GitIndex {
+                path: index,
+                reason: format!("submodules nest more than {MAX_SUBMODULE_DEPTH} deep"),
+            });
+        }
+        for link in links {
+            self.gitlinks += 1;
+            if self.gitlinks > MAX_GITLINKS {
+                return Err(WrapperError::GitIndex {
+                    path: index,
+                    reason: format!("more than {MAX_GITLINKS} submodules to pin"),
+                });
+            }
+            let path = worktree.join(&link);
+            if self.writable(&path) {
+                self.submodule(worktree, &path, depth)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One submodule at `path` (inside `worktree`): its `.git` pinned and followed; if
+    /// it has none, the directory itself pinned; if a component of the path is missing,
+    /// a placeholder directory there.
+    fn submodule(
+        &mut self,
+        worktree: &Path,
+        path: &Path,
+        depth: usize,
+    ) -> Result<(), WrapperError> {
+        let below = path.strip_prefix(worktree).unwrap_or(path);
+        let mut at = worktree.to_owned();
+        for component in below.components() {
+            at.push(component);
+            let meta = match std::fs::symlink_metadata(&at) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    self.push(at, Some(Placeholder::Dir));
+                    return Ok(());
+                }
+                Err(source) => return Err(path_error(at, source)),
+            };
+            if meta.file_type().is_symlink() {
+                return Err(WrapperError::SubmoduleSymlink {
+                    path: at,
+                    submodule: path.to_owned(),
+                });
+            }
+            if !meta.is_dir() {
+                // A file where git expects the submodule (or a directory on its way):
+                // pinned, so that no directory can take its place.
+                self.push(at, None);
+                return Ok(());
+            }
+        }
+        let dot_git = path.join(".git");
+        match std::fs::symlink_metadata(&dot_git) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                Err(WrapperError::ProtectedSymlink { path: dot_git })
+            }
+            Ok(meta) => self.git_entry(path, &dot_git, &meta, depth + 1),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                // Not checked out: nothing of it may be written, a `.git` least of all.
+                let placeholder = is_placeholder(path).then_some(Placeholder::Dir);
+                self.push(path.to_owned(), placeholder);
+                Ok(())
+            }
+            Err(source) => Err(path_error(dot_git, source)),
+        }
+    }
+
+    /// A git directory: all of it, or with --allow-git-writes only what runs code or
+    /// leads git to code.
+    fn push_git_dir(&mut self, dir: &Path) {
+        if !self.allow_git_writes {
+            self.push(dir.to_owned(), None);
+            return;
+        }
+        let index = match gitindex::object_name_len(&common_dir_of(dir)) {
+            32 => placeholders::EMPTY_INDEX_SHA256,
+            _ => placeholders::EMPTY_INDEX_SHA1,
+        };
+        // hooks and config run code, and so does config.worktree once config enables it;
+        // a commondir would redirect git to another directory's config and hooks; a gitlink
+        // added to the index, or a submodule's or worktree's git dir under modules/ or
+        // worktrees/, makes git enter a directory CMD filled. Missing ones get
+        // placeholders, but config: a repository without one is not a repository.
+        for (part, placeholder) in [
+            ("hooks", Some(Placeholder::Dir)),
+            ("config", None),
+            ("config.worktree", Some(placeholders::EMPTY_CONFIG)),
+            ("commondir", Some(placeholders::COMMONDIR)),
+            ("index", Some(index)),
+            ("modules", Some(Placeholder::Dir)),
+            ("worktrees", Some(Placeholder::Dir)),
+        ] {
+            let path = dir.join(part);
+            let exists = std::fs::symlink_metadata(&path).is_ok();
+            if exists && !is_placeholder(&path) {
+                self.push(path, None);
+            } else if let Some(placeholder) = placeholder {
+                self.push(path, Some(placeholder));
+            }
+        }
+    }
+}
+
+/// Refuses `path` (as the user named it) if resolving it meets a symlink inside a
+/// writable root: CMD could point that link elsewhere, so what netbox pins (or reads next
+/// time) would no longer be what the name leads to. Symlinks outside the roots are
+/// followed, as the kernel would; a missing component ends the check (nothing beyond it
+/// exists to be a link).
+pub fn refuse_symlinks_in_roots(
+    path: &Path,
+    roots: &[PathBuf],
+    what: &'static str,
+) -> Result<(), WrapperError> {
+    use std::path::Component;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    // What is left to resolve, last component first: a link's target is put back in
+    // front, so every component met on the way is checked, as the kernel meets them.
+    let mut left: Vec<std::ffi::OsString> = Vec::new();
+    push_components(&mut left, &absolute);
+    // Where resolution has got to: always a real path, no symlink in it.
+    let mut at = PathBuf::from("/");
+    let mut hops = 0;
+    while let Some(name) = left.pop() {
+        match Path::new(&name).components().next() {
+            Some(Component::ParentDir) => {
+                at.pop();
+                continue;
+            }
+            Some(Component::Normal(_)) => {}
+            _ => continue,
+        }
+        let next = at.join(&name);
+        match std::fs::symlink_metadata(&next) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                if let Some(root) = roots.iter().find(|r| next.starts_with(r)) {
+                    return Err(WrapperError::SymlinkInRoot {
+                        what,
+                        path: path.to_owned(),
+                        link: next,
+                        root: root.clone(),
+                    });
+                }
+                hops += 1;
+                let Ok(target) = std::fs::read_link(&next) else {
+                    return Ok(());
+                };
+                if hops > MAX_SYMLINK_HOPS {
+                    // The kernel would give up too (ELOOP): nothing lies beyond.
+                    return Ok(());
+                }
+                if target.is_absolute() {
+                    at = PathBuf::from("/");
+                }
+                push_components(&mut left, &target);
+            }
+            Ok(_) => at = next,
+            Err(_) => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// Symlinks followed in one path at most, as the kernel (MAXSYMLINKS).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// Pushes `path`'s components so that the first is popped first (`.` dropped, `..` kept).
+fn push_components(left: &mut Vec<std::ffi::OsString>, path: &Path) {
+    use std::path::Component;
+    let parts: Vec<std::ffi::OsString> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name.to_owned()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    left.extend(parts.into_iter().rev());
+}
+
+/// The config files every repository reads besides its own (git-config(1) FILES): the
+/// system one and the global ones, or the files `GIT_CONFIG_SYSTEM` and
+/// `GIT_CONFIG_GLOBAL` name.
+fn shared_git_configs(home: Option<&Path>) -> Vec<PathBuf> {
+    let from_env = |name: &str| std::env::var_os(name).map(PathBuf::from);
+    let mut configs =
+        vec![from_env("GIT_CONFIG_SYSTEM").unwrap_or_else(|| "/etc/gitconfig".into())];
+    match from_env("GIT_CONFIG_GLOBAL") {
+        Some(global) => configs.push(global),
+        None => {
+            let xdg = from_env("XDG_CONFIG_HOME")
+                .filter(|p| p.is_absolute())
+                .or_else(|| home.map(|h| h.join(".config")));
+            configs.extend(xdg.map(|x| x.join("git/config")));
+            configs.extend(home.map(|h| h.join(".gitconfig")));
+        }
+    }
+    configs
+}
+
+/// Where `path` leads, and its first missing component if it does not exist: the
+/// longest existing ancestor resolved (symlinks outside the roots followed, as the
+/// kernel would), the rest appended. `None` if the rest climbs with `..` (nothing can be
+/// opened through a missing directory).
+fn real_path(path: &Path) -> Option<(PathBuf, Option<PathBuf>)> {
+    let absolute = std::path::absolute(path).ok()?;
+    for ancestor in absolute.ancestors() {
+        let Ok(real) = std::fs::canonicalize(ancestor) else {
+            continue;
+        };
+        let rest = absolute.strip_prefix(ancestor).ok()?;
+        if rest.as_os_str().is_empty() {
+            return Some((real, None));
+        }
+        let mut components = rest.components();
+        if !components
+            .clone()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+        {
+            return None;
+        }
+        let first = real.join(components.next()?);
+        return Some((real.join(rest), Some(first)));
+    }
+    None
+}
+
+/// A small regular file's text; anything else (a FIFO someone planted, which an ordinary
+/// open would wait on forever; a device; something huge) is an error.
+fn read_small_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const LIMIT: u64 = 64 << 10;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    let mut text = String::new();
+    file.take(LIMIT).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// A git dir's common dir: where its `commondir` file points, or itself.
+fn common_dir_of(git_dir: &Path) -> PathBuf {
+    read_small_file(&git_dir.join("commondir"))
+        .ok()
+        .and_then(|common| std::fs::canonicalize(git_dir.join(common.trim())).ok())
+        .unwrap_or_else(|| git_dir.to_owned())
+}
+
+/// The git dir a `gitdir: PATH` file points at, and its common dir if it has one.
+fn git_dirs_of_gitfile(gitfile: &Path) -> Result<Vec<PathBuf>, WrapperError> {
+    let read_error = |source| WrapperError::Path {
+        path: gitfile.to_owned(),
+        what: "gitdir file",
+        source,
+    };
+    let text = read_small_file(gitfile).map_err(read_error)?;
+    let Some(target) = text.lines().next().and_then(|l| l.strip_prefix("gitdir:")) else {
+        return Err(read_error(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "not a `gitdir: PATH` file",
+        )));
+    };
+    let base = gitfile.parent().unwrap_or(Path::new("/"));
+    let git_dir = std::fs::canonicalize(base.join(target.trim())).map_err(read_error)?;
+    let common = common_dir_of(&git_dir);
+    let mut dirs = vec![git_dir.clone()];
+    if common != git_dir {
+        dirs.push(common);
+    }
+    Ok(dirs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The protected paths of `roots`, with no home directory, no extras and .git locked.
+    fn protected_in(roots: &[PathBuf]) -> Result<Vec<Protected>, WrapperError> {
+        protected_paths(&ProtectInput {
+            write_roots: roots,
+            writable: roots,
+            home: None,
+            homes: &[],
+            extra: &[],
+            allow_git_writes: false,
+        })
+    }
+
+    fn tempdir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("netbox-protect-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn missing_git_gets_a_placeholder_and_existing_files_are_listed() {
+        let ws = tempdir("plain");
+        std::fs::write(ws.join(".bashrc"), "").unwrap();
+        std::fs::create_dir(ws.join(".vscode")).unwrap();
+        std::fs::write(ws.join(".vscode/settings.json"), "{}").unwrap();
+        std::fs::create_dir(ws.join(".idea")).unwrap();
+        let roots = [ws.clone()];
+        let got = protected_in(&roots).unwrap();
+        assert!(got.contains(&Protected {
+            path: ws.join(".git"),
+            placeholder: Some(Placeholder::Dir)
+        }));
+        assert!(got.contains(&Protected {
+            path: ws.join(".bashrc"),
+            placeholder: None
+        }));
+        assert!(got.contains(&Protected {
+            path: ws.join(".vscode"),
+            placeholder: None
+        }));
+        // A user's own empty directory is protected, not taken for a placeholder...
+        assert!(got.contains(&Protected {
+            path: ws.join(".idea"),
+            placeholder: None
+        }));
+        // ...while one carrying netbox's mark (a killed run's) is adopted as one.
+        std::fs::create_dir(ws.join(".envrc")).unwrap();
+        crate::sys::xattr::set(&ws.join(".envrc"), placeholders::PLACEHOLDER_XATTR, b"1").unwrap();
+        let marked = protected_in(&roots).unwrap();
+        assert!(marked.contains(&Protected {
+            path: ws.join(".envrc"),
+            placeholder: Some(Placeholder::Dir)
+        }));
+        std::fs::remove_dir(ws.join(".envrc")).unwrap();
+        // Missing home-only files get no placeholder outside the home directory...
+        assert!(!got.iter().any(|p| p.path.ends_with(".zshrc")));
+        // ...and do in it, each in its shape, with every other place that runs code.
+        let got = protected_paths(&ProtectInput {
+            write_roots: &roots,
+            writable: &roots,
+            home: Some(&ws),
+            homes: std::slice::from_ref(&ws),
+            extra: &[],
+            allow_git_writes: false,
+        })
+        .unwrap();
+        let shape = |name: &str| {
+            got.iter()
+                .find(|p| p.path == ws.join(name))
+                .map(|p| p.placeholder)
+        };
+        assert_eq!(shape(".zshrc"), Some(Some(placeholders::EMPTY_CONFIG)));
+        assert_eq!(
+            shape(".bash_profile"),
+            Some(Some(placeholders::BASH_PROFILE))
+        );
+        assert_eq!(shape(".ssh"), Some(Some(Placeholder::Dir)));
+        assert_eq!(shape(".bashrc"), Some(None));
+        // A missing parent is pinned whole.
+        assert_eq!(shape(".local"), Some(Some(Placeholder::Dir)));
+        assert_eq!(shape(".local/bin"), None);
+        for (name, _) in home::CODE_PATHS {
+            let path = ws.join(name);
+            assert!(
+                got.iter().any(|p| path.starts_with(&p.path)),
+                "{name} is not pinned"
+            );
+        }
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_where_git_keeps_a_file_is_not_waited_on() {
+        let ws = tempdir("fifo");
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        let fifo = nix::sys::stat::Mode::from_bits_truncate(0o600);
+        nix::unistd::mkfifo(&ws.join(".git/commondir"), fifo).unwrap();
+        std::fs::create_dir_all(ws.join("wt")).unwrap();
+        nix::unistd::mkfifo(&ws.join("wt/.git"), fifo).unwrap();
+        // Would block forever on an ordinary open of either FIFO.
+        let got = protected_in(std::slice::from_ref(&ws)).unwrap();
+        assert!(got.iter().any(|p| p.path == ws.join(".git")));
+        assert!(read_small_file(&ws.join("wt/.git")).is_err());
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn gitdir_file_protects_the_real_git_dir() {
+        let ws = tempdir("gitfile");
+        let real = ws.join("elsewhere/repo.git");
+        std::fs::create_dir_all(real.join("worktrees/wt")).unwrap();
+        std::fs::write(real.join("worktrees/wt/commondir"), "../..\n").unwrap();
+        let wt = ws.join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        std::fs::write(
+            wt.join(".git"),
+            "gitdir: ../elsewhere/repo.git/worktrees/wt\n",
+        )
+        .unwrap();
+        let roots = [ws.clone()];
+        let got = protected_in(&roots).unwrap();
+        // The workspace root's own .git is missing, so it gets a placeholder.
+        assert!(got
+            .iter()
+            .any(|p| p.path == ws.join(".git") && p.placeholder.is_some()));
+        let roots = [wt.clone(), ws.join("elsewhere")];
+        let got = protected_in(&roots).unwrap();
+        let paths: Vec<_> = got.iter().map(|p| p.path.clone()).collect();
+        assert!(paths.contains(&wt.join(".git")), "{paths:?}");
+        assert!(paths.contains(&real.join("worktrees/wt")), "{paths:?}");
+        assert!(paths.contains(&real), "{paths:?}");
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn symlinked_start_up_file_is_refused() {
+        let ws = tempdir("symlink");
+        std::os::unix::fs::symlink("/etc/hostname", ws.join(".profile")).unwrap();
+        let roots = [ws.clone()];
+        let err = protected_in(&roots).unwrap_err();
+        assert!(matches!(err, WrapperError::ProtectedSymlink { .. }));
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn allow_git_writes_keeps_hooks_and_config_protected() {
+        let ws = tempdir("gitwrites");
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        std::fs::write(ws.join(".git/config"), "").unwrap();
+        let roots = [ws.clone()];
+        let got = protected_paths(&ProtectInput {
+            write_roots: &roots,
+            writable: &roots,
+            home: None,
+            homes: &[],
+            extra: &[],
+            allow_git_writes: true,
+        })
+        .unwrap();
+        let paths: Vec<_> = got.iter().map(|p| p.path.clone()).collect();
+        assert!(paths.contains(&ws.join(".git/hooks")));
+        assert!(paths.contains(&ws.join(".git/config")));
+        assert!(!paths.contains(&ws.join(".git")));
+        // A missing commondir gets a (file) placeholder: CMD must not create one.
+        assert!(got.contains(&Protected {
+            path: ws.join(".git/commondir"),
+            placeholder: Some(placeholders::COMMONDIR)
+        }));
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+}

@@ -1,0 +1,690 @@
+//! `--allow-tool NAME`: the hosts a package manager will reach, found in its own
+//! configuration at run time (issue 12). Nothing here names a public registry: where a
+//! tool's built-in default is in no configuration file, it is asked of the tool itself
+//! (its config query, its installed modules, what it cached of an index), and where a
+//! registry serves files from a host nothing names, that is said, pointing to learn mode.
+//!
+//! Each tool has a module with one `discover` function; what it finds is a list of rules
+//! (`host:port`), each with where it came from, and notes for the start-up line.
+
+mod apt;
+mod cargo;
+mod fetch;
+mod gem;
+mod git;
+mod go;
+mod maven;
+mod npm;
+mod owndir;
+mod pip;
+mod query;
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+
+/// One rule a tool needs, and where it came from ("index-url in /etc/pip.conf").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRule {
+    pub rule: String,
+    pub source: String,
+    /// It came from a file in a writable root (the workspace's `.npmrc`, its git remotes):
+    /// an earlier command may have written it, so `--private-ok` does not apply to it.
+    pub from_workspace: bool,
+}
+
+/// What discovery needs: where the command runs, the writable roots (nothing from them
+/// is run, and what is read from them is marked), and the policy's pins.
+pub struct Context<'a> {
+    pub cwd: &'a Path,
+    pub untrusted: &'a [std::path::PathBuf],
+    pub policy: &'a bridge::policy::Policy,
+    /// The user said the registries are internal (`--private-ok`): a registry document
+    /// the user's own settings name may be read from a non-public address.
+    pub private_ok: bool,
+}
+
+/// Rules one tool may add at most: a configuration listing thousands of registries is
+/// not one to follow.
+const MAX_RULES_PER_TOOL: usize = 64;
+
+/// What one tool contributes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolRules {
+    pub rules: Vec<ToolRule>,
+    /// What could not be found, said on the start-up line and by `netbox tools`.
+    pub notes: Vec<String>,
+}
+
+impl ToolRules {
+    /// Adds the rule for a URL a tool's configuration names. `source` may hold text
+    /// from a file an earlier command wrote (a git remote's name): it is escaped here,
+    /// once, for every place it is shown.
+    fn add(&mut self, url_or_host: &str, source: impl Into<String>) {
+        self.add_from(url_or_host, source, false);
+    }
+
+    /// [`ToolRules::add`] for what a file in a writable root named.
+    fn add_from(&mut self, url_or_host: &str, source: impl Into<String>, from_workspace: bool) {
+        if let Some(rule) = rule_of(url_or_host) {
+            // Counted apart, so the workspace's files cannot crowd out the user's own.
+            let alike = self
+                .rules
+                .iter()
+                .filter(|r| r.from_workspace == from_workspace)
+                .count();
+            if alike >= MAX_RULES_PER_TOOL {
+                // Past the cap on notes: the workspace's notes must not hide it.
+                if !self.notes.iter().any(|n| n.starts_with("more than")) {
+                    self.notes.push(format!(
+                        "more than {MAX_RULES_PER_TOOL} registries: the rest are left out"
+                    ));
+                }
+                return;
+            }
+            if !self.rules.iter().any(|r| r.rule == rule) {
+                self.rules.push(ToolRule {
+                    rule,
+                    source: crate::printable::printable(&without_credentials(&source.into())),
+                    from_workspace,
+                });
+            }
+        } else if !url_or_host.trim().is_empty() && url_or_host.contains("://") {
+            // Not a URL netbox could read: what stands before its last `@` may be
+            // credentials, whatever it holds.
+            let shown = match url_or_host.trim().rsplit_once('@') {
+                Some((_, host_and_path)) => format!("…@{host_and_path}"),
+                None => url_or_host.trim().to_owned(),
+            };
+            self.note(crate::printable::printable(&format!(
+                "{shown} is not a registry address netbox allows (a name and one port only)"
+            )));
+        }
+    }
+
+    fn note(&mut self, note: impl Into<String>) {
+        let note = without_credentials(&note.into());
+        if self.notes.len() < MAX_NOTES_PER_TOOL {
+            let mut note = note;
+            if note.chars().count() > MAX_NOTE_CHARS {
+                note = note.chars().take(MAX_NOTE_CHARS).collect::<String>() + "…";
+            }
+            self.notes.push(note);
+        } else if self.notes.len() == MAX_NOTES_PER_TOOL {
+            self.notes.push("and more notes, left out".to_owned());
+        }
+    }
+}
+
+/// Notes one tool may add, and their length: text a workspace file chose must not flood
+/// the start-up line.
+const MAX_NOTES_PER_TOOL: usize = 6;
+const MAX_NOTE_CHARS: usize = 300;
+
+/// `text` with the credentials of every URL in it left out (`https://user:token@host/`
+/// → `https://host/`; a query string or fragment → `?…`, `#…`; `;params` → `;…`):
+/// sources and notes are shown and logged.
+pub fn without_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        out.push_str(&rest[..at + 3]);
+        rest = &rest[at + 3..];
+        // The authority ends at the path, query or fragment only: a password may hold
+        // any other character.
+        let authority_end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '/' | '?' | '#'))
+            .unwrap_or(rest.len());
+        let host_from = rest[..authority_end].rfind('@').map_or(0, |i| i + 1);
+        out.push_str(&rest[host_from..authority_end]);
+        rest = &rest[authority_end..];
+        // The path, up to where the URL ends; past `?`, `#` or `;` nothing is kept.
+        let end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '>' | ')'))
+            .unwrap_or(rest.len());
+        let path = &rest[..end];
+        match path.find(['?', '#', ';']) {
+            Some(cut) => {
+                out.push_str(&path[..cut]);
+                out.push(path.as_bytes()[cut] as char);
+                out.push('…');
+            }
+            None => out.push_str(path),
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    // npm's `//host/:_authToken=…` and the like: every value after a key that says so,
+    // spaces around `=` allowed.
+    let lower = out.to_ascii_lowercase();
+    let mut cuts: Vec<(usize, usize)> = Vec::new();
+    for key in ["_authtoken", "_auth", "_password", "token", "password"] {
+        for (at, _) in lower.match_indices(key) {
+            let after = &lower[at + key.len()..];
+            let spaces = after.len() - after.trim_start().len();
+            let Some(value) = after.trim_start().strip_prefix('=') else {
+                continue;
+            };
+            let from = at + key.len() + spaces + 1 + (value.len() - value.trim_start().len());
+            let end = lower[from..]
+                .find(char::is_whitespace)
+                .map_or(lower.len(), |e| from + e);
+            if end > from {
+                cuts.push((from, end));
+            }
+        }
+    }
+    cuts.sort_unstable();
+    cuts.dedup_by(|later, earlier| later.0 < earlier.1);
+    for (from, end) in cuts.into_iter().rev() {
+        out.replace_range(from..end, "…");
+    }
+    out
+}
+
+/// One line for the start-up line: `pip: 2 hosts (pip's default index …)`, and what
+/// could not be found.
+pub fn summary(tool: &str, found: &ToolRules, named_at: &str) -> String {
+    let hosts = found.rules.len();
+    let plural = if hosts == 1 { "" } else { "s" };
+    let mut sources: Vec<&str> = found.rules.iter().map(|r| r.source.as_str()).collect();
+    sources.dedup();
+    if sources.len() > 4 {
+        sources.truncate(4);
+        sources.push("…");
+    }
+    let mut line = format!("{tool}: {hosts} host{plural}");
+    if !sources.is_empty() {
+        line.push_str(&format!(" ({})", sources.join("; ")));
+    }
+    if named_at != "--allow-tool" {
+        line.push_str(&format!(" [{named_at}]"));
+    }
+    for note in &found.notes {
+        line.push_str(&format!("; {note}"));
+    }
+    crate::printable::printable(&line)
+}
+
+/// `netbox tools NAME...`: prints what each tool would add, as allowlist lines.
+pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperError> {
+    let cwd = std::env::current_dir().map_err(|source| crate::error::WrapperError::Path {
+        path: ".".into(),
+        what: "current directory",
+        source,
+    })?;
+    let mut text = String::from("allow = [\n");
+    let policy = bridge::policy::Policy::deny_all();
+    // As a run from here would see it: the current directory is the workspace.
+    let untrusted = vec![std::fs::canonicalize(&cwd).unwrap_or_else(|_| cwd.clone())];
+    let ctx = Context {
+        cwd: &cwd,
+        untrusted: &untrusted,
+        policy: &policy,
+        private_ok: args.private_ok,
+    };
+    for name in &args.names {
+        let found = discover(name, &ctx).map_err(|reason| crate::error::WrapperError::Rule {
+            flag: "netbox tools",
+            rule: name.clone(),
+            reason,
+        })?;
+        text.push_str(&format!("    # {name}\n"));
+        for rule in &found.rules {
+            let quoted = serde_json::to_string(&rule.rule).unwrap_or_default();
+            let source = crate::printable::printable(&rule.source);
+            text.push_str(&format!("    {quoted}, # {source}\n"));
+        }
+        for note in &found.notes {
+            text.push_str(&format!(
+                "    # note: {}\n",
+                crate::printable::printable(note)
+            ));
+        }
+    }
+    text.push_str("]\n");
+    crate::output::print_stdout(&text).map(|()| 0)
+}
+
+/// A tool's cache for a run: the directory made writable for it (none with `--cache
+/// none`), and the environment that points the tool there.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    pub dir: Option<std::path::PathBuf>,
+    pub env: Vec<(String, String)>,
+}
+
+/// The caches of `tools` (canonical names): `$XDG_CACHE_HOME/netbox/TOOL` (or
+/// `~/.cache/netbox/TOOL`), made 0700 if missing; or, with `--cache none`, a directory in
+/// the run's private /tmp. Tools with no cache setting of their own (git, apt) get none;
+/// cargo, whose cache is inside `CARGO_HOME` with its settings, gets a `CARGO_HOME` of
+/// netbox's (not with `--cache none`).
+pub fn caches(
+    tools: &[String],
+    mode: crate::cli::ToolCache,
+    workspace: &Path,
+    write_roots: &[std::path::PathBuf],
+) -> Result<Vec<Cache>, crate::error::WrapperError> {
+    // One cache per workspace: a cache one run could poison (npm's packument index, pip's
+    // wheels, go's build cache are not checked against who wrote them) serves only later
+    // runs in the same workspace, which that run could change anyway.
+    let per_workspace = {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes());
+        digest[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let mut out = Vec::new();
+    for tool in tools.iter().filter_map(|t| canonical(t)) {
+        let vars: &[(&str, &str)] = match tool {
+            "npm" => &[("npm_config_cache", "")],
+            "pip" => &[("PIP_CACHE_DIR", ""), ("UV_CACHE_DIR", "uv")],
+            "go" => &[("GOMODCACHE", "mod"), ("GOCACHE", "build")],
+            "gem" => &[
+                ("GEM_SPEC_CACHE", "specs"),
+                ("BUNDLE_USER_CACHE", "bundler"),
+            ],
+            // maven's local repository, given as a system property after the user's own.
+            "maven" => &[("MAVEN_OPTS", "repository")],
+            // cargo keeps its cache in CARGO_HOME beside its settings: a CARGO_HOME of
+            // netbox's own, with the user's settings copied in at each run. Not with
+            // `--cache none`: the private /tmp cannot be given them before CMD starts.
+            "cargo" if mode == crate::cli::ToolCache::Netbox => &[("CARGO_HOME", "")],
+            _ => continue,
+        };
+        let dir = match mode {
+            crate::cli::ToolCache::None => None,
+            crate::cli::ToolCache::Netbox => {
+                let own = own_cache_dir(tool, &per_workspace, write_roots)?;
+                if tool == "cargo" {
+                    cargo::seed_home(&own).map_err(|source| crate::error::WrapperError::Path {
+                        path: own.path.clone(),
+                        what: "cargo's home in netbox's cache (its settings are copied there)",
+                        source,
+                    })?;
+                }
+                Some(own.path)
+            }
+        };
+        let base = dir
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("/tmp/netbox-cache").join(tool));
+        let env = vars
+            .iter()
+            .map(|(key, sub)| {
+                let at = if sub.is_empty() {
+                    base.clone()
+                } else {
+                    base.join(sub)
+                };
+                let value = if *key == "MAVEN_OPTS" {
+                    let theirs = std::env::var("MAVEN_OPTS").unwrap_or_default();
+                    format!("{theirs} -Dmaven.repo.local={}", at.display())
+                        .trim()
+                        .to_owned()
+                } else {
+                    at.display().to_string()
+                };
+                ((*key).to_owned(), value)
+            })
+            .collect();
+        out.push(Cache { dir, env });
+    }
+    Ok(out)
+}
+
+/// `CACHE_HOME/netbox/TOOL/HASH`, made if missing, and netbox's own (owndir.rs): the
+/// cache home lies in no writable root, by path or as another name for one (a bind
+/// mount), and holds none below `netbox/` (CMD could swap a directory there for a link);
+/// `netbox`, `TOOL` and `HASH` are this user's directories, reached with no link and
+/// made 0700. The directory is held by its fd for seeding.
+fn own_cache_dir(
+    tool: &str,
+    per_workspace: &str,
+    write_roots: &[std::path::PathBuf],
+) -> Result<owndir::OwnDir, crate::error::WrapperError> {
+    let usage = |text: String| crate::error::WrapperError::Usage(text);
+    let home = cache_home().ok_or_else(|| {
+        usage(format!(
+            "--allow-tool {tool}: no HOME or XDG_CACHE_HOME for its cache; pass --cache none"
+        ))
+    })?;
+    let io_error = |path: &Path| {
+        let path = path.to_owned();
+        move |source| crate::error::WrapperError::Path {
+            path,
+            what: "tool cache directory (--cache none keeps it in the run's private /tmp)",
+            source,
+        }
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&home)
+        .map_err(io_error(&home))?;
+    let home = std::fs::canonicalize(&home).map_err(io_error(&home))?;
+    let netbox = home.join("netbox");
+    if let Some(root) = write_roots.iter().find(|r| overlaps(&netbox, r)) {
+        return Err(usage(format!(
+            "--allow-tool {tool}: its cache {} would lie in the writable root {}, where CMD could \
+             swap it for a link; set XDG_CACHE_HOME outside it, or pass --cache none",
+            netbox.display(),
+            root.display()
+        )));
+    }
+    owndir::open_own(&home, &["netbox", tool, per_workspace]).map_err(io_error(&netbox))
+}
+
+/// Whether writable root `root` holds `dir` or lies in it: by path, or as another name
+/// for the same directory (a bind mount), compared by device and inode up both paths.
+fn overlaps(dir: &Path, root: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if dir.starts_with(root) || root.starts_with(dir) {
+        return true;
+    }
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let holds = |outer: &Path, inner: &Path| {
+        id(outer).is_some_and(|want| inner.ancestors().any(|a| id(a) == Some(want)))
+    };
+    holds(root, dir) || holds(dir, root)
+}
+
+fn cache_home() -> Option<std::path::PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(std::path::PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|h| h.join(".cache"))
+        })
+}
+
+/// A configuration file's text, if it is a regular file of at most 1 MiB (a workspace
+/// file may be anything: a FIFO, a sparse file of gigabytes).
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(1 << 20).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// Variables by which a tool's own settings can come from elsewhere than the user's
+/// files: where one points into a writable root, all that tool's rules are taken as the
+/// workspace's (an earlier command could have written them).
+fn settings_elsewhere(tool: &str) -> &'static [&'static str] {
+    // Compared without regard to case (npm reads npm_config_* in any case).
+    match tool {
+        "npm" => &[
+            "npm_config_userconfig",
+            "npm_config_globalconfig",
+            "npm_config_prefix",
+            "npm_config_cache",
+            "npm_config_logs_dir",
+            "npm_config_logs-dir",
+        ],
+        "pip" => &[
+            "PIP_CONFIG_FILE",
+            "XDG_CONFIG_HOME",
+            "VIRTUAL_ENV",
+            "PYENV_ROOT",
+        ],
+        "cargo" => &["CARGO_HOME", "RUSTUP_HOME"],
+        "go" => &["GOENV", "XDG_CONFIG_HOME", "GOROOT"],
+        "apt" => &["APT_CONFIG"],
+        // gem loads the plugins of the gems in its paths when it starts.
+        "gem" => &[
+            "GEMRC",
+            "GEM_HOME",
+            "GEM_PATH",
+            "XDG_CONFIG_HOME",
+            "XDG_DATA_HOME",
+        ],
+        _ => &[],
+    }
+}
+
+/// The first variable (and its value) by which the environment points `tool`'s settings
+/// into a writable root.
+fn redirected_into_root(tool: &str, untrusted: &[std::path::PathBuf]) -> Option<String> {
+    let watched = settings_elsewhere(tool);
+    std::env::vars_os().find_map(|(key, value)| {
+        let key = key.to_string_lossy();
+        if !watched.iter().any(|w| w.eq_ignore_ascii_case(&key)) {
+            return None;
+        }
+        // Each part of a path list (`GEMRC=a:b`, `GEM_PATH`); a relative one is read
+        // from where the tool starts, which is no writable root.
+        std::env::split_paths(&value)
+            .find(|path| path.is_absolute() && query::is_untrusted(path, untrusted))
+            .map(|path| format!("{key}={}", path.display()))
+    })
+}
+
+/// The tools `--allow-tool` knows.
+pub const TOOLS: &[&str] = &["pip", "npm", "cargo", "git", "apt", "go", "maven", "gem"];
+
+/// Names that mean one of the tools (uv reads pip's index settings; yarn and pnpm npm's).
+pub fn canonical(name: &str) -> Option<&'static str> {
+    match name {
+        "pip" | "pip3" | "uv" => Some("pip"),
+        "npm" | "yarn" | "pnpm" => Some("npm"),
+        "cargo" => Some("cargo"),
+        "git" => Some("git"),
+        "apt" | "apt-get" => Some("apt"),
+        "go" => Some("go"),
+        "maven" | "mvn" => Some("maven"),
+        "gem" | "bundle" | "bundler" => Some("gem"),
+        _ => None,
+    }
+}
+
+/// Asks `name`'s configuration, as seen from `cwd` (project files count). An unknown
+/// tool is an error naming the known ones.
+pub fn discover(name: &str, ctx: &Context<'_>) -> Result<ToolRules, String> {
+    let tool = canonical(name).ok_or_else(|| {
+        format!(
+            "unknown tool {name:?}; known: {} (and uv, yarn, pnpm, apt-get, mvn, bundle)",
+            TOOLS.join(", ")
+        )
+    })?;
+    // The tool would be run on settings an earlier command may have written (its log,
+    // trace or hook settings can make it write files or run code): not asked at all.
+    if let Some(var) = redirected_into_root(tool, ctx.untrusted) {
+        let mut skipped = ToolRules::default();
+        skipped.note(format!(
+            "not asked: {var} points its settings into a writable root, which an earlier command could have written"
+        ));
+        return Ok(skipped);
+    }
+    let mut found = match tool {
+        "pip" => pip::discover(ctx),
+        "npm" => npm::discover(ctx),
+        "cargo" => cargo::discover(ctx),
+        "git" => git::discover(ctx),
+        "apt" => apt::discover(ctx),
+        "maven" => maven::discover(ctx),
+        "gem" => gem::discover(ctx),
+        _ => go::discover(ctx),
+    };
+    // Run from an npm script, npm's settings in the environment are the project's own
+    // .npmrc's (npm exports them as npm_config_*).
+    let from_npm_script = tool == "npm"
+        && ["npm_lifecycle_event", "npm_execpath", "npm_command"]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some());
+    if from_npm_script {
+        for rule in &mut found.rules {
+            rule.from_workspace = true;
+        }
+    }
+    Ok(found)
+}
+
+/// `host:port` for a URL (`https://h:8443/x` → `h:8443`, `http://h/` → `h:80`), or a
+/// bare `host[:port]` (443 when no port is given); `None` for what is no network
+/// address (`file:`, a path).
+pub fn rule_of(url_or_host: &str) -> Option<String> {
+    let text = url_or_host.trim();
+    // Cargo's and others' prefixes: `sparse+https://…`, `git+https://…`, `registry+…`.
+    let text = text
+        .strip_prefix("sparse+")
+        .or_else(|| text.strip_prefix("registry+"))
+        .or_else(|| text.strip_prefix("git+"))
+        .unwrap_or(text);
+    let (default_port, rest) = if let Some(rest) = text.strip_prefix("https://") {
+        (443, rest)
+    } else if let Some(rest) = text.strip_prefix("http://") {
+        (80, rest)
+    } else if let Some(rest) = text.strip_prefix("ssh://") {
+        (22, rest)
+    } else if text.contains("://") || text.starts_with('/') || text.is_empty() {
+        return None;
+    } else {
+        (443, text)
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit('@').next()?;
+    if authority.is_empty() {
+        return None;
+    }
+    let rule = if authority.starts_with('[') {
+        if authority.contains("]:") {
+            authority.to_owned()
+        } else {
+            format!("{authority}:{default_port}")
+        }
+    } else if authority.contains(':') {
+        authority.to_owned()
+    } else {
+        format!("{authority}:{default_port}")
+    };
+    // A name and one numeric port only: a tool's configuration (which an earlier command
+    // may have written into the workspace) must not open an address, a wildcard, every
+    // port or a range (`127.0.0.1:*`, `*.com:*`, `[::1]:1-65535`).
+    let (host, port) = rule.rsplit_once(':')?;
+    // `localhost` and its subdomains are this machine (RFC 6761), never a registry.
+    let lower = host.trim_end_matches('.').to_ascii_lowercase();
+    let is_localhost = lower == "localhost"
+        || lower.ends_with(".localhost")
+        || lower.starts_with("localhost.")
+        || lower.starts_with("ip6-localhost")
+        || lower.starts_with("ip6-loopback");
+    let is_name = !host.starts_with('[')
+        && !is_localhost
+        && host.parse::<std::net::IpAddr>().is_err()
+        && !host.contains('*')
+        && bridge::target::Target::parse_authority(&rule)
+            .is_ok_and(|t| matches!(t.host, bridge::target::Host::Name(_)));
+    if !is_name || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return None;
+    }
+    bridge::policy::RuleSpec::parse(&rule, bridge::policy::Action::Allow)
+        .ok()
+        .map(|_| rule)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_left_out_of_what_is_shown() {
+        let cases = [
+            (
+                "files on https://alice:S3cret@idx.test:8443/simple/pip/",
+                "files on https://idx.test:8443/simple/pip/",
+            ),
+            (
+                "https://tok@a.test/x?token=abc could not be read",
+                "https://a.test/x?… could not be read",
+            ),
+            ("http://a.test/p@q", "http://a.test/p@q"),
+            ("no url here", "no url here"),
+            ("https://alice:s3c;r)e't@idx.test/x", "https://idx.test/x"),
+            (
+                "https://idx.test/simple/#token=SECRET",
+                "https://idx.test/simple/#…",
+            ),
+            ("https://a.test/x;jsessionid=abc y", "https://a.test/x;… y"),
+            (
+                "//npm.test/:_authToken=SECRET in .npmrc",
+                "//npm.test/:_authToken=… in .npmrc",
+            ),
+            (
+                "_auth = A1 and //x.test/:_authToken=B2 and token=C3",
+                "_auth = … and //x.test/:_authToken=… and token=…",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(without_credentials(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_url_netbox_cannot_read_is_shown_without_what_precedes_its_last_at() {
+        let mut found = ToolRules::default();
+        found.add("https://eve:GIT SECRET2@bad host/r.git", "git remote");
+        assert!(found.rules.is_empty());
+        assert!(!found.notes[0].contains("SECRET"), "{:?}", found.notes);
+        assert!(
+            found.notes[0].contains("…@bad host/r.git"),
+            "{:?}",
+            found.notes
+        );
+    }
+
+    #[test]
+    fn the_workspaces_rules_cannot_crowd_out_the_users() {
+        let mut found = ToolRules::default();
+        for i in 0..100 {
+            found.add_from(&format!("https://w{i}.test/"), "Gemfile", true);
+        }
+        found.add("https://mirror.corp.test/", "the user's settings");
+        assert!(found.rules.iter().any(|r| r.rule == "mirror.corp.test:443"));
+        assert_eq!(found.rules.len(), MAX_RULES_PER_TOOL + 1);
+        for i in 0..100 {
+            found.note(format!("note {i}"));
+        }
+        assert_eq!(found.notes.len(), MAX_NOTES_PER_TOOL + 1);
+    }
+
+    #[test]
+    fn urls_become_host_port_rules() {
+        let cases = [
+            ("https://mirror.test/simple", Some("mirror.test:443")),
+            ("http://mirror.test:8080/x", Some("mirror.test:8080")),
+            ("sparse+https://index.test/", Some("index.test:443")),
+            ("ssh://git@forge.test:2222/a.git", Some("forge.test:2222")),
+            ("https://user:pw@mirror.test/", Some("mirror.test:443")),
+            ("https://[2001:db8::1]/x", None),
+            ("http://127.0.0.1:8080/", None),
+            ("http://127.0.0.1:*/", None),
+            ("https://*.com:*/", None),
+            ("http://[::1]:1-65535/", None),
+            ("https://mirror.test:0/", None),
+            ("http://localhost:18080/", None),
+            ("http://a.localhost/", None),
+            ("http://localhost./", None),
+            ("http://localhost.localdomain/", None),
+            ("http://ip6-localhost/", None),
+            ("file:///opt/wheels", None),
+            ("/opt/wheels", None),
+            ("", None),
+        ];
+        for (url, want) in cases {
+            assert_eq!(rule_of(url).as_deref(), want, "{url}");
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! The sandbox side of a run, in order. One process, created by clone(2) in new user and
+//! pid namespaces, so it is pid 1 of its pid namespace from the first instruction. It maps
+//! its ids and enters new mount, ipc and uts namespaces. Then, at the same time, a second
+//! thread builds the filesystem (on the placeholders netbox laid before creating it) while
+//! the first enters a new network namespace, brings `lo` up, creates the proxy listeners
+//! there and hands them out. With that thread ended, pid 1 drops every privilege, runs the
+//! live probe, and only if it passed starts CMD, whose init it then is (watching the pins
+//! while CMD runs).
+//!
+//! It dies with netbox (PR_SET_PDEATHSIG): if netbox is killed, even with SIGKILL, pid 1
+//! dies, and with it the kernel kills everything in the namespace.
+
+pub mod caps;
+pub mod handshake;
+pub mod init;
+pub mod mounts;
+pub mod namespaces;
+pub mod probe;
+
+use std::ffi::OsString;
+use std::net::{Ipv6Addr, SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+
+use nix::sys::prctl::set_pdeathsig;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use crate::cpu;
+use crate::sandbox::handshake::{Channel, SyncMsg};
+use crate::sandbox::mounts::MountPlan;
+use crate::sandbox::probe::ProbeInput;
+use crate::testhooks::Breakage;
+
+/// The proxy port inside the sandbox's own network namespace, where nothing else listens.
+pub const PROXY_PORT: u16 = 3128;
+
+/// Everything the sandbox needs, computed before the clone.
+pub struct ChildPlan {
+    pub uid: u32,
+    pub gid: u32,
+    pub mounts: MountPlan,
+    pub probe: ProbeInput,
+    pub cmd: Vec<OsString>,
+    /// `--fetch`: run first (as `sh -c CMD1`), with the bridge; CMD runs after the cut.
+    pub fetch: Option<Vec<OsString>>,
+    pub env: Vec<(OsString, OsString)>,
+    pub cwd: PathBuf,
+    pub breakage: Breakage,
+    /// What pid 1's mounting thread needs to find the host's sockets to cover.
+    pub socket_scan: crate::plan::hostsockets::SocketScan,
+    /// The placeholders netbox laid, which pid 1 keeps open (see `hold_placeholders`).
+    pub placeholders: Vec<PathBuf>,
+    /// CMD's own terminal, when it gets one (terminal.rs).
+    pub terminal: Option<crate::terminal::Plan>,
+}
+
+/// pid 1 of the sandbox: set up, prove, then run CMD. Returns the exit status.
+pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
+    let (proxy_v6, host_sockets) = match set_up(plan, channel) {
+        Ok(done) => done,
+        Err((step, detail, hint)) => {
+            let _ = channel.send(&SyncMsg::SetupFailed { step, detail, hint }, &[]);
+            return crate::error::EXIT_NETBOX_FAILURE.into();
+        }
+    };
+    hold_placeholders(&plan.placeholders);
+    // The probe's input, with the host sockets netbox found while the sandbox set up.
+    let probe_input = ProbeInput {
+        host_sockets,
+        ..plan.probe.clone()
+    };
+    let probe_input = &probe_input;
+    if !prove(plan, probe_input, channel) {
+        return crate::error::EXIT_NETBOX_FAILURE.into();
+    }
+    // CMD's terminal: made here, from the sandbox's own devpts; its master end goes to
+    // netbox, its slave end stays with pid 1 (so the pty lasts as long as the run) and is
+    // CMD's standard input and output.
+    let terminal = match plan.terminal.as_ref().map(|t| open_terminal(t, channel)) {
+        None => None,
+        Some(Ok(slave)) => Some(slave),
+        Some(Err(e)) => {
+            crate::output::say(&format!("netbox: cannot give the command a terminal: {e}"));
+            return crate::error::EXIT_NETBOX_FAILURE.into();
+        }
+    };
+    let tty = terminal
+        .as_ref()
+        .zip(plan.terminal.as_ref())
+        .map(|(slave, t)| init::Tty {
+            fd: slave.as_raw_fd(),
+            stderr_too: t.stderr_too,
+        });
+    // pid 1 keeps the channel, to report a lost pin; CMD cannot reach it (pid 1 is not
+    // dumpable and never execs, so /proc/1/fd, ptrace and pidfd_getfd are all refused:
+    // see set_up).
+    // Pinned: every read-only bind, every `--hide` cover (a credential refresher's
+    // save-by-rename on the host would uncover it) and every covered host socket (a
+    // service that recreates its socket would).
+    let pinned = probe_input
+        .protected
+        .iter()
+        .chain(&probe_input.hidden)
+        .chain(&probe_input.host_sockets);
+    let pins = crate::plan::pins::Pins::new(pinned.cloned().collect());
+    let run = |cmd: &[OsString]| {
+        let limits = &plan.probe.limits;
+        let skip_limits = plan.breakage.skip_limits;
+        init::run_to_end(cmd, &plan.env, &plan.cwd, limits, skip_limits, &pins, tty)
+    };
+    if let Some(fetch) = &plan.fetch {
+        let status = match run(fetch) {
+            Ok(status) => status,
+            Err(stop) => return init::report_stop(stop, channel),
+        };
+        if channel.send(&SyncMsg::FetchDone { status }, &[]).is_err() {
+            return crate::error::EXIT_NETBOX_FAILURE.into();
+        }
+        if status != 0 {
+            return status;
+        }
+        match cut_and_prove(probe_input, channel, proxy_v6) {
+            Ok(true) => {}
+            // netbox says which control failed.
+            Ok(false) => return crate::error::EXIT_NETBOX_FAILURE.into(),
+            Err(e) => {
+                crate::output::say(&format!("netbox: between --fetch and CMD: {e}"));
+                return crate::error::EXIT_NETBOX_FAILURE.into();
+            }
+        }
+        // A signal netbox forwarded as CMD1 ended was meant for the run: it ends here.
+        if let Some(sig) = init::take_forwarded_signal() {
+            return 128 + sig as i32;
+        }
+        // Pins lost while CMD1 ran down are caught before CMD, not after it has started.
+        if let Some(path) = pins.lost() {
+            return init::report_stop(init::Stop::PinLost(path.to_owned()), channel);
+        }
+        // What CMD1 left on the shared terminal (input pushed with TIOCSTI, changed modes)
+        // is not CMD's: flushed, and the modes and size set as they were made.
+        if let (Some(slave), Some(plan_tty)) = (&terminal, &plan.terminal) {
+            let _ = nix::sys::termios::tcflush(slave, nix::sys::termios::FlushArg::TCIOFLUSH);
+            if let Some(modes) = plan_tty.modes {
+                let modes = nix::sys::termios::Termios::from(modes);
+                let _ =
+                    nix::sys::termios::tcsetattr(slave, nix::sys::termios::SetArg::TCSANOW, &modes);
+            }
+            if let Some(size) = &plan_tty.size {
+                let _ = crate::sys::pty::set_window_size(std::os::fd::AsFd::as_fd(slave), size);
+            }
+        }
+    }
+    match run(&plan.cmd) {
+        Ok(code) => {
+            // Nothing of CMD's is left: netbox may remove its placeholders and finish while
+            // pid 1 exits.
+            let _ = channel.send(&SyncMsg::Done { status: code }, &[]);
+            // Likewise, let netbox go on before this exit's long teardown.
+            std::thread::yield_now();
+            code
+        }
+        Err(stop) => init::report_stop(stop, channel),
+    }
+}
+
+/// Opens CMD's pty and hands its master end to netbox. Returns the slave end.
+fn open_terminal(
+    terminal: &crate::terminal::Plan,
+    channel: &Channel,
+) -> Result<std::os::fd::OwnedFd, String> {
+    let modes = terminal.modes.map(nix::sys::termios::Termios::from);
+    let (master, slave) = crate::sys::pty::open(modes.as_ref(), terminal.size.as_ref())
+        .map_err(|e| format!("open a pty: {e}"))?;
+    channel
+        .send(&SyncMsg::Terminal, &[master.as_raw_fd()])
+        .map_err(|e| format!("hand netbox the pty: {e}"))?;
+    Ok(slave)
+}
+
+/// Opens each placeholder netbox laid, through the sandbox's own read-only view of it, and
+/// leaves it open until pid 1 exits. netbox removes the placeholders once CMD is done, and
+/// the last close of a removed directory waits for the disk (ext4 mounted with `discard`:
+/// ~50 µs a directory here); with these open, that close is often pid 1's, in its exit,
+/// which nobody waits for, instead of netbox's. Held as `O_PATH` fds following no symlink
+/// (what stands there may have been swapped by the host since: a FIFO would block an
+/// ordinary open forever); close-on-exec, in a process CMD cannot reach (pid 1 is not
+/// dumpable and never execs).
+fn hold_placeholders(paths: &[PathBuf]) {
+    for path in paths {
+        if let Ok(file) = crate::sys::resolve::open_exact(path) {
+            // Closed by the kernel as pid 1 exits.
+            std::mem::forget(file);
+        }
+    }
+}
+
+/// The first live probe, reported in two parts: its checks, sent before the write filter
+/// goes on, so that netbox reads them while pid 1 installs it; then the writes made under
+/// the filter, with what was checked after them. Whether the command may start: the probe
+/// passed, and netbox, its own checks added, said so.
+fn prove(plan: &ChildPlan, input: &ProbeInput, channel: &Channel) -> bool {
+    let (watched, unreadable) = while_readable(|| {
+        let report = probe::run(input);
+        let passed = report.passed;
+        // If netbox cannot be told, nothing will start.
+        channel.send(&SyncMsg::ProbeChecks(report), &[]).ok()?;
+        // Last, so the probe's other writes cost no round trip to netbox: from here on
+        // every write-intent syscall (a few of the probe's, then CMD's, which inherits the
+        // filter) waits for netbox, which logs the ones the mounts will refuse.
+        let started = std::time::Instant::now();
+        let (writes, checks) = match watch_writes(channel, plan.breakage) {
+            Ok(()) => (probe::watched_writes(input), Vec::new()),
+            Err(e) => {
+                let failed = probe::failed_check(
+                    crate::sandbox::probe::WRITE_LOG_CHECK,
+                    "install the filter and hand netbox its listener",
+                    e,
+                );
+                (Vec::new(), vec![failed])
+            }
+        };
+        let duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        Some((passed, writes, checks, duration_us))
+    });
+    let Some((passed, writes, mut checks, duration_us)) = watched else {
+        return false;
+    };
+    checks.extend(unreadable);
+    let passed = passed && checks.iter().all(|c| c.passed);
+    let rest = SyncMsg::ProbeWatched {
+        writes,
+        checks,
+        duration_us,
+    };
+    channel.send(&rest, &[]).is_ok() && passed && matches!(channel.recv(), Ok(SyncMsg::Start))
+}
+
+/// Between `--fetch`'s two commands: waits until netbox has closed the bridge's listeners,
+/// then proves that nothing answers any more. Whether CMD may run.
+fn cut_and_prove(input: &ProbeInput, channel: &Channel, proxy_v6: bool) -> Result<bool, String> {
+    match channel.recv()? {
+        SyncMsg::Cut => {}
+        other => return Err(format!("expected the cut, got {other:?}")),
+    }
+    let (mut report, unreadable) = while_readable(|| probe::run_cut(input, proxy_v6));
+    if let Some(check) = unreadable {
+        report.add_check(check);
+    }
+    Ok(report_and_wait(channel, report))
+}
+
+/// Installs the denied-write filter on pid 1 (and so on everything it starts) and hands
+/// netbox its listener, with the sandbox's root.
+fn watch_writes(channel: &Channel, breakage: Breakage) -> Result<(), String> {
+    if breakage.no_write_watch {
+        return Ok(());
+    }
+    // The sandbox's root, for netbox's judge, which would otherwise open it through
+    // /proc/1/root (~20 µs more). Opened before the filter, which it must not wait for.
+    let root = nix::fcntl::open(
+        "/",
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    );
+    let listener = crate::sys::seccomp::install_with_listener(&crate::sys::seccomp::build())
+        .map_err(|e| format!("install the seccomp filter: {e}"))?;
+    let mut fds = vec![listener.as_raw_fd()];
+    fds.extend(root.as_ref().ok().map(AsRawFd::as_raw_fd));
+    channel.send(&SyncMsg::WriteWatch, &fds)
+}
+
+/// Runs a probe with pid 1 dumpable, so netbox (as an ordinary user, without
+/// CAP_SYS_PTRACE) can read the paths of its writes from its memory, which is how the
+/// denied-write log proves itself. Nothing but netbox's own code runs in the sandbox then:
+/// CMD has not started (or, after --fetch, everything of CMD1's is gone). pid 1 is
+/// non-dumpable again before any command starts; if that fails, none does: the failed
+/// check is returned, for the report.
+fn while_readable<T>(probe: impl FnOnce() -> T) -> (T, Option<probe::Check>) {
+    let _ = nix::sys::prctl::set_dumpable(true);
+    let done = probe();
+    let unreadable = nix::sys::prctl::set_dumpable(false).err().map(|e| {
+        probe::failed_check(
+            "pid 1 unreachable from CMD",
+            "stay dumpable (reachable through /proc/1 and ptrace)",
+            e.to_string(),
+        )
+    });
+    (done, unreadable)
+}
+
+/// Sends a probe report and, if it passed, waits for netbox's word to start: netbox adds
+/// checks of its own (the denied-write log). Whether the command may start.
+fn report_and_wait(channel: &Channel, report: probe::ProbeReport) -> bool {
+    let passed = report.passed;
+    channel.send(&SyncMsg::Probe(report), &[]).is_ok()
+        && passed
+        && matches!(channel.recv(), Ok(SyncMsg::Start))
+}
+
+/// A failed step: which, why, and how to fix it when known.
+type StepError = (String, String, Option<String>);
+
+fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> StepError + '_ {
+    move |e| (step.to_owned(), e.to_string(), None)
+}
+
+/// The setup steps, in order. Each must succeed; there is no weaker fallback. Returns
+/// whether the proxy also listens on ::1 (a host without IPv6 has no ::1), and the host
+/// sockets it covered.
+fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), StepError> {
+    // First, keep nothing of netbox's but this end of the channel (netbox's own end, the
+    // event log, the host listener, whatever netbox's caller passed): then netbox's end is
+    // open exactly as long as netbox lives.
+    crate::sys::fd::close_from_3_except(channel.raw_fd()).map_err(failed("close fds"))?;
+    // Die with netbox; and if it already died before that took effect, stop here.
+    set_pdeathsig(Signal::SIGKILL).map_err(failed("set parent-death signal"))?;
+    if channel.peer_closed() {
+        return Err(("start".into(), "netbox exited during start-up".into(), None));
+    }
+    // netbox's fault handlers (std's stack-overflow report, on netbox's alternate signal
+    // stack) are not pid 1's: a fault here ends pid 1 plainly.
+    crate::sys::process::reset_fault_handlers().map_err(failed("reset fault handlers"))?;
+    // Signals for CMD arrive through netbox, which forwards them; pid 1 reads them from a
+    // signalfd, so they are blocked from the start.
+    init::block_signals().map_err(failed("block signals"))?;
+    // Out of the caller's process group: terminal signals reach netbox, which forwards
+    // them once, instead of reaching CMD twice.
+    nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(failed("setpgid"))?;
+    namespaces::map_ids(plan.uid, plan.gid)
+        .and_then(|()| namespaces::unshare_rest())
+        .map_err(|e| {
+            let hint = e.hint();
+            ("user namespace".to_owned(), crate::error::chain(&e), hint)
+        })?;
+    nix::unistd::sethostname("netbox").map_err(failed("set hostname"))?;
+    // Not dumpable, so CMD cannot reach into pid 1 through /proc/1 or ptrace (same uid):
+    // that would take CAP_SYS_PTRACE in the user namespace pid 1's memory belongs to,
+    // netbox's (the host's), since pid 1 never execs. Both halves matter.
+    nix::sys::prctl::set_dumpable(false).map_err(failed("set non-dumpable"))?;
+
+    // Capabilities are still held here, which the mounts need. While they are held, /
+    // could be remounted read-write: the drop follows as soon as both halves are done.
+    // The filesystem is built on a second thread while this one makes the network
+    // namespace: each takes ~0.5 ms here and neither needs the other (the mount namespace
+    // is shared by both threads; the new network namespace is this thread's, and the
+    // process's once the other thread has ended). Mounting needs nothing of the network:
+    // no sysfs is mounted. pid 1 was made by a raw clone(), so glibc's cached thread id in
+    // this thread is still netbox's: sound here because neither thread takes a lock that
+    // records its owner's id (recursive or error-checking mutexes, dlopen, NSS).
+    let mount = || {
+        mounts::apply(&plan.mounts, plan.breakage, || plan.socket_scan.run())
+            .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
+    };
+    crate::sys::memory::share_one_malloc_arena();
+    let here = cpu::current();
+    let started = std::sync::atomic::AtomicBool::new(false);
+    let (mounted, proxy_v6) = std::thread::scope(|scope| {
+        let mounter = std::thread::Builder::new()
+            .name("netbox-mounts".into())
+            // Mounting goes a few calls deep; glibc keeps a thread's stack mapped after
+            // it ends (pid 1's footprint counts against --memory).
+            .stack_size(256 << 10)
+            .spawn_scoped(scope, || {
+                // New threads often queue on their creator's CPU, where this one would
+                // wait for the network namespace (the kernel does not preempt it): move
+                // off (cpu.rs).
+                if let Some(cpu) = here {
+                    cpu::move_off(cpu);
+                }
+                started.store(true, std::sync::atomic::Ordering::Release);
+                mount()
+            });
+        if mounter.is_ok() {
+            // Give the CPU up until the mounting thread has moved, or it would wait.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1);
+            while !started.load(std::sync::atomic::Ordering::Acquire)
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::yield_now();
+            }
+        }
+        let network = set_up_network(channel);
+        let mounted = match mounter {
+            Ok(mounter) => mounter.join().unwrap_or_else(|_| {
+                Err(("mount".into(), "the mounting thread panicked".into(), None))
+            }),
+            // No second thread: one after the other.
+            Err(_) => mount(),
+        };
+        (mounted, network)
+    });
+    // Single-threaded again as far as user space goes (the helper may take a few more
+    // microseconds to leave the kernel): nothing that needs an empty thread group (seccomp's
+    // TSYNC, unshare(CLONE_NEWUSER)) comes next.
+    let proxy_v6 = proxy_v6?;
+    let host_sockets = mounted?;
+    // After the mounts, before the probe and CMD: no capability, no way to regain one.
+    if !plan.breakage.skip_capability_drop {
+        caps::drop_all().map_err(failed("drop capabilities"))?;
+    }
+    Ok((proxy_v6, host_sockets))
+}
+
+/// The network namespace with only `lo`, up, and the proxy's listeners in it, handed to
+/// netbox. Returns whether the proxy also listens on ::1.
+fn set_up_network(channel: &Channel) -> Result<bool, StepError> {
+    namespaces::unshare_net().map_err(failed("enter a new network namespace"))?;
+    crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
+
+    // The bridge's listeners live here, inside the new network namespace, and are handed
+    // to netbox: CMD's connections reach the bridge directly, with no relay.
+    let v4 = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)))
+        .map_err(failed("listen on 127.0.0.1"))?;
+    let v6 = TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT))).ok();
+    let mut fds = vec![v4.as_raw_fd()];
+    fds.extend(v6.as_ref().map(AsRawFd::as_raw_fd));
+    let listeners = SyncMsg::Listeners {
+        count: fds.len(),
+        cpu: cpu::current(),
+    };
+    channel
+        .send(&listeners, &fds)
+        .map_err(failed("hand over listeners"))?;
+    // A message wakes netbox on this CPU when it can (the kernel expects the sender to
+    // sleep next), where, on a kernel that does not preempt itself, it would wait until
+    // the probe blocks: let it start the bridge now (measured: ~0.1 ms sooner done).
+    std::thread::yield_now();
+    let proxy_v6 = v6.is_some();
+    drop((v4, v6));
+    Ok(proxy_v6)
+}

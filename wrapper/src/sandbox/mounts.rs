@@ -1,0 +1,874 @@
+//! The sandbox's filesystem: a plan computed before fork from the configuration, and the
+//! syscalls that carry it out inside the new mount namespace.
+//!
+//! The tree is built at a staging root, then pivoted into:
+//! 1. `/` is made recursively private, so nothing here propagates to the host.
+//! 2. Every source is captured with `open_tree(OPEN_TREE_CLONE)` first: the root tree, the
+//!    writable roots, the host `/tmp`. Captured trees stay reachable after the staging
+//!    tmpfs covers `/tmp`.
+//!
+//!    Every path taken from the host (a source, a pin, a hidden path) is opened following
+//!    no symlink and checked against the identity netbox recorded at start-up (resolved.rs)
+//!    before anything is mounted from or onto it; mounts then go from fd to fd
+//!    (`move_mount` with empty paths), so nothing is looked up by name twice.
+//! 3. The root clone is attached at the staging root and made read-only in one recursive
+//!    `mount_setattr` (mount_setattr(2); this also covers hidden stacked mounts).
+//! 4. The plan's operations run in order: the private temp root (tmpfs), writable roots,
+//!    then read-only binds of protected paths on top (so no writable alias is left).
+//! 5. A fresh `/proc` (the new pid namespace) with `/proc/sys` and the other kernel knobs
+//!    read-only (as kuid 0 a capability-less process can still open `/proc/sys/...` for
+//!    writing: measured), a minimal `/dev`, an empty read-only `/run` (host service sockets
+//!    live there, and a socket file on a read-only mount is still connectable).
+//! 6. `pivot_root(".", ".")` and a detach of the old root.
+//!
+//! Capabilities are still held during all of this: while they are, `/` could be remounted
+//! read-write. The capability drop comes right after (sandbox.rs).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+
+use crate::cli::TmpMode;
+use crate::plan::protect::Protected;
+use crate::sys::mount_api::{
+    attach_tree, attach_tree_onto, clone_tree, clone_tree_of, new_tmpfs, set_attributes,
+    set_attributes_of, Depth,
+};
+use crate::sys::resolve::{self, FileId};
+use crate::testhooks::Breakage;
+
+/// Where the new root is assembled (inside a tmpfs mounted over `/tmp` in the sandbox's own
+/// mount namespace only).
+const STAGING: &str = "/tmp";
+const NEW_ROOT: &str = "/tmp/root";
+
+/// Kernel knobs under a fresh `/proc` that stay read-only (the list container runtimes use).
+const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+
+/// Device nodes bound from the host into the minimal `/dev`.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// One step of the plan, with targets as the sandbox will see them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountOp {
+    /// A fresh writable tmpfs (the private temp root).
+    Tmpfs { target: PathBuf },
+    /// Create a directory (inside a tmpfs laid earlier) to serve as a mountpoint.
+    Mkdir { target: PathBuf },
+    /// Create an empty file (and its parents, inside a tmpfs laid earlier) as a mountpoint.
+    MakeFile { target: PathBuf },
+    /// Attach the captured source with this index at `target`, writable.
+    Writable { source: usize, target: PathBuf },
+    /// Bind a writable directory over itself, so that it is a mountpoint and cannot be
+    /// renamed away (EBUSY) with the pins inside it.
+    Anchor { target: PathBuf },
+    /// Bind `target` over itself and make it read-only, recursively.
+    ReadOnly { target: PathBuf },
+    /// Cover a directory with an empty read-only tmpfs.
+    HideDir { target: PathBuf },
+    /// Cover a file (or a socket) with a read-only `/dev/null`: reads are empty, writes
+    /// fail, and a socket there can no longer be connected to.
+    HideFile { target: PathBuf },
+}
+
+/// Everything the mount step does, computed before fork.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountPlan {
+    /// Host paths captured before anything is mounted; `Writable` refers to them by index.
+    pub sources: Vec<PathBuf>,
+    pub ops: Vec<MountOp>,
+    /// Set `user.max_user_namespaces` to 0 in the sandbox's user namespace.
+    pub forbid_nested_userns: bool,
+    /// What each source and each pinned or hidden target was when netbox resolved it
+    /// (resolved.rs), by host path: the sandbox mounts only onto and from these.
+    pub identities: BTreeMap<PathBuf, FileId>,
+}
+
+impl MountPlan {
+    /// The host paths whose identity the sandbox checks: every source, and every target
+    /// that is not created fresh inside the sandbox.
+    pub fn paths_to_identify(&self) -> Vec<&Path> {
+        let targets = self.ops.iter().filter_map(|op| match op {
+            MountOp::Anchor { target }
+            | MountOp::ReadOnly { target }
+            | MountOp::HideDir { target }
+            | MountOp::HideFile { target } => Some(target.as_path()),
+            _ => None,
+        });
+        self.sources
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(targets)
+            .collect()
+    }
+}
+
+/// What the sandbox's filesystem must look like, beyond the fixed parts.
+pub struct Layout<'a> {
+    pub write_roots: &'a [PathBuf],
+    pub tmp: TmpMode,
+    pub protected: &'a [Protected],
+    pub read_only: &'a [PathBuf],
+    /// Paths to make empty (`--hide`, host Unix sockets).
+    pub hidden: &'a [PathBuf],
+}
+
+/// Lays out the plan: temp root, writable roots, then protections and hidden paths on top.
+/// `is_dir` says which paths are directories (the one filesystem fact the plan needs).
+pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
+    let Layout {
+        write_roots,
+        tmp,
+        protected,
+        read_only,
+        hidden,
+    } = *layout;
+    let tmp_dir = Path::new("/tmp");
+    let mut plan = MountPlan {
+        sources: Vec::new(),
+        ops: Vec::new(),
+        forbid_nested_userns: true,
+        identities: BTreeMap::new(),
+    };
+    if tmp == TmpMode::Private {
+        plan.ops.push(MountOp::Tmpfs {
+            target: tmp_dir.to_owned(),
+        });
+    }
+    let mut roots: Vec<&PathBuf> = write_roots.iter().collect();
+    roots.sort_by_key(|r| r.components().count());
+    for root in roots {
+        if tmp == TmpMode::Private && root.starts_with(tmp_dir) {
+            // Under the fresh tmpfs the path does not exist yet; make it.
+            let target = root.clone();
+            plan.ops.push(if is_dir(root) {
+                MountOp::Mkdir { target }
+            } else {
+                MountOp::MakeFile { target }
+            });
+        }
+        plan.sources.push(root.clone());
+        plan.ops.push(MountOp::Writable {
+            source: plan.sources.len() - 1,
+            target: root.clone(),
+        });
+    }
+    // rename(2) refuses only a mountpoint itself, not a directory holding one: every
+    // writable directory between a root and a pin becomes a mountpoint first, or CMD could
+    // move it aside with the pins inside (.git under --allow-git-writes) and build a new one.
+    let pins: Vec<&PathBuf> = protected.iter().map(|p| &p.path).chain(read_only).collect();
+    let mut anchors: Vec<PathBuf> = Vec::new();
+    for pin in &pins {
+        let Some(root) = write_roots
+            .iter()
+            .filter(|r| pin.starts_with(r))
+            .max_by_key(|r| r.components().count())
+        else {
+            continue;
+        };
+        for dir in pin.ancestors().skip(1) {
+            if dir == root.as_path() || !dir.starts_with(root) {
+                break;
+            }
+            anchors.push(dir.to_owned());
+        }
+    }
+    anchors.sort_by_key(|a| a.components().count());
+    anchors.dedup();
+    plan.ops
+        .extend(anchors.into_iter().map(|target| MountOp::Anchor { target }));
+    for target in pins {
+        plan.ops.push(MountOp::ReadOnly {
+            target: target.clone(),
+        });
+    }
+    for target in hidden {
+        let target = target.clone();
+        plan.ops.push(if is_dir(&target) {
+            MountOp::HideDir { target }
+        } else {
+            MountOp::HideFile { target }
+        });
+    }
+    plan
+}
+
+/// Where a step failed, for the error message.
+#[derive(Debug)]
+pub struct MountError {
+    pub step: String,
+    pub source: std::io::Error,
+}
+
+type Result<T> = std::result::Result<T, MountError>;
+
+fn step<T, E: Into<std::io::Error>>(
+    what: impl FnOnce() -> String,
+    result: std::result::Result<T, E>,
+) -> Result<T> {
+    result.map_err(|e| MountError {
+        step: what(),
+        source: e.into(),
+    })
+}
+
+fn in_root(path: &Path) -> PathBuf {
+    Path::new(NEW_ROOT).join(path.strip_prefix("/").unwrap_or(path))
+}
+
+/// Builds the sandbox filesystem and pivots into it. Runs in the sandbox's init process,
+/// inside its new user, mount and pid namespaces, with capabilities still held.
+/// `host_sockets` finds the host's socket files to cover (hostsockets.rs), run while the
+/// host's /proc and /tmp are still in view; returns those covered (one gone since it was
+/// seen has nothing to connect to).
+pub fn apply(
+    plan: &MountPlan,
+    breakage: Breakage,
+    host_sockets: impl FnOnce() -> Vec<(PathBuf, FileId)>,
+) -> Result<Vec<PathBuf>> {
+    if breakage.mount_pause_ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(breakage.mount_pause_ms));
+    }
+    let check = !breakage.skip_identity_checks;
+    let none: Option<&str> = None;
+    step(
+        || "make / private".into(),
+        mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none),
+    )?;
+
+    // Capture sources before the staging tmpfs hides /tmp: each the very directory netbox
+    // resolved, reached without a symlink.
+    let root_tree = step(
+        || "clone /".into(),
+        clone_tree(Path::new("/"), Depth::Recursive),
+    )?;
+    let sources: Vec<OwnedFd> = plan
+        .sources
+        .iter()
+        .map(|s| {
+            let found = step(
+                || format!("find {}", s.display()),
+                resolve::open_exact(s).map_err(|e| changed(s, &e)),
+            )?;
+            if check {
+                expect_identity(plan, s, &found)?;
+            }
+            step(
+                || format!("clone {}", s.display()),
+                clone_tree_of(found.as_fd(), Depth::Recursive),
+            )
+        })
+        .collect::<Result<_>>()?;
+
+    // Before the staging tmpfs covers the host's /tmp, where sockets are looked at.
+    let sockets = host_sockets();
+    step(
+        || "mount staging tmpfs".into(),
+        mount(
+            Some("tmpfs"),
+            STAGING,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=0700"),
+        ),
+    )?;
+    step(
+        || "create staging root".into(),
+        std::fs::create_dir(NEW_ROOT),
+    )?;
+    step(
+        || "attach root".into(),
+        attach_tree(root_tree.as_fd(), Path::new(NEW_ROOT)),
+    )?;
+    if !breakage.skip_read_only_root {
+        // One call makes every mount under the new root read-only, stacked ones included.
+        step(
+            || "make / read-only".into(),
+            set_attributes(
+                Path::new(NEW_ROOT),
+                Depth::Recursive,
+                libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID,
+                0,
+            ),
+        )?;
+    }
+    // Everything below is found from here (the root tree just attached), never by a host
+    // path.
+    let new_root = step(
+        || "open the new root".into(),
+        resolve::open_exact(Path::new(NEW_ROOT)),
+    )?;
+    let steps = Steps {
+        root: new_root.as_fd(),
+        sources: &sources,
+        plan,
+        fresh: plan
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::Mkdir { target } | MountOp::MakeFile { target } => Some(target.as_path()),
+                _ => None,
+            })
+            .collect(),
+        check,
+    };
+    for op in &plan.ops {
+        steps.apply(op)?;
+    }
+    // Each socket the scan found, still there and still that socket: one swapped or moved
+    // since would stay connectable under its new name, so that stops the run.
+    let mut covered = Vec::with_capacity(sockets.len());
+    for (socket, id) in sockets {
+        let at = steps.find(&socket, Some(id))?;
+        steps.cover_with_null(&socket, at.as_fd())?;
+        covered.push(socket);
+    }
+
+    mount_proc(
+        &steps,
+        plan.forbid_nested_userns && !breakage.keep_nested_userns,
+    )?;
+    mount_dev()?;
+    // Host service sockets live in /run; a host without one has nothing to cover.
+    if in_root(Path::new("/run")).is_dir() {
+        steps.hide_dir(Path::new("/run"), None)?;
+    }
+
+    let root = Path::new(NEW_ROOT);
+    step(|| "chdir to new root".into(), nix::unistd::chdir(root))?;
+    step(|| "pivot_root".into(), nix::unistd::pivot_root(".", "."))?;
+    // The old root is now stacked under the new one at "/"; detach it.
+    step(
+        || "detach old root".into(),
+        umount2(".", MntFlags::MNT_DETACH),
+    )?;
+    step(|| "chdir /".into(), nix::unistd::chdir("/"))?;
+    Ok(covered)
+}
+
+/// What the plan's steps need: the new root to find targets from, the captured sources,
+/// the identities to check, and which targets the sandbox made itself.
+struct Steps<'a> {
+    root: BorrowedFd<'a>,
+    sources: &'a [OwnedFd],
+    plan: &'a MountPlan,
+    fresh: BTreeSet<&'a Path>,
+    /// Whether identities are checked (always, but in a test build's deliberate breakage).
+    check: bool,
+}
+
+impl Steps<'_> {
+    fn apply(&self, op: &MountOp) -> Result<()> {
+        match op {
+            MountOp::Tmpfs { target } => {
+                let at = self.find(target, None)?;
+                let tmpfs = step(
+                    || format!("tmpfs for {}", target.display()),
+                    new_tmpfs("1777", libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV),
+                )?;
+                step(
+                    || format!("tmpfs on {}", target.display()),
+                    attach_tree_onto(tmpfs.as_fd(), at.as_fd()),
+                )
+            }
+            // Inside the sandbox's own fresh tmpfs, which no other process can reach.
+            MountOp::Mkdir { target } => step(
+                || format!("create {}", target.display()),
+                std::fs::create_dir_all(in_root(target)),
+            ),
+            MountOp::MakeFile { target } => {
+                let path = in_root(target);
+                if let Some(parent) = path.parent() {
+                    step(
+                        || format!("create {}", parent.display()),
+                        std::fs::create_dir_all(parent),
+                    )?;
+                }
+                step(
+                    || format!("create {}", target.display()),
+                    std::fs::File::create(&path).map(drop),
+                )
+            }
+            MountOp::Writable { source, target } => {
+                let tree = self.sources.get(*source).ok_or_else(|| MountError {
+                    step: format!("bind {}", target.display()),
+                    source: std::io::Error::other("no captured source"),
+                })?;
+                // The mountpoint is the source's own directory in the root tree, unless
+                // the sandbox made it in its fresh /tmp.
+                let expected = if self.fresh.contains(target.as_path()) {
+                    None
+                } else {
+                    Some(self.expected(target)?)
+                };
+                let at = self.find(target, expected)?;
+                step(
+                    || format!("bind {} writable", target.display()),
+                    attach_tree_onto(tree.as_fd(), at.as_fd()),
+                )
+            }
+            MountOp::Anchor { target } => {
+                let at = self.find(target, Some(self.expected(target)?))?;
+                let tree = step(
+                    || format!("anchor {}", target.display()),
+                    clone_tree_of(at.as_fd(), Depth::Recursive),
+                )?;
+                step(
+                    || format!("anchor {}", target.display()),
+                    attach_tree_onto(tree.as_fd(), at.as_fd()),
+                )
+            }
+            MountOp::ReadOnly { target } => self.read_only(target, Some(self.expected(target)?)),
+            MountOp::HideDir { target } => self.hide_dir(target, Some(self.expected(target)?)),
+            MountOp::HideFile { target } => {
+                let at = self.find(target, Some(self.expected(target)?))?;
+                self.cover_with_null(target, at.as_fd())
+            }
+        }
+    }
+
+    /// Binds `target` over itself, read-only, recursively. `expected`: the identity netbox
+    /// recorded (every pin of the plan has one; the kernel knobs under the sandbox's own
+    /// fresh /proc have none).
+    fn read_only(&self, target: &Path, expected: Option<FileId>) -> Result<()> {
+        let at = self.find(target, expected)?;
+        let tree = step(
+            || format!("bind {} over itself", target.display()),
+            clone_tree_of(at.as_fd(), Depth::Recursive),
+        )?;
+        step(
+            || format!("make {} read-only", target.display()),
+            set_attributes_of(tree.as_fd(), Depth::Recursive, libc::MOUNT_ATTR_RDONLY, 0),
+        )?;
+        step(
+            || format!("bind {} over itself", target.display()),
+            attach_tree_onto(tree.as_fd(), at.as_fd()),
+        )
+    }
+
+    /// Covers a directory with an empty read-only tmpfs. What was to be hidden must not
+    /// show: a target that is no longer a directory is an error. `expected`: as for
+    /// [`Steps::read_only`] (the sandbox's own /run has none).
+    fn hide_dir(&self, target: &Path, expected: Option<FileId>) -> Result<()> {
+        let at = self.find(target, expected)?;
+        if !resolve::is_dir(&at).unwrap_or(false) {
+            return Err(MountError {
+                step: format!("hide {}", target.display()),
+                source: std::io::Error::from_raw_os_error(libc::ENOTDIR),
+            });
+        }
+        let tmpfs = step(
+            || format!("hide {}", target.display()),
+            new_tmpfs(
+                "0755",
+                libc::MOUNT_ATTR_RDONLY
+                    | libc::MOUNT_ATTR_NOSUID
+                    | libc::MOUNT_ATTR_NODEV
+                    | libc::MOUNT_ATTR_NOEXEC,
+            ),
+        )?;
+        step(
+            || format!("hide {}", target.display()),
+            attach_tree_onto(tmpfs.as_fd(), at.as_fd()),
+        )
+    }
+
+    /// Covers a file (or a socket) with a read-only `/dev/null`: reads are empty, writes
+    /// fail, and a socket there can no longer be connected to.
+    fn cover_with_null(&self, target: &Path, at: BorrowedFd<'_>) -> Result<()> {
+        let null = step(
+            || format!("hide {}", target.display()),
+            clone_tree(Path::new("/dev/null"), Depth::One),
+        )?;
+        step(
+            || format!("make {} read-only", target.display()),
+            set_attributes_of(
+                null.as_fd(),
+                Depth::One,
+                libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOEXEC,
+                0,
+            ),
+        )?;
+        step(
+            || format!("hide {}", target.display()),
+            attach_tree_onto(null.as_fd(), at),
+        )
+    }
+
+    /// The identity netbox recorded for `path`; a plan without one is netbox's bug, and
+    /// nothing is mounted unchecked.
+    fn expected(&self, path: &Path) -> Result<FileId> {
+        self.plan
+            .identities
+            .get(path)
+            .copied()
+            .ok_or_else(|| MountError {
+                step: format!("check {}", path.display()),
+                source: std::io::Error::other("netbox recorded no identity for it"),
+            })
+    }
+
+    /// Opens `target` (a sandbox path) in the new root, following no symlink, and checks it
+    /// is what netbox resolved.
+    fn find(&self, target: &Path, expected: Option<FileId>) -> Result<OwnedFd> {
+        let relative = target.strip_prefix("/").unwrap_or(target);
+        let found = step(
+            || format!("find {}", target.display()),
+            resolve::open_beneath(self.root, relative).map_err(|e| changed(target, &e)),
+        )?;
+        if let Some(expected) = expected.filter(|_| self.check) {
+            check_identity(target, expected, &found)?;
+        }
+        Ok(found)
+    }
+}
+
+/// A lookup that failed, said as what it means: the path changed since netbox looked.
+fn changed(path: &Path, error: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(
+        error.kind(),
+        format!(
+            "{} changed since netbox resolved it: {}",
+            path.display(),
+            resolve::describe(error)
+        ),
+    )
+}
+
+fn expect_identity(plan: &MountPlan, path: &Path, found: &OwnedFd) -> Result<()> {
+    let expected = plan
+        .identities
+        .get(path)
+        .copied()
+        .ok_or_else(|| MountError {
+            step: format!("check {}", path.display()),
+            source: std::io::Error::other("netbox recorded no identity for it"),
+        })?;
+    check_identity(path, expected, found)
+}
+
+fn check_identity(path: &Path, expected: FileId, found: &OwnedFd) -> Result<()> {
+    let id = step(|| format!("check {}", path.display()), FileId::of(found))?;
+    if id == expected {
+        return Ok(());
+    }
+    Err(MountError {
+        step: format!("check {}", path.display()),
+        source: std::io::Error::other(format!(
+            "{} is not what netbox resolved at start-up ({expected}; now {id}): another process moved or replaced it",
+            path.display()
+        )),
+    })
+}
+
+fn mount_proc(steps: &Steps<'_>, forbid_nested_userns: bool) -> Result<()> {
+    let proc_dir = in_root(Path::new("/proc"));
+    step(
+        || "mount /proc".into(),
+        mount(
+            Some("proc"),
+            &proc_dir,
+            Some("proc"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        ),
+    )?;
+    if forbid_nested_userns {
+        // No user namespace may be made inside this one: CMD cannot undo the locked mounts
+        // from one, but each is kernel attack surface a build does not need (unshare then
+        // fails with ENOSPC). The setting belongs to the sandbox's user namespace (the host
+        // keeps its own), and this fresh /proc is still writable: the read-only
+        // /proc/sys below comes after, and a host /proc/sys may already be read-only.
+        step(
+            || "set user.max_user_namespaces=0".into(),
+            std::fs::write(proc_dir.join("sys/user/max_user_namespaces"), "0"),
+        )?;
+    }
+    for name in PROC_READ_ONLY {
+        let path = proc_dir.join(name);
+        if path.exists() {
+            steps.read_only(&Path::new("/proc").join(name), None)?;
+        }
+    }
+    Ok(())
+}
+
+fn mount_dev() -> Result<()> {
+    let dev = in_root(Path::new("/dev"));
+    let none: Option<&str> = None;
+    step(
+        || "tmpfs on /dev".into(),
+        mount(
+            Some("tmpfs"),
+            &dev,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            Some("mode=0755"),
+        ),
+    )?;
+    for name in DEVICES {
+        let host = Path::new("/dev").join(name);
+        if !host.exists() {
+            continue;
+        }
+        let target = dev.join(name);
+        step(
+            || format!("create /dev/{name}"),
+            std::fs::File::create(&target),
+        )?;
+        step(
+            || format!("bind /dev/{name}"),
+            mount(Some(&host), &target, none, MsFlags::MS_BIND, none),
+        )?;
+        // Read-only mount: the device still reads and writes, but its inode (owner, mode,
+        // times: the host's own /dev/null) cannot be changed from inside.
+        step(
+            || format!("make /dev/{name} read-only"),
+            set_attributes(
+                &target,
+                Depth::One,
+                libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC,
+                0,
+            ),
+        )?;
+    }
+    for dir in ["pts", "shm"] {
+        step(
+            || format!("create /dev/{dir}"),
+            std::fs::create_dir(dev.join(dir)),
+        )?;
+    }
+    step(
+        || "mount /dev/pts".into(),
+        mount(
+            Some("devpts"),
+            &dev.join("pts"),
+            Some("devpts"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            Some("newinstance,ptmxmode=0666,mode=620"),
+        ),
+    )?;
+    step(
+        || "mount /dev/shm".into(),
+        mount(
+            Some("tmpfs"),
+            &dev.join("shm"),
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=1777"),
+        ),
+    )?;
+    for (link, to) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        step(
+            || format!("link /dev/{link}"),
+            std::os::unix::fs::symlink(to, dev.join(link)),
+        )?;
+    }
+    // Populated: now nothing may be added to /dev itself.
+    step(
+        || "make /dev read-only".into(),
+        set_attributes(&dev, Depth::One, libc::MOUNT_ATTR_RDONLY, 0),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    #[test]
+    fn workspace_under_private_tmp_is_recreated_then_bound_then_protected() {
+        let protected = [Protected {
+            path: p("/tmp/demo/.git"),
+            placeholder: None,
+        }];
+        let plan = plan(
+            &Layout {
+                write_roots: &[p("/tmp/demo")],
+                tmp: TmpMode::Private,
+                protected: &protected,
+                read_only: &[],
+                hidden: &[],
+            },
+            |_| true,
+        );
+        assert_eq!(plan.sources, vec![p("/tmp/demo")]);
+        assert_eq!(
+            plan.ops,
+            vec![
+                MountOp::Tmpfs { target: p("/tmp") },
+                MountOp::Mkdir {
+                    target: p("/tmp/demo")
+                },
+                MountOp::Writable {
+                    source: 0,
+                    target: p("/tmp/demo")
+                },
+                MountOp::ReadOnly {
+                    target: p("/tmp/demo/.git")
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn directories_between_a_root_and_a_pin_become_anchors() {
+        let protected = [
+            Protected {
+                path: p("/w/.git/hooks"),
+                placeholder: None,
+            },
+            Protected {
+                path: p("/w/.git/config"),
+                placeholder: None,
+            },
+            Protected {
+                path: p("/w/.envrc"),
+                placeholder: None,
+            },
+        ];
+        let plan = plan(
+            &Layout {
+                write_roots: &[p("/w")],
+                tmp: TmpMode::Host,
+                protected: &protected,
+                read_only: &[p("/w/a/b/c")],
+                hidden: &[],
+            },
+            |_| true,
+        );
+        let anchors: Vec<&MountOp> = plan
+            .ops
+            .iter()
+            .filter(|op| matches!(op, MountOp::Anchor { .. }))
+            .collect();
+        assert_eq!(
+            anchors,
+            vec![
+                &MountOp::Anchor {
+                    target: p("/w/.git")
+                },
+                &MountOp::Anchor { target: p("/w/a") },
+                &MountOp::Anchor {
+                    target: p("/w/a/b")
+                },
+            ]
+        );
+        let first_pin = plan
+            .ops
+            .iter()
+            .position(|op| matches!(op, MountOp::ReadOnly { .. }))
+            .unwrap();
+        let last_anchor = plan
+            .ops
+            .iter()
+            .rposition(|op| matches!(op, MountOp::Anchor { .. }))
+            .unwrap();
+        assert!(last_anchor < first_pin);
+    }
+
+    #[test]
+    fn a_file_root_under_private_tmp_gets_a_file_mountpoint() {
+        let plan = plan(
+            &Layout {
+                write_roots: &[p("/tmp/notes.txt")],
+                tmp: TmpMode::Private,
+                protected: &[],
+                read_only: &[],
+                hidden: &[],
+            },
+            |_| false,
+        );
+        assert_eq!(
+            plan.ops[1],
+            MountOp::MakeFile {
+                target: p("/tmp/notes.txt")
+            }
+        );
+    }
+
+    #[test]
+    fn host_tmp_mode_binds_roots_outer_first_and_protects_last() {
+        let protected = [Protected {
+            path: p("/home/u/ws/.git"),
+            placeholder: Some(crate::plan::protect::Placeholder::Dir),
+        }];
+        let plan = plan(
+            &Layout {
+                write_roots: &[p("/home/u/ws"), p("/tmp")],
+                tmp: TmpMode::Host,
+                protected: &protected,
+                read_only: &[p("/home/u/ws/secret")],
+                hidden: &[p("/srv/agent.sock")],
+            },
+            |path| !path.ends_with("agent.sock"),
+        );
+        assert_eq!(plan.sources, vec![p("/tmp"), p("/home/u/ws")]);
+        assert_eq!(
+            plan.ops,
+            vec![
+                MountOp::Writable {
+                    source: 0,
+                    target: p("/tmp")
+                },
+                MountOp::Writable {
+                    source: 1,
+                    target: p("/home/u/ws")
+                },
+                MountOp::ReadOnly {
+                    target: p("/home/u/ws/.git")
+                },
+                MountOp::ReadOnly {
+                    target: p("/home/u/ws/secret")
+                },
+                MountOp::HideFile {
+                    target: p("/srv/agent.sock")
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn every_source_and_every_pinned_or_hidden_target_is_identified() {
+        let protected = [Protected {
+            path: p("/w/.git/config"),
+            placeholder: None,
+        }];
+        let plan = plan(
+            &Layout {
+                write_roots: &[p("/w"), p("/tmp/scratch")],
+                tmp: TmpMode::Private,
+                protected: &protected,
+                read_only: &[p("/w/ro")],
+                hidden: &[p("/srv/secret"), p("/srv/agent.sock")],
+            },
+            |path| !path.ends_with("agent.sock"),
+        );
+        let mut wanted = plan.paths_to_identify();
+        wanted.sort();
+        assert_eq!(
+            wanted,
+            [
+                "/srv/agent.sock",
+                "/srv/secret",
+                "/tmp/scratch",
+                "/w",
+                "/w/.git",
+                "/w/.git/config",
+                "/w/ro"
+            ]
+            .map(Path::new)
+        );
+    }
+}

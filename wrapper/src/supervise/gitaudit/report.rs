@@ -1,0 +1,130 @@
+//! An audit's findings, said: one `git_metadata_created` record each (up to a bound)
+//! and a `git_audit` record in the event log, and warnings on stderr.
+
+use serde::Serialize;
+
+use super::{How, Kind, Report, Stopped};
+
+/// Findings written as records per audit; past this they are only counted.
+const MAX_RECORDS: usize = 1_000;
+
+/// Findings said on stderr per audit; the rest are in the event log.
+const MAX_WARNINGS: usize = 20;
+
+/// The `git_metadata_created` record.
+#[derive(Serialize)]
+struct Created<'a> {
+    path: String,
+    kind: Kind,
+    how: How,
+    /// For a record of an earlier session that ended without its audit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    audited_session: Option<&'a str>,
+}
+
+/// The `git_audit` record: what the audit read and whether it read everything.
+#[derive(Serialize)]
+struct Summary<'a> {
+    complete: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stopped: Option<Stopped>,
+    directories: u64,
+    unread: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    unread_paths: Vec<String>,
+    found: usize,
+    took_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    audited_session: Option<&'a str>,
+}
+
+/// Writes an audit's findings to the event log (and a summary record), and warns on
+/// stderr about each (up to a few) and about an audit that could not finish.
+pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, report: &Report) {
+    use crate::printable::printable;
+    for finding in report.findings.iter().take(MAX_RECORDS) {
+        let record = Created {
+            path: finding.path.to_string_lossy().into_owned(),
+            kind: finding.kind,
+            how: finding.how,
+            audited_session: audited,
+        };
+        log.record_as("git_metadata_created", session, &record);
+    }
+    log.record_as(
+        "git_audit",
+        session,
+        &Summary {
+            complete: report.complete(),
+            stopped: report.stopped,
+            directories: report.directories,
+            unread: report.unread,
+            unread_paths: report
+                .unread_paths
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
+            found: report.findings.len(),
+            took_ms: u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
+            audited_session: audited,
+        },
+    );
+    let whose = match audited {
+        Some(id) => format!(
+            "the run of session {} (which ended without its check)",
+            printable(id)
+        ),
+        None => "the command".to_owned(),
+    };
+    for finding in report.findings.iter().take(MAX_WARNINGS) {
+        let did = match finding.how {
+            How::Created => "created",
+            How::Changed => "changed the config or hooks of",
+        };
+        crate::output::say(&format!(
+            "netbox: warning: {whose} {did} {} {}: git run there, or in a repository that \
+             records it as a submodule, reads its config and hooks; review it before running git",
+            finding.kind.describe(),
+            printable(&finding.path.to_string_lossy()),
+        ));
+    }
+    if report.findings.len() > MAX_WARNINGS {
+        crate::output::say(&format!(
+            "netbox: warning: and {} more git metadata paths (see the event log)",
+            report.findings.len() - MAX_WARNINGS
+        ));
+    }
+    match report.stopped {
+        Some(Stopped::Cancelled) => crate::output::say(
+            "netbox: the check for git metadata was cancelled; the next netbox run finishes it",
+        ),
+        Some(why) => crate::output::say(&format!(
+            "netbox: warning: the check for git metadata stopped early ({}: {} directories read); \
+             git metadata beyond that is not reported",
+            match why {
+                Stopped::TimeLimit => "time limit",
+                _ => "directory limit",
+            },
+            report.directories
+        )),
+        None => {}
+    }
+    if report.unread > 0 {
+        let named: Vec<String> = report
+            .unread_paths
+            .iter()
+            .map(|p| printable(&p.to_string_lossy()))
+            .collect();
+        let more = report.unread - u64::try_from(named.len()).unwrap_or(0);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        crate::output::say(&format!(
+            "netbox: warning: the check for git metadata could not read {}{more}: git \
+             metadata there is not reported",
+            named.join(", ")
+        ));
+    }
+}

@@ -1,0 +1,168 @@
+//! The records that open and close a session's event log: `session_start` says what ran
+//! under which boundary (so a log can be read without the command line that made it),
+//! `session_end` how it ended and what was refused. Every record between them is the
+//! probe's, the bridge's or the denied-write log's.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bridge::EventLog;
+use serde::Serialize;
+
+use crate::error::WrapperError;
+use crate::plan::config::SandboxConfig;
+
+#[derive(Serialize)]
+struct Limits {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fsize_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pids: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpus: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Start<'a> {
+    netbox_version: &'static str,
+    /// `sandbox`, `fetch_then_cut` with --fetch, or `learn` (`netbox learn`).
+    mode: &'static str,
+    command: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fetch_command: Option<&'a str>,
+    cwd: &'a PathBuf,
+    workspace: &'a PathBuf,
+    write_roots: &'a [PathBuf],
+    /// `private` (a tmpfs of the run's own) or `host`.
+    tmp: &'static str,
+    protected: &'a [PathBuf],
+    read_only: &'a [PathBuf],
+    hidden: &'a [PathBuf],
+    policy_files: &'a [PathBuf],
+    /// SHA-256 of the policy's canonical text (its rules and pinned hosts).
+    policy_sha256: String,
+    allow_rules: usize,
+    limits: Limits,
+    clean_env: bool,
+    nested_userns: bool,
+    kernel: String,
+    uid: u32,
+    gid: u32,
+}
+
+/// Writes `session_start`. `protected` is what the run pins read-only.
+pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf]) {
+    use sha2::Digest;
+    let policy_sha256 = sha2::Sha256::digest(config.policy.canonical_text().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let start = Start {
+        netbox_version: env!("CARGO_PKG_VERSION"),
+        mode: match (config.policy.is_learning(), config.fetch.is_some()) {
+            (true, _) => "learn",
+            (false, true) => "fetch_then_cut",
+            (false, false) => "sandbox",
+        },
+        command: config
+            .cmd
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        fetch_command: config.fetch.as_deref(),
+        cwd: &config.cwd,
+        workspace: &config.workspace,
+        write_roots: &config.write_roots,
+        tmp: match config.tmp {
+            crate::cli::TmpMode::Private => "private",
+            crate::cli::TmpMode::Host => "host",
+        },
+        protected,
+        read_only: &config.read_only,
+        hidden: &config.hide,
+        policy_files: config.policy.files(),
+        policy_sha256,
+        allow_rules: config.policy.allow_count(),
+        limits: Limits {
+            memory_bytes: config.limits.memory,
+            fsize_bytes: config.limits.file_size,
+            pids: config.limits.pids,
+            cpus: config.limits.cpu_millis.map(|m| m as f64 / 1000.0),
+            timeout_ms: config
+                .timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        },
+        clean_env: config.env_base == crate::plan::env::EnvBase::Clean,
+        nested_userns: config.allow_nested_userns,
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|r| r.trim().to_owned())
+            .unwrap_or_default(),
+        uid: config.uid,
+        gid: config.gid,
+    };
+    log.record_as("session_start", &config.session_id, &start);
+}
+
+/// How a run ended, as far as netbox's supervision knows.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    pub writes_denied: u64,
+    pub timed_out: bool,
+    /// A signal stopped the start before CMD ran.
+    pub cancelled: bool,
+}
+
+#[derive(Serialize)]
+struct End {
+    /// netbox's exit status.
+    status: u8,
+    /// `exited` (CMD ran and this is its status), `timed_out`, `cancelled`,
+    /// `probe_failed` (CMD never ran) or `failed` (netbox's own failure; see `error`).
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    duration_ms: u64,
+    net_allowed: u64,
+    net_denied: u64,
+    writes_denied: u64,
+}
+
+/// Writes `session_end` for a run's result.
+pub fn record_end(
+    log: &EventLog,
+    session: &str,
+    result: &Result<u8, WrapperError>,
+    tally: Tally,
+    took: Duration,
+) {
+    let (status, outcome, error) = match result {
+        Ok(status) if tally.timed_out => (*status, "timed_out", None),
+        Ok(status) if tally.cancelled => (*status, "cancelled", None),
+        Ok(status) => (*status, "exited", None),
+        Err(e @ WrapperError::ProbeFailed(_)) => (e.exit_code(), "probe_failed", Some(e)),
+        Err(e) => (e.exit_code(), "failed", Some(e)),
+    };
+    let (net_allowed, net_denied) = log.counts();
+    let suppressed = log.net_suppressed();
+    if suppressed > 0 {
+        log.record_as(
+            "net_suppressed",
+            session,
+            &serde_json::json!({ "count": suppressed }),
+        );
+    }
+    let end = End {
+        status,
+        outcome,
+        error: error.map(|e| crate::error::chain(e)),
+        duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+        net_allowed,
+        net_denied,
+        writes_denied: tally.writes_denied,
+    };
+    log.record_as("session_end", session, &end);
+}

@@ -1,0 +1,436 @@
+//! Denied writes, on record. The mounts refuse writes silently; the sandbox's pid 1
+//! installs a seccomp filter that hands every write-intent syscall to a listener
+//! (sys/seccomp.rs), and passes the listener to netbox. Here one thread answers each
+//! notification: it has writejudge.rs tell whether the mounts will refuse the write,
+//! then lets the syscall run (CONTINUE), so the kernel's own EROFS decides. A write the
+//! mounts will refuse becomes a `write_denied` record and a one-line notice (both capped
+//! per session); a write that will succeed is not logged.
+//!
+//! The verdict is only ever a log line: what was read from another process's memory can
+//! change under us (seccomp_unotify(2)), so it never decides anything. pid 1's own probe
+//! writes are kept apart and checked against what the probe expected, which proves the
+//! whole chain (filter, listener, path reading, classification) before CMD runs.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bridge::EventLog;
+use serde::Serialize;
+
+use crate::sandbox::probe::{Outcome, ProbeReport};
+use crate::supervise::writejudge::{judge, Verdict};
+use crate::sys::seccomp::{self, Notification};
+
+/// Refused writes logged one by one per session; past this they are only counted (a
+/// command refused in a loop must not fill the host's disk), and the count is logged at
+/// the end as a `write_denied_suppressed` record.
+const MAX_RECORDS: u64 = 10_000;
+
+/// Longest path (and executable) a `write_denied` record carries: a path can be 4 KiB,
+/// and 10,000 records of two of those would be 80 MB of log.
+const MAX_PATH_IN_RECORD: usize = 1024;
+
+/// Paths announced on stderr per session; past this, one line says the rest go only to
+/// the log.
+const MAX_NOTICES: usize = 1_000;
+
+/// What the watcher knows of the run.
+pub struct WatchContext {
+    pub log: Arc<EventLog>,
+    pub session: Arc<str>,
+    /// Host pid of the sandbox's pid 1, whose writes are the probe's.
+    pub pid1: u32,
+    pub protected: Vec<PathBuf>,
+    pub read_only: Vec<PathBuf>,
+    /// Whether to announce each denial on stderr (once per path).
+    pub notices: bool,
+    /// Test builds: answer without looking, so the probe's check must fail.
+    pub blind: bool,
+    /// With `--cpus`: the `tasks` file of the sandbox's cpu cgroup, which the watcher's
+    /// thread joins, so that the work CMD makes it do (each notified call is judged) is
+    /// taken from CMD's own CPU quota instead of escaping it.
+    pub cpu_cgroup_tasks: Option<PathBuf>,
+    /// Whether every process in the sandbox shares pid 1's root, so it is opened once:
+    /// without capabilities and without nested user namespaces none can chroot,
+    /// pivot_root or unshare a mount namespace. Otherwise each caller's own is opened.
+    pub share_root: bool,
+}
+
+/// What the watcher has seen so far.
+#[derive(Default)]
+struct Seen {
+    /// pid 1's writes: path as the sandbox names it, and whether it was judged denied.
+    probe: Mutex<Vec<(PathBuf, bool)>>,
+    /// With `--cpus`, how joining the sandbox's cpu cgroup went.
+    cpu_cgroup: Mutex<Option<Result<(), String>>>,
+    denied: AtomicU64,
+    announced: Mutex<Notices>,
+}
+
+/// The paths announced on stderr so far, and whether the cap was reached.
+#[derive(Default)]
+struct Notices {
+    paths: std::collections::HashSet<PathBuf>,
+    capped: bool,
+}
+
+/// The watcher thread and what it has seen.
+pub struct WriteWatch {
+    seen: Arc<Seen>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Hands the thread the sandbox's listener (and root); dropped once used (or at the end).
+    listener: Option<std::sync::mpsc::SyncSender<(OwnedFd, Option<OwnedFd>)>>,
+    /// Closed to tell the thread that nothing the filter could stop is left.
+    stop: Option<std::io::PipeWriter>,
+}
+
+/// The `write_denied` record.
+#[derive(Serialize)]
+struct WriteDenied {
+    /// The caller's pid as netbox sees it (the host's pid namespace).
+    pid: u32,
+    executable: String,
+    syscall: &'static str,
+    path: String,
+    reason: &'static str,
+}
+
+impl WriteWatch {
+    /// Starts the watcher's thread, which waits for the sandbox's listener
+    /// ([`WriteWatch::attach`]): started while the sandbox sets up, it is ready when the
+    /// probe's first write waits for it.
+    pub fn spawn(context: WatchContext) -> std::io::Result<WriteWatch> {
+        let seen = Arc::new(Seen::default());
+        let (give, take) = std::sync::mpsc::sync_channel::<(OwnedFd, Option<OwnedFd>)>(1);
+        let (stopped, stop) = std::io::pipe()?;
+        let (joined, join_result) = std::sync::mpsc::sync_channel::<()>(1);
+        let joins = context.cpu_cgroup_tasks.is_some();
+        let thread = {
+            let seen = Arc::clone(&seen);
+            std::thread::Builder::new()
+                .name("netbox-writewatch".into())
+                .spawn(move || {
+                    if let Some(tasks) = &context.cpu_cgroup_tasks {
+                        // cgroup v1 moves a single thread by its id.
+                        let result = std::fs::write(tasks, nix::unistd::gettid().to_string())
+                            .map_err(|e| format!("{}: {e}", tasks.display()));
+                        *seen.cpu_cgroup.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+                        let _ = joined.send(());
+                    }
+                    let Ok((listener, root)) = take.recv() else {
+                        return;
+                    };
+                    seccomp::prefer_sync_wakeup(listener.as_fd());
+                    // The sandbox's root as pid 1 sent it, else opened now: pid 1 sends
+                    // its listener after its mounts, so this is the sandbox's root, not
+                    // the host's it started from.
+                    let shared_root = context
+                        .share_root
+                        .then(|| {
+                            root.or_else(|| crate::supervise::writejudge::open_root(context.pid1))
+                        })
+                        .flatten();
+                    serve(&listener, &stopped, &context, shared_root.as_ref(), &seen);
+                })?
+        };
+        if joins {
+            // Known before the probe's report is checked against it.
+            let _ = join_result.recv();
+        }
+        Ok(WriteWatch {
+            seen,
+            thread: Some(thread),
+            listener: Some(give),
+            stop: Some(stop),
+        })
+    }
+
+    /// Hands the thread the sandbox's listener, and the sandbox's root if pid 1 sent it;
+    /// false if the thread already has a listener or is gone.
+    pub fn attach(&mut self, listener: OwnedFd, root: Option<OwnedFd>) -> bool {
+        self.listener
+            .take()
+            .is_some_and(|give| give.send((listener, root)).is_ok())
+    }
+
+    /// Whether the thread has the sandbox's listener.
+    pub fn attached(&self) -> bool {
+        self.listener.is_none()
+    }
+
+    /// Denied writes recorded so far.
+    pub fn denied(&self) -> u64 {
+        self.seen.denied.load(Ordering::Relaxed)
+    }
+
+    /// Checks the probe's writes against what the watcher saw of them and adds the result
+    /// to the report as the "denied writes logged" check. The probe's writes are then
+    /// forgotten, so the next probe (after --fetch's cut) is checked on its own.
+    pub fn check_probe(&self, report: &mut ProbeReport) {
+        let seen = std::mem::take(&mut *self.seen.probe.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut forbidden = Vec::new();
+        let mut control = Vec::new();
+        for write in std::mem::take(&mut report.watched_writes) {
+            let judged = seen.iter().find(|(p, _)| *p == write.path).map(|(_, d)| *d);
+            let result = match judged {
+                Some(true) => "logged as denied",
+                Some(false) => "not logged",
+                None => "never seen",
+            };
+            // Judged against what the mounts did, not what they should have done: that is
+            // the other checks' business.
+            if write.refused {
+                forbidden.push(Outcome {
+                    attempt: format!("refused write to {} goes unlogged", write.path.display()),
+                    ok: judged == Some(true),
+                    result: result.into(),
+                });
+            } else {
+                control.push(Outcome {
+                    attempt: format!("write to {} is seen and not logged", write.path.display()),
+                    ok: judged == Some(false),
+                    result: result.into(),
+                });
+            }
+        }
+        if let Some(joined) = &*self
+            .seen
+            .cpu_cgroup
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            forbidden.push(Outcome {
+                attempt: "judge CMD's writes outside its --cpus quota (the watcher not in \
+                          the sandbox's cpu cgroup)"
+                    .into(),
+                ok: joined.is_ok(),
+                result: match joined {
+                    Ok(()) => "in the sandbox's cpu cgroup".into(),
+                    Err(e) => e.clone(),
+                },
+            });
+        }
+        // With no refused write to look for (none was tried), nothing is proven.
+        report.add_check(crate::sandbox::probe::check(
+            crate::sandbox::probe::WRITE_LOG_CHECK,
+            forbidden,
+            control,
+        ));
+    }
+
+    /// Tells the thread that every process the filter could stop is gone (pid 1 said so,
+    /// or has been reaped): it handles what is queued and ends. Without this it ends only
+    /// once the filter has no user left, which kernels before 6.11 see only when pid 1 is
+    /// reaped.
+    pub fn stop(&mut self) {
+        self.stop.take();
+    }
+
+    /// Stops the thread and waits for it. Logs how many refused writes were only counted,
+    /// if any were. Called once no process the filter could stop is left.
+    pub fn finish(mut self, log: &EventLog, session: &str) -> u64 {
+        // Never attached: the thread is waiting for a listener that will not come.
+        self.listener.take();
+        self.stop();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let denied = self.denied();
+        if denied > MAX_RECORDS {
+            log.record_as(
+                "write_denied_suppressed",
+                session,
+                &serde_json::json!({ "count": denied - MAX_RECORDS }),
+            );
+        }
+        denied
+    }
+}
+
+fn serve(
+    listener: &OwnedFd,
+    stop: &std::io::PipeReader,
+    context: &WatchContext,
+    root: Option<&OwnedFd>,
+    seen: &Seen,
+) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return,
+            Ok(_) => {}
+        }
+        let revents = fds[0].revents().unwrap_or(PollFlags::empty());
+        if !revents.contains(PollFlags::POLLIN) {
+            // POLLHUP: no process is left that the filter could stop. Or netbox said so
+            // (its end of the stop pipe closed), and nothing is queued any more.
+            return;
+        }
+        match seccomp::receive(listener.as_fd()) {
+            Ok(notification) => handle(listener, context, root, seen, &notification),
+            // The caller died (ENOENT) or a signal interrupted us: go on.
+            Err(_) => continue,
+        }
+    }
+}
+
+fn handle(
+    listener: &OwnedFd,
+    context: &WatchContext,
+    root: Option<&OwnedFd>,
+    seen: &Seen,
+    n: &Notification,
+) {
+    let verdicts = if context.blind {
+        Vec::new()
+    } else {
+        judge(n, root)
+    };
+    // pid 1's writes are the probe's: noted before the caller goes on, so its report
+    // (sent after its last write returns) finds every one noted.
+    if n.pid == context.pid1 {
+        if let Ok(mut probe) = seen.probe.lock() {
+            probe.extend(verdicts.iter().map(|v| (v.path.clone(), v.denied)));
+        }
+        let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+        return;
+    }
+    if !verdicts.iter().any(|v| v.denied) {
+        let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+        return;
+    }
+    // Read while the caller still waits: once let go, a short-lived one is gone.
+    let executable = std::fs::read_link(format!("/proc/{}/exe", n.pid))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    // Only what was read while the caller still waited is its own (its pid could be
+    // reused after it died); then let the syscall run.
+    let valid = seccomp::still_valid(listener.as_fd(), n.id);
+    let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+    if !valid {
+        return;
+    }
+    for verdict in verdicts.iter().filter(|v| v.denied) {
+        record(context, seen, n, verdict, &executable);
+    }
+}
+
+fn record(
+    context: &WatchContext,
+    seen: &Seen,
+    n: &Notification,
+    verdict: &Verdict,
+    executable: &str,
+) {
+    let count = seen.denied.fetch_add(1, Ordering::Relaxed) + 1;
+    // Where the write would land, symlinks resolved, says why it is refused.
+    let landing = verdict.resolved.as_ref().unwrap_or(&verdict.path);
+    let reason = if context.protected.iter().any(|p| landing.starts_with(p)) {
+        "protected path"
+    } else if context.read_only.iter().any(|p| landing.starts_with(p)) {
+        "read-only path"
+    } else if verdict.busy {
+        "mount point"
+    } else {
+        "read-only root"
+    };
+    if count > MAX_RECORDS {
+        return;
+    }
+    context.log.record_as(
+        "write_denied",
+        &context.session,
+        &WriteDenied {
+            pid: n.pid,
+            syscall: syscall_name(n.nr),
+            executable: bridge::log::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
+            path: bridge::log::bounded(verdict.path.display().to_string(), MAX_PATH_IN_RECORD),
+            reason,
+        },
+    );
+    if context.notices {
+        let Ok(mut notices) = seen.announced.lock() else {
+            return;
+        };
+        if notices.paths.len() < MAX_NOTICES {
+            if notices.paths.insert(verdict.path.clone()) {
+                crate::output::say(&format!(
+                    "netbox: blocked write {} ({reason})",
+                    crate::printable::printable(&verdict.path.to_string_lossy())
+                ));
+            }
+        } else if !notices.paths.contains(&verdict.path) && !notices.capped {
+            notices.capped = true;
+            crate::output::say(
+                "netbox: more writes were blocked; they are not announced, only logged",
+            );
+        }
+    }
+}
+
+fn syscall_name(nr: i64) -> &'static str {
+    match nr {
+        libc::SYS_openat => "openat",
+        libc::SYS_openat2 => "openat2",
+        libc::SYS_mkdirat => "mkdirat",
+        libc::SYS_mknodat => "mknodat",
+        libc::SYS_unlinkat => "unlinkat",
+        libc::SYS_renameat => "renameat",
+        libc::SYS_renameat2 => "renameat2",
+        libc::SYS_linkat => "linkat",
+        libc::SYS_symlinkat => "symlinkat",
+        libc::SYS_truncate => "truncate",
+        libc::SYS_fchmod => "fchmod",
+        libc::SYS_fchmodat => "fchmodat",
+        libc::SYS_fchmodat2 => "fchmodat2",
+        libc::SYS_fchown => "fchown",
+        libc::SYS_fchownat => "fchownat",
+        libc::SYS_utimensat => "utimensat",
+        libc::SYS_setxattr => "setxattr",
+        libc::SYS_lsetxattr => "lsetxattr",
+        libc::SYS_fsetxattr => "fsetxattr",
+        libc::SYS_removexattr => "removexattr",
+        libc::SYS_lremovexattr => "lremovexattr",
+        libc::SYS_fremovexattr => "fremovexattr",
+        seccomp::SYS_SETXATTRAT => "setxattrat",
+        seccomp::SYS_REMOVEXATTRAT => "removexattrat",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_open => "open",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_creat => "creat",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_mkdir => "mkdir",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_mknod => "mknod",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_unlink => "unlink",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_rmdir => "rmdir",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_rename => "rename",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_link => "link",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_symlink => "symlink",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_chmod => "chmod",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_chown => "chown",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_lchown => "lchown",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_utime => "utime",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_utimes => "utimes",
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_futimesat => "futimesat",
+        _ => "unknown",
+    }
+}

@@ -56,7 +56,7 @@ fn fetch_reaches_the_server_then_cmd_has_no_network() {
         stderr(&out)
     );
     assert!(
-        stderr(&out).contains("allowed hosts for --fetch, none after"),
+        stderr(&out).contains("allow rules for --fetch, none after"),
         "{}",
         stderr(&out)
     );

@@ -18,7 +18,7 @@ fn startup_line_probe_record_and_quiet() {
         "{first}"
     );
     assert!(
-        first.contains("/tmp (private)") && first.contains("0 allowed hosts"),
+        first.contains("/tmp (private)") && first.contains("0 allow rules"),
         "{first}"
     );
     assert!(first.contains(&run.log.display().to_string()), "{first}");
@@ -423,4 +423,54 @@ fn placeholders_of_a_killed_run_go_with_the_next_run_anywhere() {
     assert!(!first.workspace.join(".envrc").exists());
     // Control: the user's own empty directory is not a placeholder.
     assert!(first.workspace.join(".idea").is_dir());
+}
+
+/// Mistakes on the command line get one clear line and a hint that fixes them: a
+/// command given without `--`, a URL given as a rule. And `verify --help` offers no
+/// option verify refuses.
+#[test]
+fn mistakes_get_the_command_they_meant() {
+    let dir = TestDir::new("mistakes");
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(netbox_bin())
+            .args(args)
+            .current_dir(&ws)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--quiet", "curl", "http://a.test/"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr(&out).contains(
+            "hint: a command to run goes after `--`: netbox --quiet -- curl http://a.test/"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["--allow", "https://registry.test/simple", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr(&out).contains("did you mean registry.test:443?"),
+        "{}",
+        stderr(&out)
+    );
+    // Control: the same rule spelled as a rule is taken.
+    let log = dir.join("events.jsonl").display().to_string();
+    let out = run(&[
+        "--quiet",
+        "--log",
+        &log,
+        "--allow",
+        "registry.test:443",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let help = stdout(&run(&["verify", "--help"]));
+    for refused in ["--fetch", "--disable-sandbox", "<CMD>"] {
+        assert!(!help.contains(refused), "{refused} in {help}");
+    }
+    assert!(help.contains("--allowlist"), "{help}");
 }

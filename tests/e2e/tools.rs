@@ -518,6 +518,28 @@ fn a_tool_cache_netbox_cannot_own_is_refused() {
     std::fs::remove_file(&home).unwrap();
     let out = with().sh("echo ran");
     assert_eq!(stdout(&out), "ran\n", "{}", stderr(&out));
+    // A run that makes its cache unreadable stops no later run.
+    let out = with().sh("chmod 000 \"$CARGO_HOME\"");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = with().sh("echo ran");
+    assert_eq!(stdout(&out), "ran\n", "{}", stderr(&out));
+    // A cache home reached through a link (one an earlier run given its parent could
+    // have planted) is refused, and nothing is made where it leads.
+    std::os::unix::fs::symlink(&victim, dir.join("planted")).unwrap();
+    let out = Run::new(&dir)
+        .args_from(&["--allow-tool", "cargo"])
+        .env(
+            "XDG_CACHE_HOME",
+            dir.join("planted/c").display().to_string(),
+        )
+        .sh("echo ran");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is reached through the link"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!victim.join("c").exists());
 }
 
 /// A wheel `demopkg-1.0` (pure Python), built by hand: a zip with its module, METADATA,

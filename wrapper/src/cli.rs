@@ -242,10 +242,25 @@ pub enum Command {
     /// Copy named files out of a directory a sandbox wrote, treating it as hostile.
     Export(ExportArgs),
     /// Prove every control for these options (the live probe's battery) and print it.
+    #[command(
+        mut_arg("cmd", |a| a.hide(true)),
+        mut_arg("fetch", |a| a.hide(true)),
+        mut_arg("fetch_allowlist", |a| a.hide(true)),
+        mut_arg("disable_sandbox", |a| a.hide(true))
+    )]
     Verify(Box<VerifyArgs>),
     /// Summarise a session log: what ran, the probe, network attempts, refused writes.
     Log(LogArgs),
     /// Run CMD letting it reach any public host, and write an allowlist of what it tried.
+    #[command(
+        mut_arg("fetch", |a| a.hide(true)),
+        mut_arg("fetch_allowlist", |a| a.hide(true)),
+        mut_arg("disable_sandbox", |a| a.hide(true)),
+        mut_arg("allowlist", |a| a.help(
+            "Allowlist file (TOML; repeatable) whose rules the learned file keeps; \
+             what they do not allow is learned, not refused"
+        ))
+    )]
     Learn(Box<LearnArgs>),
     /// Show the rules `--allow-tool NAME` would add here, and where each comes from.
     Tools(ToolsArgs),

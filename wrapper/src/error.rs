@@ -113,6 +113,14 @@ impl WrapperError {
     /// A line telling the user how to fix it, when we know.
     pub fn hint(&self) -> Option<String> {
         match self {
+            // A URL given as a rule: the rule it meant.
+            WrapperError::Rule { rule, .. } if rule.contains("://") => {
+                let meant = rule_from_url(rule);
+                Some(match meant {
+                    Some(meant) => format!("rules are HOST[:PORT], not URLs; did you mean {meant}?"),
+                    None => "rules are HOST[:PORT], not URLs (host.test:443)".into(),
+                })
+            }
             WrapperError::Rule { .. } => Some(
                 "rules look like host.test, host.test:443, *.host.test:80,443, 10.0.0.0/8:5432, [::1]:8080"
                     .into(),
@@ -167,4 +175,48 @@ pub fn chain(e: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// `HOST:PORT` of a URL given where a rule was wanted (`https://r.test/simple` →
+/// `r.test:443`), for the hint.
+fn rule_from_url(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let port = match scheme.to_ascii_lowercase().as_str() {
+        "https" => "443",
+        "http" => "80",
+        "ssh" | "git+ssh" => "22",
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    if host_port.is_empty() {
+        return None;
+    }
+    let has_port = host_port
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        && !host_port.ends_with(']');
+    Some(if has_port {
+        host_port.to_owned()
+    } else {
+        format!("{host_port}:{port}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_given_as_a_rule_gets_the_rule_it_meant() {
+        let error = |rule: &str| WrapperError::Rule {
+            flag: "--allow",
+            rule: rule.into(),
+            reason: "invalid".into(),
+        };
+        let hint = |rule: &str| error(rule).hint().unwrap();
+        assert!(hint("https://registry.test/simple").ends_with("did you mean registry.test:443?"));
+        assert!(hint("http://u:p@mirror.test:8080/x").ends_with("did you mean mirror.test:8080?"));
+        assert!(hint("host.test:x").starts_with("rules look like"));
+    }
 }

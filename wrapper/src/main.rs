@@ -88,8 +88,42 @@ fn report(error: &WrapperError) -> ExitCode {
 fn usage_error(e: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     let _ = e.print();
+    if let Some(meant) = missing_separator(e) {
+        output::say(&format!("hint: a command to run goes after `--`: {meant}"));
+    }
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
         _ => ExitCode::from(EXIT_NETBOX_FAILURE),
     }
+}
+
+/// `netbox curl …`: clap finds no subcommand `curl`; what was meant is `netbox -- curl …`,
+/// with `--` before the first word that is neither an option nor a subcommand.
+fn missing_separator(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(word)) = e
+        .get(ContextKind::InvalidArg)
+        .or_else(|| e.get(ContextKind::InvalidSubcommand))
+    else {
+        return None;
+    };
+    if word.starts_with('-') {
+        return None;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--") {
+        return None;
+    }
+    let at = args.iter().position(|a| a == word)?;
+    let mut meant = vec!["netbox".to_owned()];
+    meant.extend(args[..at].iter().cloned());
+    meant.push("--".to_owned());
+    meant.extend(args[at..].iter().cloned());
+    Some(crate::printable::printable(&meant.join(" ")))
 }

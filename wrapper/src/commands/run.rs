@@ -482,11 +482,8 @@ fn startup_line(config: &SandboxConfig) -> String {
     // With --fetch the allowlist is the fetch phase's; CMD itself gets no network.
     let hosts = match (&config.fetch, config.policy.is_learning()) {
         (_, true) => "any public host (learn mode)".to_owned(),
-        (Some(_), false) => format!(
-            "{} allowed hosts for --fetch, none after",
-            config.policy.allow_count()
-        ),
-        (None, false) => format!("{} allowed hosts", config.policy.allow_count()),
+        (Some(_), false) => format!("{} for --fetch, none after", allow_rules(&config.policy)),
+        (None, false) => allow_rules(&config.policy),
     };
     let mode = if config.policy.is_learning() {
         "learning"
@@ -536,4 +533,13 @@ pub fn run_unsandboxed(config: &crate::cli::RunArgs) -> Result<u8, WrapperError>
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(i32::from(crate::error::EXIT_NETBOX_FAILURE));
     Ok(u8::try_from(code).unwrap_or(crate::error::EXIT_NETBOX_FAILURE))
+}
+
+/// "N allow rules": what the policy counts is rules (one may name many hosts, as
+/// `*.test` does), and the tools' summaries count hosts apart.
+fn allow_rules(policy: &bridge::policy::Policy) -> String {
+    match policy.allow_count() {
+        1 => "1 allow rule".to_owned(),
+        n => format!("{n} allow rules"),
+    }
 }

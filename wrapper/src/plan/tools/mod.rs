@@ -19,7 +19,6 @@ mod owndir;
 mod pip;
 mod query;
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
 /// One rule a tool needs, and where it came from ("index-url in /etc/pip.conf").
@@ -358,22 +357,53 @@ fn own_cache_dir(
             source,
         }
     };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&home)
-        .map_err(io_error(&home))?;
-    let home = std::fs::canonicalize(&home).map_err(io_error(&home))?;
-    let netbox = home.join("netbox");
-    if let Some(root) = write_roots.iter().find(|r| overlaps(&netbox, r)) {
-        return Err(usage(format!(
+    // Before anything is made: a cache home that would lie in a writable root.
+    let refuse = |root: &Path, at: &Path| {
+        usage(format!(
             "--allow-tool {tool}: its cache {} would lie in the writable root {}, where CMD could \
              swap it for a link; set XDG_CACHE_HOME outside it, or pass --cache none",
-            netbox.display(),
+            at.display(),
             root.display()
-        )));
+        ))
+    };
+    let planned = crate::plan::homesplit::resolve_existing_prefix(&home).join("netbox");
+    if let Some(root) = write_roots.iter().find(|r| overlaps(&planned, r)) {
+        return Err(refuse(root, &planned));
     }
-    owndir::open_own(&home, &["netbox", tool, per_workspace]).map_err(io_error(&netbox))
+    // The user's home itself is trusted as it resolves (`/home` may be a link): the walk
+    // starts from its real path.
+    let user_home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .and_then(|h| Some((std::fs::canonicalize(&h).ok()?, h)));
+    let home = match &user_home {
+        Some((real, named)) => match home.strip_prefix(named) {
+            Ok(rest) => real.join(rest),
+            Err(_) => home,
+        },
+        None => home,
+    };
+    let (home, home_fd) =
+        owndir::open_cache_home(&home, user_home.as_ref().map(|(real, _)| real.as_path()))
+            .map_err(io_error(&home))?;
+    let netbox = home.join("netbox");
+    if let Some(root) = write_roots.iter().find(|r| overlaps(&netbox, r)) {
+        return Err(refuse(root, &netbox));
+    }
+    let (own, ids) = owndir::open_own(&home, home_fd, &["netbox", tool, per_workspace])
+        .map_err(io_error(&netbox))?;
+    // A root that is another name for a directory below netbox/ (a bind mount of TOOL/).
+    let id = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+    };
+    if let Some(root) = write_roots.iter().find(|r| {
+        r.ancestors()
+            .any(|a| id(a).is_some_and(|i| ids.contains(&i)))
+    }) {
+        return Err(refuse(root, &own.path));
+    }
+    Ok(own)
 }
 
 /// Whether writable root `root` holds `dir` or lies in it: by path, or as another name

@@ -25,35 +25,145 @@ pub struct OwnDir {
 const MAX_DEPTH: usize = 64;
 const MAX_ENTRIES: usize = 100_000;
 
-/// Opens `base` (the user's own cache home, links and all), then each of `parts` below
-/// it, made 0700 if missing, each a directory of this user's reached without following a
-/// link, and each made 0700 (a group- or other-writable one would let another user swap
-/// what is below it).
-pub fn open_own(base: &Path, parts: &[&str]) -> io::Result<OwnDir> {
-    let mut fd = nix::fcntl::open(
-        base,
-        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
+/// How many links the walk to a cache home follows at most.
+const MAX_LINKS: usize = 8;
+
+/// Opens the cache home `path` (absolute) from `/`, one component at a time without
+/// following a link, making what is missing (0700). A link on the way is followed only
+/// where it stands at the top of the user's home (`~/.cache` kept elsewhere): anywhere
+/// else an earlier run given its parent to write could have planted it, to send the
+/// cache, and what netbox writes there, wherever it liked. Returns the directory's real
+/// path and its fd.
+pub fn open_cache_home(path: &Path, home: Option<&Path>) -> io::Result<(PathBuf, OwnedFd)> {
+    use std::path::Component;
+    let home_id = home.and_then(|h| std::fs::metadata(h).ok()).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.dev(), m.ino())
+    });
+    let mut wanted: Vec<std::ffi::OsString> = Vec::new();
+    for part in path.components() {
+        match part {
+            Component::Normal(name) => wanted.push(name.to_owned()),
+            Component::RootDir | Component::CurDir => {}
+            _ => {
+                return Err(io::Error::other(format!(
+                    "{} is not a plain absolute path",
+                    path.display()
+                )))
+            }
+        }
+    }
+    let mut links = 0;
+    'walk: loop {
+        let mut fd = nix::fcntl::open(
+            "/",
+            OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut real = PathBuf::from("/");
+        for (i, name) in wanted.iter().enumerate() {
+            let stat = match fstatat(fd.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(stat) => Some(stat),
+                Err(nix::errno::Errno::ENOENT) => None,
+                Err(e) => return Err(e.into()),
+            };
+            let kind = stat.map(|s| SFlag::from_bits_truncate(s.st_mode) & SFlag::S_IFMT);
+            if kind == Some(SFlag::S_IFLNK) {
+                let here = fstat(fd.as_fd())?;
+                let at_home_top = home_id == Some((here.st_dev, here.st_ino));
+                if !at_home_top || links == MAX_LINKS {
+                    return Err(io::Error::other(format!(
+                        "the cache home {} is reached through the link {}, which an earlier run \
+                         could have planted; give its real path (XDG_CACHE_HOME)",
+                        path.display(),
+                        real.join(name).display()
+                    )));
+                }
+                links += 1;
+                let target = std::fs::canonicalize(real.join(name))?;
+                let mut next: Vec<std::ffi::OsString> = target
+                    .components()
+                    .filter_map(|c| match c {
+                        Component::Normal(n) => Some(n.to_owned()),
+                        _ => None,
+                    })
+                    .collect();
+                next.extend(wanted[i + 1..].iter().cloned());
+                wanted = next;
+                continue 'walk;
+            }
+            if kind.is_none() {
+                match mkdirat(
+                    fd.as_fd(),
+                    name.as_os_str(),
+                    Mode::from_bits_truncate(0o700),
+                ) {
+                    Err(nix::errno::Errno::EEXIST) | Ok(()) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            fd = open_dir_nofollow(fd.as_fd(), name.as_os_str(), &real.join(name))?;
+            real.push(name);
+        }
+        return Ok((real, fd));
+    }
+}
+
+/// Opens `name` in `dir` as a directory, following no link. One this user owns but may
+/// not read (an earlier run made it 0000) is made 0700 first, through an `O_PATH` fd.
+fn open_dir_nofollow(
+    dir: BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    shown: &Path,
+) -> io::Result<OwnedFd> {
+    let flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+    match openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(nix::errno::Errno::EACCES) => {
+            let path_fd = openat(
+                dir,
+                name,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )?;
+            let stat = fstat(path_fd.as_fd())?;
+            if stat.st_uid != nix::unistd::geteuid().as_raw() {
+                return Err(io::Error::other(format!(
+                    "{} is not yours",
+                    shown.display()
+                )));
+            }
+            // fchmod refuses an O_PATH fd; its /proc name reaches the same directory.
+            use std::os::fd::AsRawFd;
+            let by_fd = format!("/proc/self/fd/{}", path_fd.as_raw_fd());
+            std::fs::set_permissions(&by_fd, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+            Ok(openat(dir, name, flags, Mode::empty())?)
+        }
+        Err(nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR) => Err(io::Error::other(
+            format!("{} is a link or no directory: remove it", shown.display()),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Opens each of `parts` below the directory `base` (held by `base_fd`), made 0700 if
+/// missing, each a directory of this user's reached without following a link, and each
+/// made 0700 (a group- or other-writable one would let another user swap what is below
+/// it). Also returns the device and inode of each, for the caller's overlap checks.
+pub fn open_own(
+    base: &Path,
+    base_fd: OwnedFd,
+    parts: &[&str],
+) -> io::Result<(OwnDir, Vec<(u64, u64)>)> {
+    let mut fd = base_fd;
     let mut path = base.to_owned();
+    let mut ids = Vec::new();
     for part in parts {
         match mkdirat(fd.as_fd(), *part, Mode::from_bits_truncate(0o700)) {
             Err(nix::errno::Errno::EEXIST) | Ok(()) => {}
             Err(e) => return Err(e.into()),
         }
-        let next = openat(
-            fd.as_fd(),
-            *part,
-            OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| match e {
-            nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR => io::Error::other(format!(
-                "{} is a link or no directory: remove it",
-                path.join(part).display()
-            )),
-            e => e.into(),
-        })?;
+        let next = open_dir_nofollow(fd.as_fd(), std::ffi::OsStr::new(part), &path.join(part))?;
         let stat = fstat(next.as_fd())?;
         if stat.st_uid != nix::unistd::geteuid().as_raw() {
             return Err(io::Error::other(format!(
@@ -62,10 +172,11 @@ pub fn open_own(base: &Path, parts: &[&str]) -> io::Result<OwnDir> {
             )));
         }
         fchmod(next.as_fd(), Mode::from_bits_truncate(0o700))?;
+        ids.push((stat.st_dev, stat.st_ino));
         path.push(part);
         fd = next;
     }
-    Ok(OwnDir { path, fd })
+    Ok((OwnDir { path, fd }, ids))
 }
 
 /// Removes `name` in `dir` whatever it is (a file, a link, a tree), following no link;
@@ -94,14 +205,9 @@ fn remove_within(
     };
     let is_dir = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
     if is_dir {
-        let inner = openat(
-            dir,
-            name,
-            OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )?;
-        // An unreadable directory (a run made it 0000) is made readable: it is ours.
-        let _ = fchmod(inner.as_fd(), Mode::from_bits_truncate(0o700));
+        let inner = open_dir_nofollow(dir, std::ffi::OsStr::new(name), Path::new(name))?;
+        // Writable too, so its entries can be removed: it is ours.
+        fchmod(inner.as_fd(), Mode::from_bits_truncate(0o700))?;
         let names: Vec<String> = {
             let listing = nix::dir::Dir::from_fd(inner.try_clone()?)?;
             let mut names = Vec::new();
@@ -163,14 +269,27 @@ mod tests {
         std::fs::create_dir_all(base.join("victim")).unwrap();
         std::fs::write(base.join("victim/keep"), "keep").unwrap();
         std::os::unix::fs::symlink(base.join("victim"), base.join("cache")).unwrap();
-        assert!(open_own(&base, &["cache", "x"]).is_err());
+        let (real, fd) = open_cache_home(&base, None).unwrap();
+        assert!(open_own(&real, fd, &["cache", "x"]).is_err());
         assert!(base.join("victim/keep").exists());
-        // Positive control: a real directory is opened, and a tree in it cleared.
+        // A link on the way to the cache home, but for one at home's top.
+        assert!(open_cache_home(&base.join("cache/c"), None).is_err());
+        assert!(!base.join("victim/c").exists());
+        let (real, _) = open_cache_home(&base.join("cache/c"), Some(&base)).unwrap();
+        assert_eq!(real, std::fs::canonicalize(base.join("victim/c")).unwrap());
+        // Positive control: a real directory is opened, and a tree in it cleared, one
+        // made unreadable included.
         std::fs::remove_file(base.join("cache")).unwrap();
-        let own = open_own(&base, &["cache", "x"]).unwrap();
+        let (real, fd) = open_cache_home(&base, None).unwrap();
+        let (own, _) = open_own(&real, fd, &["cache", "x"]).unwrap();
         assert_eq!(own.path, base.join("cache/x"));
         std::fs::create_dir_all(own.path.join("bin/deep/er")).unwrap();
         std::os::unix::fs::symlink(base.join("victim"), own.path.join("bin/link")).unwrap();
+        std::fs::set_permissions(
+            own.path.join("bin/deep"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o000),
+        )
+        .unwrap();
         remove_at(own.fd.as_fd(), "bin").unwrap();
         assert!(!own.path.join("bin").exists());
         assert!(base.join("victim/keep").exists());

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ipclass::IpClass;
 use crate::policy::{Reason, RuleRef, Verdict};
@@ -45,7 +45,7 @@ pub fn bounded(text: String, max: usize) -> String {
 }
 
 /// How the client spoke to the bridge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Proto {
     /// `CONNECT host:port`.
@@ -58,7 +58,7 @@ pub enum Proto {
 }
 
 /// How the attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum End {
     /// Refused before any upstream connection.
@@ -72,11 +72,12 @@ pub enum End {
     Shutdown,
 }
 
-/// One attempt, as logged.
-#[derive(Debug, Clone, Serialize)]
+/// One attempt, as logged, and as `netbox log` and `netbox learn` read it back: the one
+/// definition of a `net` record (see [`read_record`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Event {
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: std::borrow::Cow<'static, str>,
     pub schema_version: u32,
     pub ts: String,
     pub session: Arc<str>,
@@ -152,7 +153,7 @@ impl Attempt {
             None => (None, None),
         };
         Event {
-            kind: "net",
+            kind: std::borrow::Cow::Borrowed("net"),
             schema_version: SCHEMA_VERSION,
             ts: timestamp(),
             session: self.session,
@@ -191,6 +192,37 @@ struct Framed<'a, T: Serialize> {
     session: &'a str,
     #[serde(flatten)]
     body: &'a T,
+}
+
+/// A log line read back.
+#[derive(Debug)]
+pub enum Record {
+    /// A network attempt, as [`Event`] wrote it.
+    Net(Box<Event>),
+    /// A record of another type, by name, with its fields as written.
+    Other(String, serde_json::Value),
+    /// A record of a newer layout than this reader knows (its `schema_version`): not
+    /// guessed at.
+    Newer(u64),
+    /// Not a record: not JSON, no type, or a `net` record that is not one.
+    Unreadable,
+}
+
+/// Reads one line of an event log.
+pub fn read_record(line: &[u8]) -> Record {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return Record::Unreadable;
+    };
+    let version = value["schema_version"].as_u64().unwrap_or(0);
+    if version > u64::from(SCHEMA_VERSION) {
+        return Record::Newer(version);
+    }
+    match value["type"].as_str() {
+        Some("net") => serde_json::from_value::<Event>(value)
+            .map_or(Record::Unreadable, |event| Record::Net(Box::new(event))),
+        Some(kind) => Record::Other(kind.to_owned(), value),
+        None => Record::Unreadable,
+    }
 }
 
 /// Now, as every record's `ts`: RFC 3339 UTC with milliseconds.
@@ -521,6 +553,33 @@ mod tests {
             summary(&e),
             "netbox: allowed CONNECT registry.test:443 via 127.0.0.1:443 (10 B up, 20 B down, 5 ms) [allow.toml:2]"
         );
+    }
+
+    #[test]
+    fn net_records_read_back_as_they_were_written() {
+        // The pinned line above, read back: every field by the same name.
+        let golden = r#"{"type":"net","schema_version":1,"ts":"2026-11-29T00:00:00.000Z","session":"s1","proto":"http_connect","host":"registry.test","port":443,"decision":"allow","reason":"allowed_by_rule","rule":{"file":"allow.toml","line":2,"text":"registry.test"},"resolved":["127.0.0.1"],"dialed":"127.0.0.1:443","opened_by":{"file":"allow.toml","line":3,"text":"127.0.0.1:443"},"bytes_up":10,"bytes_down":20,"duration_ms":5,"end":"closed"}"#;
+        let Record::Net(event) = read_record(golden.as_bytes()) else {
+            panic!("the pinned record does not read back");
+        };
+        assert_eq!(event.host.as_deref(), Some("registry.test"));
+        assert_eq!(event.decision, Verdict::Allow);
+        assert_eq!(event.reason, Reason::AllowedByRule);
+        assert_eq!(event.bytes_down, 20);
+        assert_eq!(serde_json::to_string(&event).unwrap(), golden);
+        // A record of a newer layout is not guessed at; a line that is no record says so.
+        let newer = golden.replace("\"schema_version\":1", "\"schema_version\":2");
+        assert!(matches!(read_record(newer.as_bytes()), Record::Newer(2)));
+        assert!(matches!(read_record(b"not json"), Record::Unreadable));
+        let missing = golden.replace("\"decision\":\"allow\",", "");
+        assert!(matches!(
+            read_record(missing.as_bytes()),
+            Record::Unreadable
+        ));
+        assert!(matches!(
+            read_record(br#"{"type":"probe","schema_version":1}"#),
+            Record::Other(kind, _) if kind == "probe"
+        ));
     }
 
     #[test]

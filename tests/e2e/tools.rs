@@ -540,6 +540,21 @@ fn a_tool_cache_netbox_cannot_own_is_refused() {
         stderr(&out)
     );
     assert!(!victim.join("c").exists());
+    // A directory above the cache is not netbox's: its mode is left as it is, even one
+    // its owner may search but not read.
+    let above = dir.join("above");
+    std::fs::create_dir_all(&above).unwrap();
+    let search_only = std::os::unix::fs::PermissionsExt::from_mode(0o311);
+    std::fs::set_permissions(&above, search_only).unwrap();
+    let out = Run::new(&dir)
+        .args_from(&["--quiet", "--allow-tool", "cargo"])
+        .env("XDG_CACHE_HOME", above.join("c").display().to_string())
+        .sh("echo ran");
+    assert_eq!(stdout(&out), "ran\n", "{}", stderr(&out));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&above).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o311);
+    std::fs::set_permissions(&above, PermissionsExt::from_mode(0o755)).unwrap();
 }
 
 /// A wheel `demopkg-1.0` (pure Python), built by hand: a zip with its module, METADATA,

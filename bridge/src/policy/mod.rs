@@ -28,7 +28,7 @@ use crate::ipclass::{classify, IpClass};
 use crate::target::{canonical_ip, Host, Target};
 
 /// Where a rule came from: the file, the line and its text, as written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct RuleRef {
     pub file: Arc<str>,
     pub line: u32,
@@ -70,7 +70,7 @@ pub struct Policy {
 }
 
 /// The outcome of a decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Allow,

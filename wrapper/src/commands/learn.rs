@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
-use serde_json::Value;
+use bridge::log::{Event, Record};
+use bridge::policy::{Reason, Verdict};
 
 use crate::cli::LearnArgs;
 use crate::error::WrapperError;
@@ -103,9 +104,9 @@ pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let status = crate::commands::run::run(config)?;
-    let records: Vec<Value> = read_records(&log)?
+    let records: Vec<Event> = read_records(&log)?
         .into_iter()
-        .filter(|r| r["session"] == session.as_str())
+        .filter(|r| &*r.session == session.as_str())
         .collect();
     let seen = from_learning(&records);
     let origin = format!("session {session}: {}", command.join(" "));
@@ -113,16 +114,31 @@ pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {
     Ok(status)
 }
 
-/// Every whole line of a log that is a JSON record.
-fn read_records(log: &Path) -> Result<Vec<Value>, WrapperError> {
+/// Every network record of a log (`bridge::log::Event`, the type that wrote it). Records
+/// of a newer layout are not guessed at: said, and left out.
+fn read_records(log: &Path) -> Result<Vec<Event>, WrapperError> {
     let text = std::fs::read(log).map_err(|source| WrapperError::Path {
         path: log.to_owned(),
         what: "event log",
         source,
     })?;
-    Ok(crate::commands::logview::whole_lines(&text)
-        .filter_map(|line| serde_json::from_slice(line).ok())
-        .collect())
+    let mut events = Vec::new();
+    let mut newer = None;
+    for line in crate::commands::logview::whole_lines(&text) {
+        match bridge::log::read_record(line) {
+            Record::Net(event) => events.push(*event),
+            Record::Newer(version) => newer = Some(version),
+            Record::Other(..) | Record::Unreadable => {}
+        }
+    }
+    if let Some(version) = newer {
+        crate::output::say(&format!(
+            "netbox: {} has records of a newer layout (schema_version {version}), written by a \
+             newer netbox: left out; learn with that netbox",
+            log.display()
+        ));
+    }
+    Ok(events)
 }
 
 /// A record's destination, normalised the way the bridge normalises a target (case,
@@ -130,12 +146,9 @@ fn read_records(log: &Path) -> Result<Vec<Value>, WrapperError> {
 /// naming `127.1` must become the rule `127.0.0.1`, which is then left out as non-public,
 /// not an active rule the bridge would read as loopback. Network records of the probe's
 /// canary are the probe's, not the command's.
-fn destination(record: &Value) -> Option<(String, u16)> {
-    if record["type"] != "net" {
-        return None;
-    }
-    let host = record["host"].as_str()?;
-    let port = u16::try_from(record["port"].as_u64()?).ok()?;
+fn destination(record: &Event) -> Option<(String, u16)> {
+    let host = record.host.as_deref()?;
+    let port = record.port?;
     let authority = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
     } else {
@@ -148,36 +161,36 @@ fn destination(record: &Value) -> Option<(String, u16)> {
 
 /// From a learn-mode session: every destination reached, and the ones refused for their
 /// address.
-fn from_learning(records: &[Value]) -> BTreeMap<(String, u16), Seen> {
+fn from_learning(records: &[Event]) -> BTreeMap<(String, u16), Seen> {
     let mut seen: BTreeMap<(String, u16), Seen> = BTreeMap::new();
     for record in records {
         let Some(key) = destination(record) else {
             continue;
         };
         let entry = seen.entry(key).or_default();
-        match (record["decision"].as_str(), record["reason"].as_str()) {
-            (Some("allow"), _) => entry.wanted += 1,
-            (_, Some("non_public_address")) => entry.refused_address += 1,
+        match (record.decision, record.reason) {
+            (Verdict::Allow, _) => entry.wanted += 1,
+            (_, Reason::NonPublicAddress) => entry.refused_address += 1,
             // Refused by a deny rule, unparseable, or it did not resolve: not a rule to
             // suggest.
             _ => {}
         }
-        entry.bytes_down += record["bytes_down"].as_u64().unwrap_or(0);
+        entry.bytes_down += record.bytes_down;
     }
     seen.retain(|_, s| s.wanted > 0 || s.refused_address > 0);
     seen
 }
 
 /// From an earlier session's log: the names refused for not being on the allowlist.
-fn from_refusals(records: &[Value]) -> BTreeMap<(String, u16), Seen> {
+fn from_refusals(records: &[Event]) -> BTreeMap<(String, u16), Seen> {
     let mut seen: BTreeMap<(String, u16), Seen> = BTreeMap::new();
     for record in records {
         let Some(key) = destination(record) else {
             continue;
         };
-        match (record["decision"].as_str(), record["reason"].as_str()) {
-            (Some("deny"), Some("not_allowed")) => seen.entry(key).or_default().wanted += 1,
-            (Some("deny"), Some("non_public_address")) => {
+        match (record.decision, record.reason) {
+            (Verdict::Deny, Reason::NotAllowed) => seen.entry(key).or_default().wanted += 1,
+            (Verdict::Deny, Reason::NonPublicAddress) => {
                 seen.entry(key).or_default().refused_address += 1;
             }
             _ => {}
@@ -358,24 +371,40 @@ fn write(
 mod tests {
     use super::*;
 
+    /// A `net` record as the bridge writes it.
+    fn net(host: &str, port: u16, decision: Verdict, reason: Reason, bytes_down: u64) -> Event {
+        let mut attempt = bridge::log::Attempt::begin("s1".into(), bridge::log::Proto::HttpConnect);
+        attempt.target = bridge::target::Target::parse_authority(&format!("{host}:{port}")).ok();
+        attempt.decision = decision;
+        attempt.reason = reason;
+        let mut event = attempt.finish(bridge::log::End::Closed, 0, bytes_down);
+        // A log is only text: a host the bridge would not have written is still read.
+        event.host = Some(host.to_owned());
+        event.port = Some(port);
+        event
+    }
+
     #[test]
     fn non_public_ip_literals_and_hostile_command_lines_stay_comments() {
-        let records: Vec<Value> = [
-            r#"{"type":"net","host":"127.0.0.1","port":6379,"decision":"deny","reason":"not_allowed"}"#,
-            r#"{"type":"net","host":"169.254.169.254","port":80,"decision":"deny","reason":"not_allowed"}"#,
-            r#"{"type":"net","host":"192.0.2.1","port":443,"decision":"deny","reason":"not_allowed"}"#,
-            r#"{"type":"net","host":"8.8.8.8","port":443,"decision":"deny","reason":"not_allowed"}"#,
+        let records: Vec<Event> = vec![
+            net("127.0.0.1", 6379, Verdict::Deny, Reason::NotAllowed, 0),
+            net("169.254.169.254", 80, Verdict::Deny, Reason::NotAllowed, 0),
+            net("192.0.2.1", 443, Verdict::Deny, Reason::NotAllowed, 0),
+            net("8.8.8.8", 443, Verdict::Deny, Reason::NotAllowed, 0),
             // Other spellings of loopback and metadata, and a name in another case: as
             // the bridge reads them (issue 20, finding 12).
-            r#"{"type":"net","host":"127.1","port":5432,"decision":"deny","reason":"not_allowed"}"#,
-            r#"{"type":"net","host":"0x7f000001","port":6380,"decision":"deny","reason":"not_allowed"}"#,
-            r#"{"type":"net","host":"::ffff:169.254.169.254","port":80,"decision":"deny","reason":"not_allowed"}"#,
-            r#"{"type":"net","host":"Registry.TEST.","port":443,"decision":"deny","reason":"not_allowed"}"#,
-            r#"{"type":"net","host":"bad host\nallow","port":443,"decision":"deny","reason":"not_allowed"}"#,
-        ]
-        .iter()
-        .map(|r| serde_json::from_str(r).unwrap())
-        .collect();
+            net("127.1", 5432, Verdict::Deny, Reason::NotAllowed, 0),
+            net("0x7f000001", 6380, Verdict::Deny, Reason::NotAllowed, 0),
+            net(
+                "::ffff:169.254.169.254",
+                80,
+                Verdict::Deny,
+                Reason::NotAllowed,
+                0,
+            ),
+            net("Registry.TEST.", 443, Verdict::Deny, Reason::NotAllowed, 0),
+            net("bad host\nallow", 443, Verdict::Deny, Reason::NotAllowed, 0),
+        ];
         let text = render(
             &from_refusals(&records),
             &Given::default(),
@@ -401,17 +430,19 @@ mod tests {
 
     #[test]
     fn the_allowlist_is_sorted_commented_and_loads() {
-        let records: Vec<Value> = [
-            r#"{"type":"net","host":"b.test","port":443,"decision":"allow","reason":"learning","bytes_down":10}"#,
-            r#"{"type":"net","host":"a.test","port":8443,"decision":"allow","reason":"learning","bytes_down":5}"#,
-            r#"{"type":"net","host":"a.test","port":8443,"decision":"allow","reason":"learning","bytes_down":5}"#,
-            r#"{"type":"net","host":"inner.test","port":80,"decision":"deny","reason":"non_public_address"}"#,
-            r#"{"type":"net","host":"netbox-probe-canary.invalid","port":443,"decision":"deny","reason":"not_allowed"}"#,
-            r#"{"type":"probe","passed":true}"#,
-        ]
-        .iter()
-        .map(|r| serde_json::from_str(r).unwrap())
-        .collect();
+        let records: Vec<Event> = vec![
+            net("b.test", 443, Verdict::Allow, Reason::Learning, 10),
+            net("a.test", 8443, Verdict::Allow, Reason::Learning, 5),
+            net("a.test", 8443, Verdict::Allow, Reason::Learning, 5),
+            net("inner.test", 80, Verdict::Deny, Reason::NonPublicAddress, 0),
+            net(
+                "netbox-probe-canary.invalid",
+                443,
+                Verdict::Deny,
+                Reason::NotAllowed,
+                0,
+            ),
+        ];
         let text = render(&from_learning(&records), &Given::default(), "a test");
         let a = text
             .find("\"a.test:8443\", # 2 attempts, 10 B down")

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use bridge::log::{Event, Record};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -70,6 +71,11 @@ struct Report<'a> {
     incomplete_last_line: bool,
     /// Lines that were not JSON records, skipped.
     unreadable_lines: usize,
+    /// Records of a newer layout than this netbox reads (their `schema_version`),
+    /// skipped rather than guessed at.
+    newer_records: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    newer_schema_version: Option<u64>,
 }
 
 pub fn run(args: &LogArgs) -> Result<u8, WrapperError> {
@@ -128,15 +134,36 @@ pub fn whole_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
 fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
     let incomplete_last_line = !bytes.is_empty() && !bytes.ends_with(b"\n");
     let mut unreadable_lines = 0;
+    let mut newer_records = 0;
+    let mut newer_schema_version = None;
     let mut sessions: Vec<Summary> = Vec::new();
     let mut destinations: Vec<BTreeMap<(String, u64), Destination>> = Vec::new();
     let mut writes: Vec<BTreeMap<String, RefusedPath>> = Vec::new();
     for line in whole_lines(bytes) {
-        let Ok(record) = serde_json::from_slice::<Value>(line) else {
-            unreadable_lines += 1;
-            continue;
+        // A `net` record is read as the bridge's own type; the others by name, for now.
+        let (id, kind, record, event) = match bridge::log::read_record(line) {
+            Record::Unreadable => {
+                unreadable_lines += 1;
+                continue;
+            }
+            Record::Newer(version) => {
+                newer_records += 1;
+                newer_schema_version = Some(version);
+                continue;
+            }
+            Record::Net(event) => (
+                event.session.to_string(),
+                "net".to_owned(),
+                Value::Null,
+                Some(event),
+            ),
+            Record::Other(kind, record) => (
+                record["session"].as_str().unwrap_or("").to_owned(),
+                kind,
+                record,
+                None,
+            ),
         };
-        let id = record["session"].as_str().unwrap_or("").to_owned();
         let at = match sessions.iter().position(|s| s.session == id) {
             Some(at) => at,
             None => {
@@ -150,14 +177,18 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
             }
         };
         let summary = &mut sessions[at];
-        match record["type"].as_str().unwrap_or("") {
+        match kind.as_str() {
             "session_start" => summary.start = Some(record),
             "session_end" => summary.end = Some(record),
             "probe" => summary.probes.push(probe_summary(&record)),
             "phase" => summary
                 .phases
                 .push(record["phase"].as_str().unwrap_or("?").to_owned()),
-            "net" => add_attempt(&mut destinations[at], &record),
+            "net" => {
+                if let Some(event) = event {
+                    add_attempt(&mut destinations[at], &event);
+                }
+            }
             "write_denied" => add_write(&mut writes[at], &record),
             _ => {}
         }
@@ -171,6 +202,8 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
         sessions,
         incomplete_last_line,
         unreadable_lines,
+        newer_records,
+        newer_schema_version,
     }
 }
 
@@ -190,9 +223,12 @@ fn probe_summary(record: &Value) -> ProbeSummary {
     }
 }
 
-fn add_attempt(destinations: &mut BTreeMap<(String, u64), Destination>, record: &Value) {
-    let host = record["host"].as_str().unwrap_or("(unparsed)").to_owned();
-    let port = record["port"].as_u64().unwrap_or(0);
+fn add_attempt(destinations: &mut BTreeMap<(String, u64), Destination>, record: &Event) {
+    let host = record
+        .host
+        .clone()
+        .unwrap_or_else(|| "(unparsed)".to_owned());
+    let port = record.port.map_or(0, u64::from);
     if crate::commands::run::is_canary(&host, port) {
         return;
     }
@@ -203,24 +239,18 @@ fn add_attempt(destinations: &mut BTreeMap<(String, u64), Destination>, record: 
             port,
             ..Destination::default()
         });
-    if record["decision"] == "allow" {
+    if record.decision == bridge::policy::Verdict::Allow {
         entry.allowed += 1;
     } else {
         entry.denied += 1;
-        if let Some(reason) = record["reason"].as_str() {
-            // In words, as the live notice said it (an unknown reason as it is).
-            let reason = serde_json::from_value::<bridge::policy::Reason>(record["reason"].clone())
-                .map_or_else(
-                    |_| reason.to_owned(),
-                    |r| bridge::log::describe(r).to_owned(),
-                );
-            if !entry.refused_because.contains(&reason) {
-                entry.refused_because.push(reason);
-            }
+        // In words, as the live notice said it.
+        let reason = bridge::log::describe(record.reason).to_owned();
+        if !entry.refused_because.contains(&reason) {
+            entry.refused_because.push(reason);
         }
     }
-    entry.bytes_up += record["bytes_up"].as_u64().unwrap_or(0);
-    entry.bytes_down += record["bytes_down"].as_u64().unwrap_or(0);
+    entry.bytes_up += record.bytes_up;
+    entry.bytes_down += record.bytes_down;
 }
 
 fn add_write(writes: &mut BTreeMap<String, RefusedPath>, record: &Value) {
@@ -261,6 +291,13 @@ fn render(report: &Report<'_>) -> String {
         line(format!(
             "note: {} line(s) were not JSON records and were skipped",
             report.unreadable_lines
+        ));
+    }
+    if let Some(version) = report.newer_schema_version {
+        line(format!(
+            "note: {} record(s) of a newer layout (schema_version {version}) were skipped: \
+             read this log with the netbox that wrote it",
+            report.newer_records
         ));
     }
     if report.incomplete_last_line {
@@ -393,7 +430,18 @@ mod tests {
 
     #[test]
     fn a_half_written_last_line_is_left_out() {
-        let log = b"{\"type\":\"net\",\"session\":\"s\",\"host\":\"a.test\",\"port\":443,\"decision\":\"deny\",\"reason\":\"not_allowed\"}\nnot json\n{\"type\":\"net\",\"sess";
+        let mut attempt = bridge::log::Attempt::begin("s".into(), bridge::log::Proto::HttpConnect);
+        attempt.target = bridge::target::Target::parse_authority("a.test:443").ok();
+        attempt.reason = bridge::policy::Reason::NotAllowed;
+        let denied = attempt.finish(bridge::log::End::Refused, 0, 0);
+        let newer = serde_json::to_string(&denied)
+            .unwrap()
+            .replace("\"schema_version\":1", "\"schema_version\":9");
+        let log = format!(
+            "{}\nnot json\n{newer}\n{{\"type\":\"net\",\"sess",
+            serde_json::to_string(&denied).unwrap()
+        );
+        let log = log.as_bytes();
         let report = summarise(Path::new("x"), log);
         assert!(report.incomplete_last_line);
         assert_eq!(report.unreadable_lines, 1);
@@ -401,5 +449,8 @@ mod tests {
         assert_eq!(report.sessions[0].network[0].denied, 1);
         assert!(report.sessions[0].end.is_none());
         assert!(render(&report).contains("cut short"));
+        // A record of a newer layout is counted and said, not guessed at.
+        assert_eq!(report.newer_records, 1);
+        assert!(render(&report).contains("newer layout (schema_version 9)"));
     }
 }

@@ -376,6 +376,21 @@ fn own_cache_dir(
         .map(std::path::PathBuf::from)
         .filter(|h| h.is_absolute())
         .and_then(|h| Some((std::fs::canonicalize(&h).ok()?, h)));
+    // A HOME that is a link inside a writable root: CMD could re-point it.
+    if let Some((real, named)) = &user_home {
+        if let Some(root) = write_roots
+            .iter()
+            .find(|r| named.starts_with(r) && named != real)
+        {
+            return Err(usage(format!(
+                "--allow-tool {tool}: HOME {} is reached through a link inside the writable root \
+                 {}, which CMD could point elsewhere; set HOME to {}, or pass --cache none",
+                named.display(),
+                root.display(),
+                real.display()
+            )));
+        }
+    }
     let home = match &user_home {
         Some((real, named)) => match home.strip_prefix(named) {
             Ok(rest) => real.join(rest),

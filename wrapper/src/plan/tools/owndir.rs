@@ -30,10 +30,10 @@ const MAX_LINKS: usize = 8;
 
 /// Opens the cache home `path` (absolute) from `/`, one component at a time without
 /// following a link, making what is missing (0700). A link on the way is followed only
-/// where it stands at the top of the user's home (`~/.cache` kept elsewhere): anywhere
-/// else an earlier run given its parent to write could have planted it, to send the
-/// cache, and what netbox writes there, wherever it liked. Returns the directory's real
-/// path and its fd.
+/// where it stands at the top of the user's home (`~/.cache` kept elsewhere), by its own
+/// text, walked by the same rule: anywhere else an earlier run given its parent to write
+/// could have planted it, to send the cache, and what netbox writes there, wherever it
+/// liked. Returns the directory's real path and an `O_PATH` fd of it.
 pub fn open_cache_home(path: &Path, home: Option<&Path>) -> io::Result<(PathBuf, OwnedFd)> {
     use std::path::Component;
     let home_id = home.and_then(|h| std::fs::metadata(h).ok()).map(|m| {
@@ -55,11 +55,10 @@ pub fn open_cache_home(path: &Path, home: Option<&Path>) -> io::Result<(PathBuf,
     }
     let mut links = 0;
     'walk: loop {
-        let mut fd = nix::fcntl::open(
-            "/",
-            OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )?;
+        // O_PATH all the way: the walk needs only search permission, and changes no
+        // mode on the way (a directory above the cache is not netbox's to change).
+        let path_flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut fd = nix::fcntl::open("/", path_flags, Mode::empty())?;
         let mut real = PathBuf::from("/");
         for (i, name) in wanted.iter().enumerate() {
             let stat = match fstatat(fd.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -80,14 +79,26 @@ pub fn open_cache_home(path: &Path, home: Option<&Path>) -> io::Result<(PathBuf,
                     )));
                 }
                 links += 1;
-                let target = std::fs::canonicalize(real.join(name))?;
-                let mut next: Vec<std::ffi::OsString> = target
-                    .components()
-                    .filter_map(|c| match c {
-                        Component::Normal(n) => Some(n.to_owned()),
-                        _ => None,
-                    })
-                    .collect();
+                // The link's own text, spliced in: what it leads through is walked by
+                // the same rule (a second link anywhere but at home's top is refused).
+                let target = nix::fcntl::readlinkat(fd.as_fd(), name.as_os_str())?;
+                let target = PathBuf::from(target);
+                let joined = if target.is_absolute() {
+                    target
+                } else {
+                    real.join(target)
+                };
+                let mut next: Vec<std::ffi::OsString> = Vec::new();
+                for part in joined.components() {
+                    match part {
+                        Component::Normal(n) => next.push(n.to_owned()),
+                        // `real` holds no link: `..` in a link's text is read as text.
+                        Component::ParentDir => {
+                            next.pop();
+                        }
+                        _ => {}
+                    }
+                }
                 next.extend(wanted[i + 1..].iter().cloned());
                 wanted = next;
                 continue 'walk;
@@ -102,7 +113,18 @@ pub fn open_cache_home(path: &Path, home: Option<&Path>) -> io::Result<(PathBuf,
                     Err(e) => return Err(e.into()),
                 }
             }
-            fd = open_dir_nofollow(fd.as_fd(), name.as_os_str(), &real.join(name))?;
+            fd = openat(
+                fd.as_fd(),
+                name.as_os_str(),
+                path_flags | OFlag::O_NOFOLLOW,
+                Mode::empty(),
+            )
+            .map_err(|e| match e {
+                nix::errno::Errno::ENOTDIR => {
+                    io::Error::other(format!("{} is no directory", real.join(name).display()))
+                }
+                e => e.into(),
+            })?;
             real.push(name);
         }
         return Ok((real, fd));
@@ -277,6 +299,12 @@ mod tests {
         assert!(!base.join("victim/c").exists());
         let (real, _) = open_cache_home(&base.join("cache/c"), Some(&base)).unwrap();
         assert_eq!(real, std::fs::canonicalize(base.join("victim/c")).unwrap());
+        // A second link, past the one at home's top, is refused: its text is walked.
+        std::fs::create_dir_all(base.join("disk")).unwrap();
+        std::os::unix::fs::symlink(base.join("victim"), base.join("disk/c")).unwrap();
+        std::os::unix::fs::symlink(base.join("disk/c"), base.join("second")).unwrap();
+        assert!(open_cache_home(&base.join("second/x"), Some(&base)).is_err());
+        assert!(!base.join("victim/x").exists());
         // Positive control: a real directory is opened, and a tree in it cleared, one
         // made unreadable included.
         std::fs::remove_file(base.join("cache")).unwrap();

@@ -29,6 +29,7 @@ pub mod ipclass;
 pub mod listen;
 pub mod log;
 pub mod policy;
+pub mod records;
 pub mod resolver;
 pub mod server;
 pub mod target;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ipclass::IpClass;
 use crate::policy::{Reason, RuleRef, Verdict};
+use crate::records::{self, Stamped};
 use crate::target::Target;
 
 /// Version of the record layout; bumped on any incompatible change.
@@ -199,12 +200,16 @@ struct Framed<'a, T: Serialize> {
 pub enum Record {
     /// A network attempt, as [`Event`] wrote it.
     Net(Box<Event>),
+    SessionStart(Box<Stamped<records::SessionStart>>),
+    SessionEnd(Box<Stamped<records::SessionEnd>>),
+    Phase(Box<Stamped<records::Phase>>),
+    WriteDenied(Box<Stamped<records::WriteDenied>>),
     /// A record of another type, by name, with its fields as written.
     Other(String, serde_json::Value),
     /// A record of a newer layout than this reader knows (its `schema_version`): not
     /// guessed at.
     Newer(u64),
-    /// Not a record: not JSON, no type, or a `net` record that is not one.
+    /// Not a record: not JSON, no type, or a record of a known type that is not one.
     Unreadable,
 }
 
@@ -217,9 +222,18 @@ pub fn read_record(line: &[u8]) -> Record {
     if version > u64::from(SCHEMA_VERSION) {
         return Record::Newer(version);
     }
+    fn typed<T: serde::de::DeserializeOwned>(
+        value: serde_json::Value,
+        wrap: impl FnOnce(Box<T>) -> Record,
+    ) -> Record {
+        serde_json::from_value::<T>(value).map_or(Record::Unreadable, |r| wrap(Box::new(r)))
+    }
     match value["type"].as_str() {
-        Some("net") => serde_json::from_value::<Event>(value)
-            .map_or(Record::Unreadable, |event| Record::Net(Box::new(event))),
+        Some("net") => typed(value, Record::Net),
+        Some("session_start") => typed(value, Record::SessionStart),
+        Some("session_end") => typed(value, Record::SessionEnd),
+        Some("phase") => typed(value, Record::Phase),
+        Some("write_denied") => typed(value, Record::WriteDenied),
         Some(kind) => Record::Other(kind.to_owned(), value),
         None => Record::Unreadable,
     }

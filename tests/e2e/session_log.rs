@@ -91,6 +91,9 @@ fn a_session_log_starts_and_ends_with_its_frame() {
         assert!(text.contains(want), "{want} missing:\n{text}");
     }
     assert!(!text.contains("canary"), "{text}");
+    // Every record a real run writes is one netbox log reads by its type.
+    assert!(!text.contains("does not know"), "{text}");
+    assert!(!text.contains("were not JSON records"), "{text}");
     let out = netbox_log(&["--json", &log]);
     let report: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
     let session = &report["sessions"][0];

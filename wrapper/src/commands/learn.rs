@@ -128,7 +128,7 @@ fn read_records(log: &Path) -> Result<Vec<Event>, WrapperError> {
         match bridge::log::read_record(line) {
             Record::Net(event) => events.push(*event),
             Record::Newer(version) => newer = Some(version),
-            Record::Other(..) | Record::Unreadable => {}
+            _ => {}
         }
     }
     if let Some(version) = newer {

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bridge::log::{Event, Record};
+use bridge::records::{SessionEnd, SessionStart, Stamped, WriteDenied};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -44,14 +45,14 @@ struct RefusedPath {
 struct Summary {
     session: String,
     /// The `session_start` record as logged, if there is one.
-    start: Option<Value>,
+    start: Option<Stamped<SessionStart>>,
     /// Each probe: its phase (if any), whether it passed, the first failed check.
     probes: Vec<ProbeSummary>,
     phases: Vec<String>,
     network: Vec<Destination>,
     refused_writes: Vec<RefusedPath>,
     /// The `session_end` record; `None` while running or after a crash.
-    end: Option<Value>,
+    end: Option<Stamped<SessionEnd>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -76,6 +77,9 @@ struct Report<'a> {
     newer_records: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     newer_schema_version: Option<u64>,
+    /// Record types this netbox does not know, skipped.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    unknown_types: Vec<String>,
 }
 
 pub fn run(args: &LogArgs) -> Result<u8, WrapperError> {
@@ -136,33 +140,29 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
     let mut unreadable_lines = 0;
     let mut newer_records = 0;
     let mut newer_schema_version = None;
+    let mut unknown_types: std::collections::BTreeSet<String> = Default::default();
     let mut sessions: Vec<Summary> = Vec::new();
     let mut destinations: Vec<BTreeMap<(String, u64), Destination>> = Vec::new();
     let mut writes: Vec<BTreeMap<String, RefusedPath>> = Vec::new();
     for line in whole_lines(bytes) {
-        // A `net` record is read as the bridge's own type; the others by name, for now.
-        let (id, kind, record, event) = match bridge::log::read_record(line) {
+        // Every record as the type that wrote it (bridge::records); `probe` by name.
+        let record = bridge::log::read_record(line);
+        let id = match &record {
             Record::Unreadable => {
                 unreadable_lines += 1;
                 continue;
             }
             Record::Newer(version) => {
                 newer_records += 1;
-                newer_schema_version = Some(version);
+                newer_schema_version = Some(*version);
                 continue;
             }
-            Record::Net(event) => (
-                event.session.to_string(),
-                "net".to_owned(),
-                Value::Null,
-                Some(event),
-            ),
-            Record::Other(kind, record) => (
-                record["session"].as_str().unwrap_or("").to_owned(),
-                kind,
-                record,
-                None,
-            ),
+            Record::Net(event) => event.session.to_string(),
+            Record::SessionStart(r) => r.session.clone(),
+            Record::SessionEnd(r) => r.session.clone(),
+            Record::Phase(r) => r.session.clone(),
+            Record::WriteDenied(r) => r.session.clone(),
+            Record::Other(_, fields) => fields["session"].as_str().unwrap_or("").to_owned(),
         };
         let at = match sessions.iter().position(|s| s.session == id) {
             Some(at) => at,
@@ -177,20 +177,19 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
             }
         };
         let summary = &mut sessions[at];
-        match kind.as_str() {
-            "session_start" => summary.start = Some(record),
-            "session_end" => summary.end = Some(record),
-            "probe" => summary.probes.push(probe_summary(&record)),
-            "phase" => summary
-                .phases
-                .push(record["phase"].as_str().unwrap_or("?").to_owned()),
-            "net" => {
-                if let Some(event) = event {
-                    add_attempt(&mut destinations[at], &event);
-                }
+        match record {
+            Record::SessionStart(start) => summary.start = Some(*start),
+            Record::SessionEnd(end) => summary.end = Some(*end),
+            Record::Phase(phase) => summary.phases.push(phase.body.phase),
+            Record::Net(event) => add_attempt(&mut destinations[at], &event),
+            Record::WriteDenied(write) => add_write(&mut writes[at], &write.body),
+            Record::Other(kind, fields) if kind == "probe" => {
+                summary.probes.push(probe_summary(&fields));
             }
-            "write_denied" => add_write(&mut writes[at], &record),
-            _ => {}
+            Record::Other(kind, _) if !bridge::records::KNOWN_TYPES.contains(&kind.as_str()) => {
+                unknown_types.insert(kind);
+            }
+            Record::Other(..) | Record::Unreadable | Record::Newer(_) => {}
         }
     }
     for ((summary, dest), refused) in sessions.iter_mut().zip(destinations).zip(writes) {
@@ -204,6 +203,7 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
         unreadable_lines,
         newer_records,
         newer_schema_version,
+        unknown_types: unknown_types.into_iter().collect(),
     }
 }
 
@@ -253,22 +253,20 @@ fn add_attempt(destinations: &mut BTreeMap<(String, u64), Destination>, record: 
     entry.bytes_down += record.bytes_down;
 }
 
-fn add_write(writes: &mut BTreeMap<String, RefusedPath>, record: &Value) {
-    let path = record["path"].as_str().unwrap_or("?").to_owned();
+fn add_write(writes: &mut BTreeMap<String, RefusedPath>, record: &WriteDenied) {
+    let path = record.path.clone();
     let entry = writes.entry(path.clone()).or_insert_with(|| RefusedPath {
         path,
         ..RefusedPath::default()
     });
     entry.attempts += 1;
-    for (field, list) in [
-        ("reason", &mut entry.reasons),
-        ("syscall", &mut entry.syscalls),
-        ("executable", &mut entry.executables),
+    for (value, list) in [
+        (&record.reason, &mut entry.reasons),
+        (&record.syscall, &mut entry.syscalls),
+        (&record.executable, &mut entry.executables),
     ] {
-        if let Some(value) = record[field].as_str().filter(|v| !v.is_empty()) {
-            if !list.iter().any(|v| v == value) {
-                list.push(value.to_owned());
-            }
+        if !value.is_empty() && !list.contains(value) {
+            list.push(value.clone());
         }
     }
 }
@@ -300,6 +298,12 @@ fn render(report: &Report<'_>) -> String {
             report.newer_records
         ));
     }
+    if !report.unknown_types.is_empty() {
+        line(format!(
+            "note: records of types this netbox does not know were skipped: {}",
+            report.unknown_types.join(", ")
+        ));
+    }
     if report.incomplete_last_line {
         line("note: the last line is incomplete (the log is still being written, or was cut short); it was left out".into());
     }
@@ -309,30 +313,20 @@ fn render(report: &Report<'_>) -> String {
 fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
     line(format!("session {}", summary.session));
     if let Some(start) = &summary.start {
-        let command: Vec<&str> = start["command"]
-            .as_array()
-            .map(|c| c.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
+        let body = &start.body;
         line(format!(
             "  started  {} (netbox {}, {})",
-            start["ts"].as_str().unwrap_or("?"),
-            start["netbox_version"].as_str().unwrap_or("?"),
-            start["mode"].as_str().unwrap_or("?"),
+            start.ts, body.netbox_version, body.mode,
         ));
-        if let Some(fetch) = start["fetch_command"].as_str() {
+        if let Some(fetch) = &body.fetch_command {
             line(format!("  fetch    {fetch}"));
         }
-        line(format!("  command  {}", command.join(" ")));
-        let policy: String = start["policy_sha256"]
-            .as_str()
-            .unwrap_or("?")
-            .chars()
-            .take(12)
-            .collect();
+        line(format!("  command  {}", body.command.join(" ")));
+        let policy: String = body.policy_sha256.chars().take(12).collect();
         line(format!(
             "  workspace {}; {} allow rule(s), policy {policy}",
-            start["workspace"].as_str().unwrap_or("?"),
-            start["allow_rules"].as_u64().unwrap_or(0),
+            body.workspace.display(),
+            body.allow_rules,
         ));
     }
     if summary.probes.is_empty() {
@@ -392,11 +386,12 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
     match &summary.end {
         Some(end) => line(format!(
             "  ended    {} with status {} after {} ms{}",
-            end["outcome"].as_str().unwrap_or("?"),
-            end["status"].as_u64().unwrap_or(0),
-            end["duration_ms"].as_u64().unwrap_or(0),
-            end["error"]
-                .as_str()
+            end.body.outcome,
+            end.body.status,
+            end.body.duration_ms,
+            end.body
+                .error
+                .as_deref()
                 .map(|e| format!(": {e}"))
                 .unwrap_or_default(),
         )),
@@ -418,7 +413,7 @@ mod tests {
 
     #[test]
     fn record_text_cannot_forge_lines_or_escape_sequences() {
-        let log = b"{\"type\":\"write_denied\",\"session\":\"s\",\"path\":\"/x\\n  ended    exited with status 0\\u001b[2J\",\"reason\":\"read-only root\"}\n";
+        let log = b"{\"type\":\"write_denied\",\"schema_version\":1,\"ts\":\"t\",\"session\":\"s\",\"pid\":1,\"executable\":\"/bin/sh\",\"syscall\":\"openat\",\"path\":\"/x\\n  ended    exited with status 0\\u001b[2J\",\"reason\":\"read-only root\"}\n";
         let text = render(&summarise(Path::new("x"), log));
         assert!(!text.contains('\u{1b}'), "{text}");
         assert!(
@@ -452,5 +447,11 @@ mod tests {
         // A record of a newer layout is counted and said, not guessed at.
         assert_eq!(report.newer_records, 1);
         assert!(render(&report).contains("newer layout (schema_version 9)"));
+        // A record type this netbox does not know is named, not guessed at.
+        let report = summarise(
+            Path::new("x"),
+            b"{\"type\":\"teleport\",\"schema_version\":1,\"session\":\"s\"}\n",
+        );
+        assert!(render(&report).contains("does not know were skipped: teleport"));
     }
 }

@@ -40,18 +40,6 @@ struct ProbeRecord<'a> {
     report: &'a ProbeReport,
 }
 
-/// With `--fetch`, where the session stands: "fetch" (CMD1 starts, with the allowlist),
-/// "cut" (CMD1 succeeded and the bridge is closed; CMD is next), or "fetch_failed" (CMD1
-/// failed; CMD does not run).
-#[derive(Serialize)]
-struct PhaseRecord<'a> {
-    phase: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    command: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    fetch_status: Option<i32>,
-}
-
 pub(crate) fn check_host_listener_answers(listener: &TcpListener) -> Result<(), WrapperError> {
     let addr = listener.local_addr().map_err(WrapperError::Spawn)?;
     let _client = std::net::TcpStream::connect(addr).map_err(|e| {
@@ -581,9 +569,9 @@ impl RunState<'_> {
         self.log.record_as(
             "phase",
             self.session,
-            &PhaseRecord {
-                phase,
-                command,
+            &bridge::records::Phase {
+                phase: phase.to_owned(),
+                command: command.map(str::to_owned),
                 fetch_status,
             },
         );

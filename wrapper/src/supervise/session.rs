@@ -6,53 +6,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use bridge::records::{Limits, SessionEnd, SessionStart};
 use bridge::EventLog;
-use serde::Serialize;
 
 use crate::error::WrapperError;
 use crate::plan::config::SandboxConfig;
-
-#[derive(Serialize)]
-struct Limits {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    memory_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    fsize_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pids: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cpus: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    timeout_ms: Option<u64>,
-}
-
-#[derive(Serialize)]
-struct Start<'a> {
-    netbox_version: &'static str,
-    /// `sandbox`, `fetch_then_cut` with --fetch, or `learn` (`netbox learn`).
-    mode: &'static str,
-    command: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    fetch_command: Option<&'a str>,
-    cwd: &'a PathBuf,
-    workspace: &'a PathBuf,
-    write_roots: &'a [PathBuf],
-    /// `private` (a tmpfs of the run's own) or `host`.
-    tmp: &'static str,
-    protected: &'a [PathBuf],
-    read_only: &'a [PathBuf],
-    hidden: &'a [PathBuf],
-    policy_files: &'a [PathBuf],
-    /// SHA-256 of the policy's canonical text (its rules and pinned hosts).
-    policy_sha256: String,
-    allow_rules: usize,
-    limits: Limits,
-    clean_env: bool,
-    nested_userns: bool,
-    kernel: String,
-    uid: u32,
-    gid: u32,
-}
 
 /// Writes `session_start`. `protected` is what the run pins read-only.
 pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf]) {
@@ -61,30 +19,32 @@ pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let start = Start {
-        netbox_version: env!("CARGO_PKG_VERSION"),
+    let start = SessionStart {
+        netbox_version: env!("CARGO_PKG_VERSION").to_owned(),
         mode: match (config.policy.is_learning(), config.fetch.is_some()) {
             (true, _) => "learn",
             (false, true) => "fetch_then_cut",
             (false, false) => "sandbox",
-        },
+        }
+        .to_owned(),
         command: config
             .cmd
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
-        fetch_command: config.fetch.as_deref(),
-        cwd: &config.cwd,
-        workspace: &config.workspace,
-        write_roots: &config.write_roots,
+        fetch_command: config.fetch.clone(),
+        cwd: config.cwd.clone(),
+        workspace: config.workspace.clone(),
+        write_roots: config.write_roots.clone(),
         tmp: match config.tmp {
             crate::cli::TmpMode::Private => "private",
             crate::cli::TmpMode::Host => "host",
-        },
-        protected,
-        read_only: &config.read_only,
-        hidden: &config.hide,
-        policy_files: config.policy.files(),
+        }
+        .to_owned(),
+        protected: protected.to_vec(),
+        read_only: config.read_only.clone(),
+        hidden: config.hide.clone(),
+        policy_files: config.policy.files().to_vec(),
         policy_sha256,
         allow_rules: config.policy.allow_count(),
         limits: Limits {
@@ -116,21 +76,6 @@ pub struct Tally {
     pub cancelled: bool,
 }
 
-#[derive(Serialize)]
-struct End {
-    /// netbox's exit status.
-    status: u8,
-    /// `exited` (CMD ran and this is its status), `timed_out`, `cancelled`,
-    /// `probe_failed` (CMD never ran) or `failed` (netbox's own failure; see `error`).
-    outcome: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-    duration_ms: u64,
-    net_allowed: u64,
-    net_denied: u64,
-    writes_denied: u64,
-}
-
 /// Writes `session_end` for a run's result.
 pub fn record_end(
     log: &EventLog,
@@ -155,9 +100,9 @@ pub fn record_end(
             &serde_json::json!({ "count": suppressed }),
         );
     }
-    let end = End {
+    let end = SessionEnd {
         status,
-        outcome,
+        outcome: outcome.to_owned(),
         error: error.map(|e| crate::error::chain(e)),
         duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
         net_allowed,

@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bridge::EventLog;
-use serde::Serialize;
 
 use crate::sandbox::probe::{Outcome, ProbeReport};
 use crate::supervise::writejudge::{judge, Verdict};
@@ -84,17 +83,6 @@ pub struct WriteWatch {
     listener: Option<std::sync::mpsc::SyncSender<(OwnedFd, Option<OwnedFd>)>>,
     /// Closed to tell the thread that nothing the filter could stop is left.
     stop: Option<std::io::PipeWriter>,
-}
-
-/// The `write_denied` record.
-#[derive(Serialize)]
-struct WriteDenied {
-    /// The caller's pid as netbox sees it (the host's pid namespace).
-    pid: u32,
-    executable: String,
-    syscall: &'static str,
-    path: String,
-    reason: &'static str,
 }
 
 impl WriteWatch {
@@ -347,12 +335,12 @@ fn record(
     context.log.record_as(
         "write_denied",
         &context.session,
-        &WriteDenied {
+        &bridge::records::WriteDenied {
             pid: n.pid,
-            syscall: syscall_name(n.nr),
+            syscall: syscall_name(n.nr).to_owned(),
             executable: bridge::log::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
             path: bridge::log::bounded(verdict.path.display().to_string(), MAX_PATH_IN_RECORD),
-            reason,
+            reason: reason.to_owned(),
         },
     );
     if context.notices {

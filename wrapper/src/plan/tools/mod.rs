@@ -376,12 +376,9 @@ fn own_cache_dir(
         .map(std::path::PathBuf::from)
         .filter(|h| h.is_absolute())
         .and_then(|h| Some((std::fs::canonicalize(&h).ok()?, h)));
-    // A HOME that is a link inside a writable root: CMD could re-point it.
+    // A HOME spelled through a link inside a writable root: CMD could re-point it.
     if let Some((real, named)) = &user_home {
-        if let Some(root) = write_roots
-            .iter()
-            .find(|r| named.starts_with(r) && named != real)
-        {
+        if let Some(root) = link_in_roots(named, write_roots) {
             return Err(usage(format!(
                 "--allow-tool {tool}: HOME {} is reached through a link inside the writable root \
                  {}, which CMD could point elsewhere; set HOME to {}, or pass --cache none",
@@ -398,9 +395,12 @@ fn own_cache_dir(
         },
         None => home,
     };
-    let (home, home_fd) =
-        owndir::open_cache_home(&home, user_home.as_ref().map(|(real, _)| real.as_path()))
-            .map_err(io_error(&home))?;
+    let (home, home_fd) = owndir::open_cache_home(
+        &home,
+        user_home.as_ref().map(|(real, _)| real.as_path()),
+        user_home.as_ref().map(|(_, named)| named.as_path()),
+    )
+    .map_err(io_error(&home))?;
     let netbox = home.join("netbox");
     if let Some(root) = write_roots.iter().find(|r| overlaps(&netbox, r)) {
         return Err(refuse(root, &netbox));
@@ -419,6 +419,34 @@ fn own_cache_dir(
         return Err(refuse(root, &own.path));
     }
     Ok(own)
+}
+
+/// The writable root holding a link that `path` is spelled through (each prefix of it as
+/// written, `..` and all, whose link lies in a directory inside a root by path or by
+/// device and inode): CMD could point that link elsewhere.
+fn link_in_roots<'a>(
+    path: &Path,
+    roots: &'a [std::path::PathBuf],
+) -> Option<&'a std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let mut prefix = std::path::PathBuf::new();
+    for part in path.components() {
+        prefix.push(part);
+        let is_link = std::fs::symlink_metadata(&prefix).is_ok_and(|m| m.file_type().is_symlink());
+        let Some(parent) = prefix.parent().filter(|_| is_link) else {
+            continue;
+        };
+        let parent = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_owned());
+        let found = roots.iter().find(|r| {
+            parent.starts_with(r)
+                || id(r).is_some_and(|want| parent.ancestors().any(|a| id(a) == Some(want)))
+        });
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
 }
 
 /// Whether writable root `root` holds `dir` or lies in it: by path, or as another name

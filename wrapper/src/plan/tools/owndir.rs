@@ -34,7 +34,11 @@ const MAX_LINKS: usize = 8;
 /// text, walked by the same rule: anywhere else an earlier run given its parent to write
 /// could have planted it, to send the cache, and what netbox writes there, wherever it
 /// liked. Returns the directory's real path and an `O_PATH` fd of it.
-pub fn open_cache_home(path: &Path, home: Option<&Path>) -> io::Result<(PathBuf, OwnedFd)> {
+pub fn open_cache_home(
+    path: &Path,
+    home: Option<&Path>,
+    home_named: Option<&Path>,
+) -> io::Result<(PathBuf, OwnedFd)> {
     use std::path::Component;
     let home_id = home.and_then(|h| std::fs::metadata(h).ok()).map(|m| {
         use std::os::unix::fs::MetadataExt;
@@ -70,7 +74,14 @@ pub fn open_cache_home(path: &Path, home: Option<&Path>) -> io::Result<(PathBuf,
             if kind == Some(SFlag::S_IFLNK) {
                 let here = fstat(fd.as_fd())?;
                 let at_home_top = home_id == Some((here.st_dev, here.st_ino));
-                if !at_home_top || links == MAX_LINKS {
+                if links == MAX_LINKS {
+                    return Err(io::Error::other(format!(
+                        "the cache home {} is reached through more than {MAX_LINKS} links (a loop?); \
+                         give its real path (XDG_CACHE_HOME)",
+                        path.display()
+                    )));
+                }
+                if !at_home_top {
                     return Err(io::Error::other(format!(
                         "the cache home {} is reached through the link {}, which an earlier run \
                          could have planted; give its real path (XDG_CACHE_HOME)",
@@ -84,7 +95,14 @@ pub fn open_cache_home(path: &Path, home: Option<&Path>) -> io::Result<(PathBuf,
                 let target = nix::fcntl::readlinkat(fd.as_fd(), name.as_os_str())?;
                 let target = PathBuf::from(target);
                 let joined = if target.is_absolute() {
-                    target
+                    // Home named as $HOME spells it (`/home` itself a link): the real home.
+                    match (home_named, home) {
+                        (Some(named), Some(real_home)) => match target.strip_prefix(named) {
+                            Ok(rest) => real_home.join(rest),
+                            Err(_) => target,
+                        },
+                        _ => target,
+                    }
                 } else {
                     real.join(target)
                 };
@@ -291,24 +309,24 @@ mod tests {
         std::fs::create_dir_all(base.join("victim")).unwrap();
         std::fs::write(base.join("victim/keep"), "keep").unwrap();
         std::os::unix::fs::symlink(base.join("victim"), base.join("cache")).unwrap();
-        let (real, fd) = open_cache_home(&base, None).unwrap();
+        let (real, fd) = open_cache_home(&base, None, None).unwrap();
         assert!(open_own(&real, fd, &["cache", "x"]).is_err());
         assert!(base.join("victim/keep").exists());
         // A link on the way to the cache home, but for one at home's top.
-        assert!(open_cache_home(&base.join("cache/c"), None).is_err());
+        assert!(open_cache_home(&base.join("cache/c"), None, None).is_err());
         assert!(!base.join("victim/c").exists());
-        let (real, _) = open_cache_home(&base.join("cache/c"), Some(&base)).unwrap();
+        let (real, _) = open_cache_home(&base.join("cache/c"), Some(&base), None).unwrap();
         assert_eq!(real, std::fs::canonicalize(base.join("victim/c")).unwrap());
         // A second link, past the one at home's top, is refused: its text is walked.
         std::fs::create_dir_all(base.join("disk")).unwrap();
         std::os::unix::fs::symlink(base.join("victim"), base.join("disk/c")).unwrap();
         std::os::unix::fs::symlink(base.join("disk/c"), base.join("second")).unwrap();
-        assert!(open_cache_home(&base.join("second/x"), Some(&base)).is_err());
+        assert!(open_cache_home(&base.join("second/x"), Some(&base), None).is_err());
         assert!(!base.join("victim/x").exists());
         // Positive control: a real directory is opened, and a tree in it cleared, one
         // made unreadable included.
         std::fs::remove_file(base.join("cache")).unwrap();
-        let (real, fd) = open_cache_home(&base, None).unwrap();
+        let (real, fd) = open_cache_home(&base, None, None).unwrap();
         let (own, _) = open_own(&real, fd, &["cache", "x"]).unwrap();
         assert_eq!(own.path, base.join("cache/x"));
         std::fs::create_dir_all(own.path.join("bin/deep/er")).unwrap();

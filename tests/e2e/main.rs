@@ -13,6 +13,7 @@ mod bridge_tunnel;
 mod export;
 mod learn;
 mod log_bounds;
+mod readme;
 mod sandbox_escapes;
 mod sandbox_fetch;
 mod sandbox_git;

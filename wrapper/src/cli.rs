@@ -154,7 +154,7 @@ pub struct RunArgs {
     #[arg(long = "allow-nested-userns")]
     pub allow_nested_userns: bool,
 
-    /// HTTP status for refused requests (default 502; see README for what each client
+    /// HTTP status for refused requests (default 502; see docs/bridge.md for what each client
     /// makes of it).
     #[arg(long = "refusal-status", value_name = "CODE", default_value_t = 502,
           value_parser = clap::value_parser!(u16).range(400..=599))]

@@ -63,6 +63,21 @@ impl HttpServer {
         HttpServer { addr, ca: Some(ca) }
     }
 
+    /// Plain HTTP serving the files under `root` (GET only; 404 for anything else).
+    pub fn start_files(root: PathBuf) -> HttpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let root = root.clone();
+                std::thread::spawn(move || {
+                    let _ = serve_files(stream, &root);
+                });
+            }
+        });
+        HttpServer { addr, ca: None }
+    }
+
     /// HTTPS for `names`, serving the files under `root` (GET only; 404 for anything
     /// else): a registry's static layout. Files may be written after it starts.
     pub fn start_tls_files(dir: &Path, names: &[&str], root: PathBuf) -> HttpServer {

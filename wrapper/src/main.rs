@@ -41,6 +41,7 @@ use std::process::ExitCode;
 use crate::error::{WrapperError, EXIT_NETBOX_FAILURE};
 
 fn main() -> ExitCode {
+    testhooks::init();
     raise_open_file_limit();
     let cli = match cli::Cli::parse_args() {
         Ok(cli) => cli,

@@ -1,10 +1,17 @@
-//! Deliberate breakage of single controls, so tests can watch the live probe catch it.
-//! Compiled in only with the `test-hooks` feature (the test suite's build); a release build
-//! has no way to weaken anything.
+//! Deliberate breakage of single controls and pauses in race windows, so tests can watch
+//! the live probe catch a broken control and can swap a path at the worst moment.
+//!
+//! The hooks are one `TestHooks` value, read from the environment once, when netbox
+//! starts (`init`), and reached by the code that honours them through `hooks()`. Only a
+//! build with the `test-hooks` feature (the test suite's) reads anything: in a release
+//! build `hooks()` is a constant with every hook off, which the compiler folds away, so a
+//! release build has no way to weaken anything.
 
-/// Which controls to weaken.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Breakage {
+use std::time::Duration;
+
+/// Which controls to weaken, and where to pause.
+#[derive(Debug, Clone, Copy)]
+pub struct TestHooks {
     /// Leave `/` writable (skip the recursive read-only flag).
     pub skip_read_only_root: bool,
     /// Keep capabilities (skip the drop).
@@ -24,59 +31,89 @@ pub struct Breakage {
     /// Mount what a path leads to without checking it is what netbox resolved (pid 1's
     /// side; the probe's check of the writable roots still runs).
     pub skip_identity_checks: bool,
-    /// Not a breakage: pid 1 waits this long before it mounts anything
-    /// (`NETBOX_TEST_MOUNT_PAUSE_MS`), so a test can swap a path in that window.
-    pub mount_pause_ms: u64,
+    /// pid 1 waits this long before it mounts anything, so a test can swap a path then.
+    pub mount_pause: Duration,
+    /// `netbox export` waits this long between checking a file and reading it.
+    pub export_pause: Duration,
+    /// The git metadata check waits this long before each directory it reads, so a test
+    /// can cancel it midway.
+    pub audit_pause: Duration,
 }
 
-/// Test builds: sleeps for `NETBOX_TEST_EXPORT_PAUSE_MS` between checking a file and
-/// reading it, so a test can change the file in that window. Release builds: nothing.
-pub fn pause_export() {
+impl TestHooks {
+    /// Every hook off: what a release build always has.
+    #[cfg(not(feature = "test-hooks"))]
+    const NONE: TestHooks = TestHooks {
+        skip_read_only_root: false,
+        skip_capability_drop: false,
+        skip_limits: false,
+        keep_nested_userns: false,
+        keep_bridge_at_cut: false,
+        blind_write_watch: false,
+        no_write_watch: false,
+        skip_identity_checks: false,
+        mount_pause: Duration::ZERO,
+        export_pause: Duration::ZERO,
+        audit_pause: Duration::ZERO,
+    };
+
+    /// From `NETBOX_TEST_BREAK` (a comma-separated list of `read-only-root`,
+    /// `capability-drop`, `limits`, `nested-userns`, `cut`, `write-watch`,
+    /// `no-write-watch`, `identity`) and `NETBOX_TEST_{MOUNT,EXPORT,AUDIT}_PAUSE_MS`.
     #[cfg(feature = "test-hooks")]
-    if let Some(ms) = std::env::var("NETBOX_TEST_EXPORT_PAUSE_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
-    }
-}
-
-/// Test builds: sleeps for `NETBOX_TEST_AUDIT_PAUSE_MS` before each directory the git
-/// metadata check reads, so a test can cancel it midway. Release builds: nothing.
-pub fn pause_audit() {
-    #[cfg(feature = "test-hooks")]
-    if let Some(ms) = std::env::var("NETBOX_TEST_AUDIT_PAUSE_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
-    }
-}
-
-impl Breakage {
-    /// From `NETBOX_TEST_BREAK` (`read-only-root`, `capability-drop`, `limits`,
-    /// `nested-userns`, `cut`, `write-watch`, `no-write-watch`, `identity`), test builds
-    /// only.
-    pub fn from_env() -> Breakage {
-        #[cfg(feature = "test-hooks")]
-        {
-            let wanted = std::env::var("NETBOX_TEST_BREAK").unwrap_or_default();
-            Breakage {
-                skip_read_only_root: wanted.split(',').any(|w| w == "read-only-root"),
-                skip_capability_drop: wanted.split(',').any(|w| w == "capability-drop"),
-                skip_limits: wanted.split(',').any(|w| w == "limits"),
-                keep_nested_userns: wanted.split(',').any(|w| w == "nested-userns"),
-                keep_bridge_at_cut: wanted.split(',').any(|w| w == "cut"),
-                blind_write_watch: wanted.split(',').any(|w| w == "write-watch"),
-                no_write_watch: wanted.split(',').any(|w| w == "no-write-watch"),
-                skip_identity_checks: wanted.split(',').any(|w| w == "identity"),
-                mount_pause_ms: std::env::var("NETBOX_TEST_MOUNT_PAUSE_MS")
+    fn from_env() -> TestHooks {
+        let wanted = std::env::var("NETBOX_TEST_BREAK").unwrap_or_default();
+        let broken = |name: &str| wanted.split(',').any(|w| w == name);
+        let pause = |var: &str| {
+            Duration::from_millis(
+                std::env::var(var)
                     .ok()
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0),
-            }
+            )
+        };
+        TestHooks {
+            skip_read_only_root: broken("read-only-root"),
+            skip_capability_drop: broken("capability-drop"),
+            skip_limits: broken("limits"),
+            keep_nested_userns: broken("nested-userns"),
+            keep_bridge_at_cut: broken("cut"),
+            blind_write_watch: broken("write-watch"),
+            no_write_watch: broken("no-write-watch"),
+            skip_identity_checks: broken("identity"),
+            mount_pause: pause("NETBOX_TEST_MOUNT_PAUSE_MS"),
+            export_pause: pause("NETBOX_TEST_EXPORT_PAUSE_MS"),
+            audit_pause: pause("NETBOX_TEST_AUDIT_PAUSE_MS"),
         }
-        #[cfg(not(feature = "test-hooks"))]
-        Breakage::default()
+    }
+}
+
+#[cfg(feature = "test-hooks")]
+static HOOKS: std::sync::OnceLock<TestHooks> = std::sync::OnceLock::new();
+
+/// Reads the hooks, once; `main` calls it first, before any thread or clone, so every
+/// part of netbox (and the sandbox's pid 1, a copy of it) sees the same value.
+pub fn init() {
+    #[cfg(feature = "test-hooks")]
+    HOOKS.get_or_init(TestHooks::from_env);
+}
+
+/// The hooks in force. Once `init` has run, a plain atomic load: no lock, no
+/// allocation, so the child that starts CMD may call it while it shares pid 1's memory.
+#[cfg(feature = "test-hooks")]
+pub fn hooks() -> &'static TestHooks {
+    HOOKS.get_or_init(TestHooks::from_env)
+}
+
+/// The hooks in force: every one off in a release build.
+#[cfg(not(feature = "test-hooks"))]
+pub fn hooks() -> &'static TestHooks {
+    &TestHooks::NONE
+}
+
+/// Sleeps for `pause` when it is not zero (a test's window; zero in a release build).
+pub fn pause(pause: Duration) {
+    if !pause.is_zero() {
+        std::thread::sleep(pause);
     }
 }

@@ -130,7 +130,7 @@ fn copy(from: &OwnedFd, to: &OwnedFd, path: &Path, max_bytes: u64) -> Result<u64
     if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino) {
         return Err("it was replaced while being opened".into());
     }
-    crate::testhooks::pause_export();
+    crate::testhooks::pause(crate::testhooks::hooks().export_pause);
     let content = read_exactly(&file, u64::try_from(opened.st_size).unwrap_or(u64::MAX))?;
     let after = fstat(&file).map_err(|e| format!("cannot stat it: {}", e.desc()))?;
     if !same_file_state(&opened, &after) {

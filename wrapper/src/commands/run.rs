@@ -19,7 +19,6 @@ use crate::sandbox::probe::ProbeInput;
 use crate::sandbox::{self, ChildPlan, PROXY_PORT};
 use crate::sandbox::{mounts, namespaces};
 use crate::supervise::{supervise, SandboxGuard, Supervised};
-use crate::testhooks::Breakage;
 
 /// Refused `net` records one session writes at most; past this they are counted
 /// (`net_capped` when it is reached, `net_suppressed` at the end, and `net_denied` in
@@ -260,7 +259,6 @@ fn run_logged(
         sandbox,
         timeout: config.timeout,
         fetch: config.fetch.clone(),
-        breakage: Breakage::from_env(),
         channel: ours,
         session,
         log: Arc::clone(log),
@@ -445,7 +443,6 @@ fn child_plan(
             .map(|cmd1| vec!["/bin/sh".into(), "-c".into(), cmd1.into()]),
         env: env::sandbox_env(PROXY_PORT, config.env_base, &config.env_extra),
         cwd: config.cwd.clone(),
-        breakage: Breakage::from_env(),
         socket_scan: hostsockets::SocketScan {
             write_roots: config.write_roots.clone(),
             private_tmp: config.tmp == crate::cli::TmpMode::Private,

@@ -67,7 +67,6 @@ pub fn run_to_end(
     env: &[(OsString, OsString)],
     cwd: &Path,
     limits: &Limits,
-    skip_limits_for_test: bool,
     pins: &Pins,
     tty: Option<Tty>,
 ) -> Result<i32, Stop> {
@@ -77,7 +76,7 @@ pub fn run_to_end(
     start.tty = tty;
     // pid 1 is single-threaded: nothing here ever starts a thread. exec_cmd only sets up
     // the child's own state and execs (or says why not and exits).
-    let child = match spawn_sharing_memory(|| exec_cmd(&start, limits, skip_limits_for_test)) {
+    let child = match spawn_sharing_memory(|| exec_cmd(&start, limits)) {
         Ok(child) => child,
         Err(e) => {
             let name = cmd.first().map(|c| c.to_string_lossy()).unwrap_or_default();
@@ -184,7 +183,7 @@ pub enum Stop {
 /// In the child, which shares pid 1's memory until exec (`spawn_sharing_memory`): becomes
 /// CMD. It allocates nothing: everything it uses was built before it started (`Start`),
 /// and it says what went wrong with `say_from_child`, from parts.
-fn exec_cmd(start: &Start, limits: &Limits, skip_limits: bool) -> ! {
+fn exec_cmd(start: &Start, limits: &Limits) -> ! {
     let fail = |parts: &[&[u8]], code: u8| -> ! {
         say_from_child(parts);
         exit_child(code.into())
@@ -256,7 +255,7 @@ fn exec_cmd(start: &Start, limits: &Limits, skip_limits: bool) -> ! {
     };
     // Last before exec: pid 1's address space, which this child shares until exec, may
     // already be past --memory; exec replaces it, so CMD starts with all of it.
-    if let Err(e) = crate::limits::apply(limits, skip_limits) {
+    if let Err(e) = crate::limits::apply(limits) {
         fail(
             &[b"netbox: cannot set resource limits: ", e.desc().as_bytes()],
             EXIT_NETBOX_FAILURE,

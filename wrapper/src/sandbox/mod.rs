@@ -30,7 +30,6 @@ use crate::cpu;
 use crate::sandbox::handshake::{Channel, SyncMsg};
 use crate::sandbox::mounts::MountPlan;
 use crate::sandbox::probe::ProbeInput;
-use crate::testhooks::Breakage;
 
 /// The proxy port inside the sandbox's own network namespace, where nothing else listens.
 pub const PROXY_PORT: u16 = 3128;
@@ -46,7 +45,6 @@ pub struct ChildPlan {
     pub fetch: Option<Vec<OsString>>,
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
-    pub breakage: Breakage,
     /// What pid 1's mounting thread needs to find the host's sockets to cover.
     pub socket_scan: crate::plan::hostsockets::SocketScan,
     /// The placeholders netbox laid, which pid 1 keeps open (see `hold_placeholders`).
@@ -71,7 +69,7 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         ..plan.probe.clone()
     };
     let probe_input = &probe_input;
-    if !prove(plan, probe_input, channel) {
+    if !prove(probe_input, channel) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
     // CMD's terminal: made here, from the sandbox's own devpts; its master end goes to
@@ -106,8 +104,7 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     let pins = crate::plan::pins::Pins::new(pinned.cloned().collect());
     let run = |cmd: &[OsString]| {
         let limits = &plan.probe.limits;
-        let skip_limits = plan.breakage.skip_limits;
-        init::run_to_end(cmd, &plan.env, &plan.cwd, limits, skip_limits, &pins, tty)
+        init::run_to_end(cmd, &plan.env, &plan.cwd, limits, &pins, tty)
     };
     if let Some(fetch) = &plan.fetch {
         let status = match run(fetch) {
@@ -199,7 +196,7 @@ fn hold_placeholders(paths: &[PathBuf]) {
 /// goes on, so that netbox reads them while pid 1 installs it; then the writes made under
 /// the filter, with what was checked after them. Whether the command may start: the probe
 /// passed, and netbox, its own checks added, said so.
-fn prove(plan: &ChildPlan, input: &ProbeInput, channel: &Channel) -> bool {
+fn prove(input: &ProbeInput, channel: &Channel) -> bool {
     let (watched, unreadable) = while_readable(|| {
         let report = probe::run(input);
         let passed = report.passed;
@@ -209,7 +206,7 @@ fn prove(plan: &ChildPlan, input: &ProbeInput, channel: &Channel) -> bool {
         // every write-intent syscall (a few of the probe's, then CMD's, which inherits the
         // filter) waits for netbox, which logs the ones the mounts will refuse.
         let started = std::time::Instant::now();
-        let (writes, checks) = match watch_writes(channel, plan.breakage) {
+        let (writes, checks) = match watch_writes(channel) {
             Ok(()) => (probe::watched_writes(input), Vec::new()),
             Err(e) => {
                 let failed = probe::failed_check(
@@ -252,8 +249,8 @@ fn cut_and_prove(input: &ProbeInput, channel: &Channel, proxy_v6: bool) -> Resul
 
 /// Installs the denied-write filter on pid 1 (and so on everything it starts) and hands
 /// netbox its listener, with the sandbox's root.
-fn watch_writes(channel: &Channel, breakage: Breakage) -> Result<(), String> {
-    if breakage.no_write_watch {
+fn watch_writes(channel: &Channel) -> Result<(), String> {
+    if crate::testhooks::hooks().no_write_watch {
         return Ok(());
     }
     // The sandbox's root, for netbox's judge, which would otherwise open it through
@@ -349,7 +346,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     // this thread is still netbox's: sound here because neither thread takes a lock that
     // records its owner's id (recursive or error-checking mutexes, dlopen, NSS).
     let mount = || {
-        mounts::apply(&plan.mounts, plan.breakage, || plan.socket_scan.run())
+        mounts::apply(&plan.mounts, || plan.socket_scan.run())
             .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
     };
     crate::sys::memory::share_one_malloc_arena();
@@ -396,7 +393,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     let proxy_v6 = proxy_v6?;
     let host_sockets = mounted?;
     // After the mounts, before the probe and CMD: no capability, no way to regain one.
-    if !plan.breakage.skip_capability_drop {
+    if !crate::testhooks::hooks().skip_capability_drop {
         caps::drop_all().map_err(failed("drop capabilities"))?;
     }
     Ok((proxy_v6, host_sockets))

@@ -37,7 +37,6 @@ use crate::sys::mount_api::{
     set_attributes_of, Depth,
 };
 use crate::sys::resolve::{self, FileId};
-use crate::testhooks::Breakage;
 
 /// Where the new root is assembled (inside a tmpfs mounted over `/tmp` in the sandbox's own
 /// mount namespace only).
@@ -225,13 +224,11 @@ fn in_root(path: &Path) -> PathBuf {
 /// seen has nothing to connect to).
 pub fn apply(
     plan: &MountPlan,
-    breakage: Breakage,
     host_sockets: impl FnOnce() -> Vec<(PathBuf, FileId)>,
 ) -> Result<Vec<PathBuf>> {
-    if breakage.mount_pause_ms > 0 {
-        std::thread::sleep(std::time::Duration::from_millis(breakage.mount_pause_ms));
-    }
-    let check = !breakage.skip_identity_checks;
+    let hooks = crate::testhooks::hooks();
+    crate::testhooks::pause(hooks.mount_pause);
+    let check = !hooks.skip_identity_checks;
     let none: Option<&str> = None;
     step(
         || "make / private".into(),
@@ -282,7 +279,7 @@ pub fn apply(
         || "attach root".into(),
         attach_tree(root_tree.as_fd(), Path::new(NEW_ROOT)),
     )?;
-    if !breakage.skip_read_only_root {
+    if !hooks.skip_read_only_root {
         // One call makes every mount under the new root read-only, stacked ones included.
         step(
             || "make / read-only".into(),
@@ -328,7 +325,7 @@ pub fn apply(
 
     mount_proc(
         &steps,
-        plan.forbid_nested_userns && !breakage.keep_nested_userns,
+        plan.forbid_nested_userns && !hooks.keep_nested_userns,
     )?;
     mount_dev()?;
     // Host service sockets live in /run; a host without one has nothing to cover.

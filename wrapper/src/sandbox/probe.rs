@@ -806,8 +806,7 @@ fn limit_outcomes(input: &ProbeInput) -> (Vec<Outcome>, Vec<Outcome>) {
     let limits = input.limits;
     let mut forbidden = Vec::new();
     let mut control = Vec::new();
-    let skip = crate::testhooks::Breakage::from_env().skip_limits;
-    if let Err(e) = crate::limits::apply(&limits, skip) {
+    if let Err(e) = crate::limits::apply(&limits) {
         forbidden.push(Outcome {
             attempt: "set the limits".into(),
             result: e.to_string(),

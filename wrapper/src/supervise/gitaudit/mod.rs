@@ -272,7 +272,7 @@ impl Walk<'_> {
     }
 
     pub(super) fn should_stop(&self) -> Option<Stopped> {
-        crate::testhooks::pause_audit();
+        crate::testhooks::pause(crate::testhooks::hooks().audit_pause);
         if (self.cancelled)() {
             Some(Stopped::Cancelled)
         } else if self.report.directories >= MAX_DIRECTORIES {

@@ -110,12 +110,6 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
             .map_err(WrapperError::Spawn)?;
     let mut s = Supervisor::start(run).await?;
-    let exited = s
-        .sandbox
-        .pidfd
-        .try_clone()
-        .and_then(crate::sys::fd::register_readable)
-        .map_err(WrapperError::Spawn)?;
     let deadline = s.timeout.map(|t| tokio::time::Instant::now() + t);
     // Set-up and probe take milliseconds; a sandbox that has not reported by then is stuck
     // (on something another process planted where it looks, say) and never will.
@@ -136,7 +130,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             () = sleep_until_some(setup_deadline),
                 if !s.stage.probed() && s.failure.is_none() => s.on_setup_time_limit(),
             () = sleep_until_some(deadline), if !s.timed_out => s.on_timeout(),
-            _ = exited.readable() => break,
+            _ = s.exited.readable() => break,
         }
         // CMD's status is pid 1's last word: unless pid 1 must be reaped first, netbox
         // need not wait for its exit.
@@ -155,6 +149,8 @@ struct Supervisor<'a> {
     /// The first live probe's report, once it has arrived (the caller keeps it).
     first_report: Option<ProbeReport>,
     sandbox: SandboxGuard,
+    /// pid 1's pidfd, readable once it has exited.
+    exited: tokio::io::unix::AsyncFd<OwnedFd>,
     channel: handshake::AsyncChannel,
     /// Until pid 1 closes its end.
     channel_open: bool,
@@ -209,6 +205,11 @@ impl<'a> Supervisor<'a> {
             cpu_cgroup_tasks,
         } = run;
         let channel = handshake::AsyncChannel::new(channel).map_err(WrapperError::Spawn)?;
+        let exited = sandbox
+            .pidfd
+            .try_clone()
+            .and_then(crate::sys::fd::register_readable)
+            .map_err(WrapperError::Spawn)?;
         // The control half of the host-loopback check (the listener answers us), while the
         // sandbox sets up and netbox would only wait.
         check_host_listener_answers(&host_listener)?;
@@ -266,6 +267,7 @@ impl<'a> Supervisor<'a> {
             failure: None,
             first_report: None,
             sandbox,
+            exited,
             channel,
             channel_open: true,
             bridge,
@@ -366,7 +368,8 @@ impl<'a> Supervisor<'a> {
                 self.first_probe(report);
             }
             (Stage::Fetching, SyncMsg::FetchDone { status }) => self.fetch_done(status),
-            (Stage::Cutting { .. }, SyncMsg::Probe(report)) => self.cut_probe(report),
+            // Only once pid 1 was told of the cut, which it waits for before it probes.
+            (Stage::Cutting { told: true }, SyncMsg::Probe(report)) => self.cut_probe(report),
             (Stage::Running, SyncMsg::Done { status }) => self.stage = Stage::Done { status },
             (_, SyncMsg::SetupFailed { step, detail, hint }) => {
                 self.failure
@@ -502,6 +505,9 @@ impl<'a> Supervisor<'a> {
     /// Logs the cut and tells pid 1. If that message cannot be delivered, pid 1 would wait
     /// for it forever: the sandbox is stopped instead.
     fn send_cut(&mut self) {
+        if !matches!(self.stage, Stage::Cutting { told: false }) {
+            return;
+        }
         self.stage = Stage::Cutting { told: true };
         self.record_phase("cut", None, Some(0));
         if let Err(e) = self.channel.send(&SyncMsg::Cut) {

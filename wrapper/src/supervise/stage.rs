@@ -6,7 +6,7 @@
 //! SettingUp ──ProbeChecks──▶ ProbeWritesDue ──ProbeWatched──▶ Running        (proven)
 //!                                                       ├───▶ Fetching       (proven, --fetch)
 //!                                                       └───▶ Refused        (a check failed)
-//! Fetching ──FetchDone 0──▶ Cutting ──Probe──▶ Running | Refused
+//! Fetching ──FetchDone 0──▶ Cutting ──(bridge drained, Cut sent)──Probe──▶ Running | Refused
 //!          └─FetchDone n──▶ FetchFailed
 //! Running ──Done──▶ Done
 //! ```

@@ -171,13 +171,15 @@ fn is_fd_syscall(nr: i64) -> bool {
 }
 
 /// Judges a notification. `root` is the sandbox's root, if netbox holds it for every
-/// process (else the caller's own is opened).
+/// process (else the caller's own is opened). The steps follow the kernel's own order of
+/// checks for the call as a whole; a call that fails before any read-only check still
+/// gets a verdict (not denied) for each name, so the probe sees its controls.
 pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
-    let proc = PathBuf::from(format!("/proc/{}", n.pid));
-    let fd_link = |fd: i32| proc.join("fd").join(fd.to_string());
-    let file_link = |index: usize| fd_link(int_arg(n.args[index]));
+    // Calls on an open file: judged by that file's mount.
     if is_fd_syscall(n.nr) {
-        return judge_open_file(&file_link(0)).into_iter().collect();
+        return judge_open_file(&fd_link(n.pid, int_arg(n.args[0])))
+            .into_iter()
+            .collect();
     }
     let openat2_flags = if n.nr == libc::SYS_openat2 {
         match openat2_flags(n) {
@@ -198,107 +200,206 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
             None => return Vec::new(),
         },
     };
+
+    // 1. Each path argument, read from the caller and named as the sandbox names it.
+    let caller = Caller::new(n, root);
     let mut verdicts = Vec::new();
-    // The caller's working directory, read once even for both names of a rename.
-    let cwd = std::cell::OnceCell::new();
-    let args = path_args(n, openat2_flags);
-    // For rename: the mounts of the two directories, which must be the same one.
-    let renames = args.iter().any(|a| matches!(a.op, Op::RenameTo));
+    let mut names = Vec::new();
+    for target in path_args(n, openat2_flags)
+        .into_iter()
+        .filter_map(|arg| caller.read(arg))
+    {
+        match target {
+            Target::OpenFile(link) => verdicts.extend(judge_open_file(&link)),
+            Target::Name(name) => names.push(name),
+        }
+    }
+    let written = || names.iter().filter(|name| name.is_written());
+
+    // 2. A name's shape (a final "." or "..", a trailing "/") fails the call first.
+    // 3. link looks its existing file up next: a missing one fails the call (ENOENT).
+    if names.iter().any(NamedPath::refused_for_its_shape)
+        || names.iter().any(|name| name.is_missing_link_source(root))
+    {
+        verdicts.extend(written().map(NamedPath::not_denied));
+        return not_denied(verdicts);
+    }
+
+    // 4. Each name the call writes, where it lands (for a rename, with the mount of the
+    //    directory that holds it).
+    let renames = names.iter().any(|name| matches!(name.op, Op::RenameTo));
     let mut mounts = Vec::new();
-    // For link: whether its existing file was found (None: not looked up).
-    let mut link_source_found = None;
-    // Whether the shape of a name makes the kernel refuse the call before any read-only
-    // check (the whole call fails, so every verdict goes).
-    let mut refused_for_name = false;
-    // For rename: both names as the sandbox sees them (none with a trailing "/").
-    let mut rename_ends = Vec::new();
-    for arg in args {
+    for name in written() {
+        let (verdict, mount) = judge_path(root, &name.named, name.op, renames, n.pid);
+        verdicts.push(verdict);
+        mounts.push(mount);
+    }
+    if !renames {
+        return verdicts;
+    }
+
+    // 5. rename compares the two directories' mounts before the rest (EXDEV).
+    if matches!(&mounts[..], [Some(a), Some(b)] if a != b) {
+        return not_denied(verdicts);
+    }
+
+    // 6. A rename allowed so far may still land on a mount point of its own (EBUSY).
+    let whole: Vec<&NamedPath> = names.iter().filter(|name| !name.trailing_slash()).collect();
+    if let [from, to] = &whole[..] {
+        if !verdicts.iter().any(|v| v.denied) {
+            verdicts.extend(rename_onto_mount_point(
+                root,
+                &from.named,
+                &to.named,
+                rename_flags(n),
+            ));
+        }
+    }
+    verdicts
+}
+
+/// The same verdicts, none denied: the call fails for another reason first.
+fn not_denied(mut verdicts: Vec<Verdict>) -> Vec<Verdict> {
+    for verdict in &mut verdicts {
+        verdict.denied = false;
+    }
+    verdicts
+}
+
+/// `/proc/PID/fd/FD`: the caller's open file, from outside.
+fn fd_link(pid: u32, fd: i32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/fd/{fd}"))
+}
+
+/// What a path argument turns out to be, once read from the caller.
+enum Target {
+    /// The file open on one of the caller's fds (a NULL or empty path): its /proc link.
+    OpenFile(PathBuf),
+    Name(NamedPath),
+}
+
+/// A path argument as the caller wrote it and as the sandbox names it.
+struct NamedPath {
+    op: Op,
+    /// As written: its shape (a trailing "/", a final ".") matters to the kernel.
+    raw: Vec<u8>,
+    /// Absolute, in the sandbox's view, through /proc's magic links (but for link's
+    /// existing file).
+    named: PathBuf,
+}
+
+impl NamedPath {
+    /// Whether the call writes this name (link's existing file it only looks up).
+    fn is_written(&self) -> bool {
+        !matches!(self.op, Op::LinkSource { .. })
+    }
+
+    fn refused_for_its_shape(&self) -> bool {
+        refused_for_its_name(self.op, &self.raw)
+    }
+
+    fn trailing_slash(&self) -> bool {
+        self.raw.ends_with(b"/")
+    }
+
+    /// link's existing file, missing: only if the lookup says so itself. A path through
+    /// /proc or /dev (linking an O_TMPFILE into place goes through /proc/self/fd/N;
+    /// /dev/fd/N) leads where netbox cannot follow from outside: taken as found.
+    fn is_missing_link_source(&self, root: &OwnedFd) -> bool {
+        let Op::LinkSource { follow } = self.op else {
+            return false;
+        };
+        let magic = self.named.starts_with("/proc") || self.named.starts_with("/dev");
+        !magic
+            && matches!(
+                resolve_in_sandbox(root, &self.named, follow),
+                Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR)
+            )
+    }
+
+    /// Seen, and not a refused write.
+    fn not_denied(&self) -> Verdict {
+        Verdict {
+            path: self.named.clone(),
+            resolved: None,
+            denied: false,
+            busy: false,
+        }
+    }
+}
+
+/// The notified caller, whose arguments are read from its memory and whose relative
+/// paths are named from its own working directory or directory fds.
+struct Caller<'a> {
+    n: &'a Notification,
+    root: &'a OwnedFd,
+    /// The caller's working directory, read once even for both names of a rename.
+    cwd: std::cell::OnceCell<Option<PathBuf>>,
+}
+
+impl<'a> Caller<'a> {
+    fn new(n: &'a Notification, root: &'a OwnedFd) -> Caller<'a> {
+        Caller {
+            n,
+            root,
+            cwd: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn fd_link_of_arg(&self, index: usize) -> PathBuf {
+        fd_link(self.n.pid, int_arg(self.n.args[index]))
+    }
+
+    /// Reads one path argument; `None` if there is nothing to judge (unreadable, or no
+    /// path and no file meant).
+    fn read(&self, arg: PathArg) -> Option<Target> {
+        let n = self.n;
         // utimensat(fd, NULL, ...) and futimesat(fd, NULL, ...) change the file open on fd.
         if n.args[arg.path] == 0 {
-            if matches!(arg.op, Op::Change { .. }) {
-                verdicts.extend(judge_open_file(&file_link(0)));
-            }
-            continue;
+            return matches!(arg.op, Op::Change { .. })
+                .then(|| Target::OpenFile(self.fd_link_of_arg(0)));
         }
-        let Ok(raw) = seccomp::read_c_string(n.pid, n.args[arg.path], PATH_MAX) else {
-            continue;
-        };
-        let written = Path::new(OsStr::from_bytes(&raw));
+        let raw = seccomp::read_c_string(n.pid, n.args[arg.path], PATH_MAX).ok()?;
         let dirfd = arg.dirfd.map(|i| int_arg(n.args[i]));
         // An empty path with AT_EMPTY_PATH means the file open on dirfd.
         if raw.is_empty() {
-            if let (Some(fd), Op::Change { .. }) = (dirfd, arg.op) {
-                if fd != libc::AT_FDCWD {
-                    verdicts.extend(judge_open_file(&file_link(arg.dirfd.unwrap_or(0))));
-                }
-            }
-            continue;
+            return match (dirfd, arg.op) {
+                (Some(fd), Op::Change { .. }) if fd != libc::AT_FDCWD => Some(Target::OpenFile(
+                    self.fd_link_of_arg(arg.dirfd.unwrap_or(0)),
+                )),
+                _ => None,
+            };
         }
+        let written = Path::new(OsStr::from_bytes(&raw));
         // The path as the sandbox names it: readlink of its cwd or directory fd gives the
         // sandbox's own view.
         let named = if written.is_absolute() {
             written.to_owned()
         } else {
             let dir = match dirfd {
-                Some(fd) if fd != libc::AT_FDCWD => std::fs::read_link(fd_link(fd)).ok(),
-                _ => cwd
-                    .get_or_init(|| std::fs::read_link(proc.join("cwd")).ok())
+                Some(fd) if fd != libc::AT_FDCWD => std::fs::read_link(fd_link(n.pid, fd)).ok(),
+                _ => self
+                    .cwd
+                    .get_or_init(|| std::fs::read_link(format!("/proc/{}/cwd", n.pid)).ok())
                     .clone(),
             };
-            match dir {
-                Some(dir) => dir.join(written),
-                None => continue,
-            }
+            dir?.join(written)
         };
         // Through /proc's magic links (the caller's root, cwd, an fd; /dev/fd/N), which
-        // the judge's own lookups do not follow: what they lead to, as the sandbox names it.
-        // Not for link's existing file, which such a link may name without a path (an
-        // O_TMPFILE published with linkat): that one is taken as found, below.
+        // the judge's own lookups do not follow: what they lead to, as the sandbox names
+        // it. Not for link's existing file, which such a link may name without a path (an
+        // O_TMPFILE published with linkat): that one is taken as found.
         let named = if matches!(arg.op, Op::LinkSource { .. }) {
             named
         } else {
-            through_magic_links(named, n.pid, root)
+            through_magic_links(named, n.pid, self.root)
         };
-        refused_for_name |= refused_for_its_name(arg.op, &raw);
-        if let Op::LinkSource { follow } = arg.op {
-            // Missing only if the lookup says so itself. A path through /proc or /dev
-            // (linking an O_TMPFILE into place goes through /proc/self/fd/N; /dev/fd/N)
-            // leads where netbox cannot follow from outside: taken as found.
-            let missing = matches!(
-                resolve_in_sandbox(root, &named, follow),
-                Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR)
-            );
-            let magic = named.starts_with("/proc") || named.starts_with("/dev");
-            link_source_found = Some(!missing || magic);
-            continue;
-        }
-        let (denied, resolved, busy, parent) = judge_path(root, &named, arg.op, renames, n.pid);
-        mounts.push(parent);
-        if renames && !raw.ends_with(b"/") {
-            rename_ends.push(named.clone());
-        }
-        verdicts.push(Verdict {
-            path: named,
-            resolved,
-            denied,
-            busy,
-        });
+        Some(Target::Name(NamedPath {
+            op: arg.op,
+            raw,
+            named,
+        }))
     }
-    // link looks its existing file up first (ENOENT), then creates the new name (EEXIST,
-    // EROFS), and only then compares mounts: a link refused for a read-only directory is
-    // refused for that, across mounts or not. rename compares the two directories' mounts
-    // before anything else (EXDEV).
-    let exdev = renames && matches!(&mounts[..], [Some(a), Some(b)] if a != b);
-    if link_source_found == Some(false) || exdev || refused_for_name {
-        for verdict in &mut verdicts {
-            verdict.denied = false;
-        }
-    } else if let [from, to] = &rename_ends[..] {
-        if !verdicts.iter().any(|v| v.denied) {
-            verdicts.extend(rename_onto_mount_point(root, from, to, rename_flags(n)));
-        }
-    }
-    verdicts
 }
 
 /// Magic links followed in one path at most (each leads to a path that could name
@@ -497,123 +598,219 @@ fn refused_for_its_name(op: Op, raw: &[u8]) -> bool {
     }
 }
 
-/// Judges one path: whether it is denied, where it leads if it is, whether for being a
-/// mount point (EBUSY), and (for the two ends of a rename or link) the mount id of the
-/// directory that holds it. Every lookup is
-/// made only when needed: each is a syscall on the notified caller's clock.
+/// Judges one name the call writes: a verdict, and (for the two ends of a rename) the
+/// mount id of the directory that holds it. Every lookup is made only when needed: each
+/// is a syscall on the notified caller's clock.
 fn judge_path(
     root: &OwnedFd,
     named: &Path,
     op: Op,
     want_mount: bool,
     pid: u32,
-) -> (bool, Option<PathBuf>, bool, Option<u64>) {
-    let parent = std::cell::OnceCell::new();
-    let parent = || {
-        parent
-            .get_or_init(|| named.parent().and_then(|p| open_in_sandbox(root, p, true)))
-            .as_ref()
-    };
+) -> (Verdict, Option<u64>) {
+    let place = Place::new(root, named);
     let parent_mount = if want_mount {
-        parent().and_then(|p| crate::sys::mountid::mount_id_of_fd(p.as_fd()).ok())
+        place
+            .parent()
+            .and_then(|p| crate::sys::mountid::mount_id_of_fd(p.as_fd()).ok())
     } else {
         None
     };
-    // Denied in the parent directory: where the name lands, for the reason.
-    let in_parent = || (true, parent().and_then(|dir| landing(dir, named)));
-    let parent_ro = || parent().and_then(fd_read_only) == Some(true);
-    let on_read_only = |file: &OwnedFd| match fd_read_only(file) {
-        Some(true) => (true, fd_path(file)),
-        _ => (false, None),
-    };
-    let mut busy = false;
-    let verdict = match op {
-        // Only a read-only directory refuses a create, and then only a name that is not
-        // there (EEXIST first): the name is looked up only in a read-only directory.
-        Op::Create { .. } if !parent_ro() => (false, None),
-        Op::Create { .. } => match lookup(root, named, false, parent()) {
-            Some(_) => (false, None),
-            None => in_parent(),
-        },
-        // unlink, rmdir and rename check the mount before looking the name up.
-        Op::Remove { .. } | Op::RenameTo if parent_ro() => in_parent(),
-        // Then a name that is a mount point of its own (a pinned .git, a placeholder)
-        // cannot be removed or moved away (EBUSY), once the call is of the right kind
-        // for it (unlink of a directory is EISDIR first, rmdir of a file ENOTDIR).
-        Op::Remove { dir } => match lookup(root, named, false, parent()) {
-            Some(entry) if is_busy_mount_point(&entry, dir, parent()) => {
-                busy = true;
-                (true, fd_path(&entry))
-            }
-            _ => (false, None),
-        },
-        // Replacing a mount point is EBUSY too, but only past type and flag checks on
-        // both ends: judged with both names at hand (rename_onto_mount_point).
-        Op::RenameTo => (false, None),
-        Op::LinkSource { .. } => (false, None),
+    let found = match op {
+        Op::Create { .. } => judge_create(&place),
+        Op::Remove { dir } => judge_remove(&place, dir),
+        Op::RenameTo => judge_rename_to(&place),
+        Op::LinkSource { .. } => Found::ALLOWED,
         Op::Change { follow } => match open_in_sandbox(root, named, follow) {
-            Some(file) => on_read_only(&file),
-            None => (false, None),
+            Some(file) => Found::on_read_only(&file),
+            None => Found::ALLOWED,
         },
-        Op::Open { flags } => {
-            let has = |flag: i32| flags & u64::from(flag.unsigned_abs()) != 0;
-            // O_PATH opens nothing for writing.
-            if has(libc::O_PATH) {
-                return (false, None, false, parent_mount);
-            }
-            let writes =
-                flags & u64::from(libc::O_ACCMODE.unsigned_abs()) != 0 || has(libc::O_TRUNC);
-            // O_CREAT|O_EXCL does not follow a final symlink, nor does O_NOFOLLOW.
-            let exclusive = has(libc::O_CREAT) && has(libc::O_EXCL);
-            // An exclusive create is a create: refused only in a read-only directory.
-            if exclusive && !parent_ro() {
-                return (false, None, false, parent_mount);
-            }
-            let follow = !(has(libc::O_NOFOLLOW) || exclusive);
-            // O_TMPFILE names a directory and creates an unnamed file in it: refused when
-            // that directory's mount is read-only.
-            let tmpfile = flags & u64::from(libc::O_TMPFILE.unsigned_abs())
-                == u64::from(libc::O_TMPFILE.unsigned_abs());
-            if tmpfile {
-                // A trailing "/" or "/." follows a final symlink even with O_NOFOLLOW.
-                let bytes = named.as_os_str().as_bytes();
-                let follow = follow || bytes.ends_with(b"/") || bytes.ends_with(b"/.");
-                // A name that is not a directory is ENOTDIR first.
-                let verdict = match open_in_sandbox(root, named, follow) {
-                    Some(dir) if is_kind(&dir, libc::S_IFDIR) => on_read_only(&dir),
-                    _ => (false, None),
-                };
-                return (verdict.0, verdict.1, false, parent_mount);
-            }
-            match lookup(root, named, follow, parent()) {
-                Some(_) if exclusive || !writes => (false, None),
-                Some(file) => match on_read_only(&file) {
-                    // Only a regular file is changed by it: opening anything else for
-                    // writing is refused for another reason first (a directory: EISDIR;
-                    // a symlink with O_NOFOLLOW: ELOOP) or is I/O, not a change to the
-                    // filesystem (a device, fifo or socket).
-                    (true, _) if !is_kind(&file, libc::S_IFREG) => (false, None),
-                    // Without O_TRUNC, the kernel checks the caller's permission to write
-                    // the file before the mount (may_open before the write access that
-                    // says EROFS): a file it may not write is EACCES, not a refused write.
-                    (true, _) if !has(libc::O_TRUNC) && !caller_may_write(pid, &file) => {
-                        (false, None)
-                    }
-                    verdict => verdict,
-                },
-                // Following a final symlink to nothing, O_CREAT creates its target:
-                // where that lands decides.
-                None if has(libc::O_CREAT) && follow => match dangling_target(root, named) {
-                    Some(target) => create_verdict(root, &target),
-                    None if parent_ro() => in_parent(),
-                    None => (false, None),
-                },
-                None if has(libc::O_CREAT) && parent_ro() => in_parent(),
-                None => (false, None),
-            }
-        }
+        Op::Open { flags } => judge_open(&place, flags, pid),
     };
-    (verdict.0, verdict.1, busy, parent_mount)
+    let verdict = Verdict {
+        path: named.to_owned(),
+        resolved: found.resolved,
+        denied: found.denied,
+        busy: found.busy,
+    };
+    (verdict, parent_mount)
+}
+
+/// What judging one name found.
+struct Found {
+    denied: bool,
+    /// Where the name leads, for the reason (when denied).
+    resolved: Option<PathBuf>,
+    /// Refused for being a mount point of its own (EBUSY).
+    busy: bool,
+}
+
+impl Found {
+    const ALLOWED: Found = Found {
+        denied: false,
+        resolved: None,
+        busy: false,
+    };
+
+    fn denied(resolved: Option<PathBuf>) -> Found {
+        Found {
+            denied: true,
+            resolved,
+            busy: false,
+        }
+    }
+
+    /// Denied if `file` is on a read-only mount.
+    fn on_read_only(file: &OwnedFd) -> Found {
+        match fd_read_only(file) {
+            Some(true) => Found::denied(fd_path(file)),
+            _ => Found::ALLOWED,
+        }
+    }
+}
+
+/// A name in the sandbox, with its parent directory opened at most once, when first
+/// needed.
+struct Place<'a> {
+    root: &'a OwnedFd,
+    named: &'a Path,
+    parent: std::cell::OnceCell<Option<OwnedFd>>,
+}
+
+impl<'a> Place<'a> {
+    fn new(root: &'a OwnedFd, named: &'a Path) -> Place<'a> {
+        Place {
+            root,
+            named,
+            parent: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn parent(&self) -> Option<&OwnedFd> {
+        self.parent
+            .get_or_init(|| {
+                self.named
+                    .parent()
+                    .and_then(|p| open_in_sandbox(self.root, p, true))
+            })
+            .as_ref()
+    }
+
+    fn parent_read_only(&self) -> bool {
+        self.parent().and_then(fd_read_only) == Some(true)
+    }
+
+    /// Denied in the parent directory: where the name lands, for the reason.
+    fn denied_in_parent(&self) -> Found {
+        Found::denied(self.parent().and_then(|dir| landing(dir, self.named)))
+    }
+
+    /// The name itself, looked up beneath its parent.
+    fn lookup(&self, follow: bool) -> Option<OwnedFd> {
+        lookup(self.root, self.named, follow, self.parent())
+    }
+}
+
+/// mkdir, mknod, symlink, link's new name: only a read-only directory refuses a create,
+/// and then only a name that is not there (EEXIST first), so the name is looked up only
+/// in a read-only directory.
+fn judge_create(place: &Place) -> Found {
+    if !place.parent_read_only() || place.lookup(false).is_some() {
+        return Found::ALLOWED;
+    }
+    place.denied_in_parent()
+}
+
+/// unlink, rmdir, rename's old name: the mount is checked before the name is looked up;
+/// then a name that is a mount point of its own (a pinned .git, a placeholder) cannot be
+/// removed or moved away (EBUSY), once the call is of the right kind for it (unlink of a
+/// directory is EISDIR first, rmdir of a file ENOTDIR).
+fn judge_remove(place: &Place, dir: Option<bool>) -> Found {
+    if place.parent_read_only() {
+        return place.denied_in_parent();
+    }
+    match place.lookup(false) {
+        Some(entry) if is_busy_mount_point(&entry, dir, place.parent()) => Found {
+            denied: true,
+            resolved: fd_path(&entry),
+            busy: true,
+        },
+        _ => Found::ALLOWED,
+    }
+}
+
+/// rename's new name: the mount first. Replacing a mount point is EBUSY too, but only
+/// past type and flag checks on both ends: judged with both names at hand
+/// (`rename_onto_mount_point`).
+fn judge_rename_to(place: &Place) -> Found {
+    if place.parent_read_only() {
+        return place.denied_in_parent();
+    }
+    Found::ALLOWED
+}
+
+/// open, openat, openat2, creat: what the flags make of the name.
+fn judge_open(place: &Place, flags: u64, pid: u32) -> Found {
+    let has = |flag: i32| flags & u64::from(flag.unsigned_abs()) != 0;
+    // O_PATH opens nothing for writing.
+    if has(libc::O_PATH) {
+        return Found::ALLOWED;
+    }
+    let writes = flags & u64::from(libc::O_ACCMODE.unsigned_abs()) != 0 || has(libc::O_TRUNC);
+    // O_CREAT|O_EXCL does not follow a final symlink, nor does O_NOFOLLOW.
+    let exclusive = has(libc::O_CREAT) && has(libc::O_EXCL);
+    // An exclusive create is a create: refused only in a read-only directory.
+    if exclusive && !place.parent_read_only() {
+        return Found::ALLOWED;
+    }
+    let follow = !(has(libc::O_NOFOLLOW) || exclusive);
+    // O_TMPFILE names a directory and creates an unnamed file in it: refused when that
+    // directory's mount is read-only.
+    let tmpfile = flags & u64::from(libc::O_TMPFILE.unsigned_abs())
+        == u64::from(libc::O_TMPFILE.unsigned_abs());
+    if tmpfile {
+        // A trailing "/" or "/." follows a final symlink even with O_NOFOLLOW.
+        let bytes = place.named.as_os_str().as_bytes();
+        let follow = follow || bytes.ends_with(b"/") || bytes.ends_with(b"/.");
+        // A name that is not a directory is ENOTDIR first.
+        return match open_in_sandbox(place.root, place.named, follow) {
+            Some(dir) if is_kind(&dir, libc::S_IFDIR) => Found::on_read_only(&dir),
+            _ => Found::ALLOWED,
+        };
+    }
+    match place.lookup(follow) {
+        Some(_) if exclusive || !writes => Found::ALLOWED,
+        Some(file) => match Found::on_read_only(&file) {
+            // Only a regular file is changed by it: opening anything else for writing is
+            // refused for another reason first (a directory: EISDIR; a symlink with
+            // O_NOFOLLOW: ELOOP) or is I/O, not a change to the filesystem (a device,
+            // fifo or socket).
+            found if found.denied && !is_kind(&file, libc::S_IFREG) => Found::ALLOWED,
+            // Without O_TRUNC, the kernel checks the caller's permission to write the
+            // file before the mount (may_open before the write access that says EROFS):
+            // a file it may not write is EACCES, not a refused write.
+            found if found.denied && !has(libc::O_TRUNC) && !caller_may_write(pid, &file) => {
+                Found::ALLOWED
+            }
+            found => found,
+        },
+        // Following a final symlink to nothing, O_CREAT creates its target: where that
+        // lands decides.
+        None if has(libc::O_CREAT) && follow => match dangling_target(place.root, place.named) {
+            Some(target) => {
+                let (denied, resolved) = create_verdict(place.root, &target);
+                Found {
+                    denied,
+                    resolved,
+                    busy: false,
+                }
+            }
+            None if place.parent_read_only() => place.denied_in_parent(),
+            None => Found::ALLOWED,
+        },
+        None if has(libc::O_CREAT) && place.parent_read_only() => place.denied_in_parent(),
+        None => Found::ALLOWED,
+    }
 }
 
 /// The file open on a /proc/PID/fd link: its path and whether its mount is read-only.

@@ -204,13 +204,40 @@ pub enum Record {
     SessionEnd(Box<Stamped<records::SessionEnd>>),
     Phase(Box<Stamped<records::Phase>>),
     WriteDenied(Box<Stamped<records::WriteDenied>>),
-    /// A record of another type, by name, with its fields as written.
+    Probe(Box<Stamped<records::Probe>>),
+    NetCapped(Box<Stamped<records::NetCapped>>),
+    NetSuppressed(Box<Stamped<records::Suppressed>>),
+    WriteDeniedSuppressed(Box<Stamped<records::Suppressed>>),
+    GitAudit(Box<Stamped<records::GitAudit>>),
+    GitMetadataCreated(Box<Stamped<records::GitMetadataCreated>>),
+    /// A record of a type this version does not write, by name, with its fields.
     Other(String, serde_json::Value),
     /// A record of a newer layout than this reader knows (its `schema_version`): not
     /// guessed at.
     Newer(u64),
     /// Not a record: not JSON, no type, or a record of a known type that is not one.
     Unreadable,
+}
+
+impl Record {
+    /// The session that wrote it, if it is a record at all.
+    pub fn session(&self) -> Option<&str> {
+        Some(match self {
+            Record::Net(r) => &r.session,
+            Record::SessionStart(r) => &r.session,
+            Record::SessionEnd(r) => &r.session,
+            Record::Phase(r) => &r.session,
+            Record::WriteDenied(r) => &r.session,
+            Record::Probe(r) => &r.session,
+            Record::NetCapped(r) => &r.session,
+            Record::NetSuppressed(r) => &r.session,
+            Record::WriteDeniedSuppressed(r) => &r.session,
+            Record::GitAudit(r) => &r.session,
+            Record::GitMetadataCreated(r) => &r.session,
+            Record::Other(_, fields) => fields["session"].as_str().unwrap_or(""),
+            Record::Newer(_) | Record::Unreadable => return None,
+        })
+    }
 }
 
 /// Reads one line of an event log.
@@ -234,6 +261,12 @@ pub fn read_record(line: &[u8]) -> Record {
         Some("session_end") => typed(value, Record::SessionEnd),
         Some("phase") => typed(value, Record::Phase),
         Some("write_denied") => typed(value, Record::WriteDenied),
+        Some("probe") => typed(value, Record::Probe),
+        Some("net_capped") => typed(value, Record::NetCapped),
+        Some("net_suppressed") => typed(value, Record::NetSuppressed),
+        Some("write_denied_suppressed") => typed(value, Record::WriteDeniedSuppressed),
+        Some("git_audit") => typed(value, Record::GitAudit),
+        Some("git_metadata_created") => typed(value, Record::GitMetadataCreated),
         Some(kind) => Record::Other(kind.to_owned(), value),
         None => Record::Unreadable,
     }
@@ -323,7 +356,10 @@ impl EventLog {
                     self.record_as(
                         "net_capped",
                         &event.session,
-                        &serde_json::json!({ "decision": event.decision, "cap": cap }),
+                        &crate::records::NetCapped {
+                            decision: event.decision,
+                            cap,
+                        },
                     );
                 }
                 self.net_suppressed.fetch_add(1, Ordering::Relaxed);
@@ -592,7 +628,11 @@ mod tests {
         ));
         assert!(matches!(
             read_record(br#"{"type":"probe","schema_version":1}"#),
-            Record::Other(kind, _) if kind == "probe"
+            Record::Unreadable
+        ));
+        assert!(matches!(
+            read_record(br#"{"type":"later_kind","schema_version":1}"#),
+            Record::Other(kind, _) if kind == "later_kind"
         ));
     }
 

@@ -2,9 +2,6 @@
 //! serialised by the writer and read back by `netbox log`, `netbox learn` and the tests,
 //! so a field renamed on one side is renamed on the other. On disk each is framed as
 //! `{"type", "schema_version", "ts", "session", ...its fields}` ([`Stamped`]).
-//!
-//! Not yet here: `probe` (its report is the sandbox's own type) and the git audit's
-//! records, which readers take by name.
 
 use std::path::PathBuf;
 
@@ -111,6 +108,148 @@ pub struct Phase {
     pub fetch_status: Option<i32>,
 }
 
+/// `net_suppressed` and `write_denied_suppressed`, at the end of a run: how many records
+/// past the cap were only counted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Suppressed {
+    pub count: u64,
+}
+
+/// `net_capped`: the run reached its cap of `net` records of one decision; from here on
+/// they are only counted (`net_suppressed`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NetCapped {
+    pub decision: crate::policy::Verdict,
+    pub cap: u64,
+}
+
+/// `probe`: the live probe's report. The sandbox sends it to netbox as it is (netbox
+/// adds its own checks), and netbox logs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    /// With `--fetch`: `fetch` (before CMD1) or `cut` (before CMD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(flatten)]
+    pub report: ProbeReport,
+}
+
+/// The probe's verdict: every check, and whether all passed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    pub checks: Vec<Check>,
+    pub passed: bool,
+    pub duration_us: u64,
+    /// The writes the probe tried and whether the mounts refused each: netbox checks its
+    /// denied-write log saw them the same way, then empties this (so it is not logged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watched_writes: Vec<WatchedWrite>,
+}
+
+impl ProbeReport {
+    /// Adds a check made outside the sandbox (netbox's view of the same attempts).
+    pub fn add_check(&mut self, check: Check) {
+        self.passed &= check.passed;
+        self.checks.push(check);
+    }
+
+    /// The first failed check, described for a person.
+    pub fn first_failure(&self) -> Option<String> {
+        let check = self.checks.iter().find(|c| !c.passed)?;
+        let bad = check
+            .forbidden
+            .iter()
+            .chain(&check.control)
+            .find(|o| !o.ok)
+            .map(|o| format!("{}: {}", o.attempt, o.result))
+            .unwrap_or_default();
+        Some(format!("{} ({bad})", check.name))
+    }
+}
+
+/// One control: the attempts that must fail and (usually) the controls that must succeed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub forbidden: Vec<Outcome>,
+    pub control: Vec<Outcome>,
+    pub passed: bool,
+}
+
+/// One attempt of a check: what was tried, what happened, and whether that is right.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub attempt: String,
+    pub result: String,
+    pub ok: bool,
+}
+
+/// One write the probe tried, as the sandbox names its path, and whether the mounts
+/// refused it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatchedWrite {
+    pub path: PathBuf,
+    pub refused: bool,
+}
+
+/// `git_metadata_created`: git metadata a run left in its workspace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GitMetadataCreated {
+    pub path: String,
+    pub kind: GitMetadataKind,
+    pub how: GitMetadataHow,
+    /// For a record of an earlier session that ended without its check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audited_session: Option<String>,
+}
+
+/// What a piece of git metadata is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GitMetadataKind {
+    /// A `.git` directory.
+    GitDir,
+    /// A `.git` file (`gitdir: PATH`).
+    GitdirFile,
+    /// A `.git` symlink.
+    GitSymlink,
+    /// A directory shaped like a bare repository.
+    BareRepository,
+}
+
+/// How it came to be reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GitMetadataHow {
+    Created,
+    Changed,
+}
+
+/// `git_audit`: what the check for git metadata read, and whether it read everything.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GitAudit {
+    pub complete: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<AuditStopped>,
+    pub directories: u64,
+    pub unread: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread_paths: Vec<String>,
+    pub found: u64,
+    pub took_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audited_session: Option<String>,
+}
+
+/// Why the check for git metadata stopped before it had read everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditStopped {
+    TimeLimit,
+    DirectoryLimit,
+    Cancelled,
+}
+
 /// `write_denied`: one write the mounts refused, as the denied-write log saw it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WriteDenied {
@@ -135,6 +274,11 @@ mod tests {
         let end = r#"{"type":"session_end","schema_version":1,"ts":"2026-12-01T00:00:01.000Z","session":"s1","status":0,"outcome":"exited","duration_ms":12,"net_allowed":1,"net_denied":2,"writes_denied":3}"#;
         let phase = r#"{"type":"phase","schema_version":1,"ts":"2026-12-01T00:00:00.500Z","session":"s1","phase":"cut","command":"make","fetch_status":0}"#;
         let write = r#"{"type":"write_denied","schema_version":1,"ts":"2026-12-01T00:00:00.600Z","session":"s1","pid":42,"executable":"/bin/sh","syscall":"openat","path":"/etc/x","reason":"read-only root"}"#;
+        let probe = r#"{"type":"probe","schema_version":1,"ts":"2026-12-01T00:00:00.100Z","session":"s1","phase":"cut","checks":[{"name":"read-only root","forbidden":[{"attempt":"create /etc/x","result":"EROFS","ok":true}],"control":[{"attempt":"write the workspace","result":"written","ok":false}],"passed":false}],"passed":false,"duration_us":900}"#;
+        let capped = r#"{"type":"net_capped","schema_version":1,"ts":"2026-12-01T00:00:00.700Z","session":"s1","decision":"deny","cap":10000}"#;
+        let suppressed = r#"{"type":"net_suppressed","schema_version":1,"ts":"2026-12-01T00:00:00.800Z","session":"s1","count":501}"#;
+        let created = r#"{"type":"git_metadata_created","schema_version":1,"ts":"2026-12-01T00:00:00.900Z","session":"s2","path":"/w/sub/.git","kind":"gitdir_file","how":"changed","audited_session":"s1"}"#;
+        let audit = r#"{"type":"git_audit","schema_version":1,"ts":"2026-12-01T00:00:00.950Z","session":"s1","complete":false,"stopped":"time_limit","directories":12,"unread":1,"unread_paths":["/w/hid"],"found":1,"took_ms":3}"#;
         fn round_trip<T: Serialize + serde::de::DeserializeOwned>(line: &str) -> Stamped<T> {
             let record: Stamped<T> = serde_json::from_str(line).expect(line);
             assert_eq!(serde_json::to_string(&record).unwrap(), line);
@@ -148,5 +292,39 @@ mod tests {
             round_trip::<WriteDenied>(write).body.reason,
             "read-only root"
         );
+        let probe = round_trip::<Probe>(probe).body;
+        assert_eq!(probe.phase.as_deref(), Some("cut"));
+        assert_eq!(
+            probe.report.first_failure().as_deref(),
+            Some("read-only root (write the workspace: written)")
+        );
+        assert_eq!(
+            round_trip::<NetCapped>(capped).body.decision,
+            crate::policy::Verdict::Deny
+        );
+        assert_eq!(round_trip::<Suppressed>(suppressed).body.count, 501);
+        assert_eq!(
+            round_trip::<GitMetadataCreated>(created).body.kind,
+            GitMetadataKind::GitdirFile
+        );
+        assert_eq!(
+            round_trip::<GitAudit>(audit).body.stopped,
+            Some(AuditStopped::TimeLimit)
+        );
+    }
+
+    /// Every type a writer writes reads back as its own record, not as another's.
+    #[test]
+    fn every_known_type_has_a_reader() {
+        for kind in KNOWN_TYPES {
+            let line = format!(r#"{{"type":"{kind}","schema_version":1}}"#);
+            assert!(
+                !matches!(
+                    crate::log::read_record(line.as_bytes()),
+                    crate::log::Record::Other(..)
+                ),
+                "{kind} is read by name"
+            );
+        }
     }
 }

@@ -161,10 +161,7 @@ impl Bridge {
             let text = std::fs::read_to_string(&self.log).unwrap_or_default();
             // The bridge may be writing a line as it is read: only whole lines count.
             let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-            let events: Vec<Value> = whole
-                .lines()
-                .map(|l| serde_json::from_str(l).expect("every log line is JSON"))
-                .collect();
+            let events: Vec<Value> = whole.lines().map(read_typed_record).collect();
             if events.len() >= at_least || Instant::now() > deadline {
                 return events;
             }
@@ -294,9 +291,25 @@ impl Run {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
-            .map(|l| serde_json::from_str(l).expect("every log line is JSON"))
+            .map(read_typed_record)
             .collect()
     }
+}
+
+/// One line of a real event log, which must read back as the type that wrote it (the
+/// schema in bridge::records, as `netbox log` and `netbox learn` read it): a writer and
+/// its reader that drift apart fail every test that reads a log.
+pub fn read_typed_record(line: &str) -> Value {
+    use bridge::log::Record;
+    let record = bridge::log::read_record(line.as_bytes());
+    assert!(
+        !matches!(
+            record,
+            Record::Other(..) | Record::Unreadable | Record::Newer(_)
+        ),
+        "a record netbox cannot read back by its type: {line}"
+    );
+    serde_json::from_str(line).expect("every log line is JSON")
 }
 
 /// Runs curl with no proxy settings inherited from the environment.

@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use bridge::log::{Event, Record};
 use bridge::records::{SessionEnd, SessionStart, Stamped, WriteDenied};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::cli::LogArgs;
 use crate::error::WrapperError;
@@ -145,7 +144,7 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
     let mut destinations: Vec<BTreeMap<(String, u64), Destination>> = Vec::new();
     let mut writes: Vec<BTreeMap<String, RefusedPath>> = Vec::new();
     for line in whole_lines(bytes) {
-        // Every record as the type that wrote it (bridge::records); `probe` by name.
+        // Every record as the type that wrote it (bridge::records).
         let record = bridge::log::read_record(line);
         let id = match &record {
             Record::Unreadable => {
@@ -157,12 +156,7 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
                 newer_schema_version = Some(*version);
                 continue;
             }
-            Record::Net(event) => event.session.to_string(),
-            Record::SessionStart(r) => r.session.clone(),
-            Record::SessionEnd(r) => r.session.clone(),
-            Record::Phase(r) => r.session.clone(),
-            Record::WriteDenied(r) => r.session.clone(),
-            Record::Other(_, fields) => fields["session"].as_str().unwrap_or("").to_owned(),
+            record => record.session().unwrap_or_default().to_owned(),
         };
         let at = match sessions.iter().position(|s| s.session == id) {
             Some(at) => at,
@@ -183,13 +177,17 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
             Record::Phase(phase) => summary.phases.push(phase.body.phase),
             Record::Net(event) => add_attempt(&mut destinations[at], &event),
             Record::WriteDenied(write) => add_write(&mut writes[at], &write.body),
-            Record::Other(kind, fields) if kind == "probe" => {
-                summary.probes.push(probe_summary(&fields));
-            }
-            Record::Other(kind, _) if !bridge::records::KNOWN_TYPES.contains(&kind.as_str()) => {
+            Record::Probe(probe) => summary.probes.push(probe_summary(&probe.body)),
+            Record::Other(kind, _) => {
                 unknown_types.insert(kind);
             }
-            Record::Other(..) | Record::Unreadable | Record::Newer(_) => {}
+            Record::NetCapped(_)
+            | Record::NetSuppressed(_)
+            | Record::WriteDeniedSuppressed(_)
+            | Record::GitAudit(_)
+            | Record::GitMetadataCreated(_)
+            | Record::Unreadable
+            | Record::Newer(_) => {}
         }
     }
     for ((summary, dest), refused) in sessions.iter_mut().zip(destinations).zip(writes) {
@@ -207,19 +205,17 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
     }
 }
 
-fn probe_summary(record: &Value) -> ProbeSummary {
-    let failed_check = record["checks"].as_array().and_then(|checks| {
-        checks
-            .iter()
-            .find(|c| c["passed"] == false)
-            .and_then(|c| c["name"].as_str())
-            .map(str::to_owned)
-    });
+fn probe_summary(probe: &bridge::records::Probe) -> ProbeSummary {
     ProbeSummary {
-        phase: record["phase"].as_str().map(str::to_owned),
-        passed: record["passed"] == true,
-        failed_check,
-        duration_us: record["duration_us"].as_u64(),
+        phase: probe.phase.clone(),
+        passed: probe.report.passed,
+        failed_check: probe
+            .report
+            .checks
+            .iter()
+            .find(|c| !c.passed)
+            .map(|c| c.name.clone()),
+        duration_us: Some(probe.report.duration_us),
     }
 }
 

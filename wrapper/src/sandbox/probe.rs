@@ -23,71 +23,16 @@ pub const WRITE_LOG_CHECK: &str = "denied writes logged (seccomp)";
 /// How long a probe connection may take; everything it talks to is local.
 const PROBE_IO_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One attempt and what happened.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Outcome {
-    pub attempt: String,
-    pub result: String,
-    pub ok: bool,
-}
+pub use bridge::records::{Check, Outcome, ProbeReport, WatchedWrite};
 
-/// One control: a forbidden attempt and (usually) a control case.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Check {
-    pub name: String,
-    pub forbidden: Vec<Outcome>,
-    pub control: Vec<Outcome>,
-    pub passed: bool,
-}
-
-/// The probe's verdict, sent to the parent and logged as-is.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ProbeReport {
-    pub checks: Vec<Check>,
-    pub passed: bool,
-    pub duration_us: u64,
-    /// The writes the probe tried and whether the mounts refused each: netbox checks
-    /// its denied-write log saw them the same way (writewatch.rs), then empties this.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub watched_writes: Vec<WatchedWrite>,
-}
-
-/// One write the probe tried, as the sandbox names its path, and whether the mounts
-/// refused it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WatchedWrite {
-    pub path: PathBuf,
-    pub refused: bool,
-}
-
-impl ProbeReport {
-    fn new(checks: Vec<Check>, watched_writes: Vec<WatchedWrite>, started: Instant) -> Self {
-        let passed = checks.iter().all(|c| c.passed);
-        ProbeReport {
-            checks,
-            passed,
-            duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            watched_writes,
-        }
-    }
-
-    /// Adds a check made outside the sandbox (netbox's view of the same attempts).
-    pub fn add_check(&mut self, check: Check) {
-        self.passed &= check.passed;
-        self.checks.push(check);
-    }
-
-    /// The first failed check, described for a person.
-    pub fn first_failure(&self) -> Option<String> {
-        let check = self.checks.iter().find(|c| !c.passed)?;
-        let bad = check
-            .forbidden
-            .iter()
-            .chain(&check.control)
-            .find(|o| !o.ok)
-            .map(|o| format!("{}: {}", o.attempt, o.result))
-            .unwrap_or_default();
-        Some(format!("{} ({bad})", check.name))
+/// A report of `checks` and `watched_writes`, timed from `started`.
+fn report(checks: Vec<Check>, watched_writes: Vec<WatchedWrite>, started: Instant) -> ProbeReport {
+    let passed = checks.iter().all(|c| c.passed);
+    ProbeReport {
+        checks,
+        passed,
+        duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        watched_writes,
     }
 }
 
@@ -143,7 +88,7 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
     if !input.cgroup_limits.is_empty() {
         checks.push(cgroup_limits(input));
     }
-    ProbeReport::new(checks, Vec::new(), started)
+    report(checks, Vec::new(), started)
 }
 
 /// The writes netbox's denied-write log must see, once the filter is on: ones the mounts
@@ -179,7 +124,7 @@ pub fn run_cut(input: &ProbeInput, proxy_v6: bool) -> ProbeReport {
     if !input.hidden.is_empty() {
         checks.push(hidden_paths(input));
     }
-    ProbeReport::new(checks, watched_writes(input), started)
+    report(checks, watched_writes(input), started)
 }
 
 /// A check that could not even be tried: `attempt` failed with `result`.

@@ -21,7 +21,6 @@ use std::sync::Arc;
 
 use bridge::{EventLog, Listener, Session, SessionListener, Stderr};
 use nix::sys::signal::Signal;
-use serde::Serialize;
 
 use crate::error::WrapperError;
 use crate::plan::protect::Placeholders;
@@ -34,16 +33,6 @@ use crate::supervise::writewatch::{WatchContext, WriteWatch};
 /// How long the sandbox may take to set up and pass its probe before netbox gives up on
 /// it (measured: a few ms; the probe's own network attempts time out at 5 s).
 const SETUP_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// The probe's record in the event log.
-#[derive(Serialize)]
-struct ProbeRecord<'a> {
-    /// With `--fetch`: which phase's probe ("fetch", or "cut" before CMD).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    phase: Option<&'static str>,
-    #[serde(flatten)]
-    report: &'a ProbeReport,
-}
 
 pub(crate) fn check_host_listener_answers(listener: &TcpListener) -> Result<(), WrapperError> {
     let addr = listener.local_addr().map_err(WrapperError::Spawn)?;
@@ -678,7 +667,13 @@ impl<'a> Supervisor<'a> {
 }
 
 fn record_probe(log: &EventLog, session: &str, phase: Option<&'static str>, report: &ProbeReport) {
-    log.record_as("probe", session, &ProbeRecord { phase, report });
+    // A copy, so the record is the type `netbox log` reads it as (a few KiB, once or
+    // twice a run).
+    let record = bridge::records::Probe {
+        phase: phase.map(str::to_owned),
+        report: report.clone(),
+    };
+    log.record_as("probe", session, &record);
 }
 
 /// The sandbox was gone before proving anything (killed, out of memory): CMD never ran,

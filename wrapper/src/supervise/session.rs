@@ -97,7 +97,7 @@ pub fn record_end(
         log.record_as(
             "net_suppressed",
             session,
-            &serde_json::json!({ "count": suppressed }),
+            &bridge::records::Suppressed { count: suppressed },
         );
     }
     let end = SessionEnd {

@@ -228,7 +228,9 @@ impl WriteWatch {
             log.record_as(
                 "write_denied_suppressed",
                 session,
-                &serde_json::json!({ "count": denied - MAX_RECORDS }),
+                &bridge::records::Suppressed {
+                    count: denied - MAX_RECORDS,
+                },
             );
         }
         denied

@@ -92,37 +92,17 @@ pub struct Scope {
     pub since: Stamp,
 }
 
-/// What a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// A `.git` directory.
-    GitDir,
-    /// A `.git` file (`gitdir: PATH`).
-    GitdirFile,
-    /// A `.git` symlink.
-    GitSymlink,
-    /// A directory shaped like a bare repository.
-    BareRepository,
-}
+/// What a finding is, and how it came to be reported: the event log's own types.
+pub use bridge::records::{GitMetadataHow as How, GitMetadataKind as Kind};
 
-impl Kind {
-    fn describe(self) -> &'static str {
-        match self {
-            Kind::GitDir => "a git directory",
-            Kind::GitdirFile => "a gitdir file",
-            Kind::GitSymlink => "a .git symlink",
-            Kind::BareRepository => "a bare repository",
-        }
+/// A finding's kind, for a person.
+fn describe(kind: Kind) -> &'static str {
+    match kind {
+        Kind::GitDir => "a git directory",
+        Kind::GitdirFile => "a gitdir file",
+        Kind::GitSymlink => "a .git symlink",
+        Kind::BareRepository => "a bare repository",
     }
-}
-
-/// How it came to be reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum How {
-    Created,
-    Changed,
 }
 
 /// One piece of git metadata the run left.
@@ -133,14 +113,8 @@ pub struct Finding {
     pub how: How,
 }
 
-/// Why an audit stopped before it had read everything.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stopped {
-    TimeLimit,
-    DirectoryLimit,
-    Cancelled,
-}
+/// Why an audit stopped before it had read everything (the event log's type).
+pub use bridge::records::AuditStopped as Stopped;
 
 /// What an audit found, and how much it read.
 #[derive(Debug, Default)]

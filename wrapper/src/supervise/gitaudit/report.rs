@@ -1,9 +1,9 @@
 //! An audit's findings, said: one `git_metadata_created` record each (up to a bound)
 //! and a `git_audit` record in the event log, and warnings on stderr.
 
-use serde::Serialize;
+use bridge::records::{GitAudit, GitMetadataCreated};
 
-use super::{How, Kind, Report, Stopped};
+use super::{describe, How, Report, Stopped};
 
 /// Findings written as records per audit; past this they are only counted.
 const MAX_RECORDS: usize = 1_000;
@@ -11,50 +11,23 @@ const MAX_RECORDS: usize = 1_000;
 /// Findings said on stderr per audit; the rest are in the event log.
 const MAX_WARNINGS: usize = 20;
 
-/// The `git_metadata_created` record.
-#[derive(Serialize)]
-struct Created<'a> {
-    path: String,
-    kind: Kind,
-    how: How,
-    /// For a record of an earlier session that ended without its audit.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    audited_session: Option<&'a str>,
-}
-
-/// The `git_audit` record: what the audit read and whether it read everything.
-#[derive(Serialize)]
-struct Summary<'a> {
-    complete: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stopped: Option<Stopped>,
-    directories: u64,
-    unread: u64,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    unread_paths: Vec<String>,
-    found: usize,
-    took_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    audited_session: Option<&'a str>,
-}
-
 /// Writes an audit's findings to the event log (and a summary record), and warns on
 /// stderr about each (up to a few) and about an audit that could not finish.
 pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, report: &Report) {
     use crate::printable::printable;
     for finding in report.findings.iter().take(MAX_RECORDS) {
-        let record = Created {
+        let record = GitMetadataCreated {
             path: finding.path.to_string_lossy().into_owned(),
             kind: finding.kind,
             how: finding.how,
-            audited_session: audited,
+            audited_session: audited.map(str::to_owned),
         };
         log.record_as("git_metadata_created", session, &record);
     }
     log.record_as(
         "git_audit",
         session,
-        &Summary {
+        &GitAudit {
             complete: report.complete(),
             stopped: report.stopped,
             directories: report.directories,
@@ -64,9 +37,9 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
                 .iter()
                 .map(|p| p.to_string_lossy().into_owned())
                 .collect(),
-            found: report.findings.len(),
+            found: u64::try_from(report.findings.len()).unwrap_or(u64::MAX),
             took_ms: u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
-            audited_session: audited,
+            audited_session: audited.map(str::to_owned),
         },
     );
     let whose = match audited {
@@ -84,7 +57,7 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
         crate::output::say(&format!(
             "netbox: warning: {whose} {did} {} {}: git run there, or in a repository that \
              records it as a submodule, reads its config and hooks; review it before running git",
-            finding.kind.describe(),
+            describe(finding.kind),
             printable(&finding.path.to_string_lossy()),
         ));
     }

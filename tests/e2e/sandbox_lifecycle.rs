@@ -288,6 +288,10 @@ fn verify_reports_every_control_and_fails_on_a_broken_one() {
     assert!(!table.contains("FAILS"), "{table}");
     assert!(table.contains("HOLDS"), "{table}");
     assert!(table.contains("read-only"), "{table}");
+    // Rows say what must not and what must be possible, with no double negative.
+    assert!(table.contains("ok  must not create /"), "{table}");
+    assert!(table.contains("ok  must     "), "{table}");
+    assert!(!table.contains("refused refused"), "{table}");
 
     let out = verify(&dir, &["--json"], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -66,6 +66,23 @@ pub fn apart_from(allowed: &CpuSet, mine: usize, theirs: Option<usize>) -> usize
         .unwrap_or(mine)
 }
 
+/// Gives the CPU up after waking a task that should run now: one woken by a message (or a
+/// new process) is queued on the waker's CPU when it can, and there waits until the waker
+/// sleeps (see above).
+pub fn let_the_woken_run() {
+    std::thread::yield_now();
+}
+
+/// Gives the CPU up until a new thread says it has moved off this one (`moved`), for a
+/// millisecond at most: until then it waits behind its creator.
+pub fn wait_until_moved(moved: &std::sync::atomic::AtomicBool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1);
+    while !moved.load(std::sync::atomic::Ordering::Acquire) && std::time::Instant::now() < deadline
+    {
+        std::thread::yield_now();
+    }
+}
+
 /// `allowed` without `cpu`, if some CPU is left.
 fn without(mut allowed: CpuSet, cpu: usize) -> Option<CpuSet> {
     allowed.unset(cpu).ok()?;

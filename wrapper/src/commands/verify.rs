@@ -55,7 +55,7 @@ pub fn run(args: Box<VerifyArgs>) -> Result<u8, WrapperError> {
     }
 }
 
-/// One block per control: what must be refused, what must succeed, the verdict.
+/// One block per control: what must not be possible, what must be, the verdict.
 fn table(report: &ProbeReport) -> String {
     let mut out = String::new();
     for check in &report.checks {
@@ -64,8 +64,8 @@ fn table(report: &ProbeReport) -> String {
             if check.passed { "HOLDS" } else { "FAILS" },
             check.name
         ));
-        out.push_str(&rows("refused", &check.forbidden));
-        out.push_str(&rows("works", &check.control));
+        out.push_str(&rows("must not", &check.forbidden));
+        out.push_str(&rows("must", &check.control));
     }
     out.push_str(&format!(
         "{} of {} controls hold (probe took {} us)\n",
@@ -81,7 +81,7 @@ fn rows(kind: &str, outcomes: &[Outcome]) -> String {
         .iter()
         .map(|o| {
             format!(
-                "         {} {kind:<7} {}  ->  {}\n",
+                "         {} {kind:<8} {}  ->  {}\n",
                 if o.ok { "ok " } else { "BAD" },
                 o.attempt,
                 o.result

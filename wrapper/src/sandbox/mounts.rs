@@ -22,7 +22,7 @@
 //! 6. `pivot_root(".", ".")` and a detach of the old root.
 //!
 //! Capabilities are still held during all of this: while they are, `/` could be remounted
-//! read-write. The capability drop comes right after (sandbox.rs).
+//! read-write. The capability drop comes right after (sandbox/mod.rs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

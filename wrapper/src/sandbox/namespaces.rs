@@ -9,7 +9,7 @@
 //!
 //! Measured on kernel 6.18 (2026-11-29): creating the six namespaces takes ~0.5 ms, 0.4 ms
 //! of it the network namespace, which the sandbox therefore makes while a second thread
-//! builds its filesystem (sandbox.rs).
+//! builds its filesystem (sandbox/mod.rs).
 
 use std::io;
 

@@ -1,6 +1,6 @@
 //! The live probe: from inside the finished sandbox, before CMD starts, every control is
 //! tried with an attempt that must be refused and a control case that must succeed, so a
-//! broken probe cannot pass by everything failing (the table in shared/DESIGN.md).
+//! broken probe cannot pass by everything failing (every check is listed in docs/running.md).
 //!
 //! Attempts avoid side effects: a refused create leaves nothing, opens for writing never
 //! write or truncate, the control files are removed again, and network attempts go only to

@@ -169,13 +169,16 @@ impl WriteWatch {
             // the other checks' business.
             if write.refused {
                 forbidden.push(Outcome {
-                    attempt: format!("refused write to {} goes unlogged", write.path.display()),
+                    attempt: format!(
+                        "leave the refused write to {} unlogged",
+                        write.path.display()
+                    ),
                     ok: judged == Some(true),
                     result: result.into(),
                 });
             } else {
                 control.push(Outcome {
-                    attempt: format!("write to {} is seen and not logged", write.path.display()),
+                    attempt: format!("see the write to {} and not log it", write.path.display()),
                     ok: judged == Some(false),
                     result: result.into(),
                 });

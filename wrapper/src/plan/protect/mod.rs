@@ -1,7 +1,7 @@
 //! Which paths stay read-only inside the writable roots: `.git` and the start-up files a
 //! command could plant code in, every submodule's `.git`, plus `--protect` paths.
 //!
-//! Measured on kernel 6.18 (2026-11-29, shared/research/mechanics.md §1): a read-only bind
+//! Measured on kernel 6.18 (2026-11-29): a read-only bind
 //! over `.git` makes writes, unlinks and chmods inside it EROFS, renaming or removing the
 //! mountpoint EBUSY, hard links across it EXDEV, and writes through symlinks or
 //! `/proc/self/root` EROFS. What mounts cannot do on their own, handled here:

@@ -444,7 +444,7 @@ fn remove_if_last(held: Held) {
         }
     }
     // The lock's file closes here, after the removal. Unless the sandbox's pid 1 still
-    // holds the directory open (it often does: it exits meanwhile, see sandbox.rs), that is
+    // holds the directory open (it often does: it exits meanwhile, see sandbox/mod.rs), that is
     // a removed directory's last reference, so this close is where the disk is waited
     // for: ext4 mounted with `discard` trims the freed block then (measured: rmdir 1.7 µs,
     // the close 50 µs).

@@ -59,22 +59,12 @@ pub struct SandboxConfig {
 }
 
 impl SandboxConfig {
+    /// The run's configuration, in the order its parts depend on each other: what can
+    /// run at all, the writable roots (home split off), the paths named read-only, hidden
+    /// or protected, the policy and the tools' caches, the environment, the event log.
+    /// Each step refuses a mistake with one line.
     pub fn from_args(args: RunArgs) -> Result<SandboxConfig, WrapperError> {
-        if args.cmd.is_empty() {
-            return Err(WrapperError::Usage(
-                "nothing to run: use netbox [OPTIONS] -- CMD [ARGS...]".into(),
-            ));
-        }
-        // As host root, CMD's processes own every cgroup file of the host; from a nested
-        // user + cgroup namespace it could mount the hierarchies and kill, freeze or limit
-        // host processes in netbox's cgroups. Only without nested namespaces is that shut.
-        if args.allow_nested_userns && crate::plan::cgroup::is_host_root() {
-            return Err(WrapperError::Usage(
-                "--allow-nested-userns is refused when netbox runs as root: CMD would own \
-                 the host's cgroup files from inside; run netbox as an ordinary user"
-                    .into(),
-            ));
-        }
+        refuse_what_cannot_run(&args)?;
         let cwd = std::env::current_dir().map_err(|source| WrapperError::Path {
             path: PathBuf::from("."),
             what: "current directory",
@@ -87,65 +77,15 @@ impl SandboxConfig {
                 workspace.display()
             )));
         }
-        let mut write_roots = vec![workspace.clone()];
-        for path in &args.write {
-            write_roots.push(existing(path, "--write path")?);
-        }
-        // Protected names (and their placeholders) belong to the roots the user named, not
-        // to a shared host /tmp.
-        let requested_roots = write_roots.clone();
-        if args.tmp == TmpMode::Host {
-            write_roots.push(existing(Path::new("/tmp"), "/tmp")?);
-        }
-        // The sandbox has its own /dev, /proc and /run (and /sys is the kernel's): a
-        // writable root there would not be the host's directory at all.
-        if let Some(root) = write_roots.iter().find(|r| {
-            ["/dev", "/proc", "/run", "/sys"]
-                .iter()
-                .any(|hidden| r.starts_with(hidden))
-        }) {
-            return Err(WrapperError::Usage(format!(
-                "{} cannot be a writable root: the sandbox has its own /dev, /proc and /run, \
-                 and /sys is the kernel's; use a directory elsewhere",
-                root.display()
-            )));
-        }
-        if write_roots.iter().any(|r| r == Path::new("/")) {
-            return Err(WrapperError::Usage(
-                "a writable root of / leaves nothing protected; use --disable-sandbox if you mean it"
-                    .into(),
-            ));
-        }
+        let (requested_roots, write_roots) = writable_roots(&args, &workspace)?;
         // A writable home lets CMD plant code that runs later, outside the sandbox: only
         // on request, and then split into what may be written (homesplit.rs).
         let homes = crate::plan::homesplit::homes();
         let (mut write_roots, home_split) =
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
         let code_pins = code_inside(&write_roots, &homes);
-        // A symlink inside a writable root could be replaced by CMD: a pin on its target
-        // would hold the target, not the name the user gave.
-        let no_link = |path: &PathBuf, what| {
-            crate::plan::protect::refuse_symlinks_in_roots(path, &write_roots, what)
-        };
-        let read_only = args
-            .read_only
-            .iter()
-            .map(|p| no_link(p, "--ro").and_then(|()| existing(p, "--ro path")))
-            .collect::<Result<_, _>>()?;
-        let hide = args
-            .hide
-            .iter()
-            .map(|p| no_link_at_all(p).and_then(|()| existing(p, "--hide path")))
-            .collect::<Result<_, _>>()?;
-        // A protected path may not exist yet: then it gets a placeholder, like .git.
-        let protect = args
-            .protect
-            .iter()
-            .map(|p| {
-                no_link(p, "--protect")
-                    .and_then(|()| existing_or_in_existing_dir(p, "--protect path"))
-            })
-            .collect::<Result<_, _>>()?;
+        let named = NamedPaths::check(&args, &write_roots)?;
+
         // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
         let mut policy_args = args.policy;
         policy_args.allowlist.extend(args.fetch_allowlist);
@@ -159,50 +99,17 @@ impl SandboxConfig {
         }
         let session_id = crate::plan::policy::new_session_id();
         for file in policy.named_files() {
-            no_link(file, "allowlist")?;
+            refuse_symlinks_in_roots(file, &write_roots, "allowlist")?;
         }
-        let mut env_extra = Vec::new();
-        for file in &args.env_file {
-            no_link(file, "--env-file")?;
-            let text = std::fs::read_to_string(file).map_err(|source| WrapperError::Path {
-                path: file.clone(),
-                what: "--env-file",
-                source,
-            })?;
-            let parsed = crate::plan::env::parse_env_file(&text).map_err(|(line, reason)| {
-                WrapperError::Usage(format!("{}:{line}: {reason}", file.display()))
-            })?;
-            env_extra.extend(parsed);
-        }
+        let env_extra = extra_env(&args.env_file, &args.env, &caches, &write_roots)?;
         write_roots.extend(caches.iter().filter_map(|c| c.dir.clone()));
-        for cache in &caches {
-            env_extra.extend(
-                cache
-                    .env
-                    .iter()
-                    .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-            );
-        }
-        env_extra.extend(
-            crate::plan::env::parse_env_flags(&args.env)
-                .map_err(|reason| WrapperError::Usage(format!("--env: {reason}")))?,
-        );
+
         let log_path = match args.log {
             Some(path) => path,
             None => default_log_path(&session_id)?,
         };
         refuse_log_inside_roots(&log_path, &write_roots)?;
-        // What this run read its policy and environment from, where CMD could rewrite it
-        // for the next run.
-        let mut policy_inputs: Vec<PathBuf> = policy.files().to_vec();
-        policy_inputs.extend(
-            args.env_file
-                .iter()
-                .filter_map(|f| std::fs::canonicalize(f).ok()),
-        );
-        policy_inputs.retain(|f| write_roots.iter().any(|r| f.starts_with(r)));
-        policy_inputs.sort();
-        policy_inputs.dedup();
+        let policy_inputs = policy_inputs(&policy, &args.env_file, &write_roots);
         Ok(SandboxConfig {
             cmd: args.cmd,
             fetch: args.fetch,
@@ -211,9 +118,9 @@ impl SandboxConfig {
             write_roots,
             requested_roots,
             tmp: args.tmp,
-            read_only,
-            hide,
-            protect,
+            read_only: named.read_only,
+            hide: named.hide,
+            protect: named.protect,
             policy_inputs,
             home_split,
             homes,
@@ -253,6 +160,164 @@ impl SandboxConfig {
             gid: nix::unistd::getgid().as_raw(),
         })
     }
+}
+
+/// Mistakes that leave nothing to run, or nothing safe to run.
+fn refuse_what_cannot_run(args: &RunArgs) -> Result<(), WrapperError> {
+    if args.cmd.is_empty() {
+        return Err(WrapperError::Usage(
+            "nothing to run: use netbox [OPTIONS] -- CMD [ARGS...]".into(),
+        ));
+    }
+    // As host root, CMD's processes own every cgroup file of the host; from a nested user +
+    // cgroup namespace it could mount the hierarchies and kill, freeze or limit host
+    // processes in netbox's cgroups. Only without nested namespaces is that shut.
+    if args.allow_nested_userns && crate::plan::cgroup::is_host_root() {
+        return Err(WrapperError::Usage(
+            "--allow-nested-userns is refused when netbox runs as root: CMD would own the \
+             host's cgroup files from inside; run netbox as an ordinary user"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The roots asked for (workspace first, then `--write`), canonical, and the writable
+/// roots (with a host /tmp), each one a directory the sandbox can give CMD.
+fn writable_roots(
+    args: &RunArgs,
+    workspace: &Path,
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), WrapperError> {
+    let mut write_roots = vec![workspace.to_owned()];
+    for path in &args.write {
+        write_roots.push(existing(path, "--write path")?);
+    }
+    // Protected names (and their placeholders) belong to the roots the user named, not to
+    // a shared host /tmp.
+    let requested_roots = write_roots.clone();
+    if args.tmp == TmpMode::Host {
+        write_roots.push(existing(Path::new("/tmp"), "/tmp")?);
+    }
+    // The sandbox has its own /dev, /proc and /run (and /sys is the kernel's): a writable
+    // root there would not be the host's directory at all.
+    if let Some(root) = write_roots.iter().find(|r| {
+        ["/dev", "/proc", "/run", "/sys"]
+            .iter()
+            .any(|hidden| r.starts_with(hidden))
+    }) {
+        return Err(WrapperError::Usage(format!(
+            "{} cannot be a writable root: the sandbox has its own /dev, /proc and /run, \
+             and /sys is the kernel's; use a directory elsewhere",
+            root.display()
+        )));
+    }
+    if write_roots.iter().any(|r| r == Path::new("/")) {
+        return Err(WrapperError::Usage(
+            "a writable root of / leaves nothing protected; use --disable-sandbox if you mean it"
+                .into(),
+        ));
+    }
+    Ok((requested_roots, write_roots))
+}
+
+/// A symlink inside a writable root could be replaced by CMD: a pin on its target would
+/// hold the target, not the name the user gave.
+fn refuse_symlinks_in_roots(
+    path: &Path,
+    write_roots: &[PathBuf],
+    what: &'static str,
+) -> Result<(), WrapperError> {
+    crate::plan::protect::refuse_symlinks_in_roots(path, write_roots, what)
+}
+
+/// `--ro`, `--hide` and `--protect` paths, canonical.
+struct NamedPaths {
+    read_only: Vec<PathBuf>,
+    hide: Vec<PathBuf>,
+    /// A protected path may not exist yet: then it gets a placeholder, like .git.
+    protect: Vec<PathBuf>,
+}
+
+impl NamedPaths {
+    fn check(args: &RunArgs, write_roots: &[PathBuf]) -> Result<NamedPaths, WrapperError> {
+        let read_only = args
+            .read_only
+            .iter()
+            .map(|p| {
+                refuse_symlinks_in_roots(p, write_roots, "--ro")
+                    .and_then(|()| existing(p, "--ro path"))
+            })
+            .collect::<Result<_, _>>()?;
+        let hide = args
+            .hide
+            .iter()
+            .map(|p| no_link_at_all(p).and_then(|()| existing(p, "--hide path")))
+            .collect::<Result<_, _>>()?;
+        let protect = args
+            .protect
+            .iter()
+            .map(|p| {
+                refuse_symlinks_in_roots(p, write_roots, "--protect")
+                    .and_then(|()| existing_or_in_existing_dir(p, "--protect path"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(NamedPaths {
+            read_only,
+            hide,
+            protect,
+        })
+    }
+}
+
+/// What CMD's environment gets on top of its base, in this order: `--env-file` files,
+/// the tools' cache settings, `--env` flags.
+fn extra_env(
+    env_files: &[PathBuf],
+    env_flags: &[String],
+    caches: &[crate::plan::tools::Cache],
+    write_roots: &[PathBuf],
+) -> Result<Vec<(OsString, OsString)>, WrapperError> {
+    let mut env_extra = Vec::new();
+    for file in env_files {
+        refuse_symlinks_in_roots(file, write_roots, "--env-file")?;
+        let text = std::fs::read_to_string(file).map_err(|source| WrapperError::Path {
+            path: file.clone(),
+            what: "--env-file",
+            source,
+        })?;
+        let parsed = crate::plan::env::parse_env_file(&text).map_err(|(line, reason)| {
+            WrapperError::Usage(format!("{}:{line}: {reason}", file.display()))
+        })?;
+        env_extra.extend(parsed);
+    }
+    for cache in caches {
+        env_extra.extend(
+            cache
+                .env
+                .iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+        );
+    }
+    env_extra.extend(
+        crate::plan::env::parse_env_flags(env_flags)
+            .map_err(|reason| WrapperError::Usage(format!("--env: {reason}")))?,
+    );
+    Ok(env_extra)
+}
+
+/// What this run read its policy and environment from, where CMD could rewrite it for
+/// the next run: pinned read-only.
+fn policy_inputs(policy: &Policy, env_files: &[PathBuf], write_roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut inputs: Vec<PathBuf> = policy.files().to_vec();
+    inputs.extend(
+        env_files
+            .iter()
+            .filter_map(|f| std::fs::canonicalize(f).ok()),
+    );
+    inputs.retain(|f| write_roots.iter().any(|r| f.starts_with(r)));
+    inputs.sort();
+    inputs.dedup();
+    inputs
 }
 
 fn existing(path: &Path, what: &'static str) -> Result<PathBuf, WrapperError> {

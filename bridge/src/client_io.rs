@@ -26,11 +26,14 @@ pub enum Stream {
     Unix(UnixStream),
 }
 
-/// A client stream plus its "reset on close" flag.
+/// A client stream plus its "reset on close" flag, and bytes already read from it that
+/// are to be read again first (the first request head, read and checked by the front end
+/// before hyper sees it).
 #[derive(Debug)]
 pub struct ClientIo {
     stream: Option<Stream>,
     reset: Arc<AtomicBool>,
+    unread: bytes::Bytes,
 }
 
 impl ClientIo {
@@ -40,6 +43,23 @@ impl ClientIo {
         ClientIo {
             stream: Some(stream),
             reset: Arc::new(AtomicBool::new(true)),
+            unread: bytes::Bytes::new(),
+        }
+    }
+
+    /// Puts `bytes`, read from the stream, back in front of what it has not sent yet.
+    pub fn unread(&mut self, bytes: bytes::Bytes) {
+        debug_assert!(self.unread.is_empty());
+        self.unread = bytes;
+    }
+
+    /// Reads from the stream itself (never from what was put back), for the front end's
+    /// first look at a connection.
+    pub async fn read_more(&mut self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
+        use tokio::io::AsyncReadExt;
+        match self.stream.as_mut() {
+            Some(stream) => stream.read_buf(buf).await,
+            None => Err(io::Error::from(io::ErrorKind::NotConnected)),
         }
     }
 
@@ -73,9 +93,10 @@ impl ClientIo {
         Ok((n == 1).then_some(byte[0]))
     }
 
-    /// Takes the stream out (for a tunnel), leaving nothing to reset on drop.
-    pub fn into_stream(mut self) -> Option<Stream> {
-        self.stream.take()
+    /// Takes the stream out (for a tunnel), with the bytes put back and not read again yet
+    /// (they come first), leaving nothing to reset on drop.
+    pub fn into_stream(mut self) -> (Option<Stream>, bytes::Bytes) {
+        (self.stream.take(), std::mem::take(&mut self.unread))
     }
 
     fn stream_mut(&mut self) -> io::Result<Pin<&mut Stream>> {
@@ -144,7 +165,13 @@ impl AsyncRead for ClientIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut().stream_mut() {
+        let this = self.get_mut();
+        if !this.unread.is_empty() {
+            let n = this.unread.len().min(buf.remaining());
+            buf.put_slice(&this.unread.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
+        match this.stream_mut() {
             Ok(s) => s.poll_read(cx, buf),
             Err(e) => Poll::Ready(Err(e)),
         }

@@ -36,7 +36,7 @@ fn session(id: &str, rules: &[String]) -> Arc<Session> {
 /// Sends CONNECT and returns the status line.
 async fn connect(bridge: u16, target: &str) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", bridge)).await.unwrap();
-    s.write_all(format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes())
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut buf = vec![0u8; 512];

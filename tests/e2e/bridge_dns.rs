@@ -149,7 +149,10 @@ fn unknown_name_is_a_resolve_failure() {
     let dns = Dnsmasq::start(&dir);
     let dns_arg = format!("127.0.0.1:{}", dns.port);
     let bridge = Bridge::start(&dir, "allow = [\"missing.test:*\"]\n", &["--dns", &dns_arg]);
-    let (answer, reset) = raw_exchange(bridge.addr, b"CONNECT missing.test:443 HTTP/1.1\r\n\r\n");
+    let (answer, reset) = raw_exchange(
+        bridge.addr,
+        b"CONNECT missing.test:443 HTTP/1.1\r\nHost: missing.test:443\r\n\r\n",
+    );
     assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
     assert!(
         answer

@@ -59,11 +59,26 @@ fn malformed_requests_get_400_and_never_dial() {
         ("junk host", "CONNECT ../..:443 HTTP/1.1\r\n\r\n".into()),
         ("nul", "CONNECT regi\0stry.test:443 HTTP/1.1\r\n\r\n".into()),
         ("bad version", "CONNECT registry.test:443 HTTP/9.9\r\n\r\n".into()),
+        ("http/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".into()),
+        (
+            "bad content-length",
+            format!("GET http://registry.test:{p}/hello HTTP/1.1\r\nHost: registry.test:{p}\r\nContent-Length: 1x\r\n\r\n"),
+        ),
+        (
+            "http/1.1 connect without host",
+            format!("CONNECT registry.test:{p} HTTP/1.1\r\n\r\n"),
+        ),
+        (
+            "http/1.1 forward without host",
+            format!("GET http://registry.test:{p}/hello HTTP/1.1\r\n\r\n"),
+        ),
     ];
     for (name, request) in &cases {
         let (answer, reset) = raw_exchange(bridge.addr, request.as_bytes());
         assert!(answer.starts_with("HTTP/1.1 400"), "{name}: {answer:?}");
         assert!(reset, "{name}: a refused connection must end in a reset");
+        // Every refusal says why the same way, whoever parsed the head.
+        assert_refusal_headers(name, &answer);
     }
     let events = bridge.events(cases.len());
     assert_eq!(events.len(), cases.len(), "one event per malformed request");
@@ -74,6 +89,131 @@ fn malformed_requests_get_400_and_never_dial() {
             .all(|e| e["dialed"].is_null() && e["decision"] == "deny"),
         "a malformed request was dialed: {events:?}"
     );
+    assert_still_serving(&mut bridge, p);
+}
+
+/// A refusal's `Proxy-Status` (RFC 9209) and `X-Netbox-Reason`.
+fn assert_refusal_headers(name: &str, answer: &str) {
+    let head = answer
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(
+        head.contains("\r\nproxy-status: netbox; error="),
+        "{name}: no Proxy-Status: {answer:?}"
+    );
+    assert!(
+        head.contains("\r\nx-netbox-reason: "),
+        "{name}: no X-Netbox-Reason: {answer:?}"
+    );
+}
+
+#[test]
+fn http10_without_host_is_still_served() {
+    let dir = TestDir::new("http10");
+    let http = HttpServer::start();
+    let p = http.port();
+    let mut bridge = Bridge::start(&dir, &policy(p), &[]);
+    // RFC 9112 §3.2 asks Host of HTTP/1.1 only (Python's http.client tunnels with
+    // `CONNECT host:port HTTP/1.0` and no Host).
+    let mut tunnel = TcpStream::connect(bridge.addr).unwrap();
+    tunnel
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    write!(tunnel, "CONNECT registry.test:{p} HTTP/1.0\r\n\r\n").unwrap();
+    let head = crate::support::read_head(&mut tunnel);
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{head:?}"
+    );
+    write!(tunnel, "GET /hello HTTP/1.0\r\n\r\n").unwrap();
+    // The test server keeps the connection open: read until the body is in.
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.ends_with(b"hello from upstream\n") {
+        match tunnel.read(&mut buf) {
+            Ok(n) if n > 0 => answer.extend_from_slice(&buf[..n]),
+            other => panic!("tunnel ended: {other:?} after {answer:?}"),
+        }
+    }
+    let (answer, _) = raw_exchange(
+        bridge.addr,
+        format!("GET http://registry.test:{p}/hello HTTP/1.0\r\n\r\n").as_bytes(),
+    );
+    assert!(answer.starts_with("HTTP/1."), "{answer:?}");
+    assert!(answer.contains(" 200 "), "{answer:?}");
+    assert_still_serving(&mut bridge, p);
+}
+
+#[test]
+fn a_connect_that_declares_content_is_refused_and_loses_nothing() {
+    let dir = TestDir::new("connect-content");
+    let http = HttpServer::start();
+    let p = http.port();
+    let mut bridge = Bridge::start(&dir, &policy(p), &[]);
+    let head = |extra: &str| {
+        format!("CONNECT registry.test:{p} HTTP/1.1\r\nHost: registry.test:{p}\r\n{extra}\r\n")
+    };
+    let request = "GET /hello HTTP/1.1\r\nHost: registry.test\r\nConnection: close\r\n\r\n";
+    // Declared content, with the first tunnel bytes in the same write (where they would
+    // be eaten as that content), after it, or all of them: refused, never tunnelled.
+    for (name, extra, split) in [
+        ("length 3, one write", "Content-Length: 3\r\n", false),
+        ("length 3, split", "Content-Length: 3\r\n", true),
+        ("length 100, one write", "Content-Length: 100\r\n", false),
+        ("chunked", "Transfer-Encoding: chunked\r\n", false),
+    ] {
+        let mut stream = TcpStream::connect(bridge.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .unwrap();
+        // The reset may meet the second write first (then the read finds the end).
+        let mut reset_at_write = false;
+        if split {
+            stream.write_all(head(extra).as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            reset_at_write = stream.write_all(request.as_bytes()).is_err();
+        } else {
+            let _ = stream.write_all(format!("{}{request}", head(extra)).as_bytes());
+        }
+        let (answer, reset) = crate::support::read_until_close(&mut stream);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{name}: {answer:?}");
+        assert!(answer.contains("has no content"), "{name}: {answer:?}");
+        assert!(reset || reset_at_write, "{name}: not reset");
+        assert_refusal_headers(name, &answer);
+    }
+    let events = bridge.events(4);
+    assert!(
+        events
+            .iter()
+            .all(|e| e["dialed"].is_null() && e["status"] == 400),
+        "a CONNECT with content was dialed: {events:?}"
+    );
+    // Controls: no content declared, or `Content-Length: 0`, with the tunnel's first bytes
+    // in the same write as the head (a client that does not wait for the 200), and behind
+    // a large head: every byte reaches the upstream.
+    let big = format!("X-Pad: {}\r\n", "p".repeat(40 * 1024));
+    for (name, extra) in [
+        ("none", String::new()),
+        ("length 0", "Content-Length: 0\r\n".to_owned()),
+        ("large head", big),
+    ] {
+        let mut stream = TcpStream::connect(bridge.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .unwrap();
+        stream
+            .write_all(format!("{}{request}", head(&extra)).as_bytes())
+            .unwrap();
+        let (answer, reset) = crate::support::read_until_close(&mut stream);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{name}: {answer:?}");
+        assert!(
+            answer.ends_with("hello from upstream\n"),
+            "{name}: the pipelined request was lost: {answer:?}"
+        );
+        assert!(!reset, "{name}");
+    }
     assert_still_serving(&mut bridge, p);
 }
 
@@ -112,10 +252,12 @@ fn oversized_head_gets_431() {
     let request = format!("CONNECT registry.test:443 HTTP/1.1\r\nX-Big: {big}\r\n\r\n");
     let (answer, _) = raw_exchange(bridge.addr, request.as_bytes());
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    assert_refusal_headers("large", &answer);
     let many: String = (0..500).map(|i| format!("X-H{i}: v\r\n")).collect();
     let request = format!("CONNECT registry.test:443 HTTP/1.1\r\n{many}\r\n");
     let (answer, _) = raw_exchange(bridge.addr, request.as_bytes());
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    assert_refusal_headers("many", &answer);
     let event = bridge.events(1);
     assert_eq!(event[0]["reason"], "header_too_large", "{event:?}");
     assert_eq!(event[0]["status"], 431, "{event:?}");

@@ -180,7 +180,11 @@ fn port_rules_limit_ports() {
     );
     let (answer, _) = raw_exchange(
         bridge2.addr,
-        format!("CONNECT registry.test:{} HTTP/1.1\r\n\r\n", open.port()).as_bytes(),
+        format!(
+            "CONNECT registry.test:{0} HTTP/1.1\r\nHost: registry.test:{0}\r\n\r\n",
+            open.port()
+        )
+        .as_bytes(),
     );
     assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
 }
@@ -204,7 +208,7 @@ fn ip_literal_and_cidr_rules() {
         ("127.2", false),
         ("[::1]", false),
     ] {
-        let request = format!("CONNECT {host}:{p} HTTP/1.1\r\n\r\n");
+        let request = format!("CONNECT {host}:{p} HTTP/1.1\r\nHost: {host}:{p}\r\n\r\n");
         let mut stream = TcpStream::connect(bridge.addr).unwrap();
         stream.write_all(request.as_bytes()).unwrap();
         let head = read_head(&mut stream);
@@ -239,7 +243,7 @@ fn pinned_name_to_loopback_needs_a_cidr_rule() {
     assert_eq!(event["resolved"][0], "127.0.0.1");
     let (answer, _) = raw_exchange(
         without.addr,
-        format!("CONNECT registry.test:{p} HTTP/1.1\r\n\r\n").as_bytes(),
+        format!("CONNECT registry.test:{p} HTTP/1.1\r\nHost: registry.test:{p}\r\n\r\n").as_bytes(),
     );
     assert!(
         answer
@@ -291,7 +295,9 @@ fn every_spelling_of_a_name_is_the_same_name() {
     ] {
         let mut stream = TcpStream::connect(bridge.addr).unwrap();
         stream
-            .write_all(format!("CONNECT {host}:{p} HTTP/1.1\r\n\r\n").as_bytes())
+            .write_all(
+                format!("CONNECT {host}:{p} HTTP/1.1\r\nHost: {host}:{p}\r\n\r\n").as_bytes(),
+            )
             .unwrap();
         let head = read_head(&mut stream);
         assert_eq!(head.starts_with("HTTP/1.1 200"), allowed, "{host}: {head}");
@@ -440,7 +446,7 @@ fn allow_private_opens_a_private_address_for_its_name_only() {
     }
     let (answer, _) = raw_exchange(
         bridge.addr,
-        format!("CONNECT other.test:{p} HTTP/1.1\r\n\r\n").as_bytes(),
+        format!("CONNECT other.test:{p} HTTP/1.1\r\nHost: other.test:{p}\r\n\r\n").as_bytes(),
     );
     let hint = format!("--allow-private other.test:{p}");
     assert!(answer.contains(&hint), "{answer}");

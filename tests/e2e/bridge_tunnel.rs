@@ -124,7 +124,11 @@ fn unix_socket_listener_serves_connect() {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    write!(stream, "CONNECT big.test:{p} HTTP/1.1\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "CONNECT big.test:{p} HTTP/1.1\r\nHost: big.test:{p}\r\n\r\n"
+    )
+    .unwrap();
     let head = read_head(&mut stream);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     write!(
@@ -138,7 +142,11 @@ fn unix_socket_listener_serves_connect() {
 
     // And a refusal on the same socket.
     let mut stream = UnixStream::connect(&socket).unwrap();
-    write!(stream, "CONNECT blocked.test:443 HTTP/1.1\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "CONNECT blocked.test:443 HTTP/1.1\r\nHost: blocked.test:443\r\n\r\n"
+    )
+    .unwrap();
     let head = read_head(&mut stream);
     assert!(head.starts_with("HTTP/1.1 502"), "{head}");
     drop(bridge);

@@ -212,3 +212,61 @@ fn nested_user_namespaces_are_refused_unless_allowed() {
         assert_eq!(stdout(&out), "status=0\n", "{}", stderr(&out));
     }
 }
+
+/// Sets up an io_uring of one entry with Python's ctypes; prints the result and errno.
+const IO_URING_SETUP: &str =
+    "python3 -c 'import ctypes; libc = ctypes.CDLL(None, use_errno=True); \
+     p = ctypes.create_string_buffer(120); r = libc.syscall(425, 1, p); \
+     print(\"ok\" if r >= 0 else \"errno %d\" % ctypes.get_errno())'";
+
+#[test]
+fn io_uring_is_refused_unless_allowed() {
+    let dir = TestDir::new("io-uring");
+    // Refused as by a kernel without io_uring, so runtimes fall back to plain syscalls.
+    let run = Run::new(&dir);
+    let out = run.sh(IO_URING_SETUP);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), format!("errno {}\n", libc::ENOSYS));
+    let probe = run.probe();
+    let row = probe["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "io_uring refused")
+        .expect("the probe's io_uring row");
+    assert_eq!(row["passed"], true, "{row}");
+
+    // Control: with --allow-io-uring, CMD gets what the host gives (the same call, run
+    // here outside netbox), and the probe has no such row.
+    let host = std::process::Command::new("sh")
+        .args(["-c", IO_URING_SETUP])
+        .output()
+        .unwrap();
+    let allowed = Run::new(&dir)
+        .arg("--allow-io-uring")
+        .log_at(dir.join("allowed.jsonl"));
+    let out = allowed.sh(IO_URING_SETUP);
+    assert_eq!(stdout(&out), stdout(&host), "{}", stderr(&out));
+    assert!(
+        allowed.probe()["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["name"] != "io_uring refused"),
+        "{}",
+        allowed.probe()
+    );
+
+    // A build whose filter is left out on purpose: the probe catches it, CMD never runs.
+    let broken = Run::new(&dir)
+        .env("NETBOX_TEST_BREAK", "io-uring")
+        .log_at(dir.join("broken.jsonl"));
+    let out = broken.sh("echo ran");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("ran"));
+    assert!(
+        stderr(&out).contains("io_uring refused"),
+        "{}",
+        stderr(&out)
+    );
+}

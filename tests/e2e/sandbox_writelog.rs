@@ -81,9 +81,30 @@ fn refused_writes_are_logged_and_still_refused() {
 /// EINVAL first, some for the shape of the name; no write intent; a device; a workspace
 /// symlink changed, not what it points to).
 const WRITE_KINDS: &str = r#"
-import errno, os, sys
+import ctypes, errno, os, sys
 ws = os.getcwd()
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
+
+def check(ret):
+    if ret != 0:
+        raise OSError(ctypes.get_errno(), "call failed")
+
+def in_dir(path, call):
+    os.chdir(path)
+    try:
+        call()
+    finally:
+        os.chdir(ws)
+
 cases = [
+    # An empty path: with AT_EMPTY_PATH the file open on the fd (the working directory
+    # for AT_FDCWD); without it ENOENT, so nothing is refused for the mount.
+    ("/etc", lambda: in_dir("/etc", lambda: check(libc.fchownat(AT_FDCWD, b"", -1, -1, AT_EMPTY_PATH)))),
+    ("/etc/passwd", lambda: check(libc.fchownat(os.open("/etc/passwd", os.O_RDONLY), b"", -1, -1, AT_EMPTY_PATH))),
+    ("-", lambda: check(libc.fchownat(os.open("/etc/passwd", os.O_RDONLY), b"", -1, -1, 0))),
+    ("-", lambda: check(libc.fchmodat(os.open("/etc/passwd", os.O_RDONLY), b"", 0o600, 0))),
+    ("-", lambda: os.rename("/etc/passwd", "")),
     ("/etc/passwd", lambda: os.utime("/etc/passwd")),
     ("/etc/passwd", lambda: os.chmod("/etc/passwd", 0o600)),
     ("/etc/passwd", lambda: os.chown("/etc/passwd", -1, -1)),

@@ -154,6 +154,11 @@ pub struct RunArgs {
     #[arg(long = "allow-nested-userns")]
     pub allow_nested_userns: bool,
 
+    /// Let CMD use io_uring (refused by default with ENOSYS: its operations bypass the
+    /// denied-write log, and it is a large kernel attack surface).
+    #[arg(long = "allow-io-uring")]
+    pub allow_io_uring: bool,
+
     /// HTTP status for refused requests (default 502; see docs/bridge.md for what each client
     /// makes of it).
     #[arg(long = "refusal-status", value_name = "CODE", default_value_t = 502,

@@ -28,6 +28,8 @@ pub struct TestHooks {
     /// No denied-write filter at all, and no check of it: for benches/write_watch.sh's
     /// "the same run without the filter".
     pub no_write_watch: bool,
+    /// Install no io_uring denial (the probe's row still runs).
+    pub skip_io_uring_denial: bool,
     /// Mount what a path leads to without checking it is what netbox resolved (pid 1's
     /// side; the probe's check of the writable roots still runs).
     pub skip_identity_checks: bool,
@@ -52,6 +54,7 @@ impl TestHooks {
         blind_write_watch: false,
         no_write_watch: false,
         skip_identity_checks: false,
+        skip_io_uring_denial: false,
         mount_pause: Duration::ZERO,
         export_pause: Duration::ZERO,
         audit_pause: Duration::ZERO,
@@ -59,7 +62,7 @@ impl TestHooks {
 
     /// From `NETBOX_TEST_BREAK` (a comma-separated list of `read-only-root`,
     /// `capability-drop`, `limits`, `nested-userns`, `cut`, `write-watch`,
-    /// `no-write-watch`, `identity`) and `NETBOX_TEST_{MOUNT,EXPORT,AUDIT}_PAUSE_MS`.
+    /// `no-write-watch`, `identity`, `io-uring`) and `NETBOX_TEST_{MOUNT,EXPORT,AUDIT}_PAUSE_MS`.
     #[cfg(feature = "test-hooks")]
     fn from_env() -> TestHooks {
         let wanted = std::env::var("NETBOX_TEST_BREAK").unwrap_or_default();
@@ -81,6 +84,7 @@ impl TestHooks {
             blind_write_watch: broken("write-watch"),
             no_write_watch: broken("no-write-watch"),
             skip_identity_checks: broken("identity"),
+            skip_io_uring_denial: broken("io-uring"),
             mount_pause: pause("NETBOX_TEST_MOUNT_PAUSE_MS"),
             export_pause: pause("NETBOX_TEST_EXPORT_PAUSE_MS"),
             audit_pause: pause("NETBOX_TEST_AUDIT_PAUSE_MS"),

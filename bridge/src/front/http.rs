@@ -4,7 +4,8 @@
 //! Parsing is strict about anything that names a destination: a CONNECT target must be
 //! authority-form with a port and no userinfo, a forwarded URI must be `http://` with no
 //! userinfo, and a Host header that disagrees with the target or a repeated Host header is
-//! a 400 before any policy or DNS work. hyper itself answers unparseable heads with 400 and
+//! a 400 before any policy or DNS work, as are an HTTP/1.1 request without Host (RFC 9112
+//! §3.2) and a CONNECT that declares content (which would swallow tunnel bytes). hyper itself answers unparseable heads with 400 and
 //! oversized ones with 431, enforces the header-read deadline, and resolves
 //! Content-Length alongside Transfer-Encoding as RFC 9112 §6.3 says (chunked wins, the
 //! length is dropped, the connection closes after); the request is re-framed upstream, so
@@ -27,6 +28,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 
+use super::head::FirstHead;
 use crate::client_io::{ClientIo, Stream};
 use crate::conn::Conn;
 use crate::counted::{Counted, Counters};
@@ -38,11 +40,11 @@ use crate::upstream::{self, Refusal};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
-/// Largest request head accepted, in bytes; larger gets 431 from hyper.
+/// Largest request head accepted, in bytes; larger gets 431.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// Most header fields accepted in one request head; more gets 431.
-const MAX_HEADERS: usize = 100;
+const MAX_HEADERS: usize = super::head::MAX_HEADERS;
 
 /// Origin-form path the bridge answers itself, so a probe can tell it is alive.
 pub const HEALTH_PATH: &str = "/__netbox/health";
@@ -55,7 +57,24 @@ struct ConnState {
 }
 
 /// Serves one HTTP client connection: possibly several requests, possibly one tunnel.
-pub async fn serve(io: ClientIo, conn: Conn, header_timeout: std::time::Duration) {
+pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Duration) {
+    // The first head is read and checked here, so that one hyper would refuse on its own
+    // is refused as every request is (head.rs).
+    match super::head::read_first(&mut io, header_timeout, MAX_HEADER_BYTES).await {
+        FirstHead::Complete(head) => io.unread(head),
+        FirstHead::Refused(refusal) => return refuse_first_head(io, &conn, &refusal).await,
+        // The client left before finishing a head, or never finished it in time: a
+        // refused attempt, cut off hard, with nothing to answer.
+        FirstHead::Closed { partial: false } => return,
+        FirstHead::Closed { partial: true } => {
+            let detail = "the client closed before its request head was complete";
+            return log_unanswered(io, &conn, Reason::BadRequest, detail.into());
+        }
+        FirstHead::TimedOut => {
+            let detail = format!("request head not complete within {header_timeout:?}");
+            return log_unanswered(io, &conn, Reason::HeaderTimeout, detail);
+        }
+    }
     let stopped = conn.stopped();
     let state = Arc::new(ConnState {
         reset: io.reset_flag(),
@@ -94,7 +113,46 @@ pub async fn serve(io: ClientIo, conn: Conn, header_timeout: std::time::Duration
     }
 }
 
-/// Logs what hyper refused on its own (unparseable, oversized or too slow heads).
+/// Answers a refused first head as any refusal is answered (status, `Proxy-Status`,
+/// `X-Netbox-Reason`, one line), logs it, and resets the connection.
+async fn refuse_first_head(mut io: ClientIo, conn: &Conn, refusal: &Refusal) {
+    use tokio::io::AsyncWriteExt;
+    let (status, headers, body) = refusal_parts(&conn.shared.config, refusal);
+    let mut response = format!(
+        "HTTP/1.1 {} {}\r\n",
+        status.as_str(),
+        status.canonical_reason().unwrap_or_default()
+    )
+    .into_bytes();
+    for (name, value) in &headers {
+        response.extend_from_slice(name.as_str().as_bytes());
+        response.extend_from_slice(b": ");
+        response.extend_from_slice(value.as_bytes());
+        response.extend_from_slice(b"\r\n");
+    }
+    response.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
+    response.extend_from_slice(body.as_bytes());
+    io.reset_on_close();
+    // The client may be gone already; the refusal is logged either way.
+    let _ = io.write_all(&response).await;
+    let _ = io.flush().await;
+    let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Http);
+    attempt.reason = refusal.reason;
+    attempt.detail = Some(refusal.detail.clone());
+    attempt.status = Some(status.as_u16());
+    conn.shared.log.record(&attempt.finish(End::Refused, 0, 0));
+}
+
+/// Logs a first head that never came whole, and resets the connection.
+fn log_unanswered(io: ClientIo, conn: &Conn, reason: Reason, detail: String) {
+    let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Http);
+    attempt.reason = reason;
+    attempt.detail = Some(detail);
+    conn.shared.log.record(&attempt.finish(End::Refused, 0, 0));
+    io.reset_on_close();
+}
+
+/// Logs what hyper refused on its own (a bad head after the first, or a slow one).
 fn log_protocol_error(state: &ConnState, e: &hyper::Error) {
     let first_request = state.requests.load(Ordering::Relaxed) == 0;
     // hyper answers parse errors itself (400, 431, 414) before closing; record what it sent.
@@ -171,13 +229,20 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
         // CONNECT head (a client that did not wait for the 200) are sent first.
         let stats = match upgraded.downcast::<TokioIo<ClientIo>>() {
             Ok(parts) => {
-                let client = parts.io.into_inner().into_stream();
+                // What hyper read past the head comes first, then whatever of the first
+                // look's bytes hyper had not read yet.
+                let (client, unread) = parts.io.into_inner().into_stream();
+                let prefix = if unread.is_empty() {
+                    parts.read_buf
+                } else {
+                    Bytes::from([&parts.read_buf[..], &unread[..]].concat())
+                };
                 match client {
                     Some(Stream::Tcp(tcp)) => {
-                        relay_with_prefix(tcp, parts.read_buf, upstream, idle, stopped).await
+                        relay_with_prefix(tcp, prefix, upstream, idle, stopped).await
                     }
                     Some(Stream::Unix(unix)) => {
-                        relay_with_prefix(unix, parts.read_buf, upstream, idle, stopped).await
+                        relay_with_prefix(unix, prefix, upstream, idle, stopped).await
                     }
                     None => tunnel::TunnelStats {
                         bytes_up: 0,
@@ -229,8 +294,35 @@ fn connect_target(req: &Request<Incoming>) -> Result<Target, Refusal> {
     }
     let target = Target::parse_authority(authority.as_str())
         .map_err(|e| bad(format!("CONNECT target: {e}")))?;
+    require_host_header(req)?;
     check_host_header(req.headers(), &target)?;
+    refuse_connect_content(req.headers())?;
     Ok(target)
+}
+
+/// A CONNECT has no content (RFC 9110 §9.3.6). One that declares some would have its
+/// first tunnel bytes read as that content and lost, or not, by how TCP split the writes:
+/// refused instead (`Content-Length: 0` declares none, and passes).
+fn refuse_connect_content(headers: &HeaderMap) -> Result<(), Refusal> {
+    let declares_content = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get_all(header::CONTENT_LENGTH)
+            .iter()
+            .any(|v| v.as_bytes() != b"0");
+    if declares_content {
+        return Err(bad(
+            "a CONNECT request has no content: drop its Content-Length or Transfer-Encoding",
+        ));
+    }
+    Ok(())
+}
+
+/// An HTTP/1.1 request must carry a Host header (RFC 9112 §3.2); HTTP/1.0 need not.
+fn require_host_header(req: &Request<Incoming>) -> Result<(), Refusal> {
+    if req.version() == Version::HTTP_11 && !req.headers().contains_key(header::HOST) {
+        return Err(bad("an HTTP/1.1 request must carry a Host header"));
+    }
+    Ok(())
 }
 
 /// The target of an absolute-form request, after the ambiguity checks.
@@ -247,6 +339,7 @@ fn forward_target(req: &Request<Incoming>) -> Result<Target, Refusal> {
     }
     let target = Target::parse_with_default_port(authority.as_str(), 80)
         .map_err(|e| bad(format!("URI host: {e}")))?;
+    require_host_header(req)?;
     check_host_header(req.headers(), &target)?;
     Ok(target)
 }
@@ -436,9 +529,24 @@ fn refuse(state: &ConnState, mut attempt: Attempt, refusal: &Refusal) -> Respons
 /// The refusal response. The connection is marked so that, once hyper has flushed this
 /// response, it is closed with a reset.
 fn refusal_response(state: &ConnState, refusal: &Refusal) -> Response<Body> {
+    let (status, headers, body) = refusal_parts(&state.conn.shared.config, refusal);
+    let mut response = text_response(status, &body);
+    for (name, value) in headers {
+        response.headers_mut().insert(name, value);
+    }
+    state.reset.store(true, Ordering::Relaxed);
+    response
+}
+
+/// Every refusal's status, headers (`X-Netbox-Reason`, `Proxy-Status` per RFC 9209,
+/// `Connection: close`, the content type) and one-line body.
+fn refusal_parts(
+    config: &crate::conn::BridgeConfig,
+    refusal: &Refusal,
+) -> (StatusCode, Vec<(HeaderName, HeaderValue)>, String) {
     let status = match refusal.reason {
         Reason::DeniedByRule | Reason::NotAllowed | Reason::NonPublicAddress => {
-            state.conn.shared.config.refusal_status
+            config.refusal_status
         }
         Reason::BadRequest | Reason::Unsupported => StatusCode::BAD_REQUEST,
         Reason::HeaderTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -461,11 +569,13 @@ fn refusal_response(state: &ConnState, refusal: &Refusal) -> Response<Body> {
     };
     let line = format!("netbox: {}\n", one_line(&refusal.detail));
     let details = one_line(&refusal.detail).replace(['"', '\\'], "'");
-    let mut response = text_response(status, &line);
-    let headers = response.headers_mut();
+    let mut headers = vec![(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    )];
     let mut insert = |name: &'static str, value: String| {
         if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(HeaderName::from_static(name), value);
+            headers.push((HeaderName::from_static(name), value));
         }
     };
     insert("x-netbox-reason", refusal.reason.header_value().to_owned());
@@ -474,8 +584,7 @@ fn refusal_response(state: &ConnState, refusal: &Refusal) -> Response<Body> {
         format!("netbox; error={error_type}; details=\"{details}\""),
     );
     insert("connection", "close".to_owned());
-    state.reset.store(true, Ordering::Relaxed);
-    response
+    (status, headers, line)
 }
 
 /// Keeps a detail safe for a header and a single body line.

@@ -89,7 +89,7 @@ pub async fn serve(mut io: ClientIo, conn: Conn) {
         return;
     }
     let idle = conn.shared.config.idle_timeout;
-    let stats = match io.into_stream() {
+    let stats = match io.into_stream().0 {
         Some(Stream::Tcp(tcp)) => tunnel::relay(tcp, upstream, idle, conn.stopped()).await,
         Some(Stream::Unix(unix)) => tunnel::relay(unix, upstream, idle, conn.stopped()).await,
         None => tunnel::TunnelStats {

@@ -434,6 +434,7 @@ fn child_plan(
             limits: config.limits,
             cgroup_limits,
             nested_userns_forbidden: !config.allow_nested_userns,
+            io_uring_forbidden: !config.allow_io_uring,
         },
         cmd: config.cmd.clone(),
         fetch: config

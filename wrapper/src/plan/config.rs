@@ -39,6 +39,8 @@ pub struct SandboxConfig {
     pub code_pins: Vec<PathBuf>,
     pub allow_git_writes: bool,
     pub allow_nested_userns: bool,
+    /// CMD may use io_uring.
+    pub allow_io_uring: bool,
     /// The HTTP status of a refused request.
     pub refusal_status: http::StatusCode,
     /// What each `--allow-tool` contributed, for the start-up line.
@@ -127,6 +129,7 @@ impl SandboxConfig {
             code_pins,
             allow_git_writes: args.allow_git_writes,
             allow_nested_userns: args.allow_nested_userns,
+            allow_io_uring: args.allow_io_uring,
             refusal_status: http::StatusCode::from_u16(args.refusal_status).map_err(|_| {
                 WrapperError::Usage(format!(
                     "--refusal-status {} is not an HTTP status",

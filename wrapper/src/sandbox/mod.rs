@@ -390,6 +390,11 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     if !crate::testhooks::hooks().skip_capability_drop {
         caps::drop_all().map_err(failed("drop capabilities"))?;
     }
+    // io_uring's operations would bypass the denied-write log: refused, unless asked for.
+    if plan.probe.io_uring_forbidden && !crate::testhooks::hooks().skip_io_uring_denial {
+        let denial = crate::sys::seccomp::io_uring_denial();
+        crate::sys::seccomp::install_plain(&denial).map_err(failed("refuse io_uring"))?;
+    }
     Ok((proxy_v6, host_sockets))
 }
 

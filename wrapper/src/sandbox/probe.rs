@@ -63,6 +63,8 @@ pub struct ProbeInput {
     pub cgroup_limits: Vec<crate::plan::cgroup::CgroupLimit>,
     /// Whether creating a user namespace must fail.
     pub nested_userns_forbidden: bool,
+    /// Whether io_uring must be refused (ENOSYS).
+    pub io_uring_forbidden: bool,
 }
 
 /// Runs every check.
@@ -82,6 +84,9 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
     }
     checks.push(finish_egress(input, egress));
     checks.push(privileges(input));
+    if input.io_uring_forbidden {
+        checks.push(io_uring());
+    }
     if !input.limits.no_rlimits() {
         checks.push(resource_limits(input));
     }
@@ -673,6 +678,20 @@ fn privileges(input: &ProbeInput) -> Check {
         ));
     }
     check("privileges dropped", forbidden, Vec::new())
+}
+
+/// io_uring, refused by netbox's filter as by a kernel without it (ENOSYS); the control: a
+/// syscall just past io_uring's numbers (pidfd_open) still reaches the kernel.
+fn io_uring() -> Check {
+    let setup = crate::sys::seccomp::try_io_uring_setup().map(drop);
+    let forbidden = vec![refused(
+        "set up an io_uring (ENOSYS)".into(),
+        setup,
+        &[libc::ENOSYS],
+    )];
+    let pidfd = crate::sys::process::pidfd_open(nix::unistd::getpid()).map(drop);
+    let control = vec![succeeded("open a pidfd of its own".into(), pidfd)];
+    check("io_uring refused", forbidden, control)
 }
 
 /// Tries to enter a new user namespace, which must not be possible (ENOSPC: the sandbox's

@@ -59,12 +59,24 @@ enum Op {
     LinkSource { follow: bool },
 }
 
-/// A path argument: its pointer's index, its directory fd's (if any), and what is done.
+/// A path argument: its pointer's index, its directory fd's (if any), what is done, and
+/// whether an empty path names the directory fd's own file (`AT_EMPTY_PATH`).
 #[derive(Clone, Copy, Debug)]
 struct PathArg {
     dirfd: Option<usize>,
     path: usize,
     op: Op,
+    empty_path: bool,
+}
+
+impl PathArg {
+    /// The same, with `AT_EMPTY_PATH` read from the flags argument at `index`.
+    fn empty_path_flag(self, n: &Notification, index: usize) -> PathArg {
+        PathArg {
+            empty_path: int_arg(n.args[index]) & libc::AT_EMPTY_PATH != 0,
+            ..self
+        }
+    }
 }
 
 /// `AT_SYMLINK_NOFOLLOW` in the flags argument at `index`.
@@ -77,11 +89,13 @@ fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
         dirfd: Some(dirfd),
         path,
         op,
+        empty_path: false,
     };
     let plain = |path, op| PathArg {
         dirfd: None,
         path,
         op,
+        empty_path: false,
     };
     let change = |follow| Op::Change { follow };
     match n.nr {
@@ -105,17 +119,19 @@ fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
         libc::SYS_linkat => {
             let follow = int_arg(n.args[4]) & libc::AT_SYMLINK_FOLLOW != 0;
             vec![
-                at(0, 1, Op::LinkSource { follow }),
+                at(0, 1, Op::LinkSource { follow }).empty_path_flag(n, 4),
                 at(2, 3, Op::Create { dir: false }),
             ]
         }
         libc::SYS_symlinkat => vec![at(1, 2, Op::Create { dir: false })],
         // fchmodat has no flags argument (fchmodat2 does).
         libc::SYS_fchmodat => vec![at(0, 1, change(true))],
-        libc::SYS_fchmodat2 | libc::SYS_utimensat => vec![at(0, 1, change(follows(n, 3)))],
-        libc::SYS_fchownat => vec![at(0, 1, change(follows(n, 4)))],
+        libc::SYS_fchmodat2 | libc::SYS_utimensat => {
+            vec![at(0, 1, change(follows(n, 3))).empty_path_flag(n, 3)]
+        }
+        libc::SYS_fchownat => vec![at(0, 1, change(follows(n, 4))).empty_path_flag(n, 4)],
         seccomp::SYS_SETXATTRAT | seccomp::SYS_REMOVEXATTRAT => {
-            vec![at(0, 1, change(follows(n, 2)))]
+            vec![at(0, 1, change(follows(n, 2))).empty_path_flag(n, 2)]
         }
         libc::SYS_truncate | libc::SYS_setxattr | libc::SYS_removexattr => {
             vec![plain(0, change(true))]
@@ -205,6 +221,7 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
     let caller = Caller::new(n, root);
     let mut verdicts = Vec::new();
     let mut names = Vec::new();
+    let mut empty = false;
     for target in path_args(n, openat2_flags)
         .into_iter()
         .filter_map(|arg| caller.read(arg))
@@ -212,13 +229,16 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
         match target {
             Target::OpenFile(link) => verdicts.extend(judge_open_file(&link)),
             Target::Name(name) => names.push(name),
+            Target::Empty => empty = true,
         }
     }
     let written = || names.iter().filter(|name| name.is_written());
 
-    // 2. A name's shape (a final "." or "..", a trailing "/") fails the call first.
+    // 2. An empty name (ENOENT), or a name's shape (a final "." or "..", a trailing "/"),
+    //    fails the call first.
     // 3. link looks its existing file up next: a missing one fails the call (ENOENT).
-    if names.iter().any(NamedPath::refused_for_its_shape)
+    if empty
+        || names.iter().any(NamedPath::refused_for_its_shape)
         || names.iter().any(|name| name.is_missing_link_source(root))
     {
         verdicts.extend(written().map(NamedPath::not_denied));
@@ -273,9 +293,12 @@ fn fd_link(pid: u32, fd: i32) -> PathBuf {
 
 /// What a path argument turns out to be, once read from the caller.
 enum Target {
-    /// The file open on one of the caller's fds (a NULL or empty path): its /proc link.
+    /// The file open on one of the caller's fds, or its working directory (a NULL path, or
+    /// an empty one with `AT_EMPTY_PATH`): its /proc link.
     OpenFile(PathBuf),
     Name(NamedPath),
+    /// An empty path without `AT_EMPTY_PATH`: the call fails with ENOENT before anything.
+    Empty,
 }
 
 /// A path argument as the caller wrote it and as the sandbox names it.
@@ -361,12 +384,18 @@ impl<'a> Caller<'a> {
         }
         let raw = seccomp::read_c_string(n.pid, n.args[arg.path], PATH_MAX).ok()?;
         let dirfd = arg.dirfd.map(|i| int_arg(n.args[i]));
-        // An empty path with AT_EMPTY_PATH means the file open on dirfd.
+        // An empty path with AT_EMPTY_PATH means the file open on dirfd (the working
+        // directory for AT_FDCWD); without it, the call fails with ENOENT.
         if raw.is_empty() {
+            if !arg.empty_path {
+                return Some(Target::Empty);
+            }
             return match (dirfd, arg.op) {
-                (Some(fd), Op::Change { .. }) if fd != libc::AT_FDCWD => Some(Target::OpenFile(
-                    self.fd_link_of_arg(arg.dirfd.unwrap_or(0)),
-                )),
+                (Some(libc::AT_FDCWD), Op::Change { .. }) => Some(Target::OpenFile(PathBuf::from(
+                    format!("/proc/{}/cwd", n.pid),
+                ))),
+                (Some(fd), Op::Change { .. }) => Some(Target::OpenFile(fd_link(n.pid, fd))),
+                // linkat's existing file, open on the fd: found.
                 _ => None,
             };
         }

@@ -316,6 +316,94 @@ fn install(filter: &[libc::sock_filter], flags: libc::c_ulong) -> io::Result<Own
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// io_uring_setup, io_uring_enter and io_uring_register: the same numbers on every ABI
+/// the kernels netbox runs on have (x86_64, x32 with its bit, i386; aarch64, arm).
+pub const IO_URING: [u32; 3] = [425, 426, 427];
+
+/// A filter that fails io_uring's syscalls with ENOSYS on every ABI, as a kernel built
+/// without io_uring would, so that programs fall back to ordinary syscalls: its
+/// operations would bypass the denied-write log, and it is a large attack surface.
+// The BPF_* opcode parts are u32 constants in libc, each below 0x100 by definition.
+#[allow(clippy::cast_possible_truncation)]
+pub fn io_uring_denial() -> Vec<libc::sock_filter> {
+    const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    let numbers: Vec<u32> = IO_URING
+        .iter()
+        .chain(&IO_URING.map(|nr| nr | X32_SYSCALL_BIT))
+        .copied()
+        .collect();
+    let mut filter = vec![libc::sock_filter {
+        code: LD_W_ABS,
+        jt: 0,
+        jf: 0,
+        k: NR,
+    }];
+    // Each comparison jumps to the last instruction (deny) or falls through; after them,
+    // allow.
+    let count = numbers.len();
+    for (i, nr) in numbers.into_iter().enumerate() {
+        filter.push(libc::sock_filter {
+            code: JEQ_K,
+            jt: u8::try_from(count - i).expect("a short filter"),
+            jf: 0,
+            k: nr,
+        });
+    }
+    filter.push(libc::sock_filter {
+        code: RET_K,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_ALLOW,
+    });
+    filter.push(libc::sock_filter {
+        code: RET_K,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_ERRNO | u32::try_from(libc::ENOSYS).unwrap_or(38),
+    });
+    filter
+}
+
+/// Installs a filter that hands nothing to a listener (on the calling thread, and so on
+/// everything it starts from now on). Needs no_new_privs.
+pub fn install_plain(filter: &[libc::sock_filter]) -> io::Result<()> {
+    let prog = libc::sock_fprog {
+        len: u16::try_from(filter.len()).map_err(|_| io::Error::other("filter too long"))?,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: `prog` points at `filter`, which outlives the call; the kernel copies the
+    // program and reads nothing else. Without NEW_LISTENER it returns 0 or -1, no fd.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Tries to set up an io_uring instance of one entry (the probe's attempt).
+pub fn try_io_uring_setup() -> io::Result<OwnedFd> {
+    // struct io_uring_params: 120 bytes, zeroed (no flags), filled in by the kernel.
+    let mut params = [0u8; 120];
+    // SAFETY: io_uring_setup reads and writes the 120-byte params it is given, which live
+    // until the call returns; it returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1, params.as_mut_ptr()) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(|_| io::Error::other("io_uring fd out of range"))?;
+    // SAFETY: the kernel just created this fd for us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// One notified syscall.
 #[derive(Debug, Clone, Copy)]
 pub struct Notification {
@@ -470,6 +558,27 @@ mod tests {
                 op => panic!("unexpected jump {op:#x}"),
             };
             pc += 1 + usize::from(if taken { insn.jt } else { insn.jf });
+        }
+    }
+
+    #[test]
+    fn io_uring_denial_fails_exactly_io_uring_on_every_abi() {
+        let filter = io_uring_denial();
+        let enosys = libc::SECCOMP_RET_ERRNO | u32::try_from(libc::ENOSYS).unwrap();
+        for nr in 0..1000 {
+            let want = if IO_URING.contains(&nr) {
+                enosys
+            } else {
+                libc::SECCOMP_RET_ALLOW
+            };
+            for arch in [AUDIT_ARCH, 0x4000_0003] {
+                assert_eq!(run(&filter, arch, nr, [0; 6]), want, "syscall {nr}");
+                assert_eq!(
+                    run(&filter, arch, nr | X32_SYSCALL_BIT, [0; 6]),
+                    want,
+                    "x32 syscall {nr}"
+                );
+            }
         }
     }
 

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::support::{netbox_bin, stderr, stdout, wait_for_path, Run, TestDir};
+use crate::support::{netbox_bin, stderr, stdout, wait_for_path_within, Run, TestDir};
 
 /// CMD's flood: N connections to the bridge, each a forwarded GET for a new name whose
 /// Host header disagrees with it (refused as a bad request, detail quoting the header),
@@ -95,7 +95,11 @@ fn huge_request_heads_do_not_grow_the_log_or_netbox() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    wait_for_path(&run.workspace.join("flooded"), "the flood never ended");
+    wait_for_path_within(
+        &run.workspace.join("flooded"),
+        "the flood never ended",
+        std::time::Duration::from_secs(60),
+    );
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
     let peak_kib: u64 = status
         .lines()

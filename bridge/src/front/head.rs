@@ -31,7 +31,19 @@ pub enum FirstHead {
 pub async fn read_first(io: &mut ClientIo, timeout: Duration, max_bytes: usize) -> FirstHead {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut buf = BytesMut::new();
+    // Where the search for the head's end resumes: a head is parsed whole once its end
+    // is in (and while it is short, so that garbage is refused at once), not again on
+    // every read, which would cost time in the square of its size.
+    let mut scanned: usize = 0;
     loop {
+        let ended = find_head_end(&buf[scanned.saturating_sub(3)..]);
+        scanned = buf.len();
+        if !ended && buf.len() > EARLY_CHECK_BYTES && buf.len() <= max_bytes {
+            if let Err(stop) = read_more(io, &mut buf, deadline).await {
+                return stop;
+            }
+            continue;
+        }
         match check(&buf) {
             Check::Complete(len) if len <= max_bytes => return FirstHead::Complete(buf.freeze()),
             Check::Refused(refusal) => return FirstHead::Refused(refusal),
@@ -39,19 +51,40 @@ pub async fn read_first(io: &mut ClientIo, timeout: Duration, max_bytes: usize) 
             Check::Partial if buf.len() > max_bytes => return too_large(max_bytes),
             Check::Partial => {}
         }
-        if buf.capacity() == buf.len() {
-            buf.reserve(8 * 1024);
-        }
-        match tokio::time::timeout_at(deadline, io.read_more(&mut buf)).await {
-            Err(_) => return FirstHead::TimedOut,
-            Ok(Ok(0) | Err(_)) => {
-                return FirstHead::Closed {
-                    partial: !buf.is_empty(),
-                }
-            }
-            Ok(Ok(_)) => {}
+        if let Err(stop) = read_more(io, &mut buf, deadline).await {
+            return stop;
         }
     }
+}
+
+/// Reads more into `buf`, growing it by half at least so that a large head takes a few
+/// reads; the first look's end when the client closes, fails or runs out of time.
+async fn read_more(
+    io: &mut ClientIo,
+    buf: &mut BytesMut,
+    deadline: tokio::time::Instant,
+) -> Result<(), FirstHead> {
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve((buf.len() / 2).max(8 * 1024));
+    }
+    match tokio::time::timeout_at(deadline, io.read_more(buf)).await {
+        Err(_) => Err(FirstHead::TimedOut),
+        Ok(Ok(0) | Err(_)) => Err(FirstHead::Closed {
+            partial: !buf.is_empty(),
+        }),
+        Ok(Ok(_)) => Ok(()),
+    }
+}
+
+/// A head shorter than this is parsed on every read, so that what is not HTTP at all is
+/// refused at once; a longer one only once its end has arrived.
+const EARLY_CHECK_BYTES: usize = 4096;
+
+/// Whether `bytes` holds the blank line that ends a head (CRLF CRLF, or bare LFs, which
+/// httparse takes too).
+fn find_head_end(bytes: &[u8]) -> bool {
+    memchr::memmem::find(bytes, b"\n\r\n").is_some()
+        || memchr::memmem::find(bytes, b"\n\n").is_some()
 }
 
 fn too_large(max_bytes: usize) -> FirstHead {

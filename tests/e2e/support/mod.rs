@@ -330,7 +330,13 @@ pub fn curl(args: &[&str]) -> Output {
 
 /// Waits up to 10 s for `path` to exist; fails the test with `why` if it never does.
 pub fn wait_for_path(path: &Path, why: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    wait_for_path_within(path, why, Duration::from_secs(10));
+}
+
+/// The same, for work whose time depends on the machine's load (a flood): this is no
+/// timing test.
+pub fn wait_for_path_within(path: &Path, why: &str, within: Duration) {
+    let deadline = Instant::now() + within;
     while !path.exists() {
         assert!(Instant::now() < deadline, "{why}: {}", path.display());
         std::thread::sleep(Duration::from_millis(20));

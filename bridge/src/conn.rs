@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::log::EventLog;
 use crate::policy::Policy;
@@ -27,7 +27,8 @@ pub struct BridgeConfig {
     pub dns: DnsConfig,
     /// Status for policy refusals (502 by design; some clients expect 403).
     pub refusal_status: StatusCode,
-    /// Connections served at once; more wait in the accept queue.
+    /// Connections served at once across every session; past it (or past a session's own
+    /// limit) each new one is refused at once, with a logged reason.
     pub max_connections: usize,
     /// How long shutdown waits for open connections before stopping them.
     pub drain_timeout: Duration,
@@ -42,17 +43,37 @@ impl Default for BridgeConfig {
             dns_timeout: Duration::from_secs(5),
             dns: DnsConfig::System,
             refusal_status: StatusCode::BAD_GATEWAY,
-            max_connections: 1024,
+            max_connections: 4096,
             drain_timeout: Duration::from_secs(5),
         }
     }
 }
 
-/// One sandboxed run (or one standalone bridge): an id and the policy it is held to.
+/// Connections one session may have open at once, unless it says otherwise.
+pub const DEFAULT_SESSION_CONNECTIONS: usize = 1024;
+
+/// One sandboxed run (or one standalone bridge): an id, the policy it is held to, and its
+/// connection budget.
 #[derive(Debug)]
 pub struct Session {
     pub id: Arc<str>,
     pub policy: Arc<Policy>,
+    /// Connections this session may have open at once (`--max-connections`).
+    pub max_connections: usize,
+    /// Its places, one per open connection.
+    pub(crate) connections: Arc<Semaphore>,
+}
+
+impl Session {
+    pub fn new(id: impl Into<Arc<str>>, policy: Arc<Policy>, max_connections: usize) -> Session {
+        let max_connections = max_connections.clamp(1, Semaphore::MAX_PERMITS);
+        Session {
+            id: id.into(),
+            policy,
+            max_connections,
+            connections: Arc::new(Semaphore::new(max_connections)),
+        }
+    }
 }
 
 /// What every connection shares.
@@ -64,17 +85,40 @@ pub struct Shared {
     pub stop: watch::Receiver<bool>,
 }
 
-/// One accepted connection's context. It holds the connection's slot under
-/// `max_connections`; tasks that outlive the handler (a CONNECT tunnel after hyper hands it
-/// over, a forwarded request's upstream) clone `slot`, so the slot is freed only when the
-/// last of them ends and shutdown drains them all.
+/// One accepted connection's context. It holds the connection's slot under the limits;
+/// tasks that outlive the handler (a CONNECT tunnel after hyper hands it over, a forwarded
+/// request's upstream) clone `slot`, so the slot is freed only when the last of them ends
+/// and shutdown drains them all.
 pub struct Conn {
     pub session: Arc<Session>,
     pub shared: Arc<Shared>,
-    pub slot: Arc<OwnedSemaphorePermit>,
+    pub slot: Arc<Slot>,
+}
+
+/// What a connection holds under the bridge's limits.
+pub enum Slot {
+    /// A place among the session's connections and among the bridge's.
+    Served {
+        _session: OwnedSemaphorePermit,
+        _bridge: OwnedSemaphorePermit,
+    },
+    /// Past a limit: its request is read only to be refused (`why`), holding a place among
+    /// the refusals in flight, which are bounded too.
+    OverLimit {
+        why: String,
+        _refusing: OwnedSemaphorePermit,
+    },
 }
 
 impl Conn {
+    /// Why this connection is to be refused before anything else, if it is past a limit.
+    pub fn over_limit(&self) -> Option<&str> {
+        match &*self.slot {
+            Slot::OverLimit { why, .. } => Some(why),
+            Slot::Served { .. } => None,
+        }
+    }
+
     /// Resolves when the bridge tells open connections to stop.
     pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut stop = self.shared.stop.clone();

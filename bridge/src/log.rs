@@ -565,6 +565,7 @@ pub fn describe(reason: Reason) -> &'static str {
         Reason::HeaderTooLarge => "request header too large",
         Reason::HeaderTimeout => "request header timed out",
         Reason::Unsupported => "unsupported request",
+        Reason::ConnectionLimit => "too many connections open",
     }
 }
 

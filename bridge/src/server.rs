@@ -3,9 +3,11 @@
 //!
 //! The listeners come from the caller: the wrapper creates its listener inside the
 //! sandbox's network namespace and passes the fd out, and a standalone bridge binds its
-//! own. Every connection runs in its own task, bounded by a semaphore. Shutdown stops
-//! accepting, lets connections finish until the drain deadline, then tells the rest to stop
-//! so that each is still logged.
+//! own. Every connection runs in its own task, and holds a place among its session's and
+//! the bridge's connections: one past either limit is accepted all the same, so that it
+//! is refused at once with a reason (never left waiting in the accept queue), and logged.
+//! Shutdown stops accepting, lets connections finish until the drain deadline, then tells
+//! the rest to stop so that each is still logged.
 
 use std::future::Future;
 use std::io::{self, Write};
@@ -17,10 +19,11 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
 
 use crate::client_io::{ClientIo, Stream};
-pub use crate::conn::{BridgeConfig, Session};
-use crate::conn::{Conn, Shared};
+pub use crate::conn::{BridgeConfig, Session, DEFAULT_SESSION_CONNECTIONS};
+use crate::conn::{Conn, Shared, Slot};
 use crate::front;
-use crate::log::EventLog;
+use crate::log::{Attempt, End, EventLog, Proto};
+use crate::policy::Reason;
 use crate::resolver::Resolver;
 
 /// A bound listening socket.
@@ -69,8 +72,9 @@ pub async fn serve(
 ) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let resolver = Resolver::new(&config.dns, config.dns_timeout);
-    let max = config.max_connections.max(1);
+    let max = config.max_connections.clamp(1, Semaphore::MAX_PERMITS);
     let permits = Arc::new(Semaphore::new(max));
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let drain = config.drain_timeout;
     let shared = Arc::new(Shared {
         config,
@@ -82,9 +86,13 @@ pub async fn serve(
     let mut loops = Vec::new();
     for sl in listeners {
         let shared = Arc::clone(&shared);
-        let permits = Arc::clone(&permits);
+        let limits = Limits {
+            bridge: Arc::clone(&permits),
+            bridge_max: max,
+            refusing: Arc::clone(&refusing),
+        };
         let quit = quit_rx.clone();
-        loops.push(tokio::spawn(accept_loop(sl, shared, permits, quit)));
+        loops.push(tokio::spawn(accept_loop(sl, shared, limits, quit)));
     }
     shutdown.await;
     quit_tx.send_replace(true);
@@ -102,20 +110,56 @@ pub async fn serve(
     }
 }
 
+/// Over-limit connections answered at once; past this many, one is cut off unanswered
+/// (and logged), so a flood of them costs a bounded number of tasks.
+const MAX_REFUSALS_IN_FLIGHT: usize = 256;
+
+/// The semaphores a connection takes a place in.
+struct Limits {
+    bridge: Arc<Semaphore>,
+    bridge_max: usize,
+    refusing: Arc<Semaphore>,
+}
+
+impl Limits {
+    /// A place for a new connection of `session`, or, past a limit, a place to refuse it;
+    /// `None` when even the refusals are full.
+    fn place(&self, session: &Session) -> Result<Slot, String> {
+        let session_place = Arc::clone(&session.connections).try_acquire_owned();
+        let bridge_place = Arc::clone(&self.bridge).try_acquire_owned();
+        let why = match (session_place, bridge_place) {
+            (Ok(session), Ok(bridge)) => {
+                return Ok(Slot::Served {
+                    _session: session,
+                    _bridge: bridge,
+                })
+            }
+            (Err(_), _) => format!(
+                "this session already has {} connections open (--max-connections)",
+                session.max_connections
+            ),
+            (Ok(_), Err(_)) => format!(
+                "the bridge already has {} connections open",
+                self.bridge_max
+            ),
+        };
+        match Arc::clone(&self.refusing).try_acquire_owned() {
+            Ok(refusing) => Ok(Slot::OverLimit {
+                why,
+                _refusing: refusing,
+            }),
+            Err(_) => Err(why),
+        }
+    }
+}
+
 async fn accept_loop(
     sl: SessionListener,
     shared: Arc<Shared>,
-    permits: Arc<Semaphore>,
+    limits: Limits,
     mut quit: watch::Receiver<bool>,
 ) {
     loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&permits).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-            _ = quit.wait_for(|&q| q) => return,
-        };
         let stream = tokio::select! {
             accepted = sl.listener.accept() => accepted,
             _ = quit.wait_for(|&q| q) => return,
@@ -134,10 +178,23 @@ async fn accept_loop(
                 continue;
             }
         };
+        let slot = match limits.place(&sl.session) {
+            Ok(slot) => slot,
+            Err(why) => {
+                // Too many refusals in flight to answer this one: cut off (a reset), and
+                // logged all the same.
+                let mut attempt = Attempt::begin(sl.session.id.clone(), Proto::Http);
+                attempt.reason = Reason::ConnectionLimit;
+                attempt.detail = Some(format!("{why}; cut off unanswered"));
+                shared.log.record(&attempt.finish(End::Refused, 0, 0));
+                ClientIo::new(stream).reset_on_close();
+                continue;
+            }
+        };
         let conn = Conn {
             session: Arc::clone(&sl.session),
             shared: Arc::clone(&shared),
-            slot: Arc::new(permit),
+            slot: Arc::new(slot),
         };
         tokio::spawn(front::handle(ClientIo::new(stream), conn));
     }

@@ -27,10 +27,7 @@ fn session(id: &str, rules: &[String]) -> Arc<Session> {
     for rule in rules {
         policy.add_rule(Action::Allow, rule, "--allow").unwrap();
     }
-    Arc::new(Session {
-        id: Arc::from(id),
-        policy: Arc::new(policy),
-    })
+    Arc::new(Session::new(id, Arc::new(policy), 16))
 }
 
 /// Sends CONNECT and returns the status line.

@@ -85,6 +85,8 @@ import ctypes, errno, os, sys
 ws = os.getcwd()
 libc = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
+NR = {"x86_64": {"utimensat": 280, "fchownat": 260},
+      "aarch64": {"utimensat": 88, "fchownat": 54}}[os.uname().machine]
 
 def check(ret):
     if ret != 0:
@@ -105,6 +107,13 @@ cases = [
     ("-", lambda: check(libc.fchownat(os.open("/etc/passwd", os.O_RDONLY), b"", -1, -1, 0))),
     ("-", lambda: check(libc.fchmodat(os.open("/etc/passwd", os.O_RDONLY), b"", 0o600, 0))),
     ("-", lambda: os.rename("/etc/passwd", "")),
+    # A NULL path: only utimensat (without AT_SYMLINK_NOFOLLOW) takes it for the fd's file;
+    # anything else fails first (EFAULT, EINVAL). removexattrat does not take the working
+    # directory for an empty path (EBADF; ENOSYS before Linux 6.13).
+    ("/etc/passwd", lambda: check(libc.syscall(NR["utimensat"], os.open("/etc/passwd", os.O_RDONLY), None, None, 0))),
+    ("-", lambda: check(libc.syscall(NR["utimensat"], os.open("/etc/passwd", os.O_RDONLY), None, None, 0x100))),
+    ("-", lambda: check(libc.syscall(NR["fchownat"], os.open("/etc/passwd", os.O_RDONLY), None, -1, -1, AT_EMPTY_PATH))),
+    ("-", lambda: in_dir("/etc", lambda: check(libc.syscall(466, AT_FDCWD, b"", AT_EMPTY_PATH, b"user.nb")))),
     ("/etc/passwd", lambda: os.utime("/etc/passwd")),
     ("/etc/passwd", lambda: os.chmod("/etc/passwd", 0o600)),
     ("/etc/passwd", lambda: os.chown("/etc/passwd", -1, -1)),

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 
 /// Run untrusted commands behind an OS-enforced network and filesystem boundary.
@@ -159,6 +160,14 @@ pub struct RunArgs {
     #[arg(long = "allow-io-uring")]
     pub allow_io_uring: bool,
 
+    /// Connections CMD may have open through the bridge at once; past it each new one is
+    /// refused at once (503, or a SOCKS5 failure reply) and logged. At least 2: the live
+    /// probe opens two at once.
+    #[arg(long = "max-connections", value_name = "N",
+          default_value_t = bridge::server::DEFAULT_SESSION_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(2..=1_000_000).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
+    pub max_connections: usize,
+
     /// HTTP status for refused requests (default 502; see docs/bridge.md for what each client
     /// makes of it).
     #[arg(long = "refusal-status", value_name = "CODE", default_value_t = 502,
@@ -243,7 +252,7 @@ pub struct RunArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the egress-filtering proxy on its own.
-    Bridge(BridgeArgs),
+    Bridge(Box<BridgeArgs>),
     /// Copy named files out of a directory a sandbox wrote, treating it as hostile.
     Export(ExportArgs),
     /// Prove every control for these options (the live probe's battery) and print it.
@@ -391,6 +400,13 @@ pub struct BridgeArgs {
     #[arg(long = "header-timeout", value_name = "DURATION", default_value = "10s",
           value_parser = humantime::parse_duration)]
     pub header_timeout: std::time::Duration,
+
+    /// Connections open at once; past it each new one is refused at once (503, or a
+    /// SOCKS5 failure reply) and logged.
+    #[arg(long = "max-connections", value_name = "N",
+          default_value_t = bridge::server::DEFAULT_SESSION_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
+    pub max_connections: usize,
 }
 
 #[cfg(test)]

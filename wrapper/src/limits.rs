@@ -45,6 +45,24 @@ impl Limits {
     }
 }
 
+/// A line to say when the open-file limit (already raised to its hard limit at start)
+/// cannot hold `max_connections` at once: each takes two fds (the client's and the
+/// upstream's), and netbox needs a few of its own.
+pub fn open_file_note(max_connections: usize) -> Option<String> {
+    use nix::sys::resource::{getrlimit, Resource};
+    const OWN_FDS: u64 = 64;
+    let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    let wanted = u64::try_from(max_connections).ok()?.saturating_mul(2) + OWN_FDS;
+    (soft < wanted).then(|| {
+        format!(
+            "netbox: the open-file limit ({soft}) holds about {} connections at once, fewer \
+             than --max-connections {max_connections}; raise it (ulimit -n) or lower \
+             --max-connections",
+            soft.saturating_sub(OWN_FDS) / 2
+        )
+    })
+}
+
 /// Sets every requested limit, hard and soft, on the calling process; none when a test
 /// breaks this control on purpose.
 pub fn apply(limits: &Limits) -> nix::Result<()> {

@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     let result = match cli.command {
-        Some(cli::Command::Bridge(args)) => commands::bridge_cmd::run(args).map(|()| 0),
+        Some(cli::Command::Bridge(args)) => commands::bridge_cmd::run(*args).map(|()| 0),
         Some(cli::Command::Export(args)) => commands::export::run(&args),
         Some(cli::Command::Verify(args)) => commands::verify::run(args),
         Some(cli::Command::Log(args)) => commands::logview::run(&args),

@@ -145,21 +145,8 @@ fn refused_by_hyper(request: &httparse::Request) -> Option<String> {
             .filter(move |h| h.name.eq_ignore_ascii_case(name))
             .map(|h| h.value)
     };
-    let mut encodings = named("transfer-encoding").peekable();
-    if encodings.peek().is_some() {
-        if request.version == Some(0) {
-            return Some("Transfer-Encoding in an HTTP/1.0 request".into());
-        }
-        let last = encodings
-            .last()
-            .and_then(|v| v.rsplit(|b| *b == b',').next())
-            .map(|v| v.trim_ascii().to_ascii_lowercase());
-        if last.as_deref() != Some(b"chunked".as_slice()) {
-            return Some("Transfer-Encoding that does not end in chunked".into());
-        }
-        // With chunked, hyper drops any Content-Length (RFC 9112 §6.3).
-        return None;
-    }
+    // Every Content-Length is checked, with Transfer-Encoding or without (hyper checks
+    // those it meets before one).
     let mut length = None;
     for value in named("content-length") {
         for part in value.split(|b| *b == b',') {
@@ -174,6 +161,23 @@ fn refused_by_hyper(request: &httparse::Request) -> Option<String> {
                 }
                 (Some(n), _) => length = Some(n),
             }
+        }
+    }
+    let encodings: Vec<&[u8]> = named("transfer-encoding").collect();
+    if let Some(last) = encodings.last() {
+        if request.version == Some(0) {
+            return Some("Transfer-Encoding in an HTTP/1.0 request".into());
+        }
+        // hyper reads the values as visible ASCII; anything else is not chunked to it.
+        let visible = encodings
+            .iter()
+            .all(|v| v.iter().all(|b| *b == b'\t' || (b' '..=b'~').contains(b)));
+        let last = last
+            .rsplit(|b| *b == b',')
+            .next()
+            .map(|v| v.trim_ascii().to_ascii_lowercase());
+        if !visible || last.as_deref() != Some(b"chunked".as_slice()) {
+            return Some("Transfer-Encoding that does not end in chunked".into());
         }
     }
     None
@@ -207,6 +211,8 @@ mod tests {
             ("POST http://a.test/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", "400"),
             ("POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", "400"),
             ("POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 9\r\n\r\n", "complete"),
+            ("POST http://a.test/ HTTP/1.1\r\nContent-Length: x\r\nTransfer-Encoding: chunked\r\n\r\n", "400"),
+            ("POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: gzip\x7f, chunked\r\n\r\n", "400"),
         ] {
             assert_eq!(verdict(head), want, "{head:?}");
         }

@@ -60,7 +60,21 @@ struct ConnState {
 pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Duration) {
     // The first head is read and checked here, so that one hyper would refuse on its own
     // is refused as every request is (head.rs).
-    match super::head::read_first(&mut io, header_timeout, MAX_HEADER_BYTES).await {
+    let first = tokio::select! {
+        first = super::head::read_first(&mut io, header_timeout, MAX_HEADER_BYTES) => first,
+        // The bridge is stopping: a head still on its way will not be served.
+        () = conn.stopped() => {
+            let detail = "the bridge stopped before the request head was complete";
+            return log_unanswered(io, &conn, Reason::HeaderTimeout, detail.into());
+        }
+    };
+    match first {
+        // Past a connection limit: the head is read only to be answered with why.
+        FirstHead::Complete(_) if conn.over_limit().is_some() => {
+            let why = conn.over_limit().unwrap_or_default().to_owned();
+            let refusal = Refusal::new(Reason::ConnectionLimit, why);
+            return refuse_first_head(io, &conn, &refusal).await;
+        }
         FirstHead::Complete(head) => io.unread(head),
         FirstHead::Refused(refusal) => return refuse_first_head(io, &conn, &refusal).await,
         // The client left before finishing a head, or never finished it in time: a
@@ -551,6 +565,7 @@ fn refusal_parts(
         Reason::BadRequest | Reason::Unsupported => StatusCode::BAD_REQUEST,
         Reason::HeaderTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         Reason::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+        Reason::ConnectionLimit => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_GATEWAY,
     };
     let error_type = match (refusal.reason, refusal.io_kind) {
@@ -562,6 +577,7 @@ fn refusal_parts(
         (Reason::UpstreamUnreachable, Some(std::io::ErrorKind::TimedOut)) => "connection_timeout",
         (Reason::UpstreamUnreachable, _) => "destination_unavailable",
         (Reason::UpstreamTimeout, _) => "http_response_timeout",
+        (Reason::ConnectionLimit, _) => "connection_limit_reached",
         (Reason::BadRequest | Reason::Unsupported | Reason::HeaderTooLarge, _) => {
             "http_request_error"
         }

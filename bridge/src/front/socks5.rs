@@ -64,6 +64,13 @@ pub async fn serve(mut io: ClientIo, conn: Conn) {
         ),
     };
     let target = match request {
+        // Past a connection limit: the request is read only to be answered with why.
+        Request::Connect(target) if conn.over_limit().is_some() => {
+            attempt.target = Some(target);
+            let why = conn.over_limit().unwrap_or_default().to_owned();
+            let refusal = Refusal::new(Reason::ConnectionLimit, why);
+            return refuse(io, &conn, attempt, Some(Reply::GeneralFailure), refusal).await;
+        }
         Request::Connect(target) => target,
         Request::Refused(reply, refusal) => {
             return refuse(io, &conn, attempt, reply, refusal).await

@@ -96,6 +96,8 @@ pub enum Reason {
     HeaderTooLarge,
     HeaderTimeout,
     Unsupported,
+    /// Past the session's or the bridge's connection limit.
+    ConnectionLimit,
 }
 
 impl Reason {
@@ -114,6 +116,7 @@ impl Reason {
             Reason::BadRequest | Reason::Unsupported => "bad-request",
             Reason::HeaderTooLarge => "header-too-large",
             Reason::HeaderTimeout => "header-timeout",
+            Reason::ConnectionLimit => "connection-limit",
         }
     }
 }

@@ -43,12 +43,17 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             bridge::DnsConfig::Servers(args.dns.clone())
         },
         refusal_status: http_status(args.refusal_status)?,
+        max_connections: args.max_connections,
         ..BridgeConfig::default()
     };
-    let session = Arc::new(Session {
-        id: Arc::from(args.session.clone().unwrap_or_else(new_session_id)),
-        policy: Arc::new(policy),
-    });
+    let session = Arc::new(Session::new(
+        args.session.clone().unwrap_or_else(new_session_id),
+        Arc::new(policy),
+        args.max_connections,
+    ));
+    if let Some(note) = crate::limits::open_file_note(args.max_connections) {
+        crate::output::say(&note);
+    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -51,6 +51,9 @@ pub fn run_reporting(
     probe_report: &mut Option<crate::sandbox::probe::ProbeReport>,
 ) -> Result<u8, WrapperError> {
     let started = std::time::Instant::now();
+    if let Some(note) = crate::limits::open_file_note(config.max_connections) {
+        crate::output::say(&note);
+    }
     // Before anything of the sandbox exists: whatever CMD creates is stamped later.
     let since = crate::supervise::gitaudit::Stamp::now();
     // Each writable root, held from here on: everything below is reached through it.
@@ -242,10 +245,11 @@ fn run_logged(
         .build()
         .map_err(WrapperError::Runtime)?;
     let session_id = config.session_id.clone();
-    let session = Arc::new(Session {
-        id: Arc::from(config.session_id.as_str()),
-        policy: Arc::new(config.policy),
-    });
+    let session = Arc::new(Session::new(
+        config.session_id.as_str(),
+        Arc::new(config.policy),
+        config.max_connections,
+    ));
     let stderr = if config.quiet {
         Stderr::Quiet
     } else {

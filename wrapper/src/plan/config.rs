@@ -41,6 +41,8 @@ pub struct SandboxConfig {
     pub allow_nested_userns: bool,
     /// CMD may use io_uring.
     pub allow_io_uring: bool,
+    /// Connections CMD may have open through the bridge at once.
+    pub max_connections: usize,
     /// The HTTP status of a refused request.
     pub refusal_status: http::StatusCode,
     /// What each `--allow-tool` contributed, for the start-up line.
@@ -130,6 +132,7 @@ impl SandboxConfig {
             allow_git_writes: args.allow_git_writes,
             allow_nested_userns: args.allow_nested_userns,
             allow_io_uring: args.allow_io_uring,
+            max_connections: args.max_connections,
             refusal_status: http::StatusCode::from_u16(args.refusal_status).map_err(|_| {
                 WrapperError::Usage(format!(
                     "--refusal-status {} is not an HTTP status",

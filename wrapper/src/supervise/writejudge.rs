@@ -286,6 +286,17 @@ fn not_denied(mut verdicts: Vec<Verdict>) -> Vec<Verdict> {
     verdicts
 }
 
+/// futimesat(2), which only x86_64 has.
+#[cfg(target_arch = "x86_64")]
+fn is_futimesat(nr: i64) -> bool {
+    nr == libc::SYS_futimesat
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn is_futimesat(_nr: i64) -> bool {
+    false
+}
+
 /// `/proc/PID/fd/FD`: the caller's open file, from outside.
 fn fd_link(pid: u32, fd: i32) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/fd/{fd}"))
@@ -377,10 +388,17 @@ impl<'a> Caller<'a> {
     /// path and no file meant).
     fn read(&self, arg: PathArg) -> Option<Target> {
         let n = self.n;
-        // utimensat(fd, NULL, ...) and futimesat(fd, NULL, ...) change the file open on fd.
+        // utimensat(fd, NULL, ...) and futimesat(fd, NULL, ...) change the file open on fd
+        // (utimensat refuses AT_SYMLINK_NOFOLLOW with it: EINVAL); any other call fails on
+        // a NULL path (EFAULT).
         if n.args[arg.path] == 0 {
-            return matches!(arg.op, Op::Change { .. })
-                .then(|| Target::OpenFile(self.fd_link_of_arg(0)));
+            let nofollow = int_arg(n.args[3]) & libc::AT_SYMLINK_NOFOLLOW != 0;
+            let open_file = (n.nr == libc::SYS_utimensat && !nofollow) || is_futimesat(n.nr);
+            return Some(if open_file {
+                Target::OpenFile(self.fd_link_of_arg(0))
+            } else {
+                Target::Empty
+            });
         }
         let raw = seccomp::read_c_string(n.pid, n.args[arg.path], PATH_MAX).ok()?;
         let dirfd = arg.dirfd.map(|i| int_arg(n.args[i]));
@@ -391,6 +409,10 @@ impl<'a> Caller<'a> {
                 return Some(Target::Empty);
             }
             return match (dirfd, arg.op) {
+                // removexattrat does not take the working directory for it: EBADF.
+                (Some(libc::AT_FDCWD), _) if n.nr == seccomp::SYS_REMOVEXATTRAT => {
+                    Some(Target::Empty)
+                }
                 (Some(libc::AT_FDCWD), Op::Change { .. }) => Some(Target::OpenFile(PathBuf::from(
                     format!("/proc/{}/cwd", n.pid),
                 ))),

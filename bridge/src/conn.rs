@@ -32,6 +32,9 @@ pub struct BridgeConfig {
     pub max_connections: usize,
     /// How long shutdown waits for open connections before stopping them.
     pub drain_timeout: Duration,
+    /// Returns the memory the allocator holds free to the system (memory.rs); called once
+    /// many connections have closed.
+    pub trim_memory: Option<fn()>,
 }
 
 impl Default for BridgeConfig {
@@ -45,6 +48,7 @@ impl Default for BridgeConfig {
             refusal_status: StatusCode::BAD_GATEWAY,
             max_connections: 4096,
             drain_timeout: Duration::from_secs(5),
+            trim_memory: None,
         }
     }
 }
@@ -108,6 +112,12 @@ pub enum Slot {
         why: String,
         _refusing: OwnedSemaphorePermit,
     },
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        crate::memory::connection_closed();
+    }
 }
 
 impl Conn {

@@ -28,6 +28,7 @@ mod front;
 pub mod ipclass;
 pub mod listen;
 pub mod log;
+mod memory;
 pub mod policy;
 pub mod records;
 pub mod resolver;

@@ -94,7 +94,14 @@ pub async fn serve(
         let quit = quit_rx.clone();
         loops.push(tokio::spawn(accept_loop(sl, shared, limits, quit)));
     }
+    let returning = shared
+        .config
+        .trim_memory
+        .map(|trim| tokio::spawn(crate::memory::return_freed_memory(trim)));
     shutdown.await;
+    if let Some(returning) = returning {
+        returning.abort();
+    }
     quit_tx.send_replace(true);
     for l in loops {
         let _ = l.await;

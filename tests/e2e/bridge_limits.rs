@@ -114,6 +114,41 @@ fn past_the_connection_limit_each_new_connection_is_refused_at_once() {
     assert!(bridge.is_alive());
 }
 
+#[test]
+fn memory_comes_back_after_tunnels_close() {
+    let dir = TestDir::new("memory-back");
+    let sink = crate::support::upstream::SinkServer::start();
+    let target = format!("registry.test:{}", sink.addr.port());
+    let bridge = Bridge::start(&dir, &policy(sink.addr.port()), &[]);
+    let idle = bridge.rss_kib();
+    // Control: 500 tunnels, each having carried a little, cost memory while open.
+    let mut tunnels: Vec<TcpStream> = (0..500)
+        .map(|_| {
+            let mut t = connect_tunnel(bridge.addr, &target);
+            t.write_all(&[b'x'; 1000]).unwrap();
+            t
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let open = bridge.rss_kib();
+    assert!(
+        open > idle + 4 * 1024,
+        "500 open tunnels: {idle} -> {open} KiB"
+    );
+    tunnels.clear();
+    // Once they have closed, the bridge gives what they held back to the system.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut now = bridge.rss_kib();
+    while now > idle + (open - idle) / 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        now = bridge.rss_kib();
+    }
+    assert!(
+        now <= idle + (open - idle) / 4,
+        "idle {idle} KiB, open {open} KiB, closed {now} KiB"
+    );
+}
+
 /// Opens N tunnels through the sandbox's proxy and holds them; prints each answer's status.
 const HOLD_TUNNELS: &str = r#"
 import os, socket, sys

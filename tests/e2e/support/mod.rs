@@ -191,6 +191,17 @@ impl Bridge {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The bridge process's resident memory, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("VmRSS")
+    }
+
     /// True while the bridge process is still running.
     pub fn is_alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()

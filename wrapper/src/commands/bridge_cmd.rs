@@ -44,6 +44,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         },
         refusal_status: http_status(args.refusal_status)?,
         max_connections: args.max_connections,
+        trim_memory: Some(crate::sys::memory::return_free_pages),
         ..BridgeConfig::default()
     };
     let session = Arc::new(Session::new(

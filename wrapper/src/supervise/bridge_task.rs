@@ -27,6 +27,7 @@ impl BridgeTask {
             listeners,
             BridgeConfig {
                 refusal_status,
+                trim_memory: Some(crate::sys::memory::return_free_pages),
                 ..BridgeConfig::default()
             },
             log,

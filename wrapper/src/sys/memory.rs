@@ -32,6 +32,17 @@ pub fn reserve_and_release(bytes: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Returns every page malloc holds free to the system, in every arena (glibc keeps what a
+/// burst of connections freed; see bridge/src/memory.rs). Nothing elsewhere.
+pub fn return_free_pages() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim takes a size by value and only walks malloc's own arenas, under
+    // their locks; any thread may call it at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Makes every thread of this process allocate from the one malloc arena. glibc gives each
 /// new thread an arena of its own, which reserves 64 MiB of address space for the life of
 /// the process: in pid 1, whose footprint counts against `--memory` (the probe's check runs

@@ -25,6 +25,8 @@ mod counted;
 mod dialer;
 mod error;
 mod front;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod ipclass;
 pub mod listen;
 pub mod log;

@@ -97,7 +97,7 @@ fn too_large(max_bytes: usize) -> FirstHead {
 /// Most header fields hyper takes in one head (its `max_headers`); more is 431.
 pub const MAX_HEADERS: usize = 100;
 
-enum Check {
+pub(crate) enum Check {
     /// A whole head, this many bytes long.
     Complete(usize),
     Partial,
@@ -105,7 +105,7 @@ enum Check {
 }
 
 /// What hyper would make of `buf` as a request head.
-fn check(buf: &[u8]) -> Check {
+pub(crate) fn check(buf: &[u8]) -> Check {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(buf) {

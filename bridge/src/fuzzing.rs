@@ -46,6 +46,24 @@ pub fn allowlist(data: &[u8]) {
     let _ = std::fs::remove_file(&path);
 }
 
+/// A SOCKS5 greeting and request, read from memory: a CONNECT it accepts names a port
+/// and a target whose printed form parses to the same.
+pub fn socks5_request(data: &[u8]) {
+    use crate::front::socks5::{read_request, Request};
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime")
+    });
+    let mut stream = tokio::io::join(data, tokio::io::sink());
+    if let Ok(Request::Connect(target)) = runtime.block_on(read_request(&mut stream)) {
+        assert_ne!(target.port, 0, "a CONNECT to port 0");
+        let again = Target::parse_authority(&target.to_string());
+        assert_eq!(again.as_ref().ok(), Some(&target), "{target}");
+    }
+}
+
 /// An event-log line: read as its type, and a `net` record writes back to a line that
 /// reads as the same.
 pub fn event_record(data: &[u8]) {
@@ -68,11 +86,12 @@ mod tests {
     fn the_fuzz_corpus_replays_cleanly() {
         let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
         type Entry = fn(&[u8]);
-        let targets: [(&str, Entry); 4] = [
+        let targets: [(&str, Entry); 5] = [
             ("http_head", super::http_head),
             ("authority", super::authority),
             ("allowlist", super::allowlist),
             ("event_record", super::event_record),
+            ("socks5_request", super::socks5_request),
         ];
         let mut replayed = 0;
         for (name, entry) in targets {

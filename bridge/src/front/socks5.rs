@@ -29,7 +29,7 @@ const ATYP_IPV6: u8 = 0x04;
 /// Reply codes, RFC 1928 §6.
 #[derive(Debug, Clone, Copy)]
 #[repr(u8)]
-enum Reply {
+pub(crate) enum Reply {
     Succeeded = 0x00,
     GeneralFailure = 0x01,
     NotAllowed = 0x02,
@@ -42,7 +42,7 @@ enum Reply {
 }
 
 /// A request the client sent, or why it could not be read.
-enum Request {
+pub(crate) enum Request {
     Connect(Target),
     /// Refused; the reply code to send, unless one was already sent.
     Refused(Option<Reply>, Refusal),
@@ -111,8 +111,13 @@ pub async fn serve(mut io: ClientIo, conn: Conn) {
 }
 
 /// Reads the greeting and the request. I/O errors mean the client spoke garbage or left.
-async fn read_request(io: &mut ClientIo) -> io::Result<Request> {
-    let [version, method_count] = read_array::<2>(io).await?;
+/// Reads the greeting (answering it) and the request; generic over the stream so the fuzz
+/// target can drive it from memory (fuzzing.rs).
+pub(crate) async fn read_request<S>(io: &mut S) -> io::Result<Request>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let [version, method_count] = read_array::<2, _>(io).await?;
     if version != VERSION || method_count == 0 {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "bad greeting"));
     }
@@ -127,19 +132,19 @@ async fn read_request(io: &mut ClientIo) -> io::Result<Request> {
     }
     io.write_all(&[VERSION, METHOD_NO_AUTH]).await?;
 
-    let [version, command, _reserved, address_type] = read_array::<4>(io).await?;
+    let [version, command, _reserved, address_type] = read_array::<4, _>(io).await?;
     if version != VERSION {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "bad version"));
     }
     let host = match address_type {
         ATYP_IPV4 => Ok(Host::Ip(IpAddr::V4(Ipv4Addr::from(
-            read_array::<4>(io).await?,
+            read_array::<4, _>(io).await?,
         )))),
         ATYP_IPV6 => Ok(Host::Ip(crate::target::canonical_ip(IpAddr::V6(
-            Ipv6Addr::from(read_array::<16>(io).await?),
+            Ipv6Addr::from(read_array::<16, _>(io).await?),
         )))),
         ATYP_DOMAIN => {
-            let [len] = read_array::<1>(io).await?;
+            let [len] = read_array::<1, _>(io).await?;
             let mut name = vec![0u8; usize::from(len)];
             io.read_exact(&mut name).await?;
             let name = String::from_utf8_lossy(&name).into_owned();
@@ -152,7 +157,7 @@ async fn read_request(io: &mut ClientIo) -> io::Result<Request> {
             ))
         }
     };
-    let port = u16::from_be_bytes(read_array::<2>(io).await?);
+    let port = u16::from_be_bytes(read_array::<2, _>(io).await?);
     if command != CMD_CONNECT {
         return Ok(Request::Refused(
             Some(Reply::CommandNotSupported),
@@ -175,7 +180,10 @@ async fn read_request(io: &mut ClientIo) -> io::Result<Request> {
     }
 }
 
-async fn read_array<const N: usize>(io: &mut ClientIo) -> io::Result<[u8; N]> {
+async fn read_array<const N: usize, S>(io: &mut S) -> io::Result<[u8; N]>
+where
+    S: tokio::io::AsyncRead + Unpin,
+{
     let mut buf = [0u8; N];
     io.read_exact(&mut buf).await?;
     Ok(buf)

@@ -87,6 +87,8 @@ pub struct Shared {
     pub resolver: Resolver,
     /// Fires when open connections must stop (after the drain deadline).
     pub stop: watch::Receiver<bool>,
+    /// The bridge's places, one per open connection across every session.
+    pub(crate) connections: Arc<Semaphore>,
 }
 
 /// One accepted connection's context. It holds the connection's slot under the limits;
@@ -114,6 +116,18 @@ pub enum Slot {
     },
 }
 
+impl Slot {
+    /// A place among the session's and the bridge's connections, if both have one free.
+    pub(crate) fn try_served(session: &Session, shared: &Shared) -> Option<Slot> {
+        let session = Arc::clone(&session.connections).try_acquire_owned().ok()?;
+        let bridge = Arc::clone(&shared.connections).try_acquire_owned().ok()?;
+        Some(Slot::Served {
+            _session: session,
+            _bridge: bridge,
+        })
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         crate::memory::connection_closed();
@@ -121,6 +135,35 @@ impl Drop for Slot {
 }
 
 impl Conn {
+    /// A connection past a limit waits up to `wait` for a place to free up, and is served
+    /// if one does; any other is returned as it is.
+    pub async fn wait_for_place(self, wait: Duration) -> Conn {
+        if self.over_limit().is_none() {
+            return self;
+        }
+        let places = async {
+            let session = Arc::clone(&self.session.connections)
+                .acquire_owned()
+                .await
+                .ok()?;
+            let bridge = Arc::clone(&self.shared.connections)
+                .acquire_owned()
+                .await
+                .ok()?;
+            Some(Slot::Served {
+                _session: session,
+                _bridge: bridge,
+            })
+        };
+        match tokio::time::timeout(wait, places).await {
+            Ok(Some(slot)) => Conn {
+                slot: Arc::new(slot),
+                ..self
+            },
+            _ => self,
+        }
+    }
+
     /// Why this connection is to be refused before anything else, if it is past a limit.
     pub fn over_limit(&self) -> Option<&str> {
         match &*self.slot {

@@ -72,7 +72,12 @@ pub async fn serve(
 ) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let resolver = Resolver::new(&config.dns, config.dns_timeout);
-    let max = config.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+    // The bridge's limit is never below one of its sessions' own.
+    let max = listeners
+        .iter()
+        .map(|l| l.session.max_connections)
+        .fold(config.max_connections, usize::max)
+        .clamp(1, Semaphore::MAX_PERMITS);
     let permits = Arc::new(Semaphore::new(max));
     let refusing = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let drain = config.drain_timeout;
@@ -81,13 +86,13 @@ pub async fn serve(
         log,
         resolver,
         stop: stop_rx,
+        connections: Arc::clone(&permits),
     });
     let (quit_tx, quit_rx) = watch::channel(false);
     let mut loops = Vec::new();
     for sl in listeners {
         let shared = Arc::clone(&shared);
         let limits = Limits {
-            bridge: Arc::clone(&permits),
             bridge_max: max,
             refusing: Arc::clone(&refusing),
         };
@@ -121,34 +126,31 @@ pub async fn serve(
 /// (and logged), so a flood of them costs a bounded number of tasks.
 const MAX_REFUSALS_IN_FLIGHT: usize = 256;
 
-/// The semaphores a connection takes a place in.
+/// The bridge's limit and the refusals' places (the connections' own places are in
+/// `Shared` and each `Session`).
 struct Limits {
-    bridge: Arc<Semaphore>,
     bridge_max: usize,
     refusing: Arc<Semaphore>,
 }
 
 impl Limits {
-    /// A place for a new connection of `session`, or, past a limit, a place to refuse it;
-    /// `None` when even the refusals are full.
-    fn place(&self, session: &Session) -> Result<Slot, String> {
-        let session_place = Arc::clone(&session.connections).try_acquire_owned();
-        let bridge_place = Arc::clone(&self.bridge).try_acquire_owned();
-        let why = match (session_place, bridge_place) {
-            (Ok(session), Ok(bridge)) => {
-                return Ok(Slot::Served {
-                    _session: session,
-                    _bridge: bridge,
-                })
-            }
-            (Err(_), _) => format!(
+    /// A place for a new connection of `session`, or, past a limit, a place to refuse it
+    /// (`front::handle` still waits a moment for a place to free up); `Err` with why when
+    /// even the refusals are full.
+    fn place(&self, session: &Session, shared: &Shared) -> Result<Slot, String> {
+        if let Some(served) = Slot::try_served(session, shared) {
+            return Ok(served);
+        }
+        let why = if session.connections.available_permits() == 0 {
+            format!(
                 "this session already has {} connections open (--max-connections)",
                 session.max_connections
-            ),
-            (Ok(_), Err(_)) => format!(
+            )
+        } else {
+            format!(
                 "the bridge already has {} connections open",
                 self.bridge_max
-            ),
+            )
         };
         match Arc::clone(&self.refusing).try_acquire_owned() {
             Ok(refusing) => Ok(Slot::OverLimit {
@@ -166,6 +168,7 @@ async fn accept_loop(
     limits: Limits,
     mut quit: watch::Receiver<bool>,
 ) {
+    let mut last_said = None;
     loop {
         let stream = tokio::select! {
             accepted = sl.listener.accept() => accepted,
@@ -175,17 +178,23 @@ async fn accept_loop(
             Ok(stream) => stream,
             Err(e) => {
                 // Out of fds or a client that vanished mid-handshake: keep serving,
-                // after a short pause so an fd shortage does not spin.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "netbox: bridge accept on {}: {e}",
-                    sl.listener.describe()
-                );
+                // after a short pause so an fd shortage does not spin; said once a
+                // second at most (stderr may be the user's terminal).
+                if last_said
+                    .is_none_or(|at: tokio::time::Instant| at.elapsed() >= Duration::from_secs(1))
+                {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "netbox: bridge accept on {}: {e}",
+                        sl.listener.describe()
+                    );
+                    last_said = Some(tokio::time::Instant::now());
+                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
-        let slot = match limits.place(&sl.session) {
+        let slot = match limits.place(&sl.session, &shared) {
             Ok(slot) => slot,
             Err(why) => {
                 // Too many refusals in flight to answer this one: cut off (a reset), and

@@ -91,26 +91,40 @@ fn past_the_connection_limit_each_new_connection_is_refused_at_once() {
         "{limited:?}"
     );
 
-    // A place freed is served again.
-    drop(held.pop());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let mut stream = TcpStream::connect(bridge.addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        write!(
-            stream,
-            "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
-        )
-        .unwrap();
-        let head = crate::support::read_head(&mut stream);
-        if head.starts_with("HTTP/1.1 200") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no place was freed: {head:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // A place freed is served again, even to clients that open their next connection the
+    // moment they closed one (pools at their full size): two of them, each holding one
+    // place, 50 times over, with the limit's other two places taken.
+    held.truncate(0);
+    let hold: Vec<TcpStream> = (0..2)
+        .map(|_| connect_tunnel(bridge.addr, &target))
+        .collect();
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (addr, target) = (bridge.addr, target.clone());
+            std::thread::spawn(move || {
+                let mut refused = 0;
+                for _ in 0..50 {
+                    let mut stream = TcpStream::connect(addr).unwrap();
+                    stream
+                        .set_read_timeout(Some(Duration::from_secs(5)))
+                        .unwrap();
+                    write!(
+                        stream,
+                        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
+                    )
+                    .unwrap();
+                    let head = crate::support::read_head(&mut stream);
+                    if !head.starts_with("HTTP/1.1 200") {
+                        refused += 1;
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(refused, 0, "connections refused at exactly the limit");
+    drop(hold);
     assert!(bridge.is_alive());
 }
 

@@ -13,14 +13,26 @@ use crate::policy::Reason;
 /// First byte of every SOCKS5 message (RFC 1928 §3).
 const SOCKS5_VERSION: u8 = 0x05;
 
+/// How long a connection past a limit waits for a place before it is refused.
+const PLACE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Serves one client connection to its end.
 pub async fn handle(io: ClientIo, conn: Conn) {
     let timeout = conn.shared.config.header_timeout;
     let started = tokio::time::Instant::now();
-    match tokio::time::timeout(timeout, io.peek_first_byte()).await {
-        Ok(Ok(Some(SOCKS5_VERSION))) => socks5::serve(io, conn).await,
-        // The head deadline covers the whole head, first byte included.
-        Ok(Ok(Some(_))) => http::serve(io, conn, timeout.saturating_sub(started.elapsed())).await,
+    // Past a limit, a place freed a moment later is still this connection's: a client that
+    // closes one connection and opens the next at once is not refused for the overlap.
+    let conn = conn.wait_for_place(PLACE_WAIT).await;
+    let first_byte = tokio::select! {
+        first = tokio::time::timeout(timeout, io.peek_first_byte()) => first,
+        // The bridge is stopping: nothing was asked yet.
+        () = conn.stopped() => return,
+    };
+    // The head deadline covers the whole head, first byte included.
+    let left = timeout.saturating_sub(started.elapsed());
+    match first_byte {
+        Ok(Ok(Some(SOCKS5_VERSION))) => socks5::serve(io, conn, left).await,
+        Ok(Ok(Some(_))) => http::serve(io, conn, left).await,
         // Closed or failed before saying anything: nothing was attempted.
         Ok(Ok(None)) | Ok(Err(_)) => {}
         Err(_) => {

@@ -49,10 +49,15 @@ pub(crate) enum Request {
 }
 
 /// Serves one SOCKS5 client to the end of its tunnel.
-pub async fn serve(mut io: ClientIo, conn: Conn) {
+/// `header_timeout` is what is left of the head deadline after the first byte.
+pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Duration) {
     let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Socks5);
-    let header_timeout = conn.shared.config.header_timeout;
-    let request = match tokio::time::timeout(header_timeout, read_request(&mut io)).await {
+    let read = tokio::select! {
+        read = tokio::time::timeout(header_timeout, read_request(&mut io)) => read,
+        // The bridge is stopping: a request still on its way will not be served.
+        () = conn.stopped() => return,
+    };
+    let request = match read {
         Ok(Ok(request)) => request,
         Ok(Err(e)) => Request::Refused(
             Some(Reply::GeneralFailure),
@@ -110,9 +115,9 @@ pub async fn serve(mut io: ClientIo, conn: Conn) {
         .record(&attempt.finish(stats.end, stats.bytes_up, stats.bytes_down));
 }
 
-/// Reads the greeting and the request. I/O errors mean the client spoke garbage or left.
-/// Reads the greeting (answering it) and the request; generic over the stream so the fuzz
-/// target can drive it from memory (fuzzing.rs).
+/// Reads the greeting (answering it) and the request; I/O errors mean the client spoke
+/// garbage or left. Generic over the stream so the fuzz target can drive it from memory
+/// (fuzzing.rs).
 pub(crate) async fn read_request<S>(io: &mut S) -> io::Result<Request>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,

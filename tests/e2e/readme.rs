@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::support::upstream::HttpServer;
-use crate::support::{netbox_bin, TestDir};
+use crate::support::{netbox_bin, TestDir, PROXY_VARS};
 
 const README: &str = include_str!("../../README.md");
 
@@ -149,19 +149,8 @@ fn run_as_shown(command: &str, workspace: &Path, home: &Path, bin: &Path) -> Str
         .env("PATH", path)
         .env("HOME", home)
         .stdin(Stdio::null());
-    for var in [
-        "XDG_STATE_HOME",
-        "XDG_CACHE_HOME",
-        "XDG_CONFIG_HOME",
-        "http_proxy",
-        "https_proxy",
-        "HTTPS_PROXY",
-        "HTTP_PROXY",
-        "ALL_PROXY",
-        "all_proxy",
-        "NO_PROXY",
-        "no_proxy",
-    ] {
+    let xdg = ["XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"];
+    for var in xdg.iter().chain(&PROXY_VARS) {
         cmd.env_remove(var);
     }
     let out = cmd.output().expect("run sh");

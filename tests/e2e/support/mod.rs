@@ -215,6 +215,18 @@ impl Drop for Bridge {
     }
 }
 
+/// The proxy settings a test's own environment may carry, which no test run inherits.
+pub const PROXY_VARS: [&str; 8] = [
+    "http_proxy",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
 /// A `netbox -- CMD` run in a workspace, with its own event log.
 pub struct Run {
     pub workspace: PathBuf,
@@ -266,16 +278,7 @@ impl Run {
             .args(["--", "bash", "-c", script])
             .current_dir(&self.workspace)
             .stdin(Stdio::null());
-        for var in [
-            "http_proxy",
-            "https_proxy",
-            "HTTPS_PROXY",
-            "HTTP_PROXY",
-            "ALL_PROXY",
-            "all_proxy",
-            "NO_PROXY",
-            "no_proxy",
-        ] {
+        for var in PROXY_VARS {
             cmd.env_remove(var);
         }
         for (k, v) in &self.envs {

@@ -133,18 +133,7 @@ fn value(raw: &str) -> String {
 
 /// Reads a config file (`None` if it is missing, unreadable or too large).
 pub fn read(path: &Path) -> Option<Vec<Entry>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    file.take(MAX_CONFIG_BYTES).read_to_string(&mut text).ok()?;
+    let text = crate::plan::read_small_file(path, MAX_CONFIG_BYTES).ok()?;
     Some(parse(&text))
 }
 

@@ -536,25 +536,10 @@ fn real_path(path: &Path) -> Option<(PathBuf, Option<PathBuf>)> {
     None
 }
 
-/// A small regular file's text; anything else (a FIFO someone planted, which an ordinary
-/// open would wait on forever; a device; something huge) is an error.
+/// A gitdir or commondir file's text (crate::plan::read_small_file: only a small regular
+/// file, opened without blocking).
 fn read_small_file(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    const LIMIT: u64 = 64 << 10;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
-    let mut text = String::new();
-    file.take(LIMIT).read_to_string(&mut text)?;
-    Ok(text)
+    crate::plan::read_small_file(path, 64 << 10)
 }
 
 /// A git dir's common dir: where its `commondir` file points, or itself.

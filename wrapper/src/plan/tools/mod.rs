@@ -478,19 +478,7 @@ fn cache_home() -> Option<std::path::PathBuf> {
 /// A configuration file's text, if it is a regular file of at most 1 MiB (a workspace
 /// file may be anything: a FIFO, a sparse file of gigabytes).
 fn read_small(path: &Path) -> Option<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    file.take(1 << 20).read_to_string(&mut text).ok()?;
-    Some(text)
+    crate::plan::read_small_file(path, 1 << 20).ok()
 }
 
 /// Variables by which a tool's own settings can come from elsewhere than the user's

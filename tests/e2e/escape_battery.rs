@@ -73,8 +73,6 @@ attempt("tun-device", lambda: os.open("/dev/net/tun", os.O_RDWR))
 attempt("raw-socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
 attempt("packet-socket", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0))
 attempt("netlink-route", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0), control=True)
-attempt("udp-out", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.1", 9)))
-attempt("udp-loopback", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", 9)), control=True)
 os.kill(child, signal.SIGKILL)
 "#;
 
@@ -102,7 +100,7 @@ fn process_kernel_and_namespace_escapes_are_refused() {
         "a host process died of kill -1 inside the sandbox"
     );
     let lines: Vec<(&str, &str)> = said.lines().filter_map(|l| l.split_once(' ')).collect();
-    assert!(lines.len() >= 19, "{said}");
+    assert!(lines.len() >= 17, "{said}");
     let outcome = |name: &str| {
         lines
             .iter()
@@ -127,7 +125,6 @@ fn process_kernel_and_namespace_escapes_are_refused() {
         ("tun-device", &[libc::ENOENT, libc::EPERM, libc::EACCES]),
         ("raw-socket", &[libc::EPERM]),
         ("packet-socket", &[libc::EPERM]),
-        ("udp-out", &[libc::ENETUNREACH]),
     ] {
         let got = outcome(name);
         assert!(
@@ -144,7 +141,6 @@ fn process_kernel_and_namespace_escapes_are_refused() {
         "signal-self",
         "core_pattern-read",
         "netlink-route",
-        "udp-loopback",
     ] {
         assert_eq!(outcome(name), "ok", "{name}\n{said}");
     }

@@ -103,6 +103,11 @@ pub(crate) fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), T
         let (host, after) = rest
             .split_once(']')
             .ok_or_else(|| TargetError::BadIp(authority.to_owned()))?;
+        // Brackets hold an IPv6 address and nothing else (RFC 3986 §3.2.2): `[name]` is
+        // not a spelling of `name`.
+        if !host.contains(':') {
+            return Err(TargetError::BadIp(authority.to_owned()));
+        }
         return match after {
             "" => Ok((host, None)),
             _ => match after.strip_prefix(':') {
@@ -329,6 +334,9 @@ mod tests {
             "[::1]x:80",
             "::1",
             "http://x.test:80",
+            "[registry.test]:80",
+            "[127.0.0.1]:80",
+            "[]:80",
         ] {
             assert!(Target::parse_authority(bad).is_err(), "accepted {bad:?}");
         }

@@ -11,6 +11,7 @@ mod bridge_malformed;
 mod bridge_policy;
 mod bridge_socks;
 mod bridge_tunnel;
+mod bypass_battery;
 mod escape_battery;
 mod export;
 mod learn;

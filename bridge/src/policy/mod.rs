@@ -332,9 +332,16 @@ impl Policy {
     pub fn admit(&self, addr: IpAddr, port: u16) -> Decision {
         let addr = canonical_ip(addr);
         let class = classify(addr);
+        // A deny rule covers the address in any of its spellings; an allow rule opens it
+        // only where the connection really ends (see `opens_ip`).
         let covering = |action| {
             self.rules.iter().find(|r| {
-                r.action == action && r.spec.ports.contains(port) && r.spec.hosts.matches_ip(addr)
+                r.action == action
+                    && r.spec.ports.contains(port)
+                    && match action {
+                        Action::Deny => r.spec.hosts.matches_ip(addr),
+                        Action::Allow => r.spec.hosts.opens_ip(addr),
+                    }
             })
         };
         let with_class = |d: Decision| Decision {

@@ -91,6 +91,24 @@ impl HostMatcher {
             IpAddr::V4(_) => false,
         }
     }
+
+    /// Whether an allow rule opens `ip`, a non-public address: only when it covers the
+    /// address a connection to `ip` really ends at. For a NAT64 or 6to4 address that is the
+    /// IPv4 address inside, which its class comes from too; a rule for the prefix
+    /// (`64:ff9b::/96`) reaches public addresses through a gateway, and must not open every
+    /// private one behind it (`64:ff9b::7f00:1` is the gateway's loopback).
+    pub fn opens_ip(&self, ip: IpAddr) -> bool {
+        let HostMatcher::Net(net) = self else {
+            return false;
+        };
+        match canonical_ip(ip) {
+            IpAddr::V6(v6) => match embedded_ipv4(v6) {
+                Some(v4) => net.contains(&IpAddr::V4(v4)),
+                None => net.contains(&IpAddr::V6(v6)),
+            },
+            v4 => net.contains(&v4),
+        }
+    }
 }
 
 impl RuleSpec {

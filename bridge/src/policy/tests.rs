@@ -102,6 +102,51 @@ fn admit_refuses_non_public_unless_opened() {
     assert!(!d.is_allow());
 }
 
+/// A rule for the NAT64 or 6to4 prefix opens the public addresses behind the gateway, not
+/// the private ones: those are opened by a rule for the IPv4 address inside (found by the
+/// bypass battery, where `[64:ff9b::/96]` let `64:ff9b::7f00:1` be dialed).
+#[test]
+fn a_translation_prefix_rule_does_not_open_the_private_addresses_inside() {
+    let p = policy(
+        &["[64:ff9b::/96]:443", "[2002::/16]:443", "10.0.0.0/8:443"],
+        &[],
+    );
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    for refused in [
+        "64:ff9b::7f00:1",
+        "2002:7f00:1::1",
+        "64:ff9b::a9fe:a9fe",
+        "64:ff9b::c0a8:1",
+    ] {
+        let d = p.admit(ip(refused), 443);
+        assert_eq!(
+            (d.verdict, d.reason),
+            (Verdict::Deny, Reason::NonPublicAddress),
+            "{refused}"
+        );
+    }
+    // Controls: the IPv4 rule opens its addresses in every spelling, and a public address
+    // behind the gateway needs no opening.
+    for opened in [
+        "10.1.2.3",
+        "64:ff9b::a01:203",
+        "2002:a01:203::1",
+        "::ffff:10.1.2.3",
+    ] {
+        let d = p.admit(ip(opened), 443);
+        assert_eq!(
+            (d.verdict, d.reason),
+            (Verdict::Allow, Reason::OpenedByRule),
+            "{opened}"
+        );
+    }
+    let d = p.admit(ip("64:ff9b::808:808"), 443);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Allow, Reason::PublicAddress)
+    );
+}
+
 #[test]
 fn loads_files_with_lines_includes_and_hosts() {
     let _base = TempFile::new("base.toml", "allow = [\n  \"base.test\",\n]\n");

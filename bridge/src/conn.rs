@@ -35,6 +35,9 @@ pub struct BridgeConfig {
     /// Returns the memory the allocator holds free to the system (memory.rs); called once
     /// many connections have closed.
     pub trim_memory: Option<fn()>,
+    /// For tests of what a panic in the bridge does: a request for this host panics its
+    /// connection's task. netbox sets it only in a build with the `test-hooks` feature.
+    pub panic_on_host: Option<String>,
 }
 
 impl Default for BridgeConfig {
@@ -49,6 +52,7 @@ impl Default for BridgeConfig {
             max_connections: 4096,
             drain_timeout: Duration::from_secs(5),
             trim_memory: None,
+            panic_on_host: None,
         }
     }
 }

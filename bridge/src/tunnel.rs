@@ -4,7 +4,9 @@
 //! shut down and the opposite direction keeps flowing, so a client that sends its request
 //! and shuts down writing still gets the whole response. The tunnel ends when both
 //! directions reached EOF, when either side fails, when nothing moved for the idle
-//! timeout, or when the bridge is told to stop. Buffers start small (most tunnels carry
+//! timeout, or when the bridge is told to stop. A side that broke the connection (a reset,
+//! an error) gets the other side closed with a reset too, not a FIN that would read as a
+//! clean end of the stream. Buffers start small (most tunnels carry
 //! a few requests) and grow while reads fill them (bulk downloads need large reads).
 
 use std::future::Future;
@@ -12,9 +14,12 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::client_io::Stream;
 use crate::log::End;
 
 /// First read buffer per direction, in bytes: enough for a request or a small response,
@@ -38,6 +43,41 @@ pub struct TunnelStats {
 enum Side {
     Client,
     Upstream,
+}
+
+/// Relays between an accepted client and its upstream until done, `prefix` (bytes the
+/// client sent before the tunnel opened) first. When one side failed, the other is
+/// closed with a reset (SO_LINGER 0): an upstream that reset mid-download must not look,
+/// to the client, like a download that ended.
+pub async fn relay_client(
+    mut client: Stream,
+    prefix: Bytes,
+    mut upstream: TcpStream,
+    idle: Duration,
+    stop: impl Future<Output = ()>,
+) -> TunnelStats {
+    let sent = prefix.len() as u64;
+    let stats = if !prefix.is_empty() && upstream.write_all(&prefix).await.is_err() {
+        TunnelStats {
+            bytes_up: 0,
+            bytes_down: 0,
+            end: End::UpstreamError,
+        }
+    } else {
+        let mut stats = relay(&mut client, &mut upstream, idle, stop).await;
+        stats.bytes_up += sent;
+        stats
+    };
+    match (stats.end, &client) {
+        (End::UpstreamError, Stream::Tcp(tcp)) => {
+            tcp.set_zero_linger().ok();
+        }
+        (End::ClientError, _) => {
+            upstream.set_zero_linger().ok();
+        }
+        _ => {}
+    }
+    stats
 }
 
 /// Relays until done. `stop` resolves when the bridge shuts down.

@@ -52,6 +52,9 @@ pub async fn open(
         refusal
     };
     attempt.target = Some(target.clone());
+    if conn.shared.config.panic_on_host.as_deref() == Some(&target.host.to_string()) {
+        panic!("test hook: a request for {}", target.host);
+    }
     let policy = &conn.session.policy;
     let decision = policy.decide(target);
     attempt.rule = decision.rule.clone();

@@ -14,6 +14,7 @@ mod bridge_tunnel;
 mod bypass_battery;
 mod escape_battery;
 mod export;
+mod faults;
 mod learn;
 mod log_bounds;
 mod readme;

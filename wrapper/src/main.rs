@@ -41,6 +41,7 @@ use std::process::ExitCode;
 use crate::error::{WrapperError, EXIT_NETBOX_FAILURE};
 
 fn main() -> ExitCode {
+    stop_on_panic();
     testhooks::init();
     raise_open_file_limit();
     let cli = match cli::Cli::parse_args() {
@@ -62,6 +63,24 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => report(&e),
     }
+}
+
+/// A panic anywhere in netbox is a broken invariant in what holds the boundary, so the
+/// run stops at once with 125 rather than unwind one thread and go on (a bridge task that
+/// died mid-request, a write watcher gone quiet). Exiting takes the sandbox with it: pid 1
+/// dies with netbox (PR_SET_PDEATHSIG), and CMD with pid 1, so a panic never leaves CMD
+/// running, let alone with more network than it had. What the event log holds so far is
+/// on disk: it is written a line at a time.
+fn stop_on_panic() {
+    std::panic::set_hook(Box::new(|info| {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "netbox: internal error, the run was stopped: {} (please report this)",
+            printable::printable(&info.to_string())
+        );
+        sys::process::exit_at_once(i32::from(EXIT_NETBOX_FAILURE));
+    }));
 }
 
 /// Raises the soft limit on open files to the hard one: a run holds one fd for each

@@ -30,6 +30,9 @@ pub struct TestHooks {
     pub no_write_watch: bool,
     /// Install no io_uring denial (the probe's row still runs).
     pub skip_io_uring_denial: bool,
+    /// The bridge panics on a request for `bridge-panic.test` (BRIDGE_PANIC_HOST), so a
+    /// test can see a panic stop the run.
+    pub bridge_panic: bool,
     /// Mount what a path leads to without checking it is what netbox resolved (pid 1's
     /// side; the probe's check of the writable roots still runs).
     pub skip_identity_checks: bool,
@@ -55,6 +58,7 @@ impl TestHooks {
         no_write_watch: false,
         skip_identity_checks: false,
         skip_io_uring_denial: false,
+        bridge_panic: false,
         mount_pause: Duration::ZERO,
         export_pause: Duration::ZERO,
         audit_pause: Duration::ZERO,
@@ -62,7 +66,8 @@ impl TestHooks {
 
     /// From `NETBOX_TEST_BREAK` (a comma-separated list of `read-only-root`,
     /// `capability-drop`, `limits`, `nested-userns`, `cut`, `write-watch`,
-    /// `no-write-watch`, `identity`, `io-uring`) and `NETBOX_TEST_{MOUNT,EXPORT,AUDIT}_PAUSE_MS`.
+    /// `no-write-watch`, `identity`, `io-uring`, `bridge-panic`) and
+    /// `NETBOX_TEST_{MOUNT,EXPORT,AUDIT}_PAUSE_MS`.
     #[cfg(feature = "test-hooks")]
     fn from_env() -> TestHooks {
         let wanted = std::env::var("NETBOX_TEST_BREAK").unwrap_or_default();
@@ -85,10 +90,21 @@ impl TestHooks {
             no_write_watch: broken("no-write-watch"),
             skip_identity_checks: broken("identity"),
             skip_io_uring_denial: broken("io-uring"),
+            bridge_panic: broken("bridge-panic"),
             mount_pause: pause("NETBOX_TEST_MOUNT_PAUSE_MS"),
             export_pause: pause("NETBOX_TEST_EXPORT_PAUSE_MS"),
             audit_pause: pause("NETBOX_TEST_AUDIT_PAUSE_MS"),
         }
+    }
+}
+
+/// The host `bridge_panic` panics on.
+pub const BRIDGE_PANIC_HOST: &str = "bridge-panic.test";
+
+impl TestHooks {
+    /// What the bridge's `panic_on_host` is set to.
+    pub fn bridge_panic_host(&self) -> Option<String> {
+        self.bridge_panic.then(|| BRIDGE_PANIC_HOST.to_owned())
     }
 }
 

@@ -29,7 +29,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::head::FirstHead;
-use crate::client_io::{ClientIo, Stream};
+use crate::client_io::ClientIo;
 use crate::conn::Conn;
 use crate::counted::{Counted, Counters};
 use crate::log::{Attempt, End, Proto};
@@ -252,11 +252,8 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
                     Bytes::from([&parts.read_buf[..], &unread[..]].concat())
                 };
                 match client {
-                    Some(Stream::Tcp(tcp)) => {
-                        relay_with_prefix(tcp, prefix, upstream, idle, stopped).await
-                    }
-                    Some(Stream::Unix(unix)) => {
-                        relay_with_prefix(unix, prefix, upstream, idle, stopped).await
+                    Some(client) => {
+                        tunnel::relay_client(client, prefix, upstream, idle, stopped).await
                     }
                     None => tunnel::TunnelStats {
                         bytes_up: 0,
@@ -270,30 +267,6 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
         log.record(&attempt.finish(stats.end, stats.bytes_up, stats.bytes_down));
     });
     Response::new(empty_body())
-}
-
-async fn relay_with_prefix<C>(
-    client: C,
-    prefix: Bytes,
-    mut upstream: tokio::net::TcpStream,
-    idle: std::time::Duration,
-    stopped: impl std::future::Future<Output = ()>,
-) -> tunnel::TunnelStats
-where
-    C: tokio::io::AsyncRead + tokio::io::AsyncWrite,
-{
-    use tokio::io::AsyncWriteExt;
-    let sent = prefix.len() as u64;
-    if !prefix.is_empty() && upstream.write_all(&prefix).await.is_err() {
-        return tunnel::TunnelStats {
-            bytes_up: 0,
-            bytes_down: 0,
-            end: End::UpstreamError,
-        };
-    }
-    let mut stats = tunnel::relay(client, upstream, idle, stopped).await;
-    stats.bytes_up += sent;
-    stats
 }
 
 /// The authority-form target of a CONNECT, after the ambiguity checks.

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::client_io::{ClientIo, Stream};
+use crate::client_io::ClientIo;
 use crate::conn::Conn;
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
@@ -102,8 +102,9 @@ pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Dura
     }
     let idle = conn.shared.config.idle_timeout;
     let stats = match io.into_stream().0 {
-        Some(Stream::Tcp(tcp)) => tunnel::relay(tcp, upstream, idle, conn.stopped()).await,
-        Some(Stream::Unix(unix)) => tunnel::relay(unix, upstream, idle, conn.stopped()).await,
+        Some(client) => {
+            tunnel::relay_client(client, bytes::Bytes::new(), upstream, idle, conn.stopped()).await
+        }
         None => tunnel::TunnelStats {
             bytes_up: 0,
             bytes_down: 0,

@@ -45,6 +45,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         refusal_status: http_status(args.refusal_status)?,
         max_connections: args.max_connections,
         trim_memory: Some(crate::sys::memory::return_free_pages),
+        panic_on_host: crate::testhooks::hooks().bridge_panic_host(),
         ..BridgeConfig::default()
     };
     let session = Arc::new(Session::new(

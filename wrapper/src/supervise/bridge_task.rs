@@ -28,6 +28,7 @@ impl BridgeTask {
             BridgeConfig {
                 refusal_status,
                 trim_memory: Some(crate::sys::memory::return_free_pages),
+                panic_on_host: crate::testhooks::hooks().bridge_panic_host(),
                 ..BridgeConfig::default()
             },
             log,

@@ -237,6 +237,12 @@ impl Drop for GuardedStack {
 /// Ends a forked child with `code` at once, without unwinding or running atexit handlers
 /// that belong to the parent's copy of the process state.
 pub fn exit_child(code: i32) -> ! {
+    exit_at_once(code)
+}
+
+/// Ends the whole process (every thread) with `code` at once: no unwinding, no atexit
+/// handler, no flush of a buffer another thread may hold locked.
+pub fn exit_at_once(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no Rust-managed state.
     unsafe { libc::_exit(code) }
 }

@@ -12,8 +12,15 @@
 //! open that neither creates, truncates nor asks for write access writes nothing
 //! (`O_RDONLY|O_CREAT` on an existing file, `O_PATH`), and opening a device, fifo or
 //! socket for writing is I/O, not a change to the filesystem, and opening a file the
-//! caller may not write (without O_TRUNC) is EACCES first. Calls that act on a
-//! symlink itself (lchown, AT_SYMLINK_NOFOLLOW, O_NOFOLLOW) are judged on the link.
+//! caller may not write (without O_TRUNC) is EACCES first, as truncating one is. A name
+//! longer than NAME_MAX is ENAMETOOLONG first (but for unlink, rmdir and rename's final
+//! names), a create in /proc of a name it does not have ENOENT, truncate of anything but
+//! a regular file EISDIR or EINVAL, O_CREAT|O_DIRECTORY EINVAL (Linux 6.4 on), a rename
+//! whose directory is missing ENOENT or ENOTDIR, and one onto a name of the other kind
+//! ENOTDIR or EISDIR before a mount point at either end is EBUSY. Calls that act on a
+//! symlink itself (lchown, AT_SYMLINK_NOFOLLOW, O_NOFOLLOW, link(2)) are judged on the
+//! link, a magic one in /proc too. The differential fuzz test in
+//! tests/e2e/sandbox_writelog.rs checks every one of these against the kernel.
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -24,6 +31,8 @@ use crate::sys::seccomp::{self, Notification};
 
 /// Longest path read from a caller (PATH_MAX).
 const PATH_MAX: usize = 4096;
+/// Longest name in a path (NAME_MAX).
+const NAME_MAX: usize = 255;
 
 /// One path a syscall would write, judged.
 #[derive(Debug)]
@@ -50,13 +59,32 @@ enum Op {
     Remove { dir: Option<bool> },
     /// rename's new name: created or replaced.
     RenameTo,
-    /// Changes an existing file (truncate, chmod, chown, utimes, xattrs); ENOENT if absent.
+    /// Changes an existing file (chmod, chown, utimes, xattrs); ENOENT if absent.
     Change { follow: bool },
+    /// truncate(2): only a regular file is written (a directory is EISDIR, anything else
+    /// EINVAL, one the caller may not write EACCES, before the mount is asked).
+    Truncate,
     /// open, openat, openat2, creat: it depends on the flags.
     Open { flags: u64 },
     /// link's existing file: not written, but if it is missing the link fails with ENOENT
     /// before anything else.
     LinkSource { follow: bool },
+}
+
+impl Op {
+    /// Whether the call follows a final symlink (a final magic link too).
+    fn follows_final(self) -> bool {
+        let has = |flags: u64, flag: i32| flags & u64::from(flag.unsigned_abs()) != 0;
+        match self {
+            Op::Create { .. } | Op::Remove { .. } | Op::RenameTo => false,
+            Op::Change { follow } | Op::LinkSource { follow } => follow,
+            Op::Truncate => true,
+            Op::Open { flags } => {
+                !(has(flags, libc::O_NOFOLLOW)
+                    || (has(flags, libc::O_CREAT) && has(flags, libc::O_EXCL)))
+            }
+        }
+    }
 }
 
 /// A path argument: its pointer's index, its directory fd's (if any), what is done, and
@@ -133,9 +161,8 @@ fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
         seccomp::SYS_SETXATTRAT | seccomp::SYS_REMOVEXATTRAT => {
             vec![at(0, 1, change(follows(n, 2))).empty_path_flag(n, 2)]
         }
-        libc::SYS_truncate | libc::SYS_setxattr | libc::SYS_removexattr => {
-            vec![plain(0, change(true))]
-        }
+        libc::SYS_truncate => vec![plain(0, Op::Truncate)],
+        libc::SYS_setxattr | libc::SYS_removexattr => vec![plain(0, change(true))],
         libc::SYS_lsetxattr | libc::SYS_lremovexattr => vec![plain(0, change(false))],
         #[cfg(target_arch = "x86_64")]
         libc::SYS_open => vec![plain(0, Op::Open { flags: n.args[1] })],
@@ -258,12 +285,22 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
         return verdicts;
     }
 
-    // 5. rename compares the two directories' mounts before the rest (EXDEV).
-    if matches!(&mounts[..], [Some(a), Some(b)] if a != b) {
+    // 5. rename looks both directories up first (one missing: ENOENT or ENOTDIR; behind
+    //    pid 1's links: EACCES), then compares their mounts (EXDEV).
+    if mounts.iter().any(Option::is_none) || matches!(&mounts[..], [Some(a), Some(b)] if a != b) {
         return not_denied(verdicts);
     }
 
-    // 6. A rename allowed so far may still land on a mount point of its own (EBUSY).
+    // 6. Moving a mount point of its own away (EBUSY) comes after the checks of the two
+    //    names' kinds: onto a name of the other kind it is ENOTDIR or EISDIR first.
+    if let [from, to] = &names[..] {
+        let busy_source = verdicts.first().is_some_and(|v| v.busy);
+        if busy_source && !rename_kinds_agree(root, from, to, rename_flags(n)) {
+            return not_denied(verdicts);
+        }
+    }
+
+    // 7. A rename allowed so far may still land on a mount point of its own (EBUSY).
     let whole: Vec<&NamedPath> = names.iter().filter(|name| !name.trailing_slash()).collect();
     if let [from, to] = &whole[..] {
         if !verdicts.iter().any(|v| v.denied) {
@@ -336,15 +373,18 @@ impl NamedPath {
         self.raw.ends_with(b"/")
     }
 
-    /// link's existing file, missing: only if the lookup says so itself. A path through
-    /// /proc or /dev (linking an O_TMPFILE into place goes through /proc/self/fd/N;
-    /// /dev/fd/N) leads where netbox cannot follow from outside: taken as found.
+    /// link's existing file, missing: only if the lookup says so itself, or it lies
+    /// behind pid 1's links (EACCES). An fd's own link (`/proc/self/fd/N`, `/dev/fd/N`:
+    /// how an O_TMPFILE is linked into place) leads where netbox cannot follow from
+    /// outside: taken as found.
     fn is_missing_link_source(&self, root: &OwnedFd) -> bool {
         let Op::LinkSource { follow } = self.op else {
             return false;
         };
-        let magic = self.named.starts_with("/proc") || self.named.starts_with("/dev");
-        !magic
+        if through_pid1_links(&self.named, follow) {
+            return true;
+        }
+        !names_a_magic_link(&self.named)
             && matches!(
                 resolve_in_sandbox(root, &self.named, follow),
                 Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR)
@@ -438,12 +478,20 @@ impl<'a> Caller<'a> {
         };
         // Through /proc's magic links (the caller's root, cwd, an fd; /dev/fd/N), which
         // the judge's own lookups do not follow: what they lead to, as the sandbox names
-        // it. Not for link's existing file, which such a link may name without a path (an
-        // O_TMPFILE published with linkat): that one is taken as found.
-        let named = if matches!(arg.op, Op::LinkSource { .. }) {
+        // it; a final one only for a call that follows it (`lchown /proc/self/root`
+        // changes the link). Not a magic link given to link as its existing file: an fd's
+        // may name a file without a path (an O_TMPFILE published with linkat), and the
+        // caller's own `/proc/self/...` cannot be looked up from outside; taken as found.
+        let named = if matches!(arg.op, Op::LinkSource { .. }) && names_a_magic_link(&named) {
             named
         } else {
-            through_magic_links(named, n.pid, self.root)
+            let walked = through_magic_links(named, n.pid, self.root, arg.op.follows_final());
+            // A final "/" is part of what the call asks (a directory), and the walk drops it.
+            if raw.ends_with(b"/") && !walked.as_os_str().as_bytes().ends_with(b"/") {
+                walked.join("")
+            } else {
+                walked
+            }
         };
         Some(Target::Name(NamedPath {
             op: arg.op,
@@ -461,10 +509,10 @@ const MAX_MAGIC_LINKS: usize = 8;
 /// `/dev/{fd/N,stdin,stdout,stderr}` replaced by where that link leads (as the sandbox
 /// names it), repeatedly; unchanged where it names no such link or the link leads to no
 /// path (a pipe, a socket).
-fn through_magic_links(named: PathBuf, pid: u32, root: &OwnedFd) -> PathBuf {
+fn through_magic_links(named: PathBuf, pid: u32, root: &OwnedFd, follow_final: bool) -> PathBuf {
     let mut path = named;
     for _ in 0..MAX_MAGIC_LINKS {
-        match magic_link_target(&path, pid, root) {
+        match magic_link_target(&path, pid, root, follow_final) {
             Some(next) => path = next,
             None => break,
         }
@@ -472,8 +520,9 @@ fn through_magic_links(named: PathBuf, pid: u32, root: &OwnedFd) -> PathBuf {
     path
 }
 
-/// One step of [`through_magic_links`].
-fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd) -> Option<PathBuf> {
+/// One step of [`through_magic_links`]; a link that is the path's last name only when
+/// `follow_final`.
+fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd, follow_final: bool) -> Option<PathBuf> {
     // Inside /proc and /dev, ".." means its lexical parent (no symlink there but the
     // magic ones, which are what this step replaces): `/proc/self/../self/root`.
     let normal = lexically_normal(path);
@@ -534,6 +583,9 @@ fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd) -> Option<PathBuf> {
         _ => return None,
     };
     let rest: PathBuf = parts.collect();
+    if !follow_final && ends_at_link(path, &rest) {
+        return None;
+    }
     let target = match whose {
         Whose::Caller => {
             std::fs::read_link(Path::new("/proc").join(pid.to_string()).join(&link)).ok()?
@@ -554,6 +606,64 @@ fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd) -> Option<PathBuf> {
     } else {
         target.join(rest)
     })
+}
+
+/// Whether a magic link is the last name of `path`, as the kernel walks it: nothing past
+/// it (`rest`, what follows it, is empty), not even a "/" or "/." (which Path drops, and
+/// which make the walk go through the link).
+fn ends_at_link(path: &Path, rest: &Path) -> bool {
+    let bytes = path.as_os_str().as_bytes();
+    rest.as_os_str().is_empty() && !bytes.ends_with(b"/") && !bytes.ends_with(b"/.")
+}
+
+/// Whether `path` is a magic link and nothing past it: `/proc/PID/{root,cwd,fd/N}` (also
+/// `self`, `thread-self`, a task's) or `/dev/fd/N`, `/dev/stdin`...
+fn names_a_magic_link(path: &Path) -> bool {
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.ends_with(b"/") || bytes.ends_with(b"/.") {
+        return false;
+    }
+    let normal = lexically_normal(path);
+    let parts: Vec<&[u8]> = normal
+        .components()
+        .skip(1)
+        .map(|c| c.as_os_str().as_bytes())
+        .collect();
+    let dir_link = |name: &[u8]| matches!(name, b"root" | b"cwd");
+    match parts[..] {
+        [b"dev", b"fd", _] | [b"dev", b"stdin" | b"stdout" | b"stderr"] => true,
+        [b"proc", _, b"fd", _] | [b"proc", _, b"task", _, b"fd", _] => true,
+        [b"proc", _, name] | [b"proc", _, b"task", _, name] => dir_link(name),
+        _ => false,
+    }
+}
+
+/// Whether the walk of `path` goes through pid 1's `root`, `cwd` or `fd` links (a final
+/// one only when `follow_final`): pid 1 is netbox's and not dumpable, so they are EACCES to
+/// every process in the sandbox.
+fn through_pid1_links(path: &Path, follow_final: bool) -> bool {
+    let normal = lexically_normal(path);
+    let parts: Vec<&[u8]> = normal
+        .components()
+        .skip(1)
+        .map(|c| c.as_os_str().as_bytes())
+        .collect();
+    let (link_at, name) = match parts[..] {
+        [b"proc", b"1", b"task", _, name, ..] => (4, name),
+        [b"proc", b"1", name, ..] => (2, name),
+        _ => return false,
+    };
+    if !matches!(name, b"root" | b"cwd" | b"fd") {
+        return false;
+    }
+    // The link itself: `fd/N`'s N is the link, not `fd`.
+    let last = if name == b"fd" { link_at + 1 } else { link_at };
+    let rest: PathBuf = parts
+        .iter()
+        .skip(last + 1)
+        .map(|p| OsStr::from_bytes(p))
+        .collect();
+    follow_final || !ends_at_link(path, &rest)
 }
 
 /// For a path under /proc or /dev: its part up to the first magic link (`root`, `cwd`,
@@ -627,6 +737,36 @@ fn rename_onto_mount_point(root: &OwnedFd, from: &Path, to: &Path, flags: u32) -
     })
 }
 
+/// Whether a rename of `from` onto `to` gets past the checks of the two names' kinds (then
+/// a mount point at either end is EBUSY): the source exists, names ending in "/" are a
+/// directory's, RENAME_NOREPLACE finds no target, RENAME_EXCHANGE finds one, a target is
+/// of the source's kind, and it is not the source itself (a rename onto itself does
+/// nothing, and succeeds).
+fn rename_kinds_agree(root: &OwnedFd, from: &NamedPath, to: &NamedPath, flags: u32) -> bool {
+    use crate::sys::mountid::fd_facts;
+    let entry = |name: &NamedPath| {
+        let bytes = name.named.as_os_str().as_bytes();
+        let end = bytes.iter().rposition(|b| *b != b'/').map_or(1, |i| i + 1);
+        let fd = open_in_sandbox(root, Path::new(OsStr::from_bytes(&bytes[..end])), false)?;
+        let facts = fd_facts(fd.as_fd()).ok()?;
+        let stat = nix::sys::stat::fstat(&fd).ok()?;
+        Some((facts.is_directory, (stat.st_dev, stat.st_ino)))
+    };
+    let Some((source_is_dir, source_id)) = entry(from) else {
+        return false;
+    };
+    if !source_is_dir && (from.trailing_slash() || to.trailing_slash()) {
+        return false;
+    }
+    let exchange = flags & libc::RENAME_EXCHANGE != 0;
+    match entry(to) {
+        None => !exchange,
+        Some(_) if flags & libc::RENAME_NOREPLACE != 0 => false,
+        Some((_, target_id)) if target_id == source_id => false,
+        Some((target_is_dir, _)) => exchange || target_is_dir == source_is_dir,
+    }
+}
+
 /// Whether the kernel refuses `op` on the name `raw` for its shape, before any read-only
 /// check; `Path` would hide both cases (it drops a trailing "/" and a final "."):
 /// - a final "." or ".." (or "/" alone): creating it is EEXIST, removing it EISDIR,
@@ -634,18 +774,26 @@ fn rename_onto_mount_point(root: &OwnedFd, from: &Path, to: &Path, flags: u32) -
 ///   EISDIR;
 /// - a trailing "/": creating anything but a directory is ENOENT (or EEXIST), and
 ///   opening with O_CREAT is EISDIR. (unlink, rmdir and rename check the mount first.)
+/// - a name longer than NAME_MAX: ENAMETOOLONG where the walk meets it, so at once for a
+///   directory on the way, and for the final name of every call but unlink, rmdir and
+///   rename, which check the mount before they look the final name up.
 fn refused_for_its_name(op: Op, raw: &[u8]) -> bool {
     let end = raw.iter().rposition(|b| *b != b'/').map_or(0, |i| i + 1);
     let trimmed = &raw[..end];
     let trailing_slash = trimmed.len() < raw.len();
     let last = trimmed.rsplit(|b| *b == b'/').next().unwrap_or_default();
     let dots = matches!(last, b"" | b"." | b"..");
+    let too_long = |name: &[u8]| name.len() > NAME_MAX;
+    let directories = &trimmed[..trimmed.len() - last.len()];
+    if directories.split(|b| *b == b'/').any(too_long) {
+        return true;
+    }
     let creates = |flags: u64| flags & u64::from(libc::O_CREAT.unsigned_abs()) != 0;
     match op {
-        Op::Create { dir } => dots || (trailing_slash && !dir),
+        Op::Create { dir } => dots || (trailing_slash && !dir) || too_long(last),
         Op::Remove { .. } | Op::RenameTo => dots,
-        Op::Open { flags } => creates(flags) && (dots || trailing_slash),
-        Op::Change { .. } | Op::LinkSource { .. } => false,
+        Op::Open { flags } => (creates(flags) && (dots || trailing_slash)) || too_long(last),
+        Op::Change { .. } | Op::Truncate | Op::LinkSource { .. } => too_long(last),
     }
 }
 
@@ -675,6 +823,13 @@ fn judge_path(
         Op::Change { follow } => match open_in_sandbox(root, named, follow) {
             Some(file) => Found::on_read_only(&file),
             None => Found::ALLOWED,
+        },
+        // truncate checks the caller's permission to write before the mount (EACCES).
+        Op::Truncate => match open_in_sandbox(root, named, true) {
+            Some(file) if is_kind(&file, libc::S_IFREG) && caller_may_write(pid, &file) => {
+                Found::on_read_only(&file)
+            }
+            _ => Found::ALLOWED,
         },
         Op::Open { flags } => judge_open(&place, flags, pid),
     };
@@ -751,6 +906,13 @@ impl<'a> Place<'a> {
         self.parent().and_then(fd_read_only) == Some(true)
     }
 
+    /// Whether creating a name that is not there is refused for the mount: the parent is
+    /// read-only and not /proc's (/proc looks every name up itself, and one it does not
+    /// have is ENOENT first: `mkdir /proc/sys/kernel/x`).
+    fn parent_refuses_create(&self) -> bool {
+        self.parent_read_only() && !self.parent().is_some_and(is_procfs)
+    }
+
     /// Denied in the parent directory: where the name lands, for the reason.
     fn denied_in_parent(&self) -> Found {
         Found::denied(self.parent().and_then(|dir| landing(dir, self.named)))
@@ -766,7 +928,7 @@ impl<'a> Place<'a> {
 /// and then only a name that is not there (EEXIST first), so the name is looked up only
 /// in a read-only directory.
 fn judge_create(place: &Place) -> Found {
-    if !place.parent_read_only() || place.lookup(false).is_some() {
+    if !place.parent_refuses_create() || place.lookup(false).is_some() {
         return Found::ALLOWED;
     }
     place.denied_in_parent()
@@ -803,15 +965,18 @@ fn judge_rename_to(place: &Place) -> Found {
 /// open, openat, openat2, creat: what the flags make of the name.
 fn judge_open(place: &Place, flags: u64, pid: u32) -> Found {
     let has = |flag: i32| flags & u64::from(flag.unsigned_abs()) != 0;
-    // O_PATH opens nothing for writing.
-    if has(libc::O_PATH) {
+    // O_PATH opens nothing for writing. O_CREAT with O_DIRECTORY (O_TMPFILE has it) is
+    // EINVAL since Linux 6.4.
+    if has(libc::O_PATH)
+        || (has(libc::O_CREAT) && has(libc::O_DIRECTORY) && creat_directory_is_einval())
+    {
         return Found::ALLOWED;
     }
     let writes = flags & u64::from(libc::O_ACCMODE.unsigned_abs()) != 0 || has(libc::O_TRUNC);
     // O_CREAT|O_EXCL does not follow a final symlink, nor does O_NOFOLLOW.
     let exclusive = has(libc::O_CREAT) && has(libc::O_EXCL);
     // An exclusive create is a create: refused only in a read-only directory.
-    if exclusive && !place.parent_read_only() {
+    if exclusive && !place.parent_refuses_create() {
         return Found::ALLOWED;
     }
     let follow = !(has(libc::O_NOFOLLOW) || exclusive);
@@ -856,10 +1021,10 @@ fn judge_open(place: &Place, flags: u64, pid: u32) -> Found {
                     busy: false,
                 }
             }
-            None if place.parent_read_only() => place.denied_in_parent(),
+            None if place.parent_refuses_create() => place.denied_in_parent(),
             None => Found::ALLOWED,
         },
-        None if has(libc::O_CREAT) && place.parent_read_only() => place.denied_in_parent(),
+        None if has(libc::O_CREAT) && place.parent_refuses_create() => place.denied_in_parent(),
         None => Found::ALLOWED,
     }
 }
@@ -937,11 +1102,14 @@ fn open_in_sandbox(root: &OwnedFd, path: &Path, follow: bool) -> Option<OwnedFd>
 /// [`open_in_sandbox`], with the reason it failed.
 fn resolve_in_sandbox(root: &OwnedFd, path: &Path, follow: bool) -> nix::Result<OwnedFd> {
     use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
-    let inside = path.strip_prefix("/").unwrap_or(path);
-    let inside = if inside.as_os_str().is_empty() {
+    // By bytes: Path::strip_prefix would drop a final "/", which makes the kernel want a
+    // directory there (ENOTDIR for a file).
+    let bytes = path.as_os_str().as_bytes();
+    let start = bytes.iter().position(|b| *b != b'/').unwrap_or(bytes.len());
+    let inside = if start == bytes.len() {
         Path::new(".")
     } else {
-        inside
+        Path::new(OsStr::from_bytes(&bytes[start..]))
     };
     let mut flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
     if !follow {
@@ -1064,6 +1232,30 @@ fn caller_may_write(pid: u32, file: &OwnedFd) -> bool {
         libc::S_IWOTH
     };
     stat.st_mode & bit != 0
+}
+
+/// Whether an open file lies on a proc filesystem.
+fn is_procfs(fd: &OwnedFd) -> bool {
+    nix::sys::statfs::fstatfs(fd)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC)
+}
+
+/// Whether this kernel refuses open(O_CREAT|O_DIRECTORY) with EINVAL (Linux 6.4 on;
+/// before, it could create a regular file).
+fn creat_directory_is_einval() -> bool {
+    static EINVAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EINVAL.get_or_init(|| {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut numbers = release.split('.').map(|part| {
+            part.bytes()
+                .take_while(u8::is_ascii_digit)
+                .fold(0u32, |n, d| {
+                    n.saturating_mul(10).saturating_add(u32::from(d - b'0'))
+                })
+        });
+        let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+        (major, minor) >= (6, 4)
+    })
 }
 
 /// Whether an open file is of `kind` (an `S_IF*` file type).

@@ -47,8 +47,9 @@ enum Side {
 
 /// Relays between an accepted client and its upstream until done, `prefix` (bytes the
 /// client sent before the tunnel opened) first. When one side failed, the other is
-/// closed with a reset (SO_LINGER 0): an upstream that reset mid-download must not look,
-/// to the client, like a download that ended.
+/// closed with a reset (SO_LINGER 0), and both are when the bridge ended the tunnel (idle
+/// timeout, shutdown): an upstream that reset or stalled mid-download must not look, to
+/// the client, like a download that ended.
 pub async fn relay_client(
     mut client: Stream,
     prefix: Bytes,
@@ -68,14 +69,16 @@ pub async fn relay_client(
         stats.bytes_up += sent;
         stats
     };
-    match (stats.end, &client) {
-        (End::UpstreamError, Stream::Tcp(tcp)) => {
+    // A tunnel the bridge ended (idle, or shutting down) did not end cleanly either.
+    let bridge_ended = matches!(stats.end, End::IdleTimeout | End::Shutdown);
+    if stats.end == End::UpstreamError || bridge_ended {
+        // A Unix socket has no reset; its client sees the end of the stream.
+        if let Stream::Tcp(tcp) = &client {
             tcp.set_zero_linger().ok();
         }
-        (End::ClientError, _) => {
-            upstream.set_zero_linger().ok();
-        }
-        _ => {}
+    }
+    if stats.end == End::ClientError || bridge_ended {
+        upstream.set_zero_linger().ok();
     }
     stats
 }

@@ -20,6 +20,14 @@ const MAX_DIAL_ADDRESSES: usize = 8;
 /// Resolved addresses written to the log at most.
 const MAX_LOGGED_ADDRESSES: usize = 32;
 
+/// The IPv4 address a NAT64 or 6to4 address stands for.
+fn inner_ipv4(addr: std::net::IpAddr) -> Option<std::net::Ipv4Addr> {
+    match addr {
+        std::net::IpAddr::V6(v6) => crate::ipclass::embedded_ipv4(v6),
+        std::net::IpAddr::V4(_) => None,
+    }
+}
+
 /// Why a request was refused, with prose for the client and the log.
 #[derive(Debug)]
 pub struct Refusal {
@@ -94,6 +102,13 @@ pub async fn open(
         attempt.refused_class = verdict.class;
         let detail = match (&verdict.rule, verdict.class) {
             (Some(rule), _) => format!("{addr} denied by rule {:?} at {rule}", rule.text),
+            (None, Some(class)) if inner_ipv4(addr).is_some() => format!(
+                "{} resolves to {addr}, which a gateway turns into {}, a {} address; open that \
+                 IPv4 address with an IP/CIDR rule if you mean it",
+                target.host,
+                inner_ipv4(addr).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+                class.describe()
+            ),
             (None, Some(crate::ipclass::IpClass::Loopback)) => format!(
                 "{host} resolves to {addr}, a loopback address (this machine's own services); \
                  open it with an IP/CIDR rule if you mean it, or let this exact name reach it: \

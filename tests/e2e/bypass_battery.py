@@ -83,6 +83,8 @@ RECORDS = {
     ("good.rebind.test", A): [v4("127.0.0.3")],
     ("loop.rebind.test", A): [v4("127.0.0.1")],
     ("zero.rebind.test", A): [v4("0.0.0.0")],
+    ("zero6.rebind.test", AAAA): [v6("::")],
+    ("teredo.rebind.test", AAAA): [v6("2001:0:4136:e378:8000:63bf:80ff:fffe")],
     ("mixed.rebind.test", A): [v4("127.0.0.3"), v4("127.0.0.1")],
     ("v6.rebind.test", AAAA): [v6("::1")],
     ("mapped.rebind.test", AAAA): [v6("::ffff:127.0.0.1")],
@@ -137,7 +139,10 @@ threading.Thread(target=serve_dns, args=(dns,), daemon=True).start()
 with open(os.path.join(work, "allow.toml"), "w") as f:
     f.write(
         f'allow = ["registry.test:{PORT}", "*.rebind.test:{PORT}", "127.0.0.3:{PORT}", '
-        f'"[64:ff9b::/96]:{PORT}", "[2002::/16]:{PORT}"]\n'
+        f'"[64:ff9b::/96]:{PORT}", "[2002::/16]:{PORT}", "[2001::/32]:{PORT}", "[64:ff9b:1::/48]:{PORT}", '
+        # 0.0.0.0 and :: are this machine (a connect to them reaches loopback): no rule
+        # opens them, though these cover them.
+        f'"0.0.0.0/8:{PORT}", "[::/128]:{PORT}"]\n'
         f'deny = ["evil.test"]\n'
         f'[hosts]\n"registry.test" = "127.0.0.3"\n"evil.test" = "127.0.0.1"\n'
     )
@@ -250,7 +255,8 @@ for spelling in ["127.0.0.1", "127.1", "127.0.1", "0x7f.0.0.1", "0x7f000001", "0
 # by rule, so only the classification of what they embed stands in the way).
 for spelling in ["[::1]", "[0:0:0:0:0:0:0:1]", "[::0:1]", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]",
                  "[0::ffff:127.0.0.1]", "[::127.0.0.1]", "[64:ff9b::7f00:1]", "[64:ff9b::127.0.0.1]",
-                 "[2002:7f00:1::1]", "[::1%25lo]", "[::1%lo]", "[fe80::1%25lo]", "[::]", "[::ffff:0:0]"]:
+                 "[2002:7f00:1::1]", "[::1%25lo]", "[::1%lo]", "[fe80::1%25lo]", "[::]", "[::ffff:0:0]",
+                 "[::ffff:0.0.0.0]", "[2001:0:4136:e378:8000:63bf:80ff:fffe]", "[64:ff9b:1::7f00:1]"]:
     attack("ipv6 %s" % spelling, connect("%s:%d" % (spelling, P)))
     attack("forward ipv6 %s" % spelling, forward("http://%s:%d/" % (spelling, P), "%s:%d" % (spelling, P)))
 
@@ -312,7 +318,8 @@ for name, head in [
 attack("smuggle after connect", connect("registry.test:%d" % P) + hidden, never)
 
 # DNS: every loopback form an answer can take, garbage, silence, and rebinding.
-for name in ["loop", "zero", "v6", "mapped", "nat64", "sixtofour", "compat", "garbage", "silent", "missing"]:
+for name in ["loop", "zero", "zero6", "teredo", "v6", "mapped", "nat64", "sixtofour", "compat", "garbage",
+             "silent", "missing"]:
     attack("dns %s" % name, connect("%s.rebind.test:%d" % (name, P)))
 # An answer that mixes the opened address with the tripwire's: only the opened one may be
 # dialed, so the tunnel may open, to the allowed upstream alone.
@@ -362,7 +369,8 @@ def domain(name):
 
 for label, address in [("ipv4 127.0.0.1", b"\x01" + v4("127.0.0.1")), ("ipv4 0.0.0.0", b"\x01" + v4("0.0.0.0")),
                        ("ipv6 ::1", b"\x04" + v6("::1")), ("ipv6 mapped", b"\x04" + v6("::ffff:127.0.0.1")),
-                       ("ipv6 nat64", b"\x04" + v6("64:ff9b::7f00:1")), ("domain evil.test", domain(b"evil.test")),
+                       ("ipv6 nat64", b"\x04" + v6("64:ff9b::7f00:1")), ("ipv6 ::", b"\x04" + v6("::")),
+                       ("ipv6 mapped 0.0.0.0", b"\x04" + v6("::ffff:0.0.0.0")), ("domain evil.test", domain(b"evil.test")),
                        ("domain 127.0.0.1", domain(b"127.0.0.1")), ("domain 0x7f.1", domain(b"0x7f.1")),
                        ("domain [::1]", domain(b"[::1]")), ("domain ::1", domain(b"::1")),
                        ("domain localhost", domain(b"localhost")), ("domain nul", domain(b"registry.test\x00evil")),

@@ -85,11 +85,13 @@ fn an_upstream_reset_reaches_the_client_as_a_reset() {
     let bridge = Bridge::start(&dir, &policy(&[resetting, clean]), &[]);
 
     // CONNECT: the client's read ends in a reset, as the upstream's did.
-    let (_, was_reset) = read_tunnel(&bridge, resetting);
+    let (got, was_reset) = read_tunnel(&bridge, resetting);
     assert!(
         was_reset,
         "the upstream's reset reached the client as a clean end"
     );
+    // What the upstream sent before its reset arrived all the same.
+    assert!(got >= SENT_BEFORE_THE_END, "{got} bytes");
     // Control: an upstream that ends cleanly ends cleanly for the client, every byte there.
     let (got, was_reset) = read_tunnel(&bridge, clean);
     assert!(!was_reset, "a clean end reached the client as a reset");
@@ -168,6 +170,40 @@ fn an_upstream_reset_reaches_the_client_as_a_reset() {
     );
 }
 
+/// A tunnel the bridge ends because nothing moved (an upstream that stalled mid-response)
+/// ends in a reset too, for the client and for the upstream.
+#[test]
+fn a_tunnel_ended_idle_is_reset_on_both_sides() {
+    let dir = TestDir::new("idle-reset");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (ended, endings) = mpsc::channel();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut head = [0u8; 512];
+            let _ = stream.read(&mut head);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n");
+            let _ = stream.write_all(&[b'x'; SENT_BEFORE_THE_END]);
+            // Stall; then see how the bridge leaves.
+            let end = match stream.read(&mut head) {
+                Ok(0) => "eof",
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => "reset",
+                _ => "other",
+            };
+            let _ = ended.send(end);
+        }
+    });
+    let bridge = Bridge::start(&dir, &policy(&[port]), &["--idle-timeout", "1s"]);
+    let (got, was_reset) = read_tunnel(&bridge, port);
+    assert!(was_reset, "an idle tunnel ended cleanly after {got} bytes");
+    assert!(got >= SENT_BEFORE_THE_END, "{got} bytes");
+    assert_eq!(
+        endings.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "reset"
+    );
+    assert_eq!(bridge.events(1)[0]["end"], "idle_timeout");
+}
+
 /// The other way: a client that resets its tunnel gets the upstream's connection reset.
 #[test]
 fn a_client_reset_reaches_the_upstream_as_a_reset() {
@@ -241,6 +277,41 @@ fn a_panic_in_the_bridge_stops_the_run() {
         "marker-bridge-panic-{}",
         std::process::id()
     )));
+}
+
+/// The same with stderr a pipe nobody reads, filled by CMD: the panic still stops the run
+/// at once (the message is given up rather than waited on).
+#[test]
+fn a_panic_stops_the_run_even_when_stderr_is_full() {
+    let dir = TestDir::new("bridge-panic-full-stderr");
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .env("NETBOX_TEST_BREAK", "bridge-panic");
+    // 65,536 bytes: a pipe's whole buffer.
+    let mut child = run
+        .command(
+            "head -c 65536 /dev/zero >&2; \
+             curl -s --max-time 5 -o /dev/null http://bridge-panic.test/; \
+             sleep 3; echo LATE > late.txt",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "netbox hung on a full stderr");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(125));
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        !run.workspace.join("late.txt").exists(),
+        "CMD outlived the panic"
+    );
 }
 
 fn any_process_with(marker: &str) -> bool {

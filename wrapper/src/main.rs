@@ -73,14 +73,31 @@ fn main() -> ExitCode {
 /// on disk: it is written a line at a time.
 fn stop_on_panic() {
     std::panic::set_hook(Box::new(|info| {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "netbox: internal error, the run was stopped: {} (please report this)",
+        // First the sandbox, before anything that could block (a full stderr pipe).
+        supervise::kill_sandbox_now();
+        let line = format!(
+            "netbox: internal error, the run was stopped: {} (please report this)\n",
             printable::printable(&info.to_string())
         );
+        say_unless_blocked(line.as_bytes());
         sys::process::exit_at_once(i32::from(EXIT_NETBOX_FAILURE));
     }));
+}
+
+/// Writes `line` to stderr if it can take it within 200 ms, bypassing std's lock (a thread
+/// that panicked while holding it, or a CMD that filled a pipe nobody reads, must not
+/// keep netbox from exiting).
+fn say_unless_blocked(line: &[u8]) {
+    use std::os::fd::AsFd;
+    let stderr = std::io::stderr();
+    let mut ready = [nix::poll::PollFd::new(
+        stderr.as_fd(),
+        nix::poll::PollFlags::POLLOUT,
+    )];
+    if nix::poll::poll(&mut ready, nix::poll::PollTimeout::from(200u8)).unwrap_or(0) > 0 {
+        // At most PIPE_BUF bytes: a pipe with room takes them in one write.
+        let _ = nix::unistd::write(stderr.as_fd(), &line[..line.len().min(libc::PIPE_BUF)]);
+    }
 }
 
 /// Raises the soft limit on open files to the hard one: a run holds one fd for each

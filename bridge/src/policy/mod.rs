@@ -351,6 +351,11 @@ impl Policy {
         if let Some(rule) = covering(Action::Deny) {
             return with_class(Decision::deny(Reason::DeniedByRule, Some(rule)));
         }
+        // A connect to 0.0.0.0 or :: reaches this machine's loopback, which no deny rule
+        // for 127.0.0.0/8 or ::1 would see: no rule opens it.
+        if class == IpClass::Unspecified {
+            return with_class(Decision::deny(Reason::NonPublicAddress, None));
+        }
         if class.is_public() {
             return with_class(Decision {
                 verdict: Verdict::Allow,

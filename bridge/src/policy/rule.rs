@@ -96,7 +96,9 @@ impl HostMatcher {
     /// address a connection to `ip` really ends at. For a NAT64 or 6to4 address that is the
     /// IPv4 address inside, which its class comes from too; a rule for the prefix
     /// (`64:ff9b::/96`) reaches public addresses through a gateway, and must not open every
-    /// private one behind it (`64:ff9b::7f00:1` is the gateway's loopback).
+    /// private one behind it (`64:ff9b::7f00:1` is the gateway's loopback). Where a Teredo
+    /// or local-use NAT64 address ends cannot be read from it: only a rule for that one
+    /// address opens it, never one for a range.
     pub fn opens_ip(&self, ip: IpAddr) -> bool {
         let HostMatcher::Net(net) = self else {
             return false;
@@ -104,11 +106,19 @@ impl HostMatcher {
         match canonical_ip(ip) {
             IpAddr::V6(v6) => match embedded_ipv4(v6) {
                 Some(v4) => net.contains(&IpAddr::V4(v4)),
+                None if translated_elsewhere(v6) => net.prefix_len() == 128 && net.addr() == v6,
                 None => net.contains(&IpAddr::V6(v6)),
             },
             v4 => net.contains(&v4),
         }
     }
+}
+
+/// Teredo (`2001::/32`) and local-use NAT64 (`64:ff9b:1::/48`): addresses a gateway
+/// turns into IPv4 ones by a layout the address does not say.
+fn translated_elsewhere(ip: std::net::Ipv6Addr) -> bool {
+    let seg = ip.segments();
+    (seg[0] == 0x2001 && seg[1] == 0) || (seg[0] == 0x0064 && seg[1] == 0xff9b && seg[2] == 1)
 }
 
 impl RuleSpec {

@@ -147,6 +147,43 @@ fn a_translation_prefix_rule_does_not_open_the_private_addresses_inside() {
     );
 }
 
+/// 0.0.0.0 and :: reach this machine's loopback; Teredo and local-use NAT64 addresses end
+/// where the address does not say. No range opens any of them (found by review).
+#[test]
+fn unspecified_and_opaque_translations_are_not_opened_by_a_range() {
+    let p = policy(
+        &[
+            "0.0.0.0/1:443",
+            "[::/1]:443",
+            "[2001::/16]:443",
+            "[64:ff9b:1::/48]:443",
+            "[2001:0:4136:e378:8000:63bf:3fff:fdd2]:443",
+        ],
+        &["127.0.0.0/8", "[::1]"],
+    );
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    for refused in [
+        "0.0.0.0",
+        "::",
+        "::ffff:0.0.0.0",
+        "2001:0:1::1",
+        "64:ff9b:1::a00:1",
+    ] {
+        let d = p.admit(ip(refused), 443);
+        assert_eq!(
+            (d.verdict, d.reason),
+            (Verdict::Deny, Reason::NonPublicAddress),
+            "{refused}"
+        );
+    }
+    // Control: the one Teredo address a rule names exactly is opened.
+    let d = p.admit(ip("2001:0:4136:e378:8000:63bf:3fff:fdd2"), 443);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Allow, Reason::OpenedByRule)
+    );
+}
+
 #[test]
 fn loads_files_with_lines_includes_and_hosts() {
     let _base = TempFile::new("base.toml", "allow = [\n  \"base.test\",\n]\n");

@@ -13,7 +13,7 @@ pub mod stdin_relay;
 pub mod writejudge;
 pub mod writewatch;
 
-pub use sandbox_guard::{reap_left_behind, SandboxGuard};
+pub use sandbox_guard::{kill_sandbox_now, reap_left_behind, SandboxGuard};
 
 use std::net::TcpListener;
 use std::os::fd::OwnedFd;
@@ -615,6 +615,15 @@ impl<'a> Supervisor<'a> {
             Stage::Cutting { .. } => Err(WrapperError::Setup {
                 step: "sandbox".into(),
                 detail: format!("the sandbox ended between --fetch and CMD (status {code})"),
+                hint: None,
+            }),
+            // pid 1 ended without its last word (a failure it reported above, a panic, a
+            // kill from outside): its status is not CMD's.
+            Stage::Running | Stage::Fetching => Err(WrapperError::Setup {
+                step: "sandbox".into(),
+                detail: format!(
+                    "the sandbox's pid 1 stopped before the command ended (status {code})"
+                ),
                 hint: None,
             }),
             _ => Ok(u8::try_from(code).unwrap_or(crate::error::EXIT_NETBOX_FAILURE)),

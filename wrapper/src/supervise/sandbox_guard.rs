@@ -1,7 +1,8 @@
 //! The sandbox's pid 1 as netbox holds it: by a pidfd, signalled through it, reaped once,
 //! and never left running when netbox lets go of it.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::waitpid;
@@ -20,15 +21,32 @@ pub struct SandboxGuard {
     exiting: bool,
 }
 
+/// The pidfd of the sandbox's pid 1 while a guard holds it (-1 when none), for
+/// [`kill_sandbox_now`]. A number, not the fd: if it was closed and the number reused, a
+/// kill through it fails on a file that is not a pidfd and reaches nothing.
+static PID1_PIDFD: AtomicI32 = AtomicI32::new(-1);
+
+/// SIGKILLs the sandbox's pid 1 (and with it everything in the sandbox), if there is one:
+/// the panic hook's first step, before anything that could block.
+pub fn kill_sandbox_now() {
+    let pidfd = PID1_PIDFD.load(Ordering::Acquire);
+    if pidfd >= 0 {
+        crate::sys::process::kill_through_raw_pidfd(pidfd);
+    }
+}
+
 impl SandboxGuard {
     pub fn new(pid: Pid) -> Result<SandboxGuard, WrapperError> {
         match crate::sys::process::pidfd_open(pid) {
-            Ok(pidfd) => Ok(SandboxGuard {
-                pid,
-                pidfd,
-                reaped: false,
-                exiting: false,
-            }),
+            Ok(pidfd) => {
+                PID1_PIDFD.store(pidfd.as_raw_fd(), Ordering::Release);
+                Ok(SandboxGuard {
+                    pid,
+                    pidfd,
+                    reaped: false,
+                    exiting: false,
+                })
+            }
             Err(e) => {
                 // Not yet reaped, so the pid cannot have been reused.
                 let _ = kill(pid, Signal::SIGKILL);
@@ -73,6 +91,7 @@ impl SandboxGuard {
 
 impl Drop for SandboxGuard {
     fn drop(&mut self) {
+        PID1_PIDFD.store(-1, Ordering::Release);
         if self.reaped {
             return;
         }

@@ -240,6 +240,23 @@ pub fn exit_child(code: i32) -> ! {
     exit_at_once(code)
 }
 
+/// SIGKILLs the process a pidfd refers to, given the pidfd's number only (from a panic
+/// hook, which holds no fd). A number that is not a pidfd any more fails (EBADF, EINVAL)
+/// and signals nothing.
+pub fn kill_through_raw_pidfd(pidfd: i32) {
+    // SAFETY: pidfd_send_signal takes an int and a NULL siginfo; the kernel checks the fd
+    // and touches no memory of this process.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd,
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        );
+    }
+}
+
 /// Ends the whole process (every thread) with `code` at once: no unwinding, no atexit
 /// handler, no flush of a buffer another thread may hold locked.
 pub fn exit_at_once(code: i32) -> ! {

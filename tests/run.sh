@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 need() { command -v "$1" >/dev/null || { echo "tests/run.sh: '$1' is missing; install it (on Debian: apt-get install $2)" >&2; exit 1; }; }
 need curl curl
 need dnsmasq dnsmasq-base
+need ip iproute2
 need git git
 need npm "nodejs npm"
 need go golang-go

@@ -30,6 +30,10 @@ pub enum IpClass {
     Reserved,
     /// `2001::/32`: the client address inside is obfuscated and unverifiable.
     Teredo,
+    /// A public address this machine holds itself (an interface's, or a local route's):
+    /// a connection there reaches the host's own services, as loopback does. Not decided
+    /// by `classify`, which is pure, but by `local::classify_here`.
+    ThisMachine,
 }
 
 impl IpClass {
@@ -53,6 +57,7 @@ impl IpClass {
             IpClass::Benchmarking => "benchmarking",
             IpClass::Reserved => "reserved",
             IpClass::Teredo => "Teredo",
+            IpClass::ThisMachine => "this machine's own",
         }
     }
 }

@@ -29,6 +29,7 @@ mod front;
 pub mod fuzzing;
 pub mod ipclass;
 pub mod listen;
+pub mod local;
 pub mod log;
 mod memory;
 pub mod policy;

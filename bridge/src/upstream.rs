@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use tokio::net::TcpStream;
 
 use crate::conn::Conn;
+use crate::ipclass::IpClass;
 use crate::log::Attempt;
 use crate::policy::{Reason, Verdict};
 use crate::target::Target;
@@ -87,7 +88,8 @@ pub async fn open(
     let mut admitted = Vec::new();
     let mut first_refused = None;
     for &addr in &addrs {
-        let verdict = policy.admit_for(&decision, addr, target.port);
+        let class = crate::local::classify_here(addr);
+        let verdict = policy.admit_for(&decision, addr, class, target.port);
         if verdict.is_allow() {
             admitted.push((SocketAddr::new(addr, target.port), verdict.rule));
         } else if first_refused.is_none() {
@@ -109,10 +111,11 @@ pub async fn open(
                 inner_ipv4(addr).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
                 class.describe()
             ),
-            (None, Some(crate::ipclass::IpClass::Loopback)) => format!(
-                "{host} resolves to {addr}, a loopback address (this machine's own services); \
+            (None, Some(class @ (IpClass::Loopback | IpClass::ThisMachine))) => format!(
+                "{host} resolves to {addr}, a {} address (this machine's own services); \
                  open it with an IP/CIDR rule if you mean it, or let this exact name reach it: \
                  --allow-private {host}:{port} (in an allowlist: allow_private = [\"{host}:{port}\"])",
+                class.describe(),
                 host = target.host,
                 port = target.port,
             ),

@@ -5,7 +5,8 @@
 #
 # One upstream is allowed: 127.0.0.3:PORT (as registry.test, good.rebind.test and the
 # literal). A tripwire listens on 127.0.0.1:PORT and [::1]:PORT, the same port, where
-# every attack points; it must never accept a connection from the bridge. The DNS server
+# every attack points, and on 100.128.0.1 and 2600:1::1, public addresses the namespace
+# holds as a host holds its own; it must never accept a connection from the bridge. The DNS server
 # here answers *.rebind.test with loopback in every form, garbage, silence, and an answer
 # that flips between the allowed and the refused address on every question.
 #
@@ -28,6 +29,11 @@ def loopback_up():
 
 
 loopback_up()
+# Public addresses this "machine" (the namespace) holds, as a host holds its own: a
+# connection there reaches its services as loopback would.
+HOST_V4, HOST_V6 = "100.128.0.1", "2600:1::1"
+subprocess.run(["ip", "addr", "add", HOST_V4 + "/32", "dev", "lo"], check=True)
+subprocess.run(["ip", "-6", "addr", "add", HOST_V6 + "/128", "dev", "lo", "nodad"], check=True)
 
 # --- The tripwire and the allowed upstream, on one port number. ---------------------------
 tripwire_hits = []
@@ -36,6 +42,10 @@ tripwire4.bind(("127.0.0.1", 0))
 PORT = tripwire4.getsockname()[1]
 tripwire6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
 tripwire6.bind(("::1", PORT))
+host4 = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+host4.bind((HOST_V4, PORT))
+host6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+host6.bind((HOST_V6, PORT))
 upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 upstream.bind(("127.0.0.3", PORT))
 BODY = b"hello from upstream\n"
@@ -72,7 +82,8 @@ def answer_upstream(conn):
         conn.close()
 
 
-for listener, serve in ((tripwire4, serve_tripwire), (tripwire6, serve_tripwire), (upstream, serve_upstream)):
+for listener, serve in ((tripwire4, serve_tripwire), (tripwire6, serve_tripwire), (host4, serve_tripwire),
+                         (host6, serve_tripwire), (upstream, serve_upstream)):
     threading.Thread(target=serve, args=(listener,), daemon=True).start()
 
 # --- The DNS server. -------------------------------------------------------------------
@@ -85,6 +96,8 @@ RECORDS = {
     ("zero.rebind.test", A): [v4("0.0.0.0")],
     ("zero6.rebind.test", AAAA): [v6("::")],
     ("teredo.rebind.test", AAAA): [v6("2001:0:4136:e378:8000:63bf:80ff:fffe")],
+    ("self.rebind.test", A): [v4(HOST_V4)],
+    ("self6.rebind.test", AAAA): [v6(HOST_V6)],
     ("mixed.rebind.test", A): [v4("127.0.0.3"), v4("127.0.0.1")],
     ("v6.rebind.test", AAAA): [v6("::1")],
     ("mapped.rebind.test", AAAA): [v6("::ffff:127.0.0.1")],
@@ -234,8 +247,10 @@ P = PORT
 # The tripwire counts: a control that it would see a dial.
 socket.create_connection(("127.0.0.1", P), timeout=5).close()
 socket.create_connection(("::1", P), timeout=5).close()
+socket.create_connection((HOST_V4, P), timeout=5).close()
+socket.create_connection((HOST_V6, P), timeout=5).close()
 time.sleep(0.05)
-print("tripwire-sees-a-dial", "ok" if len(tripwire_hits) == 2 else "FAILED %d" % len(tripwire_hits), flush=True)
+print("tripwire-sees-a-dial", "ok" if len(tripwire_hits) == 4 else "FAILED %d" % len(tripwire_hits), flush=True)
 del tripwire_hits[:]
 
 # Controls: the allowed upstream by every legitimate way in.
@@ -318,8 +333,8 @@ for name, head in [
 attack("smuggle after connect", connect("registry.test:%d" % P) + hidden, never)
 
 # DNS: every loopback form an answer can take, garbage, silence, and rebinding.
-for name in ["loop", "zero", "zero6", "teredo", "v6", "mapped", "nat64", "sixtofour", "compat", "garbage",
-             "silent", "missing"]:
+for name in ["loop", "zero", "zero6", "teredo", "self", "self6", "v6", "mapped", "nat64", "sixtofour", "compat",
+             "garbage", "silent", "missing"]:
     attack("dns %s" % name, connect("%s.rebind.test:%d" % (name, P)))
 # An answer that mixes the opened address with the tripwire's: only the opened one may be
 # dialed, so the tunnel may open, to the allowed upstream alone.

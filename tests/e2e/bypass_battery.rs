@@ -9,7 +9,9 @@
 //! namespace of the test's own with loopback as its only interface: a regression that
 //! dialed a translated address would find no route, so no packet can leave the machine,
 //! and the event log still shows the dial. A tripwire on 127.0.0.1 and ::1, on the port the
-//! allowed upstream (127.0.0.3) uses, must see no connection; a control shows it counts.
+//! allowed upstream (127.0.0.3) uses, and on public addresses the namespace holds as a host
+//! holds its own, must see no connection; a control shows it counts. (`ip`, from iproute2,
+//! adds those addresses.)
 
 use std::process::Command;
 
@@ -102,4 +104,10 @@ fn no_spelling_of_a_refused_target_is_dialed() {
             .any(|e| e["dialed"] == allowed_upstream.as_str()),
         "no control was dialed"
     );
+    // A name resolving to an address the machine holds is refused as its own, not for
+    // anything else (a resolve failure would pass the tripwire too).
+    for name in ["self.rebind.test", "self6.rebind.test"] {
+        let event = events.iter().find(|e| e["host"] == name).unwrap();
+        assert_eq!(event["refused_class"], "this_machine", "{event}");
+    }
 }

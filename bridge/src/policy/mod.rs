@@ -331,7 +331,13 @@ impl Policy {
     /// Decides whether one resolved address may be dialed for `port`.
     pub fn admit(&self, addr: IpAddr, port: u16) -> Decision {
         let addr = canonical_ip(addr);
-        let class = classify(addr);
+        self.admit_classified(addr, classify(addr), port)
+    }
+
+    /// [`Policy::admit`] for an address already classified (by `local::classify_here`,
+    /// which knows this machine's own addresses).
+    pub fn admit_classified(&self, addr: IpAddr, class: IpClass, port: u16) -> Decision {
+        let addr = canonical_ip(addr);
         // A deny rule covers the address in any of its spellings; an allow rule opens it
         // only where the connection really ends (see `opens_ip`).
         let covering = |action| {
@@ -382,16 +388,22 @@ impl Policy {
     /// [`Policy::admit`] for an address `target` resolved to, where `target` was allowed
     /// by `decision`: an `allow_private` rule also admits the non-public addresses a
     /// private service can have (the rule that opened it is named).
-    pub fn admit_for(&self, decision: &Decision, addr: IpAddr, port: u16) -> Decision {
-        let admitted = self.admit(addr, port);
-        // Loopback only for a rule naming the host exactly: a wildcard rule would let any
-        // name in the zone that says 127.0.0.1 (`localhost.corp.test`) reach the host's
-        // own services.
-        let loopback_ok = !decision.wildcard;
+    pub fn admit_for(
+        &self,
+        decision: &Decision,
+        addr: IpAddr,
+        class: IpClass,
+        port: u16,
+    ) -> Decision {
+        let admitted = self.admit_classified(addr, class, port);
+        // This machine (loopback, or an address of its own) only for a rule naming the host
+        // exactly: a wildcard rule would let any name in the zone that says 127.0.0.1
+        // (`localhost.corp.test`) reach the host's own services.
+        let this_machine = |c| matches!(c, IpClass::Loopback | IpClass::ThisMachine);
         let reachable = admitted.reason == Reason::NonPublicAddress
             && decision.reach_private
             && admitted.class.is_some_and(|c| {
-                private_service_class(c) && (c != IpClass::Loopback || loopback_ok)
+                private_service_class(c) && (!this_machine(c) || !decision.wildcard)
             });
         if !reachable {
             return admitted;
@@ -415,6 +427,7 @@ pub fn private_service_class(class: IpClass) -> bool {
         class,
         IpClass::Private
             | IpClass::Loopback
+            | IpClass::ThisMachine
             | IpClass::Cgnat
             | IpClass::Documentation
             | IpClass::Benchmarking

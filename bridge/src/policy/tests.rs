@@ -4,6 +4,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use proptest::prelude::*;
 
 use super::*;
+use crate::ipclass::classify;
 use crate::target::normalise_host;
 
 fn policy(allow: &[&str], deny: &[&str]) -> Policy {
@@ -405,7 +406,7 @@ fn allow_private_opens_a_non_public_address_for_its_names_only() {
         "100.64.0.1",
         "fd00::1",
     ] {
-        let d = p.admit_for(&mirror, ip(addr), 443);
+        let d = p.admit_for(&mirror, ip(addr), classify(ip(addr)), 443);
         assert_eq!(
             (d.verdict, d.reason),
             (Verdict::Allow, Reason::OpenedByRule),
@@ -413,7 +414,7 @@ fn allow_private_opens_a_non_public_address_for_its_names_only() {
         );
         assert_eq!(d.rule.as_ref().unwrap().text, "mirror.test:443");
         // The same address for another name stays closed.
-        let d = p.admit_for(&other, ip(addr), 443);
+        let d = p.admit_for(&other, ip(addr), classify(ip(addr)), 443);
         assert_eq!(d.reason, Reason::NonPublicAddress, "{addr}");
     }
     // Never where only the machine or its cloud lives; deny rules still win.
@@ -424,15 +425,16 @@ fn allow_private_opens_a_non_public_address_for_its_names_only() {
         "0.0.0.0",
         "224.0.0.1",
     ] {
-        let d = p.admit_for(&mirror, ip(addr), 443);
+        let d = p.admit_for(&mirror, ip(addr), classify(ip(addr)), 443);
         assert_eq!(d.verdict, Verdict::Deny, "{addr}");
     }
-    let d = p.admit_for(&mirror, ip("10.9.1.1"), 443);
+    let d = p.admit_for(&mirror, ip("10.9.1.1"), classify(ip("10.9.1.1")), 443);
     assert_eq!(d.reason, Reason::DeniedByRule);
     // Reserved space is routed to the gateway: never.
     for addr in ["0.0.0.1", "240.0.0.1"] {
         assert_eq!(
-            p.admit_for(&mirror, ip(addr), 443).verdict,
+            p.admit_for(&mirror, ip(addr), classify(ip(addr)), 443)
+                .verdict,
             Verdict::Deny,
             "{addr}"
         );
@@ -443,11 +445,13 @@ fn allow_private_opens_a_non_public_address_for_its_names_only() {
     let any = p.decide(&target("localhost.corp.test:443"));
     assert!(any.reach_private);
     assert_eq!(
-        p.admit_for(&any, ip("127.0.0.1"), 443).verdict,
+        p.admit_for(&any, ip("127.0.0.1"), classify(ip("127.0.0.1")), 443)
+            .verdict,
         Verdict::Deny
     );
     assert_eq!(
-        p.admit_for(&any, ip("10.1.2.3"), 443).verdict,
+        p.admit_for(&any, ip("10.1.2.3"), classify(ip("10.1.2.3")), 443)
+            .verdict,
         Verdict::Allow
     );
     // Names only: an address is opened with an IP/CIDR rule.
@@ -466,4 +470,38 @@ fn allow_private_is_read_from_files() {
     let bad = TempFile::new("private-bad.toml", "allow_private = [\"10.0.0.1\"]\n");
     let err = Policy::load(std::slice::from_ref(&bad.0)).unwrap_err();
     assert!(err.to_string().contains("IP/CIDR"), "{err}");
+}
+
+/// A public address this machine holds is refused as loopback is: opened by an IP rule
+/// for it, or for an exact name by `allow_private`, never by a wildcard.
+#[test]
+fn this_machines_own_public_address_is_refused_unless_opened() {
+    let mut p = policy(&["*.corp.test:443", "203.0.113.0/24:8443"], &[]);
+    p.add_private_rule("mirror.test:443", "--allow-private")
+        .unwrap();
+    p.add_private_rule("*.corp.test:443", "--allow-private")
+        .unwrap();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let here = ip("100.128.0.1");
+    let d = p.admit_classified(here, IpClass::ThisMachine, 443);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Deny, Reason::NonPublicAddress)
+    );
+    assert_eq!(d.class, Some(IpClass::ThisMachine));
+    let wildcard = p.decide(&target("a.corp.test:443"));
+    let d = p.admit_for(&wildcard, here, IpClass::ThisMachine, 443);
+    assert_eq!(d.verdict, Verdict::Deny);
+    // Controls: an exact allow_private name, and an IP rule for the address.
+    let mirror = p.decide(&target("mirror.test:443"));
+    let d = p.admit_for(&mirror, here, IpClass::ThisMachine, 443);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Allow, Reason::OpenedByRule)
+    );
+    let d = p.admit_classified(ip("203.0.113.9"), IpClass::ThisMachine, 8443);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Allow, Reason::OpenedByRule)
+    );
 }

@@ -210,13 +210,19 @@ fn cpu_limit_caps_cpu_time() {
         "{check:#}"
     );
 
-    // Control: without the limit the two loops use well over half a CPU-second between
-    // them (two on two cores: up to 2; on a machine busy with other work, measured down
-    // to 0.79).
+    // Control: without the limit the two loops use more than the bound the limited run
+    // stayed under (two on two cores: up to 2; on a machine busy with other work,
+    // measured down to 0.68, so up to three tries).
     let dir = TestDir::new("cpus-control");
-    let out = Run::new(&dir).arg("--quiet").sh(TWO_BUSY_SECONDS);
-    let free = children_cpu_seconds(&stdout(&out));
-    assert!(free > 0.7, "{free} s without --cpus");
+    let mut free = 0.0;
+    for _ in 0..3 {
+        let out = Run::new(&dir).arg("--quiet").sh(TWO_BUSY_SECONDS);
+        free = children_cpu_seconds(&stdout(&out));
+        if free > 0.65 {
+            break;
+        }
+    }
+    assert!(free > 0.65, "{free} s without --cpus");
 }
 
 #[test]

@@ -23,6 +23,14 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test (as $(id -un))"
 cargo test --workspace --features netbox/test-hooks
+# ~20 s against the debug netbox; the full run (100,000 connections, 10,000 slowloris) is
+# benches/soak.sh, not CI's.
+echo "== bridge load and soak, quick"
+soak=$(cargo build -p netbox --features test-hooks --bench soak --message-format=json 2>/dev/null \
+    | sed -n 's/.*"executable":"\([^"]*\/soak-[^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$soak" ] || { echo "tests/run.sh: cannot find the soak bench binary" >&2; exit 1; }
+CONNECTIONS=5000 CONCURRENCY=200 SLOW=500 HEADER_TIMEOUT=2 \
+    NETBOX_BIN="$PWD/target/$(rustc -vV | sed -n "s/^host: //p")/debug/netbox" "$soak"
 
 if [ "$(id -u)" = 0 ]; then
     # Copy the binaries somewhere nobody can read them: the checkout may sit under a

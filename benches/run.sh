@@ -13,10 +13,12 @@ rounds=${ROUNDS:-5}
 for tool in nginx curl; do
     command -v "$tool" >/dev/null || { echo "benches/run.sh: '$tool' is missing (apt-get install $tool)" >&2; exit 1; }
 done
-cargo build --release --quiet --bin netbox
 cargo bench --quiet --bench connect_latency --no-run 2>/dev/null
 latency_bin=$(cargo bench --bench connect_latency --no-run --message-format=json 2>/dev/null \
     | sed -n 's/.*"executable":"\([^"]*connect_latency[^"]*\)".*/\1/p' | tail -n1)
+# Last: building a bench relinks the release netbox with the dev-dependencies' features;
+# the one measured is the one users build.
+cargo build --release --quiet --bin netbox
 
 work=$(mktemp -d /tmp/netbox-bench.XXXXXX)
 pids=()

@@ -26,7 +26,9 @@ cargo test --workspace --features netbox/test-hooks
 # ~20 s against the debug netbox; the full run (100,000 connections, 10,000 slowloris) is
 # benches/soak.sh, not CI's.
 echo "== bridge load and soak, quick"
-soak=$(cargo build -p netbox --features test-hooks --bench soak --message-format=json 2>/dev/null \
+# The dev profile: the bench's client is quick enough unoptimised, and CI builds nothing
+# in release for it.
+soak=$(cargo build -p netbox --features test-hooks --bench soak --profile dev --message-format=json 2>/dev/null \
     | sed -n 's/.*"executable":"\([^"]*\/soak-[^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$soak" ] || { echo "tests/run.sh: cannot find the soak bench binary" >&2; exit 1; }
 CONNECTIONS=5000 CONCURRENCY=200 SLOW=500 HEADER_TIMEOUT=2 \

@@ -48,15 +48,32 @@ impl ListenAddr {
             source,
         };
         match self {
-            ListenAddr::Tcp(addr) => Ok(Listener::Tcp(
-                TcpListener::bind(addr).await.map_err(bind_error)?,
-            )),
-            ListenAddr::Unix(path) => Ok(Listener::Unix(
-                UnixListener::bind(path).map_err(bind_error)?,
-                path.clone(),
-            )),
+            ListenAddr::Tcp(addr) => {
+                let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+                deepen_backlog(&listener).map_err(bind_error)?;
+                Ok(Listener::Tcp(listener))
+            }
+            ListenAddr::Unix(path) => {
+                let listener = UnixListener::bind(path).map_err(bind_error)?;
+                deepen_backlog(&listener).map_err(bind_error)?;
+                Ok(Listener::Unix(listener, path.clone()))
+            }
         }
     }
+}
+
+/// Connections the kernel queues for a listener before it is accepted from (the system
+/// caps it at `net.core.somaxconn`, 4096 by default since Linux 5.4).
+pub const LISTEN_BACKLOG: i32 = 4096;
+
+/// Raises a listening socket's accept queue to [`LISTEN_BACKLOG`]. std and tokio listen
+/// with 128: a burst of a few thousand connects (a package manager's parallel downloads,
+/// measured with benches/soak.sh) overflowed it, and each connection dropped there waited
+/// for its SYN to be sent again, 1, 3, 7 s later. listen(2) again on a listening socket
+/// only changes the queue's length.
+pub fn deepen_backlog(listener: &impl std::os::fd::AsFd) -> std::io::Result<()> {
+    let backlog = nix::sys::socket::Backlog::new(LISTEN_BACKLOG).map_err(std::io::Error::from)?;
+    nix::sys::socket::listen(listener, backlog).map_err(std::io::Error::from)
 }
 
 impl std::fmt::Display for ListenAddr {

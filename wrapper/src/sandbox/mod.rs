@@ -408,7 +408,10 @@ fn set_up_network(channel: &Channel) -> Result<bool, StepError> {
     // to netbox: CMD's connections reach the bridge directly, with no relay.
     let v4 = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)))
         .map_err(failed("listen on 127.0.0.1"))?;
-    let v6 = TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT))).ok();
+    bridge::listen::deepen_backlog(&v4).map_err(failed("listen on 127.0.0.1"))?;
+    let v6 = TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT)))
+        .ok()
+        .filter(|v6| bridge::listen::deepen_backlog(v6).is_ok());
     let mut fds = vec![v4.as_raw_fd()];
     fds.extend(v6.as_ref().map(AsRawFd::as_raw_fd));
     let listeners = SyncMsg::Listeners {

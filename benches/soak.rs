@@ -543,6 +543,8 @@ impl Bridge {
             .args(["--dns", "127.0.0.1:9"])
             .args(["--max-connections", &k.max_connections.to_string()])
             .args(["--header-timeout", &format!("{}s", k.header_timeout_secs)])
+            // Every attempt is checked against the log: no per-minute bound on refusals.
+            .args(["--log-refusals-per-minute", "1000000000"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -298,6 +298,9 @@ pub struct EventLog {
     /// `net` records written at most, refused and allowed ones apart (`None`: no bound);
     /// past a cap they are counted.
     net_cap: Option<NetCap>,
+    /// Refused `net` records written per minute at most (`None`: no bound); past it in a
+    /// minute they are counted, and said in one `net_suppressed` record when it ends.
+    refusal_budget: Option<Mutex<RefusalWindow>>,
     net_written: [std::sync::atomic::AtomicU64; 2],
     net_suppressed: std::sync::atomic::AtomicU64,
     allowed: std::sync::atomic::AtomicU64,
@@ -319,6 +322,7 @@ impl EventLog {
             failed: tokio::sync::watch::Sender::new(None),
             announced: Mutex::new(Announced::default()),
             net_cap: None,
+            refusal_budget: None,
             net_written: Default::default(),
             net_suppressed: std::sync::atomic::AtomicU64::new(0),
             allowed: std::sync::atomic::AtomicU64::new(0),
@@ -335,6 +339,72 @@ impl EventLog {
     pub fn cap_net_records(mut self, cap: NetCap) -> EventLog {
         self.net_cap = Some(cap);
         self
+    }
+
+    /// Bounds the refused `net` records this log takes in each minute: a long-running
+    /// bridge has no end of run to cap at, and a client looping on refused connections
+    /// (past the connection limit, say) must not fill the disk. Past `per_minute` in a
+    /// minute, refusals are counted; the minute's count is written as a `net_suppressed`
+    /// record with the next refusal after it ends, or by [`EventLog::flush_suppressed`].
+    pub fn limit_refusals_per_minute(mut self, per_minute: u64) -> EventLog {
+        self.refusal_budget = Some(Mutex::new(RefusalWindow {
+            per_minute,
+            started: std::time::Instant::now(),
+            written: 0,
+            suppressed: 0,
+            session: String::new(),
+        }));
+        self
+    }
+
+    /// Writes the current minute's count of refusals past the budget, if any (as the
+    /// bridge stops).
+    pub fn flush_suppressed(&self) {
+        let pending = self.refusal_budget.as_ref().and_then(|budget| {
+            let mut window = budget.lock().ok()?;
+            let count = std::mem::take(&mut window.suppressed);
+            (count > 0).then(|| (window.session.clone(), count))
+        });
+        if let Some((session, count)) = pending {
+            self.record_as(
+                "net_suppressed",
+                &session,
+                &crate::records::Suppressed { count },
+            );
+        }
+    }
+
+    /// Whether a refusal fits this minute's budget; closes the minute before when it
+    /// has ended (writing its `net_suppressed`).
+    fn refusal_fits(&self, session: &str) -> bool {
+        let Some(budget) = &self.refusal_budget else {
+            return true;
+        };
+        let Ok(mut window) = budget.lock() else {
+            return true;
+        };
+        if window.started.elapsed() >= REFUSAL_WINDOW {
+            let count = std::mem::take(&mut window.suppressed);
+            if count > 0 {
+                let session = std::mem::take(&mut window.session);
+                self.record_as(
+                    "net_suppressed",
+                    &session,
+                    &crate::records::Suppressed { count },
+                );
+            }
+            window.started = std::time::Instant::now();
+            window.written = 0;
+        }
+        if window.written < window.per_minute {
+            window.written += 1;
+            return true;
+        }
+        window.suppressed += 1;
+        if window.session.is_empty() {
+            session.clone_into(&mut window.session);
+        }
+        false
     }
 
     /// `net` attempts counted but not written (past the cap).
@@ -362,6 +432,9 @@ impl EventLog {
                         },
                     );
                 }
+                self.net_suppressed.fetch_add(1, Ordering::Relaxed);
+            }
+            _ if event.decision == Verdict::Deny && !self.refusal_fits(&event.session) => {
                 self.net_suppressed.fetch_add(1, Ordering::Relaxed);
             }
             _ => self.record_json(event),
@@ -459,6 +532,19 @@ impl EventLog {
             }
         }
     }
+}
+
+/// The span a refusal budget counts over.
+const REFUSAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One minute of a refusal budget.
+struct RefusalWindow {
+    per_minute: u64,
+    started: std::time::Instant,
+    written: u64,
+    suppressed: u64,
+    /// The session of the first refusal past the budget, for its `net_suppressed`.
+    session: String,
 }
 
 /// How many `net` records a log takes.

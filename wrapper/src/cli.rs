@@ -407,6 +407,12 @@ pub struct BridgeArgs {
           default_value_t = bridge::server::DEFAULT_SESSION_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
     pub max_connections: usize,
+
+    /// Refusals written to the event log per minute at most; past it they are counted,
+    /// and each minute's count is logged as one `net_suppressed` record.
+    #[arg(long = "log-refusals-per-minute", value_name = "N", default_value_t = 6000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_refusals_per_minute: u64,
 }
 
 #[cfg(test)]

@@ -208,6 +208,15 @@ impl Bridge {
     }
 }
 
+impl Bridge {
+    /// Stops the bridge as a service manager would (SIGTERM) and waits for it.
+    pub fn stop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Bridge {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -27,12 +27,12 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
     } else {
         Stderr::Summary
     };
-    let log = EventLog::open(args.log.as_deref(), stderr).map_err(|source| {
-        bridge::BridgeError::OpenLog {
+    let log = EventLog::open(args.log.as_deref(), stderr)
+        .map(|log| log.limit_refusals_per_minute(args.log_refusals_per_minute))
+        .map_err(|source| bridge::BridgeError::OpenLog {
             path: args.log.clone().unwrap_or_default(),
             source,
-        }
-    })?;
+        })?;
     let config = BridgeConfig {
         connect_timeout: args.connect_timeout,
         header_timeout: args.header_timeout,
@@ -94,6 +94,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             }
         };
         bridge::serve(listeners, config, Arc::clone(&log), stop).await;
+        log.flush_suppressed();
         for addr in &addrs {
             if let ListenAddr::Unix(path) = addr {
                 let _ = std::fs::remove_file(path);

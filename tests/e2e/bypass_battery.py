@@ -34,6 +34,14 @@ loopback_up()
 HOST_V4, HOST_V6 = "100.128.0.1", "2600:1::1"
 subprocess.run(["ip", "addr", "add", HOST_V4 + "/32", "dev", "lo"], check=True)
 subprocess.run(["ip", "-6", "addr", "add", HOST_V6 + "/128", "dev", "lo", "nodad"], check=True)
+# And whole ranges delivered here by `local` routes (no address on an interface), with
+# binds to any address allowed, so that a socket's bind says nothing about locality.
+ROUTED_V4, ROUTED_V6 = "100.129.0.5", "2600:2::5"
+subprocess.run(["ip", "route", "add", "local", "100.129.0.0/24", "dev", "lo"], check=True)
+subprocess.run(["ip", "-6", "route", "add", "local", "2600:2::/64", "dev", "lo"], check=True)
+for family in ("ipv4", "ipv6"):
+    with open("/proc/sys/net/%s/ip_nonlocal_bind" % family, "w") as f:
+        f.write("1")
 
 # --- The tripwire and the allowed upstream, on one port number. ---------------------------
 tripwire_hits = []
@@ -46,6 +54,10 @@ host4 = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 host4.bind((HOST_V4, PORT))
 host6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
 host6.bind((HOST_V6, PORT))
+routed4 = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+routed4.bind((ROUTED_V4, PORT))
+routed6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+routed6.bind((ROUTED_V6, PORT))
 upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 upstream.bind(("127.0.0.3", PORT))
 BODY = b"hello from upstream\n"
@@ -83,7 +95,8 @@ def answer_upstream(conn):
 
 
 for listener, serve in ((tripwire4, serve_tripwire), (tripwire6, serve_tripwire), (host4, serve_tripwire),
-                         (host6, serve_tripwire), (upstream, serve_upstream)):
+                         (host6, serve_tripwire), (routed4, serve_tripwire), (routed6, serve_tripwire),
+                         (upstream, serve_upstream)):
     threading.Thread(target=serve, args=(listener,), daemon=True).start()
 
 # --- The DNS server. -------------------------------------------------------------------
@@ -98,6 +111,9 @@ RECORDS = {
     ("teredo.rebind.test", AAAA): [v6("2001:0:4136:e378:8000:63bf:80ff:fffe")],
     ("self.rebind.test", A): [v4(HOST_V4)],
     ("self6.rebind.test", AAAA): [v6(HOST_V6)],
+    ("routed.rebind.test", A): [v4(ROUTED_V4)],
+    ("routed6.rebind.test", AAAA): [v6(ROUTED_V6)],
+    ("selfnat64.rebind.test", AAAA): [v6("64:ff9b::6480:1")],
     ("mixed.rebind.test", A): [v4("127.0.0.3"), v4("127.0.0.1")],
     ("v6.rebind.test", AAAA): [v6("::1")],
     ("mapped.rebind.test", AAAA): [v6("::ffff:127.0.0.1")],
@@ -249,8 +265,10 @@ socket.create_connection(("127.0.0.1", P), timeout=5).close()
 socket.create_connection(("::1", P), timeout=5).close()
 socket.create_connection((HOST_V4, P), timeout=5).close()
 socket.create_connection((HOST_V6, P), timeout=5).close()
+socket.create_connection((ROUTED_V4, P), timeout=5).close()
+socket.create_connection((ROUTED_V6, P), timeout=5).close()
 time.sleep(0.05)
-print("tripwire-sees-a-dial", "ok" if len(tripwire_hits) == 4 else "FAILED %d" % len(tripwire_hits), flush=True)
+print("tripwire-sees-a-dial", "ok" if len(tripwire_hits) == 6 else "FAILED %d" % len(tripwire_hits), flush=True)
 del tripwire_hits[:]
 
 # Controls: the allowed upstream by every legitimate way in.
@@ -333,8 +351,8 @@ for name, head in [
 attack("smuggle after connect", connect("registry.test:%d" % P) + hidden, never)
 
 # DNS: every loopback form an answer can take, garbage, silence, and rebinding.
-for name in ["loop", "zero", "zero6", "teredo", "self", "self6", "v6", "mapped", "nat64", "sixtofour", "compat",
-             "garbage", "silent", "missing"]:
+for name in ["loop", "zero", "zero6", "teredo", "self", "self6", "routed", "routed6", "selfnat64", "v6", "mapped",
+             "nat64", "sixtofour", "compat", "garbage", "silent", "missing"]:
     attack("dns %s" % name, connect("%s.rebind.test:%d" % (name, P)))
 # An answer that mixes the opened address with the tripwire's: only the opened one may be
 # dialed, so the tunnel may open, to the allowed upstream alone.

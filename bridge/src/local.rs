@@ -11,6 +11,7 @@ use crate::ipclass::{classify, embedded_ipv4, IpClass};
 /// `classify`, with a public address this machine holds classed as `ThisMachine` (a NAT64
 /// or 6to4 address too, when the IPv4 address inside is the machine's).
 pub fn classify_here(addr: IpAddr) -> IpClass {
+    let addr = crate::target::canonical_ip(addr);
     match classify(addr) {
         IpClass::Public if is_local(addr) => IpClass::ThisMachine,
         IpClass::Public => match addr {
@@ -78,14 +79,25 @@ fn routed_locally(addr: IpAddr) -> Option<bool> {
     )
     .ok()?;
     send(netlink.as_raw_fd(), &request, MsgFlags::empty()).ok()?;
+    // rtnetlink answers within the send: the answer is there, or never comes.
     let mut answer = [0u8; 1024];
-    let n = recv(netlink.as_raw_fd(), &mut answer, MsgFlags::empty()).ok()?;
+    let n = recv(netlink.as_raw_fd(), &mut answer, MsgFlags::MSG_DONTWAIT).ok()?;
     let answer = &answer[..n];
     let kind = u16::from_ne_bytes(answer.get(4..6)?.try_into().ok()?);
     match kind {
         RTM_NEWROUTE => Some(*answer.get(RTM_TYPE_OFFSET)? == RTN_LOCAL),
-        // No route at all (unreachable): not delivered here.
-        NLMSG_ERROR => Some(false),
+        // No route (unreachable, a blackhole, a prohibit route): not delivered here. Any
+        // other error says nothing: the bind test decides.
+        NLMSG_ERROR => {
+            let error = i32::from_ne_bytes(answer.get(16..20)?.try_into().ok()?);
+            let no_route = [
+                nix::libc::ENETUNREACH,
+                nix::libc::EHOSTUNREACH,
+                nix::libc::EINVAL,
+                nix::libc::EACCES,
+            ];
+            no_route.contains(&-error).then_some(false)
+        }
         _ => None,
     }
 }

@@ -34,7 +34,10 @@ const PATH_MAX: usize = 4096;
 /// Longest name in a path (NAME_MAX).
 const NAME_MAX: usize = 255;
 /// openat2's resolve flags (linux/openat2.h).
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 const RESOLVE_BENEATH: u64 = 0x08;
+/// Symlinks the kernel follows in one lookup (MAXSYMLINKS).
+const MAX_SYMLINK_HOPS: usize = 40;
 const RESOLVE_IN_ROOT: u64 = 0x10;
 
 /// One path a syscall would write, judged.
@@ -1003,7 +1006,10 @@ fn judge_remove(place: &Place, dir: Option<bool>) -> Found {
     if place.parent_read_only() {
         return place.denied_in_parent();
     }
+    // unlink of a name ending in "/" is ENOTDIR (or EISDIR) before a mount point is EBUSY.
+    let trailing_slash = place.named.as_os_str().as_bytes().ends_with(b"/");
     match place.lookup(false) {
+        Some(_) if trailing_slash && dir == Some(false) => Found::ALLOWED,
         Some(entry) if is_busy_mount_point(&entry, dir, place.parent()) => Found {
             denied: true,
             resolved: fd_path(&entry),
@@ -1055,8 +1061,12 @@ fn judge_open(place: &Place, flags: u64, pid: u32) -> Found {
             _ => Found::ALLOWED,
         };
     }
+    // A final "/" wants a directory: anything else is ENOTDIR (`open(".envrc/")`), and a
+    // directory opened for writing EISDIR.
+    let wants_directory = place.named.as_os_str().as_bytes().ends_with(b"/");
     match place.lookup(follow) {
         Some(_) if exclusive || !writes => Found::ALLOWED,
+        Some(_) if wants_directory => Found::ALLOWED,
         Some(file) => match Found::on_read_only(&file) {
             // Only a regular file is changed by it: opening anything else for writing is
             // refused for another reason first (a directory: EISDIR; a symlink with
@@ -1073,18 +1083,20 @@ fn judge_open(place: &Place, flags: u64, pid: u32) -> Found {
         },
         // Following a final symlink to nothing, O_CREAT creates its target: where that
         // lands decides.
-        None if has(libc::O_CREAT) && follow => match dangling_target(place.root, place.named) {
-            Some(target) => {
-                let (denied, resolved) = create_verdict(place.root, &target);
-                Found {
-                    denied,
-                    resolved,
-                    busy: false,
+        None if has(libc::O_CREAT) && follow && is_symlink(place.root, place.named) => {
+            match dangling_target(place.root, place.named) {
+                Some(target) => {
+                    let (denied, resolved) = create_verdict(place.root, &target);
+                    Found {
+                        denied,
+                        resolved,
+                        busy: false,
+                    }
                 }
+                // A link to a name ending in "/" (EISDIR), or a chain too long to follow.
+                None => Found::ALLOWED,
             }
-            None if place.parent_refuses_create() => place.denied_in_parent(),
-            None => Found::ALLOWED,
-        },
+        }
         None if has(libc::O_CREAT) && place.parent_refuses_create() => place.denied_in_parent(),
         None => Found::ALLOWED,
     }
@@ -1158,6 +1170,38 @@ fn judge_confined_open(
             refused.then(|| denied(&file))
         }
         Err(nix::errno::Errno::ENOENT) if has(libc::O_CREAT) => {
+            // A dangling symlink as the final name: O_CREAT creates its target, so its
+            // body is followed (beneath the same directory, by the same rules) to the
+            // name that would be created (review 26).
+            let mut raw = raw.clone();
+            for hop in 0.. {
+                match lookup(&raw, OFlag::O_NOFOLLOW) {
+                    Ok(link) if is_kind(&link, libc::S_IFLNK) => {
+                        if hop >= MAX_SYMLINK_HOPS || resolve & RESOLVE_NO_SYMLINKS != 0 {
+                            return None; // ELOOP
+                        }
+                        let body = nix::fcntl::readlinkat(&link, "").ok()?;
+                        let body = body.as_bytes().to_vec();
+                        if body.is_empty() || body.ends_with(b"/") {
+                            return None; // ENOENT, EISDIR
+                        }
+                        raw = if body.starts_with(b"/") {
+                            if resolve & RESOLVE_BENEATH != 0 {
+                                return None; // EXDEV
+                            }
+                            body
+                        } else {
+                            match raw.iter().rposition(|b| *b == b'/') {
+                                Some(i) => [&raw[..=i], &body[..]].concat(),
+                                None => body,
+                            }
+                        };
+                    }
+                    Ok(_) => return None,
+                    Err(nix::errno::Errno::ENOENT) => break,
+                    Err(_) => return None,
+                }
+            }
             let end = raw.iter().rposition(|b| *b == b'/');
             let parent: &[u8] = match end {
                 Some(0) => b"/",
@@ -1214,6 +1258,10 @@ fn dangling_target(root: &OwnedFd, named: &Path) -> Option<PathBuf> {
         }
         // A relative target is read from the link's own directory.
         let target = PathBuf::from(nix::fcntl::readlinkat(&entry, "").ok()?);
+        // One ending in "/" names a directory, which O_CREAT does not make (EISDIR).
+        if target.as_os_str().as_bytes().ends_with(b"/") {
+            return None;
+        }
         path = if target.is_absolute() {
             target
         } else {
@@ -1452,6 +1500,12 @@ fn name_too_long_for_its_directory(root: &OwnedFd, named: &Path) -> bool {
         OVERLAYFS_SUPER_MAGIC,
     ];
     nix::sys::statfs::fstatfs(&dir).is_ok_and(|s| checked.contains(&s.filesystem_type()))
+}
+
+/// Whether `named` itself (its final name not followed) is a symlink.
+fn is_symlink(root: &OwnedFd, named: &Path) -> bool {
+    open_in_sandbox(root, &without_final_slashes(named), false)
+        .is_some_and(|entry| is_kind(&entry, libc::S_IFLNK))
 }
 
 /// Whether an open file lies on a proc filesystem.

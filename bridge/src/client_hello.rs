@@ -16,7 +16,7 @@ const HOST_NAME: u8 = 0;
 const MAX_RECORD_BYTES: usize = 1 << 14;
 /// A ClientHello this long is refused rather than buffered further: real ones, with
 /// post-quantum key shares and every extension browsers send, stay under 4 KiB.
-pub const MAX_HELLO_BYTES: usize = 64 * 1024;
+pub const MAX_HELLO_BYTES: usize = 16 * 1024;
 
 /// What the first bytes of a tunnel say, so far.
 #[derive(Debug, Clone, PartialEq, Eq)]

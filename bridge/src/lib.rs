@@ -39,6 +39,7 @@ pub mod resolver;
 pub mod server;
 pub mod target;
 pub mod terminal;
+mod tls_check;
 mod tunnel;
 mod upstream;
 

@@ -652,6 +652,9 @@ pub fn describe(reason: Reason) -> &'static str {
         Reason::HeaderTimeout => "request header timed out",
         Reason::Unsupported => "unsupported request",
         Reason::ConnectionLimit => "too many connections open",
+        Reason::ServerNameMismatch => "TLS asks for another host",
+        Reason::NoServerName => "TLS names no host",
+        Reason::NotTls => "not TLS on a TLS port",
     }
 }
 

@@ -10,6 +10,7 @@ mod bridge_limits;
 mod bridge_malformed;
 mod bridge_policy;
 mod bridge_socks;
+mod bridge_tls;
 mod bridge_tunnel;
 mod bypass_battery;
 mod escape_battery;

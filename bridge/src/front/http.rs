@@ -35,6 +35,7 @@ use crate::counted::{Counted, Counters};
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
 use crate::target::Target;
+use crate::tls_check;
 use crate::tunnel;
 use crate::upstream::{self, Refusal};
 
@@ -226,6 +227,8 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let idle = conn.shared.config.idle_timeout;
+    let hello_timeout = conn.shared.config.header_timeout;
+    let policy = Arc::clone(&conn.session.policy);
     let log = Arc::clone(&conn.shared.log);
     let stopped = conn.stopped();
     let slot = Arc::clone(&conn.slot);
@@ -252,6 +255,31 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
                     Bytes::from([&parts.read_buf[..], &unread[..]].concat())
                 };
                 match client {
+                    // A port that must carry TLS: the ClientHello names the tunnel's host.
+                    Some(mut client) if policy.checks_tls(target.port) => {
+                        let plain_ok = policy.tls_plain_ok();
+                        match tls_check::check(
+                            &mut client,
+                            prefix,
+                            &target,
+                            plain_ok,
+                            hello_timeout,
+                        )
+                        .await
+                        {
+                            Ok(hello) => {
+                                tunnel::relay_client(client, hello, upstream, idle, stopped).await
+                            }
+                            Err(refused) => {
+                                tls_check::cut(client, refused.alert).await;
+                                attempt.decision = crate::policy::Verdict::Deny;
+                                attempt.reason = refused.reason;
+                                attempt.detail = Some(refused.detail);
+                                log.record(&attempt.finish(End::Refused, 0, 0));
+                                return;
+                            }
+                        }
+                    }
                     Some(client) => {
                         tunnel::relay_client(client, prefix, upstream, idle, stopped).await
                     }

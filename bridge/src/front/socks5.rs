@@ -15,6 +15,7 @@ use crate::conn::Conn;
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
 use crate::target::{normalise_host, Host, Target};
+use crate::tls_check;
 use crate::tunnel;
 use crate::upstream::{self, Refusal};
 
@@ -101,7 +102,33 @@ pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Dura
         return;
     }
     let idle = conn.shared.config.idle_timeout;
+    let policy = &conn.session.policy;
     let stats = match io.into_stream().0 {
+        // A port that must carry TLS: the ClientHello names the tunnel's host.
+        Some(mut client) if policy.checks_tls(target.port) => {
+            let timeout = conn.shared.config.header_timeout;
+            let checked = tls_check::check(
+                &mut client,
+                bytes::Bytes::new(),
+                &target,
+                policy.tls_plain_ok(),
+                timeout,
+            )
+            .await;
+            match checked {
+                Ok(hello) => {
+                    tunnel::relay_client(client, hello, upstream, idle, conn.stopped()).await
+                }
+                Err(refused) => {
+                    tls_check::cut(client, refused.alert).await;
+                    attempt.decision = crate::policy::Verdict::Deny;
+                    attempt.reason = refused.reason;
+                    attempt.detail = Some(refused.detail);
+                    conn.shared.log.record(&attempt.finish(End::Refused, 0, 0));
+                    return;
+                }
+            }
+        }
         Some(client) => {
             tunnel::relay_client(client, bytes::Bytes::new(), upstream, idle, conn.stopped()).await
         }

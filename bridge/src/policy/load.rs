@@ -60,6 +60,12 @@ struct AllowlistFile {
     tools: Vec<Spanned<String>>,
     #[serde(default)]
     hosts: BTreeMap<String, Spanned<HostAddrs>>,
+    /// Ports, besides 443, whose tunnels must be TLS naming their own host.
+    #[serde(default)]
+    tls_ports: Vec<Spanned<u16>>,
+    /// `"require"` (the default) or `"allow-plain"`.
+    #[serde(default)]
+    tls: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -161,6 +167,24 @@ impl Loader<'_> {
                     },
                     reach_private,
                 });
+            }
+        }
+        for port in &parsed.tls_ports {
+            if *port.get_ref() == 0 {
+                return Err(invalid(at(port.span().start), "tls_ports: port 0".into()));
+            }
+            self.policy.tls_ports.insert(*port.get_ref());
+        }
+        if let Some(tls) = &parsed.tls {
+            match tls.get_ref().as_str() {
+                "require" => {}
+                "allow-plain" => self.policy.tls_plain_ok = true,
+                other => {
+                    return Err(invalid(
+                        at(tls.span().start),
+                        format!("tls = {other:?}: use \"require\" or \"allow-plain\""),
+                    ))
+                }
             }
         }
         for tool in &parsed.tools {

@@ -67,7 +67,16 @@ pub struct Policy {
     /// Learn mode: a name no rule mentions is allowed too (deny rules still win, and
     /// addresses are still checked: only public ones, or ones an IP rule opens).
     learning: bool,
+    /// Ports, besides 443, whose tunnels must be TLS naming their own host
+    /// (`tls_ports = [...]`).
+    tls_ports: std::collections::BTreeSet<u16>,
+    /// `tls = "allow-plain"`: on those ports, a tunnel that is not TLS, or whose
+    /// ClientHello names no host, passes (a server name that differs never does).
+    tls_plain_ok: bool,
 }
+
+/// The port whose tunnels are always checked for TLS naming their own host.
+pub const HTTPS_PORT: u16 = 443;
 
 /// The outcome of a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -98,6 +107,12 @@ pub enum Reason {
     Unsupported,
     /// Past the session's or the bridge's connection limit.
     ConnectionLimit,
+    /// A tunnel's TLS ClientHello asks for another host than the tunnel's (tls_check.rs).
+    ServerNameMismatch,
+    /// A tunnel's TLS ClientHello names no host, on a port that must carry TLS.
+    NoServerName,
+    /// A tunnel that must carry TLS does not start with it.
+    NotTls,
 }
 
 impl Reason {
@@ -117,6 +132,7 @@ impl Reason {
             Reason::HeaderTooLarge => "header-too-large",
             Reason::HeaderTimeout => "header-timeout",
             Reason::ConnectionLimit => "connection-limit",
+            Reason::ServerNameMismatch | Reason::NoServerName | Reason::NotTls => "tls",
         }
     }
 }
@@ -227,6 +243,17 @@ impl Policy {
         &self.rules
     }
 
+    /// Whether a tunnel to `port` must be TLS whose ClientHello names the tunnel's own
+    /// host (443, and the ports `tls_ports` adds).
+    pub fn checks_tls(&self, port: u16) -> bool {
+        port == HTTPS_PORT || self.tls_ports.contains(&port)
+    }
+
+    /// `tls = "allow-plain"`: a checked tunnel that is not TLS, or names no host, passes.
+    pub fn tls_plain_ok(&self) -> bool {
+        self.tls_plain_ok
+    }
+
     /// The tools the files name (`tools = ["pip"]`), with where.
     pub fn tools(&self) -> &[(String, RuleRef)] {
         &self.tools
@@ -255,6 +282,12 @@ impl Policy {
         }
         if self.learning {
             text.push_str("learning\n");
+        }
+        for port in &self.tls_ports {
+            text.push_str(&format!("tls port {port}\n"));
+        }
+        if self.tls_plain_ok {
+            text.push_str("tls allow-plain\n");
         }
         let mut hosts: Vec<_> = self.hosts.iter().collect();
         hosts.sort();

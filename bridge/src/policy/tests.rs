@@ -505,3 +505,25 @@ fn this_machines_own_public_address_is_refused_unless_opened() {
         (Verdict::Allow, Reason::OpenedByRule)
     );
 }
+
+/// Tunnels to 443 must carry TLS naming their host with no setting at all; `tls_ports`
+/// adds ports, `tls = "allow-plain"` lets what is not TLS (or names nothing) through.
+#[test]
+fn tls_ports_and_plain_settings() {
+    let p = policy(&["a.test"], &[]);
+    assert!(p.checks_tls(443) && !p.checks_tls(8443) && !p.tls_plain_ok());
+    let dir = std::env::temp_dir().join(format!("netbox-tls-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tls.toml");
+    std::fs::write(
+        &file,
+        "allow = [\"a.test\"]\ntls_ports = [8443]\ntls = \"allow-plain\"\n",
+    )
+    .unwrap();
+    let loaded = Policy::load(std::slice::from_ref(&file)).unwrap();
+    assert!(loaded.checks_tls(443) && loaded.checks_tls(8443) && loaded.tls_plain_ok());
+    assert_ne!(loaded.canonical_text(), p.canonical_text());
+    std::fs::write(&file, "tls_ports = [0]\n").unwrap();
+    assert!(Policy::load(std::slice::from_ref(&file)).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,8 +7,11 @@
 //! part either way, and what is read here is six length-prefixed fields, where the crate
 //! would bring nom and its derive macros into the boundary. Fuzzed (fuzz/, `client_hello`).
 
-/// A TLS record carrying a handshake message.
+/// TLS record types (RFC 8446 §5.1): 20 change_cipher_spec, 21 alert, 22 handshake,
+/// 23 application_data.
+const CHANGE_CIPHER_SPEC_RECORD: u8 = 20;
 const HANDSHAKE_RECORD: u8 = 22;
+const APPLICATION_DATA_RECORD: u8 = 23;
 const CLIENT_HELLO: u8 = 1;
 const SERVER_NAME_EXTENSION: u16 = 0;
 const HOST_NAME: u8 = 0;
@@ -21,10 +24,11 @@ pub const MAX_HELLO_BYTES: usize = 16 * 1024;
 /// What the first bytes of a tunnel say, so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hello {
-    /// Not enough bytes yet: read more and look again.
-    Incomplete,
-    /// Not a TLS handshake: the first byte is not a handshake record's, or the record
-    /// does not start with a ClientHello.
+    /// Not enough bytes yet: look again once there are `need` (each record is then read
+    /// once, not once a byte: a hello trickled in tiny pieces costs no more to read).
+    Incomplete { need: usize },
+    /// Not TLS: the first byte is not a TLS record's (22, or the alert, change-cipher-spec
+    /// and application-data types, which are malformed before a ClientHello).
     NotTls,
     /// A TLS handshake that cannot be read as a ClientHello (truncated fields, a second
     /// server name, lengths that disagree, one longer than `MAX_HELLO_BYTES`).
@@ -40,8 +44,15 @@ pub enum Hello {
 /// Reads a ClientHello from the start of `bytes` (all a client has sent so far).
 pub fn read(bytes: &[u8]) -> Hello {
     let Some(&first) = bytes.first() else {
-        return Hello::Incomplete;
+        return Hello::Incomplete { need: 1 };
     };
+    // Any TLS record type: TLS stacks read these too (some skip a leading alert), so they
+    // are never taken for another protocol.
+    if matches!(first, CHANGE_CIPHER_SPEC_RECORD..=APPLICATION_DATA_RECORD)
+        && first != HANDSHAKE_RECORD
+    {
+        return Hello::Malformed("a TLS record before the ClientHello");
+    }
     if first != HANDSHAKE_RECORD {
         return Hello::NotTls;
     }
@@ -50,33 +61,27 @@ pub fn read(bytes: &[u8]) -> Hello {
     let mut offset = 0;
     loop {
         let Some(header) = bytes.get(offset..offset + 5) else {
-            return Hello::Incomplete;
+            return Hello::Incomplete { need: offset + 5 };
         };
         if header[0] != HANDSHAKE_RECORD {
             return Hello::Malformed("a record of another type inside the ClientHello");
         }
         if header[1] != 3 {
-            return if offset == 0 {
-                Hello::NotTls
-            } else {
-                Hello::Malformed("a record of another version")
-            };
+            return Hello::Malformed("a record of another version");
         }
         let length = usize::from(u16::from_be_bytes([header[3], header[4]]));
         if length == 0 || length > MAX_RECORD_BYTES {
             return Hello::Malformed("a record length out of range");
         }
         let Some(fragment) = bytes.get(offset + 5..offset + 5 + length) else {
-            return Hello::Incomplete;
+            return Hello::Incomplete {
+                need: offset + 5 + length,
+            };
         };
         message.extend_from_slice(fragment);
         offset += 5 + length;
         if message[0] != CLIENT_HELLO {
-            return if offset == 5 + length && message.len() == length {
-                Hello::NotTls
-            } else {
-                Hello::Malformed("not a ClientHello")
-            };
+            return Hello::Malformed("not a ClientHello");
         }
         if message.len() < 4 {
             continue;
@@ -263,7 +268,10 @@ mod tests {
             );
             // Any prefix is incomplete, never a verdict.
             for cut in [1, 4, 5, bytes.len() / 2, bytes.len() - 1] {
-                assert_eq!(read(&bytes[..cut]), Hello::Incomplete, "{record}/{cut}");
+                assert!(
+                    matches!(read(&bytes[..cut]), Hello::Incomplete { need } if need > cut),
+                    "{record}/{cut}"
+                );
             }
         }
     }
@@ -280,8 +288,16 @@ mod tests {
         ));
         assert_eq!(read(b"GET / HTTP/1.1\r\n\r\n"), Hello::NotTls);
         assert_eq!(read(b"SSH-2.0-OpenSSH_9.6\r\n"), Hello::NotTls);
-        // A handshake record that does not start a ClientHello (a ServerHello).
-        assert_eq!(read(&[22, 3, 3, 0, 4, 2, 0, 0, 0]), Hello::NotTls);
+        // A handshake record that does not start a ClientHello (a ServerHello), another
+        // version's record, a leading alert: TLS, malformed, never another protocol.
+        for bytes in [
+            &[22, 3, 3, 0, 4, 2, 0, 0, 0][..],
+            &[22, 0, 0, 0, 4, 1, 0, 0, 0],
+            &[21, 3, 1, 0, 2, 1, 90],
+            &[20, 3, 3, 0, 1, 1],
+        ] {
+            assert!(matches!(read(bytes), Hello::Malformed(_)), "{bytes:?}");
+        }
         for (what, hello) in [
             ("two names", body(&[sni(&[b"a.test", b"b.test"])])),
             (

@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::client_hello::{self, Hello, MAX_HELLO_BYTES};
 use crate::client_io::Stream;
 use crate::policy::Reason;
-use crate::target::{normalise_host, Target};
+use crate::target::{Host, Target};
 
 /// Bytes buffered while a ClientHello is incomplete, at most: its records' headers come
 /// on top of the message (a hello cut into tiny records is still refused past this).
@@ -51,10 +51,16 @@ pub async fn check(
         detail,
         alert,
     };
+    let mut need = 1;
     loop {
-        match client_hello::read(&buffered) {
-            Hello::Incomplete if buffered.len() < MAX_BUFFERED_BYTES => {}
-            Hello::Incomplete => {
+        let verdict = if buffered.len() >= need {
+            client_hello::read(&buffered)
+        } else {
+            Hello::Incomplete { need }
+        };
+        match verdict {
+            Hello::Incomplete { need: more } if more <= MAX_BUFFERED_BYTES => need = more,
+            Hello::Incomplete { .. } => {
                 return Err(refuse(
                     Reason::BadRequest,
                     format!("a TLS ClientHello longer than {MAX_BUFFERED_BYTES} bytes"),
@@ -112,6 +118,19 @@ pub async fn check(
                 ))
             }
             Ok(Ok(n)) => buffered.extend_from_slice(&chunk[..n]),
+            Err(_) if buffered.is_empty() => {
+                return Err(refuse(
+                    Reason::HeaderTimeout,
+                    format!(
+                        "the client sent nothing within {}s; port {} carries TLS, whose \
+                         client speaks first (a protocol whose server speaks first, as SSH \
+                         and SMTP do, cannot pass here: use another port)",
+                        timeout.as_secs(),
+                        target.port
+                    ),
+                    false,
+                ))
+            }
             Err(_) => {
                 return Err(refuse(
                     Reason::HeaderTimeout,
@@ -123,6 +142,92 @@ pub async fn check(
     }
 }
 
+/// The `random` of a ServerHello that is a HelloRetryRequest (RFC 8446 §4.1.3).
+const RETRY_RANDOM: [u8; 32] = [
+    0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65, 0xb8, 0x91,
+    0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c,
+];
+/// A ServerHello's random ends this far into the stream: record header (5), handshake
+/// header (4), legacy_version (2), random (32).
+const SERVER_RANDOM_END: usize = 43;
+
+/// Sends the checked first flight (`hello`) upstream, then watches the server's answer
+/// before anything more of the client's goes on: if it is a HelloRetryRequest, the
+/// client's second ClientHello is checked like the first (RFC 8446 forbids it to name
+/// another host, but not every server holds the client to that: OpenSSL's name callback
+/// takes the second name, so a tunnel could ask for `a.test` and then be served
+/// `b.test`). What was read either way is passed on, so the tunnel goes on from there.
+/// Returns the bytes passed up and down.
+pub async fn check_retry(
+    client: &mut Stream,
+    upstream: &mut tokio::net::TcpStream,
+    hello: Bytes,
+    target: &Target,
+    timeout: Duration,
+) -> Result<(u64, u64), HelloRefusal> {
+    let failed = |detail: &str| HelloRefusal {
+        reason: Reason::UpstreamUnreachable,
+        detail: detail.to_owned(),
+        alert: false,
+    };
+    let tls = hello.first() == Some(&22);
+    upstream
+        .write_all(&hello)
+        .await
+        .map_err(|_| failed("the upstream left during the TLS handshake"))?;
+    let mut up = hello.len() as u64;
+    if !tls {
+        return Ok((up, 0));
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    // The server's first bytes, up to the end of its ServerHello's random.
+    let mut answer = Vec::new();
+    while answer.len() < SERVER_RANDOM_END && answer.first().is_none_or(|b| *b == 22) {
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout_at(deadline, upstream.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => answer.extend_from_slice(&chunk[..n]),
+            // The server left, failed or was slow: the relay passes on what there is.
+            _ => break,
+        }
+    }
+    let retry = answer.len() >= SERVER_RANDOM_END
+        && answer[0] == 22
+        && answer[5] == 2
+        && answer[11..SERVER_RANDOM_END] == RETRY_RANDOM;
+    client
+        .write_all(&answer)
+        .await
+        .map_err(|_| failed("the client left during the TLS handshake"))?;
+    let down = answer.len() as u64;
+    if !retry {
+        return Ok((up, down));
+    }
+    // The client's second flight: a change_cipher_spec record first, or not (middlebox
+    // compatibility mode), then its second ClientHello.
+    let mut second = Vec::new();
+    while second.len() < 6 && second.first().is_none_or(|b| *b == 20) {
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => second.extend_from_slice(&chunk[..n]),
+            _ => break,
+        }
+    }
+    let ccs = if second.starts_with(&[20, 3]) && second.get(3..6) == Some(&[0, 1, 1][..]) {
+        6
+    } else {
+        0
+    };
+    let rest = Bytes::from(second.split_off(ccs));
+    let hello = check(client, rest, target, false, timeout).await?;
+    second.extend_from_slice(&hello);
+    upstream
+        .write_all(&second)
+        .await
+        .map_err(|_| failed("the upstream left during the TLS handshake"))?;
+    up += second.len() as u64;
+    Ok((up, down))
+}
+
 /// What a ClientHello's server name is to the tunnel's host.
 enum Named {
     Same,
@@ -131,15 +236,22 @@ enum Named {
     Other(String),
 }
 
+/// The same host only as a server's virtual hosting would read it: an ASCII name of
+/// letters, digits, hyphens and dots, equal to the tunnel's (already lower case and
+/// punycode) but for case and one final dot. No IDNA mapping or IP spelling: a server
+/// falls back to its default site for a name it does not know (`ａ.test`, `127.1`), so
+/// such a name is another host. A tunnel to an IP address has no name to ask for.
 fn named_host(server_name: Option<&[u8]>, target: &Target) -> Named {
     let Some(raw) = server_name else {
         return Named::Nothing;
     };
-    let printable = || String::from_utf8_lossy(raw).escape_debug().to_string();
-    match std::str::from_utf8(raw).ok().map(normalise_host) {
-        Some(Ok(host)) if host == target.host => Named::Same,
-        Some(Ok(host)) => Named::Other(host.to_string()),
-        _ => Named::Other(printable()),
+    let plain = raw
+        .iter()
+        .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'.');
+    let name = raw.strip_suffix(b".").unwrap_or(raw);
+    match &target.host {
+        Host::Name(want) if plain && name.eq_ignore_ascii_case(want.as_bytes()) => Named::Same,
+        _ => Named::Other(String::from_utf8_lossy(raw).escape_debug().to_string()),
     }
 }
 

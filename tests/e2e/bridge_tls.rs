@@ -232,3 +232,89 @@ fn a_bad_tls_setting_is_one_clear_line() {
         stderr(&out)
     );
 }
+
+/// The server asks again (a HelloRetryRequest: the client's first key share was of a
+/// group it does not take); the client's second ClientHello is checked as its first was.
+/// RFC 8446 forbids it to change the name, but OpenSSL's name callback takes the second
+/// one, so a tunnel could ask for a.test and then be served b.test.
+#[test]
+fn a_second_client_hello_after_a_retry_is_checked_too() {
+    let dir = TestDir::new("tls-retry");
+    let server = HttpServer::start_tls_asking_again(&dir.path, &["a.test", "b.test"]);
+    let p = server.port();
+    let bridge = Bridge::start(&dir, &policy(p, ""), &[]);
+    // A real client's two flights for a.test; `rename` rewrites the second one's name.
+    let second_flight = |rename: bool| {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
+        let mut client = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+        let mut hello = Vec::new();
+        client.write_tls(&mut hello).unwrap();
+        let mut stream = connect_tunnel(bridge.addr, &format!("a.test:{p}"));
+        stream.write_all(&hello).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        // The retry request: one handshake record.
+        let mut retry = vec![0u8; 5];
+        stream.read_exact(&mut retry).unwrap();
+        assert_eq!(retry[0], 22, "{retry:?}");
+        let len = usize::from(u16::from_be_bytes([retry[3], retry[4]]));
+        retry.resize(5 + len, 0);
+        stream.read_exact(&mut retry[5..]).unwrap();
+        client.read_tls(&mut &retry[..]).unwrap();
+        client.process_new_packets().unwrap();
+        let mut second = Vec::new();
+        client.write_tls(&mut second).unwrap();
+        if rename {
+            let at = second.windows(6).position(|w| w == b"a.test").unwrap();
+            second[at..at + 6].copy_from_slice(b"b.test");
+        }
+        stream.write_all(&second).unwrap();
+        // (A change_cipher_spec record may follow the retry request: middlebox
+        // compatibility. It is not what is looked at.)
+        let mut got = Vec::new();
+        let reset = loop {
+            let mut buf = [0u8; 4096];
+            match stream.read(&mut buf) {
+                Ok(0) => break false,
+                Ok(n) => {
+                    got.extend_from_slice(&buf[..n]);
+                    if got.starts_with(&[20, 3, 3, 0, 1, 1]) {
+                        got.drain(..6);
+                    }
+                    if got.first() == Some(&22) && got.len() > 100 {
+                        break false;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        (got, reset)
+    };
+    // Honest: the server goes on with its ServerHello.
+    let (got, reset) = second_flight(false);
+    assert!(!reset && got.first() == Some(&22), "{got:?}");
+    // Renamed: an access_denied alert and a reset, logged.
+    let (got, reset) = second_flight(true);
+    assert_eq!(got, [21, 3, 3, 0, 2, 2, 49]);
+    assert!(reset);
+    let events = bridge.events(2);
+    let refused = events
+        .iter()
+        .find(|e| e["reason"] == "server_name_mismatch")
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains("asks for b.test"),
+        "{refused}"
+    );
+}

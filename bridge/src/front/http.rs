@@ -268,7 +268,37 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
                         .await
                         {
                             Ok(hello) => {
-                                tunnel::relay_client(client, hello, upstream, idle, stopped).await
+                                let mut upstream = upstream;
+                                let retry = tls_check::check_retry(
+                                    &mut client,
+                                    &mut upstream,
+                                    hello,
+                                    &target,
+                                    hello_timeout,
+                                )
+                                .await;
+                                let (up, down) = match retry {
+                                    Ok(passed) => passed,
+                                    Err(refused) => {
+                                        tls_check::cut(client, refused.alert).await;
+                                        attempt.decision = crate::policy::Verdict::Deny;
+                                        attempt.reason = refused.reason;
+                                        attempt.detail = Some(refused.detail);
+                                        log.record(&attempt.finish(End::Refused, 0, 0));
+                                        return;
+                                    }
+                                };
+                                let mut stats = tunnel::relay_client(
+                                    client,
+                                    Bytes::new(),
+                                    upstream,
+                                    idle,
+                                    stopped,
+                                )
+                                .await;
+                                stats.bytes_up += up;
+                                stats.bytes_down += down;
+                                stats
                             }
                             Err(refused) => {
                                 tls_check::cut(client, refused.alert).await;
@@ -289,6 +319,15 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
                         end: End::ClientError,
                     },
                 }
+            }
+            // Not a stream netbox can read first: a port that must carry TLS is refused
+            // rather than relayed unchecked (hyper hands HTTP/1 streams back as they are).
+            Err(_) if policy.checks_tls(target.port) => {
+                attempt.decision = crate::policy::Verdict::Deny;
+                attempt.reason = Reason::NotTls;
+                attempt.detail = Some("the tunnel's stream could not be checked for TLS".into());
+                log.record(&attempt.finish(End::Refused, 0, 0));
+                return;
             }
             Err(upgraded) => tunnel::relay(TokioIo::new(upgraded), upstream, idle, stopped).await,
         };

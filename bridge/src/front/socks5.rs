@@ -115,9 +115,27 @@ pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Dura
                 timeout,
             )
             .await;
-            match checked {
+            let mut upstream = upstream;
+            let checked = match checked {
                 Ok(hello) => {
-                    tunnel::relay_client(client, hello, upstream, idle, conn.stopped()).await
+                    tls_check::check_retry(&mut client, &mut upstream, hello, &target, timeout)
+                        .await
+                }
+                Err(refused) => Err(refused),
+            };
+            match checked {
+                Ok((up, down)) => {
+                    let mut stats = tunnel::relay_client(
+                        client,
+                        bytes::Bytes::new(),
+                        upstream,
+                        idle,
+                        conn.stopped(),
+                    )
+                    .await;
+                    stats.bytes_up += up;
+                    stats.bytes_down += down;
+                    stats
                 }
                 Err(refused) => {
                     tls_check::cut(client, refused.alert).await;

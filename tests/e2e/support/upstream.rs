@@ -42,7 +42,21 @@ impl HttpServer {
 
     /// HTTPS for `names`, with a CA generated for this test and written to `dir/ca.pem`.
     pub fn start_tls(dir: &Path, names: &[&str]) -> HttpServer {
-        let (config, ca_pem) = tls_config(names);
+        HttpServer::start_tls_config(dir, tls_config(names))
+    }
+
+    /// The same, with P-256 its only key exchange: a client that offers an X25519 share
+    /// first (rustls's and curl's default) is asked again (a HelloRetryRequest).
+    pub fn start_tls_asking_again(dir: &Path, names: &[&str]) -> HttpServer {
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.kx_groups = vec![rustls::crypto::ring::kx_group::SECP256R1];
+        HttpServer::start_tls_config(dir, tls_config_with(names, Arc::new(provider)))
+    }
+
+    fn start_tls_config(
+        dir: &Path,
+        (config, ca_pem): (rustls::ServerConfig, String),
+    ) -> HttpServer {
         let ca = dir.join("ca.pem");
         std::fs::write(&ca, ca_pem).unwrap();
         let config = Arc::new(config);
@@ -164,6 +178,13 @@ fn serve_files<S: Read + Write>(stream: S, root: &Path) -> std::io::Result<()> {
 }
 
 fn tls_config(names: &[&str]) -> (rustls::ServerConfig, String) {
+    tls_config_with(names, Arc::new(rustls::crypto::ring::default_provider()))
+}
+
+fn tls_config_with(
+    names: &[&str],
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> (rustls::ServerConfig, String) {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -178,7 +199,6 @@ fn tls_config(names: &[&str]) -> (rustls::ServerConfig, String) {
         CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
     let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
     let key = rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()

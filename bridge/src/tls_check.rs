@@ -265,3 +265,33 @@ pub async fn cut(mut client: Stream, alert: bool) {
         tcp.set_zero_linger().ok();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_tunnels_own_name_is_the_same_host() {
+        let name = Target::parse_authority("a.test:443").unwrap();
+        let ip = Target::parse_authority("127.0.0.1:443").unwrap();
+        let same =
+            |sni: &[u8], target: &Target| matches!(named_host(Some(sni), target), Named::Same);
+        assert!(same(b"a.test", &name) && same(b"A.TEST", &name) && same(b"a.test.", &name));
+        for other in [
+            "b.test",
+            "a.test..",
+            "\u{ff41}.test",
+            "a\u{ad}.test",
+            "a.te\u{17f}t",
+            "a.test\0",
+            "xn--a.test",
+        ] {
+            assert!(!same(other.as_bytes(), &name), "{other:?}");
+        }
+        // A tunnel to an address: no name is its own, not even the address's spellings.
+        for sni in ["127.0.0.1", "127.1", "2130706433"] {
+            assert!(!same(sni.as_bytes(), &ip), "{sni}");
+        }
+        assert!(matches!(named_host(None, &ip), Named::Nothing));
+    }
+}

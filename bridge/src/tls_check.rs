@@ -7,15 +7,20 @@
 //! The bytes read are handed back to be replayed upstream unchanged; a refusal answers
 //! the client with a TLS alert where it spoke TLS, then a reset.
 
+use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::client_hello::{self, Hello, MAX_HELLO_BYTES};
 use crate::client_io::Stream;
-use crate::policy::Reason;
+use crate::conn::BridgeConfig;
+use crate::log::Attempt;
+use crate::policy::{Policy, Reason, Verdict};
 use crate::target::{Host, Target};
+use crate::tunnel::{self, TunnelStats};
 
 /// Bytes buffered while a ClientHello is incomplete, at most: its records' headers come
 /// on top of the message (a hello cut into tiny records is still refused past this).
@@ -33,11 +38,55 @@ pub struct HelloRefusal {
     pub alert: bool,
 }
 
+impl HelloRefusal {
+    /// The tunnel's attempt, refused for this.
+    pub fn refuse(self, attempt: &mut Attempt) {
+        attempt.decision = Verdict::Deny;
+        attempt.reason = self.reason;
+        attempt.detail = Some(self.detail);
+    }
+}
+
+/// Relays an opened tunnel to `target` (CONNECT's or SOCKS5's), `prefix` (what the client
+/// sent before it opened) first; on a port the policy says carries TLS, only once the
+/// ClientHello (and a second one after a retry request) names the tunnel's host. On a
+/// refusal the client has been cut off already; the caller logs it.
+pub async fn relay(
+    mut client: Stream,
+    prefix: Bytes,
+    mut upstream: TcpStream,
+    target: &Target,
+    policy: &Policy,
+    config: &BridgeConfig,
+    stop: impl Future<Output = ()>,
+) -> Result<TunnelStats, HelloRefusal> {
+    if !policy.checks_tls(target.port) {
+        return Ok(tunnel::relay_client(client, prefix, upstream, config.idle_timeout, stop).await);
+    }
+    let timeout = config.header_timeout;
+    let checked = match check(&mut client, prefix, target, policy.tls_plain_ok(), timeout).await {
+        Ok(hello) => check_retry(&mut client, &mut upstream, hello, target, timeout).await,
+        Err(refused) => Err(refused),
+    };
+    let (up, down) = match checked {
+        Ok(passed) => passed,
+        Err(refused) => {
+            cut(client, refused.alert).await;
+            return Err(refused);
+        }
+    };
+    let mut stats =
+        tunnel::relay_client(client, Bytes::new(), upstream, config.idle_timeout, stop).await;
+    stats.bytes_up += up;
+    stats.bytes_down += down;
+    Ok(stats)
+}
+
 /// Reads the client's first bytes (after `prefix`, those already read) until its
 /// ClientHello is whole, and checks the name it asks for against `target`. Returns every
 /// byte read, to be sent upstream first. `plain_ok`: a tunnel that is not TLS, or whose
 /// hello names no host, passes.
-pub async fn check(
+async fn check(
     client: &mut Stream,
     prefix: Bytes,
     target: &Target,
@@ -158,9 +207,9 @@ const SERVER_RANDOM_END: usize = 43;
 /// takes the second name, so a tunnel could ask for `a.test` and then be served
 /// `b.test`). What was read either way is passed on, so the tunnel goes on from there.
 /// Returns the bytes passed up and down.
-pub async fn check_retry(
+async fn check_retry(
     client: &mut Stream,
-    upstream: &mut tokio::net::TcpStream,
+    upstream: &mut TcpStream,
     hello: Bytes,
     target: &Target,
     timeout: Duration,
@@ -256,7 +305,7 @@ fn named_host(server_name: Option<&[u8]>, target: &Target) -> Named {
 }
 
 /// Ends a refused tunnel's client side: an alert if it spoke TLS, then a reset.
-pub async fn cut(mut client: Stream, alert: bool) {
+async fn cut(mut client: Stream, alert: bool) {
     if alert {
         let _ = client.write_all(&ACCESS_DENIED_ALERT).await;
         let _ = client.flush().await;

@@ -227,7 +227,7 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let idle = conn.shared.config.idle_timeout;
-    let hello_timeout = conn.shared.config.header_timeout;
+    let shared = Arc::clone(&conn.shared);
     let policy = Arc::clone(&conn.session.policy);
     let log = Arc::clone(&conn.shared.log);
     let stopped = conn.stopped();
@@ -255,63 +255,25 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
                     Bytes::from([&parts.read_buf[..], &unread[..]].concat())
                 };
                 match client {
-                    // A port that must carry TLS: the ClientHello names the tunnel's host.
-                    Some(mut client) if policy.checks_tls(target.port) => {
-                        let plain_ok = policy.tls_plain_ok();
-                        match tls_check::check(
-                            &mut client,
+                    Some(client) => {
+                        let relayed = tls_check::relay(
+                            client,
                             prefix,
+                            upstream,
                             &target,
-                            plain_ok,
-                            hello_timeout,
+                            &policy,
+                            &shared.config,
+                            stopped,
                         )
-                        .await
-                        {
-                            Ok(hello) => {
-                                let mut upstream = upstream;
-                                let retry = tls_check::check_retry(
-                                    &mut client,
-                                    &mut upstream,
-                                    hello,
-                                    &target,
-                                    hello_timeout,
-                                )
-                                .await;
-                                let (up, down) = match retry {
-                                    Ok(passed) => passed,
-                                    Err(refused) => {
-                                        tls_check::cut(client, refused.alert).await;
-                                        attempt.decision = crate::policy::Verdict::Deny;
-                                        attempt.reason = refused.reason;
-                                        attempt.detail = Some(refused.detail);
-                                        log.record(&attempt.finish(End::Refused, 0, 0));
-                                        return;
-                                    }
-                                };
-                                let mut stats = tunnel::relay_client(
-                                    client,
-                                    Bytes::new(),
-                                    upstream,
-                                    idle,
-                                    stopped,
-                                )
-                                .await;
-                                stats.bytes_up += up;
-                                stats.bytes_down += down;
-                                stats
-                            }
+                        .await;
+                        match relayed {
+                            Ok(stats) => stats,
                             Err(refused) => {
-                                tls_check::cut(client, refused.alert).await;
-                                attempt.decision = crate::policy::Verdict::Deny;
-                                attempt.reason = refused.reason;
-                                attempt.detail = Some(refused.detail);
+                                refused.refuse(&mut attempt);
                                 log.record(&attempt.finish(End::Refused, 0, 0));
                                 return;
                             }
                         }
-                    }
-                    Some(client) => {
-                        tunnel::relay_client(client, prefix, upstream, idle, stopped).await
                     }
                     None => tunnel::TunnelStats {
                         bytes_up: 0,
@@ -323,9 +285,12 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
             // Not a stream netbox can read first: a port that must carry TLS is refused
             // rather than relayed unchecked (hyper hands HTTP/1 streams back as they are).
             Err(_) if policy.checks_tls(target.port) => {
-                attempt.decision = crate::policy::Verdict::Deny;
-                attempt.reason = Reason::NotTls;
-                attempt.detail = Some("the tunnel's stream could not be checked for TLS".into());
+                let refused = tls_check::HelloRefusal {
+                    reason: Reason::NotTls,
+                    detail: "the tunnel's stream could not be checked for TLS".into(),
+                    alert: false,
+                };
+                refused.refuse(&mut attempt);
                 log.record(&attempt.finish(End::Refused, 0, 0));
                 return;
             }

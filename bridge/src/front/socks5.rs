@@ -101,54 +101,26 @@ pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Dura
             .record(&attempt.finish(End::ClientError, 0, 0));
         return;
     }
-    let idle = conn.shared.config.idle_timeout;
-    let policy = &conn.session.policy;
     let stats = match io.into_stream().0 {
-        // A port that must carry TLS: the ClientHello names the tunnel's host.
-        Some(mut client) if policy.checks_tls(target.port) => {
-            let timeout = conn.shared.config.header_timeout;
-            let checked = tls_check::check(
-                &mut client,
+        Some(client) => {
+            let relayed = tls_check::relay(
+                client,
                 bytes::Bytes::new(),
+                upstream,
                 &target,
-                policy.tls_plain_ok(),
-                timeout,
+                &conn.session.policy,
+                &conn.shared.config,
+                conn.stopped(),
             )
             .await;
-            let mut upstream = upstream;
-            let checked = match checked {
-                Ok(hello) => {
-                    tls_check::check_retry(&mut client, &mut upstream, hello, &target, timeout)
-                        .await
-                }
-                Err(refused) => Err(refused),
-            };
-            match checked {
-                Ok((up, down)) => {
-                    let mut stats = tunnel::relay_client(
-                        client,
-                        bytes::Bytes::new(),
-                        upstream,
-                        idle,
-                        conn.stopped(),
-                    )
-                    .await;
-                    stats.bytes_up += up;
-                    stats.bytes_down += down;
-                    stats
-                }
+            match relayed {
+                Ok(stats) => stats,
                 Err(refused) => {
-                    tls_check::cut(client, refused.alert).await;
-                    attempt.decision = crate::policy::Verdict::Deny;
-                    attempt.reason = refused.reason;
-                    attempt.detail = Some(refused.detail);
+                    refused.refuse(&mut attempt);
                     conn.shared.log.record(&attempt.finish(End::Refused, 0, 0));
                     return;
                 }
             }
-        }
-        Some(client) => {
-            tunnel::relay_client(client, bytes::Bytes::new(), upstream, idle, conn.stopped()).await
         }
         None => tunnel::TunnelStats {
             bytes_up: 0,

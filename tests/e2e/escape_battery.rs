@@ -9,14 +9,11 @@
 
 use crate::support::{stderr, stdout, Run, TestDir};
 
-/// Prints `NAME refused ERRNO`, `NAME ALLOWED`, or `NAME ok` for a control.
-const BATTERY: &str = r#"
+/// What every battery script starts with: `attempt` prints `NAME refused ERRNO`, `NAME
+/// ALLOWED`, or `NAME ok` (`NAME FAILED ERRNO`) for a control.
+const PRELUDE: &str = r#"
 import ctypes, errno, os, signal, socket, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
-host_pid = int(sys.argv[1])
-NR = {"x86_64": {"pidfd_open": 434, "pidfd_getfd": 438, "unshare": 272},
-      "aarch64": {"pidfd_open": 434, "pidfd_getfd": 438, "unshare": 97}}[os.uname().machine]
-PTRACE_ATTACH, PTRACE_DETACH = 16, 17
 
 def attempt(name, call, control=False):
     try:
@@ -26,6 +23,15 @@ def attempt(name, call, control=False):
         print(name, "ok" if control else "ALLOWED", flush=True)
     except OSError as e:
         print(name, "FAILED %d" % e.errno if control else "refused %d" % e.errno, flush=True)
+
+"#;
+
+/// Processes, the kernel's knobs, new namespaces (after PRELUDE).
+const BATTERY: &str = r#"
+host_pid = int(sys.argv[1])
+NR = {"x86_64": {"pidfd_open": 434, "pidfd_getfd": 438, "unshare": 272},
+      "aarch64": {"pidfd_open": 434, "pidfd_getfd": 438, "unshare": 97}}[os.uname().machine]
+PTRACE_ATTACH, PTRACE_DETACH = 16, 17
 
 class Iovec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
@@ -84,21 +90,10 @@ os.kill(child, signal.SIGKILL)
 /// `--allow-nested-userns`), where CMD holds every capability over a mount namespace of its
 /// own and the sandbox's mounts are locked.
 const MOUNT_BATTERY: &str = r#"
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
 # The same numbers on x86_64 and aarch64 (the mount API came after the tables merged).
 OPEN_TREE, MOVE_MOUNT, FSOPEN, MOUNT_SETATTR = 428, 429, 430, 442
 AT_FDCWD, OPEN_TREE_CLONE, AT_RECURSIVE, AT_EMPTY_PATH = -100, 1, 0x8000, 0x1000
 MOVE_MOUNT_F_EMPTY_PATH, MOUNT_ATTR_RDONLY, PR_GET_NO_NEW_PRIVS = 4, 1, 39
-
-def attempt(name, call, control=False):
-    try:
-        r = call()
-        if isinstance(r, int) and r < 0:
-            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-        print(name, "ok" if control else "ALLOWED", flush=True)
-    except OSError as e:
-        print(name, "FAILED %d" % e.errno if control else "refused %d" % e.errno, flush=True)
 
 class MountAttr(ctypes.Structure):
     _fields_ = [("set", ctypes.c_uint64), ("clr", ctypes.c_uint64),
@@ -169,7 +164,11 @@ fn git_workspace(dir: &TestDir, extra: &[&str]) -> Run {
         .output()
         .expect("git is needed for these tests");
     assert!(out.status.success());
-    std::fs::write(run.workspace.join("battery.py"), MOUNT_BATTERY).unwrap();
+    std::fs::write(
+        run.workspace.join("battery.py"),
+        [PRELUDE, MOUNT_BATTERY].concat(),
+    )
+    .unwrap();
     run
 }
 
@@ -268,7 +267,11 @@ fn process_kernel_and_namespace_escapes_are_refused() {
         .spawn()
         .unwrap();
     let run = Run::new(&dir);
-    std::fs::write(run.workspace.join("battery.py"), BATTERY).unwrap();
+    std::fs::write(
+        run.workspace.join("battery.py"),
+        [PRELUDE, BATTERY].concat(),
+    )
+    .unwrap();
     let out = run.sh(&format!("python3 battery.py {}", host.id()));
     let said = stdout(&out);
     // And `kill -9 -1` from inside reaches no process of the host's.

@@ -1480,13 +1480,7 @@ fn name_too_long_for_its_directory(root: &OwnedFd, named: &Path) -> bool {
         FsType, BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, OVERLAYFS_SUPER_MAGIC, TMPFS_MAGIC,
         XFS_SUPER_MAGIC,
     };
-    let bytes = named.as_os_str().as_bytes();
-    let end = bytes.iter().rposition(|b| *b != b'/').map_or(0, |i| i + 1);
-    let last = bytes[..end]
-        .rsplit(|b| *b == b'/')
-        .next()
-        .unwrap_or_default();
-    if last.len() <= NAME_MAX {
+    if named.file_name().map_or(0, OsStr::len) <= NAME_MAX {
         return false;
     }
     let Some(dir) = named.parent().and_then(|p| open_dir_in_sandbox(root, p)) else {

@@ -38,6 +38,9 @@ pub struct BridgeConfig {
     /// For tests of what a panic in the bridge does: a request for this host panics its
     /// connection's task. netbox sets it only in a build with the `test-hooks` feature.
     pub panic_on_host: Option<String>,
+    /// The session CA and upstream trust for tunnels the policy inspects; without it such
+    /// a tunnel is refused.
+    pub inspector: Option<Arc<crate::inspect::Inspector>>,
 }
 
 impl Default for BridgeConfig {
@@ -53,6 +56,7 @@ impl Default for BridgeConfig {
             drain_timeout: Duration::from_secs(5),
             trim_memory: None,
             panic_on_host: None,
+            inspector: None,
         }
     }
 }
@@ -173,6 +177,15 @@ impl Conn {
         match &*self.slot {
             Slot::OverLimit { why, .. } => Some(why),
             Slot::Served { .. } => None,
+        }
+    }
+
+    /// Another handle on this connection, for a task that outlives its handler.
+    pub fn share(&self) -> Conn {
+        Conn {
+            session: Arc::clone(&self.session),
+            shared: Arc::clone(&self.shared),
+            slot: Arc::clone(&self.slot),
         }
     }
 

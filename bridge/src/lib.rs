@@ -14,11 +14,14 @@
 //! - [`resolver`]: pinned hosts, then DNS, with a deadline
 //! - [`ipclass`]: public or not, for every resolved address
 //! - `upstream`: the pipeline policy → resolve → classify → dial; `dialer` dials
+//! - `carry`: what an opened tunnel carries: bytes, TLS checked for its host
+//!   (`tls_check`), or HTTP inspected request by request ([`inspect`])
 //! - `tunnel`: the byte relay with half-close and idle timeout
 //! - [`log`]: the JSON-lines event log and the stderr summary
 
 #![forbid(unsafe_code)]
 
+mod carry;
 pub mod client_hello;
 mod client_io;
 pub mod conn;
@@ -28,6 +31,7 @@ mod error;
 mod front;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+pub mod inspect;
 pub mod ipclass;
 pub mod listen;
 pub mod local;

@@ -29,6 +29,9 @@ pub const MAX_DETAIL_BYTES: usize = 512;
 /// Longest `method` a record carries (an extension method is any token).
 const MAX_METHOD_BYTES: usize = 32;
 
+/// Longest `path` a record carries (a request target can be 60 KB).
+const MAX_PATH_BYTES: usize = 1024;
+
 /// Distinct refusals announced on stderr; past this, one line says the rest are only in
 /// the log (each one announced is kept to say it once).
 const MAX_ANNOUNCED: usize = 1_000;
@@ -56,6 +59,8 @@ pub enum Proto {
     /// A request the HTTP parser could not read far enough to classify.
     Http,
     Socks5,
+    /// One request inside a tunnel the bridge inspects (TLS terminated, or plain HTTP).
+    Inspected,
 }
 
 /// How the attempt ended.
@@ -85,6 +90,9 @@ pub struct Event {
     pub proto: Proto,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
+    /// An inspected request's path (with its query), as the client sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     pub host: Option<String>,
     pub port: Option<u16>,
     pub decision: Verdict,
@@ -115,6 +123,7 @@ pub struct Attempt {
     pub session: Arc<str>,
     pub proto: Proto,
     pub method: Option<String>,
+    pub path: Option<String>,
     pub target: Option<Target>,
     pub decision: Verdict,
     pub reason: Reason,
@@ -135,6 +144,7 @@ impl Attempt {
             session,
             proto,
             method: None,
+            path: None,
             target: None,
             decision: Verdict::Deny,
             reason: Reason::BadRequest,
@@ -160,6 +170,7 @@ impl Attempt {
             session: self.session,
             proto: self.proto,
             method: self.method.map(|m| bounded(m, MAX_METHOD_BYTES)),
+            path: self.path.map(|p| bounded(p, MAX_PATH_BYTES)),
             host,
             port,
             decision: self.decision,
@@ -606,6 +617,11 @@ pub fn summary(e: &Event) -> String {
     let verb = match (e.proto, e.method.as_deref()) {
         (Proto::HttpConnect, _) => "CONNECT".to_owned(),
         (Proto::Socks5, _) => "SOCKS5".to_owned(),
+        (Proto::Inspected, Some(method)) => format!(
+            "{} {}",
+            printable_ascii(method),
+            printable_ascii(e.path.as_deref().unwrap_or("?"))
+        ),
         (_, Some(method)) => method.to_owned(),
         (_, None) => "request".to_owned(),
     };
@@ -655,7 +671,21 @@ pub fn describe(reason: Reason) -> &'static str {
         Reason::ServerNameMismatch => "TLS asks for another host",
         Reason::NoServerName => "TLS names no host",
         Reason::NotTls => "not TLS on a TLS port",
+        Reason::MethodNotAllowed => "method not allowed by the HTTP rules",
+        Reason::PathNotAllowed => "path not allowed by the HTTP rules",
+        Reason::HostMismatch => "request names another host than its tunnel",
+        Reason::UpstreamNotTrusted => "upstream certificate not trusted",
     }
+}
+
+/// Text a client chose, for a terminal line: no control characters, at most 120 bytes.
+fn printable_ascii(text: &str) -> String {
+    let shown: String = text
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
+        .take(120)
+        .collect();
+    shown
 }
 
 #[cfg(test)]

@@ -86,7 +86,7 @@ pub async fn relay(
 /// ClientHello is whole, and checks the name it asks for against `target`. Returns every
 /// byte read, to be sent upstream first. `plain_ok`: a tunnel that is not TLS, or whose
 /// hello names no host, passes.
-async fn check(
+pub(crate) async fn check(
     client: &mut Stream,
     prefix: Bytes,
     target: &Target,
@@ -305,7 +305,7 @@ fn named_host(server_name: Option<&[u8]>, target: &Target) -> Named {
 }
 
 /// Ends a refused tunnel's client side: an alert if it spoke TLS, then a reset.
-async fn cut(mut client: Stream, alert: bool) {
+pub(crate) async fn cut(mut client: Stream, alert: bool) {
     if alert {
         let _ = client.write_all(&ACCESS_DENIED_ALERT).await;
         let _ = client.flush().await;

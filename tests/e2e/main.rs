@@ -16,6 +16,7 @@ mod bypass_battery;
 mod escape_battery;
 mod export;
 mod faults;
+mod inspect;
 mod learn;
 mod log_bounds;
 mod readme;

@@ -85,6 +85,18 @@ pub struct PolicyArgs {
     /// loopback or documentation addresses (as `--allow-private` rules).
     #[arg(long = "private-ok")]
     pub private_ok: bool,
+
+    /// Inspect every tunnel to a TLS port (443 and an allowlist's tls_ports): TLS ends at
+    /// the bridge, with a certificate from a CA made in memory for this session, which CMD
+    /// trusts through its trust stores; each request is logged with its method and path.
+    /// (An allowlist's [[http]] rules inspect their own hosts without this.)
+    #[arg(long = "inspect")]
+    pub inspect: bool,
+
+    /// When inspecting, also trust this CA certificate (PEM) for upstreams, as CMD does
+    /// through the sandbox's trust bundle: a private registry's CA (repeatable).
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
 }
 
 /// Where tools' caches go (`--cache`).
@@ -361,6 +373,11 @@ pub struct BridgeArgs {
     /// Where to listen: 127.0.0.1:PORT, [::1]:PORT or unix:PATH (repeatable; PORT 0 picks one).
     #[arg(long = "listen", value_name = "ADDR", required = true)]
     pub listen: Vec<String>,
+
+    /// When the policy inspects (--inspect, [[http]] rules): write the session CA's
+    /// certificate (PEM) to FILE, for clients to trust. Its key stays in memory.
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
 
     #[command(flatten)]
     pub policy: PolicyArgs,

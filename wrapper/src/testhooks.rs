@@ -33,6 +33,9 @@ pub struct TestHooks {
     /// The bridge panics on a request for `bridge-panic.test` (BRIDGE_PANIC_HOST), so a
     /// test can see a panic stop the run.
     pub bridge_panic: bool,
+    /// Print the session CA's private key on stderr (`show-ca-key`), so a test can search
+    /// the disk for it.
+    pub show_ca_key: bool,
     /// Mount what a path leads to without checking it is what netbox resolved (pid 1's
     /// side; the probe's check of the writable roots still runs).
     pub skip_identity_checks: bool,
@@ -59,6 +62,7 @@ impl TestHooks {
         skip_identity_checks: false,
         skip_io_uring_denial: false,
         bridge_panic: false,
+        show_ca_key: false,
         mount_pause: Duration::ZERO,
         export_pause: Duration::ZERO,
         audit_pause: Duration::ZERO,
@@ -91,6 +95,7 @@ impl TestHooks {
             skip_identity_checks: broken("identity"),
             skip_io_uring_denial: broken("io-uring"),
             bridge_panic: broken("bridge-panic"),
+            show_ca_key: broken("show-ca-key"),
             mount_pause: pause("NETBOX_TEST_MOUNT_PAUSE_MS"),
             export_pause: pause("NETBOX_TEST_EXPORT_PAUSE_MS"),
             audit_pause: pause("NETBOX_TEST_AUDIT_PAUSE_MS"),

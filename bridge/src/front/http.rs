@@ -227,13 +227,11 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let idle = conn.shared.config.idle_timeout;
-    let shared = Arc::clone(&conn.shared);
     let policy = Arc::clone(&conn.session.policy);
     let log = Arc::clone(&conn.shared.log);
     let stopped = conn.stopped();
-    let slot = Arc::clone(&conn.slot);
+    let conn = conn.share();
     tokio::spawn(async move {
-        let _slot = slot;
         let upgraded = match on_upgrade.await {
             Ok(upgraded) => upgraded,
             Err(e) => {
@@ -256,16 +254,9 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
                 };
                 match client {
                     Some(client) => {
-                        let relayed = tls_check::relay(
-                            client,
-                            prefix,
-                            upstream,
-                            &target,
-                            &policy,
-                            &shared.config,
-                            stopped,
-                        )
-                        .await;
+                        let relayed =
+                            crate::carry::carry(&conn, client, prefix, upstream, &target, &attempt)
+                                .await;
                         match relayed {
                             Ok(stats) => stats,
                             Err(refused) => {
@@ -284,7 +275,7 @@ async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response
             }
             // Not a stream netbox can read first: a port that must carry TLS is refused
             // rather than relayed unchecked (hyper hands HTTP/1 streams back as they are).
-            Err(_) if policy.checks_tls(target.port) => {
+            Err(_) if policy.checks_tls(target.port) || policy.http_check(&target).is_some() => {
                 let refused = tls_check::HelloRefusal {
                     reason: Reason::NotTls,
                     detail: "the tunnel's stream could not be checked for TLS".into(),
@@ -389,10 +380,20 @@ async fn forward(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Bod
     let conn = &state.conn;
     let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::HttpForward);
     attempt.method = Some(req.method().to_string());
+    attempt.path = req.uri().path_and_query().map(|p| p.as_str().to_owned());
     let target = match forward_target(&req) {
         Ok(target) => target,
         Err(refusal) => return refuse(state, attempt, &refusal),
     };
+    // A host with HTTP rules: the request is judged by them, as inside a tunnel.
+    if let Some(check) = conn.session.policy.http_check(&target) {
+        if let Err(refused) = check.judge(req.method().as_str(), req.uri().path()) {
+            attempt.target = Some(target);
+            attempt.rule = check.rules().first().map(|r| r.origin.clone());
+            let refusal = Refusal::new(refused.reason, refused.detail);
+            return refuse(state, attempt, &refusal);
+        }
+    }
     // Everything that can reject the request happens before the upstream is dialed.
     let outgoing = match origin_request(req, &target) {
         Ok(outgoing) => outgoing,
@@ -505,7 +506,7 @@ fn origin_request(req: Request<Incoming>, target: &Target) -> Result<Request<Inc
 }
 
 /// Removes hop-by-hop fields (RFC 9110 §7.6.1), including any the Connection header names.
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -568,6 +569,9 @@ fn refusal_parts(
             config.refusal_status
         }
         Reason::BadRequest | Reason::Unsupported => StatusCode::BAD_REQUEST,
+        Reason::MethodNotAllowed | Reason::PathNotAllowed | Reason::HostMismatch => {
+            StatusCode::FORBIDDEN
+        }
         Reason::HeaderTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         Reason::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         Reason::ConnectionLimit => StatusCode::SERVICE_UNAVAILABLE,

@@ -15,7 +15,6 @@ use crate::conn::Conn;
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
 use crate::target::{normalise_host, Host, Target};
-use crate::tls_check;
 use crate::tunnel;
 use crate::upstream::{self, Refusal};
 
@@ -103,14 +102,13 @@ pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Dura
     }
     let stats = match io.into_stream().0 {
         Some(client) => {
-            let relayed = tls_check::relay(
+            let relayed = crate::carry::carry(
+                &conn,
                 client,
                 bytes::Bytes::new(),
                 upstream,
                 &target,
-                &conn.session.policy,
-                &conn.shared.config,
-                conn.stopped(),
+                &attempt,
             )
             .await;
             match relayed {

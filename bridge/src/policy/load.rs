@@ -19,7 +19,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Action, Policy, Rule, RuleRef, RuleSpec};
+use super::{Action, HttpRule, Policy, Rule, RuleRef, RuleSpec};
 use crate::target::{canonical_ip, normalise_host, Host};
 
 /// How deep `include` may nest; deeper is surely a mistake.
@@ -66,6 +66,18 @@ struct AllowlistFile {
     /// `"require"` (the default) or `"allow-plain"`.
     #[serde(default)]
     tls: Option<Spanned<String>>,
+    /// `[[http]]` tables: hosts allowed, whose requests are inspected (http.rs).
+    #[serde(default)]
+    http: Vec<Spanned<HttpTable>>,
+}
+
+/// One `[[http]]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpTable {
+    host: String,
+    methods: Option<Vec<String>>,
+    paths: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -168,6 +180,22 @@ impl Loader<'_> {
                     reach_private,
                 });
             }
+        }
+        for table in &parsed.http {
+            let line = at(table.span().start);
+            let HttpTable {
+                host,
+                methods,
+                paths,
+            } = table.get_ref();
+            let origin = RuleRef {
+                file: Arc::clone(&file),
+                line,
+                text: host.clone(),
+            };
+            let rule = HttpRule::parse(host, methods.as_deref(), paths.as_deref(), origin)
+                .map_err(|reason| invalid(line, format!("[[http]] {host:?}: {reason}")))?;
+            self.policy.push_http_rule(rule);
         }
         for port in &parsed.tls_ports {
             if *port.get_ref() == 0 {

@@ -10,6 +10,7 @@
 //! loopback, carrier-grade NAT, documentation, benchmarking, reserved; never link-local,
 //! cloud metadata, multicast, broadcast or unspecified).
 
+mod http;
 mod load;
 mod rule;
 
@@ -21,6 +22,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+pub use http::{HttpCheck, HttpRefusal, HttpRule, PathPattern};
 pub use load::PolicyError;
 pub use rule::{Action, HostMatcher, Ports, RuleSpec};
 
@@ -73,6 +75,10 @@ pub struct Policy {
     /// `tls = "allow-plain"`: on those ports, a tunnel that is not TLS, or whose
     /// ClientHello names no host, passes (a server name that differs never does).
     tls_plain_ok: bool,
+    /// `[[http]]` tables: tunnels they cover are inspected and their requests judged.
+    http_rules: Vec<Arc<HttpRule>>,
+    /// `--inspect`: every tunnel to a TLS port is inspected, and its requests logged.
+    inspect_all: bool,
 }
 
 /// The port whose tunnels are always checked for TLS naming their own host.
@@ -113,6 +119,14 @@ pub enum Reason {
     NoServerName,
     /// A tunnel that must carry TLS does not start with it.
     NotTls,
+    /// Inside an inspected tunnel: a method no HTTP rule for the host allows.
+    MethodNotAllowed,
+    /// Inside an inspected tunnel: a path no HTTP rule for the host allows.
+    PathNotAllowed,
+    /// Inside an inspected tunnel: a request naming another host than the tunnel's.
+    HostMismatch,
+    /// Inspection: the upstream's certificate is not one the system trusts for its name.
+    UpstreamNotTrusted,
 }
 
 impl Reason {
@@ -133,6 +147,8 @@ impl Reason {
             Reason::HeaderTimeout => "header-timeout",
             Reason::ConnectionLimit => "connection-limit",
             Reason::ServerNameMismatch | Reason::NoServerName | Reason::NotTls => "tls",
+            Reason::MethodNotAllowed | Reason::PathNotAllowed | Reason::HostMismatch => "http-rule",
+            Reason::UpstreamNotTrusted => "upstream-not-trusted",
         }
     }
 }
@@ -229,6 +245,38 @@ impl Policy {
         self.rules.push(rule);
     }
 
+    /// Adds an `[[http]]` table: an allow rule for its hosts, whose tunnels are inspected.
+    pub(crate) fn push_http_rule(&mut self, rule: HttpRule) {
+        self.rules.push(Rule {
+            action: Action::Allow,
+            spec: rule.spec.clone(),
+            origin: rule.origin.clone(),
+            reach_private: false,
+        });
+        self.http_rules.push(Arc::new(rule));
+    }
+
+    /// `--inspect`: every allowed tunnel to a TLS port is inspected, its requests logged.
+    pub fn set_inspect_all(&mut self) {
+        self.inspect_all = true;
+    }
+
+    /// Whether any tunnel may be inspected: the session then needs a CA.
+    pub fn inspects(&self) -> bool {
+        self.inspect_all || !self.http_rules.is_empty()
+    }
+
+    /// How an allowed tunnel to `target` is inspected, if it is: by the `[[http]]` rules
+    /// that cover it (an `allow` entry for the same host does not widen them), or, under
+    /// `--inspect`, every request on a TLS port.
+    pub fn http_check(&self, target: &Target) -> Option<HttpCheck> {
+        let rules = http::matching(&self.http_rules, target);
+        if !rules.is_empty() {
+            return Some(HttpCheck::Rules(rules));
+        }
+        (self.inspect_all && self.checks_tls(target.port)).then_some(HttpCheck::Any)
+    }
+
     /// Pins a name; returns false (and changes nothing) if it is already pinned, so two
     /// files cannot silently disagree about where a name points.
     pub(crate) fn pin_host(&mut self, name: String, addrs: Vec<IpAddr>) -> bool {
@@ -288,6 +336,15 @@ impl Policy {
         }
         if self.tls_plain_ok {
             text.push_str("tls allow-plain\n");
+        }
+        for rule in &self.http_rules {
+            text.push_str(&format!(
+                "http {:?} methods {:?} paths {:?}\n",
+                rule.spec, rule.methods, rule.paths
+            ));
+        }
+        if self.inspect_all {
+            text.push_str("inspect all\n");
         }
         let mut hosts: Vec<_> = self.hosts.iter().collect();
         hosts.sort();

@@ -22,6 +22,8 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
     for line in tools {
         crate::output::say(&format!("netbox bridge: {line}"));
     }
+    let session_id = args.session.clone().unwrap_or_else(new_session_id);
+    let inspector = inspector(&policy, &args, &session_id)?;
     let stderr = if args.quiet {
         Stderr::Quiet
     } else {
@@ -46,10 +48,11 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         max_connections: args.max_connections,
         trim_memory: Some(crate::sys::memory::return_free_pages),
         panic_on_host: crate::testhooks::hooks().bridge_panic_host(),
+        inspector,
         ..BridgeConfig::default()
     };
     let session = Arc::new(Session::new(
-        args.session.clone().unwrap_or_else(new_session_id),
+        session_id,
         Arc::new(policy),
         args.max_connections,
     ));
@@ -108,6 +111,42 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             None => Ok(()),
         }
     })
+}
+
+/// The session CA, when the policy inspects, with its certificate written where
+/// `--ca-cert` says (clients must trust it, and have no sandbox to be given it in).
+fn inspector(
+    policy: &bridge::Policy,
+    args: &BridgeArgs,
+    session: &str,
+) -> Result<Option<Arc<bridge::inspect::Inspector>>, WrapperError> {
+    let inspection = crate::plan::inspection::prepare(policy, &args.policy)?;
+    let (inspection, out) = match (inspection, &args.ca_cert) {
+        (None, None) => return Ok(None),
+        (None, Some(out)) => {
+            return Err(WrapperError::Usage(format!(
+                "--ca-cert {}: nothing is inspected; add --inspect, or an [[http]] rule to an \
+                 allowlist",
+                out.display()
+            )))
+        }
+        (Some(_), None) => {
+            return Err(WrapperError::Usage(
+                "the policy inspects tunnels (--inspect or [[http]] rules): give --ca-cert \
+                 FILE, where the bridge writes its session CA's certificate for clients to \
+                 trust"
+                    .into(),
+            ))
+        }
+        (Some(inspection), Some(out)) => (inspection, out),
+    };
+    let inspector = crate::plan::inspection::session_ca(session, inspection.upstream)?;
+    std::fs::write(out, inspector.ca_pem()).map_err(|source| WrapperError::Path {
+        path: out.clone(),
+        what: "--ca-cert",
+        source,
+    })?;
+    Ok(Some(Arc::new(inspector)))
 }
 
 fn http_status(code: u16) -> Result<http::StatusCode, WrapperError> {

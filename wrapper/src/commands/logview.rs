@@ -25,6 +25,10 @@ struct Destination {
     denied: u64,
     bytes_up: u64,
     bytes_down: u64,
+    /// Requests inside inspected tunnels, and how many of those were refused (their
+    /// bytes are the tunnels', already counted).
+    requests: u64,
+    requests_refused: u64,
     /// Why attempts were refused (the log's `reason`s, in words), each once.
     refused_because: Vec<String>,
 }
@@ -235,18 +239,30 @@ fn add_attempt(destinations: &mut BTreeMap<(String, u64), Destination>, record: 
             port,
             ..Destination::default()
         });
+    let request = record.proto == bridge::log::Proto::Inspected;
+    if request {
+        entry.requests += 1;
+    }
     if record.decision == bridge::policy::Verdict::Allow {
-        entry.allowed += 1;
+        if !request {
+            entry.allowed += 1;
+        }
     } else {
-        entry.denied += 1;
+        if request {
+            entry.requests_refused += 1;
+        } else {
+            entry.denied += 1;
+        }
         // In words, as the live notice said it.
         let reason = bridge::log::describe(record.reason).to_owned();
         if !entry.refused_because.contains(&reason) {
             entry.refused_because.push(reason);
         }
     }
-    entry.bytes_up += record.bytes_up;
-    entry.bytes_down += record.bytes_down;
+    if !request {
+        entry.bytes_up += record.bytes_up;
+        entry.bytes_down += record.bytes_down;
+    }
 }
 
 fn add_write(writes: &mut BTreeMap<String, RefusedPath>, record: &WriteDenied) {
@@ -354,14 +370,24 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
             } else {
                 format!(" ({})", d.refused_because.join(", "))
             };
-            line(format!(
-                "    {:<40} allowed {:>3}  refused {:>3}  {} up  {} down{why}",
-                format!("{}:{}", d.host, d.port),
-                d.allowed,
-                d.denied,
-                bytes(d.bytes_up),
-                bytes(d.bytes_down),
-            ));
+            let inspected = if d.requests == 0 {
+                String::new()
+            } else {
+                format!(
+                    "  {} requests inspected, {} refused",
+                    d.requests, d.requests_refused
+                )
+            };
+            line(
+                format!(
+                    "    {:<40} allowed {:>3}  refused {:>3}  {} up  {} down{why}",
+                    format!("{}:{}", d.host, d.port),
+                    d.allowed,
+                    d.denied,
+                    bytes(d.bytes_up),
+                    bytes(d.bytes_down),
+                ) + &inspected,
+            );
         }
     }
     if summary.refused_writes.is_empty() {

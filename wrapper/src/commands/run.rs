@@ -218,6 +218,14 @@ fn run_logged(
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;
     left?;
+    let inspector = match &config.inspection {
+        Some(inspection) => Some(start_inspection(
+            &config.session_id,
+            inspection.upstream.clone(),
+            &ours,
+        )?),
+        None => None,
+    };
     // The record that gets this run's check of git metadata done even if netbox is
     // killed: written while the sandbox sets up (CMD cannot start before netbox says so).
     let pending = crate::supervise::gitaudit::pending::Pending::begin(
@@ -259,6 +267,7 @@ fn run_logged(
         placeholders: &mut placeholders,
         resolved_fds: resolved.release(),
         refusal_status: config.refusal_status,
+        inspector,
         sandbox,
         timeout: config.timeout,
         fetch: config.fetch.clone(),
@@ -294,6 +303,22 @@ fn run_logged(
         pending.finish();
     }
     result
+}
+
+/// Makes the session CA, now that the sandbox is a process of its own (its key is then in
+/// netbox's memory alone, never in pid 1's copy), and sends pid 1 its certificate for the
+/// trust bundle.
+fn start_inspection(
+    session: &str,
+    upstream: bridge::inspect::UpstreamTrust,
+    channel: &handshake::Channel,
+) -> Result<Arc<bridge::inspect::Inspector>, WrapperError> {
+    let inspector = crate::plan::inspection::session_ca(session, upstream)?;
+    let ca_pem = inspector.ca_pem().to_owned();
+    channel
+        .send(&handshake::SyncMsg::Trust { ca_pem }, &[])
+        .map_err(WrapperError::Handshake)?;
+    Ok(Arc::new(inspector))
 }
 
 /// Audits on this thread, stopping at Ctrl-C: SIGINT is blocked here meanwhile (the only
@@ -385,6 +410,7 @@ fn child_plan(
         |path| resolved.is_dir(path),
     );
     mounts.forbid_nested_userns = !config.allow_nested_userns;
+    mounts.trust = config.inspection.as_ref().map(|i| i.extra_pem.clone());
     // What each path the sandbox mounts from or onto is, for pid 1 to check.
     let to_identify: Vec<PathBuf> = mounts
         .paths_to_identify()
@@ -445,7 +471,15 @@ fn child_plan(
             .fetch
             .as_ref()
             .map(|cmd1| vec!["/bin/sh".into(), "-c".into(), cmd1.into()]),
-        env: env::sandbox_env(PROXY_PORT, config.env_base, &config.env_extra),
+        env: env::sandbox_env(
+            PROXY_PORT,
+            config.env_base,
+            config
+                .inspection
+                .as_ref()
+                .map(|_| crate::plan::inspection::TRUST_BUNDLE),
+            &config.env_extra,
+        ),
         cwd: config.cwd.clone(),
         socket_scan: hostsockets::SocketScan {
             write_roots: config.write_roots.clone(),

@@ -50,6 +50,8 @@ pub struct SandboxConfig {
     /// Whether CMD gets a terminal of its own (terminal.rs).
     pub tty: crate::terminal::Choice,
     pub policy: Policy,
+    /// What inspecting needs before the clone, when the policy inspects (inspection.rs).
+    pub inspection: Option<crate::plan::inspection::Inspection>,
     pub session_id: String,
     pub env_base: crate::plan::env::EnvBase,
     /// From `--env` and `--env-file`, applied last.
@@ -101,6 +103,7 @@ impl SandboxConfig {
         if args.learn {
             policy.set_learning();
         }
+        let inspection = crate::plan::inspection::prepare(&policy, &policy_args)?;
         let session_id = crate::plan::policy::new_session_id();
         for file in policy.named_files() {
             refuse_symlinks_in_roots(file, &write_roots, "allowlist")?;
@@ -113,7 +116,19 @@ impl SandboxConfig {
             None => default_log_path(&session_id)?,
         };
         refuse_log_inside_roots(&log_path, &write_roots)?;
-        let policy_inputs = policy_inputs(&policy, &args.env_file, &write_roots);
+        let mut policy_inputs = policy_inputs(&policy, &args.env_file, &write_roots);
+        if let Some(inspection) = &inspection {
+            // A CA file CMD could rewrite would decide what the next run trusts.
+            policy_inputs.extend(
+                inspection
+                    .files
+                    .iter()
+                    .filter(|f| write_roots.iter().any(|r| f.starts_with(r)))
+                    .cloned(),
+            );
+            policy_inputs.sort();
+            policy_inputs.dedup();
+        }
         Ok(SandboxConfig {
             cmd: args.cmd,
             fetch: args.fetch,
@@ -146,6 +161,7 @@ impl SandboxConfig {
                 _ => crate::terminal::Choice::Auto,
             },
             policy,
+            inspection,
             session_id,
             env_base: if args.clean_env {
                 crate::plan::env::EnvBase::Clean

@@ -81,9 +81,12 @@ fn valid_key(key: &str) -> Result<OsString, String> {
 
 /// The environment CMD starts with: the base, the proxy settings, then `extra` (from
 /// `--env` and `--env-file`, which win).
+/// `trust_bundle`: when inspecting, the sandbox's trust bundle (system roots and the
+/// session CA), which every variable a TLS client reads for its CA file is pointed at.
 pub fn sandbox_env(
     proxy_port: u16,
     base: EnvBase,
+    trust_bundle: Option<&str>,
     extra: &[(OsString, OsString)],
 ) -> Vec<(OsString, OsString)> {
     let http = format!("http://127.0.0.1:{proxy_port}");
@@ -118,6 +121,11 @@ pub fn sandbox_env(
         _ => java,
     };
     overrides.push(("JAVA_TOOL_OPTIONS", java_opts));
+    if let Some(bundle) = trust_bundle {
+        for name in crate::plan::inspection::CA_FILE_VARS {
+            overrides.push((name, bundle.to_owned()));
+        }
+    }
     overrides.push(("TMPDIR", "/tmp".into()));
     overrides.push(("NETBOX_SANDBOX", "1".into()));
 
@@ -147,7 +155,7 @@ mod tests {
 
     #[test]
     fn proxies_point_at_the_bridge_and_no_proxy_is_empty() {
-        let env = sandbox_env(3128, EnvBase::Inherit, &[]);
+        let env = sandbox_env(3128, EnvBase::Inherit, None, &[]);
         let get = |name: &str| {
             env.iter()
                 .find(|(k, _)| k == name)
@@ -170,7 +178,7 @@ mod tests {
     #[test]
     fn clean_env_keeps_only_the_basics_and_the_extras() {
         let extra = vec![(OsString::from("TOKEN"), OsString::from("given"))];
-        let env = sandbox_env(3128, EnvBase::Clean, &extra);
+        let env = sandbox_env(3128, EnvBase::Clean, None, &extra);
         let keys: Vec<String> = env
             .iter()
             .map(|(k, _)| k.to_string_lossy().into_owned())

@@ -8,6 +8,7 @@ pub mod config;
 pub mod env;
 pub mod homesplit;
 pub mod hostsockets;
+pub mod inspection;
 pub mod pins;
 pub mod policy;
 pub mod protect;

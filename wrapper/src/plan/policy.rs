@@ -93,6 +93,9 @@ pub fn load_policy(args: &PolicyArgs) -> Result<Policy, WrapperError> {
                 })?;
         }
     }
+    if args.inspect {
+        policy.set_inspect_all();
+    }
     for rule in &args.allow_private {
         policy
             .add_private_rule(rule, "--allow-private")

@@ -47,6 +47,10 @@ pub enum SyncMsg {
     /// CMD has exited with `status` and every other process in the sandbox is gone; pid 1
     /// exits next, with that status.
     Done { status: i32 },
+    /// From the parent, at once when the run inspects: the session CA's certificate (PEM),
+    /// made after the clone so that its key is never in the sandbox's memory; pid 1 lays
+    /// the trust bundle with it (trust.rs).
+    Trust { ca_pem: String },
     /// From the parent, after a probe that passed: netbox's own checks passed too; start
     /// the command.
     Start,

@@ -16,6 +16,7 @@ pub mod init;
 pub mod mounts;
 pub mod namespaces;
 pub mod probe;
+pub mod trust;
 
 use std::ffi::OsString;
 use std::net::{Ipv6Addr, SocketAddr, TcpListener};
@@ -346,8 +347,15 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     // this thread is still netbox's: sound here because neither thread takes a lock that
     // records its owner's id (recursive or error-checking mutexes, dlopen, NSS).
     let mount = || {
-        mounts::apply(&plan.mounts, || plan.socket_scan.run())
-            .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
+        mounts::apply(
+            &plan.mounts,
+            || plan.socket_scan.run(),
+            || match channel.recv()? {
+                SyncMsg::Trust { ca_pem } => Ok(ca_pem),
+                other => Err(format!("netbox sent {other:?} before the session CA")),
+            },
+        )
+        .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
     };
     crate::sys::memory::share_one_malloc_arena();
     let here = cpu::current();

@@ -83,6 +83,9 @@ pub struct MountPlan {
     /// What each source and each pinned or hidden target was when netbox resolved it
     /// (resolved.rs), by host path: the sandbox mounts only onto and from these.
     pub identities: BTreeMap<PathBuf, FileId>,
+    /// When the run inspects: `--upstream-ca`'s certificates (PEM), which go into the trust
+    /// bundle with the session CA (trust.rs); `/run` then holds the bundle.
+    pub trust: Option<String>,
 }
 
 impl MountPlan {
@@ -130,6 +133,7 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
         ops: Vec::new(),
         forbid_nested_userns: true,
         identities: BTreeMap::new(),
+        trust: None,
     };
     if tmp == TmpMode::Private {
         plan.ops.push(MountOp::Tmpfs {
@@ -222,9 +226,12 @@ fn in_root(path: &Path) -> PathBuf {
 /// `host_sockets` finds the host's socket files to cover (hostsockets.rs), run while the
 /// host's /proc and /tmp are still in view; returns those covered (one gone since it was
 /// seen has nothing to connect to).
+/// `session_ca` waits for the session CA's certificate (PEM) from netbox, when the plan
+/// lays a trust bundle.
 pub fn apply(
     plan: &MountPlan,
     host_sockets: impl FnOnce() -> Vec<(PathBuf, FileId)>,
+    session_ca: impl FnOnce() -> std::result::Result<String, String>,
 ) -> Result<Vec<PathBuf>> {
     let hooks = crate::testhooks::hooks();
     crate::testhooks::pause(hooks.mount_pause);
@@ -328,8 +335,15 @@ pub fn apply(
         plan.forbid_nested_userns && !hooks.keep_nested_userns,
     )?;
     mount_dev()?;
-    // Host service sockets live in /run; a host without one has nothing to cover.
-    if in_root(Path::new("/run")).is_dir() {
+    // Host service sockets live in /run; a host without one has nothing to cover. When
+    // the run inspects, the tmpfs laid over it holds the trust bundle.
+    if let Some(extra_pem) = &plan.trust {
+        let ca = session_ca().map_err(|e| MountError {
+            step: "trust bundle: receive the session CA".into(),
+            source: std::io::Error::other(e),
+        })?;
+        crate::sandbox::trust::lay(steps.root, &ca, extra_pem)?;
+    } else if in_root(Path::new("/run")).is_dir() {
         steps.hide_dir(Path::new("/run"), None)?;
     }
 

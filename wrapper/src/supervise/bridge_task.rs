@@ -21,6 +21,7 @@ impl BridgeTask {
         listeners: Vec<SessionListener>,
         log: Arc<EventLog>,
         refusal_status: http::StatusCode,
+        inspector: Option<Arc<bridge::inspect::Inspector>>,
     ) -> BridgeTask {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(bridge::serve(
@@ -29,6 +30,7 @@ impl BridgeTask {
                 refusal_status,
                 trim_memory: Some(crate::sys::memory::return_free_pages),
                 panic_on_host: crate::testhooks::hooks().bridge_panic_host(),
+                inspector,
                 ..BridgeConfig::default()
             },
             log,

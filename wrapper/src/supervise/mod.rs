@@ -60,6 +60,8 @@ pub struct Supervised<'a> {
     pub resolved_fds: Vec<OwnedFd>,
     /// The HTTP status of a refused request.
     pub refusal_status: http::StatusCode,
+    /// The session CA and upstream trust, when the run inspects.
+    pub inspector: Option<Arc<bridge::inspect::Inspector>>,
     pub sandbox: SandboxGuard,
     /// `--timeout`: the whole sandbox is killed when it runs out.
     pub timeout: Option<std::time::Duration>,
@@ -175,6 +177,7 @@ impl<'a> Supervisor<'a> {
             placeholders,
             resolved_fds,
             refusal_status,
+            inspector,
             mut sandbox,
             timeout,
             fetch,
@@ -250,7 +253,7 @@ impl<'a> Supervisor<'a> {
             crate::cpu::stay_on(crate::cpu::apart_from(&allowed, cpu, pid1_cpu));
             allowed
         });
-        let bridge = BridgeTask::serve(listeners, Arc::clone(&log), refusal_status);
+        let bridge = BridgeTask::serve(listeners, Arc::clone(&log), refusal_status, inspector);
         Ok(Supervisor {
             stage: Stage::SettingUp,
             failure: None,

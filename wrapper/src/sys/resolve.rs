@@ -77,6 +77,24 @@ pub fn open_beneath(dir: BorrowedFd<'_>, relative: &Path) -> io::Result<OwnedFd>
     .map_err(io::Error::from)
 }
 
+/// Opens `relative` below `root` as if `root` were `/`: symlinks are followed, but never
+/// out of it (an absolute one, or `..`, stays inside; RESOLVE_IN_ROOT), and magic links
+/// are refused. For the sandbox's trust stores, which distributions make symlinks of.
+/// `O_PATH` when `read` is false, else open for reading.
+pub fn open_in_root(root: BorrowedFd<'_>, relative: &Path, read: bool) -> io::Result<OwnedFd> {
+    // O_PATH takes no other flag but O_CLOEXEC (openat2 refuses the rest); a read does not
+    // wait on a FIFO planted there.
+    let flags = if read {
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK
+    } else {
+        OFlag::O_PATH
+    };
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    nix::fcntl::openat2(root, relative, how).map_err(io::Error::from)
+}
+
 /// A message for a resolution that failed, saying what it means here.
 pub fn describe(error: &io::Error) -> String {
     match error.raw_os_error() {

@@ -1,0 +1,67 @@
+//! What an opened tunnel (CONNECT's or SOCKS5's) carries, as its policy says: HTTP the
+//! bridge inspects request by request (inspect), TLS checked to name the tunnel's host
+//! (tls_check), or other bytes as they are.
+
+use bytes::Bytes;
+use tokio::net::TcpStream;
+
+use crate::client_io::Stream;
+use crate::conn::Conn;
+use crate::log::Attempt;
+use crate::policy::Reason;
+use crate::target::Target;
+use crate::tls_check::{self, HelloRefusal};
+use crate::tunnel::TunnelStats;
+
+/// Carries an opened tunnel to `target` to its end, `prefix` (what the client sent before
+/// it opened) first. `opened`: the tunnel's attempt so far. On a refusal the client has
+/// been cut off already; the caller logs it.
+pub async fn carry(
+    conn: &Conn,
+    client: Stream,
+    prefix: Bytes,
+    upstream: TcpStream,
+    target: &Target,
+    opened: &Attempt,
+) -> Result<TunnelStats, HelloRefusal> {
+    let policy = &conn.session.policy;
+    let config = &conn.shared.config;
+    let Some(check) = policy.http_check(target) else {
+        return tls_check::relay(
+            client,
+            prefix,
+            upstream,
+            target,
+            policy,
+            config,
+            conn.stopped(),
+        )
+        .await;
+    };
+    let Some(inspector) = &config.inspector else {
+        let rule = check
+            .rules()
+            .first()
+            .map(|r| format!(" ([[http]] at {})", r.origin))
+            .unwrap_or_default();
+        tls_check::cut(client, false).await;
+        return Err(HelloRefusal {
+            reason: Reason::Unsupported,
+            detail: format!(
+                "the allowlist has the tunnel to {target} inspected{rule}, and this bridge \
+                 holds no session CA to do it with"
+            ),
+            alert: false,
+        });
+    };
+    crate::inspect::serve(
+        conn,
+        inspector,
+        check,
+        (client, prefix),
+        upstream,
+        target,
+        opened,
+    )
+    .await
+}

@@ -1,0 +1,447 @@
+//! The requests inside an inspected tunnel: each is read from the client (hyper's server
+//! side), judged by host, method and path, and either refused with a 403 inside the
+//! tunnel or sent on the tunnel's one upstream connection (hyper's client side). Every
+//! request is one `net` record (`proto: "inspected"`), written when its response has
+//! gone through or was abandoned, with its method, path, status and body bytes.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::{TokioIo, TokioTimer};
+
+use super::Io;
+use crate::counted::Counters;
+use crate::log::{Attempt, End, EventLog, Proto};
+use crate::policy::{HttpCheck, Reason, Verdict};
+use crate::target::Target;
+use crate::upstream::Refusal;
+
+type ResponseBody = UnsyncBoxBody<Bytes, hyper::Error>;
+
+/// Largest request head read inside a tunnel, as at the bridge's front door.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// What every request of one inspected tunnel is judged and logged by.
+pub(super) struct Exchange {
+    pub check: HttpCheck,
+    pub target: Target,
+    /// `https` on a TLS port, else `http`: what an absolute-form request must name.
+    pub scheme: &'static str,
+    /// The tunnel's attempt: its rule and addresses go into each request's record.
+    pub opened: Attempt,
+    pub log: Arc<EventLog>,
+    pub idle: Duration,
+    pub header_timeout: Duration,
+}
+
+/// Why a request is not sent on: status and reason for the client and the log.
+struct Refused {
+    status: StatusCode,
+    reason: Reason,
+    detail: String,
+}
+
+/// Serves the tunnel's requests until either side closes, nothing moves for the idle
+/// timeout, or the bridge stops. `upstream`: the upstream side, or why there is none (each
+/// request is then answered with that).
+pub(super) async fn serve(
+    client: Box<dyn Io>,
+    upstream: Result<Box<dyn Io>, Refusal>,
+    exchange: Exchange,
+    client_bytes: &Counters,
+    stop: impl Future<Output = ()>,
+) -> End {
+    let exchange = Arc::new(exchange);
+    // The upstream connection is driven by a task of its own, stopped with the tunnel.
+    let (sender, driver) = match upstream {
+        Ok(io) => {
+            let handshake = hyper::client::conn::http1::Builder::new()
+                .preserve_header_case(true)
+                .handshake::<_, CountedBody>(TokioIo::new(io))
+                .await;
+            match handshake {
+                Ok((sender, connection)) => (Ok(sender), Some(tokio::spawn(connection))),
+                Err(e) => (
+                    Err(Refusal::new(Reason::UpstreamUnreachable, e.to_string())),
+                    None,
+                ),
+            }
+        }
+        Err(refusal) => (Err(refusal), None),
+    };
+    let sender = Arc::new(tokio::sync::Mutex::new(sender));
+    let service = {
+        let exchange = Arc::clone(&exchange);
+        hyper::service::service_fn(move |req| {
+            let exchange = Arc::clone(&exchange);
+            let sender = Arc::clone(&sender);
+            async move { exchange.answer(req, &sender).await }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(exchange.header_timeout)
+        .max_buf_size(MAX_HEADER_BYTES)
+        .preserve_header_case(true);
+    let served = builder.serve_connection(TokioIo::new(client), service);
+    tokio::pin!(served, stop);
+    let end = loop {
+        let deadline = client_bytes.last_activity() + exchange.idle;
+        tokio::select! {
+            result = &mut served => break match result {
+                Ok(()) => End::Closed,
+                Err(e) if e.is_timeout() => End::IdleTimeout,
+                Err(_) => End::ClientError,
+            },
+            () = tokio::time::sleep_until(deadline) => {
+                if client_bytes.last_activity() + exchange.idle <= tokio::time::Instant::now() {
+                    break End::IdleTimeout;
+                }
+            }
+            () = &mut stop => break End::Shutdown,
+        }
+    };
+    if let Some(driver) = driver {
+        driver.abort();
+    }
+    end
+}
+
+impl Exchange {
+    /// One request's answer: a refusal, or the upstream's response. An `Err` closes the
+    /// client's connection without an answer (its upstream connection has closed: the
+    /// client retries on a new tunnel, as it would with a server that closed).
+    async fn answer(
+        &self,
+        req: Request<Incoming>,
+        sender: &tokio::sync::Mutex<Result<SendRequest<CountedBody>, Refusal>>,
+    ) -> Result<Response<ResponseBody>, std::io::Error> {
+        let mut attempt = self.attempt(&req);
+        match self.judge(&req) {
+            Ok(Some(rule)) => attempt.rule = Some(rule),
+            Ok(None) => {}
+            Err(refused) => return Ok(self.refuse(attempt, refused)),
+        }
+        attempt.decision = Verdict::Allow;
+        let mut sender = sender.lock().await;
+        let sender = match &mut *sender {
+            Ok(sender) => sender,
+            Err(refusal) => {
+                let refused = Refused {
+                    status: StatusCode::BAD_GATEWAY,
+                    reason: refusal.reason,
+                    detail: refusal.detail.clone(),
+                };
+                attempt.decision = Verdict::Deny;
+                return Ok(self.refuse(attempt, refused));
+            }
+        };
+        if sender.ready().await.is_err() {
+            attempt.detail = Some("the upstream closed its connection".into());
+            self.log.record(&attempt.finish(End::UpstreamError, 0, 0));
+            return Err(std::io::Error::other("the upstream closed its connection"));
+        }
+        let up = Arc::new(AtomicU64::new(0));
+        let outgoing = origin_request(req, Arc::clone(&up));
+        match tokio::time::timeout(self.idle, sender.send_request(outgoing)).await {
+            Ok(Ok(response)) => {
+                let closing = closes(response.version(), response.headers());
+                let (mut parts, body) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                if closing {
+                    parts
+                        .headers
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                attempt.status = Some(parts.status.as_u16());
+                let body = LoggedBody {
+                    inner: body,
+                    down: 0,
+                    up,
+                    record: Some((attempt, Arc::clone(&self.log))),
+                    ended: false,
+                    upstream_failed: false,
+                };
+                Ok(Response::from_parts(parts, body.boxed_unsync()))
+            }
+            Ok(Err(e)) => {
+                attempt.detail = Some(e.to_string());
+                self.log
+                    .record(&attempt.finish(End::UpstreamError, up.load(Ordering::Relaxed), 0));
+                Err(std::io::Error::other(e))
+            }
+            Err(_) => {
+                let refused = Refused {
+                    status: StatusCode::GATEWAY_TIMEOUT,
+                    reason: Reason::UpstreamTimeout,
+                    detail: format!("no response from {} within {:?}", self.target, self.idle),
+                };
+                Ok(self.refuse(attempt, refused))
+            }
+        }
+    }
+
+    /// A request's record, before it is judged: the tunnel's rule and addresses, the
+    /// request's method and path.
+    fn attempt(&self, req: &Request<Incoming>) -> Attempt {
+        let mut attempt = Attempt::begin(self.opened.session.clone(), Proto::Inspected);
+        attempt.target = Some(self.target.clone());
+        attempt.method = Some(req.method().to_string());
+        attempt.path = Some(
+            req.uri()
+                .path_and_query()
+                .map_or_else(|| req.uri().to_string(), |p| p.as_str().to_owned()),
+        );
+        attempt.reason = self.opened.reason;
+        attempt.rule = self.opened.rule.clone();
+        attempt.resolved = self.opened.resolved.clone();
+        attempt.dialed = self.opened.dialed;
+        attempt.opened_by = self.opened.opened_by.clone();
+        attempt
+    }
+
+    /// Whether the request may go on: it names the tunnel's host, and the HTTP rules
+    /// allow its method and path. Returns the `[[http]]` rule that allowed it, if one did.
+    fn judge(&self, req: &Request<Incoming>) -> Result<Option<crate::policy::RuleRef>, Refused> {
+        let forbidden = |reason, detail: String| Refused {
+            status: StatusCode::FORBIDDEN,
+            reason,
+            detail,
+        };
+        if req.method() == Method::CONNECT {
+            return Err(forbidden(
+                Reason::HostMismatch,
+                format!("a CONNECT inside the inspected tunnel to {}", self.target),
+            ));
+        }
+        if let Some(authority) = req.uri().authority() {
+            let named =
+                Target::parse_with_default_port(authority.as_str(), default_port(self.scheme));
+            let same = req.uri().scheme_str() == Some(self.scheme)
+                && !authority.as_str().contains('@')
+                && named.as_ref() == Ok(&self.target);
+            if !same {
+                return Err(forbidden(
+                    Reason::HostMismatch,
+                    format!(
+                        "the request names {:?} inside the tunnel to {}",
+                        crate::log::bounded(req.uri().to_string(), 200),
+                        self.target
+                    ),
+                ));
+            }
+        }
+        self.check_host_header(req.version(), req.headers())
+            .map_err(|detail| forbidden(Reason::HostMismatch, detail))?;
+        let path = req.uri().path();
+        self.check
+            .judge(req.method().as_str(), path)
+            .map_err(|refusal| forbidden(refusal.reason, refusal.detail))
+    }
+
+    /// The Host header names the tunnel's host (and its port, if it gives one): a server
+    /// routes by it, so another name would reach another site through this tunnel. An
+    /// HTTP/1.1 request must carry exactly one.
+    fn check_host_header(&self, version: Version, headers: &HeaderMap) -> Result<(), String> {
+        let mut hosts = headers.get_all(header::HOST).iter();
+        let host = match (hosts.next(), hosts.next()) {
+            (Some(host), None) => host,
+            (None, _) if version != Version::HTTP_11 => return Ok(()),
+            (None, _) => return Err("an HTTP/1.1 request must carry a Host header".into()),
+            (Some(_), Some(_)) => return Err("a repeated Host header".into()),
+        };
+        let text = host.to_str().unwrap_or("");
+        let named = Target::parse_with_default_port(text, self.target.port);
+        let same = !text.contains('@')
+            && named.is_ok_and(|named| {
+                named.host == self.target.host && named.port == self.target.port
+            });
+        if same {
+            Ok(())
+        } else {
+            Err(format!(
+                "the Host header {:?} names another host than the tunnel's, {}",
+                crate::log::bounded(String::from_utf8_lossy(host.as_bytes()).into_owned(), 200),
+                self.target
+            ))
+        }
+    }
+
+    /// Logs a refused request and answers it; the connection closes after the answer
+    /// (the request's body was not read).
+    fn refuse(&self, mut attempt: Attempt, refused: Refused) -> Response<ResponseBody> {
+        attempt.decision = Verdict::Deny;
+        attempt.reason = refused.reason;
+        attempt.detail = Some(refused.detail.clone());
+        attempt.status = Some(refused.status.as_u16());
+        self.log.record(&attempt.finish(End::Refused, 0, 0));
+        let line: String = refused
+            .detail
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .filter(char::is_ascii)
+            .take(300)
+            .collect();
+        let mut response = Response::new(
+            Full::new(Bytes::from(format!("netbox: {line}\n")))
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        );
+        *response.status_mut() = refused.status;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        headers.insert(
+            "x-netbox-reason",
+            HeaderValue::from_static(refused.reason.header_value()),
+        );
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        response
+    }
+}
+
+fn default_port(scheme: &str) -> u16 {
+    if scheme == "https" {
+        443
+    } else {
+        80
+    }
+}
+
+/// The request as the upstream gets it: origin-form, HTTP/1.1, no hop-by-hop fields, its
+/// body counted into `up`.
+fn origin_request(req: Request<Incoming>, up: Arc<AtomicU64>) -> Request<CountedBody> {
+    let (mut parts, body) = req.into_parts();
+    if parts.uri.authority().is_some() {
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        if let Ok(origin) = Uri::try_from(path) {
+            parts.uri = origin;
+        }
+    }
+    parts.version = Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers);
+    Request::from_parts(parts, CountedBody { inner: body, up })
+}
+
+/// Whether the upstream ends its connection after this response.
+fn closes(version: Version, headers: &HeaderMap) -> bool {
+    let close = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("close"));
+    close || version < Version::HTTP_11
+}
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    crate::front::http::strip_hop_by_hop(headers);
+}
+
+/// A request body on its way up, counted.
+pub(super) struct CountedBody {
+    inner: Incoming,
+    up: Arc<AtomicU64>,
+}
+
+impl Body for CountedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                self.up.fetch_add(data.len() as u64, Ordering::Relaxed);
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A response body on its way down, counted; its request's record is written when it
+/// ends or is dropped unfinished.
+struct LoggedBody {
+    inner: Incoming,
+    down: u64,
+    up: Arc<AtomicU64>,
+    record: Option<(Attempt, Arc<EventLog>)>,
+    ended: bool,
+    /// The upstream failed mid-body (else an unfinished body is the client's leaving).
+    upstream_failed: bool,
+}
+
+impl Body for LoggedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.down += data.len() as u64;
+                }
+            }
+            Poll::Ready(None) => self.ended = true,
+            Poll::Ready(Some(Err(_))) => self.upstream_failed = true,
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for LoggedBody {
+    fn drop(&mut self) {
+        if let Some((attempt, log)) = self.record.take() {
+            let end = if self.ended || self.inner.is_end_stream() {
+                End::Closed
+            } else if self.upstream_failed {
+                End::UpstreamError
+            } else {
+                End::ClientError
+            };
+            log.record(&attempt.finish(end, self.up.load(Ordering::Relaxed), self.down));
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! Inspection: a tunnel an `[[http]]` rule covers (or any TLS tunnel, under `--inspect`)
+//! is opened up, so that each request in it is judged by method, path and host, and
+//! logged with them.
+//!
+//! On a TLS port the bridge ends the client's TLS with a certificate for the tunnel's host,
+//! minted by the session CA (ca.rs), and opens its own TLS to the upstream, verified
+//! against the system's trust store (never less: no option turns verification off). On
+//! another port the tunnel is read as plain HTTP. Either way the bridge speaks HTTP/1.1 on
+//! both sides (ALPN offers nothing else, so a client that would speak h2 falls back).
+//! The ClientHello is checked first as for any TLS tunnel (tls_check.rs): the name a
+//! client asks for is the tunnel's host, or the tunnel is refused before any certificate
+//! is shown.
+
+mod ca;
+mod exchange;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use crate::client_io::{ClientIo, Stream};
+use crate::conn::Conn;
+use crate::counted::{Counted, Counters};
+use crate::log::Attempt;
+use crate::policy::{HttpCheck, Reason};
+use crate::target::{Host, Target};
+use crate::tls_check::{self, HelloRefusal};
+use crate::tunnel::TunnelStats;
+use crate::upstream::Refusal;
+
+pub use ca::SessionCa;
+
+/// The protocol both sides of an inspected tunnel speak.
+const HTTP1: &[u8] = b"http/1.1";
+
+/// How upstreams are verified: TLS to them, with the roots they must chain to.
+#[derive(Debug, Clone)]
+pub struct UpstreamTrust {
+    config: Arc<rustls::ClientConfig>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+/// What a session that inspects holds: its CA, and how upstreams are verified.
+#[derive(Debug)]
+pub struct Inspector {
+    ca: SessionCa,
+    upstream: Arc<rustls::ClientConfig>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl UpstreamTrust {
+    /// The system's trust store (as the host's OpenSSL finds it, `SSL_CERT_FILE` and
+    /// `SSL_CERT_DIR` included) plus `extra_roots`. Errors if that leaves no root at all.
+    pub fn load(extra_roots: &[CertificateDer<'static>]) -> Result<UpstreamTrust, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        roots.add_parsable_certificates(native.certs);
+        for root in extra_roots {
+            roots
+                .add(root.clone())
+                .map_err(|e| format!("an extra upstream CA certificate: {e}"))?;
+        }
+        if roots.is_empty() {
+            let why = native
+                .errors
+                .first()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default();
+            return Err(format!(
+                "no trusted root certificate found on this machine{why}: inspection would \
+                 have nothing to verify upstreams against (install ca-certificates, or give \
+                 --upstream-ca FILE)"
+            ));
+        }
+        let mut upstream = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS to upstreams: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        upstream.alpn_protocols = vec![HTTP1.to_vec()];
+        Ok(UpstreamTrust {
+            config: Arc::new(upstream),
+            provider,
+        })
+    }
+}
+
+impl Inspector {
+    /// A new session CA, for a session verifying upstreams with `trust`.
+    pub fn new(session: &str, trust: UpstreamTrust) -> Result<Inspector, String> {
+        Ok(Inspector {
+            ca: SessionCa::new(session, Arc::clone(&trust.provider))?,
+            upstream: trust.config,
+            provider: trust.provider,
+        })
+    }
+
+    /// The session CA's certificate, PEM.
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
+    /// The session CA's private key, for the test that proves it is on no disk.
+    #[cfg(feature = "test-hooks")]
+    pub fn ca_key_der_for_tests(&self) -> Vec<u8> {
+        self.ca.key_der_for_tests()
+    }
+
+    /// The TLS the bridge offers a client of a tunnel to `host`: its minted certificate.
+    fn client_side(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, String> {
+        let leaf = self.ca.leaf(host)?;
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::clone(&self.provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS to the client: {e}"))?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(OneCertificate(leaf)));
+        config.alpn_protocols = vec![HTTP1.to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+/// Reads PEM certificates (for `--upstream-ca`).
+pub fn read_pem_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not PEM certificates: {e}"))?;
+    if certs.is_empty() {
+        return Err("holds no PEM certificate".into());
+    }
+    Ok(certs)
+}
+
+/// The one certificate a tunnel's client is shown, whatever it asked for (its ClientHello
+/// was checked to name the tunnel's host before this).
+#[derive(Debug)]
+struct OneCertificate(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::server::ResolvesServerCert for OneCertificate {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(Arc::clone(&self.0))
+    }
+}
+
+/// A byte stream either side of an inspected tunnel.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+/// Serves an opened tunnel to `target` as inspected HTTP, `prefix` (what the client sent
+/// before it opened) first. `opened`: the tunnel's own attempt, which each request's
+/// record takes its rule and addresses from. On a refusal before any request (the
+/// ClientHello, or the client's side of TLS failing) the client has been cut off; the
+/// caller logs it.
+pub(crate) async fn serve(
+    conn: &Conn,
+    inspector: &Inspector,
+    check: HttpCheck,
+    (client, prefix): (Stream, Bytes),
+    upstream: TcpStream,
+    target: &Target,
+    opened: &Attempt,
+) -> Result<TunnelStats, HelloRefusal> {
+    let config = &conn.shared.config;
+    let policy = &conn.session.policy;
+    let counters = Counters::default();
+    let tls = policy.checks_tls(target.port);
+    let (client, upstream): (Box<dyn Io>, Result<Box<dyn Io>, Refusal>) = if tls {
+        let mut client = client;
+        // A client names the host it wants, as for any TLS tunnel; to an IP address it
+        // names none, and the Host header is what is checked.
+        let unnamed_ok = matches!(target.host, Host::Ip(_));
+        let hello = match tls_check::check(
+            &mut client,
+            prefix,
+            target,
+            unnamed_ok,
+            config.header_timeout,
+        )
+        .await
+        {
+            Ok(hello) => hello,
+            Err(refused) => {
+                tls_check::cut(client, refused.alert).await;
+                return Err(refused);
+            }
+        };
+        let host = target.host.to_string();
+        let client_side = inspector
+            .client_side(&host)
+            .map_err(|detail| HelloRefusal {
+                reason: Reason::Unsupported,
+                detail,
+                alert: false,
+            })?;
+        let client = Counted::new(replayed(client, hello), counters.clone());
+        let accepting = tokio_rustls::TlsAcceptor::from(client_side).accept(client);
+        let client = match tokio::time::timeout(config.header_timeout, accepting).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                return Err(HelloRefusal {
+                    reason: Reason::BadRequest,
+                    detail: format!(
+                        "the client's TLS with the bridge failed ({e}); a client that does \
+                         not trust the session CA has a trust store of its own that the \
+                         sandbox's bundle does not reach"
+                    ),
+                    alert: false,
+                })
+            }
+            Err(_) => {
+                return Err(HelloRefusal {
+                    reason: Reason::HeaderTimeout,
+                    detail: format!(
+                        "the client's TLS with the bridge was not done within {}s",
+                        config.header_timeout.as_secs()
+                    ),
+                    alert: false,
+                })
+            }
+        };
+        let name = match &target.host {
+            Host::Name(name) => ServerName::try_from(name.clone()).map_err(|e| e.to_string()),
+            Host::Ip(ip) => Ok(ServerName::IpAddress((*ip).into())),
+        };
+        let connecting = async {
+            let name = name.map_err(|e| Refusal::new(Reason::BadRequest, e))?;
+            let connector = tokio_rustls::TlsConnector::from(Arc::clone(&inspector.upstream));
+            match tokio::time::timeout(config.connect_timeout, connector.connect(name, upstream))
+                .await
+            {
+                Ok(Ok(tls)) => Ok(Box::new(tls) as Box<dyn Io>),
+                Ok(Err(e)) => Err(upstream_tls_failed(target, &e)),
+                Err(_) => Err(Refusal::new(
+                    Reason::UpstreamTimeout,
+                    format!(
+                        "TLS with {target} was not done within {}s",
+                        config.connect_timeout.as_secs()
+                    ),
+                )),
+            }
+        };
+        (Box::new(client), connecting.await)
+    } else {
+        let client = Counted::new(replayed(client, prefix), counters.clone());
+        (Box::new(client), Ok(Box::new(upstream)))
+    };
+    let exchange = exchange::Exchange {
+        check,
+        target: target.clone(),
+        scheme: if tls { "https" } else { "http" },
+        opened: opened.clone(),
+        log: Arc::clone(&conn.shared.log),
+        idle: config.idle_timeout,
+        header_timeout: config.header_timeout,
+    };
+    let end = exchange::serve(client, upstream, exchange, &counters, conn.stopped()).await;
+    // Counted wraps the client: what it writes went down to the client.
+    let (down, up) = counters.get();
+    Ok(TunnelStats {
+        bytes_up: up,
+        bytes_down: down,
+        end,
+    })
+}
+
+/// The client's stream with the bytes already read from it put back in front, closed
+/// with a FIN as any tunnel is.
+fn replayed(client: Stream, read: Bytes) -> ClientIo {
+    let mut io = ClientIo::new(client);
+    io.unread(read);
+    io.reset_flag()
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    io
+}
+
+/// Why TLS with the upstream failed, in words a user can act on.
+fn upstream_tls_failed(target: &Target, e: &std::io::Error) -> Refusal {
+    let certificate = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
+        });
+    if certificate {
+        Refusal::new(
+            Reason::UpstreamNotTrusted,
+            format!(
+                "{target} showed a certificate this machine does not trust for that name \
+                 ({e}); a private registry's CA can be added with --upstream-ca FILE"
+            ),
+        )
+    } else {
+        Refusal::new(
+            Reason::UpstreamUnreachable,
+            format!("TLS with {target} failed: {e}"),
+        )
+    }
+}

@@ -1,0 +1,620 @@
+//! Inspection (issue 15): a tunnel an `[[http]]` rule covers is opened up by the bridge,
+//! with a certificate from a session CA made in memory, which CMD trusts only through
+//! the trust bundle netbox lays in the sandbox. Requests inside are judged by method,
+//! path and Host; a refusal is a 403 inside TLS, and every request is logged. Every
+//! refusal stands beside a control that passes, and clients run with no CA flag and no
+//! CA variable of the test's.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::support::upstream::{pattern, HttpServer};
+use crate::support::{sha256_hex, stderr, stdout, Run, TestDir};
+
+/// A policy for `a.test` (pinned to loopback, where the server is) on the server's port,
+/// a TLS port, with `http` as its `[[http]]` table's extra lines.
+fn policy(port: u16, http: &str) -> String {
+    format!(
+        "allow = [\"127.0.0.1:{port}\"]\ntls_ports = [{port}]\n\
+         [hosts]\n\"a.test\" = \"127.0.0.1\"\n\"b.test\" = \"127.0.0.1\"\n\
+         [[http]]\nhost = \"a.test:{port}\"\n{http}"
+    )
+}
+
+/// An inspecting run: the allowlist `policy`, the test CA trusted for upstreams.
+fn inspecting(dir: &TestDir, server: &HttpServer, policy: &str) -> Run {
+    let allow = dir.write("allow.toml", policy);
+    Run::new(dir).args_from(&[
+        "--allowlist",
+        allow.to_str().unwrap(),
+        "--upstream-ca",
+        server.ca.as_ref().unwrap().to_str().unwrap(),
+    ])
+}
+
+/// The run's records of requests inside inspected tunnels.
+fn inspected(run: &Run) -> Vec<Value> {
+    run.events()
+        .into_iter()
+        .filter(|e| e["type"] == "net" && e["proto"] == "inspected")
+        .collect()
+}
+
+/// No CA variable reaches CMD from the test: what it trusts is netbox's doing.
+const UNSET_CA_VARS: &str = "unset SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE \
+                             NODE_EXTRA_CA_CERTS GIT_SSL_CAINFO PIP_CERT CARGO_HTTP_CAINFO";
+
+#[test]
+fn requests_in_an_inspected_tunnel_are_judged_by_method_path_and_host() {
+    let dir = TestDir::new("inspect-rules");
+    let server = HttpServer::start_tls(&dir.path, &["a.test", "b.test"]);
+    let p = server.port();
+    let run = inspecting(
+        &dir,
+        &server,
+        &policy(
+            p,
+            "methods = [\"GET\", \"HEAD\"]\npaths = [\"/bytes/\", \"/hello\"]\n",
+        ),
+    );
+    let code = "curl -sS --max-time 8 -o /dev/null -w '%{http_code} %header{x-netbox-reason}\\n'";
+    let out = run.sh(&format!(
+        "curl -sS --max-time 8 https://a.test:{p}/bytes/1048576 | sha256sum | cut -d' ' -f1\n\
+         {code} https://a.test:{p}/hello\n\
+         {code} -X POST --data x https://a.test:{p}/sha256\n\
+         {code} https://a.test:{p}/headers\n\
+         {code} https://a.test:{p}/bytes/../headers --path-as-is\n\
+         {code} -H 'Host: b.test:{p}' https://a.test:{p}/hello\n         {code} -x \"$ALL_PROXY\" -X POST --data x https://a.test:{p}/sha256\n         {code} -x \"$ALL_PROXY\" https://a.test:{p}/hello\n"
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
+    // Control: an allowed GET passes, byte for byte.
+    assert_eq!(lines[0], sha256_hex(&pattern(1 << 20)), "{}", stderr(&out));
+    assert_eq!(lines[1], "200 ");
+    // POST is not among the methods; /headers not among the paths; a dot segment is not
+    // guessed at; another Host is another site.
+    assert_eq!(lines[2], "403 http-rule");
+    assert_eq!(lines[3], "403 http-rule");
+    assert_eq!(lines[4], "403 http-rule");
+    assert_eq!(lines[5], "403 http-rule");
+    // The same through SOCKS5, refused and allowed.
+    assert_eq!(lines[6], "403 http-rule");
+    assert_eq!(lines[7], "200 ");
+
+    let records = inspected(&run);
+    let find = |method: &str, path: &str| {
+        records
+            .iter()
+            .find(|e| e["method"] == method && e["path"] == path)
+            .unwrap_or_else(|| panic!("no record of {method} {path}: {records:#?}"))
+            .clone()
+    };
+    let get = find("GET", "/bytes/1048576");
+    assert_eq!(get["decision"], "allow");
+    assert_eq!(get["status"], 200);
+    assert_eq!(get["bytes_down"], 1 << 20);
+    assert_eq!(get["host"], "a.test");
+    let post = find("POST", "/sha256");
+    assert_eq!(post["decision"], "deny");
+    assert_eq!(post["reason"], "method_not_allowed");
+    assert_eq!(post["status"], 403);
+    assert_eq!(find("GET", "/headers")["reason"], "path_not_allowed");
+    assert_eq!(
+        find("GET", "/bytes/../headers")["reason"],
+        "path_not_allowed"
+    );
+    let host = records
+        .iter()
+        .filter(|e| e["reason"] == "host_mismatch")
+        .count();
+    assert_eq!(host, 1, "{records:#?}");
+
+    // `netbox log` counts the requests apart from the tunnels that carried them.
+    let out = Command::new(crate::support::netbox_bin())
+        .arg("log")
+        .arg(&run.log)
+        .output()
+        .unwrap();
+    let summary = stdout(&out);
+    assert!(
+        summary.contains("8 requests inspected, 5 refused"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn git_clones_over_an_inspected_tunnel_trusting_only_what_netbox_laid() {
+    let dir = TestDir::new("inspect-git");
+    let root = dir.join("served");
+    std::fs::create_dir_all(&root).unwrap();
+    let server = HttpServer::start_tls_files(&dir.path, &["a.test"], root.clone());
+    let p = server.port();
+    // A bare repository with one commit, laid out for git's dumb HTTP protocol.
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    crate::support::git(&src, &["init", "-q"]);
+    std::fs::write(src.join("README"), "through the inspector\n").unwrap();
+    crate::support::git(&src, &["add", "README"]);
+    crate::support::git(&src, &["commit", "-q", "-m", "one"]);
+    crate::support::git(
+        &dir.path,
+        &["clone", "-q", "--bare", "src", "served/app.git"],
+    );
+    crate::support::git(&root.join("app.git"), &["update-server-info"]);
+
+    let run = inspecting(&dir, &server, &policy(p, "methods = [\"GET\"]\n"));
+    // With the variables netbox sets, then with none (the store files alone).
+    let out = run.sh(&format!(
+        "git clone -q https://a.test:{p}/app.git one && cat one/README && \
+         {UNSET_CA_VARS} && git clone -q https://a.test:{p}/app.git two && cat two/README"
+    ));
+    assert_eq!(
+        stdout(&out),
+        "through the inspector\nthrough the inspector\n",
+        "{}",
+        stderr(&out)
+    );
+    let records = inspected(&run);
+    assert!(
+        records
+            .iter()
+            .any(|e| e["method"] == "GET" && e["path"] == "/app.git/HEAD" && e["status"] == 200),
+        "{records:#?}"
+    );
+    // Control: the same clone with TLS left alone (no inspection) needs the server's own
+    // CA, which CMD does not have: the trust came from netbox's bundle.
+    let plain = dir.write(
+        "plain.toml",
+        &format!(
+            "allow = [\"a.test:{p}\", \"127.0.0.1:{p}\"]\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n"
+        ),
+    );
+    let out = Run::new(&dir)
+        .args_from(&["--allowlist", plain.to_str().unwrap()])
+        .sh(&format!("git clone -q https://a.test:{p}/app.git three"));
+    assert!(!out.status.success(), "cloned without any trust");
+    assert!(
+        stderr(&out).to_lowercase().contains("certificate"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn the_trust_bundle_is_laid_only_when_the_run_inspects() {
+    let dir = TestDir::new("inspect-bundle");
+    let server = HttpServer::start_tls(&dir.path, &["a.test"]);
+    let p = server.port();
+    let store = "/etc/ssl/certs/ca-certificates.crt";
+    let show = format!(
+        "echo \"SSL_CERT_FILE=${{SSL_CERT_FILE:-unset}} GIT_SSL_CAINFO=${{GIT_SSL_CAINFO:-unset}}\"; \
+         echo \"run=[$(ls /run)]\"; head -n 1 {store}; sha256sum < {store} | cut -d' ' -f1; \
+         echo x > /run/netbox/ca-bundle.pem 2>/dev/null && echo WRITABLE; \
+         echo x > {store} 2>/dev/null && echo STORE-WRITABLE; true"
+    );
+    let host_store = std::fs::read(store).expect("the host has a Debian trust store");
+    let cleaned = |run: Run| {
+        let mut cmd = run.command(&show);
+        for var in ["SSL_CERT_FILE", "GIT_SSL_CAINFO"] {
+            cmd.env_remove(var);
+        }
+        cmd.output().unwrap()
+    };
+
+    let out = cleaned(inspecting(&dir, &server, &policy(p, "")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "SSL_CERT_FILE=/run/netbox/ca-bundle.pem GIT_SSL_CAINFO=/run/netbox/ca-bundle.pem"
+    );
+    assert_eq!(lines[1], "run=[netbox]");
+    assert!(lines[2].starts_with("# netbox session CA"), "{text}");
+    let bundle_sha = lines[3];
+    assert_ne!(bundle_sha, sha256_hex(&host_store));
+    assert!(!text.contains("WRITABLE"), "{text}");
+    // The bundle is the session CA, the upstream CA given, then the host's roots whole.
+    let bundle = inspecting(&dir, &server, &policy(p, ""))
+        .sh(&format!("cat {store}"))
+        .stdout;
+    assert!(
+        bundle.ends_with(&host_store),
+        "the system roots are not all in"
+    );
+    let upstream_ca = std::fs::read_to_string(server.ca.as_ref().unwrap()).unwrap();
+    assert!(String::from_utf8_lossy(&bundle).contains(upstream_ca.trim()));
+
+    // Without inspection: nothing injected, the store is the host's.
+    let plain = dir.write("plain.toml", "allow = [\"a.test\"]\n");
+    let out = cleaned(Run::new(&dir).args_from(&["--allowlist", plain.to_str().unwrap()]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "SSL_CERT_FILE=unset GIT_SSL_CAINFO=unset");
+    assert_eq!(lines[1], "run=[]");
+    let first_line = String::from_utf8_lossy(&host_store);
+    assert_eq!(lines[2], first_line.lines().next().unwrap());
+    assert_eq!(lines[3], sha256_hex(&host_store));
+}
+
+/// Every file under `dir` (not following symlinks), as bytes.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut found = Vec::new();
+    let mut queue = vec![dir.to_owned()];
+    while let Some(at) = queue.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                queue.push(path);
+            } else if kind.is_file() {
+                if let Ok(bytes) = std::fs::read(&path) {
+                    found.push((path, bytes));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The forms a key could be written in: its DER, its private scalar, and their hex and
+/// base64 (a PEM body's first line).
+fn key_spellings(der: &[u8]) -> Vec<Vec<u8>> {
+    use base64_like::encode;
+    // ECPrivateKey (RFC 5915): version 1, then the 32-byte scalar as an octet string.
+    let at = der
+        .windows(5)
+        .position(|w| w == [0x02, 0x01, 0x01, 0x04, 0x20])
+        .expect("a P-256 PKCS#8 key")
+        + 5;
+    let scalar = der[at..at + 32].to_vec();
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    vec![
+        der.to_vec(),
+        scalar.clone(),
+        hex(der).into_bytes(),
+        hex(&scalar).into_bytes(),
+        encode(der).as_bytes()[..60].to_vec(),
+        encode(&scalar).as_bytes()[..40].to_vec(),
+    ]
+}
+
+/// Base64 (standard alphabet), written out: a test needs only the encoder.
+mod base64_like {
+    pub fn encode(bytes: &[u8]) -> String {
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+            for i in 0..=chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            }
+            for _ in chunk.len()..3 {
+                out.push('=');
+            }
+        }
+        out
+    }
+}
+
+/// Where any of `needles` occurs among `files`.
+fn holders<'a>(files: &'a [(PathBuf, Vec<u8>)], needles: &[Vec<u8>]) -> Vec<&'a Path> {
+    files
+        .iter()
+        .filter(|(_, bytes)| {
+            needles
+                .iter()
+                .any(|n| bytes.windows(n.len()).any(|w| w == n.as_slice()))
+        })
+        .map(|(path, _)| path.as_path())
+        .collect()
+}
+
+#[test]
+fn the_session_ca_key_is_on_no_disk() {
+    let dir = TestDir::new("inspect-key");
+    let server = HttpServer::start_tls(&dir.path, &["a.test"]);
+    let p = server.port();
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let run = inspecting(&dir, &server, &policy(p, ""))
+        .env("NETBOX_TEST_BREAK", "show-ca-key")
+        .env("XDG_STATE_HOME", state.display().to_string())
+        .env("XDG_CACHE_HOME", state.display().to_string());
+    // The run uses the CA, then leaves its private temp root and /run as a tar in the
+    // workspace, where the search below reads them.
+    let out = run.sh(&format!(
+        "curl -sS --max-time 8 https://a.test:{p}/hello && \
+         tar -cf snapshot.tar -C / tmp run 2>/dev/null; test -s snapshot.tar"
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "hello from upstream\n");
+    let shown = stderr(&out)
+        .lines()
+        .find_map(|l| l.split("session CA key ").nth(1).map(str::to_owned))
+        .expect("the test hook shows the key");
+    let der: Vec<u8> = (0..shown.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&shown[i..i + 2], 16).unwrap())
+        .collect();
+    let needles = key_spellings(&der);
+
+    // The workspace (with the temp root's snapshot), the log's directory, netbox's state
+    // and cache directories.
+    let files = files_under(&dir.path);
+    assert!(
+        files.iter().any(|(p, _)| p.ends_with("snapshot.tar")),
+        "no snapshot"
+    );
+    assert_eq!(holders(&files, &needles), Vec::<&Path>::new());
+    // Controls: the search reads the snapshot (the CA's certificate, public, is in it),
+    // and finds a key where one is.
+    let bundle_marker = b"# netbox session CA".to_vec();
+    assert!(
+        !holders(&files, &[bundle_marker]).is_empty(),
+        "the snapshot does not hold the bundle: the search would miss a key there too"
+    );
+    let planted = dir.join("control");
+    std::fs::create_dir_all(&planted).unwrap();
+    std::fs::write(planted.join("k"), shown.as_bytes()).unwrap();
+    assert_eq!(holders(&files_under(&planted), &needles).len(), 1);
+}
+
+#[test]
+fn an_upstream_the_machine_does_not_trust_is_refused_inside_the_tunnel() {
+    let dir = TestDir::new("inspect-untrusted");
+    let server = HttpServer::start_tls(&dir.path, &["a.test"]);
+    let p = server.port();
+    let allow = dir.write("allow.toml", &policy(p, ""));
+    // No --upstream-ca: the test's CA is no root of this machine's.
+    let run = Run::new(&dir).args_from(&["--allowlist", allow.to_str().unwrap()]);
+    let mut cmd = run.command(&format!(
+        "curl -sS --max-time 8 -o /dev/null -w '%{{http_code}} %header{{x-netbox-reason}}\\n' \
+         https://a.test:{p}/hello"
+    ));
+    cmd.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+    let out = cmd.output().unwrap();
+    assert_eq!(
+        stdout(&out),
+        "502 upstream-not-trusted\n",
+        "{}",
+        stderr(&out)
+    );
+    let refused = run
+        .events()
+        .into_iter()
+        .find(|e| e["reason"] == "upstream_not_trusted")
+        .unwrap_or_else(|| panic!("{:#?}", run.events()));
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains("--upstream-ca"),
+        "{refused}"
+    );
+    // Control: the same with the CA given passes.
+    let out = inspecting(&dir, &server, &policy(p, ""))
+        .sh(&format!("curl -sS --max-time 8 https://a.test:{p}/hello"));
+    assert_eq!(stdout(&out), "hello from upstream\n", "{}", stderr(&out));
+}
+
+#[test]
+fn plain_http_to_a_host_with_http_rules_is_judged_too() {
+    let dir = TestDir::new("inspect-plain");
+    let server = HttpServer::start();
+    let p = server.port();
+    let allow = dir.write(
+        "allow.toml",
+        &format!(
+            "allow = [\"127.0.0.1:{p}\"]\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n\
+             [[http]]\nhost = \"a.test:{p}\"\nmethods = [\"GET\"]\n"
+        ),
+    );
+    let run = Run::new(&dir).args_from(&["--allowlist", allow.to_str().unwrap()]);
+    let code = "curl -sS --max-time 8 -o /dev/null -w '%{http_code}\\n'";
+    // Forwarded, then through a CONNECT tunnel (-p): a tunnel on a port that is not TLS
+    // is read as HTTP, or it would be the way around the rules.
+    let out = run.sh(&format!(
+        "{code} http://a.test:{p}/hello\n{code} -X POST --data x http://a.test:{p}/sha256\n\
+         {code} -p http://a.test:{p}/hello\n{code} -p -X POST --data x http://a.test:{p}/sha256\n"
+    ));
+    assert_eq!(stdout(&out), "200\n403\n200\n403\n", "{}", stderr(&out));
+    let refused = inspected(&run)
+        .into_iter()
+        .filter(|e| e["reason"] == "method_not_allowed")
+        .count();
+    assert!(refused >= 1, "{:#?}", run.events());
+}
+
+#[test]
+fn a_tunnel_asking_tls_for_another_host_is_refused_before_any_certificate() {
+    let dir = TestDir::new("inspect-sni");
+    let server = HttpServer::start_tls(&dir.path, &["a.test", "b.test"]);
+    let p = server.port();
+    let run = inspecting(&dir, &server, &policy(p, ""));
+    let out = run.sh(&format!(
+        "curl -sS --max-time 8 https://a.test:{p}/hello; \
+         curl -sS --max-time 8 --connect-to b.test:{p}:a.test:{p} https://b.test:{p}/hello \
+         && echo REACHED"
+    ));
+    assert_eq!(stdout(&out), "hello from upstream\n", "{}", stderr(&out));
+    assert!(
+        run.events()
+            .iter()
+            .any(|e| e["reason"] == "server_name_mismatch"),
+        "{:#?}",
+        run.events()
+    );
+}
+
+/// `--upstream-ca` with nothing inspected would change nothing: said as a mistake.
+#[test]
+fn an_upstream_ca_without_inspection_is_a_usage_error() {
+    let dir = TestDir::new("inspect-usage");
+    let ca = dir.write("ca.pem", "not a certificate");
+    let out = Command::new(crate::support::netbox_bin())
+        .args(["--upstream-ca", ca.to_str().unwrap(), "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing is inspected"),
+        "{}",
+        stderr(&out)
+    );
+    let out = Command::new(crate::support::netbox_bin())
+        .args([
+            "--inspect",
+            "--upstream-ca",
+            ca.to_str().unwrap(),
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no PEM certificate"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_standalone_bridge_inspects_with_its_ca_written_for_clients() {
+    let dir = TestDir::new("inspect-standalone");
+    let server = HttpServer::start_tls(&dir.path, &["a.test"]);
+    let p = server.port();
+    let cert = dir.join("session-ca.pem");
+    let upstream_ca = server.ca.as_ref().unwrap().display().to_string();
+    let bridge = crate::support::Bridge::start(
+        &dir,
+        &policy(p, "methods = [\"GET\"]\n"),
+        &[
+            "--upstream-ca",
+            &upstream_ca,
+            "--ca-cert",
+            cert.to_str().unwrap(),
+        ],
+    );
+    let written = std::fs::read_to_string(&cert).unwrap();
+    assert!(
+        written.starts_with("-----BEGIN CERTIFICATE-----"),
+        "{written}"
+    );
+    assert!(!written.contains("PRIVATE"), "{written}");
+    let proxy = bridge.proxy_url();
+    let fetch = |extra: &[&str]| {
+        let url = format!("https://a.test:{p}/hello");
+        let mut args = vec![
+            "-x",
+            &proxy,
+            "--cacert",
+            cert.to_str().unwrap(),
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %header{x-netbox-reason}",
+        ];
+        args.extend_from_slice(extra);
+        args.push(&url);
+        stdout(&crate::support::curl(&args))
+    };
+    assert_eq!(fetch(&[]), "200 ");
+    assert_eq!(fetch(&["-X", "DELETE"]), "403 http-rule");
+
+    // Without --ca-cert there is nowhere to give clients the CA: refused at the start.
+    let other = TestDir::new("inspect-standalone-nocert");
+    let allow = other.write("allow.toml", &policy(p, ""));
+    let out = Command::new(crate::support::netbox_bin())
+        .args(["bridge", "--listen", "127.0.0.1:0", "--allowlist"])
+        .arg(&allow)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--ca-cert FILE"), "{}", stderr(&out));
+}
+
+/// The issue's own example: pip may only GET and HEAD under /simple/ on the index and
+/// fetch wheels from its files host, through inspected tunnels, with no CA flag, no
+/// `--trusted-host` and no CA variable of the test's. Python's own client is refused a
+/// POST there.
+#[test]
+fn pip_installs_through_inspection_and_python_is_refused_a_post() {
+    let dir = TestDir::new("inspect-pip");
+    let root = dir.join("index");
+    std::fs::create_dir_all(root.join("simple/demopkg")).unwrap();
+    let server = HttpServer::start_tls_files(
+        &dir.path,
+        &["pypi.mirror.test", "files.mirror.test"],
+        root.clone(),
+    );
+    let p = server.port();
+    let wheel = crate::tools::build_wheel(&root);
+    let sha = crate::support::file_sha256(&wheel);
+    std::fs::write(
+        root.join("simple/demopkg/index.json"),
+        format!(
+            "<html><body><a href=\"https://files.mirror.test:{p}/demopkg-1.0-py3-none-any.whl#sha256={sha}\">demopkg-1.0-py3-none-any.whl</a></body></html>\n"
+        ),
+    )
+    .unwrap();
+    let allow = format!(
+        "allow = [\"127.0.0.1:{p}\"]\ntls_ports = [{p}]\n\
+         [hosts]\n\"pypi.mirror.test\" = \"127.0.0.1\"\n\"files.mirror.test\" = \"127.0.0.1\"\n\
+         [[http]]\nhost = \"pypi.mirror.test:{p}\"\nmethods = [\"GET\", \"HEAD\"]\npaths = [\"/simple/\"]\n\
+         [[http]]\nhost = \"files.mirror.test:{p}\"\nmethods = [\"GET\", \"HEAD\"]\npaths = [\"/*.whl\"]\n"
+    );
+    let run = inspecting(&dir, &server, &allow)
+        .env(
+            "PIP_INDEX_URL",
+            format!("https://pypi.mirror.test:{p}/simple/"),
+        )
+        .env("PIP_RETRIES", "0")
+        .env("PIP_FIND_LINKS", "")
+        .env("PIP_NO_CACHE_DIR", "1")
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
+    // pip's own status is not used: pyenv's shim fails the install when it cannot rehash
+    // its read-only shims, after installing.
+    let post = format!(
+        "import urllib.request, urllib.error\n\
+         try:\n    urllib.request.urlopen(urllib.request.Request('https://pypi.mirror.test:{p}/simple/', data=b'x'))\n\
+         except urllib.error.HTTPError as e:\n    print(e.code, e.headers['x-netbox-reason'])\n"
+    );
+    let out = run.sh(&format!(
+        "pip install --quiet --no-deps --target deps demopkg; \
+         PYTHONPATH=deps python3 -c 'import demopkg; print(demopkg.GREETING)'; \
+         python3 -c \"$(cat <<'PY'\n{post}PY\n)\""
+    ));
+    assert_eq!(
+        stdout(&out),
+        "demopkg says hi\n403 http-rule\n",
+        "{}",
+        stderr(&out)
+    );
+    let records = inspected(&run);
+    for (host, path) in [
+        ("pypi.mirror.test", "/simple/demopkg/"),
+        ("files.mirror.test", "/demopkg-1.0-py3-none-any.whl"),
+    ] {
+        assert!(
+            records.iter().any(|e| e["host"] == host
+                && e["path"] == path
+                && e["decision"] == "allow"
+                && e["status"] == 200),
+            "{host}{path}: {records:#?}"
+        );
+    }
+}

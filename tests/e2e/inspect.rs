@@ -182,6 +182,75 @@ fn git_clones_over_an_inspected_tunnel_trusting_only_what_netbox_laid() {
     );
 }
 
+/// git's smart protocol through inspection, against git's own server: a rule that lists
+/// the fetch side's paths lets a clone through and refuses a push (a POST to
+/// `git-receive-pack`), which leaves the server's repository as it was; the same push with
+/// that path listed goes through, so the refusal was the rule's.
+#[test]
+fn git_may_clone_but_not_push_when_the_rule_lists_only_fetching() {
+    let dir = TestDir::new("inspect-git-push");
+    let root = dir.join("repos");
+    std::fs::create_dir_all(&root).unwrap();
+    let server = HttpServer::start_tls_git(&dir.path, &["a.test"], root.clone());
+    let p = server.port();
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    crate::support::git(&src, &["init", "-q"]);
+    std::fs::write(src.join("README"), "one\n").unwrap();
+    crate::support::git(&src, &["add", "README"]);
+    crate::support::git(&src, &["commit", "-q", "-m", "one"]);
+    crate::support::git(
+        &dir.path,
+        &["clone", "-q", "--bare", "src", "repos/app.git"],
+    );
+    let served_head = || crate::support::git(&root.join("app.git"), &["rev-parse", "HEAD"]);
+    let before = served_head();
+
+    let fetch_only = "methods = [\"GET\", \"POST\"]\n\
+                      paths = [\"/app.git/info/refs\", \"/app.git/git-upload-pack\"]\n";
+    let push = format!(
+        "git clone -q https://a.test:{p}/app.git work && cd work && \
+         git -c user.name=t -c user.email=t@t.test commit -q --allow-empty -m two && \
+         git push -q origin HEAD 2>&1; echo \"push: $?\""
+    );
+    let run = inspecting(&dir, &server, &policy(p, fetch_only));
+    let out = run.sh(&push);
+    let text = stdout(&out);
+    assert!(text.contains("403"), "{text}{}", stderr(&out));
+    assert!(
+        text.ends_with("push: 1\n") || text.contains("push: 128"),
+        "{text}"
+    );
+    assert_eq!(served_head(), before, "the refused push reached the server");
+    let records = inspected(&run);
+    assert!(
+        records.iter().any(|e| e["method"] == "POST"
+            && e["path"] == "/app.git/git-upload-pack"
+            && e["status"] == 200),
+        "{records:#?}"
+    );
+    assert!(
+        records.iter().any(|e| e["method"] == "POST"
+            && e["path"] == "/app.git/git-receive-pack"
+            && e["reason"] == "path_not_allowed"),
+        "{records:#?}"
+    );
+
+    // Control: with the push path listed, the same push goes through.
+    std::fs::remove_dir_all(dir.join("ws")).unwrap();
+    let with_push = "methods = [\"GET\", \"POST\"]\n\
+                     paths = [\"/app.git/info/refs\", \"/app.git/git-upload-pack\", \
+                     \"/app.git/git-receive-pack\"]\n";
+    let out = inspecting(&dir, &server, &policy(p, with_push)).sh(&push);
+    assert!(
+        stdout(&out).ends_with("push: 0\n"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_ne!(served_head(), before);
+}
+
 #[test]
 fn the_trust_bundle_is_laid_only_when_the_run_inspects() {
     let dir = TestDir::new("inspect-bundle");

@@ -3,7 +3,8 @@
 //! `HttpServer` speaks enough HTTP/1.1 for the tests: `GET /hello`, `GET /bytes/N` (N bytes
 //! of a fixed pattern), `POST /sha256` (hex SHA-256 of the body, Content-Length or
 //! chunked), and `GET /headers` (the request head echoed back). With a TLS identity it
-//! serves the same over HTTPS for a name signed by a CA made for the test.
+//! serves the same over HTTPS for a name signed by a CA made for the test. Others serve
+//! files (a registry's static layout) or git repositories (`git http-backend`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -116,6 +117,30 @@ impl HttpServer {
         HttpServer { addr, ca: Some(ca) }
     }
 
+    /// HTTPS for `names`, serving the repositories under `root` with git's own smart HTTP
+    /// server (`git http-backend`, run as CGI per request): clone, fetch and push.
+    pub fn start_tls_git(dir: &Path, names: &[&str], root: PathBuf) -> HttpServer {
+        let (config, ca_pem) = tls_config(names);
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, ca_pem).unwrap();
+        let config = Arc::new(config);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let config = Arc::clone(&config);
+                let root = root.clone();
+                std::thread::spawn(move || {
+                    let Ok(conn) = rustls::ServerConnection::new(config) else {
+                        return;
+                    };
+                    let _ = serve_git(rustls::StreamOwned::new(conn, stream), &root);
+                });
+            }
+        });
+        HttpServer { addr, ca: Some(ca) }
+    }
+
     pub fn port(&self) -> u16 {
         self.addr.port()
     }
@@ -173,6 +198,92 @@ fn serve_files<S: Read + Write>(stream: S, root: &Path) -> std::io::Result<()> {
                 )?;
             }
         }
+        stream.flush()?;
+    }
+}
+
+/// Each request handed to `git http-backend` as CGI (RFC 3875), its answer sent back with
+/// a length, keep-alive. A push is allowed (`REMOTE_USER` is set).
+fn serve_git<S: Read + Write>(stream: S, root: &Path) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut request = String::new();
+        if reader.read_line(&mut request)? == 0 {
+            return Ok(());
+        }
+        let mut head = Vec::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 {
+                return Ok(());
+            }
+            if line == "\r\n" {
+                break;
+            }
+            head.push(line);
+        }
+        let header = |name: &str| {
+            head.iter().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+            })
+        };
+        let body = if let Some(len) = header("content-length") {
+            let mut body = vec![0u8; len.parse().unwrap_or(0)];
+            reader.read_exact(&mut body)?;
+            body
+        } else if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+            read_chunked(&mut reader)?
+        } else {
+            Vec::new()
+        };
+        let mut parts = request.split(' ');
+        let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let mut backend = std::process::Command::new("git")
+            .arg("http-backend")
+            .env("GIT_PROJECT_ROOT", root)
+            .env("GIT_HTTP_EXPORT_ALL", "1")
+            .env("REQUEST_METHOD", method)
+            .env("PATH_INFO", path)
+            .env("QUERY_STRING", query)
+            .env("CONTENT_TYPE", header("content-type").unwrap_or_default())
+            .env("CONTENT_LENGTH", body.len().to_string())
+            .env("GIT_PROTOCOL", header("git-protocol").unwrap_or_default())
+            .env("REMOTE_USER", "tester")
+            .env("REMOTE_ADDR", "127.0.0.1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let mut input = backend.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || input.write_all(&body));
+        let output = backend.wait_with_output()?;
+        let _ = writer.join();
+        let out = output.stdout;
+        let (cgi_head, reply) = match out.windows(4).position(|w| w == b"\r\n\r\n") {
+            Some(at) => (&out[..at], &out[at + 4..]),
+            None => match out.windows(2).position(|w| w == b"\n\n") {
+                Some(at) => (&out[..at], &out[at + 2..]),
+                None => (&out[..0], &out[..]),
+            },
+        };
+        let mut status = "200 OK".to_owned();
+        let mut fields = String::new();
+        for line in String::from_utf8_lossy(cgi_head).lines() {
+            match line.strip_prefix("Status:") {
+                Some(s) => status = s.trim().to_owned(),
+                None if !line.is_empty() => fields.push_str(&format!("{line}\r\n")),
+                None => {}
+            }
+        }
+        let stream = reader.get_mut();
+        write!(
+            stream,
+            "HTTP/1.1 {status}\r\n{fields}Content-Length: {}\r\n\r\n",
+            reply.len()
+        )?;
+        stream.write_all(reply)?;
         stream.flush()?;
     }
 }

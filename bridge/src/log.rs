@@ -312,7 +312,8 @@ pub struct EventLog {
     /// Refused `net` records written per minute at most (`None`: no bound); past it in a
     /// minute they are counted, and said in one `net_suppressed` record when it ends.
     refusal_budget: Option<Mutex<RefusalWindow>>,
-    net_written: [std::sync::atomic::AtomicU64; 2],
+    /// `net` records written: refused, allowed, and requests inside inspected tunnels.
+    net_written: [std::sync::atomic::AtomicU64; 3],
     net_suppressed: std::sync::atomic::AtomicU64,
     allowed: std::sync::atomic::AtomicU64,
     denied: std::sync::atomic::AtomicU64,
@@ -426,7 +427,11 @@ impl EventLog {
     /// Writes one event: the whole line in one `write` (O_APPEND keeps lines whole even
     /// with several writers), then the stderr summary (a refusal only the first time).
     pub fn record(&self, event: &Event) {
+        // Requests inside inspected tunnels are cheap to make by the thousand: capped apart,
+        // so that they cannot push tunnels and refusals out of the log.
+        let inspected = event.proto == Proto::Inspected;
         let (written, cap) = match event.decision {
+            _ if inspected => (&self.net_written[2], self.net_cap.map(|c| c.requests)),
             Verdict::Deny => (&self.net_written[0], self.net_cap.map(|c| c.refused)),
             Verdict::Allow => (&self.net_written[1], self.net_cap.map(|c| c.allowed)),
         };
@@ -440,6 +445,7 @@ impl EventLog {
                         &crate::records::NetCapped {
                             decision: event.decision,
                             cap,
+                            inspected,
                         },
                     );
                 }
@@ -563,6 +569,8 @@ struct RefusalWindow {
 pub struct NetCap {
     pub refused: u64,
     pub allowed: u64,
+    /// Requests inside inspected tunnels, allowed and refused alike.
+    pub requests: u64,
 }
 
 /// The refusals said on stderr so far.
@@ -723,6 +731,48 @@ mod tests {
             summary(&e),
             "netbox: allowed CONNECT registry.test:443 via 127.0.0.1:443 (10 B up, 20 B down, 5 ms) [allow.toml:2]"
         );
+    }
+
+    /// Requests inside inspected tunnels are capped apart: a flood of them leaves the
+    /// tunnels that carried them, and refusals, in the log.
+    #[test]
+    fn inspected_requests_have_a_cap_of_their_own() {
+        let path = std::env::temp_dir().join(format!("netbox-log-cap-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let log = EventLog::open(Some(&path), Stderr::Quiet)
+            .unwrap()
+            .cap_net_records(NetCap {
+                refused: 10,
+                allowed: 10,
+                requests: 3,
+            });
+        let event = |proto, decision| {
+            let mut a = Attempt::begin(Arc::from("s"), proto);
+            a.decision = decision;
+            a.finish(End::Closed, 0, 0)
+        };
+        for _ in 0..50 {
+            log.record(&event(Proto::Inspected, Verdict::Allow));
+        }
+        log.record(&event(Proto::Inspected, Verdict::Deny));
+        log.record(&event(Proto::HttpConnect, Verdict::Allow));
+        log.record(&event(Proto::HttpConnect, Verdict::Deny));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let records: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let count =
+            |f: &dyn Fn(&serde_json::Value) -> bool| records.iter().filter(|r| f(r)).count();
+        assert_eq!(count(&|r| r["proto"] == "inspected"), 3, "{text}");
+        assert_eq!(count(&|r| r["proto"] == "http_connect"), 2, "{text}");
+        assert_eq!(
+            count(&|r| r["type"] == "net_capped" && r["inspected"] == true && r["cap"] == 3),
+            1,
+            "{text}"
+        );
+        assert_eq!(log.net_suppressed(), 48);
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub struct Suppressed {
 pub struct NetCapped {
     pub decision: crate::policy::Verdict,
     pub cap: u64,
+    /// The cap of requests inside inspected tunnels (`decision` is the first one's past it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inspected: bool,
 }
 
 /// `probe`: the live probe's report. The sandbox sends it to netbox as it is (netbox

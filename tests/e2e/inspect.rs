@@ -687,3 +687,76 @@ fn pip_installs_through_inspection_and_python_is_refused_a_post() {
         );
     }
 }
+
+/// Review 28: what a server could read otherwise than the bridge judged it. A body on a
+/// GET (a server that ignores it would take it for the next request) is refused; a
+/// request with a body is the last on its upstream connection, so the client's next one
+/// comes on a new tunnel; a `Connection: host` cannot strip the Host that was judged, and
+/// an HTTP/1.0 request without one reaches the server with the tunnel's.
+#[test]
+fn a_request_cannot_hide_another_or_lose_its_host() {
+    let dir = TestDir::new("inspect-framing");
+    let server = HttpServer::start_tls(&dir.path, &["a.test"]);
+    let p = server.port();
+    let run = inspecting(&dir, &server, &policy(p, ""));
+    let code = "curl -sS --max-time 8 -o /dev/null -w '%{http_code} %header{x-netbox-reason}\\n'";
+    let url = format!("https://a.test:{p}");
+    let out = run.sh(&format!(
+        "{code} -X GET --data 'GET /hidden HTTP/1.1' {url}/hello\n\
+         {code} -X GET {url}/hello\n\
+         curl -sS --max-time 8 -H 'Connection: host' {url}/headers | grep -i '^host:'\n\
+         curl -sS --max-time 8 --http1.0 -H 'Host:' {url}/headers | grep -i '^host:'\n\
+         curl -sS --max-time 8 -o /dev/null --data x {url}/sha256 --next -o /dev/null {url}/hello\n"
+    ));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}{}", stderr(&out));
+    assert_eq!(lines[0], "400 bad-request", "{text}{}", stderr(&out));
+    // Control: the same GET without a body passes.
+    assert_eq!(lines[1], "200 ");
+    assert_eq!(lines[2].to_lowercase().trim(), format!("host: a.test:{p}"));
+    assert_eq!(lines[3].to_lowercase().trim(), format!("host: a.test:{p}"));
+    // The POST and the GET after it: two tunnels, where one would carry both otherwise.
+    let tunnels: Vec<String> = run
+        .events()
+        .into_iter()
+        .filter(|e| e["proto"] == "http_connect" && e["host"] == "a.test")
+        .map(|e| format!("{} {} {}", e["decision"], e["end"], e["detail"]))
+        .collect();
+    assert_eq!(tunnels.len(), 6, "{tunnels:#?}");
+}
+
+/// Review 28: a request the client leaves before its answer is still recorded (hyper
+/// drops the request's handler; the record goes with it, written).
+#[test]
+fn a_request_whose_client_leaves_before_the_answer_is_recorded() {
+    let dir = TestDir::new("inspect-left");
+    let server = HttpServer::start_tls(&dir.path, &["a.test"]);
+    let p = server.port();
+    let run = inspecting(&dir, &server, &policy(p, ""));
+    // Through the proxy by hand: CONNECT, TLS (trusting what the sandbox trusts), one
+    // request for an answer that takes 1 s, and gone at once.
+    let script = format!(
+        "import os, socket, ssl, time\n\
+         proxy = os.environ['HTTPS_PROXY'].rsplit(':', 1)\n\
+         raw = socket.create_connection(('127.0.0.1', int(proxy[1])))\n\
+         raw.sendall(b'CONNECT a.test:{p} HTTP/1.1\\r\\nHost: a.test:{p}\\r\\n\\r\\n')\n\
+         head = b''\n\
+         while not head.endswith(b'\\r\\n\\r\\n'):\n    head += raw.recv(1)\n\
+         tls = ssl.create_default_context().wrap_socket(raw, server_hostname='a.test')\n\
+         tls.sendall(b'GET /sleep/1000 HTTP/1.1\\r\\nHost: a.test:{p}\\r\\n\\r\\n')\n\
+         time.sleep(0.2)\n\
+         tls.close()\n\
+         time.sleep(1.5)\n\
+         print('left')\n"
+    );
+    let out = run.sh(&format!("python3 -c \"$(cat <<'PY'\n{script}PY\n)\""));
+    assert_eq!(stdout(&out), "left\n", "{}", stderr(&out));
+    let records = inspected(&run);
+    let left = records
+        .iter()
+        .find(|e| e["path"] == "/sleep/1000")
+        .unwrap_or_else(|| panic!("the request went unrecorded: {:#?}", run.events()));
+    assert_eq!(left["end"], "client_error", "{left}");
+    assert_eq!(left["decision"], "allow", "{left}");
+}

@@ -387,10 +387,18 @@ async fn forward(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Bod
     };
     // A host with HTTP rules: the request is judged by them, as inside a tunnel.
     if let Some(check) = conn.session.policy.http_check(&target) {
-        if let Err(refused) = check.judge(req.method().as_str(), req.uri().path()) {
+        let judged = check
+            .judge(req.method().as_str(), req.uri().path())
+            .map_err(|refused| Refusal::new(refused.reason, refused.detail))
+            .and_then(
+                |_| match crate::inspect::body_on_bodiless(req.method(), req.headers()) {
+                    Some(detail) => Err(bad(detail)),
+                    None => Ok(()),
+                },
+            );
+        if let Err(refusal) = judged {
             attempt.target = Some(target);
             attempt.rule = check.rules().first().map(|r| r.origin.clone());
-            let refusal = Refusal::new(refused.reason, refused.detail);
             return refuse(state, attempt, &refusal);
         }
     }

@@ -122,19 +122,29 @@ pub(super) async fn serve(
 impl Exchange {
     /// One request's answer: a refusal, or the upstream's response. An `Err` closes the
     /// client's connection without an answer (its upstream connection has closed: the
-    /// client retries on a new tunnel, as it would with a server that closed).
+    /// client retries on a new tunnel, as it would with a server that closed). However it
+    /// ends, even if the client leaves while it waits (hyper then drops this future), the
+    /// request is recorded: its record is held by a `Pending` until something writes it.
     async fn answer(
         &self,
         req: Request<Incoming>,
         sender: &tokio::sync::Mutex<Result<SendRequest<CountedBody>, Refusal>>,
     ) -> Result<Response<ResponseBody>, std::io::Error> {
-        let mut attempt = self.attempt(&req);
+        let up = Arc::new(AtomicU64::new(0));
+        let mut pending = Pending {
+            record: Some((self.attempt(&req), Arc::clone(&self.log))),
+            up: Arc::clone(&up),
+            sent: false,
+        };
         match self.judge(&req) {
-            Ok(Some(rule)) => attempt.rule = Some(rule),
-            Ok(None) => {}
-            Err(refused) => return Ok(self.refuse(attempt, refused)),
+            Ok(rule) => pending.update(|attempt| {
+                attempt.decision = Verdict::Allow;
+                if rule.is_some() {
+                    attempt.rule = rule;
+                }
+            }),
+            Err(refused) => return Ok(self.refuse(&mut pending, refused)),
         }
-        attempt.decision = Verdict::Allow;
         let mut sender = sender.lock().await;
         let sender = match &mut *sender {
             Ok(sender) => sender,
@@ -144,20 +154,22 @@ impl Exchange {
                     reason: refusal.reason,
                     detail: refusal.detail.clone(),
                 };
-                attempt.decision = Verdict::Deny;
-                return Ok(self.refuse(attempt, refused));
+                return Ok(self.refuse(&mut pending, refused));
             }
         };
         if sender.ready().await.is_err() {
-            attempt.detail = Some("the upstream closed its connection".into());
-            self.log.record(&attempt.finish(End::UpstreamError, 0, 0));
+            pending.finish(End::UpstreamError, "the upstream closed its connection");
             return Err(std::io::Error::other("the upstream closed its connection"));
         }
-        let up = Arc::new(AtomicU64::new(0));
-        let outgoing = origin_request(req, Arc::clone(&up));
+        // A request with a body is the last on its upstream connection: a server that
+        // answers before reading all of it (or reads it otherwise than its framing says)
+        // would take what is left for a request no one judged.
+        let carries_body = carries_body(req.headers());
+        let outgoing = origin_request(req, &self.target, carries_body, Arc::clone(&up));
+        pending.sent = true;
         match tokio::time::timeout(self.idle, sender.send_request(outgoing)).await {
             Ok(Ok(response)) => {
-                let closing = closes(response.version(), response.headers());
+                let closing = carries_body || closes(response.version(), response.headers());
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
                 if closing {
@@ -165,21 +177,20 @@ impl Exchange {
                         .headers
                         .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 }
-                attempt.status = Some(parts.status.as_u16());
+                let status = parts.status.as_u16();
+                pending.update(|attempt| attempt.status = Some(status));
                 let body = LoggedBody {
                     inner: body,
                     down: 0,
                     up,
-                    record: Some((attempt, Arc::clone(&self.log))),
+                    record: pending.record.take(),
                     ended: false,
                     upstream_failed: false,
                 };
                 Ok(Response::from_parts(parts, body.boxed_unsync()))
             }
             Ok(Err(e)) => {
-                attempt.detail = Some(e.to_string());
-                self.log
-                    .record(&attempt.finish(End::UpstreamError, up.load(Ordering::Relaxed), 0));
+                pending.finish(End::UpstreamError, &e.to_string());
                 Err(std::io::Error::other(e))
             }
             Err(_) => {
@@ -188,7 +199,7 @@ impl Exchange {
                     reason: Reason::UpstreamTimeout,
                     detail: format!("no response from {} within {:?}", self.target, self.idle),
                 };
-                Ok(self.refuse(attempt, refused))
+                Ok(self.refuse(&mut pending, refused))
             }
         }
     }
@@ -245,6 +256,13 @@ impl Exchange {
         }
         self.check_host_header(req.version(), req.headers())
             .map_err(|detail| forbidden(Reason::HostMismatch, detail))?;
+        if let Some(detail) = body_on_bodiless(req.method(), req.headers()) {
+            return Err(Refused {
+                status: StatusCode::BAD_REQUEST,
+                reason: Reason::BadRequest,
+                detail,
+            });
+        }
         let path = req.uri().path();
         self.check
             .judge(req.method().as_str(), path)
@@ -281,12 +299,14 @@ impl Exchange {
 
     /// Logs a refused request and answers it; the connection closes after the answer
     /// (the request's body was not read).
-    fn refuse(&self, mut attempt: Attempt, refused: Refused) -> Response<ResponseBody> {
-        attempt.decision = Verdict::Deny;
-        attempt.reason = refused.reason;
-        attempt.detail = Some(refused.detail.clone());
-        attempt.status = Some(refused.status.as_u16());
-        self.log.record(&attempt.finish(End::Refused, 0, 0));
+    fn refuse(&self, pending: &mut Pending, refused: Refused) -> Response<ResponseBody> {
+        if let Some((mut attempt, log)) = pending.record.take() {
+            attempt.decision = Verdict::Deny;
+            attempt.reason = refused.reason;
+            attempt.detail = Some(refused.detail.clone());
+            attempt.status = Some(refused.status.as_u16());
+            log.record(&attempt.finish(End::Refused, 0, 0));
+        }
         let line: String = refused
             .detail
             .chars()
@@ -322,10 +342,22 @@ fn default_port(scheme: &str) -> u16 {
     }
 }
 
-/// The request as the upstream gets it: origin-form, HTTP/1.1, no hop-by-hop fields, its
-/// body counted into `up`.
-fn origin_request(req: Request<Incoming>, up: Arc<AtomicU64>) -> Request<CountedBody> {
+/// The request as the upstream gets it: origin-form, HTTP/1.1, no hop-by-hop fields, the
+/// Host it was judged by (or the tunnel's, for an HTTP/1.0 request without one: never
+/// none, which a server would answer with its default site), `Connection: close` when
+/// `last`, its body counted into `up`.
+fn origin_request(
+    req: Request<Incoming>,
+    target: &Target,
+    last: bool,
+    up: Arc<AtomicU64>,
+) -> Request<CountedBody> {
     let (mut parts, body) = req.into_parts();
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .cloned()
+        .or_else(|| HeaderValue::from_str(&target.to_string()).ok());
     if parts.uri.authority().is_some() {
         let path = parts
             .uri
@@ -337,8 +369,70 @@ fn origin_request(req: Request<Incoming>, up: Arc<AtomicU64>) -> Request<Counted
         }
     }
     parts.version = Version::HTTP_11;
+    // `Connection: host` would strip the Host that was checked: it is put back.
     strip_hop_by_hop(&mut parts.headers);
+    if let Some(host) = host {
+        parts.headers.insert(header::HOST, host);
+    }
+    if last {
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     Request::from_parts(parts, CountedBody { inner: body, up })
+}
+
+/// A body on a method that has none is what a server may read as the next request (one
+/// this bridge never judged): refused, not passed on. Why, if this request has one.
+pub(crate) fn body_on_bodiless(method: &Method, headers: &HeaderMap) -> Option<String> {
+    let bodiless = [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE];
+    (bodiless.contains(method) && carries_body(headers))
+        .then(|| format!("a {method} with a body: a server may read the body as another request"))
+}
+
+/// Whether a request declares a body: a length other than 0, or any transfer coding.
+fn carries_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get_all(header::CONTENT_LENGTH)
+            .iter()
+            .any(|v| v.as_bytes() != b"0")
+}
+
+/// A request's record until it is written: by `finish`, by the refusal or the response
+/// body that takes it, or, if the request's handler is dropped first (the client left, the
+/// tunnel ended), by `Drop`.
+struct Pending {
+    record: Option<(Attempt, Arc<EventLog>)>,
+    up: Arc<AtomicU64>,
+    /// The request went to the upstream.
+    sent: bool,
+}
+
+impl Pending {
+    fn update(&mut self, change: impl FnOnce(&mut Attempt)) {
+        if let Some((attempt, _)) = &mut self.record {
+            change(attempt);
+        }
+    }
+
+    fn finish(&mut self, end: End, detail: &str) {
+        if let Some((mut attempt, log)) = self.record.take() {
+            attempt.detail = Some(detail.to_owned());
+            log.record(&attempt.finish(end, self.up.load(Ordering::Relaxed), 0));
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let detail = if self.sent {
+            "the client left, or the tunnel ended, before the upstream answered"
+        } else {
+            "the client left, or the tunnel ended, before the request was sent on"
+        };
+        self.finish(End::ClientError, detail);
+    }
 }
 
 /// Whether the upstream ends its connection after this response.

@@ -14,6 +14,8 @@
 mod ca;
 mod exchange;
 
+pub(crate) use exchange::body_on_bodiless;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -35,6 +37,9 @@ pub use ca::SessionCa;
 
 /// The protocol both sides of an inspected tunnel speak.
 const HTTP1: &[u8] = b"http/1.1";
+/// Offered to clients too: one that asks for HTTP/1.0 alone is served (hyper speaks it),
+/// not refused the handshake.
+const HTTP10: &[u8] = b"http/1.0";
 
 /// How upstreams are verified: TLS to them, with the roots they must chain to.
 #[derive(Debug, Clone)]
@@ -118,7 +123,7 @@ impl Inspector {
             .map_err(|e| format!("TLS to the client: {e}"))?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(OneCertificate(leaf)));
-        config.alpn_protocols = vec![HTTP1.to_vec()];
+        config.alpn_protocols = vec![HTTP1.to_vec(), HTTP10.to_vec()];
         Ok(Arc::new(config))
     }
 }

@@ -11,8 +11,9 @@
 //! A path without `*` is a prefix that ends at a segment boundary (`/simple` matches
 //! `/simple` and `/simple/x`, not `/simplex`); with one, a glob where `*` matches within a
 //! segment and `**` across segments. The path judged is the one the server will act on:
-//! a path with a dot segment (`/simple/../admin`, spelled with `%2e` or not) or an encoded
-//! slash or backslash is refused under a path rule rather than guessed at, since servers
+//! a path a server could read as another (a segment of dots, spelled with `%2e` or not; an
+//! escaped `/`, `\`, `;`, `?`, `#` or `%`; a raw `;` or `\`; an escaped control or
+//! non-ASCII byte) is refused under a path rule rather than guessed at, since servers
 //! disagree about what it means.
 
 use std::sync::Arc;
@@ -225,19 +226,44 @@ fn glob_matches(pattern: &[u8], path: &[u8]) -> bool {
     reach[path.len()]
 }
 
-/// Why a server might read `path` as another path than its text says: a dot segment
-/// (`.`, `..`, spelled with `%2e` too, or followed by `;params`), or an encoded `/` or
-/// `\`, or a raw `\`.
+/// Why a server might read `path` as another path than its text says, if it might. The
+/// path is decoded once (only to look at it; it is matched as sent): a byte that decodes
+/// to a separator or a delimiter (`/ \ ; ? #`), to `%` (decoded twice by some), to a
+/// control or non-ASCII byte, or an escape that is not two hex digits (`%u002e`, `%c0%ae`
+/// is non-ASCII), is refused; so are a raw `;` or `\` (servlet path parameters, Windows
+/// separators), and a segment of dots (and spaces) alone (`.`, `..`, `...`, `.. `), which
+/// servers resolve, strip or trim in their own ways.
 fn ambiguous_path(path: &str) -> Option<&'static str> {
-    let lower = path.to_ascii_lowercase();
-    if lower.contains("%2f") || lower.contains("%5c") || lower.contains('\\') {
-        return Some("holds an encoded slash or a backslash");
+    let bytes = path.as_bytes();
+    if bytes.iter().any(|b| matches!(b, b';' | b'\\')) {
+        return Some("holds a ';' or a backslash");
     }
-    let dot_segment = lower.split('/').any(|segment| {
-        let segment = segment.split(';').next().unwrap_or("").replace("%2e", ".");
-        segment == "." || segment == ".."
-    });
-    dot_segment.then_some("holds a dot segment")
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
+            decoded.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        let hex = |b: Option<&u8>| b.and_then(|b| char::from(*b).to_digit(16));
+        let (Some(high), Some(low)) = (hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) else {
+            return Some("holds a '%' that is not an escape of two hex digits");
+        };
+        let byte = u8::try_from(high * 16 + low).unwrap_or(0);
+        if matches!(byte, b'/' | b'\\' | b';' | b'?' | b'#' | b'%') {
+            return Some("holds an escaped separator or delimiter");
+        }
+        if byte.is_ascii_control() || !byte.is_ascii() {
+            return Some("holds an escaped control or non-ASCII byte");
+        }
+        decoded.push(byte);
+        i += 3;
+    }
+    let dots_only = decoded
+        .split(|b| *b == b'/')
+        .any(|segment| segment.contains(&b'.') && segment.iter().all(|b| matches!(b, b'.' | b' ')));
+    dots_only.then_some("holds a segment of dots")
 }
 
 /// Parses a method name: an HTTP token, upper-cased (the methods servers know are).
@@ -357,6 +383,17 @@ mod tests {
             "/simple/%2fadmin",
             "/simple\\..\\admin",
             "/simple/./x",
+            "/simple/%2e%2e%3b/admin",
+            "/simple/..%20/admin",
+            "/simple/.../admin",
+            "/simple/%c0%ae%c0%ae/admin",
+            "/simple/%u002e%u002e/admin",
+            "/simple/%252e%252e/admin",
+            "/simple/x;.whl",
+            "/simple/x%3f.whl",
+            "/simple/x%23.whl",
+            "/simple/x%00.whl",
+            "/simple/%zz",
         ] {
             assert_eq!(refused("GET", path), Reason::PathNotAllowed, "{path}");
         }

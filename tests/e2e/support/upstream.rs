@@ -2,7 +2,8 @@
 //!
 //! `HttpServer` speaks enough HTTP/1.1 for the tests: `GET /hello`, `GET /bytes/N` (N bytes
 //! of a fixed pattern), `POST /sha256` (hex SHA-256 of the body, Content-Length or
-//! chunked), and `GET /headers` (the request head echoed back). With a TLS identity it
+//! chunked), `GET /headers` (the request head echoed back) and `GET /sleep/MS` (answers
+//! after MS milliseconds). With a TLS identity it
 //! serves the same over HTTPS for a name signed by a CA made for the test. Others serve
 //! files (a registry's static layout) or git repositories (`git http-backend`).
 
@@ -357,6 +358,11 @@ fn serve_http<S: Read + Write>(stream: S) -> std::io::Result<()> {
             ("GET", "/headers") => head.concat().into_bytes(),
             ("POST", "/sha256") => format!("{}\n", sha256_hex(&body)).into_bytes(),
             ("GET", p) if p.starts_with("/bytes/") => pattern(p[7..].parse().unwrap_or(0)),
+            ("GET", p) if p.starts_with("/sleep/") => {
+                let ms = p[7..].parse().unwrap_or(0);
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                b"slept\n".to_vec()
+            }
             _ => b"not found\n".to_vec(),
         };
         let close = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));

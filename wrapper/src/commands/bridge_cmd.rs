@@ -141,7 +141,21 @@ fn inspector(
         (Some(inspection), Some(out)) => (inspection, out),
     };
     let inspector = crate::plan::inspection::session_ca(session, inspection.upstream)?;
-    std::fs::write(out, inspector.ca_pem()).map_err(|source| WrapperError::Path {
+    // Not through a symlink: in a shared directory another user could have laid one to
+    // a file of yours.
+    let written = {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(out)
+            .and_then(|mut file| file.write_all(inspector.ca_pem().as_bytes()))
+    };
+    written.map_err(|source| WrapperError::Path {
         path: out.clone(),
         what: "--ca-cert",
         source,

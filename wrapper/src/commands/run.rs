@@ -29,6 +29,10 @@ const MAX_REFUSED_RECORDS: u64 = 10_000;
 /// through, so the bound is far higher, and refusals never count against it.
 const MAX_ALLOWED_RECORDS: u64 = 100_000;
 
+/// Records of requests inside inspected tunnels one session writes at most (capped apart
+/// from the tunnels that carry them).
+const MAX_REQUEST_RECORDS: u64 = 100_000;
+
 /// Names the probe tries through the bridge; the first the policy denies is used.
 pub const CANARIES: &[&str] = &[
     "netbox-probe-canary.invalid:443",
@@ -97,6 +101,7 @@ pub fn run_reporting(
     let log = Arc::new(log.cap_net_records(bridge::NetCap {
         refused: MAX_REFUSED_RECORDS,
         allowed: MAX_ALLOWED_RECORDS,
+        requests: MAX_REQUEST_RECORDS,
     }));
     log.leave_uncounted(canary.rsplit_once(':').map_or(*canary, |(host, _)| host));
     let pinned: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();

@@ -55,14 +55,18 @@ pub struct Inspection {
     pub files: Vec<PathBuf>,
 }
 
-/// The session's CA, made in memory. From here on this process dumps no core: a core file
-/// would hold the key.
+/// The session's CA, made in memory. From here on this process dumps no core (a core file
+/// would hold the key): its core limit is 0, and it is not dumpable, which also holds
+/// where `core_pattern` pipes cores to a program (the kernel ignores the limit then), and
+/// keeps other processes of this user without CAP_SYS_PTRACE out of its memory.
 pub fn session_ca(
     session: &str,
     upstream: UpstreamTrust,
 ) -> Result<bridge::inspect::Inspector, WrapperError> {
     use nix::sys::resource::{setrlimit, Resource};
     setrlimit(Resource::RLIMIT_CORE, 0, 0)
+        .map_err(|e| WrapperError::Spawn(std::io::Error::from(e)))?;
+    nix::sys::prctl::set_dumpable(false)
         .map_err(|e| WrapperError::Spawn(std::io::Error::from(e)))?;
     let inspector = bridge::inspect::Inspector::new(session, upstream).map_err(|detail| {
         WrapperError::Setup {

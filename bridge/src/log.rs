@@ -317,6 +317,8 @@ pub struct EventLog {
     net_suppressed: std::sync::atomic::AtomicU64,
     allowed: std::sync::atomic::AtomicU64,
     denied: std::sync::atomic::AtomicU64,
+    /// Requests inside inspected tunnels: all, and refused.
+    requests: [std::sync::atomic::AtomicU64; 2],
     /// A host whose attempts are logged but not counted (the live probe's canary).
     uncounted: Mutex<Option<String>>,
 }
@@ -339,6 +341,7 @@ impl EventLog {
             net_suppressed: std::sync::atomic::AtomicU64::new(0),
             allowed: std::sync::atomic::AtomicU64::new(0),
             denied: std::sync::atomic::AtomicU64::new(0),
+            requests: Default::default(),
             uncounted: Mutex::new(None),
         })
     }
@@ -461,7 +464,12 @@ impl EventLog {
             .lock()
             .map(|host| host.is_none() || host.as_deref() != event.host.as_deref())
             .unwrap_or(true);
-        if counted {
+        if inspected {
+            self.requests[0].fetch_add(1, Ordering::Relaxed);
+            if event.decision == Verdict::Deny {
+                self.requests[1].fetch_add(1, Ordering::Relaxed);
+            }
+        } else if counted {
             let counter = match event.decision {
                 Verdict::Allow => &self.allowed,
                 Verdict::Deny => &self.denied,
@@ -494,11 +502,20 @@ impl EventLog {
         let _ = watch.wait_for(Option::is_some).await;
     }
 
-    /// Network attempts recorded so far: (allowed, denied), the uncounted host's aside.
+    /// Network attempts recorded so far: (allowed, denied), the uncounted host's aside, and
+    /// requests inside inspected tunnels aside (`request_counts`).
     pub fn counts(&self) -> (u64, u64) {
         (
             self.allowed.load(Ordering::Relaxed),
             self.denied.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Requests inside inspected tunnels recorded so far: (all, refused).
+    pub fn request_counts(&self) -> (u64, u64) {
+        (
+            self.requests[0].load(Ordering::Relaxed),
+            self.requests[1].load(Ordering::Relaxed),
         )
     }
 

@@ -93,7 +93,17 @@ pub struct SessionEnd {
     pub duration_ms: u64,
     pub net_allowed: u64,
     pub net_denied: u64,
+    /// Requests inside inspected tunnels (apart from the tunnels, which the two above
+    /// count), and how many of them were refused.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub requests_inspected: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub requests_refused: u64,
     pub writes_denied: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `phase`: with `--fetch`, where the session stands: "fetch" (CMD1 starts, with the

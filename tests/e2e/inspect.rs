@@ -488,7 +488,8 @@ fn plain_http_to_a_host_with_http_rules_is_judged_too() {
         "allow.toml",
         &format!(
             "allow = [\"127.0.0.1:{p}\"]\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n\
-             [[http]]\nhost = \"a.test:{p}\"\nmethods = [\"GET\"]\n"
+             [[http]]\nhost = \"a.test:{p}\"\nmethods = [\"GET\"]\n\
+             [[http]]\nhost = \"a.test:{p}\"\nmethods = [\"POST\"]\npaths = [\"/headers\"]\n"
         ),
     );
     let run = Run::new(&dir).args_from(&["--allowlist", allow.to_str().unwrap()]);
@@ -500,6 +501,18 @@ fn plain_http_to_a_host_with_http_rules_is_judged_too() {
          {code} -p http://a.test:{p}/hello\n{code} -p -X POST --data x http://a.test:{p}/sha256\n"
     ));
     assert_eq!(stdout(&out), "200\n403\n200\n403\n", "{}", stderr(&out));
+    // A request with a body is the last on its upstream connection (review 29: forwarded
+    // ones too), so a server that reads the body otherwise cannot find a request in it.
+    let out = run.sh(&format!(
+        "curl -sS --max-time 8 --data x http://a.test:{p}/headers | grep -i '^connection:'; \
+         curl -sS --max-time 8 -p --data x http://a.test:{p}/headers | grep -i '^connection:'"
+    ));
+    assert_eq!(
+        stdout(&out).to_lowercase().replace('\r', ""),
+        "connection: close\nconnection: close\n",
+        "{}",
+        stderr(&out)
+    );
     let refused = inspected(&run)
         .into_iter()
         .filter(|e| e["reason"] == "method_not_allowed")
@@ -603,6 +616,43 @@ fn a_standalone_bridge_inspects_with_its_ca_written_for_clients() {
     };
     assert_eq!(fetch(&[]), "200 ");
     assert_eq!(fetch(&["-X", "DELETE"]), "403 http-rule");
+
+    // An allowed request the upstream does not answer in time (review 29): 504 inside
+    // the tunnel, recorded as allowed and timed out (it reached the upstream), not as a
+    // refusal; the tunnel's own idleness does not cut it short first.
+    let slow_dir = TestDir::new("inspect-standalone-slow");
+    let slow = crate::support::Bridge::start(
+        &slow_dir,
+        &policy(p, ""),
+        &[
+            "--upstream-ca",
+            &upstream_ca,
+            "--ca-cert",
+            cert.to_str().unwrap(),
+            "--idle-timeout",
+            "1s",
+        ],
+    );
+    let out = crate::support::curl(&[
+        "-x",
+        &slow.proxy_url(),
+        "--cacert",
+        cert.to_str().unwrap(),
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %header{x-netbox-reason}",
+        &format!("https://a.test:{p}/sleep/2500"),
+    ]);
+    assert_eq!(stdout(&out), "504 upstream-timeout", "{}", stderr(&out));
+    let timed_out = slow
+        .events(2)
+        .into_iter()
+        .find(|e| e["proto"] == "inspected")
+        .unwrap();
+    assert_eq!(timed_out["decision"], "allow", "{timed_out}");
+    assert_eq!(timed_out["end"], "idle_timeout", "{timed_out}");
+    assert_eq!(timed_out["status"], 504, "{timed_out}");
 
     // Without --ca-cert there is nowhere to give clients the CA: refused at the start.
     let other = TestDir::new("inspect-standalone-nocert");

@@ -507,9 +507,18 @@ fn origin_request(req: Request<Incoming>, target: &Target) -> Result<Request<Inc
         .to_owned();
     parts.uri = Uri::try_from(path).map_err(|e| bad(format!("URI path: {e}")))?;
     parts.version = Version::HTTP_11;
+    let last = crate::inspect::carries_body(&parts.headers);
     strip_hop_by_hop(&mut parts.headers);
     let host = HeaderValue::from_str(&authority).map_err(|_| bad("URI host"))?;
     parts.headers.insert(header::HOST, host);
+    // A server that answers before reading the body (or reads it otherwise than its
+    // framing says) must not take what is left for another request: the connection
+    // ends with this one.
+    if last {
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     Ok(Request::from_parts(parts, body))
 }
 

@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -42,6 +42,8 @@ pub(super) struct Exchange {
     pub opened: Attempt,
     pub log: Arc<EventLog>,
     pub idle: Duration,
+    /// Requests waiting for their answer (at most one: HTTP/1.1 answers in order).
+    pub in_flight: Arc<std::sync::atomic::AtomicUsize>,
     pub header_timeout: Duration,
 }
 
@@ -86,7 +88,12 @@ pub(super) async fn serve(
         hyper::service::service_fn(move |req| {
             let exchange = Arc::clone(&exchange);
             let sender = Arc::clone(&sender);
-            async move { exchange.answer(req, &sender).await }
+            async move {
+                // While a request waits for its answer, its own deadline governs, not the
+                // tunnel's idleness.
+                let _in_flight = InFlight::start(&exchange.in_flight);
+                exchange.answer(req, &sender).await
+            }
         })
     };
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -98,7 +105,15 @@ pub(super) async fn serve(
     let served = builder.serve_connection(TokioIo::new(client), service);
     tokio::pin!(served, stop);
     let end = loop {
-        let deadline = client_bytes.last_activity() + exchange.idle;
+        let now = tokio::time::Instant::now();
+        let idle_since = client_bytes.last_activity() + exchange.idle;
+        // A request waiting for its answer has a deadline of its own; look again later.
+        let waiting = exchange.in_flight.load(Ordering::Relaxed) > 0;
+        let deadline = if waiting {
+            now + exchange.idle
+        } else {
+            idle_since
+        };
         tokio::select! {
             result = &mut served => break match result {
                 Ok(()) => End::Closed,
@@ -106,7 +121,9 @@ pub(super) async fn serve(
                 Err(_) => End::ClientError,
             },
             () = tokio::time::sleep_until(deadline) => {
-                if client_bytes.last_activity() + exchange.idle <= tokio::time::Instant::now() {
+                let waiting = exchange.in_flight.load(Ordering::Relaxed) > 0;
+                let idle = client_bytes.last_activity() + exchange.idle <= tokio::time::Instant::now();
+                if !waiting && idle {
                     break End::IdleTimeout;
                 }
             }
@@ -165,7 +182,13 @@ impl Exchange {
         // answers before reading all of it (or reads it otherwise than its framing says)
         // would take what is left for a request no one judged.
         let carries_body = carries_body(req.headers());
-        let outgoing = origin_request(req, &self.target, carries_body, Arc::clone(&up));
+        let client_body_failed = Arc::new(AtomicBool::new(false));
+        let body = CountedBody {
+            inner: None,
+            up: Arc::clone(&up),
+            failed: Arc::clone(&client_body_failed),
+        };
+        let outgoing = origin_request(req, &self.target, carries_body, body);
         pending.sent = true;
         match tokio::time::timeout(self.idle, sender.send_request(outgoing)).await {
             Ok(Ok(response)) => {
@@ -190,16 +213,21 @@ impl Exchange {
                 Ok(Response::from_parts(parts, body.boxed_unsync()))
             }
             Ok(Err(e)) => {
-                pending.finish(End::UpstreamError, &e.to_string());
+                let end = if client_body_failed.load(Ordering::Relaxed) {
+                    End::ClientError
+                } else {
+                    End::UpstreamError
+                };
+                pending.finish(end, &e.to_string());
                 Err(std::io::Error::other(e))
             }
             Err(_) => {
-                let refused = Refused {
-                    status: StatusCode::GATEWAY_TIMEOUT,
-                    reason: Reason::UpstreamTimeout,
-                    detail: format!("no response from {} within {:?}", self.target, self.idle),
-                };
-                Ok(self.refuse(&mut pending, refused))
+                // It went upstream: an allowed request that timed out, not a refusal.
+                let detail = format!("no response from {} within {:?}", self.target, self.idle);
+                let status = StatusCode::GATEWAY_TIMEOUT;
+                pending.update(|attempt| attempt.status = Some(status.as_u16()));
+                pending.finish(End::IdleTimeout, &detail);
+                Ok(answer_with(status, Reason::UpstreamTimeout, &detail))
             }
         }
     }
@@ -307,31 +335,36 @@ impl Exchange {
             attempt.status = Some(refused.status.as_u16());
             log.record(&attempt.finish(End::Refused, 0, 0));
         }
-        let line: String = refused
-            .detail
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .filter(char::is_ascii)
-            .take(300)
-            .collect();
-        let mut response = Response::new(
-            Full::new(Bytes::from(format!("netbox: {line}\n")))
-                .map_err(|never| match never {})
-                .boxed_unsync(),
-        );
-        *response.status_mut() = refused.status;
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        headers.insert(
-            "x-netbox-reason",
-            HeaderValue::from_static(refused.reason.header_value()),
-        );
-        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-        response
+        answer_with(refused.status, refused.reason, &refused.detail)
     }
+}
+
+/// A response the bridge gives itself, inside the tunnel: status, `X-Netbox-Reason`, one
+/// line, and the connection closes after it.
+fn answer_with(status: StatusCode, reason: Reason, detail: &str) -> Response<ResponseBody> {
+    let line: String = detail
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .filter(char::is_ascii)
+        .take(300)
+        .collect();
+    let mut response = Response::new(
+        Full::new(Bytes::from(format!("netbox: {line}\n")))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        "x-netbox-reason",
+        HeaderValue::from_static(reason.header_value()),
+    );
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 fn default_port(scheme: &str) -> u16 {
@@ -350,7 +383,7 @@ fn origin_request(
     req: Request<Incoming>,
     target: &Target,
     last: bool,
-    up: Arc<AtomicU64>,
+    mut counted: CountedBody,
 ) -> Request<CountedBody> {
     let (mut parts, body) = req.into_parts();
     let host = parts
@@ -379,24 +412,45 @@ fn origin_request(
             .headers
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    Request::from_parts(parts, CountedBody { inner: body, up })
+    counted.inner = Some(body);
+    Request::from_parts(parts, counted)
 }
 
 /// A body on a method that has none is what a server may read as the next request (one
 /// this bridge never judged): refused, not passed on. Why, if this request has one.
 pub(crate) fn body_on_bodiless(method: &Method, headers: &HeaderMap) -> Option<String> {
-    let bodiless = [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE];
-    (bodiless.contains(method) && carries_body(headers))
+    // Methods are case-sensitive, but a lenient server takes `get` for GET.
+    let bodiless = ["GET", "HEAD", "OPTIONS", "TRACE"];
+    let named = bodiless
+        .iter()
+        .any(|m| m.eq_ignore_ascii_case(method.as_str()));
+    (named && carries_body(headers))
         .then(|| format!("a {method} with a body: a server may read the body as another request"))
 }
 
 /// Whether a request declares a body: a length other than 0, or any transfer coding.
-fn carries_body(headers: &HeaderMap) -> bool {
+pub(crate) fn carries_body(headers: &HeaderMap) -> bool {
     headers.contains_key(header::TRANSFER_ENCODING)
         || headers
             .get_all(header::CONTENT_LENGTH)
             .iter()
             .any(|v| v.as_bytes() != b"0")
+}
+
+/// A request counted as waiting for its answer while this lives.
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    fn start(count: &Arc<std::sync::atomic::AtomicUsize>) -> InFlight {
+        count.fetch_add(1, Ordering::Relaxed);
+        InFlight(Arc::clone(count))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A request's record until it is written: by `finish`, by the refusal or the response
@@ -450,10 +504,12 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     crate::front::http::strip_hop_by_hop(headers);
 }
 
-/// A request body on its way up, counted.
+/// A request body on its way up, counted; `failed` is set if reading it from the client
+/// fails (the client left mid-upload), so that is not taken for the upstream's failure.
 pub(super) struct CountedBody {
-    inner: Incoming,
+    inner: Option<Incoming>,
     up: Arc<AtomicU64>,
+    failed: Arc<AtomicBool>,
 }
 
 impl Body for CountedBody {
@@ -464,21 +520,30 @@ impl Body for CountedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled {
-            if let Some(data) = frame.data_ref() {
-                self.up.fetch_add(data.len() as u64, Ordering::Relaxed);
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = Pin::new(inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.up.fetch_add(data.len() as u64, Ordering::Relaxed);
+                }
             }
+            Poll::Ready(Some(Err(_))) => self.failed.store(true, Ordering::Relaxed),
+            _ => {}
         }
         polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
     }
 }
 
@@ -537,5 +602,30 @@ impl Drop for LoggedBody {
             };
             log.record(&attempt.finish(end, self.up.load(Ordering::Relaxed), self.down));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_on_a_bodiless_method_is_refused_in_any_case() {
+        let mut with_body = HeaderMap::new();
+        with_body.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        let mut chunked = HeaderMap::new();
+        chunked.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        let mut empty = HeaderMap::new();
+        empty.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+        let method = |m: &str| Method::from_bytes(m.as_bytes()).unwrap();
+        for m in ["GET", "get", "Head", "OPTIONS", "trace"] {
+            assert!(body_on_bodiless(&method(m), &with_body).is_some(), "{m}");
+            assert!(body_on_bodiless(&method(m), &chunked).is_some(), "{m}");
+            assert!(body_on_bodiless(&method(m), &empty).is_none(), "{m}");
+        }
+        assert!(body_on_bodiless(&Method::POST, &with_body).is_none());
     }
 }

@@ -14,7 +14,7 @@
 mod ca;
 mod exchange;
 
-pub(crate) use exchange::body_on_bodiless;
+pub(crate) use exchange::{body_on_bodiless, carries_body};
 
 use std::sync::Arc;
 
@@ -263,6 +263,7 @@ pub(crate) async fn serve(
         opened: opened.clone(),
         log: Arc::clone(&conn.shared.log),
         idle: config.idle_timeout,
+        in_flight: Arc::default(),
         header_timeout: config.header_timeout,
     };
     let end = exchange::serve(client, upstream, exchange, &counters, conn.stopped()).await;

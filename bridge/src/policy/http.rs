@@ -229,7 +229,7 @@ fn glob_matches(pattern: &[u8], path: &[u8]) -> bool {
 /// Why a server might read `path` as another path than its text says, if it might. The
 /// path is decoded once (only to look at it; it is matched as sent): a byte that decodes
 /// to a separator or a delimiter (`/ \ ; ? #`), to `%` (decoded twice by some), to a
-/// control or non-ASCII byte, or an escape that is not two hex digits (`%u002e`, `%c0%ae`
+/// control or non-ASCII byte (or carries one raw), or an escape that is not two hex digits (`%u002e`, `%c0%ae`
 /// is non-ASCII), is refused; so are a raw `;` or `\` (servlet path parameters, Windows
 /// separators), and a segment of dots (and spaces) alone (`.`, `..`, `...`, `.. `), which
 /// servers resolve, strip or trim in their own ways.
@@ -237,6 +237,11 @@ fn ambiguous_path(path: &str) -> Option<&'static str> {
     let bytes = path.as_bytes();
     if bytes.iter().any(|b| matches!(b, b';' | b'\\')) {
         return Some("holds a ';' or a backslash");
+    }
+    // Raw as escaped: a server that maps Unicode (NFKC, Windows best fit) reads
+    // `．．／` as `../`.
+    if !path.is_ascii() {
+        return Some("holds a non-ASCII character");
     }
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -394,6 +399,8 @@ mod tests {
             "/simple/x%23.whl",
             "/simple/x%00.whl",
             "/simple/%zz",
+            "/simple/\u{ff0e}\u{ff0e}\u{ff0f}admin",
+            "/simple/\u{2025}/admin",
         ] {
             assert_eq!(refused("GET", path), Reason::PathNotAllowed, "{path}");
         }

@@ -2,7 +2,7 @@
 //!
 //! `HttpServer` speaks enough HTTP/1.1 for the tests: `GET /hello`, `GET /bytes/N` (N bytes
 //! of a fixed pattern), `POST /sha256` (hex SHA-256 of the body, Content-Length or
-//! chunked), `GET /headers` (the request head echoed back) and `GET /sleep/MS` (answers
+//! chunked), `/headers` (any method: the request head echoed back) and `GET /sleep/MS` (answers
 //! after MS milliseconds). With a TLS identity it
 //! serves the same over HTTPS for a name signed by a CA made for the test. Others serve
 //! files (a registry's static layout) or git repositories (`git http-backend`).
@@ -355,7 +355,7 @@ fn serve_http<S: Read + Write>(stream: S) -> std::io::Result<()> {
         let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
         let reply: Vec<u8> = match (method, path) {
             ("GET", "/hello") => b"hello from upstream\n".to_vec(),
-            ("GET", "/headers") => head.concat().into_bytes(),
+            (_, "/headers") => head.concat().into_bytes(),
             ("POST", "/sha256") => format!("{}\n", sha256_hex(&body)).into_bytes(),
             ("GET", p) if p.starts_with("/bytes/") => pattern(p[7..].parse().unwrap_or(0)),
             ("GET", p) if p.starts_with("/sleep/") => {

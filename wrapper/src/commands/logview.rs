@@ -53,6 +53,8 @@ struct Summary {
     probes: Vec<ProbeSummary>,
     phases: Vec<String>,
     network: Vec<Destination>,
+    /// `net` records past the log's caps: counted by the run, not written (`net_suppressed`).
+    network_not_shown: u64,
     refused_writes: Vec<RefusedPath>,
     /// The `session_end` record; `None` while running or after a crash.
     end: Option<Stamped<SessionEnd>>,
@@ -185,8 +187,10 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
             Record::Other(kind, _) => {
                 unknown_types.insert(kind);
             }
+            Record::NetSuppressed(suppressed) => {
+                summary.network_not_shown += suppressed.body.count;
+            }
             Record::NetCapped(_)
-            | Record::NetSuppressed(_)
             | Record::WriteDeniedSuppressed(_)
             | Record::GitAudit(_)
             | Record::GitMetadataCreated(_)
@@ -390,6 +394,12 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
             );
         }
     }
+    if summary.network_not_shown > 0 {
+        line(format!(
+            "    and {} more network records past the log's caps: counted, not written",
+            summary.network_not_shown
+        ));
+    }
     if summary.refused_writes.is_empty() {
         line("  writes   none refused".into());
     } else {
@@ -443,6 +453,23 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("/x\\n  ended"), "{text}");
+    }
+
+    #[test]
+    fn records_past_the_caps_are_said_not_shown() {
+        let mut attempt = bridge::log::Attempt::begin("s".into(), bridge::log::Proto::HttpConnect);
+        attempt.target = bridge::target::Target::parse_authority("a.test:443").ok();
+        let tunnel =
+            serde_json::to_string(&attempt.finish(bridge::log::End::Closed, 0, 0)).unwrap();
+        let log = format!(
+            "{tunnel}\n{{\"type\":\"net_capped\",\"schema_version\":1,\"ts\":\"t\",\"session\":\"s\",\"decision\":\"allow\",\"cap\":1,\"inspected\":true}}\n\
+             {{\"type\":\"net_suppressed\",\"schema_version\":1,\"ts\":\"t\",\"session\":\"s\",\"count\":5000}}\n"
+        );
+        let text = render(&summarise(Path::new("x"), log.as_bytes()));
+        assert!(
+            text.contains("and 5000 more network records past the log's caps"),
+            "{text}"
+        );
     }
 
     #[test]

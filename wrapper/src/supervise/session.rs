@@ -92,6 +92,7 @@ pub fn record_end(
         Err(e) => (e.exit_code(), "failed", Some(e)),
     };
     let (net_allowed, net_denied) = log.counts();
+    let (requests_inspected, requests_refused) = log.request_counts();
     let suppressed = log.net_suppressed();
     if suppressed > 0 {
         log.record_as(
@@ -107,6 +108,8 @@ pub fn record_end(
         duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
         net_allowed,
         net_denied,
+        requests_inspected,
+        requests_refused,
         writes_denied: tally.writes_denied,
     };
     log.record_as("session_end", session, &end);

@@ -36,6 +36,16 @@ pub struct ClientIo {
     unread: bytes::Bytes,
 }
 
+impl Stream {
+    /// The address the client dialled (for a captured connection, its destination).
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Stream::Tcp(tcp) => tcp.local_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+}
+
 impl ClientIo {
     /// A new client connection, marked for reset until a request on it is accepted for
     /// routing: a client that sends garbage or nothing is cut off hard.

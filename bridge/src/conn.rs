@@ -74,6 +74,8 @@ pub struct Session {
     pub max_connections: usize,
     /// Its places, one per open connection.
     pub(crate) connections: Arc<Semaphore>,
+    /// The addresses its DNS stub handed out, by name (capture).
+    pub addresses: crate::capture::SessionAddresses,
 }
 
 impl Session {
@@ -84,6 +86,7 @@ impl Session {
             policy,
             max_connections,
             connections: Arc::new(Semaphore::new(max_connections)),
+            addresses: crate::capture::SessionAddresses::default(),
         }
     }
 }

@@ -18,9 +18,11 @@
 //!   (`tls_check`), or HTTP inspected request by request ([`inspect`])
 //! - `tunnel`: the byte relay with half-close and idle timeout
 //! - [`log`]: the JSON-lines event log and the stderr summary
+//! - [`capture`]: connections made without the proxy, and the sandbox's DNS stub
 
 #![forbid(unsafe_code)]
 
+pub mod capture;
 mod carry;
 pub mod client_hello;
 mod client_io;

@@ -61,6 +61,10 @@ pub enum Proto {
     Socks5,
     /// One request inside a tunnel the bridge inspects (TLS terminated, or plain HTTP).
     Inspected,
+    /// A connection a program made without the proxy, captured inside the sandbox.
+    Captured,
+    /// A lookup in the sandbox's DNS stub (only refused ones are logged).
+    Dns,
 }
 
 /// How the attempt ended.
@@ -642,6 +646,8 @@ pub fn summary(e: &Event) -> String {
     let verb = match (e.proto, e.method.as_deref()) {
         (Proto::HttpConnect, _) => "CONNECT".to_owned(),
         (Proto::Socks5, _) => "SOCKS5".to_owned(),
+        (Proto::Captured, _) => "captured".to_owned(),
+        (Proto::Dns, _) => "DNS lookup of".to_owned(),
         (Proto::Inspected, Some(method)) => format!(
             "{} {}",
             printable_ascii(method),
@@ -653,6 +659,7 @@ pub fn summary(e: &Event) -> String {
     let target = match (&e.host, e.port) {
         (Some(host), Some(port)) if host.contains(':') => format!("[{host}]:{port}"),
         (Some(host), Some(port)) => format!("{host}:{port}"),
+        (Some(host), None) => host.clone(),
         _ => "(unparsed)".to_owned(),
     };
     let rule = e

@@ -31,6 +31,11 @@ use crate::resolver::Resolver;
 pub enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
+    /// Capture (capture.rs): connections made without the proxy, to any address, on this
+    /// listener's port.
+    Captured(TcpListener),
+    /// The sandbox's DNS stub (capture/dns.rs), answering for names allowed on `ports`.
+    Dns(tokio::net::UdpSocket, Vec<u16>),
 }
 
 /// A listener and the session whose policy governs every connection accepted on it.
@@ -49,6 +54,13 @@ impl Listener {
                 Ok(Stream::Tcp(s))
             }
             Listener::Unix(l, _) => Ok(Stream::Unix(l.accept().await?.0)),
+            Listener::Captured(l) => {
+                let (s, _) = l.accept().await?;
+                s.set_nodelay(true).ok();
+                Ok(Stream::Tcp(s))
+            }
+            // Never accepted from: served by `serve_dns`.
+            Listener::Dns(..) => std::future::pending().await,
         }
     }
 
@@ -59,6 +71,14 @@ impl Listener {
                 .local_addr()
                 .map_or_else(|e| format!("tcp (unknown address: {e})"), |a| a.to_string()),
             Listener::Unix(_, path) => format!("unix:{}", path.display()),
+            Listener::Captured(l) => l.local_addr().map_or_else(
+                |e| format!("capture (unknown address: {e})"),
+                |a| format!("capture on {a}"),
+            ),
+            Listener::Dns(socket, _) => socket.local_addr().map_or_else(
+                |e| format!("dns (unknown address: {e})"),
+                |a| format!("dns on {a}"),
+            ),
         }
     }
 }
@@ -97,6 +117,10 @@ pub async fn serve(
             refusing: Arc::clone(&refusing),
         };
         let quit = quit_rx.clone();
+        if let Listener::Dns(..) = sl.listener {
+            loops.push(tokio::spawn(serve_dns(sl, shared, quit)));
+            continue;
+        }
         loops.push(tokio::spawn(accept_loop(sl, shared, limits, quit)));
     }
     let returning = shared
@@ -162,6 +186,29 @@ impl Limits {
     }
 }
 
+/// Answers the sandbox's DNS questions until the bridge stops (capture/dns.rs).
+async fn serve_dns(sl: SessionListener, shared: Arc<Shared>, mut quit: watch::Receiver<bool>) {
+    let Listener::Dns(socket, ports) = &sl.listener else {
+        return;
+    };
+    let mut buf = vec![0u8; crate::capture::dns::MAX_UDP_MESSAGE];
+    loop {
+        let received = tokio::select! {
+            received = socket.recv_from(&mut buf) => received,
+            _ = quit.wait_for(|&q| q) => return,
+        };
+        let Ok((n, from)) = received else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let answer = crate::capture::dns::answer(&buf[..n], &sl.session, ports, &shared.log);
+        if let Some(answer) = answer {
+            // A lost answer is the client's to ask again, as over any UDP.
+            let _ = socket.send_to(&answer, from).await;
+        }
+    }
+}
+
 async fn accept_loop(
     sl: SessionListener,
     shared: Arc<Shared>,
@@ -212,6 +259,15 @@ async fn accept_loop(
             shared: Arc::clone(&shared),
             slot: Arc::new(slot),
         };
+        if let Listener::Captured(_) = sl.listener {
+            match stream.local_addr() {
+                Some(dialled) => {
+                    tokio::spawn(crate::capture::serve(ClientIo::new(stream), conn, dialled));
+                }
+                None => ClientIo::new(stream).reset_on_close(),
+            }
+            continue;
+        }
         tokio::spawn(front::handle(ClientIo::new(stream), conn));
     }
 }

@@ -13,6 +13,7 @@ mod bridge_socks;
 mod bridge_tls;
 mod bridge_tunnel;
 mod bypass_battery;
+mod capture;
 mod escape_battery;
 mod export;
 mod faults;

@@ -261,6 +261,19 @@ impl Policy {
         self.inspect_all = true;
     }
 
+    /// The ports the allow rules name one by one (ranges of up to 64; `*` names none).
+    pub fn named_ports(&self) -> std::collections::BTreeSet<u16> {
+        let mut ports = std::collections::BTreeSet::new();
+        for rule in self.rules.iter().filter(|r| r.action == Action::Allow) {
+            if let Ports::List(ranges) = &rule.spec.ports {
+                for range in ranges.iter().filter(|r| r.end() - r.start() < 64) {
+                    ports.extend(range.clone());
+                }
+            }
+        }
+        ports
+    }
+
     /// Whether any tunnel may be inspected: the session then needs a CA.
     pub fn inspects(&self) -> bool {
         self.inspect_all || !self.http_rules.is_empty()

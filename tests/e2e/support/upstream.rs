@@ -293,10 +293,24 @@ fn tls_config(names: &[&str]) -> (rustls::ServerConfig, String) {
     tls_config_with(names, Arc::new(rustls::crypto::ring::default_provider()))
 }
 
-fn tls_config_with(
-    names: &[&str],
-    provider: Arc<rustls::crypto::CryptoProvider>,
-) -> (rustls::ServerConfig, String) {
+/// A CA made for the test and a certificate it signs for `names`, written as PEM files for
+/// a server outside this process (a Python one in a namespace of the test's): returns the
+/// CA's, the certificate's and its key's paths, in `dir`.
+pub fn tls_identity_files(dir: &Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
+    let (ca_pem, leaf, key) = tls_identity(names);
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
+    std::fs::write(&paths.0, ca_pem).unwrap();
+    std::fs::write(&paths.1, leaf.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+/// A CA (its certificate, PEM), and a certificate it signs for `names` with its key.
+fn tls_identity(names: &[&str]) -> (String, rcgen::Certificate, rcgen::KeyPair) {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -310,6 +324,14 @@ fn tls_config_with(
     let leaf_params =
         CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
     let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+    (ca_cert.pem(), leaf, leaf_key)
+}
+
+fn tls_config_with(
+    names: &[&str],
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> (rustls::ServerConfig, String) {
+    let (ca_pem, leaf, leaf_key) = tls_identity(names);
     let key = rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap();
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -317,7 +339,7 @@ fn tls_config_with(
         .with_no_client_auth()
         .with_single_cert(vec![leaf.der().clone()], key)
         .unwrap();
-    (config, ca_cert.pem())
+    (config, ca_pem)
 }
 
 fn serve_http<S: Read + Write>(stream: S) -> std::io::Result<()> {

@@ -416,6 +416,7 @@ fn child_plan(
     );
     mounts.forbid_nested_userns = !config.allow_nested_userns;
     mounts.trust = config.inspection.as_ref().map(|i| i.extra_pem.clone());
+    mounts.resolver = config.capture.as_ref().map(|_| crate::sandbox::DNS_STUB);
     // What each path the sandbox mounts from or onto is, for pid 1 to check.
     let to_identify: Vec<PathBuf> = mounts
         .paths_to_identify()
@@ -492,6 +493,7 @@ fn child_plan(
             hide: config.hide.clone(),
         },
         terminal: crate::terminal::plan(config.tty),
+        capture: config.capture.clone(),
         placeholders: protected
             .iter()
             .filter(|p| p.placeholder.is_some())

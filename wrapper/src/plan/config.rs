@@ -41,6 +41,8 @@ pub struct SandboxConfig {
     pub allow_nested_userns: bool,
     /// CMD may use io_uring.
     pub allow_io_uring: bool,
+    /// Capture: the ports listened on for connections made without the proxy.
+    pub capture: Option<Vec<u16>>,
     /// Connections CMD may have open through the bridge at once.
     pub max_connections: usize,
     /// The HTTP status of a refused request.
@@ -147,6 +149,7 @@ impl SandboxConfig {
             allow_git_writes: args.allow_git_writes,
             allow_nested_userns: args.allow_nested_userns,
             allow_io_uring: args.allow_io_uring,
+            capture: args.capture.then(|| capture_ports(&policy)),
             max_connections: args.max_connections,
             refusal_status: http::StatusCode::from_u16(args.refusal_status).map_err(|_| {
                 WrapperError::Usage(format!(
@@ -325,6 +328,20 @@ fn extra_env(
             .map_err(|reason| WrapperError::Usage(format!("--env: {reason}")))?,
     );
     Ok(env_extra)
+}
+
+/// The ports capture listens on: 80 and 443, and the privileged ports the allow rules
+/// name (CMD cannot listen on those itself, so a listener on every address there takes
+/// nothing from it); never 53, the DNS stub's.
+fn capture_ports(policy: &Policy) -> Vec<u16> {
+    let mut ports: std::collections::BTreeSet<u16> = [80, 443].into();
+    ports.extend(
+        policy
+            .named_ports()
+            .into_iter()
+            .filter(|&p| p < 1024 && p != 53),
+    );
+    ports.into_iter().collect()
 }
 
 /// What this run read its policy and environment from, where CMD could rewrite it for

@@ -23,7 +23,14 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 pub enum SyncMsg {
     /// The proxy listeners inside the namespace (attached as fds), and the CPU pid 1 runs
     /// on as it sends them (for netbox to keep off: cpu.rs).
-    Listeners { count: usize, cpu: Option<usize> },
+    /// With capture, the fds go on: one listener per port of `capture_ports`, then the DNS
+    /// stub's UDP socket.
+    Listeners {
+        count: usize,
+        cpu: Option<usize>,
+        #[serde(default)]
+        capture_ports: Vec<u16>,
+    },
     /// The listener of the sandbox's seccomp filter (attached as an fd), and the sandbox's
     /// root (a second fd, O_PATH) for judging paths: every write-intent syscall from here
     /// on waits for netbox's answer (writewatch.rs).

@@ -16,7 +16,7 @@ pub mod init;
 pub mod mounts;
 pub mod namespaces;
 pub mod probe;
-pub mod trust;
+pub mod run_dir;
 
 use std::ffi::OsString;
 use std::net::{Ipv6Addr, SocketAddr, TcpListener};
@@ -52,7 +52,13 @@ pub struct ChildPlan {
     pub placeholders: Vec<PathBuf>,
     /// CMD's own terminal, when it gets one (terminal.rs).
     pub terminal: Option<crate::terminal::Plan>,
+    /// Capture: the ports whose connections to any address reach the bridge without a
+    /// proxy (the DNS stub comes with them).
+    pub capture: Option<Vec<u16>>,
 }
+
+/// Where the sandbox's DNS stub listens, when the run captures (resolv.conf names it).
+pub const DNS_STUB: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 53);
 
 /// pid 1 of the sandbox: set up, prove, then run CMD. Returns the exit status.
 pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
@@ -379,7 +385,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
         if mounter.is_ok() {
             cpu::wait_until_moved(&started);
         }
-        let network = set_up_network(channel);
+        let network = set_up_network(channel, plan.capture.as_deref());
         let mounted = match mounter {
             Ok(mounter) => mounter.join().unwrap_or_else(|_| {
                 Err(("mount".into(), "the mounting thread panicked".into(), None))
@@ -407,10 +413,31 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
 }
 
 /// The network namespace with only `lo`, up, and the proxy's listeners in it, handed to
-/// netbox. Returns whether the proxy also listens on ::1.
-fn set_up_network(channel: &Channel) -> Result<bool, StepError> {
+/// netbox. With `capture`, every address is made local and listened on at those ports,
+/// and the DNS stub listens, all handed to netbox too. Returns whether the proxy also
+/// listens on ::1.
+fn set_up_network(channel: &Channel, capture: Option<&[u16]>) -> Result<bool, StepError> {
     namespaces::unshare_net().map_err(failed("enter a new network namespace"))?;
     crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
+    let mut captured = Vec::new();
+    let mut dns = None;
+    if let Some(ports) = capture {
+        crate::sys::netdev::route_every_address_here()
+            .map_err(failed("route every address to the sandbox (capture)"))?;
+        for &port in ports {
+            // Dual-stack where IPv6 is up: one listener takes both families.
+            let listener = TcpListener::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)))
+                .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))))
+                .map_err(failed("listen for captured connections"))?;
+            bridge::listen::deepen_backlog(&listener)
+                .map_err(failed("listen for captured connections"))?;
+            captured.push(listener);
+        }
+        dns = Some(
+            std::net::UdpSocket::bind(SocketAddr::from((DNS_STUB, 53)))
+                .map_err(failed("listen for DNS on 127.0.0.53 (capture)"))?,
+        );
+    }
 
     // The bridge's listeners live here, inside the new network namespace, and are handed
     // to netbox: CMD's connections reach the bridge directly, with no relay.
@@ -422,9 +449,13 @@ fn set_up_network(channel: &Channel) -> Result<bool, StepError> {
         .filter(|v6| bridge::listen::deepen_backlog(v6).is_ok());
     let mut fds = vec![v4.as_raw_fd()];
     fds.extend(v6.as_ref().map(AsRawFd::as_raw_fd));
+    let proxies = fds.len();
+    fds.extend(captured.iter().map(AsRawFd::as_raw_fd));
+    fds.extend(dns.as_ref().map(AsRawFd::as_raw_fd));
     let listeners = SyncMsg::Listeners {
-        count: fds.len(),
+        count: proxies,
         cpu: cpu::current(),
+        capture_ports: capture.map(<[u16]>::to_vec).unwrap_or_default(),
     };
     channel
         .send(&listeners, &fds)
@@ -433,6 +464,6 @@ fn set_up_network(channel: &Channel) -> Result<bool, StepError> {
     // start the bridge now (cpu.rs; measured: ~0.1 ms sooner done).
     cpu::let_the_woken_run();
     let proxy_v6 = v6.is_some();
-    drop((v4, v6));
+    drop((v4, v6, captured, dns));
     Ok(proxy_v6)
 }

@@ -84,8 +84,11 @@ pub struct MountPlan {
     /// (resolved.rs), by host path: the sandbox mounts only onto and from these.
     pub identities: BTreeMap<PathBuf, FileId>,
     /// When the run inspects: `--upstream-ca`'s certificates (PEM), which go into the trust
-    /// bundle with the session CA (trust.rs); `/run` then holds the bundle.
+    /// bundle with the session CA (run_dir.rs); `/run` then holds the bundle.
     pub trust: Option<String>,
+    /// When the run captures: the DNS stub's address, which `/etc/resolv.conf` is made to
+    /// name (run_dir.rs).
+    pub resolver: Option<std::net::Ipv4Addr>,
 }
 
 impl MountPlan {
@@ -134,6 +137,7 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
         forbid_nested_userns: true,
         identities: BTreeMap::new(),
         trust: None,
+        resolver: None,
     };
     if tmp == TmpMode::Private {
         plan.ops.push(MountOp::Tmpfs {
@@ -337,12 +341,19 @@ pub fn apply(
     mount_dev()?;
     // Host service sockets live in /run; a host without one has nothing to cover. When
     // the run inspects, the tmpfs laid over it holds the trust bundle.
-    if let Some(extra_pem) = &plan.trust {
-        let ca = session_ca().map_err(|e| MountError {
-            step: "trust bundle: receive the session CA".into(),
-            source: std::io::Error::other(e),
-        })?;
-        crate::sandbox::trust::lay(steps.root, &ca, extra_pem)?;
+    if plan.trust.is_some() || plan.resolver.is_some() {
+        let ca = match &plan.trust {
+            Some(_) => Some(session_ca().map_err(|e| MountError {
+                step: "trust bundle: receive the session CA".into(),
+                source: std::io::Error::other(e),
+            })?),
+            None => None,
+        };
+        let files = crate::sandbox::run_dir::RunFiles {
+            trust: ca.as_deref().zip(plan.trust.as_deref()),
+            resolver: plan.resolver,
+        };
+        crate::sandbox::run_dir::lay(steps.root, &files)?;
     } else if in_root(Path::new("/run")).is_dir() {
         steps.hide_dir(Path::new("/run"), None)?;
     }

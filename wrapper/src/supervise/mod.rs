@@ -206,8 +206,20 @@ impl<'a> Supervisor<'a> {
         // sandbox sets up and netbox would only wait.
         check_host_listener_answers(&host_listener)?;
 
-        let (listener_fds, pid1_cpu) = match channel.recv().await {
-            Ok(Some((SyncMsg::Listeners { cpu, .. }, fds))) if !fds.is_empty() => (fds, cpu),
+        let (listener_fds, proxies, capture_ports, pid1_cpu) = match channel.recv().await {
+            Ok(Some((
+                SyncMsg::Listeners {
+                    cpu,
+                    count,
+                    capture_ports,
+                },
+                fds,
+            ))) if count > 0
+                && fds.len()
+                    == count + capture_ports.len() + usize::from(!capture_ports.is_empty()) =>
+            {
+                (fds, count, capture_ports, cpu)
+            }
             Ok(Some((SyncMsg::SetupFailed { step, detail, hint }, _))) => {
                 sandbox.reap();
                 return Err(WrapperError::Setup { step, detail, hint });
@@ -219,7 +231,8 @@ impl<'a> Supervisor<'a> {
             }
         };
         let mut listeners = Vec::new();
-        for fd in listener_fds {
+        let mut fds = listener_fds.into_iter();
+        for (at, fd) in fds.by_ref().take(proxies + capture_ports.len()).enumerate() {
             let std_listener = TcpListener::from(fd);
             std_listener
                 .set_nonblocking(true)
@@ -228,7 +241,21 @@ impl<'a> Supervisor<'a> {
                 tokio::net::TcpListener::from_std(std_listener).map_err(WrapperError::Spawn)?;
             listeners.push(SessionListener {
                 session: Arc::clone(&session),
-                listener: Listener::Tcp(listener),
+                listener: if at < proxies {
+                    Listener::Tcp(listener)
+                } else {
+                    Listener::Captured(listener)
+                },
+            });
+        }
+        // With capture, the DNS stub's socket comes last.
+        if let Some(fd) = fds.next() {
+            let socket = std::net::UdpSocket::from(fd);
+            socket.set_nonblocking(true).map_err(WrapperError::Spawn)?;
+            let socket = tokio::net::UdpSocket::from_std(socket).map_err(WrapperError::Spawn)?;
+            listeners.push(SessionListener {
+                session: Arc::clone(&session),
+                listener: Listener::Dns(socket, capture_ports),
             });
         }
         // Started now, so its thread is up when the probe's first write waits for it.

@@ -1,0 +1,88 @@
+//! The session's addresses: what the sandbox's DNS stub answers for an allowed name, one
+//! address per name, kept for the session so that a captured connection to it maps back
+//! to the name. IPv4 from 198.18.0.0/15 and IPv6 from 2001:2::/48 (both set aside for
+//! benchmarking, RFC 2544 and RFC 5180: never a real destination). Inside the sandbox every
+//! address is local (capture's routes), so they need no route of their own.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Mutex;
+
+/// 198.18.0.0: the first of the IPv4 range.
+const V4_BASE: u32 = 0xc612_0000;
+/// Addresses in 198.18.0.0/15, but for its first and last.
+const V4_COUNT: u32 = (1 << 17) - 2;
+/// 2001:2::
+const V6_BASE: u128 = 0x2001_0002_0000_0000_0000_0000_0000_0000;
+
+/// Names handed out, by index, and the other way round.
+#[derive(Debug, Default)]
+pub struct SessionAddresses {
+    inner: Mutex<Handed>,
+}
+
+#[derive(Debug, Default)]
+struct Handed {
+    names: Vec<String>,
+    index: HashMap<String, u32>,
+}
+
+impl SessionAddresses {
+    /// The address for `name` (normalised), handed out now if it has none yet; `None` once
+    /// the range is used up (the stub then answers with an error).
+    pub fn address_for(&self, name: &str, v6: bool) -> Option<IpAddr> {
+        let mut handed = self.inner.lock().ok()?;
+        let index = match handed.index.get(name) {
+            Some(index) => *index,
+            None => {
+                let index = u32::try_from(handed.names.len()).ok()?;
+                if index >= V4_COUNT {
+                    return None;
+                }
+                handed.names.push(name.to_owned());
+                handed.index.insert(name.to_owned(), index);
+                index
+            }
+        };
+        Some(if v6 {
+            IpAddr::V6(Ipv6Addr::from(V6_BASE + 1 + u128::from(index)))
+        } else {
+            IpAddr::V4(Ipv4Addr::from(V4_BASE + 1 + index))
+        })
+    }
+
+    /// The name an address was handed out for, if it was.
+    pub fn name_for(&self, addr: IpAddr) -> Option<String> {
+        let index = match crate::target::canonical_ip(addr) {
+            IpAddr::V4(v4) => u32::from(v4).checked_sub(V4_BASE + 1)?,
+            IpAddr::V6(v6) => u32::try_from(u128::from(v6).checked_sub(V6_BASE + 1)?).ok()?,
+        };
+        let handed = self.inner.lock().ok()?;
+        handed.names.get(usize::try_from(index).ok()?).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_keeps_its_address_and_maps_back() {
+        let addresses = SessionAddresses::default();
+        let a = addresses.address_for("a.test", false).unwrap();
+        let b = addresses.address_for("b.test", false).unwrap();
+        assert_eq!(a, "198.18.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(b, "198.18.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(addresses.address_for("a.test", false), Some(a));
+        let a6 = addresses.address_for("a.test", true).unwrap();
+        assert_eq!(a6, "2001:2::1".parse::<IpAddr>().unwrap());
+        assert_eq!(addresses.name_for(a).as_deref(), Some("a.test"));
+        assert_eq!(addresses.name_for(a6).as_deref(), Some("a.test"));
+        // v4-mapped, as a dual-stack listener sees an IPv4 connection.
+        let mapped: IpAddr = "::ffff:198.18.0.2".parse().unwrap();
+        assert_eq!(addresses.name_for(mapped).as_deref(), Some("b.test"));
+        for other in ["198.18.0.3", "198.18.0.0", "127.0.0.1", "2001:2::", "::1"] {
+            assert_eq!(addresses.name_for(other.parse().unwrap()), None, "{other}");
+        }
+    }
+}

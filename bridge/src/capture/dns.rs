@@ -1,0 +1,182 @@
+//! The sandbox's DNS stub, on 127.0.0.53:53 inside its namespace (the sandbox's
+//! resolv.conf names it). A program that ignores the proxy settings resolves a name
+//! itself: an allowed name gets a session address (addresses.rs), which capture then maps
+//! back to the name; any other name gets NXDOMAIN, logged. Nothing is resolved here: the
+//! bridge resolves the name when a connection to its session address arrives, with every
+//! check a proxied connection gets.
+
+use std::sync::Arc;
+
+use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::{RData, Record, RecordType};
+
+use crate::conn::Session;
+use crate::log::{Attempt, End, EventLog, Proto};
+use crate::policy::Reason;
+use crate::target::{normalise_host, Host, Target};
+
+/// How long a client may keep a session address: the session's, really; short, so that a
+/// long-lived client asks again rather than keeping an address past a policy's end.
+const TTL_SECONDS: u32 = 60;
+
+/// Largest DNS message read or written over UDP (EDNS's common size).
+pub const MAX_UDP_MESSAGE: usize = 1232;
+
+/// The answer to one DNS message, if it deserves one (a response, or bytes that are no
+/// message, get none). A refused name is logged.
+pub fn answer(query: &[u8], session: &Session, ports: &[u16], log: &EventLog) -> Option<Vec<u8>> {
+    let request = Message::from_vec(query).ok()?;
+    if request.metadata.message_type != MessageType::Query {
+        return None;
+    }
+    let mut response = Message::response(request.metadata.id, request.metadata.op_code);
+    response.metadata.recursion_desired = request.metadata.recursion_desired;
+    response.metadata.recursion_available = true;
+    let question = match (request.metadata.op_code, request.queries.as_slice()) {
+        (OpCode::Query, [question]) => question.clone(),
+        (OpCode::Query, _) => return reply(response, ResponseCode::FormErr),
+        _ => return reply(response, ResponseCode::NotImp),
+    };
+    response.add_query(question.clone());
+    let asked = question.name().to_ascii();
+    let name = match normalise_host(asked.trim_end_matches('.')) {
+        Ok(Host::Name(name)) => name,
+        // An address spelled as a name, or no name at all: nothing to hand out.
+        _ => return reply(response, ResponseCode::NXDomain),
+    };
+    if !allowed(session, &name, ports) {
+        refused(session, &name, log);
+        return reply(response, ResponseCode::NXDomain);
+    }
+    let v6 = match question.query_type() {
+        RecordType::A => false,
+        RecordType::AAAA => true,
+        // An allowed name has no other records here: an empty answer, not an error.
+        _ => return reply(response, ResponseCode::NoError),
+    };
+    let Some(address) = session.addresses.address_for(&name, v6) else {
+        return reply(response, ResponseCode::ServFail);
+    };
+    let rdata = match address {
+        std::net::IpAddr::V4(v4) => RData::A(A(v4)),
+        std::net::IpAddr::V6(v6) => RData::AAAA(AAAA(v6)),
+    };
+    response.add_answer(Record::from_rdata(
+        question.name().clone(),
+        TTL_SECONDS,
+        rdata,
+    ));
+    reply(response, ResponseCode::NoError)
+}
+
+fn reply(mut response: Message, code: ResponseCode) -> Option<Vec<u8>> {
+    response.metadata.response_code = code;
+    response.to_vec().ok()
+}
+
+/// Whether the policy lets the name through on any port capture listens on.
+fn allowed(session: &Session, name: &str, ports: &[u16]) -> bool {
+    ports.iter().any(|&port| {
+        let target = Target {
+            host: Host::Name(name.to_owned()),
+            port,
+        };
+        session.policy.decide(&target).is_allow()
+    })
+}
+
+/// A refused lookup, logged as a `net` record of its own (`proto: "dns"`, no port).
+fn refused(session: &Session, name: &str, log: &EventLog) {
+    let mut attempt = Attempt::begin(Arc::clone(&session.id), Proto::Dns);
+    attempt.target = Some(Target {
+        host: Host::Name(name.to_owned()),
+        port: 53,
+    });
+    attempt.reason = Reason::NotAllowed;
+    attempt.detail = Some(format!(
+        "a lookup of {name} in the sandbox's DNS: not on the allowlist"
+    ));
+    let mut event = attempt.finish(End::Refused, 0, 0);
+    event.port = None;
+    log.record(&event);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_proto::op::Query;
+    use hickory_proto::rr::Name;
+
+    fn ask(name: &str, kind: RecordType) -> Vec<u8> {
+        let mut query = Message::query();
+        query.metadata.id = 7;
+        query.metadata.recursion_desired = true;
+        query.add_query(Query::query(Name::from_ascii(name).unwrap(), kind));
+        query.to_vec().unwrap()
+    }
+
+    #[test]
+    fn allowed_names_get_session_addresses_and_others_nxdomain() {
+        let mut policy = crate::policy::Policy::default();
+        policy
+            .add_rule(crate::policy::Action::Allow, "a.test:443", "--allow")
+            .unwrap();
+        let session = Session::new("s", Arc::new(policy), 8);
+        let log = EventLog::open(None, crate::log::Stderr::Quiet).unwrap();
+        let ports = [80, 443];
+        let parse = |bytes: Option<Vec<u8>>| Message::from_vec(&bytes.unwrap()).unwrap();
+
+        let got = parse(answer(
+            &ask("A.Test.", RecordType::A),
+            &session,
+            &ports,
+            &log,
+        ));
+        assert_eq!(got.metadata.id, 7);
+        assert_eq!(got.metadata.response_code, ResponseCode::NoError);
+        assert_eq!(got.answers.len(), 1);
+        assert_eq!(
+            got.answers[0].data,
+            RData::A(A("198.18.0.1".parse().unwrap()))
+        );
+        let got = parse(answer(
+            &ask("a.test.", RecordType::AAAA),
+            &session,
+            &ports,
+            &log,
+        ));
+        assert_eq!(
+            got.answers[0].data,
+            RData::AAAA(AAAA("2001:2::1".parse().unwrap()))
+        );
+        let got = parse(answer(
+            &ask("a.test.", RecordType::MX),
+            &session,
+            &ports,
+            &log,
+        ));
+        assert_eq!(got.metadata.response_code, ResponseCode::NoError);
+        assert!(got.answers.is_empty());
+
+        let got = parse(answer(
+            &ask("b.test.", RecordType::A),
+            &session,
+            &ports,
+            &log,
+        ));
+        assert_eq!(got.metadata.response_code, ResponseCode::NXDomain);
+        assert!(got.answers.is_empty());
+        assert_eq!(log.counts(), (0, 1));
+        // On a port capture does not listen on, the rule opens nothing here.
+        let got = parse(answer(
+            &ask("a.test.", RecordType::A),
+            &session,
+            &[80],
+            &log,
+        ));
+        assert_eq!(got.metadata.response_code, ResponseCode::NXDomain);
+        // Garbage gets no answer.
+        assert!(answer(b"\x00\x01garbage", &session, &ports, &log).is_none());
+    }
+}

@@ -13,6 +13,7 @@ need git git
 need npm "nodejs npm"
 need go golang-go
 need ruby ruby
+need ssh openssh-client
 need dpkg-deb dpkg
 need apt-get apt
 need cargo "a Rust toolchain (rustup)"

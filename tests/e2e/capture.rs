@@ -14,7 +14,8 @@ use crate::support::{netbox_bin, read_typed_record, stderr, stdout, TestDir};
 
 /// The servers, in the namespace: HTTPS for a.test and b.test on 127.0.0.1:443, plain
 /// HTTP on 127.0.0.1:80 serving `served/` (a git repository laid out for the dumb
-/// protocol among it).
+/// protocol among it), and on 127.0.0.1:22 an SSH-like server that speaks first (its
+/// banner) and writes the client's first line to `ssh-heard`.
 const SERVERS: &str = r#"
 import http.server, ssl, sys, threading, os
 root, cert, key = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -28,6 +29,17 @@ context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(cert, key)
 tls.socket = context.wrap_socket(tls.socket, server_side=True)
 threading.Thread(target=tls.serve_forever, daemon=True).start()
+import socket
+ssh = socket.create_server(("127.0.0.1", 22))
+def banner():
+    while True:
+        conn, _ = ssh.accept()
+        conn.sendall(b"SSH-2.0-netbox-test\r\n")
+        heard = conn.recv(200).split(b"\r\n")[0]
+        with open(os.path.join(root, "..", "ssh-heard"), "wb") as f:
+            f.write(heard)
+        conn.close()
+threading.Thread(target=banner, daemon=True).start()
 print("serving", flush=True)
 plain.serve_forever()
 "#;
@@ -172,6 +184,34 @@ fn programs_that_ignore_the_proxy_reach_allowed_hosts_and_nothing_else() {
     assert_eq!(
         net(&|r| r["reason"] == "server_name_mismatch"),
         1,
+        "{records:#?}"
+    );
+}
+
+/// A protocol whose server speaks first, on an allowed port: nothing waits for the client
+/// to say something (ssh, with its proxy setting turned off, reads the server's banner).
+#[test]
+fn ssh_reaches_an_allowed_server_without_a_proxy() {
+    let dir = TestDir::new("capture-ssh");
+    let (out, records) = captured_run(
+        &dir,
+        &allowlist("").replace(":80,443", ":22,80,443"),
+        "ssh -v -o ProxyCommand=none -o BatchMode=yes -o StrictHostKeyChecking=no \
+         -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5 -p 22 a.test true 2>&1 \
+         | grep -o 'remote software version netbox-test'",
+    );
+    assert_eq!(
+        stdout(&out),
+        "remote software version netbox-test\n",
+        "{}",
+        stderr(&out)
+    );
+    let heard = std::fs::read_to_string(dir.join("ssh-heard")).unwrap_or_default();
+    assert!(heard.starts_with("SSH-2.0-"), "{heard:?}");
+    assert!(
+        records
+            .iter()
+            .any(|r| r["proto"] == "captured" && r["port"] == 22 && r["decision"] == "allow"),
         "{records:#?}"
     );
 }

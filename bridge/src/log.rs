@@ -324,7 +324,7 @@ pub struct EventLog {
     /// Requests inside inspected tunnels: all, and refused.
     requests: [std::sync::atomic::AtomicU64; 2],
     /// A host whose attempts are logged but not counted (the live probe's canary).
-    uncounted: Mutex<Option<String>>,
+    uncounted: Mutex<Vec<String>>,
 }
 
 impl EventLog {
@@ -346,7 +346,7 @@ impl EventLog {
             allowed: std::sync::atomic::AtomicU64::new(0),
             denied: std::sync::atomic::AtomicU64::new(0),
             requests: Default::default(),
-            uncounted: Mutex::new(None),
+            uncounted: Mutex::new(Vec::new()),
         })
     }
 
@@ -466,7 +466,11 @@ impl EventLog {
         let counted = self
             .uncounted
             .lock()
-            .map(|host| host.is_none() || host.as_deref() != event.host.as_deref())
+            .map(|hosts| {
+                !hosts
+                    .iter()
+                    .any(|h| Some(h.as_str()) == event.host.as_deref())
+            })
             .unwrap_or(true);
         if inspected {
             self.requests[0].fetch_add(1, Ordering::Relaxed);
@@ -526,7 +530,7 @@ impl EventLog {
     /// Leaves `host`'s attempts out of [`EventLog::counts`] (they are still logged).
     pub fn leave_uncounted(&self, host: &str) {
         if let Ok(mut uncounted) = self.uncounted.lock() {
-            *uncounted = Some(host.to_owned());
+            uncounted.push(host.to_owned());
         }
     }
 

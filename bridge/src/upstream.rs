@@ -14,7 +14,7 @@ use crate::conn::Conn;
 use crate::ipclass::IpClass;
 use crate::log::Attempt;
 use crate::policy::{Reason, Verdict};
-use crate::target::Target;
+use crate::target::{Host, Target};
 
 /// Addresses tried per request at most: each can take the full connect timeout.
 const MAX_DIAL_ADDRESSES: usize = 8;
@@ -63,6 +63,17 @@ pub async fn open(
     attempt.target = Some(target.clone());
     if conn.shared.config.panic_on_host.as_deref() == Some(&target.host.to_string()) {
         panic!("test hook: a request for {}", target.host);
+    }
+    // The DNS stub's addresses are the sandbox's own: never dialled, whatever a rule says
+    // (capture maps one it handed out back to its name before this).
+    if let Host::Ip(ip) = &target.host {
+        if crate::capture::addresses::is_session_range(*ip) {
+            let detail = format!(
+                "{ip} is an address of the sandbox's DNS stub that names nothing: connect to \
+                 the name"
+            );
+            return Err(refuse(attempt, Refusal::new(Reason::NotAllowed, detail)));
+        }
     }
     let policy = &conn.session.policy;
     let decision = policy.decide(target);

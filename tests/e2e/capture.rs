@@ -52,6 +52,16 @@ fn captured_run(
     allowlist: &str,
     script: &str,
 ) -> (std::process::Output, Vec<Value>) {
+    captured_run_with(dir, allowlist, script, &[])
+}
+
+/// The same, with more environment for netbox.
+fn captured_run_with(
+    dir: &TestDir,
+    allowlist: &str,
+    script: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Output, Vec<Value>) {
     let served = dir.join("served");
     std::fs::create_dir_all(&served).unwrap();
     std::fs::write(served.join("hello"), "hello through capture\n").unwrap();
@@ -88,6 +98,7 @@ fn captured_run(
         .args(["-rn", "bash", "-c", &outer])
         .env("NETBOX", netbox_bin())
         .env("CMD_SCRIPT", format!("{unset}\n{script}"))
+        .envs(env.iter().copied())
         .output()
         .expect("unshare, ip and python3 are needed for the capture tests");
     let records = std::fs::read_to_string(&log)
@@ -160,6 +171,14 @@ fn programs_that_ignore_the_proxy_reach_allowed_hosts_and_nothing_else() {
         "{text}"
     );
 
+    // The live probe proved capture before CMD ran.
+    let capture_row = records
+        .iter()
+        .filter(|r| r["type"] == "probe")
+        .flat_map(|r| r["checks"].as_array().cloned().unwrap_or_default())
+        .find(|c| c["name"] == "capture")
+        .unwrap_or_else(|| panic!("no capture row in the probe: {records:#?}"));
+    assert_eq!(capture_row["passed"], true, "{capture_row:#}");
     let net = |f: &dyn Fn(&Value) -> bool| {
         records
             .iter()
@@ -186,6 +205,31 @@ fn programs_that_ignore_the_proxy_reach_allowed_hosts_and_nothing_else() {
         1,
         "{records:#?}"
     );
+}
+
+/// Without the catch-all routes (a test build's deliberate breakage) nothing is captured:
+/// the probe's capture row fails and CMD never runs. Control: the same run unbroken.
+#[test]
+fn the_probe_stops_a_run_whose_capture_does_not_hold() {
+    let dir = TestDir::new("capture-broken");
+    let (out, records) = captured_run_with(
+        &dir,
+        &allowlist(""),
+        "echo CMD-RAN",
+        &[("NETBOX_TEST_BREAK", "capture-routes")],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("CMD-RAN"));
+    assert!(stderr(&out).contains("capture"), "{}", stderr(&out));
+    let failed = records
+        .iter()
+        .filter(|r| r["type"] == "probe")
+        .flat_map(|r| r["checks"].as_array().cloned().unwrap_or_default())
+        .any(|c| c["name"] == "capture" && c["passed"] == false);
+    assert!(failed, "{records:#?}");
+    let control = TestDir::new("capture-unbroken");
+    let (out, _) = captured_run(&control, &allowlist(""), "echo CMD-RAN");
+    assert_eq!(stdout(&out), "CMD-RAN\n", "{}", stderr(&out));
 }
 
 /// A protocol whose server speaks first, on an allowed port: nothing waits for the client

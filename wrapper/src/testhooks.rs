@@ -33,6 +33,9 @@ pub struct TestHooks {
     /// The bridge panics on a request for `bridge-panic.test` (BRIDGE_PANIC_HOST), so a
     /// test can see a panic stop the run.
     pub bridge_panic: bool,
+    /// With capture, add no catch-all routes (`capture-routes`): the probe's capture row
+    /// must fail.
+    pub skip_capture_routes: bool,
     /// Print the session CA's private key on stderr (`show-ca-key`), so a test can search
     /// the disk for it.
     pub show_ca_key: bool,
@@ -63,6 +66,7 @@ impl TestHooks {
         skip_io_uring_denial: false,
         bridge_panic: false,
         show_ca_key: false,
+        skip_capture_routes: false,
         mount_pause: Duration::ZERO,
         export_pause: Duration::ZERO,
         audit_pause: Duration::ZERO,
@@ -96,6 +100,7 @@ impl TestHooks {
             skip_io_uring_denial: broken("io-uring"),
             bridge_panic: broken("bridge-panic"),
             show_ca_key: broken("show-ca-key"),
+            skip_capture_routes: broken("capture-routes"),
             mount_pause: pause("NETBOX_TEST_MOUNT_PAUSE_MS"),
             export_pause: pause("NETBOX_TEST_EXPORT_PAUSE_MS"),
             audit_pause: pause("NETBOX_TEST_AUDIT_PAUSE_MS"),

@@ -15,6 +15,18 @@ const V4_COUNT: u32 = (1 << 17) - 2;
 /// 2001:2::
 const V6_BASE: u128 = 0x2001_0002_0000_0000_0000_0000_0000_0000;
 
+/// Whether `addr` is in the ranges session addresses come from (handed out or not).
+pub fn is_session_range(addr: IpAddr) -> bool {
+    match crate::target::canonical_ip(addr) {
+        IpAddr::V4(v4) => u32::from(v4) >> 17 == V4_BASE >> 17,
+        IpAddr::V6(v6) => u128::from(v6) >> 80 == V6_BASE >> 80,
+    }
+}
+
+/// The address the live probe dials to prove capture: the first of the range, which is
+/// never handed out.
+pub const PROBE_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
+
 /// Names handed out, by index, and the other way round.
 #[derive(Debug, Default)]
 pub struct SessionAddresses {
@@ -83,6 +95,17 @@ mod tests {
         assert_eq!(addresses.name_for(mapped).as_deref(), Some("b.test"));
         for other in ["198.18.0.3", "198.18.0.0", "127.0.0.1", "2001:2::", "::1"] {
             assert_eq!(addresses.name_for(other.parse().unwrap()), None, "{other}");
+        }
+        for inside in [
+            "198.18.0.0",
+            "198.19.255.255",
+            "2001:2::",
+            "2001:2:0:ffff::1",
+        ] {
+            assert!(is_session_range(inside.parse().unwrap()), "{inside}");
+        }
+        for outside in ["198.17.255.255", "198.20.0.0", "2001:3::", "2001:1::1"] {
+            assert!(!is_session_range(outside.parse().unwrap()), "{outside}");
         }
     }
 }

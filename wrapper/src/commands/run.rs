@@ -104,6 +104,10 @@ pub fn run_reporting(
         requests: MAX_REQUEST_RECORDS,
     }));
     log.leave_uncounted(canary.rsplit_once(':').map_or(*canary, |(host, _)| host));
+    if config.capture.is_some() {
+        // The capture row's connection, which the bridge refuses.
+        log.leave_uncounted(&bridge::capture::addresses::PROBE_ADDRESS.to_string());
+    }
     let pinned: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
     crate::supervise::session::record_start(&log, &config, &pinned);
     // A log that cannot be written stops the run before it starts (and, from supervise,
@@ -471,6 +475,16 @@ fn child_plan(
             cgroup_limits,
             nested_userns_forbidden: !config.allow_nested_userns,
             io_uring_forbidden: !config.allow_io_uring,
+            capture: config.capture.as_ref().map(|ports| {
+                crate::sandbox::probe::CaptureProbe {
+                    // 443 is always among them; a port below 1024 that is not, for the
+                    // closed one (there is always one: at most 1,023 are named).
+                    port: 443,
+                    closed_port: (1..1024)
+                        .find(|p| !ports.contains(p) && *p != 53)
+                        .unwrap_or(1),
+                }
+            }),
         },
         cmd: config.cmd.clone(),
         fetch: config

@@ -65,6 +65,16 @@ pub struct ProbeInput {
     pub nested_userns_forbidden: bool,
     /// Whether io_uring must be refused (ENOSYS).
     pub io_uring_forbidden: bool,
+    /// With capture: a port it listens on, and one it does not.
+    #[serde(default)]
+    pub capture: Option<CaptureProbe>,
+}
+
+/// What the capture row tries.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct CaptureProbe {
+    pub port: u16,
+    pub closed_port: u16,
 }
 
 /// Runs every check.
@@ -84,6 +94,9 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
     }
     checks.push(finish_egress(input, egress));
     checks.push(privileges(input));
+    if let Some(capture) = input.capture {
+        checks.push(capture_check(input, capture));
+    }
     if input.io_uring_forbidden {
         checks.push(io_uring());
     }
@@ -421,6 +434,89 @@ fn hidden_paths(input: &ProbeInput) -> Check {
 
 /// The control is the probe's own connection to the bridge, made for the egress check: a
 /// connection of its own would cost a connect here and an accept in netbox.
+/// Capture: a connection to an address that is no one's (the first of the DNS stub's range,
+/// which it never hands out) lands on netbox's listener, which refuses it without a byte
+/// (it is never dialled); a port capture does not listen on refuses at once; the DNS stub
+/// answers the canary's name with NXDOMAIN. Nothing else could have answered: the
+/// namespace has only loopback, and the host's loopback stays unreachable (the network
+/// row).
+fn capture_check(input: &ProbeInput, capture: CaptureProbe) -> Check {
+    use bridge::capture::addresses::PROBE_ADDRESS;
+    let captured = SocketAddr::from((PROBE_ADDRESS, capture.port));
+    // Taken and reset so soon that the connect itself may see the reset: as good.
+    let reached = match TcpStream::connect_timeout(&captured, PROBE_IO_TIMEOUT) {
+        Ok(mut s) => s.set_read_timeout(Some(PROBE_IO_TIMEOUT)).and_then(|()| {
+            let mut buf = [0u8; 64];
+            match s.read(&mut buf) {
+                Ok(0) => Ok(()),
+                Ok(n) => Err(std::io::Error::other(format!("{n} bytes came back"))),
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => Ok(()),
+                Err(e) => Err(e),
+            }
+        }),
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => Ok(()),
+        Err(e) => Err(e),
+    };
+    let refused_by_netbox = Outcome {
+        attempt: format!("connect to {captured}, an address no one has, and be answered"),
+        ok: reached.is_ok(),
+        result: match &reached {
+            Ok(()) => "taken by netbox's listener and refused, nothing answered".into(),
+            Err(e) => format!("not captured: {e}"),
+        },
+    };
+    let closed = SocketAddr::from((PROBE_ADDRESS, capture.closed_port));
+    let closed_port = refused(
+        format!("connect to {closed}, a port capture does not listen on"),
+        TcpStream::connect_timeout(&closed, PROBE_IO_TIMEOUT).map(drop),
+        &[libc::ECONNREFUSED],
+    );
+    let name = input
+        .canary
+        .rsplit_once(':')
+        .map_or(input.canary.as_str(), |(host, _)| host);
+    let answer = ask_dns_stub(name);
+    let dns = Outcome {
+        attempt: format!("resolve {name}, which the policy denies, in the sandbox's DNS"),
+        ok: matches!(answer, Ok(3)),
+        result: match answer {
+            Ok(3) => "NXDOMAIN".into(),
+            Ok(code) => format!("answered with code {code}"),
+            Err(e) => e.to_string(),
+        },
+    };
+    check(
+        "capture",
+        vec![refused_by_netbox, closed_port, dns],
+        Vec::new(),
+    )
+}
+
+/// Asks the DNS stub for `name`'s IPv4 address; returns the answer's response code.
+fn ask_dns_stub(name: &str) -> std::io::Result<u8> {
+    const ID: [u8; 2] = [0x6e, 0x62];
+    // Header: id, a standard query with recursion desired, one question.
+    let mut query = Vec::with_capacity(64);
+    query.extend_from_slice(&ID);
+    query.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.').filter(|l| !l.is_empty()) {
+        let len = u8::try_from(label.len()).map_err(|_| std::io::Error::other("label"))?;
+        query.push(len);
+        query.extend_from_slice(label.as_bytes());
+    }
+    query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    socket.set_read_timeout(Some(PROBE_IO_TIMEOUT))?;
+    socket.connect(SocketAddr::from((crate::sandbox::DNS_STUB, 53)))?;
+    socket.send(&query)?;
+    let mut answer = [0u8; 512];
+    let n = socket.recv(&mut answer)?;
+    if n < 4 || answer[..2] != ID {
+        return Err(std::io::Error::other("not an answer to the question"));
+    }
+    Ok(answer[3] & 0x0f)
+}
+
 fn network_namespace(input: &ProbeInput, egress: &PendingEgress) -> Check {
     let connected = match &egress.health {
         Ok(_) => Ok(()),

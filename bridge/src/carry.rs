@@ -8,7 +8,6 @@ use tokio::net::TcpStream;
 use crate::client_io::Stream;
 use crate::conn::Conn;
 use crate::log::Attempt;
-use crate::policy::Reason;
 use crate::target::Target;
 use crate::tls_check::{self, HelloRefusal};
 use crate::tunnel::TunnelStats;
@@ -38,25 +37,9 @@ pub async fn carry(
         )
         .await;
     };
-    let Some(inspector) = &config.inspector else {
-        let rule = check
-            .rules()
-            .first()
-            .map(|r| format!(" ([[http]] at {})", r.origin))
-            .unwrap_or_default();
-        tls_check::cut(client, false).await;
-        return Err(HelloRefusal {
-            reason: Reason::Unsupported,
-            detail: format!(
-                "the allowlist has the tunnel to {target} inspected{rule}, and this bridge \
-                 holds no session CA to do it with"
-            ),
-            alert: false,
-        });
-    };
     crate::inspect::serve(
         conn,
-        inspector,
+        config.inspector.as_deref(),
         check,
         (client, prefix),
         upstream,

@@ -162,10 +162,11 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 /// before it opened) first. `opened`: the tunnel's own attempt, which each request's
 /// record takes its rule and addresses from. On a refusal before any request (the
 /// ClientHello, or the client's side of TLS failing) the client has been cut off; the
-/// caller logs it.
+/// caller logs it. `inspector`: the session CA, which a TLS port needs (a plain one does
+/// not).
 pub(crate) async fn serve(
     conn: &Conn,
-    inspector: &Inspector,
+    inspector: Option<&Inspector>,
     check: HttpCheck,
     (client, prefix): (Stream, Bytes),
     upstream: TcpStream,
@@ -178,6 +179,22 @@ pub(crate) async fn serve(
     let tls = policy.checks_tls(target.port);
     let (client, upstream): (Box<dyn Io>, Result<Box<dyn Io>, Refusal>) = if tls {
         let mut client = client;
+        let Some(inspector) = inspector else {
+            let rule = check
+                .rules()
+                .first()
+                .map(|r| format!(" ([[http]] at {})", r.origin))
+                .unwrap_or_default();
+            tls_check::cut(client, false).await;
+            return Err(HelloRefusal {
+                reason: Reason::Unsupported,
+                detail: format!(
+                    "the allowlist has the tunnel to {target} inspected{rule}, and this \
+                     bridge holds no session CA to do it with"
+                ),
+                alert: false,
+            });
+        };
         // A client names the host it wants, as for any TLS tunnel; to an IP address it
         // names none, and the Host header is what is checked.
         let unnamed_ok = matches!(target.host, Host::Ip(_));

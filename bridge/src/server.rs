@@ -36,6 +36,9 @@ pub enum Listener {
     Captured(TcpListener),
     /// The sandbox's DNS stub (capture/dns.rs), answering for names allowed on `ports`.
     Dns(tokio::net::UdpSocket, Vec<u16>),
+    /// The same over TCP (RFC 7766), for answers too large for UDP and resolvers that ask
+    /// over TCP.
+    DnsTcp(TcpListener, Vec<u16>),
 }
 
 /// A listener and the session whose policy governs every connection accepted on it.
@@ -59,8 +62,8 @@ impl Listener {
                 s.set_nodelay(true).ok();
                 Ok(Stream::Tcp(s))
             }
-            // Never accepted from: served by `serve_dns`.
-            Listener::Dns(..) => std::future::pending().await,
+            // Never accepted from here: served by `serve_dns` and `serve_dns_tcp`.
+            Listener::Dns(..) | Listener::DnsTcp(..) => std::future::pending().await,
         }
     }
 
@@ -78,6 +81,10 @@ impl Listener {
             Listener::Dns(socket, _) => socket.local_addr().map_or_else(
                 |e| format!("dns (unknown address: {e})"),
                 |a| format!("dns on {a}"),
+            ),
+            Listener::DnsTcp(l, _) => l.local_addr().map_or_else(
+                |e| format!("dns over tcp (unknown address: {e})"),
+                |a| format!("dns over tcp on {a}"),
             ),
         }
     }
@@ -119,6 +126,10 @@ pub async fn serve(
         let quit = quit_rx.clone();
         if let Listener::Dns(..) = sl.listener {
             loops.push(tokio::spawn(serve_dns(sl, shared, quit)));
+            continue;
+        }
+        if let Listener::DnsTcp(..) = sl.listener {
+            loops.push(tokio::spawn(serve_dns_tcp(sl, shared, quit)));
             continue;
         }
         loops.push(tokio::spawn(accept_loop(sl, shared, limits, quit)));
@@ -206,6 +217,64 @@ async fn serve_dns(sl: SessionListener, shared: Arc<Shared>, mut quit: watch::Re
             // A lost answer is the client's to ask again, as over any UDP.
             let _ = socket.send_to(&answer, from).await;
         }
+    }
+}
+
+/// DNS over TCP connections served at once at most; past it a new one waits in the
+/// listen queue.
+const MAX_DNS_TCP_CONNECTIONS: usize = 64;
+
+/// Answers DNS over TCP (two-byte length, then the message; several per connection) until
+/// the bridge stops. A connection that says nothing for the header timeout is closed.
+async fn serve_dns_tcp(sl: SessionListener, shared: Arc<Shared>, mut quit: watch::Receiver<bool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Listener::DnsTcp(listener, ports) = &sl.listener else {
+        return;
+    };
+    let places = Arc::new(Semaphore::new(MAX_DNS_TCP_CONNECTIONS));
+    loop {
+        let Ok(place) = Arc::clone(&places).acquire_owned().await else {
+            return;
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = quit.wait_for(|&q| q) => return,
+        };
+        let Ok((mut stream, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let session = Arc::clone(&sl.session);
+        let shared = Arc::clone(&shared);
+        let ports = ports.clone();
+        tokio::spawn(async move {
+            let _place = place;
+            let timeout = shared.config.header_timeout;
+            loop {
+                let mut length = [0u8; 2];
+                let read = tokio::time::timeout(timeout, stream.read_exact(&mut length)).await;
+                if !matches!(read, Ok(Ok(_))) {
+                    return;
+                }
+                let mut query = vec![0u8; usize::from(u16::from_be_bytes(length))];
+                let read = tokio::time::timeout(timeout, stream.read_exact(&mut query)).await;
+                if !matches!(read, Ok(Ok(_))) {
+                    return;
+                }
+                let answered = crate::capture::dns::answer(&query, &session, &ports, &shared.log);
+                let Some(answer) = answered else {
+                    return;
+                };
+                let Ok(length) = u16::try_from(answer.len()) else {
+                    return;
+                };
+                let mut framed = length.to_be_bytes().to_vec();
+                framed.extend_from_slice(&answer);
+                if stream.write_all(&framed).await.is_err() {
+                    return;
+                }
+            }
+        });
     }
 }
 

@@ -136,6 +136,9 @@ fn programs_that_ignore_the_proxy_reach_allowed_hosts_and_nothing_else() {
          python3 -c \"import socket; s = socket.create_connection(('a.test', 80), timeout=8); \
          s.sendall(b'GET /hello HTTP/1.1\\r\\nHost: a.test\\r\\n\\r\\nGET /hello HTTP/1.1\\r\\nHost: b.test\\r\\n\\r\\n'); \
          import time; time.sleep(1); got = s.recv(65536); print(got.count(b' 200 OK'), got.count(b' 403 Forbidden'), 'kept alive')\"\n\
+         python3 -c \"import socket, struct; q = bytes.fromhex('1234010000010000000000000161047465737400000100 01'.replace(' ', '')); \
+         s = socket.create_connection(('127.0.0.53', 53), timeout=8); s.sendall(struct.pack('>H', len(q)) + q); \
+         n = struct.unpack('>H', s.recv(2))[0]; r = s.recv(n); print('dns over tcp', r[3] & 15, r[-4:-2] == bytes([198, 18]))\"\n\
          curl -sS --max-time 8 -o /dev/null --cacert {ca} --connect-to b.test:443:a.test:443 \
          https://b.test/hello 2>/dev/null; echo \"SNI b.test: $?\"\n",
         ca = ca.display()
@@ -143,7 +146,7 @@ fn programs_that_ignore_the_proxy_reach_allowed_hosts_and_nothing_else() {
     let (out, records) = captured_run(&dir, &allowlist(""), &script);
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 10, "{text}{}", stderr(&out));
+    assert_eq!(lines.len(), 11, "{text}{}", stderr(&out));
     // Controls: curl, Python's own socket and TLS, and plain HTTP, none using a proxy.
     assert_eq!(lines[0], "hello through capture", "{text}");
     assert_eq!(lines[1], "HTTP/1.1 200 OK", "{text}");
@@ -169,8 +172,10 @@ fn programs_that_ignore_the_proxy_reach_allowed_hosts_and_nothing_else() {
     assert!(lines[7] == "403 Host b.test", "{text}");
     // A second request on the same connection is judged as the first was (review 30).
     assert_eq!(lines[8], "1 1 kept alive", "{text}");
+    // The stub answers over TCP too, with the same session address.
+    assert_eq!(lines[9], "dns over tcp 0 True", "{text}");
     assert!(
-        lines[9] == "SNI b.test: 35" || lines[9] == "SNI b.test: 56",
+        lines[10] == "SNI b.test: 35" || lines[10] == "SNI b.test: 56",
         "{text}"
     );
 

@@ -24,7 +24,7 @@ pub enum SyncMsg {
     /// The proxy listeners inside the namespace (attached as fds), and the CPU pid 1 runs
     /// on as it sends them (for netbox to keep off: cpu.rs).
     /// With capture, the fds go on: one listener per port of `capture_ports`, then the DNS
-    /// stub's UDP socket.
+    /// stub's UDP socket and TCP listener.
     Listeners {
         count: usize,
         cpu: Option<usize>,

@@ -435,10 +435,12 @@ fn set_up_network(channel: &Channel, capture: Option<&[u16]>) -> Result<bool, St
                 .map_err(failed("listen for captured connections"))?;
             captured.push(listener);
         }
-        dns = Some(
-            std::net::UdpSocket::bind(SocketAddr::from((DNS_STUB, 53)))
+        let stub = SocketAddr::from((DNS_STUB, 53));
+        dns = Some((
+            std::net::UdpSocket::bind(stub)
                 .map_err(failed("listen for DNS on 127.0.0.53 (capture)"))?,
-        );
+            TcpListener::bind(stub).map_err(failed("listen for DNS on 127.0.0.53 (capture)"))?,
+        ));
     }
 
     // The bridge's listeners live here, inside the new network namespace, and are handed
@@ -453,7 +455,9 @@ fn set_up_network(channel: &Channel, capture: Option<&[u16]>) -> Result<bool, St
     fds.extend(v6.as_ref().map(AsRawFd::as_raw_fd));
     let proxies = fds.len();
     fds.extend(captured.iter().map(AsRawFd::as_raw_fd));
-    fds.extend(dns.as_ref().map(AsRawFd::as_raw_fd));
+    if let Some((udp, tcp)) = &dns {
+        fds.extend([udp.as_raw_fd(), tcp.as_raw_fd()]);
+    }
     let listeners = SyncMsg::Listeners {
         count: proxies,
         cpu: cpu::current(),

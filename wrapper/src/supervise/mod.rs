@@ -216,7 +216,7 @@ impl<'a> Supervisor<'a> {
                 fds,
             ))) if count > 0
                 && fds.len()
-                    == count + capture_ports.len() + usize::from(!capture_ports.is_empty()) =>
+                    == count + capture_ports.len() + 2 * usize::from(!capture_ports.is_empty()) =>
             {
                 (fds, count, capture_ports, cpu)
             }
@@ -248,14 +248,21 @@ impl<'a> Supervisor<'a> {
                 },
             });
         }
-        // With capture, the DNS stub's socket comes last.
-        if let Some(fd) = fds.next() {
-            let socket = std::net::UdpSocket::from(fd);
-            socket.set_nonblocking(true).map_err(WrapperError::Spawn)?;
-            let socket = tokio::net::UdpSocket::from_std(socket).map_err(WrapperError::Spawn)?;
+        // With capture, the DNS stub's sockets come last: UDP, then TCP.
+        if let (Some(udp), Some(tcp)) = (fds.next(), fds.next()) {
+            let udp = std::net::UdpSocket::from(udp);
+            udp.set_nonblocking(true).map_err(WrapperError::Spawn)?;
+            let udp = tokio::net::UdpSocket::from_std(udp).map_err(WrapperError::Spawn)?;
+            let tcp = TcpListener::from(tcp);
+            tcp.set_nonblocking(true).map_err(WrapperError::Spawn)?;
+            let tcp = tokio::net::TcpListener::from_std(tcp).map_err(WrapperError::Spawn)?;
             listeners.push(SessionListener {
                 session: Arc::clone(&session),
-                listener: Listener::Dns(socket, capture_ports),
+                listener: Listener::Dns(udp, capture_ports.clone()),
+            });
+            listeners.push(SessionListener {
+                session: Arc::clone(&session),
+                listener: Listener::DnsTcp(tcp, capture_ports),
             });
         }
         // Started now, so its thread is up when the probe's first write waits for it.

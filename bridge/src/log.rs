@@ -316,15 +316,16 @@ pub struct EventLog {
     /// Refused `net` records written per minute at most (`None`: no bound); past it in a
     /// minute they are counted, and said in one `net_suppressed` record when it ends.
     refusal_budget: Option<Mutex<RefusalWindow>>,
-    /// `net` records written: refused, allowed, and requests inside inspected tunnels.
-    net_written: [std::sync::atomic::AtomicU64; 3],
+    /// `net` records written: refused, allowed, requests inside inspected tunnels, and
+    /// lookups the sandbox's DNS stub refused.
+    net_written: [std::sync::atomic::AtomicU64; 4],
     net_suppressed: std::sync::atomic::AtomicU64,
     allowed: std::sync::atomic::AtomicU64,
     denied: std::sync::atomic::AtomicU64,
     /// Requests inside inspected tunnels: all, and refused.
     requests: [std::sync::atomic::AtomicU64; 2],
     /// A host whose attempts are logged but not counted (the live probe's canary).
-    uncounted: Mutex<Vec<String>>,
+    uncounted: Mutex<Vec<(String, Option<u32>)>>,
 }
 
 impl EventLog {
@@ -439,6 +440,10 @@ impl EventLog {
         let inspected = event.proto == Proto::Inspected;
         let (written, cap) = match event.decision {
             _ if inspected => (&self.net_written[2], self.net_cap.map(|c| c.requests)),
+            // As cheap to make: a lookup loop cannot push refused connections out either.
+            _ if event.proto == Proto::Dns => {
+                (&self.net_written[3], self.net_cap.map(|c| c.lookups))
+            }
             Verdict::Deny => (&self.net_written[0], self.net_cap.map(|c| c.refused)),
             Verdict::Allow => (&self.net_written[1], self.net_cap.map(|c| c.allowed)),
         };
@@ -453,6 +458,7 @@ impl EventLog {
                             decision: event.decision,
                             cap,
                             inspected,
+                            lookups: event.proto == Proto::Dns,
                         },
                     );
                 }
@@ -463,15 +469,19 @@ impl EventLog {
             }
             _ => self.record_json(event),
         }
-        let counted = self
-            .uncounted
-            .lock()
-            .map(|hosts| {
-                !hosts
-                    .iter()
-                    .any(|h| Some(h.as_str()) == event.host.as_deref())
-            })
-            .unwrap_or(true);
+        let counted = self.uncounted.lock().map_or(true, |mut hosts| {
+            let found = hosts
+                .iter_mut()
+                .find(|(h, left)| Some(h.as_str()) == event.host.as_deref() && *left != Some(0));
+            match found {
+                Some((_, Some(left))) => {
+                    *left -= 1;
+                    false
+                }
+                Some((_, None)) => false,
+                None => true,
+            }
+        });
         if inspected {
             self.requests[0].fetch_add(1, Ordering::Relaxed);
             if event.decision == Verdict::Deny {
@@ -530,7 +540,15 @@ impl EventLog {
     /// Leaves `host`'s attempts out of [`EventLog::counts`] (they are still logged).
     pub fn leave_uncounted(&self, host: &str) {
         if let Ok(mut uncounted) = self.uncounted.lock() {
-            uncounted.push(host.to_owned());
+            uncounted.push((host.to_owned(), None));
+        }
+    }
+
+    /// Leaves the next attempt to `host` out of [`EventLog::counts`] (the live probe's own
+    /// one, to an address CMD may try too).
+    pub fn leave_one_uncounted(&self, host: &str) {
+        if let Ok(mut uncounted) = self.uncounted.lock() {
+            uncounted.push((host.to_owned(), Some(1)));
         }
     }
 
@@ -596,6 +614,8 @@ pub struct NetCap {
     pub allowed: u64,
     /// Requests inside inspected tunnels, allowed and refused alike.
     pub requests: u64,
+    /// Lookups the sandbox's DNS stub refused.
+    pub lookups: u64,
 }
 
 /// The refusals said on stderr so far.
@@ -773,6 +793,7 @@ mod tests {
                 refused: 10,
                 allowed: 10,
                 requests: 3,
+                lookups: 10,
             });
         let event = |proto, decision| {
             let mut a = Attempt::begin(Arc::from("s"), proto);

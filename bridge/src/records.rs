@@ -134,6 +134,9 @@ pub struct NetCapped {
     /// The cap of requests inside inspected tunnels (`decision` is the first one's past it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inspected: bool,
+    /// The cap of lookups the DNS stub refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lookups: bool,
 }
 
 /// `probe`: the live probe's report. The sandbox sends it to netbox as it is (netbox

@@ -125,6 +125,7 @@ pub async fn serve(
         };
         let quit = quit_rx.clone();
         if let Listener::Dns(..) = sl.listener {
+            sl.session.addresses.serve();
             loops.push(tokio::spawn(serve_dns(sl, shared, quit)));
             continue;
         }

@@ -67,7 +67,7 @@ pub async fn open(
     // The DNS stub's addresses are the sandbox's own: never dialled, whatever a rule says
     // (capture maps one it handed out back to its name before this).
     if let Host::Ip(ip) = &target.host {
-        if crate::capture::addresses::is_session_range(*ip) {
+        if conn.session.addresses.serving() && crate::capture::addresses::is_session_range(*ip) {
             let detail = format!(
                 "{ip} is an address of the sandbox's DNS stub that names nothing: connect to \
                  the name"

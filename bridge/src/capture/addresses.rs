@@ -26,20 +26,54 @@ pub fn is_session_range(addr: IpAddr) -> bool {
 /// The address the live probe dials to prove capture: the first of the range, which is
 /// never handed out.
 pub const PROBE_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
+/// The same for IPv6: 2001:2::.
+pub const PROBE_ADDRESS_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 0);
 
 /// Names handed out, by index, and the other way round.
 #[derive(Debug, Default)]
 pub struct SessionAddresses {
     inner: Mutex<Handed>,
+    /// The session captures (a DNS stub serves it): its ranges are its own.
+    serving: std::sync::atomic::AtomicBool,
 }
+
+/// Refused names remembered at most, to log each once (past it, every refusal is logged).
+const MAX_REFUSED_NAMES: usize = 10_000;
 
 #[derive(Debug, Default)]
 struct Handed {
     names: Vec<String>,
     index: HashMap<String, u32>,
+    refused: std::collections::HashSet<String>,
 }
 
 impl SessionAddresses {
+    /// Marks the session as one whose DNS stub serves (capture).
+    pub fn serve(&self) {
+        self.serving
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the session's DNS stub serves: then an address of its ranges that names
+    /// nothing is never dialled.
+    pub fn serving(&self) -> bool {
+        self.serving.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether `name` is refused for the first time (to be logged).
+    pub fn first_refusal(&self, name: &str) -> bool {
+        let Ok(mut handed) = self.inner.lock() else {
+            return true;
+        };
+        if handed.refused.contains(name) {
+            return false;
+        }
+        if handed.refused.len() < MAX_REFUSED_NAMES {
+            handed.refused.insert(name.to_owned());
+        }
+        true
+    }
+
     /// The address for `name` (normalised), handed out now if it has none yet; `None` once
     /// the range is used up (the stub then answers with an error).
     pub fn address_for(&self, name: &str, v6: bool) -> Option<IpAddr> {

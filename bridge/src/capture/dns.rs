@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
-use hickory_proto::rr::{RData, Record, RecordType};
+use hickory_proto::rr::{DNSClass, RData, Record, RecordType};
 
 use crate::conn::Session;
 use crate::log::{Attempt, End, EventLog, Proto};
@@ -34,7 +34,8 @@ pub fn answer(query: &[u8], session: &Session, ports: &[u16], log: &EventLog) ->
     response.metadata.recursion_desired = request.metadata.recursion_desired;
     response.metadata.recursion_available = true;
     let question = match (request.metadata.op_code, request.queries.as_slice()) {
-        (OpCode::Query, [question]) => question.clone(),
+        (OpCode::Query, [question]) if question.query_class() == DNSClass::IN => question.clone(),
+        (OpCode::Query, [_]) => return reply(response, ResponseCode::NotImp),
         (OpCode::Query, _) => return reply(response, ResponseCode::FormErr),
         _ => return reply(response, ResponseCode::NotImp),
     };
@@ -46,7 +47,11 @@ pub fn answer(query: &[u8], session: &Session, ports: &[u16], log: &EventLog) ->
         _ => return reply(response, ResponseCode::NXDomain),
     };
     if !allowed(session, &name, ports) {
-        refused(session, &name, log);
+        // Once per name: a resolver asks for A and AAAA, and again at each lookup (glibc
+        // keeps no negative cache); the log needs the name, not every question.
+        if session.addresses.first_refusal(&name) {
+            refused(session, &name, log);
+        }
         return reply(response, ResponseCode::NXDomain);
     }
     let v6 = match question.query_type() {
@@ -167,6 +172,15 @@ mod tests {
         ));
         assert_eq!(got.metadata.response_code, ResponseCode::NXDomain);
         assert!(got.answers.is_empty());
+        assert_eq!(log.counts(), (0, 1));
+        // Asked again (AAAA, say): refused again, logged once.
+        let got = parse(answer(
+            &ask("b.test.", RecordType::AAAA),
+            &session,
+            &ports,
+            &log,
+        ));
+        assert_eq!(got.metadata.response_code, ResponseCode::NXDomain);
         assert_eq!(log.counts(), (0, 1));
         // On a port capture does not listen on, the rule opens nothing here.
         let got = parse(answer(

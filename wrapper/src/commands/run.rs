@@ -33,6 +33,9 @@ const MAX_ALLOWED_RECORDS: u64 = 100_000;
 /// from the tunnels that carry them).
 const MAX_REQUEST_RECORDS: u64 = 100_000;
 
+/// Records of lookups the sandbox's DNS stub refused, at most (one per name already).
+const MAX_LOOKUP_RECORDS: u64 = 10_000;
+
 /// Names the probe tries through the bridge; the first the policy denies is used.
 pub const CANARIES: &[&str] = &[
     "netbox-probe-canary.invalid:443",
@@ -102,11 +105,13 @@ pub fn run_reporting(
         refused: MAX_REFUSED_RECORDS,
         allowed: MAX_ALLOWED_RECORDS,
         requests: MAX_REQUEST_RECORDS,
+        lookups: MAX_LOOKUP_RECORDS,
     }));
     log.leave_uncounted(canary.rsplit_once(':').map_or(*canary, |(host, _)| host));
     if config.capture.is_some() {
         // The capture row's connection, which the bridge refuses.
-        log.leave_uncounted(&bridge::capture::addresses::PROBE_ADDRESS.to_string());
+        log.leave_one_uncounted(&bridge::capture::addresses::PROBE_ADDRESS.to_string());
+        log.leave_one_uncounted(&bridge::capture::addresses::PROBE_ADDRESS_V6.to_string());
     }
     let pinned: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
     crate::supervise::session::record_start(&log, &config, &pinned);

@@ -332,17 +332,18 @@ fn extra_env(
 
 /// The ports capture listens on: 80 and 443, and the privileged ports the allow rules
 /// name (CMD cannot listen on those itself, so a listener on every address there takes
-/// nothing from it); never 53, the DNS stub's.
+/// nothing from it); never 53, the DNS stub's. At most `MAX_CAPTURE_PORTS`, the lowest
+/// (their sockets travel to netbox in one message, which carries 253 at most).
 fn capture_ports(policy: &Policy) -> Vec<u16> {
     let mut ports: std::collections::BTreeSet<u16> = [80, 443].into();
-    ports.extend(
-        policy
-            .named_ports()
-            .into_iter()
-            .filter(|&p| p < 1024 && p != 53),
-    );
+    let named = policy.named_ports();
+    let named = named.into_iter().filter(|&p| p < 1024 && p != 53);
+    ports.extend(named.take(MAX_CAPTURE_PORTS - 2));
     ports.into_iter().collect()
 }
+
+/// Ports capture listens on at most.
+const MAX_CAPTURE_PORTS: usize = 64;
 
 /// What this run read its policy and environment from, where CMD could rewrite it for
 /// the next run: pinned read-only.

@@ -423,8 +423,18 @@ fn set_up_network(channel: &Channel, capture: Option<&[u16]>) -> Result<bool, St
     let mut dns = None;
     if let Some(ports) = capture {
         if !crate::testhooks::hooks().skip_capture_routes {
-            crate::sys::netdev::route_every_address_here()
+            let v6 = crate::sys::netdev::route_every_address_here()
                 .map_err(failed("route every address to the sandbox (capture)"))?;
+            // Where IPv6 is up, the stub hands out IPv6 addresses too: they must be
+            // captured as well.
+            let ipv6_up = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
+            if ipv6_up && !v6 {
+                return Err((
+                    "route every IPv6 address to the sandbox (capture)".into(),
+                    "the route was refused".into(),
+                    None,
+                ));
+            }
         }
         for &port in ports {
             // Dual-stack where IPv6 is up: one listener takes both families.

@@ -465,6 +465,45 @@ fn capture_check(input: &ProbeInput, capture: CaptureProbe) -> Check {
             Err(e) => format!("not captured: {e}"),
         },
     };
+    let mut forbidden = vec![refused_by_netbox];
+    // IPv6 too, where it is up (the stub hands out IPv6 addresses then).
+    if std::net::UdpSocket::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_ok() {
+        let captured =
+            SocketAddr::from((bridge::capture::addresses::PROBE_ADDRESS_V6, capture.port));
+        let reached = match TcpStream::connect_timeout(&captured, PROBE_IO_TIMEOUT) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => Ok(()),
+            Err(e) => Err(e),
+        };
+        forbidden.push(Outcome {
+            attempt: format!("connect to {captured}, an address no one has"),
+            ok: reached.is_ok(),
+            result: match &reached {
+                Ok(()) => "taken by netbox's listener".into(),
+                Err(e) => format!("not captured: {e}"),
+            },
+        });
+    }
+    let conf = std::fs::read_to_string("/etc/resolv.conf");
+    let stub_line = format!("nameserver {}", crate::sandbox::DNS_STUB);
+    let nameservers: Vec<String> = conf
+        .as_ref()
+        .map(|text| {
+            text.lines()
+                .map(str::trim)
+                .filter(|l| l.starts_with("nameserver"))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    forbidden.push(Outcome {
+        attempt: "read /etc/resolv.conf, which must name the DNS stub alone".into(),
+        ok: nameservers == [stub_line],
+        result: match &conf {
+            Ok(_) => nameservers.join("; "),
+            Err(e) => e.to_string(),
+        },
+    });
     let closed = SocketAddr::from((PROBE_ADDRESS, capture.closed_port));
     let closed_port = refused(
         format!("connect to {closed}, a port capture does not listen on"),
@@ -485,11 +524,8 @@ fn capture_check(input: &ProbeInput, capture: CaptureProbe) -> Check {
             Err(e) => e.to_string(),
         },
     };
-    check(
-        "capture",
-        vec![refused_by_netbox, closed_port, dns],
-        Vec::new(),
-    )
+    forbidden.extend([closed_port, dns]);
+    check("capture", forbidden, Vec::new())
 }
 
 /// Asks the DNS stub for `name`'s IPv4 address; returns the answer's response code.

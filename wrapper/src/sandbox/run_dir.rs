@@ -177,11 +177,30 @@ fn cover_stores(root: BorrowedFd<'_>, bundle_path: &Path) -> Result<(), MountErr
     Ok(())
 }
 
-/// Where `/etc/resolv.conf` leads: a symlink into `/run` (systemd-resolved's) is followed
-/// by its text, one link deep, since the new `/run` will not have what it names; anything
-/// else is opened inside the root.
+/// Where `/etc/resolv.conf` leads: as the kernel resolves it inside the root (through any
+/// links, `/var/run` among them), a file in `/run` is to be laid in the new `/run`, which
+/// will not have it; a file elsewhere is covered. A link whose target does not exist is
+/// followed by its text, one link deep.
 fn resolv_conf(root: BorrowedFd<'_>) -> Result<ResolvConf, MountError> {
+    use std::os::fd::AsRawFd;
     let name = Path::new("etc/resolv.conf");
+    if let Ok(found) = resolve::open_in_root(root, name, false) {
+        let path_of = |fd: i32| std::fs::read_link(format!("/proc/self/fd/{fd}"));
+        if let (Ok(at), Ok(root_path)) = (path_of(found.as_raw_fd()), path_of(root.as_raw_fd())) {
+            if let Ok(in_root) = at.strip_prefix(&root_path) {
+                if let Ok(inside) = in_root.strip_prefix("run") {
+                    if !inside.as_os_str().is_empty() {
+                        return Ok(ResolvConf::InRun(inside.to_owned()));
+                    }
+                }
+            }
+        }
+        let stat =
+            nix::sys::stat::fstat(&found).map_err(|e| failed("resolv.conf: stat")(e.into()))?;
+        if stat.st_mode & libc::S_IFMT == libc::S_IFREG {
+            return Ok(ResolvConf::File(found));
+        }
+    }
     if let Ok(link) = nix::fcntl::readlinkat(root, name) {
         let absolute = Path::new("/etc").join(link);
         let mut lexical = PathBuf::from("/");

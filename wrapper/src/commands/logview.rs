@@ -378,14 +378,23 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
                 String::new()
             } else {
                 format!(
-                    "  {} requests inspected, {} refused",
-                    d.requests, d.requests_refused
+                    "  {} request{} inspected, {} refused",
+                    d.requests,
+                    if d.requests == 1 { "" } else { "s" },
+                    d.requests_refused
                 )
             };
             line(
                 format!(
                     "    {:<40} allowed {:>3}  refused {:>3}  {} up  {} down{why}",
-                    format!("{}:{}", d.host, d.port),
+                    // A refused lookup in the sandbox's DNS names no port.
+                    if d.port == 0 {
+                        format!("{} (lookup)", d.host)
+                    } else if d.host.contains(':') {
+                        format!("[{}]:{}", d.host, d.port)
+                    } else {
+                        format!("{}:{}", d.host, d.port)
+                    },
                     d.allowed,
                     d.denied,
                     bytes(d.bytes_up),

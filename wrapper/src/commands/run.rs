@@ -42,9 +42,17 @@ pub const CANARIES: &[&str] = &[
     "canary.netbox-probe.invalid:9",
 ];
 
-/// Whether a logged attempt is the probe's canary (the probe's, not the command's).
+/// Whether a logged attempt is the probe's (its canary through the proxy, the canary's
+/// name in the DNS stub, with no port, or capture's address no one has), not the
+/// command's.
 pub fn is_canary(host: &str, port: u64) -> bool {
+    let probe_addresses = [
+        bridge::capture::addresses::PROBE_ADDRESS.to_string(),
+        bridge::capture::addresses::PROBE_ADDRESS_V6.to_string(),
+    ];
     CANARIES.contains(&format!("{host}:{port}").as_str())
+        || (port == 0 && CANARIES.iter().any(|c| c.split(':').next() == Some(host)))
+        || probe_addresses.iter().any(|a| a == host)
 }
 
 /// Runs CMD in the sandbox; returns the exit status for netbox.

@@ -272,18 +272,7 @@ fn ssh_reaches_an_allowed_server_without_a_proxy() {
 #[test]
 fn git_clones_with_every_proxy_variable_unset() {
     let dir = TestDir::new("capture-git");
-    let src = dir.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    crate::support::git(&src, &["init", "-q"]);
-    std::fs::write(src.join("README"), "captured clone\n").unwrap();
-    crate::support::git(&src, &["add", "README"]);
-    crate::support::git(&src, &["commit", "-q", "-m", "one"]);
-    std::fs::create_dir_all(dir.join("served")).unwrap();
-    crate::support::git(
-        &dir.path,
-        &["clone", "-q", "--bare", "src", "served/app.git"],
-    );
-    crate::support::git(&dir.join("served/app.git"), &["update-server-info"]);
+    crate::support::bare_repo(&dir.path, "served/app.git", "captured clone\n");
     let (out, _) = captured_run(
         &dir,
         &allowlist(""),

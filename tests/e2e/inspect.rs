@@ -131,18 +131,7 @@ fn git_clones_over_an_inspected_tunnel_trusting_only_what_netbox_laid() {
     std::fs::create_dir_all(&root).unwrap();
     let server = HttpServer::start_tls_files(&dir.path, &["a.test"], root.clone());
     let p = server.port();
-    // A bare repository with one commit, laid out for git's dumb HTTP protocol.
-    let src = dir.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    crate::support::git(&src, &["init", "-q"]);
-    std::fs::write(src.join("README"), "through the inspector\n").unwrap();
-    crate::support::git(&src, &["add", "README"]);
-    crate::support::git(&src, &["commit", "-q", "-m", "one"]);
-    crate::support::git(
-        &dir.path,
-        &["clone", "-q", "--bare", "src", "served/app.git"],
-    );
-    crate::support::git(&root.join("app.git"), &["update-server-info"]);
+    crate::support::bare_repo(&dir.path, "served/app.git", "through the inspector\n");
 
     let run = inspecting(&dir, &server, &policy(p, "methods = [\"GET\"]\n"));
     // With the variables netbox sets, then with none (the store files alone).
@@ -193,16 +182,7 @@ fn git_may_clone_but_not_push_when_the_rule_lists_only_fetching() {
     std::fs::create_dir_all(&root).unwrap();
     let server = HttpServer::start_tls_git(&dir.path, &["a.test"], root.clone());
     let p = server.port();
-    let src = dir.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    crate::support::git(&src, &["init", "-q"]);
-    std::fs::write(src.join("README"), "one\n").unwrap();
-    crate::support::git(&src, &["add", "README"]);
-    crate::support::git(&src, &["commit", "-q", "-m", "one"]);
-    crate::support::git(
-        &dir.path,
-        &["clone", "-q", "--bare", "src", "repos/app.git"],
-    );
+    crate::support::bare_repo(&dir.path, "repos/app.git", "one\n");
     let served_head = || crate::support::git(&root.join("app.git"), &["rev-parse", "HEAD"]);
     let before = served_head();
 

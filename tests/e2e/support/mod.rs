@@ -442,6 +442,24 @@ pub fn file_sha256(path: &Path) -> String {
     sha256_hex(&std::fs::read(path).unwrap())
 }
 
+/// A bare repository at `dir/bare` (a path under `dir`) with one commit, whose README
+/// says `readme`, laid out for git's dumb HTTP protocol too (`update-server-info`).
+pub fn bare_repo(dir: &Path, bare: &str, readme: &str) -> PathBuf {
+    let src = dir.join(format!("{bare}.src"));
+    std::fs::create_dir_all(&src).unwrap();
+    git(&src, &["init", "-q"]);
+    std::fs::write(src.join("README"), readme).unwrap();
+    git(&src, &["add", "README"]);
+    git(&src, &["commit", "-q", "-m", "one"]);
+    git(
+        dir,
+        &["clone", "-q", "--bare", &format!("{bare}.src"), bare],
+    );
+    let at = dir.join(bare);
+    git(&at, &["update-server-info"]);
+    at
+}
+
 /// Runs git with an identity and local file transport allowed; panics unless it works.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")

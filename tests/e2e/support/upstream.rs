@@ -21,6 +21,9 @@ pub fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A server's side of one TLS connection.
+type TlsStream = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+
 /// An HTTP (or HTTPS) server for tests.
 pub struct HttpServer {
     pub addr: SocketAddr,
@@ -97,30 +100,22 @@ impl HttpServer {
     /// HTTPS for `names`, serving the files under `root` (GET only; 404 for anything
     /// else): a registry's static layout. Files may be written after it starts.
     pub fn start_tls_files(dir: &Path, names: &[&str], root: PathBuf) -> HttpServer {
-        let (config, ca_pem) = tls_config(names);
-        let ca = dir.join("ca.pem");
-        std::fs::write(&ca, ca_pem).unwrap();
-        let config = Arc::new(config);
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let config = Arc::clone(&config);
-                let root = root.clone();
-                std::thread::spawn(move || {
-                    let Ok(conn) = rustls::ServerConnection::new(config) else {
-                        return;
-                    };
-                    let _ = serve_files(rustls::StreamOwned::new(conn, stream), &root);
-                });
-            }
-        });
-        HttpServer { addr, ca: Some(ca) }
+        HttpServer::start_tls_serving(dir, names, root, serve_files)
     }
 
     /// HTTPS for `names`, serving the repositories under `root` with git's own smart HTTP
     /// server (`git http-backend`, run as CGI per request): clone, fetch and push.
     pub fn start_tls_git(dir: &Path, names: &[&str], root: PathBuf) -> HttpServer {
+        HttpServer::start_tls_serving(dir, names, root, serve_git)
+    }
+
+    /// HTTPS for `names`, each connection served from `root` by `serve`.
+    fn start_tls_serving(
+        dir: &Path,
+        names: &[&str],
+        root: PathBuf,
+        serve: fn(TlsStream, &Path) -> std::io::Result<()>,
+    ) -> HttpServer {
         let (config, ca_pem) = tls_config(names);
         let ca = dir.join("ca.pem");
         std::fs::write(&ca, ca_pem).unwrap();
@@ -135,7 +130,7 @@ impl HttpServer {
                     let Ok(conn) = rustls::ServerConnection::new(config) else {
                         return;
                     };
-                    let _ = serve_git(rustls::StreamOwned::new(conn, stream), &root);
+                    let _ = serve(rustls::StreamOwned::new(conn, stream), &root);
                 });
             }
         });
@@ -208,38 +203,12 @@ fn serve_files<S: Read + Write>(stream: S, root: &Path) -> std::io::Result<()> {
 fn serve_git<S: Read + Write>(stream: S, root: &Path) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream);
     loop {
-        let mut request = String::new();
-        if reader.read_line(&mut request)? == 0 {
+        let Some(request) = read_request(&mut reader)? else {
             return Ok(());
-        }
-        let mut head = Vec::new();
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line)? == 0 {
-                return Ok(());
-            }
-            if line == "\r\n" {
-                break;
-            }
-            head.push(line);
-        }
-        let header = |name: &str| {
-            head.iter().find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-            })
         };
-        let body = if let Some(len) = header("content-length") {
-            let mut body = vec![0u8; len.parse().unwrap_or(0)];
-            reader.read_exact(&mut body)?;
-            body
-        } else if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
-            read_chunked(&mut reader)?
-        } else {
-            Vec::new()
-        };
-        let mut parts = request.split(' ');
-        let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let header = |name: &str| request.header(name);
+        let body = &request.body;
+        let (method, target) = request.method_and_target();
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         let mut backend = std::process::Command::new("git")
             .arg("http-backend")
@@ -258,6 +227,7 @@ fn serve_git<S: Read + Write>(stream: S, root: &Path) -> std::io::Result<()> {
             .stderr(std::process::Stdio::null())
             .spawn()?;
         let mut input = backend.stdin.take().unwrap();
+        let body = body.clone();
         let writer = std::thread::spawn(move || input.write_all(&body));
         let output = backend.wait_with_output()?;
         let _ = writer.join();
@@ -342,43 +312,70 @@ fn tls_config_with(
     (config, ca_pem)
 }
 
+/// One request read off a connection: its head's lines as sent (the request line first,
+/// the blank line last) and its body (by Content-Length, or chunked).
+struct ReadRequest {
+    head: Vec<String>,
+    body: Vec<u8>,
+}
+
+impl ReadRequest {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.iter().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    }
+
+    fn method_and_target(&self) -> (&str, &str) {
+        let mut parts = self.head[0].trim_end().split(' ');
+        (parts.next().unwrap_or(""), parts.next().unwrap_or(""))
+    }
+}
+
+/// The next request on a connection, or `None` once the client is gone.
+fn read_request<R: BufRead>(reader: &mut R) -> std::io::Result<Option<ReadRequest>> {
+    let mut head = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        let end = line == "\r\n";
+        head.push(line);
+        if end {
+            break;
+        }
+    }
+    let mut request = ReadRequest {
+        head,
+        body: Vec::new(),
+    };
+    if let Some(len) = request.header("content-length") {
+        request.body = vec![0u8; len.parse().unwrap_or(0)];
+        reader.read_exact(&mut request.body)?;
+    } else if request
+        .header("transfer-encoding")
+        .is_some_and(|v| v.contains("chunked"))
+    {
+        request.body = read_chunked(reader)?;
+    }
+    Ok(Some(request))
+}
+
 fn serve_http<S: Read + Write>(stream: S) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream);
     loop {
-        let mut head = Vec::new();
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line)? == 0 {
-                return Ok(());
-            }
-            let end = line == "\r\n";
-            head.push(line);
-            if end {
-                break;
-            }
-        }
-        let request_line = head[0].trim_end().to_owned();
-        let header = |name: &str| {
-            head.iter().find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-            })
+        let Some(request) = read_request(&mut reader)? else {
+            return Ok(());
         };
-        let body = if let Some(len) = header("content-length") {
-            let mut body = vec![0u8; len.parse().unwrap_or(0)];
-            reader.read_exact(&mut body)?;
-            body
-        } else if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
-            read_chunked(&mut reader)?
-        } else {
-            Vec::new()
-        };
-        let mut parts = request_line.split(' ');
-        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let header = |name: &str| request.header(name);
+        let (head, body) = (&request.head, &request.body);
+        let (method, path) = request.method_and_target();
         let reply: Vec<u8> = match (method, path) {
             ("GET", "/hello") => b"hello from upstream\n".to_vec(),
             (_, "/headers") => head.concat().into_bytes(),
-            ("POST", "/sha256") => format!("{}\n", sha256_hex(&body)).into_bytes(),
+            ("POST", "/sha256") => format!("{}\n", sha256_hex(body)).into_bytes(),
             ("GET", p) if p.starts_with("/bytes/") => pattern(p[7..].parse().unwrap_or(0)),
             ("GET", p) if p.starts_with("/sleep/") => {
                 let ms = p[7..].parse().unwrap_or(0);

@@ -304,8 +304,7 @@ fn connect_target(req: &Request<Incoming>) -> Result<Target, Refusal> {
     }
     let target = Target::parse_authority(authority.as_str())
         .map_err(|e| bad(format!("CONNECT target: {e}")))?;
-    require_host_header(req)?;
-    check_host_header(req.headers(), &target)?;
+    host_header_names(req.version(), req.headers(), &target).map_err(bad)?;
     refuse_connect_content(req.headers())?;
     Ok(target)
 }
@@ -327,14 +326,6 @@ fn refuse_connect_content(headers: &HeaderMap) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// An HTTP/1.1 request must carry a Host header (RFC 9112 §3.2); HTTP/1.0 need not.
-fn require_host_header(req: &Request<Incoming>) -> Result<(), Refusal> {
-    if req.version() == Version::HTTP_11 && !req.headers().contains_key(header::HOST) {
-        return Err(bad("an HTTP/1.1 request must carry a Host header"));
-    }
-    Ok(())
-}
-
 /// The target of an absolute-form request, after the ambiguity checks.
 fn forward_target(req: &Request<Incoming>) -> Result<Target, Refusal> {
     let uri = req.uri();
@@ -349,26 +340,35 @@ fn forward_target(req: &Request<Incoming>) -> Result<Target, Refusal> {
     }
     let target = Target::parse_with_default_port(authority.as_str(), 80)
         .map_err(|e| bad(format!("URI host: {e}")))?;
-    require_host_header(req)?;
-    check_host_header(req.headers(), &target)?;
+    host_header_names(req.version(), req.headers(), &target).map_err(bad)?;
     Ok(target)
 }
 
-/// A Host header, if present, must be single and name the same target.
-fn check_host_header(headers: &HeaderMap, target: &Target) -> Result<(), Refusal> {
+/// Whether a request's Host header names `target`: an HTTP/1.1 request must carry one
+/// (RFC 9112 §3.2; HTTP/1.0 need not), and one that is there must be single, ASCII and
+/// the same host and port (a name spelled with userinfo is no host). Why not, if not.
+/// The proxy's front end and an inspected tunnel's requests are held to it alike.
+pub(crate) fn host_header_names(
+    version: Version,
+    headers: &HeaderMap,
+    target: &Target,
+) -> Result<(), String> {
     let mut hosts = headers.get_all(header::HOST).iter();
     let Some(host) = hosts.next() else {
+        if version == Version::HTTP_11 {
+            return Err("an HTTP/1.1 request must carry a Host header".into());
+        }
         return Ok(());
     };
     if hosts.next().is_some() {
-        return Err(bad("repeated Host header"));
+        return Err("repeated Host header".into());
     }
-    let host = host.to_str().map_err(|_| bad("Host header is not ASCII"))?;
+    let host = host
+        .to_str()
+        .map_err(|_| "Host header is not ASCII".to_owned())?;
     match Target::parse_with_default_port(host, target.port) {
         Ok(named) if named == *target => Ok(()),
-        _ => Err(bad(format!(
-            "Host header {host:?} disagrees with the target"
-        ))),
+        _ => Err(format!("Host header {host:?} disagrees with the target")),
     }
 }
 
@@ -630,7 +630,7 @@ fn refusal_parts(
 }
 
 /// Keeps a detail safe for a header and a single body line.
-fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .filter(char::is_ascii)

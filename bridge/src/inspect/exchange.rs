@@ -22,6 +22,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::Io;
 use crate::counted::Counters;
+use crate::front::http::strip_hop_by_hop;
 use crate::log::{Attempt, End, EventLog, Proto};
 use crate::policy::{HttpCheck, Reason, Verdict};
 use crate::target::Target;
@@ -43,7 +44,7 @@ pub(super) struct Exchange {
     pub log: Arc<EventLog>,
     pub idle: Duration,
     /// Requests waiting for their answer (at most one: HTTP/1.1 answers in order).
-    pub in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    pub in_flight: std::sync::atomic::AtomicUsize,
     pub header_timeout: Duration,
 }
 
@@ -183,12 +184,8 @@ impl Exchange {
         // would take what is left for a request no one judged.
         let carries_body = carries_body(req.headers());
         let client_body_failed = Arc::new(AtomicBool::new(false));
-        let body = CountedBody {
-            inner: None,
-            up: Arc::clone(&up),
-            failed: Arc::clone(&client_body_failed),
-        };
-        let outgoing = origin_request(req, &self.target, carries_body, body);
+        let counted = (Arc::clone(&up), Arc::clone(&client_body_failed));
+        let outgoing = origin_request(req, &self.target, carries_body, counted);
         pending.sent = true;
         match tokio::time::timeout(self.idle, sender.send_request(outgoing)).await {
             Ok(Ok(response)) => {
@@ -282,7 +279,8 @@ impl Exchange {
                 ));
             }
         }
-        self.check_host_header(req.version(), req.headers())
+        // A server picks its site by the Host: another name reaches another site.
+        crate::front::http::host_header_names(req.version(), req.headers(), &self.target)
             .map_err(|detail| forbidden(Reason::HostMismatch, detail))?;
         if let Some(detail) = body_on_bodiless(req.method(), req.headers()) {
             return Err(Refused {
@@ -295,34 +293,6 @@ impl Exchange {
         self.check
             .judge(req.method().as_str(), path)
             .map_err(|refusal| forbidden(refusal.reason, refusal.detail))
-    }
-
-    /// The Host header names the tunnel's host (and its port, if it gives one): a server
-    /// routes by it, so another name would reach another site through this tunnel. An
-    /// HTTP/1.1 request must carry exactly one.
-    fn check_host_header(&self, version: Version, headers: &HeaderMap) -> Result<(), String> {
-        let mut hosts = headers.get_all(header::HOST).iter();
-        let host = match (hosts.next(), hosts.next()) {
-            (Some(host), None) => host,
-            (None, _) if version != Version::HTTP_11 => return Ok(()),
-            (None, _) => return Err("an HTTP/1.1 request must carry a Host header".into()),
-            (Some(_), Some(_)) => return Err("a repeated Host header".into()),
-        };
-        let text = host.to_str().unwrap_or("");
-        let named = Target::parse_with_default_port(text, self.target.port);
-        let same = !text.contains('@')
-            && named.is_ok_and(|named| {
-                named.host == self.target.host && named.port == self.target.port
-            });
-        if same {
-            Ok(())
-        } else {
-            Err(format!(
-                "the Host header {:?} names another host than the tunnel's, {}",
-                crate::log::bounded(String::from_utf8_lossy(host.as_bytes()).into_owned(), 200),
-                self.target
-            ))
-        }
     }
 
     /// Logs a refused request and answers it; the connection closes after the answer
@@ -342,12 +312,7 @@ impl Exchange {
 /// A response the bridge gives itself, inside the tunnel: status, `X-Netbox-Reason`, one
 /// line, and the connection closes after it.
 fn answer_with(status: StatusCode, reason: Reason, detail: &str) -> Response<ResponseBody> {
-    let line: String = detail
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .filter(char::is_ascii)
-        .take(300)
-        .collect();
+    let line = crate::front::http::one_line(detail);
     let mut response = Response::new(
         Full::new(Bytes::from(format!("netbox: {line}\n")))
             .map_err(|never| match never {})
@@ -378,12 +343,12 @@ fn default_port(scheme: &str) -> u16 {
 /// The request as the upstream gets it: origin-form, HTTP/1.1, no hop-by-hop fields, the
 /// Host it was judged by (or the tunnel's, for an HTTP/1.0 request without one: never
 /// none, which a server would answer with its default site), `Connection: close` when
-/// `last`, its body counted into `up`.
+/// `last`, its body counted (`up`, and `failed` if the client fails it).
 fn origin_request(
     req: Request<Incoming>,
     target: &Target,
     last: bool,
-    mut counted: CountedBody,
+    (up, failed): (Arc<AtomicU64>, Arc<AtomicBool>),
 ) -> Request<CountedBody> {
     let (mut parts, body) = req.into_parts();
     let host = parts
@@ -412,8 +377,14 @@ fn origin_request(
             .headers
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    counted.inner = Some(body);
-    Request::from_parts(parts, counted)
+    Request::from_parts(
+        parts,
+        CountedBody {
+            inner: body,
+            up,
+            failed,
+        },
+    )
 }
 
 /// A body on a method that has none is what a server may read as the next request (one
@@ -438,16 +409,16 @@ pub(crate) fn carries_body(headers: &HeaderMap) -> bool {
 }
 
 /// A request counted as waiting for its answer while this lives.
-struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
 
-impl InFlight {
-    fn start(count: &Arc<std::sync::atomic::AtomicUsize>) -> InFlight {
+impl InFlight<'_> {
+    fn start(count: &std::sync::atomic::AtomicUsize) -> InFlight<'_> {
         count.fetch_add(1, Ordering::Relaxed);
-        InFlight(Arc::clone(count))
+        InFlight(count)
     }
 }
 
-impl Drop for InFlight {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
@@ -500,14 +471,10 @@ fn closes(version: Version, headers: &HeaderMap) -> bool {
     close || version < Version::HTTP_11
 }
 
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    crate::front::http::strip_hop_by_hop(headers);
-}
-
 /// A request body on its way up, counted; `failed` is set if reading it from the client
 /// fails (the client left mid-upload), so that is not taken for the upstream's failure.
 pub(super) struct CountedBody {
-    inner: Option<Incoming>,
+    inner: Incoming,
     up: Arc<AtomicU64>,
     failed: Arc<AtomicBool>,
 }
@@ -520,10 +487,7 @@ impl Body for CountedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let Some(inner) = self.inner.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let polled = Pin::new(inner).poll_frame(cx);
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
@@ -537,13 +501,11 @@ impl Body for CountedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(Body::is_end_stream)
+        self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner
-            .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+        self.inner.size_hint()
     }
 }
 

@@ -280,7 +280,7 @@ pub(crate) async fn serve(
         opened: opened.clone(),
         log: Arc::clone(&conn.shared.log),
         idle: config.idle_timeout,
-        in_flight: Arc::default(),
+        in_flight: Default::default(),
         header_timeout: config.header_timeout,
     };
     let end = exchange::serve(client, upstream, exchange, &counters, conn.stopped()).await;

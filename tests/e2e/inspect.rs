@@ -653,16 +653,8 @@ fn a_standalone_bridge_inspects_with_its_ca_written_for_clients() {
 #[test]
 fn pip_installs_through_inspection_and_python_is_refused_a_post() {
     let dir = TestDir::new("inspect-pip");
-    let root = dir.join("index");
-    std::fs::create_dir_all(root.join("simple/demopkg")).unwrap();
-    let server = HttpServer::start_tls_files(
-        &dir.path,
-        &["pypi.mirror.test", "files.mirror.test"],
-        root.clone(),
-    );
+    let (server, root, sha) = crate::tools::pip_registry(&dir);
     let p = server.port();
-    let wheel = crate::tools::build_wheel(&root);
-    let sha = crate::support::file_sha256(&wheel);
     std::fs::write(
         root.join("simple/demopkg/index.json"),
         format!(

@@ -559,7 +559,24 @@ fn a_tool_cache_netbox_cannot_own_is_refused() {
 
 /// A wheel `demopkg-1.0` (pure Python), built by hand: a zip with its module, METADATA,
 /// WHEEL and RECORD.
-pub(crate) fn build_wheel(dir: &std::path::Path) -> std::path::PathBuf {
+/// A pip registry's static layout under `dir/index`, served over HTTPS for
+/// `pypi.mirror.test` (the index) and `files.mirror.test` (its files), with one wheel
+/// (`demopkg`) built in it: the server, the layout's root and the wheel's SHA-256. The
+/// project's page is the caller's to write.
+pub(crate) fn pip_registry(dir: &TestDir) -> (HttpServer, std::path::PathBuf, String) {
+    let root = dir.join("index");
+    std::fs::create_dir_all(root.join("simple/demopkg")).unwrap();
+    let server = HttpServer::start_tls_files(
+        &dir.path,
+        &["pypi.mirror.test", "files.mirror.test"],
+        root.clone(),
+    );
+    let wheel = build_wheel(&root);
+    let sha = crate::support::file_sha256(&wheel);
+    (server, root, sha)
+}
+
+fn build_wheel(dir: &std::path::Path) -> std::path::PathBuf {
     let wheel = dir.join("demopkg-1.0-py3-none-any.whl");
     let script = r#"
 import sys, zipfile
@@ -590,16 +607,8 @@ with zipfile.ZipFile(out, "w") as z:
 #[test]
 fn pip_installs_from_the_index_its_configuration_names_and_its_files_host() {
     let dir = TestDir::new("tool-pip");
-    let root = dir.join("index");
-    std::fs::create_dir_all(root.join("simple/demopkg")).unwrap();
-    let server = HttpServer::start_tls_files(
-        &dir.path,
-        &["pypi.mirror.test", "files.mirror.test"],
-        root.clone(),
-    );
+    let (server, root, sha) = pip_registry(&dir);
     let port = server.port();
-    let wheel = build_wheel(&root);
-    let sha = crate::support::file_sha256(&wheel);
     // The file server answers a directory with its index.json: HTML pages here. No `pip`
     // project: netbox reads the first one the index lists.
     std::fs::write(

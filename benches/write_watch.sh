@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Cost of the denied-write log (the seccomp user-notification filter every sandboxed
-# command runs under), side by side in one run on these noisy machines:
+# Cost of the seccomp user-notification filter every sandboxed command runs under (the
+# denied-write log and the direct-attempt log), side by side in one run on these noisy
+# machines:
 # "Without the filter" is the same sandbox with the filter left out, which only a
 # test-hooks build can do (NETBOX_TEST_BREAK=no-write-watch; built in its own target dir).
 #   1. per notified syscall: open+close for writing (notified) vs for reading (not
@@ -14,6 +15,12 @@
 #   5. a C build: make -j2 of 48 generated .c files with gcc (each compile writes its
 #      temporary files and its object; make's own writes) (budget: 5%), if gcc and make
 #      are here.
+#   6. per notified network call: sendmsg with no address (every sendmsg is notified;
+#      the filter cannot see inside its header) minus send (never notified); sendto with
+#      an address to a UDP socket in the sandbox (notified, its socket copied and a
+#      sock_diag dump asked) minus send on a connected one; a TCP connection to a
+#      listener in the sandbox (connect notified and judged the same way), per
+#      connection, with the filter minus without. Reported as they are.
 # Each workload times itself (start-up is benches/startup.sh's business). Needs python3.
 # Nothing leaves the machine (no network at all).
 set -euo pipefail
@@ -43,6 +50,41 @@ for _ in range(5):
         best[name] = min(best.get(name, 1e9), per_call(flags))
 os.unlink(path)
 print(best["write"] - best["read"])
+PY
+cat > percall_net.py <<'PY'
+import socket, time
+n = 20000
+def per_call(f, count=n):
+    start = time.perf_counter()
+    for _ in range(count):
+        f()
+    return (time.perf_counter() - start) / count * 1e6
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+server.bind(("127.0.0.1", 0))
+to = server.getsockname()
+connected = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+connected.connect(to)
+loose = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(128)
+def connection():
+    c = socket.create_connection(listener.getsockname())
+    listener.accept()[0].close()
+    c.close()
+calls = {
+    "send": lambda: (a.send(b"x"), b.recv(16)),
+    "sendmsg": lambda: (a.sendmsg([b"x"]), b.recv(16)),
+    "udp send": lambda: (connected.send(b"x"), server.recv(16)),
+    "udp sendto": lambda: (loose.sendto(b"x", to), server.recv(16)),
+}
+best = {}
+for _ in range(5):
+    for name, f in calls.items():
+        best[name] = min(best.get(name, 1e9), per_call(f))
+    best["connection"] = min(best.get("connection", 1e9), per_call(connection, 2000))
+print(best["sendmsg"] - best["send"], best["udp sendto"] - best["udp send"], best["connection"])
 PY
 # Each workload times itself, so the sandbox's start-up (benches/startup.sh) is not in
 # the figures: what is compared is the same work with and without the filter.
@@ -129,6 +171,19 @@ if command -v gcc >/dev/null && command -v make >/dev/null; then
     echo "== 5. C build: make -j2 of $(find csrc -name '*.c' | wc -l) .c files with gcc in the workspace (budget x1.05)"
     compare cbuild.py
 fi
+echo "== 6. per notified network call (microseconds, best of 5)"
+read -r msg_with udp_with conn_with <<<"$($sandboxed python3 percall_net.py)"
+read -r msg_without udp_without conn_without <<<"$($plain python3 percall_net.py)"
+python3 - "$msg_with" "$msg_without" "$udp_with" "$udp_without" "$conn_with" "$conn_without" <<'PY'
+import sys
+mw, mo, uw, uo, cw, co = map(float, sys.argv[1:])
+print(f"  sendmsg minus send: under netbox {mw:.2f}, without the filter {mo:.2f}: {mw - mo:.2f} us per sendmsg")
+print(f"  udp sendto minus send: under netbox {uw:.2f}, without the filter {uo:.2f}: {uw - uo:.2f} us per sendto with an address")
+print(f"  tcp connection to a listener in the sandbox: under netbox {cw:.1f}, without the filter {co:.1f}: {cw - co:.1f} us more per connection")
+PY
+direct=$(grep -c '"type":"direct_attempt"' "$work/events.jsonl" || true)
+echo "== direct_attempt records from all of the above (all traffic stayed in the sandbox): $direct"
+[ "$direct" = 0 ] || { echo "benches/write_watch.sh: traffic inside the sandbox was logged as a direct attempt" >&2; exit 1; }
 denied=$(grep -c '"type":"write_denied"' "$work/events.jsonl" || true)
 echo "== write_denied records from all of the above (every write was inside the workspace): $denied"
 [ "$denied" = 0 ] || { echo "benches/write_watch.sh: writes that succeeded were logged as refused" >&2; exit 1; }

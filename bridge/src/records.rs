@@ -160,6 +160,10 @@ pub struct ProbeReport {
     /// denied-write log saw them the same way, then empties this (so it is not logged).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub watched_writes: Vec<WatchedWrite>,
+    /// The connections the probe made under the filter, and whether each was a direct
+    /// attempt (to nothing); checked against the direct-attempt log the same way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watched_connects: Vec<WatchedConnect>,
 }
 
 impl ProbeReport {
@@ -206,6 +210,14 @@ pub struct Outcome {
 pub struct WatchedWrite {
     pub path: PathBuf,
     pub refused: bool,
+}
+
+/// A connection the live probe made under the seccomp filter, and whether it went to
+/// nothing (a direct attempt) or to one of netbox's listeners.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatchedConnect {
+    pub to: std::net::SocketAddr,
+    pub direct: bool,
 }
 
 /// `git_metadata_created`: git metadata a run left in its workspace.
@@ -278,6 +290,27 @@ pub struct WriteDenied {
     pub reason: String,
 }
 
+/// `direct_attempt`: a connection or datagram CMD sent past the proxy, to somewhere no
+/// listener of netbox's (nor of the sandbox's own) takes it, as the seccomp filter saw it
+/// before the kernel refused it (or, with capture, before it reached nothing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirectAttempt {
+    /// The caller's pid as netbox sees it (the host's pid namespace).
+    pub pid: u32,
+    pub executable: String,
+    /// `connect`, `sendto`, `sendmsg` or `sendmmsg`.
+    pub syscall: String,
+    /// `tcp`, `udp`, or `other` (another kind of socket, or one netbox could not look at).
+    pub protocol: String,
+    pub address: String,
+    pub port: u16,
+    /// The name the sandbox's DNS stub handed `address` out for (capture).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `port not captured`, `udp not carried`, `no listener` or `no route out`.
+    pub reason: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +323,7 @@ mod tests {
         let end = r#"{"type":"session_end","schema_version":1,"ts":"2026-12-01T00:00:01.000Z","session":"s1","status":0,"outcome":"exited","duration_ms":12,"net_allowed":1,"net_denied":2,"writes_denied":3}"#;
         let phase = r#"{"type":"phase","schema_version":1,"ts":"2026-12-01T00:00:00.500Z","session":"s1","phase":"cut","command":"make","fetch_status":0}"#;
         let write = r#"{"type":"write_denied","schema_version":1,"ts":"2026-12-01T00:00:00.600Z","session":"s1","pid":42,"executable":"/bin/sh","syscall":"openat","path":"/etc/x","reason":"read-only root"}"#;
+        let direct = r#"{"type":"direct_attempt","schema_version":1,"ts":"2026-12-01T00:00:00.650Z","session":"s1","pid":43,"executable":"/usr/bin/ssh","syscall":"connect","protocol":"tcp","address":"198.18.0.1","port":2222,"name":"git.test","reason":"port not captured"}"#;
         let probe = r#"{"type":"probe","schema_version":1,"ts":"2026-12-01T00:00:00.100Z","session":"s1","phase":"cut","checks":[{"name":"read-only root","forbidden":[{"attempt":"create /etc/x","result":"EROFS","ok":true}],"control":[{"attempt":"write the workspace","result":"written","ok":false}],"passed":false}],"passed":false,"duration_us":900}"#;
         let capped = r#"{"type":"net_capped","schema_version":1,"ts":"2026-12-01T00:00:00.700Z","session":"s1","decision":"deny","cap":10000}"#;
         let suppressed = r#"{"type":"net_suppressed","schema_version":1,"ts":"2026-12-01T00:00:00.800Z","session":"s1","count":501}"#;
@@ -307,6 +341,11 @@ mod tests {
         assert_eq!(
             round_trip::<WriteDenied>(write).body.reason,
             "read-only root"
+        );
+        let direct = round_trip::<DirectAttempt>(direct).body;
+        assert_eq!(
+            (direct.port, direct.name.as_deref()),
+            (2222, Some("git.test"))
         );
         let probe = round_trip::<Probe>(probe).body;
         assert_eq!(probe.phase.as_deref(), Some("cut"));

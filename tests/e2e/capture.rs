@@ -63,6 +63,18 @@ fn captured_run_with(
     script: &str,
     env: &[(&str, &str)],
 ) -> (std::process::Output, Vec<Value>) {
+    run_in_own_netns(dir, "--capture --quiet", allowlist, script, env)
+}
+
+/// Runs `script` in the sandbox, netbox given `flags`, every proxy variable unset inside,
+/// in a network namespace of the test's own where the servers run.
+pub fn run_in_own_netns(
+    dir: &TestDir,
+    flags: &str,
+    allowlist: &str,
+    script: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Output, Vec<Value>) {
     let served = dir.join("served");
     std::fs::create_dir_all(&served).unwrap();
     std::fs::write(served.join("hello"), "hello through capture\n").unwrap();
@@ -82,7 +94,7 @@ fn captured_run_with(
          for i in $(seq 50); do grep -q serving {dir}/servers.out 2>/dev/null && break; sleep 0.1; done\n\
          cd {ws}\n\
          set +e\n\
-         \"$NETBOX\" --capture --quiet --allowlist {allow} --log {log} -- bash -c \"$CMD_SCRIPT\"\n\
+         \"$NETBOX\" {flags} --allowlist {allow} --log {log} -- bash -c \"$CMD_SCRIPT\"\n\
          status=$?\n\
          kill %1\n\
          exit $status\n",

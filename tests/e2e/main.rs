@@ -14,6 +14,7 @@ mod bridge_tls;
 mod bridge_tunnel;
 mod bypass_battery;
 mod capture;
+mod direct_attempts;
 mod escape_battery;
 mod export;
 mod faults;

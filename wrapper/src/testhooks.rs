@@ -25,6 +25,8 @@ pub struct TestHooks {
     pub keep_bridge_at_cut: bool,
     /// Answer write notifications without judging them (netbox's side).
     pub blind_write_watch: bool,
+    /// Answer network notifications without judging them (netbox's side).
+    pub blind_net_watch: bool,
     /// No denied-write filter at all, and no check of it: for benches/write_watch.sh's
     /// "the same run without the filter".
     pub no_write_watch: bool,
@@ -61,6 +63,7 @@ impl TestHooks {
         keep_nested_userns: false,
         keep_bridge_at_cut: false,
         blind_write_watch: false,
+        blind_net_watch: false,
         no_write_watch: false,
         skip_identity_checks: false,
         skip_io_uring_denial: false,
@@ -95,6 +98,7 @@ impl TestHooks {
             keep_nested_userns: broken("nested-userns"),
             keep_bridge_at_cut: broken("cut"),
             blind_write_watch: broken("write-watch"),
+            blind_net_watch: broken("net-watch"),
             no_write_watch: broken("no-write-watch"),
             skip_identity_checks: broken("identity"),
             skip_io_uring_denial: broken("io-uring"),

@@ -43,6 +43,19 @@ struct RefusedPath {
     executables: Vec<String>,
 }
 
+/// One destination's direct attempts (past the proxy, to nothing of netbox's).
+#[derive(Debug, Default, Serialize)]
+struct DirectDestination {
+    protocol: String,
+    address: String,
+    port: u16,
+    /// The name the sandbox's DNS stub handed the address out for.
+    name: Option<String>,
+    attempts: u64,
+    reasons: Vec<String>,
+    executables: Vec<String>,
+}
+
 /// One session's summary.
 #[derive(Debug, Default, Serialize)]
 struct Summary {
@@ -56,6 +69,9 @@ struct Summary {
     /// `net` records past the log's caps: counted by the run, not written (`net_suppressed`).
     network_not_shown: u64,
     refused_writes: Vec<RefusedPath>,
+    direct_attempts: Vec<DirectDestination>,
+    /// `direct_attempt` records past the log's cap: counted, not written.
+    direct_attempts_not_shown: u64,
     /// The `session_end` record; `None` while running or after a crash.
     end: Option<Stamped<SessionEnd>>,
 }
@@ -149,6 +165,7 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
     let mut sessions: Vec<Summary> = Vec::new();
     let mut destinations: Vec<BTreeMap<(String, u64), Destination>> = Vec::new();
     let mut writes: Vec<BTreeMap<String, RefusedPath>> = Vec::new();
+    let mut direct: Vec<BTreeMap<(String, String, u16), DirectDestination>> = Vec::new();
     for line in whole_lines(bytes) {
         // Every record as the type that wrote it (bridge::records).
         let record = bridge::log::read_record(line);
@@ -173,6 +190,7 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
                 });
                 destinations.push(BTreeMap::new());
                 writes.push(BTreeMap::new());
+                direct.push(BTreeMap::new());
                 sessions.len() - 1
             }
         };
@@ -183,6 +201,10 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
             Record::Phase(phase) => summary.phases.push(phase.body.phase),
             Record::Net(event) => add_attempt(&mut destinations[at], &event),
             Record::WriteDenied(write) => add_write(&mut writes[at], &write.body),
+            Record::DirectAttempt(attempt) => add_direct(&mut direct[at], &attempt.body),
+            Record::DirectAttemptSuppressed(suppressed) => {
+                summary.direct_attempts_not_shown += suppressed.body.count;
+            }
             Record::Probe(probe) => summary.probes.push(probe_summary(&probe.body)),
             Record::Other(kind, _) => {
                 unknown_types.insert(kind);
@@ -198,9 +220,15 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
             | Record::Newer(_) => {}
         }
     }
-    for ((summary, dest), refused) in sessions.iter_mut().zip(destinations).zip(writes) {
+    for (((summary, dest), refused), direct) in sessions
+        .iter_mut()
+        .zip(destinations)
+        .zip(writes)
+        .zip(direct)
+    {
         summary.network = dest.into_values().collect();
         summary.refused_writes = refused.into_values().collect();
+        summary.direct_attempts = direct.into_values().collect();
     }
     Report {
         file,
@@ -279,6 +307,29 @@ fn add_write(writes: &mut BTreeMap<String, RefusedPath>, record: &WriteDenied) {
     for (value, list) in [
         (&record.reason, &mut entry.reasons),
         (&record.syscall, &mut entry.syscalls),
+        (&record.executable, &mut entry.executables),
+    ] {
+        if !value.is_empty() && !list.contains(value) {
+            list.push(value.clone());
+        }
+    }
+}
+
+fn add_direct(
+    direct: &mut BTreeMap<(String, String, u16), DirectDestination>,
+    record: &bridge::records::DirectAttempt,
+) {
+    let key = (record.protocol.clone(), record.address.clone(), record.port);
+    let entry = direct.entry(key).or_insert_with(|| DirectDestination {
+        protocol: record.protocol.clone(),
+        address: record.address.clone(),
+        port: record.port,
+        name: record.name.clone(),
+        ..DirectDestination::default()
+    });
+    entry.attempts += 1;
+    for (value, list) in [
+        (&record.reason, &mut entry.reasons),
         (&record.executable, &mut entry.executables),
     ] {
         if !value.is_empty() && !list.contains(value) {
@@ -423,6 +474,34 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
                 w.executables.join(", "),
             ));
         }
+    }
+    if !summary.direct_attempts.is_empty() {
+        line("  direct attempts (past the proxy, to nothing of netbox's)".into());
+        for d in &summary.direct_attempts {
+            let to = if d.address.contains(':') {
+                format!("[{}]:{}", d.address, d.port)
+            } else {
+                format!("{}:{}", d.address, d.port)
+            };
+            let to = match &d.name {
+                Some(name) => format!("{name} ({to})"),
+                None => to,
+            };
+            line(format!(
+                "    {:<40} {} {:>3}x  {} by {}",
+                to,
+                d.protocol,
+                d.attempts,
+                d.reasons.join(", "),
+                d.executables.join(", "),
+            ));
+        }
+    }
+    if summary.direct_attempts_not_shown > 0 {
+        line(format!(
+            "    and {} more direct attempts past the log's cap: counted, not written",
+            summary.direct_attempts_not_shown
+        ));
     }
     match &summary.end {
         Some(end) => line(format!(

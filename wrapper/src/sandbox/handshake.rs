@@ -12,7 +12,7 @@ use nix::sys::socket::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::sandbox::probe::{Check, ProbeReport, WatchedWrite};
+use crate::sandbox::probe::{Check, ProbeReport, WatchedConnect, WatchedWrite};
 
 /// Largest message, in bytes (a probe report is a few KiB; the buffer is zeroed per
 /// receive, so it is kept modest).
@@ -31,10 +31,18 @@ pub enum SyncMsg {
         #[serde(default)]
         capture_ports: Vec<u16>,
     },
-    /// The listener of the sandbox's seccomp filter (attached as an fd), and the sandbox's
-    /// root (a second fd, O_PATH) for judging paths: every write-intent syscall from here
-    /// on waits for netbox's answer (writewatch.rs).
-    WriteWatch,
+    /// The listener of the sandbox's seccomp filter, a sock_diag socket made in the
+    /// sandbox's network namespace (for telling direct attempts from local traffic:
+    /// netwatch.rs) and the sandbox's root (O_PATH) for judging paths: every write-intent
+    /// or address-sending syscall from here on waits for netbox's answer (writewatch.rs).
+    /// Their numbers in pid 1, not attached: attaching takes sendmsg, which the filter
+    /// hands to the listener this message would carry. netbox copies them out of pid 1
+    /// (pidfd_getfd) while pid 1 keeps them open and is dumpable (its probe).
+    WriteWatch {
+        listener: i32,
+        diag: Option<i32>,
+        root: Option<i32>,
+    },
     /// The probe after `--fetch`'s cut ran (in one message; the first probe comes as
     /// `ProbeChecks` then `ProbeWatched`); CMD starts only if it passed.
     Probe(ProbeReport),
@@ -45,6 +53,8 @@ pub enum SyncMsg {
     /// denied-write check), the checks made after them, and the time they took.
     ProbeWatched {
         writes: Vec<WatchedWrite>,
+        #[serde(default)]
+        connects: Vec<WatchedConnect>,
         checks: Vec<Check>,
         duration_us: u64,
     },
@@ -135,10 +145,17 @@ impl Channel {
 /// One message as one packet, with `fds` attached.
 fn send_on(socket: RawFd, msg: &SyncMsg, fds: &[RawFd]) -> Result<(), String> {
     let bytes = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
+    if fds.is_empty() {
+        // send(2), a sendto without an address, which the sandbox's seccomp filter lets
+        // by; sendmsg would wait for netbox's answer, and the message that hands netbox
+        // the filter's listener is one of these.
+        nix::sys::socket::send(socket, &bytes, MsgFlags::empty())
+            .map_err(|e| format!("send: {e}"))?;
+        return Ok(());
+    }
     let iov = [IoSlice::new(&bytes)];
     let cmsgs = [ControlMessage::ScmRights(fds)];
-    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsgs };
-    sendmsg::<()>(socket, &iov, cmsgs, MsgFlags::empty(), None)
+    sendmsg::<()>(socket, &iov, &cmsgs, MsgFlags::empty(), None)
         .map_err(|e| format!("send: {e}"))?;
     Ok(())
 }

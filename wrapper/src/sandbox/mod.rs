@@ -213,27 +213,35 @@ fn prove(input: &ProbeInput, channel: &Channel) -> bool {
         // every write-intent syscall (a few of the probe's, then CMD's, which inherits the
         // filter) waits for netbox, which logs the ones the mounts will refuse.
         let started = std::time::Instant::now();
-        let (writes, checks) = match watch_writes(channel) {
-            Ok(()) => (probe::watched_writes(input), Vec::new()),
+        let (writes, connects, checks, handed) = match watch_writes(channel) {
+            Ok(handed) => (
+                probe::watched_writes(input),
+                probe::watched_connects(input),
+                Vec::new(),
+                handed,
+            ),
             Err(e) => {
                 let failed = probe::failed_check(
                     crate::sandbox::probe::WRITE_LOG_CHECK,
                     "install the filter and hand netbox its listener",
                     e,
                 );
-                (Vec::new(), vec![failed])
+                (Vec::new(), Vec::new(), vec![failed], Vec::new())
             }
         };
         let duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        Some((passed, writes, checks, duration_us))
+        Some((passed, writes, connects, checks, duration_us, handed))
     });
-    let Some((passed, writes, mut checks, duration_us)) = watched else {
+    // `_handed` stays open until netbox has answered, by which time it has its copies
+    // (the watched calls above each waited for netbox, which needs them to answer).
+    let Some((passed, writes, connects, mut checks, duration_us, _handed)) = watched else {
         return false;
     };
     checks.extend(unreadable);
     let passed = passed && checks.iter().all(|c| c.passed);
     let rest = SyncMsg::ProbeWatched {
         writes,
+        connects,
         checks,
         duration_us,
     };
@@ -254,11 +262,11 @@ fn cut_and_prove(input: &ProbeInput, channel: &Channel, proxy_v6: bool) -> Resul
     Ok(report_and_wait(channel, report))
 }
 
-/// Installs the denied-write filter on pid 1 (and so on everything it starts) and hands
-/// netbox its listener, with the sandbox's root.
-fn watch_writes(channel: &Channel) -> Result<(), String> {
+/// Installs the denied-write (and direct-attempt) filter on pid 1 (and so on everything it
+/// starts) and hands netbox its listener, with a sock_diag socket and the sandbox's root.
+fn watch_writes(channel: &Channel) -> Result<Vec<std::os::fd::OwnedFd>, String> {
     if crate::testhooks::hooks().no_write_watch {
-        return Ok(());
+        return Ok(Vec::new());
     }
     // The sandbox's root, for netbox's judge, which would otherwise open it through
     // /proc/1/root (~20 µs more). Opened before the filter, which it must not wait for.
@@ -267,11 +275,18 @@ fn watch_writes(channel: &Channel) -> Result<(), String> {
         nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
         nix::sys::stat::Mode::empty(),
     );
+    // pid 1 is in the sandbox's network namespace: so is this socket, wherever it is used.
+    let diag = crate::sys::sockdiag::open();
     let listener = crate::sys::seccomp::install_with_listener(&crate::sys::seccomp::build())
         .map_err(|e| format!("install the seccomp filter: {e}"))?;
-    let mut fds = vec![listener.as_raw_fd()];
-    fds.extend(root.as_ref().ok().map(AsRawFd::as_raw_fd));
-    channel.send(&SyncMsg::WriteWatch, &fds)
+    let (diag, root) = (diag.ok(), root.ok());
+    let message = SyncMsg::WriteWatch {
+        listener: listener.as_raw_fd(),
+        diag: diag.as_ref().map(AsRawFd::as_raw_fd),
+        root: root.as_ref().map(AsRawFd::as_raw_fd),
+    };
+    channel.send(&message, &[])?;
+    Ok([Some(listener), diag, root].into_iter().flatten().collect())
 }
 
 /// Runs a probe with pid 1 dumpable, so netbox (as an ordinary user, without

@@ -19,11 +19,12 @@ use serde::{Deserialize, Serialize};
 /// The probe's row for the denied-write log (filled in by the sandbox and netbox's
 /// write watch, not by the checks here).
 pub const WRITE_LOG_CHECK: &str = "denied writes logged (seccomp)";
+pub const DIRECT_LOG_CHECK: &str = "direct attempts logged (seccomp)";
 
 /// How long a probe connection may take; everything it talks to is local.
 const PROBE_IO_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub use bridge::records::{Check, Outcome, ProbeReport, WatchedWrite};
+pub use bridge::records::{Check, Outcome, ProbeReport, WatchedConnect, WatchedWrite};
 
 /// A report of `checks` and `watched_writes`, timed from `started`.
 fn report(checks: Vec<Check>, watched_writes: Vec<WatchedWrite>, started: Instant) -> ProbeReport {
@@ -33,6 +34,7 @@ fn report(checks: Vec<Check>, watched_writes: Vec<WatchedWrite>, started: Instan
         passed,
         duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         watched_writes,
+        watched_connects: Vec::new(),
     }
 }
 
@@ -126,6 +128,21 @@ pub fn watched_writes(input: &ProbeInput) -> Vec<WatchedWrite> {
         let _ = watched(&mut writes, &path, create_and_remove(&path));
     }
     writes
+}
+
+/// The connections the probe makes under the filter, for netbox's direct-attempt check:
+/// one to a loopback port nothing in the sandbox listens on (only netbox's listeners are
+/// there yet), which must be logged, and one to the proxy, which must not.
+pub fn watched_connects(input: &ProbeInput) -> Vec<WatchedConnect> {
+    let closed = input.capture.map_or(1, |c| c.closed_port);
+    [(closed, true), (crate::sandbox::PROXY_PORT, false)]
+        .into_iter()
+        .map(|(port, direct)| {
+            let to = SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+            let _ = TcpStream::connect_timeout(&to, PROBE_IO_TIMEOUT);
+            WatchedConnect { to, direct }
+        })
+        .collect()
 }
 
 /// The probe after `--fetch`'s cut, before CMD: the filesystem controls again (CMD1 ran in

@@ -6,6 +6,7 @@
 
 mod bridge_task;
 pub mod gitaudit;
+pub mod netwatch;
 mod sandbox_guard;
 pub mod session;
 mod stage;
@@ -28,7 +29,7 @@ use crate::sandbox::handshake::{self, SyncMsg};
 use crate::sandbox::probe::ProbeReport;
 use crate::supervise::bridge_task::BridgeTask;
 use crate::supervise::stage::Stage;
-use crate::supervise::writewatch::{WatchContext, WriteWatch};
+use crate::supervise::writewatch::{Attached, WatchContext, WriteWatch};
 
 /// How long the sandbox may take to set up and pass its probe before netbox gives up on
 /// it (measured: a few ms; the probe's own network attempts time out at 5 s).
@@ -262,13 +263,14 @@ impl<'a> Supervisor<'a> {
             });
             listeners.push(SessionListener {
                 session: Arc::clone(&session),
-                listener: Listener::DnsTcp(tcp, capture_ports),
+                listener: Listener::DnsTcp(tcp, capture_ports.clone()),
             });
         }
         // Started now, so its thread is up when the probe's first write waits for it.
         let watch = WriteWatch::spawn(WatchContext {
             log: Arc::clone(&log),
-            session: Arc::clone(&session.id),
+            session: Arc::clone(&session),
+            capture_ports: (!capture_ports.is_empty()).then(|| capture_ports.clone()),
             pid1: u32::try_from(sandbox.pid.as_raw()).unwrap_or(0),
             protected,
             read_only,
@@ -327,7 +329,11 @@ impl<'a> Supervisor<'a> {
 
     fn on_message(&mut self, msg: SyncMsg, fds: Vec<OwnedFd>) {
         match msg {
-            SyncMsg::WriteWatch => self.attach_write_watch(fds),
+            SyncMsg::WriteWatch {
+                listener,
+                diag,
+                root,
+            } => self.attach_write_watch(listener, diag, root),
             SyncMsg::Terminal if self.stage.probed() && self.terminal.is_none() => {
                 self.start_terminal(fds);
             }
@@ -338,11 +344,18 @@ impl<'a> Supervisor<'a> {
         }
     }
 
-    /// The sandbox's seccomp listener (and root) for the write watcher.
-    fn attach_write_watch(&mut self, fds: Vec<OwnedFd>) {
-        let mut fds = fds.into_iter();
-        let attached = match (&mut self.watch, fds.next()) {
-            (Some(watch), Some(listener)) => watch.attach(listener, fds.next()),
+    /// The sandbox's seccomp listener, sock_diag socket and root for the write watcher,
+    /// copied out of pid 1 by their numbers there.
+    fn attach_write_watch(&mut self, listener: i32, diag: Option<i32>, root: Option<i32>) {
+        use std::os::fd::AsFd;
+        let pid1 = self.sandbox.pidfd.as_fd();
+        let copy = |fd: Option<i32>| fd.and_then(|fd| crate::sys::process::copy_fd(pid1, fd).ok());
+        let attached = match (&mut self.watch, copy(Some(listener))) {
+            (Some(watch), Some(listener)) => watch.attach(Attached {
+                listener,
+                root: copy(root),
+                diag: copy(diag),
+            }),
             _ => false,
         };
         if !attached {
@@ -377,6 +390,7 @@ impl<'a> Supervisor<'a> {
                 Stage::ProbeWritesDue(_),
                 SyncMsg::ProbeWatched {
                     writes,
+                    connects,
                     checks,
                     duration_us,
                 },
@@ -387,6 +401,7 @@ impl<'a> Supervisor<'a> {
                     unreachable!("matched just above")
                 };
                 report.watched_writes = writes;
+                report.watched_connects = connects;
                 report.duration_us = report.duration_us.saturating_add(duration_us);
                 for check in checks {
                     report.add_check(check);

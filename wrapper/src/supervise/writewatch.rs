@@ -10,7 +10,11 @@
 //! change under us (seccomp_unotify(2)), so it never decides anything. pid 1's own probe
 //! writes are kept apart and checked against what the probe expected, which proves the
 //! whole chain (filter, listener, path reading, classification) before CMD runs.
+//!
+//! The same filter hands over the calls that send to an address; netwatch.rs judges
+//! those, and they are recorded here as `direct_attempt`, with the same caps.
 
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use bridge::EventLog;
 
 use crate::sandbox::probe::{Outcome, ProbeReport};
+use crate::supervise::netwatch::{self, Attempt, NetContext};
 use crate::supervise::writejudge::{judge, Verdict};
 use crate::sys::seccomp::{self, Notification};
 
@@ -38,7 +43,10 @@ const MAX_NOTICES: usize = 1_000;
 /// What the watcher knows of the run.
 pub struct WatchContext {
     pub log: Arc<EventLog>,
-    pub session: Arc<str>,
+    /// The bridge's session: its id, and the names its DNS stub handed addresses out for.
+    pub session: Arc<bridge::Session>,
+    /// With capture: the ports netbox listens on at every address.
+    pub capture_ports: Option<Vec<u16>>,
     /// Host pid of the sandbox's pid 1, whose writes are the probe's.
     pub pid1: u32,
     pub protected: Vec<PathBuf>,
@@ -60,10 +68,15 @@ pub struct WatchContext {
 struct Seen {
     /// pid 1's writes: path as the sandbox names it, and whether it was judged denied.
     probe: Mutex<Vec<(PathBuf, bool)>>,
+    /// pid 1's connections: where to, and whether each was judged a direct attempt.
+    probe_connects: Mutex<Vec<(SocketAddr, bool)>>,
     /// With `--cpus`, how joining the sandbox's cpu cgroup went.
     cpu_cgroup: Mutex<Option<Result<(), String>>>,
     denied: AtomicU64,
     announced: Mutex<Notices>,
+    direct: AtomicU64,
+    /// Destinations announced on stderr so far.
+    announced_direct: Mutex<std::collections::HashSet<(netwatch::Protocol, SocketAddr)>>,
 }
 
 /// The paths announced on stderr so far, and whether the cap was reached.
@@ -73,12 +86,21 @@ struct Notices {
     capped: bool,
 }
 
+/// What the sandbox hands the watcher: its seccomp listener, its root (O_PATH) if pid 1
+/// sent it, and a sock_diag socket made in its network namespace if pid 1 could make one.
+pub struct Attached {
+    pub listener: OwnedFd,
+    pub root: Option<OwnedFd>,
+    pub diag: Option<OwnedFd>,
+}
+
 /// The watcher thread and what it has seen.
 pub struct WriteWatch {
     seen: Arc<Seen>,
     thread: Option<std::thread::JoinHandle<()>>,
-    /// Hands the thread the sandbox's listener (and root); dropped once used (or at the end).
-    listener: Option<std::sync::mpsc::SyncSender<(OwnedFd, Option<OwnedFd>)>>,
+    /// Hands the thread the sandbox's listener (and what it judges with); dropped once
+    /// used (or at the end).
+    listener: Option<std::sync::mpsc::SyncSender<Attached>>,
     /// Closed to tell the thread that nothing the filter could stop is left.
     stop: Option<std::io::PipeWriter>,
 }
@@ -89,7 +111,7 @@ impl WriteWatch {
     /// probe's first write waits for it.
     pub fn spawn(context: WatchContext) -> std::io::Result<WriteWatch> {
         let seen = Arc::new(Seen::default());
-        let (give, take) = std::sync::mpsc::sync_channel::<(OwnedFd, Option<OwnedFd>)>(1);
+        let (give, take) = std::sync::mpsc::sync_channel::<Attached>(1);
         let (stopped, stop) = std::io::pipe()?;
         let (joined, join_result) = std::sync::mpsc::sync_channel::<()>(1);
         let joins = context.cpu_cgroup_tasks.is_some();
@@ -105,8 +127,17 @@ impl WriteWatch {
                         *seen.cpu_cgroup.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
                         let _ = joined.send(());
                     }
-                    let Ok((listener, root)) = take.recv() else {
+                    let Ok(Attached {
+                        listener,
+                        root,
+                        diag,
+                    }) = take.recv()
+                    else {
                         return;
+                    };
+                    let net = NetContext {
+                        capture_ports: context.capture_ports.clone(),
+                        diag,
                     };
                     seccomp::prefer_sync_wakeup(listener.as_fd());
                     // The sandbox's root as pid 1 sent it, else opened now: pid 1 sends
@@ -118,7 +149,14 @@ impl WriteWatch {
                             root.or_else(|| crate::supervise::writejudge::open_root(context.pid1))
                         })
                         .flatten();
-                    serve(&listener, &stopped, &context, shared_root.as_ref(), &seen);
+                    serve(
+                        &listener,
+                        &stopped,
+                        &context,
+                        &net,
+                        shared_root.as_ref(),
+                        &seen,
+                    );
                 })?
         };
         if joins {
@@ -133,12 +171,12 @@ impl WriteWatch {
         })
     }
 
-    /// Hands the thread the sandbox's listener, and the sandbox's root if pid 1 sent it;
-    /// false if the thread already has a listener or is gone.
-    pub fn attach(&mut self, listener: OwnedFd, root: Option<OwnedFd>) -> bool {
+    /// Hands the thread the sandbox's listener and the rest; false if the thread already
+    /// has a listener or is gone.
+    pub fn attach(&mut self, attached: Attached) -> bool {
         self.listener
             .take()
-            .is_some_and(|give| give.send((listener, root)).is_ok())
+            .is_some_and(|give| give.send(attached).is_ok())
     }
 
     /// Whether the thread has the sandbox's listener.
@@ -149,6 +187,11 @@ impl WriteWatch {
     /// Denied writes recorded so far.
     pub fn denied(&self) -> u64 {
         self.seen.denied.load(Ordering::Relaxed)
+    }
+
+    /// Direct attempts seen so far.
+    pub fn direct_attempts(&self) -> u64 {
+        self.seen.direct.load(Ordering::Relaxed)
     }
 
     /// Checks the probe's writes against what the watcher saw of them and adds the result
@@ -207,6 +250,61 @@ impl WriteWatch {
             forbidden,
             control,
         ));
+        self.check_probe_connects(report);
+    }
+
+    /// The same for the probe's connections, as the "direct attempts logged" check: the
+    /// one to nothing judged a direct attempt, the one to the proxy not.
+    fn check_probe_connects(&self, report: &mut ProbeReport) {
+        let connects = std::mem::take(&mut report.watched_connects);
+        if connects.is_empty() {
+            // Not tried (a build that leaves the filter out): nothing to check.
+            return;
+        }
+        let seen = std::mem::take(
+            &mut *self
+                .seen
+                .probe_connects
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let mut forbidden = Vec::new();
+        let mut control = Vec::new();
+        for connect in connects {
+            let judged = seen
+                .iter()
+                .find(|(to, _)| *to == connect.to)
+                .map(|(_, d)| *d);
+            let result = match judged {
+                Some(true) => "logged as a direct attempt",
+                Some(false) => "not logged",
+                None => "never seen",
+            };
+            if connect.direct {
+                forbidden.push(Outcome {
+                    attempt: format!(
+                        "leave the connection to {}, where nothing listens, unlogged",
+                        connect.to
+                    ),
+                    ok: judged == Some(true),
+                    result: result.into(),
+                });
+            } else {
+                control.push(Outcome {
+                    attempt: format!(
+                        "see the connection to the proxy at {} and not log it",
+                        connect.to
+                    ),
+                    ok: judged == Some(false),
+                    result: result.into(),
+                });
+            }
+        }
+        report.add_check(crate::sandbox::probe::check(
+            crate::sandbox::probe::DIRECT_LOG_CHECK,
+            forbidden,
+            control,
+        ));
     }
 
     /// Tells the thread that every process the filter could stop is gone (pid 1 said so,
@@ -236,6 +334,16 @@ impl WriteWatch {
                 },
             );
         }
+        let direct = self.direct_attempts();
+        if direct > MAX_RECORDS {
+            log.record_as(
+                "direct_attempt_suppressed",
+                session,
+                &bridge::records::Suppressed {
+                    count: direct - MAX_RECORDS,
+                },
+            );
+        }
         denied
     }
 }
@@ -244,6 +352,7 @@ fn serve(
     listener: &OwnedFd,
     stop: &std::io::PipeReader,
     context: &WatchContext,
+    net: &NetContext,
     root: Option<&OwnedFd>,
     seen: &Seen,
 ) {
@@ -265,6 +374,9 @@ fn serve(
             return;
         }
         match seccomp::receive(listener.as_fd()) {
+            Ok(notification) if netwatch::is_net_syscall(notification.nr) => {
+                handle_net(listener, context, net, seen, &notification);
+            }
             Ok(notification) => handle(listener, context, root, seen, &notification),
             // The caller died (ENOENT) or a signal interrupted us: go on.
             Err(_) => continue,
@@ -314,6 +426,107 @@ fn handle(
     }
 }
 
+fn handle_net(
+    listener: &OwnedFd,
+    context: &WatchContext,
+    net: &NetContext,
+    seen: &Seen,
+    n: &Notification,
+) {
+    // A test build can answer without looking, so the probe's check must fail.
+    let attempts = if crate::testhooks::hooks().blind_net_watch {
+        Vec::new()
+    } else {
+        netwatch::judge(n, net)
+    };
+    if n.pid == context.pid1 {
+        if let Ok(mut probe) = seen.probe_connects.lock() {
+            probe.extend(attempts.iter().map(|a| (a.to, a.direct.is_some())));
+        }
+        let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+        return;
+    }
+    if !attempts.iter().any(|a| a.direct.is_some()) {
+        let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+        return;
+    }
+    let executable = std::fs::read_link(format!("/proc/{}/exe", n.pid))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let valid = seccomp::still_valid(listener.as_fd(), n.id);
+    let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+    if !valid {
+        return;
+    }
+    for attempt in &attempts {
+        if let Some(reason) = attempt.direct {
+            record_direct(context, seen, n, attempt, reason, &executable);
+        }
+    }
+}
+
+fn record_direct(
+    context: &WatchContext,
+    seen: &Seen,
+    n: &Notification,
+    attempt: &Attempt,
+    reason: netwatch::Reason,
+    executable: &str,
+) {
+    let count = seen.direct.fetch_add(1, Ordering::Relaxed) + 1;
+    if count > MAX_RECORDS {
+        return;
+    }
+    let ip = bridge::target::canonical_ip(attempt.to.ip());
+    let name = context.session.addresses.name_for(ip);
+    context.log.record_as(
+        "direct_attempt",
+        &context.session.id,
+        &bridge::records::DirectAttempt {
+            pid: n.pid,
+            executable: bridge::log::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
+            syscall: netwatch::syscall_name(n.nr).to_owned(),
+            protocol: attempt.protocol.name().to_owned(),
+            address: ip.to_string(),
+            port: attempt.to.port(),
+            name: name.clone(),
+            reason: reason.text().to_owned(),
+        },
+    );
+    if !context.notices {
+        return;
+    }
+    let Ok(mut announced) = seen.announced_direct.lock() else {
+        return;
+    };
+    let key = (attempt.protocol, SocketAddr::new(ip, attempt.to.port()));
+    if announced.len() < MAX_NOTICES {
+        if announced.insert(key) {
+            let to = match &name {
+                Some(name) => format!("{name} ({})", key.1),
+                None => key.1.to_string(),
+            };
+            let program = std::path::Path::new(executable)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            crate::output::say(&format!(
+                "netbox: blocked direct {} to {} by {} ({})",
+                attempt.protocol.name(),
+                crate::printable::printable(&to),
+                crate::printable::printable(&program),
+                reason.explained(),
+            ));
+        }
+    } else if !announced.contains(&key) && announced.len() == MAX_NOTICES {
+        // One line for the rest, once: the set grows past the cap by this one entry.
+        announced.insert(key);
+        crate::output::say(
+            "netbox: more direct attempts were blocked; they are not announced, only logged",
+        );
+    }
+}
+
 fn record(
     context: &WatchContext,
     seen: &Seen,
@@ -338,7 +551,7 @@ fn record(
     }
     context.log.record_as(
         "write_denied",
-        &context.session,
+        &context.session.id,
         &bridge::records::WriteDenied {
             pid: n.pid,
             syscall: syscall_name(n.nr).to_owned(),

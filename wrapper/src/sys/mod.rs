@@ -11,4 +11,5 @@ pub mod process;
 pub mod pty;
 pub mod resolve;
 pub mod seccomp;
+pub mod sockdiag;
 pub mod xattr;

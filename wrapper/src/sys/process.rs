@@ -278,6 +278,43 @@ pub fn pidfd_open(pid: nix::unistd::Pid) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
+/// A copy of another task's file descriptor `fd` (pidfd_getfd(2), Linux ≥ 5.6), to look
+/// at what it is. `tid` may name any thread: with PIDFD_THREAD (6.9+) its own pidfd is
+/// opened; before that only a thread-group leader's can be (a fine answer for the
+/// single-threaded callers most are). Needs ptrace access to the task.
+pub fn copy_fd_of(tid: u32, fd: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    /// linux/pidfd.h: PIDFD_THREAD is O_EXCL.
+    const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
+    let open = |flags: libc::c_uint| {
+        // SAFETY: pidfd_open takes a pid and flags by value and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid, flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = i32::try_from(fd).map_err(|_| io::Error::other("pidfd_open returned a bad fd"))?;
+        // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+        Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    };
+    let pidfd = open(PIDFD_THREAD).or_else(|_| open(0))?;
+    copy_fd(std::os::fd::AsFd::as_fd(&pidfd), fd)
+}
+
+/// A copy of file descriptor `fd` of the process `pidfd` refers to (pidfd_getfd(2)).
+pub fn copy_fd(pidfd: std::os::fd::BorrowedFd<'_>, fd: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: pidfd_getfd takes an fd, a number and flags by value and returns a new fd
+    // (close-on-exec) or -1; `pidfd` is open for the call.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if copy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let copy =
+        i32::try_from(copy).map_err(|_| io::Error::other("pidfd_getfd returned a bad fd"))?;
+    // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(copy) })
+}
+
 /// Sets every catchable signal, real-time ones included, back to its default action, as a
 /// fresh process has it (an ignored disposition survives exec). Uses the raw syscall:
 /// glibc's wrappers refuse the two real-time signals it reserves for itself, and those can

@@ -1,6 +1,7 @@
 //! seccomp user notification (seccomp(2), seccomp_unotify(2)): a classic-BPF filter that
-//! hands write-intent syscalls to a listener fd, and the ioctls the supervisor answers them
-//! with. Raw syscalls and `libc` constants: seccompiler has no notify action, and
+//! hands write-intent syscalls and the ones that send to an address (connect, sendto with
+//! an address, sendmsg, sendmmsg) to a listener fd, and the ioctls the supervisor answers
+//! them with. Raw syscalls and `libc` constants: seccompiler has no notify action, and
 //! libseccomp would need its C headers at build time.
 
 use std::io;
@@ -29,6 +30,9 @@ fn arg_low(n: u32) -> u32 {
     // args[n] is a u64 at 16 + 8n; classic BPF loads 32 bits, the low half on little
     // endian, which is where open flags live.
     16 + 8 * n
+}
+fn arg_high(n: u32) -> u32 {
+    arg_low(n) + 4
 }
 
 /// setxattrat(2) and removexattrat(2) (Linux 6.13; one number on every architecture,
@@ -83,12 +87,45 @@ pub fn always_notified() -> Vec<i64> {
     list
 }
 
+/// Syscalls that may send to an address, notified whatever their arguments: the address
+/// is behind a pointer (sendmsg's and sendmmsg's inside their headers), which the filter
+/// cannot follow. netbox reads it and logs what goes anywhere but its own listeners
+/// (netwatch.rs). sendto is notified only with an address (`notified_with_address`):
+/// without one it is the plain `send` of a connected socket, the hot path.
+pub const ALWAYS_NOTIFIED_NET: [i64; 3] =
+    [libc::SYS_connect, libc::SYS_sendmsg, libc::SYS_sendmmsg];
+
+/// Syscalls notified only when a pointer argument is not NULL: (syscall, argument).
+const NOTIFIED_WITH_ADDRESS: [(i64, u32); 1] = [(libc::SYS_sendto, 4)];
+
 /// Syscalls notified only with write intent in their flags: (syscall, flags argument).
 fn notified_with_write_flags() -> Vec<(i64, u32)> {
     let mut list = vec![(libc::SYS_openat, 2)];
     #[cfg(target_arch = "x86_64")]
     list.push((libc::SYS_open, 1));
     list
+}
+
+/// What decides a syscall notified only under a condition.
+#[derive(Clone, Copy)]
+enum Condition {
+    /// Any write-intent bit in this (32-bit) flags argument.
+    WriteFlags(u32),
+    /// This (64-bit) pointer argument is not NULL: both halves are looked at, as an
+    /// address above 4 GiB can have a zero low half.
+    NotNull(u32),
+}
+
+fn conditional() -> Vec<(i64, Condition)> {
+    notified_with_write_flags()
+        .into_iter()
+        .map(|(nr, arg)| (nr, Condition::WriteFlags(arg)))
+        .chain(
+            NOTIFIED_WITH_ADDRESS
+                .iter()
+                .map(|&(nr, arg)| (nr, Condition::NotNull(arg))),
+        )
+        .collect()
 }
 
 /// Where a conditional jump goes.
@@ -124,7 +161,7 @@ enum Insn {
 }
 
 /// The filter: for this architecture's native syscalls, notify the write-intent ones and
-/// allow everything else in the kernel. Other ABIs (x32, 32-bit compat) are allowed
+/// the ones that send to an address, and allow everything else in the kernel. Other ABIs (x32, 32-bit compat) are allowed
 /// unseen: the mounts refuse their writes all the same; only the log would miss them.
 ///
 /// The syscall number is found by binary search rather than one comparison after another:
@@ -148,9 +185,10 @@ pub fn build() -> Vec<libc::sock_filter> {
             no: Target::Next,
         },
     ];
-    let flagged = notified_with_write_flags();
+    let flagged = conditional();
     let mut entries: Vec<(u32, Target)> = always_notified()
         .into_iter()
+        .chain(ALWAYS_NOTIFIED_NET)
         .map(|nr| (nr32(nr), Target::Notify))
         .chain(
             flagged
@@ -165,15 +203,31 @@ pub fn build() -> Vec<libc::sock_filter> {
     entries.dedup_by_key(|(nr, _)| *nr);
     let mut next_label = flagged.len();
     search(&entries, &mut program, &mut next_label);
-    for (label, (_, flags_arg)) in flagged.iter().enumerate() {
+    for (label, (_, condition)) in flagged.iter().enumerate() {
         program.push(Insn::Label(label));
-        program.push(Insn::Load(arg_low(*flags_arg)));
-        program.push(Insn::Jump {
-            test: Test::AnyBit,
-            k: WRITE_INTENT,
-            yes: Target::Notify,
-            no: Target::Allow,
-        });
+        match *condition {
+            Condition::WriteFlags(arg) => {
+                program.push(Insn::Load(arg_low(arg)));
+                program.push(Insn::Jump {
+                    test: Test::AnyBit,
+                    k: WRITE_INTENT,
+                    yes: Target::Notify,
+                    no: Target::Allow,
+                });
+            }
+            Condition::NotNull(arg) => {
+                for half in [arg_low(arg), arg_high(arg)] {
+                    program.push(Insn::Load(half));
+                    program.push(Insn::Jump {
+                        test: Test::AnyBit,
+                        k: u32::MAX,
+                        yes: Target::Notify,
+                        no: Target::Next,
+                    });
+                }
+                program.push(Insn::Allow);
+            }
+        }
     }
     assemble(&program)
 }
@@ -489,6 +543,30 @@ pub fn still_valid(listener: BorrowedFd<'_>, id: u64) -> bool {
     }
 }
 
+/// Reads exactly `len` bytes from another process's memory (process_vm_readv(2), as
+/// `read_c_string`), for a fixed-size structure: a socket address, a message header.
+pub fn read_memory(pid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut out = vec![0u8; len];
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr().cast(),
+        iov_len: out.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: address as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: `local` describes `out`, live and writable for its length; `remote` is only
+    // an address in the other process, which the kernel checks.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if usize::try_from(n).ok() != Some(len) {
+        return Err(io::Error::other("a short read of the caller's memory"));
+    }
+    Ok(out)
+}
+
 /// Reads a NUL-terminated string of at most `max` bytes from another process's memory
 /// (process_vm_readv(2): the same access check as ptrace). Reads page by page, so a string
 /// ending just before an unmapped page is still read.
@@ -532,11 +610,15 @@ mod tests {
     use super::*;
 
     /// Runs a classic-BPF seccomp filter the way the kernel does, on one syscall.
-    fn run(filter: &[libc::sock_filter], arch: u32, nr: u32, args: [u32; 6]) -> u32 {
+    fn run(filter: &[libc::sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
         let word = |offset: u32| match offset {
             NR => nr,
             ARCH => arch,
-            o if o >= 16 && (o - 16) % 8 == 0 => args[usize::try_from((o - 16) / 8).unwrap()],
+            o if (16..64).contains(&o) => {
+                let arg = args[usize::try_from((o - 16) / 8).unwrap()];
+                let half = if (o - 16) % 8 == 0 { arg } else { arg >> 32 };
+                u32::try_from(half & 0xffff_ffff).unwrap()
+            }
             o => panic!("load of an unexpected offset {o}"),
         };
         let (mut pc, mut acc) = (0usize, 0u32);
@@ -583,6 +665,28 @@ mod tests {
     }
 
     #[test]
+    fn filter_notifies_sends_to_an_address_and_not_plain_sends() {
+        let filter = build();
+        let notify = libc::SECCOMP_RET_USER_NOTIF;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        for nr in ALWAYS_NOTIFIED_NET {
+            assert_eq!(run(&filter, AUDIT_ARCH, nr32(nr), [0; 6]), notify, "{nr}");
+        }
+        let sendto = nr32(libc::SYS_sendto);
+        let with_address =
+            |address: u64| run(&filter, AUDIT_ARCH, sendto, [3, 1, 1, 0, address, 16]);
+        assert_eq!(with_address(0), allow, "send on a connected socket");
+        assert_eq!(with_address(0x7fff_1234_5678), notify);
+        assert_eq!(with_address(0x7fff_0000_0000), notify, "a zero low half");
+        assert_eq!(with_address(0x10), notify, "a zero high half");
+        // Other ABIs are left alone, as for writes.
+        assert_eq!(
+            run(&filter, 0x4000_0003, sendto, [3, 1, 1, 0, 16, 16]),
+            allow
+        );
+    }
+
+    #[test]
     fn filter_notifies_exactly_the_write_intent_syscalls() {
         let filter = build();
         let n = filter.len();
@@ -597,16 +701,24 @@ mod tests {
         assert_eq!(u32::from(filter[n - 1].code) & 0x07, libc::BPF_RET);
         let notify = libc::SECCOMP_RET_USER_NOTIF;
         let allow = libc::SECCOMP_RET_ALLOW;
-        let always: Vec<u32> = always_notified().into_iter().map(nr32).collect();
+        let always: Vec<u32> = always_notified()
+            .into_iter()
+            .chain(ALWAYS_NOTIFIED_NET)
+            .map(nr32)
+            .collect();
         let flagged: Vec<(u32, u32)> = notified_with_write_flags()
             .into_iter()
             .map(|(nr, arg)| (nr32(nr), arg))
             .collect();
+        let with_address: Vec<u32> = NOTIFIED_WITH_ADDRESS
+            .iter()
+            .map(|&(nr, _)| nr32(nr))
+            .collect();
         for nr in 0..600 {
             let with_flags = |flags: u32| {
-                let mut args = [0u32; 6];
+                let mut args = [0u64; 6];
                 if let Some((_, arg)) = flagged.iter().find(|(n, _)| *n == nr) {
-                    args[usize::try_from(*arg).unwrap()] = flags;
+                    args[usize::try_from(*arg).unwrap()] = u64::from(flags);
                 }
                 run(&filter, AUDIT_ARCH, nr, args)
             };
@@ -620,8 +732,15 @@ mod tests {
                     assert_eq!(write & bit, bit);
                     assert_eq!(with_flags(bit), notify, "syscall {nr} flags {bit:#x}");
                 }
+            } else if with_address.contains(&nr) {
+                assert_eq!(with_flags(write), allow, "syscall {nr} without an address");
             } else {
                 assert_eq!(with_flags(write), allow, "syscall {nr}");
+                assert_eq!(
+                    run(&filter, AUDIT_ARCH, nr, [u64::MAX; 6]),
+                    allow,
+                    "syscall {nr}"
+                );
             }
             // Another ABI, and x32 numbers: never notified.
             assert_eq!(run(&filter, 0x4000_0003, nr, [0; 6]), allow);

@@ -1,0 +1,217 @@
+//! Direct attempts on record (issue 16, part 3): a connection or datagram CMD sends past
+//! the proxy to where nothing of netbox's listens is one `direct_attempt` record and one
+//! notice, with or without capture; traffic that stays in the sandbox (its own servers,
+//! the proxy, the DNS stub, unix sockets, captured ports) is not. Everything runs in a
+//! network namespace of the test's own (`unshare -rn`, loopback only): the documentation
+//! addresses dialled here (192.0.2.0/24, 2001:db8::/32) lead nowhere even if a
+//! regression let them out of the sandbox.
+
+use serde_json::Value;
+
+use crate::capture::run_in_own_netns;
+use crate::support::{stderr, stdout, TestDir};
+
+/// CMD's attempts, one line of output each, and its local traffic (controls, which must
+/// work and must not be logged). Python, as a program that ignores the proxy settings.
+const ATTEMPTS: &str = r#"
+import socket, threading
+def attempt(what, f):
+    try:
+        f()
+        print(what, "sent")
+    except OSError as e:
+        print(what, e.errno)
+def tcp(to):
+    s = socket.socket(socket.AF_INET6 if ":" in to[0] else socket.AF_INET)
+    s.settimeout(5)
+    s.connect(to)
+def udp_sendto(to):
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"q", to)
+def udp_sendmsg(to):
+    socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).sendmsg([b"q"], [], 0, to)
+def udp_connect(to):
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).connect(to)
+attempt("tcp out", lambda: tcp(("192.0.2.1", 8080)))
+attempt("udp sendto out", lambda: udp_sendto(("192.0.2.1", 53)))
+attempt("udp sendmsg out", lambda: udp_sendmsg(("2001:db8::1", 5353)))
+attempt("tcp loopback, nothing there", lambda: tcp(("127.0.0.1", 5432)))
+attempt("udp connect to a nameserver", lambda: udp_connect(("192.0.2.9", 53)))
+# Controls: none of these is a direct attempt.
+attempt("udp connect, sorting addresses", lambda: udp_connect(("192.0.2.9", 443)))
+server = socket.create_server(("127.0.0.1", 0))
+threading.Thread(target=lambda: server.accept(), daemon=True).start()
+attempt("tcp to its own server", lambda: tcp(server.getsockname()))
+receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+receiver.bind(("127.0.0.1", 0))
+attempt("udp to its own socket", lambda: udp_sendto(receiver.getsockname()))
+print("received", receiver.recv(8))
+attempt("tcp to the proxy", lambda: tcp(("127.0.0.1", 3128)))
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+a.sendmsg([b"x"])
+print("unix", b.recv(8))
+"#;
+
+fn direct_attempts(records: &[Value]) -> Vec<&Value> {
+    records
+        .iter()
+        .filter(|r| r["type"] == "direct_attempt")
+        .collect()
+}
+
+/// The live probe's check of this log.
+fn probe_check(records: &[Value]) -> Value {
+    records
+        .iter()
+        .filter(|r| r["type"] == "probe")
+        .flat_map(|r| r["checks"].as_array().cloned().unwrap_or_default())
+        .find(|c| c["name"] == "direct attempts logged (seccomp)")
+        .unwrap_or_else(|| panic!("no direct-attempt check in the probe: {records:#?}"))
+}
+
+#[test]
+fn direct_attempts_are_logged_and_local_traffic_is_not() {
+    let dir = TestDir::new("direct");
+    // In the workspace: the sandbox's /tmp is its own.
+    std::fs::create_dir_all(dir.join("ws")).unwrap();
+    let script = dir.write("ws/attempts.py", ATTEMPTS);
+    let (out, records) = run_in_own_netns(
+        &dir,
+        "",
+        "allow = [\"a.test\"]\n",
+        &format!("python3 {}", script.display()),
+        &[],
+    );
+    let text = stdout(&out);
+    // The attempts failed as the namespace makes them (no route out: ENETUNREACH, 101;
+    // nothing listening: ECONNREFUSED, 111; connecting a UDP socket sends nothing).
+    for line in [
+        "tcp out 101",
+        "udp sendto out 101",
+        "tcp loopback, nothing there 111",
+        "udp connect to a nameserver 101",
+        // Controls.
+        "tcp to its own server sent",
+        "udp to its own socket sent",
+        "received b'q'",
+        "tcp to the proxy sent",
+        "unix b'x'",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "no {line:?} in:\n{text}{}",
+            stderr(&out)
+        );
+    }
+    let attempts = direct_attempts(&records);
+    let seen: Vec<(String, String, String, u64, String)> = attempts
+        .iter()
+        .map(|r| {
+            (
+                r["syscall"].as_str().unwrap_or_default().to_owned(),
+                r["protocol"].as_str().unwrap_or_default().to_owned(),
+                r["address"].as_str().unwrap_or_default().to_owned(),
+                r["port"].as_u64().unwrap_or_default(),
+                r["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("connect", "tcp", "192.0.2.1", 8080, "no route out"),
+        ("sendto", "udp", "192.0.2.1", 53, "no route out"),
+        ("sendmsg", "udp", "2001:db8::1", 5353, "no route out"),
+        ("connect", "tcp", "127.0.0.1", 5432, "no listener"),
+        ("connect", "udp", "192.0.2.9", 53, "no route out"),
+    ];
+    let expected: Vec<(String, String, String, u64, String)> = expected
+        .iter()
+        .map(|(s, p, a, port, r)| ((*s).into(), (*p).into(), (*a).into(), *port, (*r).into()))
+        .collect();
+    // Exactly these: the sandbox's own traffic, the proxy and unix sockets are not in it.
+    assert_eq!(seen, expected, "{attempts:#?}");
+    for attempt in &attempts {
+        let program = attempt["executable"].as_str().unwrap_or_default();
+        assert!(program.contains("python3"), "{attempt:#}");
+    }
+    // Each announced once, where the user sees it.
+    let err = stderr(&out);
+    assert!(
+        err.contains("netbox: blocked direct tcp to 192.0.2.1:8080 by python3"),
+        "{err}"
+    );
+    assert!(
+        err.contains("(no listener: the host's loopback is not reachable)"),
+        "{err}"
+    );
+    assert_eq!(probe_check(&records)["passed"], true);
+}
+
+#[test]
+fn captured_runs_name_the_host_an_attempt_was_for() {
+    let dir = TestDir::new("direct-capture");
+    let script = "python3 -c \"import socket\n\
+                  for port in (8443, 443):\n    \
+                      try:\n        socket.create_connection(('a.test', port), timeout=5).close(); print(port, 'connected')\n    \
+                      except OSError as e: print(port, e.errno)\n\
+                  socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'q', ('a.test', 443))\"";
+    let (out, records) = run_in_own_netns(
+        &dir,
+        "--capture --quiet",
+        "allow = [\"a.test:443\", \"a.test:8443\"]\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n",
+        script,
+        &[],
+    );
+    let text = stdout(&out);
+    // 8443 is allowed but not captured (only ports below 1024 are, for now): refused at
+    // once. 443 reaches the test's server (control).
+    assert!(text.contains("8443 111"), "{text}{}", stderr(&out));
+    assert!(text.contains("443 connected"), "{text}{}", stderr(&out));
+    let attempts = direct_attempts(&records);
+    assert!(
+        attempts.iter().any(|r| r["name"] == "a.test"
+            && r["port"] == 8443
+            && r["protocol"] == "tcp"
+            && r["reason"] == "port not captured"
+            && r["address"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("198.18."))),
+        "{attempts:#?}"
+    );
+    assert!(
+        attempts.iter().any(|r| r["name"] == "a.test"
+            && r["port"] == 443
+            && r["protocol"] == "udp"
+            && r["reason"] == "udp not carried"),
+        "{attempts:#?}"
+    );
+    // The captured connection to 443 and the lookups through the stub are not attempts.
+    assert!(
+        !attempts
+            .iter()
+            .any(|r| r["protocol"] == "tcp" && r["port"] == 443),
+        "{attempts:#?}"
+    );
+    assert!(!attempts.iter().any(|r| r["port"] == 53), "{attempts:#?}");
+    assert_eq!(probe_check(&records)["passed"], true);
+}
+
+/// A watcher that lets network calls through without looking (a test build's deliberate
+/// breakage) fails the probe's check, and CMD never runs. Control: the first test.
+#[test]
+fn a_watcher_blind_to_direct_attempts_stops_cmd() {
+    let dir = TestDir::new("direct-blind");
+    let (out, records) = run_in_own_netns(
+        &dir,
+        "--quiet",
+        "allow = [\"a.test\"]\n",
+        "echo CMD-RAN",
+        &[("NETBOX_TEST_BREAK", "net-watch")],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("CMD-RAN"));
+    assert!(
+        stderr(&out).contains("direct attempts logged"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(probe_check(&records)["passed"], false);
+}

@@ -152,6 +152,17 @@ pub fn judge(n: &Notification, context: &NetContext) -> Vec<Attempt> {
 fn socket_protocol(n: &Notification) -> Option<Protocol> {
     use nix::sys::socket::{getsockopt, sockopt, SockType};
     let fd = i32::try_from(n.args[0]).ok()?;
+    // Only a socket is copied: closing our copy of anything else could call into its
+    // filesystem (a FUSE file's flush, which a FUSE server in the sandbox could leave
+    // unanswered, and this thread with it). The link names what the fd was a moment ago;
+    // another thread of the caller's could swap in such a file before the copy, and then
+    // our close waits as long as the FUSE server lets it: no longer than the sandbox
+    // lives, since that server is CMD's and ends with it, and only CMD's own calls wait
+    // meanwhile.
+    let link = std::fs::read_link(format!("/proc/{}/fd/{fd}", n.pid)).ok()?;
+    if !link.as_os_str().as_encoded_bytes().starts_with(b"socket:") {
+        return None;
+    }
     let socket = crate::sys::process::copy_fd_of(n.pid, fd).ok()?;
     Some(match getsockopt(&socket, sockopt::SockType).ok()? {
         SockType::Stream => Protocol::Tcp,

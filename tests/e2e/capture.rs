@@ -14,8 +14,9 @@ use crate::support::{netbox_bin, read_typed_record, stderr, stdout, TestDir};
 
 /// The servers, in the namespace: HTTPS for a.test and b.test on 127.0.0.1:443, plain
 /// HTTP on 127.0.0.1:80 serving `served/` (a git repository laid out for the dumb
-/// protocol among it), and on 127.0.0.1:22 an SSH-like server that speaks first (its
-/// banner) and writes the client's first line to `ssh-heard`.
+/// protocol among it), on 127.0.0.1:22 an SSH-like server that speaks first (its
+/// banner) and writes the client's first line to `ssh-heard`, and on 127.0.0.1:8443 (a
+/// port CMD could listen on itself) one that says `high port` and hangs up.
 const SERVERS: &str = r#"
 import http.server, ssl, sys, threading, os
 root, cert, key = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -41,6 +42,13 @@ def banner():
             f.write(heard)
         conn.close()
 threading.Thread(target=banner, daemon=True).start()
+high = socket.create_server(("127.0.0.1", 8443))
+def greet():
+    while True:
+        conn, _ = high.accept()
+        conn.sendall(b"high port\n")
+        conn.close()
+threading.Thread(target=greet, daemon=True).start()
 print("serving", flush=True)
 plain.serve_forever()
 "#;

@@ -145,30 +145,53 @@ fn direct_attempts_are_logged_and_local_traffic_is_not() {
     assert_eq!(probe_check(&records)["passed"], true);
 }
 
+/// With capture, an allowed name on a port CMD could listen on itself (8443) is captured
+/// at the name's own address; another port of the same name is not, and the attempt is
+/// logged with the name.
 #[test]
 fn captured_runs_name_the_host_an_attempt_was_for() {
     let dir = TestDir::new("direct-capture");
     let script = "python3 -c \"import socket\n\
-                  for port in (8443, 443):\n    \
-                      try:\n        socket.create_connection(('a.test', port), timeout=5).close(); print(port, 'connected')\n    \
+                  for port in (8444, 443, 8443):\n    \
+                      try:\n        c = socket.create_connection(('a.test', port), timeout=5); print(port, 'connected', c.recv(64) if port == 8443 else b''); c.close()\n    \
                       except OSError as e: print(port, e.errno)\n\
-                  socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'q', ('a.test', 443))\"";
+                  socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'q', ('a.test', 443))\n\
+                  s = socket.create_server(('127.0.0.1', 8443)); print('CMD listens on 127.0.0.1:8443 itself')\"";
     let (out, records) = run_in_own_netns(
         &dir,
         "--capture --quiet",
-        "allow = [\"a.test:443\", \"a.test:8443\"]\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n",
+        "allow = [\"a.test:443,8443\", \"127.0.0.1:443,8443\"]\n\
+         [hosts]\n\"a.test\" = \"127.0.0.1\"\n",
         script,
         &[],
     );
     let text = stdout(&out);
-    // 8443 is allowed but not captured (only ports below 1024 are, for now): refused at
-    // once. 443 reaches the test's server (control).
-    assert!(text.contains("8443 111"), "{text}{}", stderr(&out));
-    assert!(text.contains("443 connected"), "{text}{}", stderr(&out));
+    // 8444 is not allowed, and nothing listens there: refused at once. 443 and 8443 reach
+    // the test's servers, and CMD can still listen on 8443 of its own loopback.
+    assert!(text.contains("8444 111"), "{text}{}", stderr(&out));
+    assert!(text.contains("443 connected b''"), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("8443 connected b'high port\\n'"),
+        "{text}{}",
+        stderr(&out)
+    );
+    assert!(
+        text.contains("CMD listens on 127.0.0.1:8443 itself"),
+        "{text}{}",
+        stderr(&out)
+    );
+    assert!(
+        records.iter().any(|r| r["type"] == "net"
+            && r["proto"] == "captured"
+            && r["host"] == "a.test"
+            && r["port"] == 8443
+            && r["decision"] == "allow"),
+        "{records:#?}"
+    );
     let attempts = direct_attempts(&records);
     assert!(
         attempts.iter().any(|r| r["name"] == "a.test"
-            && r["port"] == 8443
+            && r["port"] == 8444
             && r["protocol"] == "tcp"
             && r["reason"] == "port not captured"
             && r["address"]
@@ -183,11 +206,11 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
             && r["reason"] == "udp not carried"),
         "{attempts:#?}"
     );
-    // The captured connection to 443 and the lookups through the stub are not attempts.
+    // The captured connections and the lookups through the stub are not attempts.
     assert!(
         !attempts
             .iter()
-            .any(|r| r["protocol"] == "tcp" && r["port"] == 443),
+            .any(|r| r["protocol"] == "tcp" && (r["port"] == 443 || r["port"] == 8443)),
         "{attempts:#?}"
     );
     assert!(!attempts.iter().any(|r| r["port"] == 53), "{attempts:#?}");

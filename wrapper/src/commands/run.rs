@@ -280,6 +280,13 @@ fn run_logged(
         Arc::new(config.policy),
         config.max_connections,
     ));
+    // The names capture listens for at their own addresses get those addresses now, in
+    // the order the plan gave them out (config.rs, capture_plan).
+    for name in config.capture.iter().flat_map(|c| &c.names) {
+        for v6 in [false, true] {
+            session.addresses.address_for(name, v6);
+        }
+    }
     let stderr = if config.quiet {
         Stderr::Quiet
     } else {
@@ -307,6 +314,7 @@ fn run_logged(
         cpus,
         tally,
         cpu_cgroup_tasks: cgroups.cpu_tasks(),
+        capture: config.capture.clone(),
     }));
     // The bridge's thread may have joined the sandbox's cpu cgroup (--cpus): back out of
     // it, so that the cgroup can be removed, and the check below is not held to CMD's
@@ -488,7 +496,8 @@ fn child_plan(
             cgroup_limits,
             nested_userns_forbidden: !config.allow_nested_userns,
             io_uring_forbidden: !config.allow_io_uring,
-            capture: config.capture.as_ref().map(|ports| {
+            capture: config.capture.as_ref().map(|capture| {
+                let ports = &capture.ports;
                 crate::sandbox::probe::CaptureProbe {
                     // 443 is always among them; a port below 1024 that is not, for the
                     // closed one (there is always one: at most 1,023 are named).

@@ -52,9 +52,37 @@ pub struct ChildPlan {
     pub placeholders: Vec<PathBuf>,
     /// CMD's own terminal, when it gets one (terminal.rs).
     pub terminal: Option<crate::terminal::Plan>,
-    /// Capture: the ports whose connections to any address reach the bridge without a
-    /// proxy (the DNS stub comes with them).
-    pub capture: Option<Vec<u16>>,
+    /// Capture: what connections made without a proxy reach the bridge at (the DNS stub
+    /// comes with it).
+    pub capture: Option<CapturePlan>,
+}
+
+/// Where capture listens.
+#[derive(Debug, Clone, Default)]
+pub struct CapturePlan {
+    /// Ports listened on at every address (below 1024, which CMD cannot listen on itself,
+    /// so a listener there takes nothing from it).
+    pub ports: Vec<u16>,
+    /// Names the allowlist opens on higher ports, in the order the session hands out
+    /// their addresses (which `pinned` listens at).
+    pub names: Vec<String>,
+    /// Addresses and ports listened on one by one, for higher ports: the session
+    /// addresses of `names` (IPv4 and IPv6) and single addresses the allowlist opens,
+    /// each at its ports. A listener on one address leaves every other address's port
+    /// to CMD. IPv6 ones are left out where IPv6 is down.
+    pub pinned: Vec<SocketAddr>,
+}
+
+impl CapturePlan {
+    /// Whether a TCP connection to `to` reaches one of capture's listeners.
+    pub fn listens_at(&self, to: SocketAddr) -> bool {
+        let ip = bridge::target::canonical_ip(to.ip());
+        self.ports.contains(&to.port())
+            || self
+                .pinned
+                .iter()
+                .any(|p| bridge::target::canonical_ip(p.ip()) == ip && p.port() == to.port())
+    }
 }
 
 /// Where the sandbox's DNS stub listens, when the run captures (resolv.conf names it).
@@ -400,7 +428,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
         if mounter.is_ok() {
             cpu::wait_until_moved(&started);
         }
-        let network = set_up_network(channel, plan.capture.as_deref());
+        let network = set_up_network(channel, plan.capture.as_ref());
         let mounted = match mounter {
             Ok(mounter) => mounter.join().unwrap_or_else(|_| {
                 Err(("mount".into(), "the mounting thread panicked".into(), None))
@@ -427,22 +455,43 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     Ok((proxy_v6, host_sockets))
 }
 
+/// A listener at `at`, an address no interface has. IPv4 binds it under capture's
+/// catch-all route (the kernel asks the routing table whether it is local); IPv6 asks
+/// the interfaces instead, so the socket binds freely (IP_FREEBIND, which needs no
+/// privilege and which IPv6 sockets honour too).
+fn listen_at_any_address(at: SocketAddr) -> std::io::Result<TcpListener> {
+    use nix::sys::socket::{
+        bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage,
+    };
+    let family = if at.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let socket = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    setsockopt(&socket, sockopt::IpFreebind, &true)?;
+    bind(socket.as_raw_fd(), &SockaddrStorage::from(at))?;
+    bridge::listen::deepen_backlog(&socket)?;
+    Ok(TcpListener::from(socket))
+}
+
 /// The network namespace with only `lo`, up, and the proxy's listeners in it, handed to
 /// netbox. With `capture`, every address is made local and listened on at those ports,
 /// and the DNS stub listens, all handed to netbox too. Returns whether the proxy also
 /// listens on ::1.
-fn set_up_network(channel: &Channel, capture: Option<&[u16]>) -> Result<bool, StepError> {
+fn set_up_network(channel: &Channel, capture: Option<&CapturePlan>) -> Result<bool, StepError> {
     namespaces::unshare_net().map_err(failed("enter a new network namespace"))?;
     crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
     let mut captured = Vec::new();
+    let mut pinned = Vec::new();
     let mut dns = None;
-    if let Some(ports) = capture {
+    if let Some(capture) = capture {
+        // Where IPv6 is up, the stub hands out IPv6 addresses too: they must be captured
+        // as well.
+        let ipv6_up = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
         if !crate::testhooks::hooks().skip_capture_routes {
             let v6 = crate::sys::netdev::route_every_address_here()
                 .map_err(failed("route every address to the sandbox (capture)"))?;
-            // Where IPv6 is up, the stub hands out IPv6 addresses too: they must be
-            // captured as well.
-            let ipv6_up = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
             if ipv6_up && !v6 {
                 return Err((
                     "route every IPv6 address to the sandbox (capture)".into(),
@@ -451,7 +500,7 @@ fn set_up_network(channel: &Channel, capture: Option<&[u16]>) -> Result<bool, St
                 ));
             }
         }
-        for &port in ports {
+        for &port in &capture.ports {
             // Dual-stack where IPv6 is up: one listener takes both families.
             let listener = TcpListener::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)))
                 .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))))
@@ -459,6 +508,13 @@ fn set_up_network(channel: &Channel, capture: Option<&[u16]>) -> Result<bool, St
             bridge::listen::deepen_backlog(&listener)
                 .map_err(failed("listen for captured connections"))?;
             captured.push(listener);
+        }
+        // An address that is not this namespace's own is bindable all the same: the
+        // catch-all routes make every address local.
+        for at in capture.pinned.iter().filter(|at| at.is_ipv4() || ipv6_up) {
+            let listener = listen_at_any_address(*at)
+                .map_err(|e| (format!("listen at {at} (capture)"), e.to_string(), None))?;
+            pinned.push(listener);
         }
         let stub = SocketAddr::from((DNS_STUB, 53));
         dns = Some((
@@ -480,13 +536,15 @@ fn set_up_network(channel: &Channel, capture: Option<&[u16]>) -> Result<bool, St
     fds.extend(v6.as_ref().map(AsRawFd::as_raw_fd));
     let proxies = fds.len();
     fds.extend(captured.iter().map(AsRawFd::as_raw_fd));
+    fds.extend(pinned.iter().map(AsRawFd::as_raw_fd));
     if let Some((udp, tcp)) = &dns {
         fds.extend([udp.as_raw_fd(), tcp.as_raw_fd()]);
     }
     let listeners = SyncMsg::Listeners {
         count: proxies,
         cpu: cpu::current(),
-        capture_ports: capture.map(<[u16]>::to_vec).unwrap_or_default(),
+        capture_ports: capture.map(|c| c.ports.clone()).unwrap_or_default(),
+        pinned: pinned.len(),
     };
     channel
         .send(&listeners, &fds)
@@ -495,6 +553,6 @@ fn set_up_network(channel: &Channel, capture: Option<&[u16]>) -> Result<bool, St
     // start the bridge now (cpu.rs; measured: ~0.1 ms sooner done).
     cpu::let_the_woken_run();
     let proxy_v6 = v6.is_some();
-    drop((v4, v6, captured, dns));
+    drop((v4, v6, captured, pinned, dns));
     Ok(proxy_v6)
 }

@@ -92,6 +92,8 @@ pub struct Supervised<'a> {
     pub tally: &'a mut crate::supervise::session::Tally,
     /// With `--cpus`: the sandbox's cpu cgroup's `tasks`, for the write watcher's thread.
     pub cpu_cgroup_tasks: Option<std::path::PathBuf>,
+    /// Where capture listens, when the run captures.
+    pub capture: Option<crate::sandbox::CapturePlan>,
 }
 
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.
@@ -196,6 +198,7 @@ impl<'a> Supervisor<'a> {
             cpus,
             tally,
             cpu_cgroup_tasks,
+            capture,
         } = run;
         let channel = handshake::AsyncChannel::new(channel).map_err(WrapperError::Spawn)?;
         let exited = sandbox
@@ -207,19 +210,23 @@ impl<'a> Supervisor<'a> {
         // sandbox sets up and netbox would only wait.
         check_host_listener_answers(&host_listener)?;
 
-        let (listener_fds, proxies, capture_ports, pid1_cpu) = match channel.recv().await {
+        let (listener_fds, proxies, capture_ports, pinned, pid1_cpu) = match channel.recv().await {
             Ok(Some((
                 SyncMsg::Listeners {
                     cpu,
                     count,
                     capture_ports,
+                    pinned,
                 },
                 fds,
             ))) if count > 0
                 && fds.len()
-                    == count + capture_ports.len() + 2 * usize::from(!capture_ports.is_empty()) =>
+                    == count
+                        + capture_ports.len()
+                        + pinned
+                        + 2 * usize::from(!capture_ports.is_empty()) =>
             {
-                (fds, count, capture_ports, cpu)
+                (fds, count, capture_ports, pinned, cpu)
             }
             Ok(Some((SyncMsg::SetupFailed { step, detail, hint }, _))) => {
                 sandbox.reap();
@@ -233,7 +240,11 @@ impl<'a> Supervisor<'a> {
         };
         let mut listeners = Vec::new();
         let mut fds = listener_fds.into_iter();
-        for (at, fd) in fds.by_ref().take(proxies + capture_ports.len()).enumerate() {
+        for (at, fd) in fds
+            .by_ref()
+            .take(proxies + capture_ports.len() + pinned)
+            .enumerate()
+        {
             let std_listener = TcpListener::from(fd);
             std_listener
                 .set_nonblocking(true)
@@ -249,6 +260,14 @@ impl<'a> Supervisor<'a> {
                 },
             });
         }
+        // The stub answers for names allowed on a port capture listens on, at every
+        // address or at the names' own.
+        let mut dns_ports = capture_ports.clone();
+        for at in capture.iter().flat_map(|c| &c.pinned) {
+            if !dns_ports.contains(&at.port()) {
+                dns_ports.push(at.port());
+            }
+        }
         // With capture, the DNS stub's sockets come last: UDP, then TCP.
         if let (Some(udp), Some(tcp)) = (fds.next(), fds.next()) {
             let udp = std::net::UdpSocket::from(udp);
@@ -259,18 +278,18 @@ impl<'a> Supervisor<'a> {
             let tcp = tokio::net::TcpListener::from_std(tcp).map_err(WrapperError::Spawn)?;
             listeners.push(SessionListener {
                 session: Arc::clone(&session),
-                listener: Listener::Dns(udp, capture_ports.clone()),
+                listener: Listener::Dns(udp, dns_ports.clone()),
             });
             listeners.push(SessionListener {
                 session: Arc::clone(&session),
-                listener: Listener::DnsTcp(tcp, capture_ports.clone()),
+                listener: Listener::DnsTcp(tcp, dns_ports),
             });
         }
         // Started now, so its thread is up when the probe's first write waits for it.
         let watch = WriteWatch::spawn(WatchContext {
             log: Arc::clone(&log),
             session: Arc::clone(&session),
-            capture_ports: (!capture_ports.is_empty()).then(|| capture_ports.clone()),
+            capture: capture.clone(),
             pid1: u32::try_from(sandbox.pid.as_raw()).unwrap_or(0),
             protected,
             read_only,

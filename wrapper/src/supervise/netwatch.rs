@@ -16,6 +16,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
 
+use crate::sandbox::CapturePlan;
 use crate::sys::seccomp::{self, Notification};
 use crate::sys::sockdiag::{self, Transport};
 
@@ -30,8 +31,8 @@ const MAX_MESSAGES: u64 = 1024;
 
 /// What the watcher needs to tell netbox's listeners from the rest.
 pub struct NetContext {
-    /// With capture: the ports netbox listens on at every address.
-    pub capture_ports: Option<Vec<u16>>,
+    /// Where capture listens, when the run captures.
+    pub capture: Option<CapturePlan>,
     /// A sock_diag socket made in the sandbox's network namespace, to ask whether
     /// something there listens at a loopback address (sockdiag.rs).
     pub diag: Option<OwnedFd>,
@@ -176,7 +177,7 @@ fn socket_protocol(n: &Notification) -> Option<Protocol> {
 fn reason(to: SocketAddr, protocol: Protocol, context: &NetContext) -> Option<Reason> {
     let ip = bridge::target::canonical_ip(to.ip());
     let port = to.port();
-    if netbox_listens(ip, port, protocol, context.capture_ports.as_deref()) {
+    if netbox_listens(ip, port, protocol, context.capture.as_ref()) {
         return None;
     }
     if ip.is_loopback() {
@@ -197,7 +198,7 @@ fn reason(to: SocketAddr, protocol: Protocol, context: &NetContext) -> Option<Re
             _ => None,
         };
     }
-    Some(match (&context.capture_ports, protocol) {
+    Some(match (&context.capture, protocol) {
         (None, _) => Reason::NoRouteOut,
         (Some(_), Protocol::Tcp) => Reason::NotCaptured,
         (Some(_), _) => Reason::UdpNotCarried,
@@ -205,17 +206,21 @@ fn reason(to: SocketAddr, protocol: Protocol, context: &NetContext) -> Option<Re
 }
 
 /// Whether one of netbox's listeners in the sandbox takes `ip:port`.
-fn netbox_listens(ip: IpAddr, port: u16, protocol: Protocol, capture: Option<&[u16]>) -> bool {
+fn netbox_listens(
+    ip: IpAddr,
+    port: u16,
+    protocol: Protocol,
+    capture: Option<&CapturePlan>,
+) -> bool {
     let proxy = protocol == Protocol::Tcp
         && port == crate::sandbox::PROXY_PORT
         && (ip == IpAddr::V4(Ipv4Addr::LOCALHOST)
             || ip == IpAddr::V6(std::net::Ipv6Addr::LOCALHOST));
-    let Some(ports) = capture else {
+    let Some(capture) = capture else {
         return proxy;
     };
     let stub = ip == IpAddr::V4(crate::sandbox::DNS_STUB) && port == 53;
-    // Captured ports listen on every address.
-    proxy || stub || (protocol == Protocol::Tcp && ports.contains(&port))
+    proxy || stub || (protocol == Protocol::Tcp && capture.listens_at(SocketAddr::new(ip, port)))
 }
 
 /// The internet addresses a notified call names.
@@ -284,9 +289,13 @@ fn parse_sockaddr(bytes: &[u8]) -> Option<SocketAddr> {
 mod tests {
     use super::*;
 
-    fn context(capture: Option<Vec<u16>>) -> NetContext {
+    fn context(ports: Option<Vec<u16>>) -> NetContext {
         NetContext {
-            capture_ports: capture,
+            capture: ports.map(|ports| CapturePlan {
+                ports,
+                names: vec!["a.test".into()],
+                pinned: vec!["198.18.0.1:8443".parse().unwrap()],
+            }),
             diag: None,
         }
     }
@@ -309,6 +318,16 @@ mod tests {
         );
         assert_eq!(
             reason(at("10.1.2.3:3128"), Protocol::Tcp, &with),
+            Some(Reason::NotCaptured)
+        );
+        // A pinned listener takes its own address and port, no other.
+        assert_eq!(reason(at("198.18.0.1:8443"), Protocol::Tcp, &with), None);
+        assert_eq!(
+            reason(at("[::ffff:198.18.0.1]:8443"), Protocol::Tcp, &with),
+            None
+        );
+        assert_eq!(
+            reason(at("198.18.0.2:8443"), Protocol::Tcp, &with),
             Some(Reason::NotCaptured)
         );
         assert_eq!(

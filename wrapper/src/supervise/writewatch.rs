@@ -45,8 +45,8 @@ pub struct WatchContext {
     pub log: Arc<EventLog>,
     /// The bridge's session: its id, and the names its DNS stub handed addresses out for.
     pub session: Arc<bridge::Session>,
-    /// With capture: the ports netbox listens on at every address.
-    pub capture_ports: Option<Vec<u16>>,
+    /// Where capture listens, when the run captures.
+    pub capture: Option<crate::sandbox::CapturePlan>,
     /// Host pid of the sandbox's pid 1, whose writes are the probe's.
     pub pid1: u32,
     pub protected: Vec<PathBuf>,
@@ -136,7 +136,7 @@ impl WriteWatch {
                         return;
                     };
                     let net = NetContext {
-                        capture_ports: context.capture_ports.clone(),
+                        capture: context.capture.clone(),
                         diag,
                     };
                     seccomp::prefer_sync_wakeup(listener.as_fd());

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Start-up cost of a sandboxed run, side by side with bubblewrap in one hyperfine run:
-#   netbox -- true            (namespaces, mounts, bridge, live probe, CMD, teardown)
+#   netbox -- true            (namespaces, mounts, bridge, capture, live probe, CMD, teardown)
+#   netbox --no-capture -- true
 #   bwrap --unshare-all ... true
-# Budget: netbox no slower than bwrap. Needs hyperfine and bubblewrap
+# Budget: netbox within 1.1x bwrap, and capture within 10% of a run without it. Needs hyperfine and bubblewrap
 # (apt-get install hyperfine bubblewrap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,13 +17,14 @@ mkdir "$work/ws"
 cd "$work/ws"
 netbox="$OLDPWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox"
 bwrap_cmd="bwrap --unshare-all --die-with-parent --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp true"
+plain="$netbox --no-capture --quiet --log $work/plain.jsonl -- true"
 hyperfine -N -w 20 -r "${RUNS:-300}" --style basic \
-    "$netbox --quiet --log $work/events.jsonl -- true" "$bwrap_cmd"
+    "$netbox --quiet --log $work/events.jsonl -- true" "$plain" "$bwrap_cmd"
 # hyperfine runs one command all its runs, then the other: on a shared machine whose speed
 # drifts, that moves the ratio. The same two commands again, alternating run by run
 # (spawned with posix_spawn, wall time to the reap; medians).
 echo "== alternating, ${RUNS:-300} runs each"
-python3 - "${RUNS:-300}" "$netbox --quiet --log $work/events.jsonl -- true" "$bwrap_cmd" <<'PY'
+python3 - "${RUNS:-300}" "$netbox --quiet --log $work/events.jsonl -- true" "$plain" "$bwrap_cmd" <<'PY'
 import os, shutil, statistics, sys, time
 runs, commands = int(sys.argv[1]), [c.split() for c in sys.argv[2:]]
 commands = [[shutil.which(c[0]) or c[0]] + c[1:] for c in commands]
@@ -34,7 +36,9 @@ for _ in range(runs):
         os.waitpid(pid, 0)
         times[i].append(time.perf_counter() - start)
 medians = [statistics.median(t) * 1000 for t in times]
-print(f"netbox {medians[0]:.2f} ms, bwrap {medians[1]:.2f} ms: netbox x{medians[0] / medians[1]:.2f}")
+netbox, plain, bwrap = medians
+print(f"netbox {netbox:.2f} ms, netbox --no-capture {plain:.2f} ms, bwrap {bwrap:.2f} ms")
+print(f"netbox x{netbox / bwrap:.3f} bwrap (budget 1.1); capture x{netbox / plain:.3f} (budget 1.1)")
 PY
 echo "== probe cost (from the event log, microseconds)"
 grep -o '"duration_us":[0-9]*' "$work/events.jsonl" | cut -d: -f2 | sort -n \

@@ -1,4 +1,4 @@
-//! Capture (issue 16, in progress behind `--capture`): programs that ignore the proxy
+//! Capture (on unless `--no-capture`): programs that ignore the proxy
 //! settings reach allowed hosts anyway, and nothing else. The test's servers listen on
 //! ports 80 and 443, which an unprivileged test can only bind in a network namespace of
 //! its own: the whole scenario (servers and `netbox -- CMD`) runs in one (`unshare -rn`,
@@ -53,7 +53,7 @@ print("serving", flush=True)
 plain.serve_forever()
 "#;
 
-/// Runs `script` in the sandbox with `--capture`, every proxy variable unset inside, in a
+/// Runs `script` in the sandbox (capturing), every proxy variable unset inside, in a
 /// network namespace of the test's own where the servers run. Returns the output and the
 /// run's records.
 fn captured_run(
@@ -71,7 +71,7 @@ fn captured_run_with(
     script: &str,
     env: &[(&str, &str)],
 ) -> (std::process::Output, Vec<Value>) {
-    run_in_own_netns(dir, "--capture --quiet", allowlist, script, env)
+    run_in_own_netns(dir, "--quiet", allowlist, script, env)
 }
 
 /// Runs `script` in the sandbox, netbox given `flags`, every proxy variable unset inside,

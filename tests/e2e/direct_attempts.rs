@@ -76,7 +76,7 @@ fn direct_attempts_are_logged_and_local_traffic_is_not() {
     let script = dir.write("ws/attempts.py", ATTEMPTS);
     let (out, records) = run_in_own_netns(
         &dir,
-        "",
+        "--no-capture",
         "allow = [\"a.test\"]\n",
         &format!("python3 {}", script.display()),
         &[],
@@ -159,7 +159,7 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
                   s = socket.create_server(('127.0.0.1', 8443)); print('CMD listens on 127.0.0.1:8443 itself')\"";
     let (out, records) = run_in_own_netns(
         &dir,
-        "--capture --quiet",
+        "--quiet",
         "allow = [\"a.test:443,8443\", \"127.0.0.1:443,8443\"]\n\
          [hosts]\n\"a.test\" = \"127.0.0.1\"\n",
         script,

@@ -239,7 +239,7 @@ fn the_trust_bundle_is_laid_only_when_the_run_inspects() {
     let store = "/etc/ssl/certs/ca-certificates.crt";
     let show = format!(
         "echo \"SSL_CERT_FILE=${{SSL_CERT_FILE:-unset}} GIT_SSL_CAINFO=${{GIT_SSL_CAINFO:-unset}}\"; \
-         echo \"run=[$(ls /run)]\"; head -n 1 {store}; sha256sum < {store} | cut -d' ' -f1; \
+         echo \"run=[$(ls /run/netbox 2>/dev/null | tr '\\n' ' ')]\"; head -n 1 {store}; sha256sum < {store} | cut -d' ' -f1; \
          echo x > /run/netbox/ca-bundle.pem 2>/dev/null && echo WRITABLE; \
          echo x > {store} 2>/dev/null && echo STORE-WRITABLE; true"
     );
@@ -260,7 +260,7 @@ fn the_trust_bundle_is_laid_only_when_the_run_inspects() {
         lines[0],
         "SSL_CERT_FILE=/run/netbox/ca-bundle.pem GIT_SSL_CAINFO=/run/netbox/ca-bundle.pem"
     );
-    assert_eq!(lines[1], "run=[netbox]");
+    assert_eq!(lines[1], "run=[ca-bundle.pem resolv.conf ]");
     assert!(lines[2].starts_with("# netbox session CA"), "{text}");
     let bundle_sha = lines[3];
     assert_ne!(bundle_sha, sha256_hex(&host_store));
@@ -283,7 +283,8 @@ fn the_trust_bundle_is_laid_only_when_the_run_inspects() {
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "SSL_CERT_FILE=unset GIT_SSL_CAINFO=unset");
-    assert_eq!(lines[1], "run=[]");
+    // The DNS stub's resolv.conf (capture) is there, no bundle.
+    assert_eq!(lines[1], "run=[resolv.conf ]");
     let first_line = String::from_utf8_lossy(&host_store);
     assert_eq!(lines[2], first_line.lines().next().unwrap());
     assert_eq!(lines[3], sha256_hex(&host_store));

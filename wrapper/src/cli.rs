@@ -172,10 +172,11 @@ pub struct RunArgs {
     #[arg(long = "allow-io-uring")]
     pub allow_io_uring: bool,
 
-    /// Capture connections made without the proxy (issue 16, in progress: hidden until the
-    /// probe proves it and it becomes the default).
-    #[arg(long = "capture", hide = true)]
-    pub capture: bool,
+    /// Do not capture connections made without the proxy: programs that ignore the proxy
+    /// settings then find no network at all (only loopback), as without capture, and the
+    /// sandbox's /etc/resolv.conf stays the host's.
+    #[arg(long = "no-capture")]
+    pub no_capture: bool,
 
     /// Connections CMD may have open through the bridge at once; past it each new one is
     /// refused at once (503, or a SOCKS5 failure reply) and logged. At least 2: the live

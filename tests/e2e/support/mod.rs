@@ -319,6 +319,13 @@ impl Run {
     }
 }
 
+/// Whether a `net` record is the live probe's own attempt: its canary name, or the
+/// addresses its capture row dials.
+pub fn is_probe_attempt(record: &Value) -> bool {
+    let host = record["host"].as_str().unwrap_or("");
+    host.ends_with(".invalid") || host == "198.18.0.0" || host == "2001:2::"
+}
+
 /// One line of a real event log, which must read back as the type that wrote it (the
 /// schema in bridge::records, as `netbox log` and `netbox learn` read it): a writer and
 /// its reader that drift apart fail every test that reads a log.

@@ -149,7 +149,7 @@ impl SandboxConfig {
             allow_git_writes: args.allow_git_writes,
             allow_nested_userns: args.allow_nested_userns,
             allow_io_uring: args.allow_io_uring,
-            capture: args.capture.then(|| capture_plan(&policy)),
+            capture: (!args.no_capture).then(|| capture_plan(&policy)),
             max_connections: args.max_connections,
             refusal_status: http::StatusCode::from_u16(args.refusal_status).map_err(|_| {
                 WrapperError::Usage(format!(

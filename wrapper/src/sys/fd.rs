@@ -48,7 +48,9 @@ fn close_range(first: u32, last: u32) -> io::Result<()> {
 /// Receives one packet into `buf`, taking ownership of any fds attached to it (received
 /// close-on-exec). Returns the packet length.
 pub fn recv_with_fds(socket: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut cmsg_space = nix::cmsg_space!([RawFd; 8]);
+    // Room for as many fds as one message can carry (SCM_MAX_FD): the sandbox's
+    // listeners come in one, and a capture of many ports is many listeners.
+    let mut cmsg_space = nix::cmsg_space!([RawFd; 253]);
     let mut iov = [IoSliceMut::new(buf)];
     let msg = recvmsg::<()>(
         socket.as_raw_fd(),
@@ -56,6 +58,12 @@ pub fn recv_with_fds(socket: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usiz
         Some(&mut cmsg_space),
         MsgFlags::MSG_CMSG_CLOEXEC,
     )?;
+    if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+        // Some fds did not fit and were closed by the kernel: the message is not whole.
+        return Err(io::Error::other(
+            "a message's file descriptors were cut short",
+        ));
+    }
     let mut fds = Vec::new();
     for cmsg in msg.cmsgs()? {
         if let ControlMessageOwned::ScmRights(received) = cmsg {

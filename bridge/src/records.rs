@@ -100,6 +100,9 @@ pub struct SessionEnd {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub requests_refused: u64,
     pub writes_denied: u64,
+    /// Direct attempts seen (`direct_attempt` records, and those past their cap).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub direct_attempts: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

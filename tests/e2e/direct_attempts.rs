@@ -36,6 +36,31 @@ attempt("udp sendto out", lambda: udp_sendto(("192.0.2.1", 53)))
 attempt("udp sendmsg out", lambda: udp_sendmsg(("2001:db8::1", 5353)))
 attempt("tcp loopback, nothing there", lambda: tcp(("127.0.0.1", 5432)))
 attempt("udp connect to a nameserver", lambda: udp_connect(("192.0.2.9", 53)))
+# What libc lets through that Python does not (review 31): an AF_UNSPEC name, which an
+# IPv4 UDP socket's send takes as AF_INET; and sendmmsg whose second header is on a page
+# that cannot be read (the kernel still sends the first message).
+import ctypes, mmap, struct
+libc = ctypes.CDLL(None, use_errno=True)
+def raw(result):
+    if result < 0:
+        raise OSError(ctypes.get_errno(), "raw call")
+def sockaddr(family, ip, port):
+    return struct.pack("=H", family) + struct.pack(">H", port) + socket.inet_aton(ip) + bytes(8)
+unspec = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+name = sockaddr(0, "192.0.2.7", 53)
+attempt("udp sendto AF_UNSPEC", lambda: raw(libc.sendto(unspec.fileno(), b"q", 1, 0, name, 16)))
+pages = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(pages))
+raw(libc.mprotect(ctypes.c_void_p(base + mmap.PAGESIZE), mmap.PAGESIZE, 0))
+name_at = base + 64
+ctypes.memmove(name_at, sockaddr(socket.AF_INET, "192.0.2.8", 53), 16)
+payload = ctypes.create_string_buffer(b"q")
+iov_at = base + 128
+ctypes.memmove(iov_at, struct.pack("=QQ", ctypes.addressof(payload), 1), 16)
+header_at = base + mmap.PAGESIZE - 64
+ctypes.memmove(header_at, struct.pack("=QI4xQQQQi4xI4x", name_at, 16, iov_at, 1, 0, 0, 0, 0), 64)
+mm = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+attempt("udp sendmmsg, second header unreadable", lambda: raw(libc.sendmmsg(mm.fileno(), ctypes.c_void_p(header_at), 2, 0)))
 # Controls: none of these is a direct attempt.
 attempt("udp connect, sorting addresses", lambda: udp_connect(("192.0.2.9", 443)))
 server = socket.create_server(("127.0.0.1", 0))
@@ -49,6 +74,19 @@ attempt("tcp to the proxy", lambda: tcp(("127.0.0.1", 3128)))
 a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
 a.sendmsg([b"x"])
 print("unix", b.recv(8))
+# A reply to a UDP socket connected to its sender reaches it (review 31).
+client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+client.bind(("127.0.0.1", 0))
+replier = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+replier.bind(("127.0.0.1", 0))
+client.connect(replier.getsockname())
+attempt("udp reply to a connected socket", lambda: replier.sendto(b"r", client.getsockname()))
+print("reply", client.recv(8))
+# Names the kernel refuses or ignores send nothing anywhere: an internet name on a unix
+# socket (EINVAL), and one on a TCP socket already connected (to the proxy).
+attempt("unix socket, internet name", lambda: raw(libc.sendto(a.fileno(), b"q", 1, 0, sockaddr(socket.AF_INET, "192.0.2.9", 9), 16)))
+proxy = socket.create_connection(("127.0.0.1", 3128))
+attempt("tcp sendto on a connected socket", lambda: raw(libc.sendto(proxy.fileno(), b"GET", 3, 0, sockaddr(socket.AF_INET, "192.0.2.9", 443), 16)))
 "#;
 
 fn direct_attempts(records: &[Value]) -> Vec<&Value> {
@@ -95,6 +133,12 @@ fn direct_attempts_are_logged_and_local_traffic_is_not() {
         "received b'q'",
         "tcp to the proxy sent",
         "unix b'x'",
+        "udp sendto AF_UNSPEC 101",
+        "udp sendmmsg, second header unreadable 101",
+        "udp reply to a connected socket sent",
+        "reply b'r'",
+        "unix socket, internet name 22",
+        "tcp sendto on a connected socket sent",
     ] {
         assert!(
             text.lines().any(|l| l == line),
@@ -121,6 +165,8 @@ fn direct_attempts_are_logged_and_local_traffic_is_not() {
         ("sendmsg", "udp", "2001:db8::1", 5353, "no route out"),
         ("connect", "tcp", "127.0.0.1", 5432, "no listener"),
         ("connect", "udp", "192.0.2.9", 53, "no route out"),
+        ("sendto", "udp", "192.0.2.7", 53, "no route out"),
+        ("sendmmsg", "udp", "192.0.2.8", 53, "no route out"),
     ];
     let expected: Vec<(String, String, String, u64, String)> = expected
         .iter()
@@ -156,7 +202,9 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
                       try:\n        c = socket.create_connection(('a.test', port), timeout=5); print(port, 'connected', c.recv(64) if port == 8443 else b''); c.close()\n    \
                       except OSError as e: print(port, e.errno)\n\
                   socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'q', ('a.test', 443))\n\
-                  s = socket.create_server(('127.0.0.1', 8443)); print('CMD listens on 127.0.0.1:8443 itself')\"";
+                  s = socket.create_server(('127.0.0.1', 8443)); print('CMD listens on 127.0.0.1:8443 itself')\n\
+                  own = socket.create_server(('0.0.0.0', 9000)); c = socket.create_connection(('192.0.2.1', 9000), timeout=5); print('own server reached at another address')\n\
+                  u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('0.0.0.0', 5353)); socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'm', ('192.0.2.1', 5353)); print('own udp', u.recv(8))\"";
     let (out, records) = run_in_own_netns(
         &dir,
         "--quiet",
@@ -180,6 +228,13 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
         "{text}{}",
         stderr(&out)
     );
+    // Under capture every address is the sandbox's own: what CMD's own servers take is
+    // not a direct attempt (review 31).
+    assert!(
+        text.contains("own server reached at another address"),
+        "{text}"
+    );
+    assert!(text.contains("own udp b'm'"), "{text}");
     assert!(
         records.iter().any(|r| r["type"] == "net"
             && r["proto"] == "captured"
@@ -214,6 +269,12 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
         "{attempts:#?}"
     );
     assert!(!attempts.iter().any(|r| r["port"] == 53), "{attempts:#?}");
+    assert!(
+        !attempts
+            .iter()
+            .any(|r| r["port"] == 9000 || r["port"] == 5353),
+        "{attempts:#?}"
+    );
     assert_eq!(probe_check(&records)["passed"], true);
 }
 

@@ -45,6 +45,10 @@ pub enum SyncMsg {
         listener: i32,
         diag: Option<i32>,
         root: Option<i32>,
+        /// The port of a UDP socket pid 1 bound on 127.0.0.1 in the sandbox, for netbox to
+        /// check its UDP lookups against.
+        #[serde(default)]
+        udp_witness: Option<u16>,
     },
     /// The probe after `--fetch`'s cut ran (in one message; the first probe comes as
     /// `ProbeChecks` then `ProbeWatched`); CMD starts only if it passed.

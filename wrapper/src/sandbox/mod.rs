@@ -305,6 +305,13 @@ fn watch_writes(channel: &Channel) -> Result<Vec<std::os::fd::OwnedFd>, String> 
     );
     // pid 1 is in the sandbox's network namespace: so is this socket, wherever it is used.
     let diag = crate::sys::sockdiag::open();
+    // Something netbox's UDP lookups through `diag` must find (held until CMD starts).
+    let witness = std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0));
+    let udp_witness = witness
+        .as_ref()
+        .ok()
+        .and_then(|w| w.local_addr().ok())
+        .map(|a| a.port());
     let listener = crate::sys::seccomp::install_with_listener(&crate::sys::seccomp::build())
         .map_err(|e| format!("install the seccomp filter: {e}"))?;
     let (diag, root) = (diag.ok(), root.ok());
@@ -312,9 +319,14 @@ fn watch_writes(channel: &Channel) -> Result<Vec<std::os::fd::OwnedFd>, String> 
         listener: listener.as_raw_fd(),
         diag: diag.as_ref().map(AsRawFd::as_raw_fd),
         root: root.as_ref().map(AsRawFd::as_raw_fd),
+        udp_witness,
     };
     channel.send(&message, &[])?;
-    Ok([Some(listener), diag, root].into_iter().flatten().collect())
+    let witness = witness.ok().map(std::os::fd::OwnedFd::from);
+    Ok([Some(listener), diag, root, witness]
+        .into_iter()
+        .flatten()
+        .collect())
 }
 
 /// Runs a probe with pid 1 dumpable, so netbox (as an ordinary user, without

@@ -131,14 +131,16 @@ pub fn watched_writes(input: &ProbeInput) -> Vec<WatchedWrite> {
 }
 
 /// The connections the probe makes under the filter, for netbox's direct-attempt check:
-/// one to a loopback port nothing in the sandbox listens on (only netbox's listeners are
-/// there yet), which must be logged, and one to the proxy, which must not.
+/// one past the proxy to a port of an address no one has (refused at once: no route out,
+/// or with capture a port it does not listen on), which must be logged, and one to the
+/// proxy, which must not.
 pub fn watched_connects(input: &ProbeInput) -> Vec<WatchedConnect> {
     let closed = input.capture.map_or(1, |c| c.closed_port);
-    [(closed, true), (crate::sandbox::PROXY_PORT, false)]
+    let nowhere = SocketAddr::from((bridge::capture::addresses::PROBE_ADDRESS, closed));
+    let proxy = SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, crate::sandbox::PROXY_PORT));
+    [(nowhere, true), (proxy, false)]
         .into_iter()
-        .map(|(port, direct)| {
-            let to = SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+        .map(|(to, direct)| {
             let _ = TcpStream::connect_timeout(&to, PROBE_IO_TIMEOUT);
             WatchedConnect { to, direct }
         })

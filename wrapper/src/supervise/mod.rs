@@ -352,7 +352,8 @@ impl<'a> Supervisor<'a> {
                 listener,
                 diag,
                 root,
-            } => self.attach_write_watch(listener, diag, root),
+                udp_witness,
+            } => self.attach_write_watch(listener, diag, root, udp_witness),
             SyncMsg::Terminal if self.stage.probed() && self.terminal.is_none() => {
                 self.start_terminal(fds);
             }
@@ -365,7 +366,13 @@ impl<'a> Supervisor<'a> {
 
     /// The sandbox's seccomp listener, sock_diag socket and root for the write watcher,
     /// copied out of pid 1 by their numbers there.
-    fn attach_write_watch(&mut self, listener: i32, diag: Option<i32>, root: Option<i32>) {
+    fn attach_write_watch(
+        &mut self,
+        listener: i32,
+        diag: Option<i32>,
+        root: Option<i32>,
+        udp_witness: Option<u16>,
+    ) {
         use std::os::fd::AsFd;
         let pid1 = self.sandbox.pidfd.as_fd();
         let copy = |fd: Option<i32>| fd.and_then(|fd| crate::sys::process::copy_fd(pid1, fd).ok());
@@ -374,6 +381,7 @@ impl<'a> Supervisor<'a> {
                 listener,
                 root: copy(root),
                 diag: copy(diag),
+                udp_witness,
             }),
             _ => false,
         };
@@ -655,7 +663,8 @@ impl<'a> Supervisor<'a> {
         *self.probe_report = self.first_report.take();
         // Every process the filter could stop is gone: the watcher has logged its last.
         if let Some(watch) = self.watch.take() {
-            self.tally.writes_denied = watch.finish(&self.log, &self.session.id);
+            (self.tally.writes_denied, self.tally.direct_attempts) =
+                watch.finish(&self.log, &self.session.id);
         }
         self.tally.timed_out = self.timed_out;
         self.tally.cancelled = self.cancelled.is_some();

@@ -36,6 +36,9 @@ pub struct NetContext {
     /// A sock_diag socket made in the sandbox's network namespace, to ask whether
     /// something there listens at a loopback address (sockdiag.rs).
     pub diag: Option<OwnedFd>,
+    /// Whether `diag` answered rightly for TCP and for UDP when checked (`check_diag`).
+    pub diag_tcp: bool,
+    pub diag_udp: bool,
 }
 
 /// Which syscalls carry an address to look at.
@@ -117,18 +120,41 @@ pub struct Attempt {
 }
 
 /// Where a notified call would send, judged; empty for a call to no internet address
-/// (a unix socket, netlink, a send with no address), which is most of them.
+/// (a unix socket, netlink, a send with no address), which is most of them, and for one
+/// the kernel refuses before anything is sent (a name of the wrong family or length).
 pub fn judge(n: &Notification, context: &NetContext) -> Vec<Attempt> {
-    let mut destinations = destinations(n);
-    if destinations.is_empty() {
+    let names = raw_names(n);
+    if !names.iter().any(|name| may_be_internet(name)) {
+        return Vec::new();
+    }
+    let socket = look_at_socket(n);
+    let domain = socket.as_ref().map(|s| s.domain);
+    if domain.is_some_and(|d| d != libc::AF_INET && d != libc::AF_INET6) {
+        // An internet name on a unix socket: EINVAL, nothing sent.
         return Vec::new();
     }
     // A socket netbox could not look at is taken for what the call usually is on.
-    let protocol = socket_protocol(n).unwrap_or(if n.nr == libc::SYS_connect {
-        Protocol::Tcp
-    } else {
-        Protocol::Udp
-    });
+    let protocol = socket.as_ref().map_or(
+        if n.nr == libc::SYS_connect {
+            Protocol::Tcp
+        } else {
+            Protocol::Udp
+        },
+        |s| s.protocol,
+    );
+    // A send that names an address on a stream socket is a connection only with
+    // MSG_FASTOPEN; otherwise the kernel ignores the name (or refuses the send).
+    if protocol == Protocol::Tcp && n.nr != libc::SYS_connect && !fast_open(n) {
+        return Vec::new();
+    }
+    let mut destinations: Vec<SocketAddr> = Vec::new();
+    for name in &names {
+        if let Some(to) = parse_sockaddr(name, domain, protocol, n.nr) {
+            if !destinations.contains(&to) {
+                destinations.push(to);
+            }
+        }
+    }
     // Connecting a UDP socket sends nothing: it is how glibc sorts a name's addresses
     // (RFC 6724), connecting to each to learn its source address. Only one to port 53 is
     // kept: a resolver asking a nameserver of its own, whose queries then go out with
@@ -136,73 +162,182 @@ pub fn judge(n: &Notification, context: &NetContext) -> Vec<Attempt> {
     if n.nr == libc::SYS_connect && protocol == Protocol::Udp {
         destinations.retain(|to| to.port() == 53);
     }
+    let from = socket.and_then(|s| s.local);
     destinations
         .into_iter()
         .map(|to| Attempt {
             to,
             protocol,
-            direct: reason(to, protocol, context),
+            direct: reason(to, protocol, from, context),
         })
         .collect()
 }
 
-/// What kind of socket the call is on: a copy of the caller's fd, asked.
-/// (A send on a stream socket that names an address is a connection too: TCP Fast Open.)
-/// An internet datagram socket is UDP: the other kind, ICMP's ping socket, is closed to
-/// every group in a new network namespace (net.ipv4.ping_group_range starts empty).
-fn socket_protocol(n: &Notification) -> Option<Protocol> {
-    use nix::sys::socket::{getsockopt, sockopt, SockType};
+/// MSG_FASTOPEN in a send's flags (linux/socket.h).
+const MSG_FASTOPEN: u64 = 0x2000_0000;
+
+fn fast_open(n: &Notification) -> bool {
+    let flags = match n.nr {
+        libc::SYS_sendmsg => n.args[2],
+        _ => n.args[3],
+    };
+    flags & MSG_FASTOPEN != 0
+}
+
+/// What netbox saw of the caller's socket.
+struct SocketSeen {
+    /// AF_INET, AF_INET6, or another family.
+    domain: i32,
+    protocol: Protocol,
+    /// Where it is bound, if it is (a reply's source, for the UDP lookup).
+    local: Option<SocketAddr>,
+}
+
+/// What the call's socket is: a copy of the caller's fd, asked. An internet datagram
+/// socket is UDP: the other kind, ICMP's ping socket, is closed to every group in a new
+/// network namespace (net.ipv4.ping_group_range starts empty).
+fn look_at_socket(n: &Notification) -> Option<SocketSeen> {
+    use nix::sys::socket::{
+        getsockname, getsockopt, sockopt, SockType, SockaddrLike, SockaddrStorage,
+    };
+    let socket = copy_socket(n)?;
+    let protocol = match getsockopt(&socket, sockopt::SockType).ok()? {
+        SockType::Stream => Protocol::Tcp,
+        SockType::Datagram => Protocol::Udp,
+        _ => Protocol::Other,
+    };
+    let local = getsockname::<SockaddrStorage>(std::os::fd::AsRawFd::as_raw_fd(&socket)).ok()?;
+    let domain = local.family().map_or(-1, |f| f as i32);
+    let local = local
+        .as_sockaddr_in()
+        .map(|a| SocketAddr::from(std::net::SocketAddrV4::from(*a)))
+        .or_else(|| {
+            local
+                .as_sockaddr_in6()
+                .map(|a| SocketAddr::from(std::net::SocketAddrV6::from(*a)))
+        });
+    Some(SocketSeen {
+        domain,
+        protocol,
+        local,
+    })
+}
+
+/// A copy of the caller's socket. Only a socket is copied: closing our copy of anything
+/// else could call into its filesystem (a FUSE file's flush, which a FUSE server in the
+/// sandbox could leave unanswered, and this thread with it). The link names what the fd
+/// was a moment ago; another thread of the caller's could swap in such a file before the
+/// copy, and then our close waits as long as the FUSE server lets it: no longer than the
+/// sandbox lives, since that server is CMD's and ends with it, and only CMD's own calls
+/// wait meanwhile.
+fn copy_socket(n: &Notification) -> Option<OwnedFd> {
     let fd = i32::try_from(n.args[0]).ok()?;
-    // Only a socket is copied: closing our copy of anything else could call into its
-    // filesystem (a FUSE file's flush, which a FUSE server in the sandbox could leave
-    // unanswered, and this thread with it). The link names what the fd was a moment ago;
-    // another thread of the caller's could swap in such a file before the copy, and then
-    // our close waits as long as the FUSE server lets it: no longer than the sandbox
-    // lives, since that server is CMD's and ends with it, and only CMD's own calls wait
-    // meanwhile.
     let link = std::fs::read_link(format!("/proc/{}/fd/{fd}", n.pid)).ok()?;
     if !link.as_os_str().as_encoded_bytes().starts_with(b"socket:") {
         return None;
     }
-    let socket = crate::sys::process::copy_fd_of(n.pid, fd).ok()?;
-    Some(match getsockopt(&socket, sockopt::SockType).ok()? {
-        SockType::Stream => Protocol::Tcp,
-        SockType::Datagram => Protocol::Udp,
-        _ => Protocol::Other,
-    })
+    if let Ok(copy) = crate::sys::process::copy_fd_of_thread(n.pid, fd) {
+        return Some(copy);
+    }
+    // Before Linux 6.9 only a thread group's leader has a pidfd: its fd is the caller's
+    // if both name the same socket (a thread that unshared its fd table may not).
+    let leader = thread_group_leader(n.pid)?;
+    let same = |a: &str, b: &str| match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => {
+            use std::os::unix::fs::MetadataExt;
+            (a.dev(), a.ino()) == (b.dev(), b.ino())
+        }
+        _ => false,
+    };
+    let ours = format!("/proc/{}/fd/{fd}", n.pid);
+    let leaders = format!("/proc/{leader}/fd/{fd}");
+    if leader != n.pid && !same(&ours, &leaders) {
+        return None;
+    }
+    crate::sys::process::copy_fd_of_thread(leader, fd).ok()
+}
+
+fn thread_group_leader(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Why `to` is a direct attempt, or `None` if a listener of netbox's or of the sandbox's
-/// own takes it.
-fn reason(to: SocketAddr, protocol: Protocol, context: &NetContext) -> Option<Reason> {
+/// own takes it. `from`: where the sending socket is bound, if it is.
+fn reason(
+    to: SocketAddr,
+    protocol: Protocol,
+    from: Option<SocketAddr>,
+    context: &NetContext,
+) -> Option<Reason> {
     let ip = bridge::target::canonical_ip(to.ip());
     let port = to.port();
     if netbox_listens(ip, port, protocol, context.capture.as_ref()) {
         return None;
     }
+    // Where the address is the sandbox's own (loopback; with capture, every address),
+    // a socket of the sandbox's may take it: asked of its network namespace.
+    let local = ip.is_loopback() || context.capture.is_some();
+    let listening = match protocol {
+        _ if !local => None,
+        Protocol::Tcp => context.listening(Transport::Tcp, ip, port, None),
+        Protocol::Udp => context.listening(Transport::Udp, ip, port, from),
+        // Ping and raw sockets need a capability CMD does not have.
+        Protocol::Other => return None,
+    };
+    if listening == Some(true) {
+        return None;
+    }
     if ip.is_loopback() {
-        let transport = match protocol {
-            Protocol::Tcp => Transport::Tcp,
-            Protocol::Udp => Transport::Udp,
-            // Ping and raw sockets need a capability CMD does not have.
-            Protocol::Other => return None,
-        };
-        let listening = context
-            .diag
-            .as_ref()
-            .map(|diag| sockdiag::listening(diag.as_fd(), transport, ip, port));
         // Unknown (no diag socket, or it failed): not logged, rather than flooding the
         // log with a test suite's own local traffic.
-        return match listening {
-            Some(Ok(false)) => Some(Reason::NoListener),
-            _ => None,
-        };
+        return (listening == Some(false)).then_some(Reason::NoListener);
     }
     Some(match (&context.capture, protocol) {
         (None, _) => Reason::NoRouteOut,
         (Some(_), Protocol::Tcp) => Reason::NotCaptured,
         (Some(_), _) => Reason::UdpNotCarried,
     })
+}
+
+impl NetContext {
+    /// Whether something in the sandbox listens at `ip:port`; `None` when that cannot be
+    /// asked (no diag socket, or its check at the start failed for this transport).
+    fn listening(
+        &self,
+        transport: Transport,
+        ip: IpAddr,
+        port: u16,
+        from: Option<SocketAddr>,
+    ) -> Option<bool> {
+        let usable = match transport {
+            Transport::Tcp => self.diag_tcp,
+            Transport::Udp => self.diag_udp,
+        };
+        let diag = self.diag.as_ref().filter(|_| usable)?;
+        sockdiag::listening(diag.as_fd(), transport, ip, port, from).ok()
+    }
+
+    /// Checks the diag socket against listeners known to be there (the proxy's; for UDP
+    /// the witness pid 1 bound), so a kernel whose diag answers wrongly for a transport
+    /// (its module missing: every lookup ENOENT) is not believed for it.
+    pub fn check_diag(&mut self, udp_witness: Option<u16>) {
+        let Some(diag) = self.diag.as_ref() else {
+            return;
+        };
+        let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let proxy = crate::sandbox::PROXY_PORT;
+        let answers = |transport, port| {
+            sockdiag::listening(diag.as_fd(), transport, loopback, port, None).ok() == Some(true)
+        };
+        self.diag_tcp = answers(Transport::Tcp, proxy);
+        self.diag_udp = udp_witness.is_some_and(|port| answers(Transport::Udp, port));
+    }
 }
 
 /// Whether one of netbox's listeners in the sandbox takes `ip:port`.
@@ -223,65 +358,104 @@ fn netbox_listens(
     proxy || stub || (protocol == Protocol::Tcp && capture.listens_at(SocketAddr::new(ip, port)))
 }
 
-/// The internet addresses a notified call names.
-fn destinations(n: &Notification) -> Vec<SocketAddr> {
+/// The socket addresses a notified call names, as raw bytes (at most
+/// sizeof(sockaddr_storage) each), leaving out lengths the kernel refuses.
+fn raw_names(n: &Notification) -> Vec<Vec<u8>> {
     let [_, a1, a2, _, a4, a5] = n.args;
-    let addresses = match n.nr {
-        libc::SYS_connect => vec![(a1, a2)],
-        libc::SYS_sendto => vec![(a4, a5)],
+    // connect and sendto take an int length: past sockaddr_storage (or negative) it is
+    // EINVAL. A message header's length is an int too, refused when negative, cut to
+    // sockaddr_storage when longer.
+    let direct = |address: u64, len: u64| {
+        (len <= SOCKADDR_MAX as u64)
+            .then_some((address, len))
+            .into_iter()
+            .collect()
+    };
+    let addresses: Vec<(u64, u64)> = match n.nr {
+        libc::SYS_connect => direct(a1, a2),
+        libc::SYS_sendto => direct(a4, a5),
         libc::SYS_sendmsg => message_names(n.pid, a1, 1, MSGHDR_LEN),
         libc::SYS_sendmmsg => message_names(n.pid, a1, a2.min(MAX_MESSAGES), MMSGHDR_LEN),
         _ => Vec::new(),
     };
-    let mut out: Vec<SocketAddr> = Vec::new();
-    for (address, len) in addresses {
-        if let Some(to) = read_sockaddr(n.pid, address, len) {
-            if !out.contains(&to) {
-                out.push(to);
-            }
-        }
-    }
-    out
+    addresses
+        .into_iter()
+        .filter_map(|(address, len)| read_name(n.pid, address, len))
+        .collect()
 }
 
-/// The (msg_name, msg_namelen) of `count` message headers `stride` bytes apart.
+/// The (msg_name, msg_namelen) of up to `count` message headers `stride` bytes apart: as
+/// many as can be read (the kernel sends the messages before one it cannot read).
 fn message_names(pid: u32, headers: u64, count: u64, stride: usize) -> Vec<(u64, u64)> {
     let Ok(count) = usize::try_from(count) else {
         return Vec::new();
     };
-    let Ok(bytes) = seccomp::read_memory(pid, headers, stride * count) else {
-        return Vec::new();
-    };
+    let bytes = seccomp::read_memory_prefix(pid, headers, stride * count);
     bytes
         .chunks_exact(stride)
         .filter_map(|header| {
             let name = u64::from_ne_bytes(header.get(0..8)?.try_into().ok()?);
-            let len = u32::from_ne_bytes(header.get(8..12)?.try_into().ok()?);
-            (name != 0).then_some((name, u64::from(len)))
+            let len = i32::from_ne_bytes(header.get(8..12)?.try_into().ok()?);
+            let len = u64::try_from(len).ok()?.min(SOCKADDR_MAX as u64);
+            (name != 0).then_some((name, len))
         })
         .collect()
 }
 
-/// An AF_INET or AF_INET6 socket address read from the caller; `None` for another family.
-fn read_sockaddr(pid: u32, address: u64, len: u64) -> Option<SocketAddr> {
-    let len = usize::try_from(len).ok()?.min(SOCKADDR_MAX);
+fn read_name(pid: u32, address: u64, len: u64) -> Option<Vec<u8>> {
+    let len = usize::try_from(len).ok()?;
     if address == 0 || len < 2 {
         return None;
     }
-    parse_sockaddr(&seccomp::read_memory(pid, address, len).ok()?)
+    seccomp::read_memory(pid, address, len).ok()
 }
 
-fn parse_sockaddr(bytes: &[u8]) -> Option<SocketAddr> {
-    let family = i32::from(u16::from_ne_bytes(bytes.get(0..2)?.try_into().ok()?));
-    let port = || Some(u16::from_be_bytes(bytes.get(2..4)?.try_into().ok()?));
-    if family == libc::AF_INET && bytes.len() >= 16 {
-        let ip: [u8; 4] = bytes.get(4..8)?.try_into().ok()?;
+fn name_family(name: &[u8]) -> Option<i32> {
+    Some(i32::from(u16::from_ne_bytes(
+        name.get(0..2)?.try_into().ok()?,
+    )))
+}
+
+/// Whether a name could reach an internet address: AF_INET, AF_INET6, or AF_UNSPEC,
+/// which an IPv4 UDP socket's send takes as AF_INET.
+fn may_be_internet(name: &[u8]) -> bool {
+    matches!(
+        name_family(name),
+        Some(libc::AF_INET | libc::AF_INET6 | libc::AF_UNSPEC)
+    )
+}
+
+/// The internet address a name gives, as the kernel reads it for a socket of `domain`
+/// (unknown: `None`) and `protocol`: an IPv4 name on an IPv6 socket is taken (as a mapped
+/// address), an IPv6 name on an IPv4 socket is refused, and an AF_UNSPEC name on an IPv4
+/// UDP socket's send is taken as IPv4 (connect with AF_UNSPEC dissolves an association).
+fn parse_sockaddr(
+    name: &[u8],
+    domain: Option<i32>,
+    protocol: Protocol,
+    nr: i64,
+) -> Option<SocketAddr> {
+    let family = name_family(name)?;
+    let port = || Some(u16::from_be_bytes(name.get(2..4)?.try_into().ok()?));
+    let v4 = |name: &[u8]| {
+        let ip: [u8; 4] = name.get(4..8)?.try_into().ok()?;
         Some(SocketAddr::from((ip, port()?)))
-    } else if family == libc::AF_INET6 && bytes.len() >= 24 {
-        let ip: [u8; 16] = bytes.get(8..24)?.try_into().ok()?;
-        Some(SocketAddr::from((std::net::Ipv6Addr::from(ip), port()?)))
-    } else {
-        None
+    };
+    match family {
+        libc::AF_INET if name.len() >= 16 => v4(name),
+        libc::AF_INET6 if name.len() >= 24 && domain != Some(libc::AF_INET) => {
+            let ip: [u8; 16] = name.get(8..24)?.try_into().ok()?;
+            Some(SocketAddr::from((std::net::Ipv6Addr::from(ip), port()?)))
+        }
+        libc::AF_UNSPEC
+            if name.len() >= 16
+                && domain == Some(libc::AF_INET)
+                && protocol == Protocol::Udp
+                && nr != libc::SYS_connect =>
+        {
+            v4(name)
+        }
+        _ => None,
     }
 }
 
@@ -297,7 +471,13 @@ mod tests {
                 pinned: vec!["198.18.0.1:8443".parse().unwrap()],
             }),
             diag: None,
+            diag_tcp: false,
+            diag_udp: false,
         }
+    }
+
+    fn reason(to: SocketAddr, protocol: Protocol, context: &NetContext) -> Option<Reason> {
+        super::reason(to, protocol, None, context)
     }
 
     #[test]
@@ -347,28 +527,66 @@ mod tests {
     }
 
     #[test]
-    fn socket_addresses_parse_by_family() {
-        let mut v4 = vec![0u8; 16];
-        v4[0..2].copy_from_slice(&u16::try_from(libc::AF_INET).unwrap().to_ne_bytes());
-        v4[2..4].copy_from_slice(&8443u16.to_be_bytes());
-        v4[4..8].copy_from_slice(&[10, 0, 0, 5]);
-        assert_eq!(parse_sockaddr(&v4), Some("10.0.0.5:8443".parse().unwrap()));
-        assert_eq!(parse_sockaddr(&v4[..8]), None, "too short");
-        let mut v6 = vec![0u8; 28];
-        v6[0..2].copy_from_slice(&u16::try_from(libc::AF_INET6).unwrap().to_ne_bytes());
-        v6[2..4].copy_from_slice(&53u16.to_be_bytes());
-        v6[8..24].copy_from_slice(
-            &"2001:db8::5"
-                .parse::<std::net::Ipv6Addr>()
-                .unwrap()
-                .octets(),
+    fn socket_addresses_parse_as_the_kernel_reads_them_for_the_socket() {
+        let name = |family: i32, port: u16, ip: &[u8], len: usize| {
+            let mut bytes = vec![0u8; len];
+            bytes[0..2].copy_from_slice(&u16::try_from(family).unwrap().to_ne_bytes());
+            bytes[2..4].copy_from_slice(&port.to_be_bytes());
+            let at = if family == libc::AF_INET6 { 8 } else { 4 };
+            bytes[at..at + ip.len()].copy_from_slice(ip);
+            bytes
+        };
+        let v4 = name(libc::AF_INET, 8443, &[10, 0, 0, 5], 16);
+        let connect = libc::SYS_connect;
+        let sendto = libc::SYS_sendto;
+        let inet = Some(libc::AF_INET);
+        let inet6 = Some(libc::AF_INET6);
+        let want: SocketAddr = "10.0.0.5:8443".parse().unwrap();
+        assert_eq!(
+            parse_sockaddr(&v4, inet, Protocol::Tcp, connect),
+            Some(want)
         );
         assert_eq!(
-            parse_sockaddr(&v6),
-            Some("[2001:db8::5]:53".parse().unwrap())
+            parse_sockaddr(&v4, inet6, Protocol::Tcp, connect),
+            Some(want),
+            "mapped"
         );
-        let mut unix = vec![0u8; 20];
-        unix[0..2].copy_from_slice(&u16::try_from(libc::AF_UNIX).unwrap().to_ne_bytes());
-        assert_eq!(parse_sockaddr(&unix), None);
+        assert_eq!(
+            parse_sockaddr(&v4[..8], inet, Protocol::Tcp, connect),
+            None,
+            "too short"
+        );
+        let ip6 = "2001:db8::5"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets();
+        let v6 = name(libc::AF_INET6, 53, &ip6, 28);
+        let want6: SocketAddr = "[2001:db8::5]:53".parse().unwrap();
+        assert_eq!(
+            parse_sockaddr(&v6, inet6, Protocol::Udp, sendto),
+            Some(want6)
+        );
+        assert_eq!(
+            parse_sockaddr(&v6, None, Protocol::Udp, sendto),
+            Some(want6)
+        );
+        assert_eq!(
+            parse_sockaddr(&v6, inet, Protocol::Udp, sendto),
+            None,
+            "EAFNOSUPPORT"
+        );
+        // AF_UNSPEC: an IPv4 UDP socket's send takes it as IPv4; nothing else does.
+        let unspec = name(libc::AF_UNSPEC, 53, &[192, 0, 2, 1], 16);
+        let want: SocketAddr = "192.0.2.1:53".parse().unwrap();
+        assert_eq!(
+            parse_sockaddr(&unspec, inet, Protocol::Udp, sendto),
+            Some(want)
+        );
+        assert_eq!(parse_sockaddr(&unspec, inet, Protocol::Udp, connect), None);
+        assert_eq!(parse_sockaddr(&unspec, inet6, Protocol::Udp, sendto), None);
+        assert_eq!(parse_sockaddr(&unspec, None, Protocol::Udp, sendto), None);
+        let unix = name(libc::AF_UNIX, 0, &[], 20);
+        assert!(!may_be_internet(&unix));
+        assert_eq!(parse_sockaddr(&unix, None, Protocol::Udp, sendto), None);
     }
 }

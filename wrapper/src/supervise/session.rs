@@ -71,6 +71,7 @@ pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Tally {
     pub writes_denied: u64,
+    pub direct_attempts: u64,
     pub timed_out: bool,
     /// A signal stopped the start before CMD ran.
     pub cancelled: bool,
@@ -111,6 +112,7 @@ pub fn record_end(
         requests_inspected,
         requests_refused,
         writes_denied: tally.writes_denied,
+        direct_attempts: tally.direct_attempts,
     };
     log.record_as("session_end", session, &end);
 }

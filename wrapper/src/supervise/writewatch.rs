@@ -92,6 +92,8 @@ pub struct Attached {
     pub listener: OwnedFd,
     pub root: Option<OwnedFd>,
     pub diag: Option<OwnedFd>,
+    /// The port of a UDP socket pid 1 holds on 127.0.0.1, to check `diag` against.
+    pub udp_witness: Option<u16>,
 }
 
 /// The watcher thread and what it has seen.
@@ -131,14 +133,18 @@ impl WriteWatch {
                         listener,
                         root,
                         diag,
+                        udp_witness,
                     }) = take.recv()
                     else {
                         return;
                     };
-                    let net = NetContext {
+                    let mut net = NetContext {
                         capture: context.capture.clone(),
                         diag,
+                        diag_tcp: false,
+                        diag_udp: false,
                     };
+                    net.check_diag(udp_witness);
                     seccomp::prefer_sync_wakeup(listener.as_fd());
                     // The sandbox's root as pid 1 sent it, else opened now: pid 1 sends
                     // its listener after its mounts, so this is the sandbox's root, not
@@ -315,9 +321,9 @@ impl WriteWatch {
         self.stop.take();
     }
 
-    /// Stops the thread and waits for it. Logs how many refused writes were only counted,
-    /// if any were. Called once no process the filter could stop is left.
-    pub fn finish(mut self, log: &EventLog, session: &str) -> u64 {
+    /// Stops the thread and waits for it. Logs how many refused writes and direct attempts
+    /// were only counted, if any were; returns how many of each there were. Called once no process the filter could stop is left.
+    pub fn finish(mut self, log: &EventLog, session: &str) -> (u64, u64) {
         // Never attached: the thread is waiting for a listener that will not come.
         self.listener.take();
         self.stop();
@@ -344,7 +350,7 @@ impl WriteWatch {
                 },
             );
         }
-        denied
+        (denied, direct)
     }
 }
 

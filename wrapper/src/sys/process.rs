@@ -282,7 +282,7 @@ pub fn pidfd_open(pid: nix::unistd::Pid) -> io::Result<std::os::fd::OwnedFd> {
 /// at what it is. `tid` may name any thread: with PIDFD_THREAD (6.9+) its own pidfd is
 /// opened; before that only a thread-group leader's can be (a fine answer for the
 /// single-threaded callers most are). Needs ptrace access to the task.
-pub fn copy_fd_of(tid: u32, fd: i32) -> io::Result<std::os::fd::OwnedFd> {
+pub fn copy_fd_of_thread(tid: u32, fd: i32) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     /// linux/pidfd.h: PIDFD_THREAD is O_EXCL.
     const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;

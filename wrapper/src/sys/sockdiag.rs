@@ -8,7 +8,7 @@
 //! answer that say where a socket is bound.
 
 use std::io;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use nix::sys::socket::{
@@ -59,18 +59,18 @@ pub fn open() -> io::Result<OwnedFd> {
 /// sent to `addr:port`: a TCP listener, or a bound UDP socket not connected elsewhere,
 /// on that port and on that address or the wildcard (for an IPv4 address, an IPv6
 /// wildcard socket too, which takes both families unless it is IPv6-only, as most are not).
+/// For UDP, `from` is where the sender is bound, if it is: a socket connected to that
+/// sender takes its datagrams too.
 pub fn listening(
     diag: BorrowedFd<'_>,
     transport: Transport,
     addr: IpAddr,
     port: u16,
+    from: Option<SocketAddr>,
 ) -> io::Result<bool> {
-    let addr = match addr {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    };
+    let addr = canonical(addr);
     if transport == Transport::Udp {
-        return udp_delivers(diag, addr, port);
+        return udp_delivers(diag, addr, port, from);
     }
     let families: &[u8] = match addr {
         IpAddr::V4(_) => &[AF_INET, AF_INET6],
@@ -93,21 +93,46 @@ pub fn listening(
 /// answers with the socket or ENOENT. (For UDP the request's source is the datagram's
 /// sender and its destination the socket's address: "swapped for historical reasons",
 /// as the kernel's udp_diag.c says.)
-fn udp_delivers(diag: BorrowedFd<'_>, addr: IpAddr, port: u16) -> io::Result<bool> {
+fn udp_delivers(
+    diag: BorrowedFd<'_>,
+    addr: IpAddr,
+    port: u16,
+    from: Option<SocketAddr>,
+) -> io::Result<bool> {
+    // The sender's address as the lookup wants it: its own, if bound to one of the
+    // destination's family; else the address the kernel would send from (loopback's,
+    // or under capture's routes the destination's own).
+    let sender_ip = from
+        .map(|f| canonical(f.ip()))
+        .filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == addr.is_ipv4());
+    let sender_port = from.map_or(0, |f| f.port());
     let (family, sender, to) = match addr {
         IpAddr::V4(v4) => {
+            let sender = match sender_ip {
+                Some(IpAddr::V4(ip)) => ip,
+                _ if v4.is_loopback() => std::net::Ipv4Addr::LOCALHOST,
+                _ => v4,
+            };
             let mut to = [0u8; 16];
             to[..4].copy_from_slice(&v4.octets());
             let mut from = [0u8; 16];
-            from[..4].copy_from_slice(&[127, 0, 0, 1]);
+            from[..4].copy_from_slice(&sender.octets());
             (AF_INET, from, to)
         }
-        IpAddr::V6(v6) => (AF_INET6, Ipv6Addr::LOCALHOST.octets(), v6.octets()),
+        IpAddr::V6(v6) => {
+            let sender = match sender_ip {
+                Some(IpAddr::V6(ip)) => ip,
+                _ if v6.is_loopback() => Ipv6Addr::LOCALHOST,
+                _ => v6,
+            };
+            (AF_INET6, sender.octets(), v6.octets())
+        }
     };
     let mut body = [0u8; REQUEST_BODY];
     body[0] = family;
     body[1] = IPPROTO_UDP;
-    // sockid: sport (0), dport, src[16], dst[16], if (0), cookie: none to check.
+    // sockid: sport, dport, src[16], dst[16], if (0), cookie: none to check.
+    body[8..10].copy_from_slice(&sender_port.to_be_bytes());
     body[10..12].copy_from_slice(&port.to_be_bytes());
     body[12..28].copy_from_slice(&sender);
     body[28..44].copy_from_slice(&to);
@@ -117,6 +142,14 @@ fn udp_delivers(diag: BorrowedFd<'_>, addr: IpAddr, port: u16) -> io::Result<boo
         Ok(()) => Ok(found),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn canonical(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
     }
 }
 
@@ -233,30 +266,45 @@ mod tests {
         let port = tcp.local_addr().unwrap().port();
         let here: IpAddr = "127.0.0.1".parse().unwrap();
         let elsewhere: IpAddr = "127.0.0.2".parse().unwrap();
-        assert!(listening(diag.as_fd(), Transport::Tcp, here, port).unwrap());
+        assert!(listening(diag.as_fd(), Transport::Tcp, here, port, None).unwrap());
         let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
-        assert!(listening(diag.as_fd(), Transport::Tcp, mapped, port).unwrap());
-        assert!(!listening(diag.as_fd(), Transport::Tcp, elsewhere, port).unwrap());
-        assert!(!listening(diag.as_fd(), Transport::Udp, here, port).unwrap());
+        assert!(listening(diag.as_fd(), Transport::Tcp, mapped, port, None).unwrap());
+        assert!(!listening(diag.as_fd(), Transport::Tcp, elsewhere, port, None).unwrap());
+        assert!(!listening(diag.as_fd(), Transport::Udp, here, port, None).unwrap());
         drop(tcp);
-        assert!(!listening(diag.as_fd(), Transport::Tcp, here, port).unwrap());
+        assert!(!listening(diag.as_fd(), Transport::Tcp, here, port, None).unwrap());
         let udp = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
         let port = udp.local_addr().unwrap().port();
-        assert!(listening(diag.as_fd(), Transport::Udp, elsewhere, port).unwrap());
-        assert!(!listening(diag.as_fd(), Transport::Tcp, elsewhere, port).unwrap());
+        assert!(listening(diag.as_fd(), Transport::Udp, elsewhere, port, None).unwrap());
+        assert!(!listening(diag.as_fd(), Transport::Tcp, elsewhere, port, None).unwrap());
         drop(udp);
-        assert!(!listening(diag.as_fd(), Transport::Udp, elsewhere, port).unwrap());
+        assert!(!listening(diag.as_fd(), Transport::Udp, elsewhere, port, None).unwrap());
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = udp.local_addr().unwrap().port();
-        assert!(listening(diag.as_fd(), Transport::Udp, here, port).unwrap());
-        assert!(!listening(diag.as_fd(), Transport::Udp, elsewhere, port).unwrap());
-        assert!(!listening(diag.as_fd(), Transport::Udp, here, port.wrapping_add(1)).unwrap());
+        assert!(listening(diag.as_fd(), Transport::Udp, here, port, None).unwrap());
+        assert!(!listening(diag.as_fd(), Transport::Udp, elsewhere, port, None).unwrap());
+        assert!(!listening(
+            diag.as_fd(),
+            Transport::Udp,
+            here,
+            port.wrapping_add(1),
+            None
+        )
+        .unwrap());
+        // A socket connected to one sender takes that sender's datagrams only.
+        let receiver = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        receiver.connect(sender.local_addr().unwrap()).unwrap();
+        let to = receiver.local_addr().unwrap();
+        let from = Some(sender.local_addr().unwrap());
+        assert!(listening(diag.as_fd(), Transport::Udp, here, to.port(), from).unwrap());
+        assert!(!listening(diag.as_fd(), Transport::Udp, here, to.port(), None).unwrap());
         // A dual-stack socket takes IPv4 datagrams too.
         if let Ok(v6) = std::net::UdpSocket::bind("[::]:0") {
             let port = v6.local_addr().unwrap().port();
-            assert!(listening(diag.as_fd(), Transport::Udp, here, port).unwrap());
+            assert!(listening(diag.as_fd(), Transport::Udp, here, port, None).unwrap());
             let loopback6: IpAddr = "::1".parse().unwrap();
-            assert!(listening(diag.as_fd(), Transport::Udp, loopback6, port).unwrap());
+            assert!(listening(diag.as_fd(), Transport::Udp, loopback6, port, None).unwrap());
         }
     }
 

@@ -29,6 +29,11 @@ pub const PROBE_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
 /// The same for IPv6: 2001:2::.
 pub const PROBE_ADDRESS_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 0);
 
+/// A name the DNS stub answers with the probe's addresses whatever the policy, so the
+/// live probe sees an answer come back (`.invalid`: never a real name). Whoever looks it
+/// up gets an address that names nothing, which the bridge refuses.
+pub const PROBE_NAME: &str = "capture.netbox-probe.invalid";
+
 /// Names handed out, by index, and the other way round.
 #[derive(Debug, Default)]
 pub struct SessionAddresses {

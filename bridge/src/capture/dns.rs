@@ -46,6 +46,19 @@ pub fn answer(query: &[u8], session: &Session, ports: &[u16], log: &EventLog) ->
         // An address spelled as a name, or no name at all: nothing to hand out.
         _ => return reply(response, ResponseCode::NXDomain),
     };
+    if name == crate::capture::addresses::PROBE_NAME {
+        let address = match question.query_type() {
+            RecordType::A => RData::A(A(crate::capture::addresses::PROBE_ADDRESS)),
+            RecordType::AAAA => RData::AAAA(AAAA(crate::capture::addresses::PROBE_ADDRESS_V6)),
+            _ => return reply(response, ResponseCode::NoError),
+        };
+        response.add_answer(Record::from_rdata(
+            question.name().clone(),
+            TTL_SECONDS,
+            address,
+        ));
+        return reply(response, ResponseCode::NoError);
+    }
     if !allowed(session, &name, ports) {
         // Once per name: a resolver asks for A and AAAA, and again at each lookup (glibc
         // keeps no negative cache); the log needs the name, not every question.
@@ -119,6 +132,37 @@ mod tests {
         query.metadata.recursion_desired = true;
         query.add_query(Query::query(Name::from_ascii(name).unwrap(), kind));
         query.to_vec().unwrap()
+    }
+
+    #[test]
+    fn the_probe_name_is_answered_whatever_the_policy_and_hands_out_nothing() {
+        let session = Session::new("s", Arc::new(crate::policy::Policy::default()), 8);
+        let log = EventLog::open(None, crate::log::Stderr::Quiet).unwrap();
+        let name = format!("{}.", crate::capture::addresses::PROBE_NAME);
+        for (kind, want) in [
+            (RecordType::A, "198.18.0.0"),
+            (RecordType::AAAA, "2001:2::"),
+        ] {
+            let got =
+                Message::from_vec(&answer(&ask(&name, kind), &session, &[443], &log).unwrap())
+                    .unwrap();
+            assert_eq!(got.metadata.response_code, ResponseCode::NoError);
+            let address = match got.answers[0].data.clone() {
+                RData::A(a) => a.0.to_string(),
+                RData::AAAA(a) => a.0.to_string(),
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(address, want);
+        }
+        // No session address was handed out for it.
+        assert_eq!(
+            session.addresses.name_for("198.18.0.1".parse().unwrap()),
+            None
+        );
+        // Control: another name is refused under the same (empty) policy.
+        let other = answer(&ask("b.test.", RecordType::A), &session, &[443], &log).unwrap();
+        let other = Message::from_vec(&other).unwrap();
+        assert_eq!(other.metadata.response_code, ResponseCode::NXDomain);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! `resolved`, `pins`), the policy and what package managers add to it (`policy`,
 //! `tools`), limits and cgroups, CMD's environment, and the host sockets to hide.
 
+pub mod capture;
 pub mod cgroup;
 pub mod config;
 pub mod env;

@@ -54,35 +54,7 @@ pub struct ChildPlan {
     pub terminal: Option<crate::terminal::Plan>,
     /// Capture: what connections made without a proxy reach the bridge at (the DNS stub
     /// comes with it).
-    pub capture: Option<CapturePlan>,
-}
-
-/// Where capture listens.
-#[derive(Debug, Clone, Default)]
-pub struct CapturePlan {
-    /// Ports listened on at every address (below 1024, which CMD cannot listen on itself,
-    /// so a listener there takes nothing from it).
-    pub ports: Vec<u16>,
-    /// Names the allowlist opens on higher ports, in the order the session hands out
-    /// their addresses (which `pinned` listens at).
-    pub names: Vec<String>,
-    /// Addresses and ports listened on one by one, for higher ports: the session
-    /// addresses of `names` (IPv4 and IPv6) and single addresses the allowlist opens,
-    /// each at its ports. A listener on one address leaves every other address's port
-    /// to CMD. IPv6 ones are left out where IPv6 is down.
-    pub pinned: Vec<SocketAddr>,
-}
-
-impl CapturePlan {
-    /// Whether a TCP connection to `to` reaches one of capture's listeners.
-    pub fn listens_at(&self, to: SocketAddr) -> bool {
-        let ip = bridge::target::canonical_ip(to.ip());
-        self.ports.contains(&to.port())
-            || self
-                .pinned
-                .iter()
-                .any(|p| bridge::target::canonical_ip(p.ip()) == ip && p.port() == to.port())
-    }
+    pub capture: Option<crate::plan::capture::CapturePlan>,
 }
 
 /// Where the sandbox's DNS stub listens, when the run captures (resolv.conf names it).
@@ -491,7 +463,10 @@ fn listen_at_any_address(at: SocketAddr) -> std::io::Result<TcpListener> {
 /// netbox. With `capture`, every address is made local and listened on at those ports,
 /// and the DNS stub listens, all handed to netbox too. Returns whether the proxy also
 /// listens on ::1.
-fn set_up_network(channel: &Channel, capture: Option<&CapturePlan>) -> Result<bool, StepError> {
+fn set_up_network(
+    channel: &Channel,
+    capture: Option<&crate::plan::capture::CapturePlan>,
+) -> Result<bool, StepError> {
     namespaces::unshare_net().map_err(failed("enter a new network namespace"))?;
     crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
     let mut captured = Vec::new();

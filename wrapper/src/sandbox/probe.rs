@@ -544,11 +544,40 @@ fn capture_check(input: &ProbeInput, capture: CaptureProbe) -> Check {
         },
     };
     forbidden.extend([closed_port, dns]);
-    check("capture", forbidden, Vec::new())
+    let probe_name = bridge::capture::addresses::PROBE_NAME;
+    let answered = ask_dns_stub_for_address(probe_name);
+    let control = vec![Outcome {
+        attempt: format!("resolve {probe_name}, which the stub always answers"),
+        ok: matches!(answered, Ok(Some(a)) if a == PROBE_ADDRESS),
+        result: match answered {
+            Ok(Some(a)) => format!("answered {a}"),
+            Ok(None) => "no address in the answer".into(),
+            Err(e) => e.to_string(),
+        },
+    }];
+    check("capture", forbidden, control)
 }
 
 /// Asks the DNS stub for `name`'s IPv4 address; returns the answer's response code.
 fn ask_dns_stub(name: &str) -> std::io::Result<u8> {
+    ask_dns_stub_raw(name).map(|(code, _)| code)
+}
+
+/// Asks the DNS stub for `name`'s IPv4 address; returns the address its one answer
+/// carries (the last four bytes of a NOERROR answer with one record).
+fn ask_dns_stub_for_address(name: &str) -> std::io::Result<Option<std::net::Ipv4Addr>> {
+    let (code, answer) = ask_dns_stub_raw(name)?;
+    let records = answer
+        .get(6..8)
+        .map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
+    Ok((code == 0 && records == 1 && answer.len() >= 4).then(|| {
+        let at = answer.len() - 4;
+        std::net::Ipv4Addr::new(answer[at], answer[at + 1], answer[at + 2], answer[at + 3])
+    }))
+}
+
+/// Asks the DNS stub for `name`'s IPv4 address; returns the response code and the answer.
+fn ask_dns_stub_raw(name: &str) -> std::io::Result<(u8, Vec<u8>)> {
     const ID: [u8; 2] = [0x6e, 0x62];
     // Header: id, a standard query with recursion desired, one question.
     let mut query = Vec::with_capacity(64);
@@ -569,7 +598,7 @@ fn ask_dns_stub(name: &str) -> std::io::Result<u8> {
     if n < 4 || answer[..2] != ID {
         return Err(std::io::Error::other("not an answer to the question"));
     }
-    Ok(answer[3] & 0x0f)
+    Ok((answer[3] & 0x0f, answer[..n].to_vec()))
 }
 
 fn network_namespace(input: &ProbeInput, egress: &PendingEgress) -> Check {

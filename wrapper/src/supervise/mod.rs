@@ -93,7 +93,7 @@ pub struct Supervised<'a> {
     /// With `--cpus`: the sandbox's cpu cgroup's `tasks`, for the write watcher's thread.
     pub cpu_cgroup_tasks: Option<std::path::PathBuf>,
     /// Where capture listens, when the run captures.
-    pub capture: Option<crate::sandbox::CapturePlan>,
+    pub capture: Option<crate::plan::capture::CapturePlan>,
 }
 
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.

@@ -16,7 +16,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
 
-use crate::sandbox::CapturePlan;
+use crate::plan::capture::CapturePlan;
 use crate::sys::seccomp::{self, Notification};
 use crate::sys::sockdiag::{self, Transport};
 

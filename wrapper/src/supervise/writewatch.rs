@@ -46,7 +46,7 @@ pub struct WatchContext {
     /// The bridge's session: its id, and the names its DNS stub handed addresses out for.
     pub session: Arc<bridge::Session>,
     /// Where capture listens, when the run captures.
-    pub capture: Option<crate::sandbox::CapturePlan>,
+    pub capture: Option<crate::plan::capture::CapturePlan>,
     /// Host pid of the sandbox's pid 1, whose writes are the probe's.
     pub pid1: u32,
     pub protected: Vec<PathBuf>,

@@ -234,7 +234,13 @@ async fn serve_dns_tcp(sl: SessionListener, shared: Arc<Shared>, mut quit: watch
     };
     let places = Arc::new(Semaphore::new(MAX_DNS_TCP_CONNECTIONS));
     loop {
-        let Ok(place) = Arc::clone(&places).acquire_owned().await else {
+        // Waiting for a place watches for the end too (review 32): with every place held,
+        // the bridge must still stop at once.
+        let place = tokio::select! {
+            place = Arc::clone(&places).acquire_owned() => place,
+            _ = quit.wait_for(|&q| q) => return,
+        };
+        let Ok(place) = place else {
             return;
         };
         let accepted = tokio::select! {

@@ -45,10 +45,17 @@ pub struct SessionAddresses {
 /// Refused names remembered at most, to log each once (past it, every refusal is logged).
 const MAX_REFUSED_NAMES: usize = 10_000;
 
+/// Names a session hands addresses out for, at most. A wildcard rule lets CMD ask for as
+/// many names as it likes, and each is kept for the session (an address never comes to
+/// name another host), in netbox's memory: a few hundred bytes each (review 32: the
+/// whole range, 131,070, took ~70 MB). Past it the stub answers SERVFAIL.
+pub const MAX_NAMES: u32 = 16_384;
+
 #[derive(Debug, Default)]
 struct Handed {
-    names: Vec<String>,
-    index: HashMap<String, u32>,
+    /// Each name once, shared by the list and the index.
+    names: Vec<std::sync::Arc<str>>,
+    index: HashMap<std::sync::Arc<str>, u32>,
     refused: std::collections::HashSet<String>,
 }
 
@@ -87,11 +94,12 @@ impl SessionAddresses {
             Some(index) => *index,
             None => {
                 let index = u32::try_from(handed.names.len()).ok()?;
-                if index >= V4_COUNT {
+                if index >= V4_COUNT.min(MAX_NAMES) {
                     return None;
                 }
-                handed.names.push(name.to_owned());
-                handed.index.insert(name.to_owned(), index);
+                let name: std::sync::Arc<str> = name.into();
+                handed.names.push(std::sync::Arc::clone(&name));
+                handed.index.insert(name, index);
                 index
             }
         };
@@ -109,13 +117,30 @@ impl SessionAddresses {
             IpAddr::V6(v6) => u32::try_from(u128::from(v6).checked_sub(V6_BASE + 1)?).ok()?,
         };
         let handed = self.inner.lock().ok()?;
-        handed.names.get(usize::try_from(index).ok()?).cloned()
+        handed
+            .names
+            .get(usize::try_from(index).ok()?)
+            .map(|name| name.to_string())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pool_stops_at_its_cap_and_keeps_what_it_handed_out() {
+        let addresses = SessionAddresses::default();
+        for i in 0..MAX_NAMES {
+            assert!(addresses
+                .address_for(&format!("n{i}.test"), false)
+                .is_some());
+        }
+        assert_eq!(addresses.address_for("one-more.test", false), None);
+        // Names already handed out keep their addresses, both families.
+        let first = addresses.address_for("n0.test", true).unwrap();
+        assert_eq!(addresses.name_for(first).as_deref(), Some("n0.test"));
+    }
 
     #[test]
     fn a_name_keeps_its_address_and_maps_back() {

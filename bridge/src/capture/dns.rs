@@ -113,7 +113,8 @@ fn refused(session: &Session, name: &str, log: &EventLog) {
     });
     attempt.reason = Reason::NotAllowed;
     attempt.detail = Some(format!(
-        "a lookup of {name} in the sandbox's DNS: not on the allowlist"
+        "a lookup of {name} in the sandbox's DNS: not on the allowlist for a port capture \
+         carries (a name allowed only on other ports goes through the proxy)"
     ));
     let mut event = attempt.finish(End::Refused, 0, 0);
     event.port = None;

@@ -16,8 +16,9 @@ pub struct CapturePlan {
     pub names: Vec<String>,
     /// Addresses and ports listened on one by one, for higher ports: the session
     /// addresses of `names` (IPv4 and IPv6) and single addresses the allowlist opens,
-    /// each at its ports. A listener on one address leaves every other address's port
-    /// to CMD. IPv6 ones are left out where IPv6 is down.
+    /// each at its ports. A listener on one address leaves the port to CMD on every other
+    /// single address (not on the wildcard, which Linux will not bind beside it). IPv6
+    /// ones are left out where IPv6 is down.
     pub pinned: Vec<SocketAddr>,
 }
 
@@ -97,6 +98,10 @@ mod tests {
             "*.c.test:8443",
             "10.0.0.0/8:7000",
             "a.test:9443",
+            "[fe80::1]:8080",
+            "[ff02::1]:9002",
+            "224.0.0.1:9003",
+            "255.255.255.255:9004",
         ] {
             policy
                 .add_rule(bridge::policy::Action::Allow, rule, "--allow")

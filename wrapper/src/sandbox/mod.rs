@@ -439,6 +439,66 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     Ok((proxy_v6, host_sockets))
 }
 
+/// Capture's sockets, handed to netbox.
+struct CaptureSockets {
+    /// One per port, at every address.
+    captured: Vec<TcpListener>,
+    /// One per address and port.
+    pinned: Vec<TcpListener>,
+    /// The DNS stub's.
+    dns: (std::net::UdpSocket, TcpListener),
+}
+
+/// Capture's part of the network: the catch-all routes, the listeners at every address
+/// and at single addresses, and the DNS stub's sockets.
+fn set_up_capture(
+    capture: &crate::plan::capture::CapturePlan,
+) -> Result<CaptureSockets, StepError> {
+    let mut captured = Vec::new();
+    let mut pinned = Vec::new();
+    // Where IPv6 is up, the stub hands out IPv6 addresses too: they must be captured
+    // as well.
+    let ipv6_up = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
+    if !crate::testhooks::hooks().skip_capture_routes {
+        let v6 = crate::sys::netdev::route_every_address_here()
+            .map_err(failed("route every address to the sandbox (capture)"))?;
+        if ipv6_up && !v6 {
+            return Err((
+                "route every IPv6 address to the sandbox (capture)".into(),
+                "the route was refused".into(),
+                None,
+            ));
+        }
+    }
+    for &port in &capture.ports {
+        // Dual-stack where IPv6 is up: one listener takes both families.
+        let listener = TcpListener::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)))
+            .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))))
+            .map_err(failed("listen for captured connections"))?;
+        bridge::listen::deepen_backlog(&listener)
+            .map_err(failed("listen for captured connections"))?;
+        captured.push(listener);
+    }
+    // An address that is not this namespace's own is bindable all the same: the
+    // catch-all routes make every address local.
+    for at in capture.pinned.iter().filter(|at| at.is_ipv4() || ipv6_up) {
+        let listener = listen_at_any_address(*at)
+            .map_err(|e| (format!("listen at {at} (capture)"), e.to_string(), None))?;
+        pinned.push(listener);
+    }
+    let stub = SocketAddr::from((DNS_STUB, 53));
+    let dns = (
+        std::net::UdpSocket::bind(stub)
+            .map_err(failed("listen for DNS on 127.0.0.53 (capture)"))?,
+        TcpListener::bind(stub).map_err(failed("listen for DNS on 127.0.0.53 (capture)"))?,
+    );
+    Ok(CaptureSockets {
+        captured,
+        pinned,
+        dns,
+    })
+}
+
 /// A listener at `at`, an address no interface has. IPv4 binds it under capture's
 /// catch-all route (the kernel asks the routing table whether it is local); IPv6 asks
 /// the interfaces instead, so the socket binds freely (IP_FREEBIND, which needs no
@@ -469,47 +529,17 @@ fn set_up_network(
 ) -> Result<bool, StepError> {
     namespaces::unshare_net().map_err(failed("enter a new network namespace"))?;
     crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
-    let mut captured = Vec::new();
-    let mut pinned = Vec::new();
-    let mut dns = None;
-    if let Some(capture) = capture {
-        // Where IPv6 is up, the stub hands out IPv6 addresses too: they must be captured
-        // as well.
-        let ipv6_up = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
-        if !crate::testhooks::hooks().skip_capture_routes {
-            let v6 = crate::sys::netdev::route_every_address_here()
-                .map_err(failed("route every address to the sandbox (capture)"))?;
-            if ipv6_up && !v6 {
-                return Err((
-                    "route every IPv6 address to the sandbox (capture)".into(),
-                    "the route was refused".into(),
-                    None,
-                ));
-            }
+    let (captured, pinned, dns) = match capture {
+        Some(capture) => {
+            let sockets = set_up_capture(capture).map_err(|(step, detail, _)| {
+                let hint = "run with --no-capture to go without capture (programs that ignore \
+                            the proxy settings then find no network)";
+                (step, detail, Some(hint.to_owned()))
+            })?;
+            (sockets.captured, sockets.pinned, Some(sockets.dns))
         }
-        for &port in &capture.ports {
-            // Dual-stack where IPv6 is up: one listener takes both families.
-            let listener = TcpListener::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)))
-                .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))))
-                .map_err(failed("listen for captured connections"))?;
-            bridge::listen::deepen_backlog(&listener)
-                .map_err(failed("listen for captured connections"))?;
-            captured.push(listener);
-        }
-        // An address that is not this namespace's own is bindable all the same: the
-        // catch-all routes make every address local.
-        for at in capture.pinned.iter().filter(|at| at.is_ipv4() || ipv6_up) {
-            let listener = listen_at_any_address(*at)
-                .map_err(|e| (format!("listen at {at} (capture)"), e.to_string(), None))?;
-            pinned.push(listener);
-        }
-        let stub = SocketAddr::from((DNS_STUB, 53));
-        dns = Some((
-            std::net::UdpSocket::bind(stub)
-                .map_err(failed("listen for DNS on 127.0.0.53 (capture)"))?,
-            TcpListener::bind(stub).map_err(failed("listen for DNS on 127.0.0.53 (capture)"))?,
-        ));
-    }
+        None => (Vec::new(), Vec::new(), None),
+    };
 
     // The bridge's listeners live here, inside the new network namespace, and are handed
     // to netbox: CMD's connections reach the bridge directly, with no relay.

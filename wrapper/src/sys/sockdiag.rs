@@ -1,14 +1,16 @@
-//! Whether something in the sandbox's network namespace listens at an address: a
-//! NETLINK_SOCK_DIAG dump of its listening TCP sockets, or for UDP the kernel's own
-//! lookup of the socket a datagram would be delivered to (sock_diag(7)): a UDP dump walks
-//! every slot of the UDP hash table, ~25 µs here, where the lookup takes a few. The
-//! netlink socket is made by pid 1 inside the namespace and handed to netbox: a netlink
-//! socket answers for the namespace it was made in, wherever it is used from.
-//! Hand-written like netdev.rs: one fixed-layout request, and the few fields of each
-//! answer that say where a socket is bound.
+//! Whether something in the sandbox's network namespace would take what is sent to an
+//! address: the kernel's own socket lookup, asked through NETLINK_SOCK_DIAG with an
+//! exact (not dump) request, which answers with the socket it finds or ENOENT
+//! (sock_diag(7)). For TCP that is the lookup an arriving SYN gets (a listener, or a
+//! connection with that very peer); for UDP the one a datagram gets. A dump would walk
+//! the kernel's whole hash table, every namespace's sockets: ~19 µs here against ~3.5.
+//! The netlink socket is made by pid 1 inside the namespace and handed to netbox: a
+//! netlink socket answers for the namespace it was made in, wherever it is used from.
+//! Hand-written like netdev.rs: one fixed-layout request, and only whether an answer
+//! came.
 
 use std::io;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use nix::sys::socket::{
@@ -23,19 +25,11 @@ const IPPROTO_UDP: u8 = 17;
 /// linux/sock_diag.h, linux/netlink.h, linux/inet_diag.h.
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_DUMP: u16 = 0x300;
 const NLMSG_HEADER: usize = 16;
-/// `struct inet_diag_req_v2`: family, protocol, ext, pad, states, then the 48-byte sockid.
+/// `struct inet_diag_req_v2`: family, protocol, ext, pad, states, then the 48-byte sockid
+/// (sport, dport, src[16], dst[16], if, cookie[2]).
 const REQUEST_BODY: usize = 56;
-/// In `struct inet_diag_msg`: where the sockid's source port and address are.
-const SPORT_AT: usize = 4;
-const SRC_AT: usize = 8;
-/// The TCP states a socket is dumped in: LISTEN for TCP; CLOSE for UDP, which is where
-/// a bound, unconnected UDP socket (a server) stays.
-const TCP_LISTEN: u32 = 1 << 10;
-const UDP_UNCONNECTED: u32 = 1 << 7;
 
 /// Which sockets to look for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,11 +50,10 @@ pub fn open() -> io::Result<OwnedFd> {
 }
 
 /// Whether a socket of `transport` in the namespace `diag` answers for would take what is
-/// sent to `addr:port`: a TCP listener, or a bound UDP socket not connected elsewhere,
-/// on that port and on that address or the wildcard (for an IPv4 address, an IPv6
-/// wildcard socket too, which takes both families unless it is IPv6-only, as most are not).
-/// For UDP, `from` is where the sender is bound, if it is: a socket connected to that
-/// sender takes its datagrams too.
+/// sent to `addr:port`: a TCP listener on that port at that address or the wildcard (for
+/// an IPv4 address an IPv6 wildcard socket too, unless it is IPv6-only), or a UDP socket
+/// bound so, not connected elsewhere. `from` is where the sender is bound, if it is: a
+/// socket connected to that very sender takes its traffic too.
 pub fn listening(
     diag: BorrowedFd<'_>,
     transport: Transport,
@@ -69,39 +62,9 @@ pub fn listening(
     from: Option<SocketAddr>,
 ) -> io::Result<bool> {
     let addr = canonical(addr);
-    if transport == Transport::Udp {
-        return udp_delivers(diag, addr, port, from);
-    }
-    let families: &[u8] = match addr {
-        IpAddr::V4(_) => &[AF_INET, AF_INET6],
-        IpAddr::V6(_) => &[AF_INET6],
-    };
-    for &family in families {
-        let mut found = false;
-        dump(diag, family, transport, |bound, bound_port| {
-            found |= bound_port == port && takes(bound, addr);
-        })?;
-        if found {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
-/// Whether a datagram to `addr:port` from the sandbox's loopback would be delivered to a
-/// socket: the kernel's UDP lookup, asked through an exact (not dump) request, which
-/// answers with the socket or ENOENT. (For UDP the request's source is the datagram's
-/// sender and its destination the socket's address: "swapped for historical reasons",
-/// as the kernel's udp_diag.c says.)
-fn udp_delivers(
-    diag: BorrowedFd<'_>,
-    addr: IpAddr,
-    port: u16,
-    from: Option<SocketAddr>,
-) -> io::Result<bool> {
-    // The sender's address as the lookup wants it: its own, if bound to one of the
-    // destination's family; else the address the kernel would send from (loopback's,
-    // or under capture's routes the destination's own).
+    // The sender as the lookup wants it: its own address, if bound to one of the
+    // destination's family; else the address the kernel would send from (loopback's, or
+    // under capture's routes the destination's own).
     let sender_ip = from
         .map(|f| canonical(f.ip()))
         .filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == addr.is_ipv4());
@@ -110,14 +73,10 @@ fn udp_delivers(
         IpAddr::V4(v4) => {
             let sender = match sender_ip {
                 Some(IpAddr::V4(ip)) => ip,
-                _ if v4.is_loopback() => std::net::Ipv4Addr::LOCALHOST,
+                _ if v4.is_loopback() => Ipv4Addr::LOCALHOST,
                 _ => v4,
             };
-            let mut to = [0u8; 16];
-            to[..4].copy_from_slice(&v4.octets());
-            let mut from = [0u8; 16];
-            from[..4].copy_from_slice(&sender.octets());
-            (AF_INET, from, to)
+            (AF_INET, padded(sender.octets()), padded(v4.octets()))
         }
         IpAddr::V6(v6) => {
             let sender = match sender_ip {
@@ -130,19 +89,34 @@ fn udp_delivers(
     };
     let mut body = [0u8; REQUEST_BODY];
     body[0] = family;
-    body[1] = IPPROTO_UDP;
-    // sockid: sport, dport, src[16], dst[16], if (0), cookie: none to check.
-    body[8..10].copy_from_slice(&sender_port.to_be_bytes());
-    body[10..12].copy_from_slice(&port.to_be_bytes());
-    body[12..28].copy_from_slice(&sender);
-    body[28..44].copy_from_slice(&to);
+    // The sockid: for TCP the socket's own end is the source and the peer the
+    // destination; for UDP it is the other way round ("src and dst are swapped for
+    // historical reasons", as the kernel's udp_diag.c says).
+    let (protocol, (source, source_port), (destination, destination_port)) = match transport {
+        Transport::Tcp => (IPPROTO_TCP, (to, port), (sender, sender_port)),
+        Transport::Udp => (IPPROTO_UDP, (sender, sender_port), (to, port)),
+    };
+    body[1] = protocol;
+    // Every state, where the kernel looks at them (a UDP lookup does not).
+    body[4..8].copy_from_slice(&u32::MAX.to_ne_bytes());
+    body[8..10].copy_from_slice(&source_port.to_be_bytes());
+    body[10..12].copy_from_slice(&destination_port.to_be_bytes());
+    body[12..28].copy_from_slice(&source);
+    body[28..44].copy_from_slice(&destination);
+    // No cookie to check (INET_DIAG_NOCOOKIE).
     body[48..56].copy_from_slice(&[0xff; 8]);
-    let mut found = false;
-    match exchange(diag, NLM_F_REQUEST, &body, |_| found = true) {
-        Ok(()) => Ok(found),
+    match exchange(diag, &body) {
+        Ok(()) => Ok(true),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// An IPv4 address in the sockid's 16 bytes.
+fn padded(v4: [u8; 4]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..4].copy_from_slice(&v4);
+    out
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is.
@@ -153,105 +127,38 @@ fn canonical(addr: IpAddr) -> IpAddr {
     }
 }
 
-/// Whether a socket bound to `bound` takes what is sent to `addr`.
-fn takes(bound: IpAddr, addr: IpAddr) -> bool {
-    match bound {
-        IpAddr::V4(b) => (b.is_unspecified() && addr.is_ipv4()) || bound == addr,
-        IpAddr::V6(b) if b.is_unspecified() => true,
-        IpAddr::V6(b) => match (b.to_ipv4_mapped(), addr) {
-            (Some(mapped), IpAddr::V4(a)) => mapped == a,
-            _ => bound == addr,
-        },
-    }
-}
-
-/// Dumps the sockets of one family and transport, calling `each` with every one's bound
-/// address and port.
-fn dump(
-    diag: BorrowedFd<'_>,
-    family: u8,
-    transport: Transport,
-    mut each: impl FnMut(IpAddr, u16),
-) -> io::Result<()> {
-    let (protocol, states) = match transport {
-        Transport::Tcp => (IPPROTO_TCP, TCP_LISTEN),
-        Transport::Udp => (IPPROTO_UDP, UDP_UNCONNECTED),
-    };
-    let mut body = [0u8; REQUEST_BODY];
-    body[..4].copy_from_slice(&[family, protocol, 0, 0]);
-    body[4..8].copy_from_slice(&states.to_ne_bytes());
-    exchange(diag, NLM_F_REQUEST | NLM_F_DUMP, &body, |message| {
-        if let Some((bound, port)) = bound_at(family, message) {
-            each(bound, port);
-        }
-    })
-}
-
-/// Sends one request with `body` and calls `each` with every socket message of the
-/// answer, until it ends (NLMSG_DONE for a dump; an exact request's one answer).
-fn exchange(
-    diag: BorrowedFd<'_>,
-    flags: u16,
-    body: &[u8; REQUEST_BODY],
-    mut each: impl FnMut(&[u8]),
-) -> io::Result<()> {
+/// Sends one exact request with `body`; Ok once the kernel answers with a socket, the
+/// kernel's error (ENOENT: none) otherwise.
+fn exchange(diag: BorrowedFd<'_>, body: &[u8; REQUEST_BODY]) -> io::Result<()> {
     let mut request = Vec::with_capacity(NLMSG_HEADER + REQUEST_BODY);
     let length = u32::try_from(NLMSG_HEADER + REQUEST_BODY).unwrap_or(u32::MAX);
     request.extend_from_slice(&length.to_ne_bytes());
     request.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    request.extend_from_slice(&flags.to_ne_bytes());
+    request.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
     request.extend_from_slice(&[0; 8]); // sequence number and port id: the kernel's own
     request.extend_from_slice(body);
     send(diag.as_raw_fd(), &request, MsgFlags::empty())?;
-    let dump = flags & NLM_F_DUMP != 0;
-    let mut buffer = vec![0u8; 32 * 1024];
-    loop {
-        let n = recv(diag.as_raw_fd(), &mut buffer, MsgFlags::empty())?;
-        let mut rest = &buffer[..n];
-        if rest.is_empty() {
-            return Err(io::Error::other("sock_diag: empty answer"));
-        }
-        while rest.len() >= NLMSG_HEADER {
-            let length = u32::from_ne_bytes(rest[0..4].try_into().unwrap_or_default()) as usize;
-            let kind = u16::from_ne_bytes(rest[4..6].try_into().unwrap_or_default());
-            if length < NLMSG_HEADER || length > rest.len() {
-                return Err(io::Error::other("sock_diag: a malformed answer"));
-            }
-            let body = &rest[NLMSG_HEADER..length];
-            match kind {
-                NLMSG_DONE => return Ok(()),
-                NLMSG_ERROR => {
-                    let code = body
-                        .get(0..4)
-                        .and_then(|b| b.try_into().ok())
-                        .map_or(0, i32::from_ne_bytes);
-                    return Err(io::Error::from_raw_os_error(-code));
-                }
-                SOCK_DIAG_BY_FAMILY => {
-                    each(body);
-                    if !dump {
-                        return Ok(());
-                    }
-                }
-                _ => {}
-            }
-            // Messages are aligned to 4 bytes.
-            let next = (length + 3) & !3;
-            rest = rest.get(next..).unwrap_or_default();
-        }
+    // One answer: the socket (with a few attributes), or an error.
+    let mut buffer = vec![0u8; 8 * 1024];
+    let n = recv(diag.as_raw_fd(), &mut buffer, MsgFlags::empty())?;
+    let answer = &buffer[..n];
+    if answer.len() < NLMSG_HEADER {
+        return Err(io::Error::other("sock_diag: a short answer"));
     }
-}
-
-/// The bound address and port in one `inet_diag_msg`.
-fn bound_at(family: u8, body: &[u8]) -> Option<(IpAddr, u16)> {
-    let port = u16::from_be_bytes(body.get(SPORT_AT..SPORT_AT + 2)?.try_into().ok()?);
-    let src: [u8; 16] = body.get(SRC_AT..SRC_AT + 16)?.try_into().ok()?;
-    let bound = if family == AF_INET {
-        IpAddr::from([src[0], src[1], src[2], src[3]])
-    } else {
-        IpAddr::V6(Ipv6Addr::from(src))
-    };
-    Some((bound, port))
+    let kind = u16::from_ne_bytes([answer[4], answer[5]]);
+    match kind {
+        SOCK_DIAG_BY_FAMILY => Ok(()),
+        NLMSG_ERROR => {
+            let code = answer
+                .get(NLMSG_HEADER..NLMSG_HEADER + 4)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, i32::from_ne_bytes);
+            Err(io::Error::from_raw_os_error(code.saturating_neg()))
+        }
+        other => Err(io::Error::other(format!(
+            "sock_diag: an answer of type {other}"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -299,6 +206,12 @@ mod tests {
         let from = Some(sender.local_addr().unwrap());
         assert!(listening(diag.as_fd(), Transport::Udp, here, to.port(), from).unwrap());
         assert!(!listening(diag.as_fd(), Transport::Udp, here, to.port(), None).unwrap());
+        // A dual-stack TCP listener takes IPv4 connections too.
+        if let Ok(v6) = std::net::TcpListener::bind("[::]:0") {
+            let port = v6.local_addr().unwrap().port();
+            assert!(listening(diag.as_fd(), Transport::Tcp, here, port, None).unwrap());
+            assert!(listening(diag.as_fd(), Transport::Tcp, elsewhere, port, None).unwrap());
+        }
         // A dual-stack socket takes IPv4 datagrams too.
         if let Ok(v6) = std::net::UdpSocket::bind("[::]:0") {
             let port = v6.local_addr().unwrap().port();
@@ -306,18 +219,5 @@ mod tests {
             let loopback6: IpAddr = "::1".parse().unwrap();
             assert!(listening(diag.as_fd(), Transport::Udp, loopback6, port, None).unwrap());
         }
-    }
-
-    #[test]
-    fn wildcards_take_their_family() {
-        let v4: IpAddr = "10.1.2.3".parse().unwrap();
-        let v6: IpAddr = "2001:db8::1".parse().unwrap();
-        assert!(takes("0.0.0.0".parse().unwrap(), v4));
-        assert!(!takes("0.0.0.0".parse().unwrap(), v6));
-        assert!(takes("::".parse().unwrap(), v4));
-        assert!(takes("::".parse().unwrap(), v6));
-        assert!(takes("::ffff:10.1.2.3".parse().unwrap(), v4));
-        assert!(!takes("::ffff:10.1.2.4".parse().unwrap(), v4));
-        assert!(!takes("10.1.2.4".parse().unwrap(), v4));
     }
 }

@@ -29,11 +29,19 @@ fn every_namespaces_sockets() -> Vec<PathBuf> {
     let mut namespaces = std::collections::HashSet::new();
     let mut paths = Vec::new();
     let mut read = |file: &Path| {
-        let Ok(meta) = std::fs::metadata(file) else {
+        // Opened once, and the namespace told from the open file: by name, `/proc/self`
+        // could lead to another namespace between a look and a read (pid 1 scans on one
+        // thread while another unshares the network: the host's namespace was then marked
+        // read with the new, empty one's list, and its sockets went uncovered).
+        let Ok(mut opened) = std::fs::File::open(file) else {
+            return;
+        };
+        let Ok(meta) = opened.metadata() else {
             return;
         };
         if namespaces.insert(meta.ino()) {
-            let text = std::fs::read_to_string(file).unwrap_or_default();
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut opened, &mut text);
             paths.extend(parse_proc_net_unix(&text));
         }
     };

@@ -38,16 +38,29 @@ pub enum Transport {
     Udp,
 }
 
-/// Opens a NETLINK_SOCK_DIAG socket, answering for the calling thread's network namespace.
+/// Opens a NETLINK_SOCK_DIAG socket, answering for the calling thread's network namespace:
+/// connected to the kernel (so nothing else can send to it), and waiting a second at most
+/// for an answer.
 pub fn open() -> io::Result<OwnedFd> {
-    socket(
+    use nix::sys::socket::{connect, setsockopt, sockopt, NetlinkAddr};
+    let diag = socket(
         AddressFamily::Netlink,
         SockType::Datagram,
         SockFlag::SOCK_CLOEXEC,
         SockProtocol::NetlinkSockDiag,
-    )
-    .map_err(io::Error::from)
+    )?;
+    connect(diag.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+    setsockopt(
+        &diag,
+        sockopt::ReceiveTimeout,
+        &nix::sys::time::TimeVal::new(1, 0),
+    )?;
+    Ok(diag)
 }
+
+/// `lo`'s interface index, in every new network namespace: where everything the sandbox
+/// delivers to itself arrives, so a socket bound to `lo` (SO_BINDTODEVICE) is found too.
+const LOOPBACK_INDEX: u32 = 1;
 
 /// Whether a socket of `transport` in the namespace `diag` answers for would take what is
 /// sent to `addr:port`: a TCP listener on that port at that address or the wildcard (for
@@ -63,8 +76,8 @@ pub fn listening(
 ) -> io::Result<bool> {
     let addr = canonical(addr);
     // The sender as the lookup wants it: its own address, if bound to one of the
-    // destination's family; else the address the kernel would send from (loopback's, or
-    // under capture's routes the destination's own).
+    // destination's family; else the address the kernel would send from (loopback's; for
+    // IPv4 under capture's routes, the destination's own).
     let sender_ip = from
         .map(|f| canonical(f.ip()))
         .filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == addr.is_ipv4());
@@ -79,10 +92,10 @@ pub fn listening(
             (AF_INET, padded(sender.octets()), padded(v4.octets()))
         }
         IpAddr::V6(v6) => {
+            // IPv6 sends from ::1 under capture's routes too (review 33).
             let sender = match sender_ip {
                 Some(IpAddr::V6(ip)) => ip,
-                _ if v6.is_loopback() => Ipv6Addr::LOCALHOST,
-                _ => v6,
+                _ => Ipv6Addr::LOCALHOST,
             };
             (AF_INET6, sender.octets(), v6.octets())
         }
@@ -103,6 +116,7 @@ pub fn listening(
     body[10..12].copy_from_slice(&destination_port.to_be_bytes());
     body[12..28].copy_from_slice(&source);
     body[28..44].copy_from_slice(&destination);
+    body[44..48].copy_from_slice(&LOOPBACK_INDEX.to_ne_bytes());
     // No cookie to check (INET_DIAG_NOCOOKIE).
     body[48..56].copy_from_slice(&[0xff; 8]);
     match exchange(diag, &body) {
@@ -130,21 +144,31 @@ fn canonical(addr: IpAddr) -> IpAddr {
 /// Sends one exact request with `body`; Ok once the kernel answers with a socket, the
 /// kernel's error (ENOENT: none) otherwise.
 fn exchange(diag: BorrowedFd<'_>, body: &[u8; REQUEST_BODY]) -> io::Result<()> {
+    // Each request numbered, so an answer left over from one whose wait was cut short
+    // is told apart and skipped.
+    static SEQUENCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    let sequence = SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut request = Vec::with_capacity(NLMSG_HEADER + REQUEST_BODY);
     let length = u32::try_from(NLMSG_HEADER + REQUEST_BODY).unwrap_or(u32::MAX);
     request.extend_from_slice(&length.to_ne_bytes());
     request.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
     request.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-    request.extend_from_slice(&[0; 8]); // sequence number and port id: the kernel's own
+    request.extend_from_slice(&sequence.to_ne_bytes());
+    request.extend_from_slice(&[0; 4]); // port id: the kernel fills it in
     request.extend_from_slice(body);
     send(diag.as_raw_fd(), &request, MsgFlags::empty())?;
     // One answer: the socket (with a few attributes), or an error.
     let mut buffer = vec![0u8; 8 * 1024];
-    let n = recv(diag.as_raw_fd(), &mut buffer, MsgFlags::empty())?;
-    let answer = &buffer[..n];
-    if answer.len() < NLMSG_HEADER {
-        return Err(io::Error::other("sock_diag: a short answer"));
-    }
+    let answer = loop {
+        let n = recv(diag.as_raw_fd(), &mut buffer, MsgFlags::empty())?;
+        let answer = &buffer[..n];
+        if answer.len() < NLMSG_HEADER {
+            return Err(io::Error::other("sock_diag: a short answer"));
+        }
+        if u32::from_ne_bytes([answer[8], answer[9], answer[10], answer[11]]) == sequence {
+            break answer;
+        }
+    };
     let kind = u16::from_ne_bytes([answer[4], answer[5]]);
     match kind {
         SOCK_DIAG_BY_FAMILY => Ok(()),
@@ -206,6 +230,27 @@ mod tests {
         let from = Some(sender.local_addr().unwrap());
         assert!(listening(diag.as_fd(), Transport::Udp, here, to.port(), from).unwrap());
         assert!(!listening(diag.as_fd(), Transport::Udp, here, to.port(), None).unwrap());
+        // A listener bound to lo (SO_BINDTODEVICE) is found too (review 33).
+        let bound = nix::sys::socket::socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let lo = std::ffi::OsString::from("lo");
+        if nix::sys::socket::setsockopt(&bound, nix::sys::socket::sockopt::BindToDevice, &lo)
+            .is_ok()
+        {
+            let at = nix::sys::socket::SockaddrIn::new(127, 0, 0, 1, 0);
+            nix::sys::socket::bind(bound.as_raw_fd(), &at).unwrap();
+            nix::sys::socket::listen(&bound, nix::sys::socket::Backlog::new(1).unwrap()).unwrap();
+            let port =
+                nix::sys::socket::getsockname::<nix::sys::socket::SockaddrIn>(bound.as_raw_fd())
+                    .unwrap()
+                    .port();
+            assert!(listening(diag.as_fd(), Transport::Tcp, here, port, None).unwrap());
+        }
         // A dual-stack TCP listener takes IPv4 connections too.
         if let Ok(v6) = std::net::TcpListener::bind("[::]:0") {
             let port = v6.local_addr().unwrap().port();

@@ -416,20 +416,24 @@ fn handle(
         let _ = seccomp::let_it_run(listener.as_fd(), n.id);
         return;
     }
-    // Read while the caller still waits: once let go, a short-lived one is gone.
-    let executable = std::fs::read_link(format!("/proc/{}/exe", n.pid))
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    // Only what was read while the caller still waited is its own (its pid could be
-    // reused after it died); then let the syscall run.
-    let valid = seccomp::still_valid(listener.as_fd(), n.id);
-    let _ = seccomp::let_it_run(listener.as_fd(), n.id);
-    if !valid {
+    let Some(executable) = callers_executable_then_let_run(listener, n) else {
         return;
-    }
+    };
     for verdict in verdicts.iter().filter(|v| v.denied) {
         record(context, seen, n, verdict, &executable);
     }
+}
+
+/// The caller's executable, read while it still waits (once let go, a short-lived one is
+/// gone); then the syscall is let run. `None` if the caller died meanwhile: what was read
+/// may then be another process's (its pid reused), and nothing is recorded.
+fn callers_executable_then_let_run(listener: &OwnedFd, n: &Notification) -> Option<String> {
+    let executable = std::fs::read_link(format!("/proc/{}/exe", n.pid))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let valid = seccomp::still_valid(listener.as_fd(), n.id);
+    let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+    valid.then_some(executable)
 }
 
 fn handle_net(
@@ -456,14 +460,9 @@ fn handle_net(
         let _ = seccomp::let_it_run(listener.as_fd(), n.id);
         return;
     }
-    let executable = std::fs::read_link(format!("/proc/{}/exe", n.pid))
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    let valid = seccomp::still_valid(listener.as_fd(), n.id);
-    let _ = seccomp::let_it_run(listener.as_fd(), n.id);
-    if !valid {
+    let Some(executable) = callers_executable_then_let_run(listener, n) else {
         return;
-    }
+    };
     for attempt in &attempts {
         if let Some(reason) = attempt.direct {
             record_direct(context, seen, n, attempt, reason, &executable);

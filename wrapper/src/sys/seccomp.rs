@@ -546,6 +546,21 @@ pub fn still_valid(listener: BorrowedFd<'_>, id: u64) -> bool {
 /// Reads exactly `len` bytes from another process's memory (process_vm_readv(2), as
 /// `read_c_string`), for a fixed-size structure: a socket address, a message header.
 pub fn read_memory(pid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
+    let out = read_up_to(pid, address, len)?;
+    if out.len() != len {
+        return Err(io::Error::other("a short read of the caller's memory"));
+    }
+    Ok(out)
+}
+
+/// Reads up to `len` bytes from another process's memory: as many as can be read from the
+/// start, stopping where its mapping ends.
+pub fn read_memory_prefix(pid: u32, address: u64, len: usize) -> Vec<u8> {
+    read_up_to(pid, address, len).unwrap_or_default()
+}
+
+/// One process_vm_readv(2) of `len` bytes, which reads up to the first page it cannot.
+fn read_up_to(pid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
     let mut out = vec![0u8; len];
     let local = libc::iovec {
         iov_base: out.as_mut_ptr().cast(),
@@ -561,30 +576,8 @@ pub fn read_memory(pid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    if usize::try_from(n).ok() != Some(len) {
-        return Err(io::Error::other("a short read of the caller's memory"));
-    }
-    Ok(out)
-}
-
-/// Reads up to `len` bytes from another process's memory: as many as can be read from the
-/// start, stopping where its mapping ends (process_vm_readv(2) reads up to the first
-/// page it cannot).
-pub fn read_memory_prefix(pid: u32, address: u64, len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    let local = libc::iovec {
-        iov_base: out.as_mut_ptr().cast(),
-        iov_len: out.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: address as *mut libc::c_void,
-        iov_len: len,
-    };
-    // SAFETY: `local` describes `out`, live and writable for its length; `remote` is only
-    // an address in the other process, which the kernel checks.
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
     out.truncate(usize::try_from(n).unwrap_or(0));
-    out
+    Ok(out)
 }
 
 /// Reads a NUL-terminated string of at most `max` bytes from another process's memory

@@ -23,6 +23,18 @@ pub struct CapturePlan {
 }
 
 impl CapturePlan {
+    /// Every port capture listens on, at every address or at single ones: the DNS stub
+    /// answers for names allowed on one of these.
+    pub fn ports_carried(&self) -> Vec<u16> {
+        let mut ports = self.ports.clone();
+        for at in &self.pinned {
+            if !ports.contains(&at.port()) {
+                ports.push(at.port());
+            }
+        }
+        ports
+    }
+
     /// Whether a TCP connection to `to` reaches one of capture's listeners.
     pub fn listens_at(&self, to: SocketAddr) -> bool {
         let ip = bridge::target::canonical_ip(to.ip());

@@ -24,6 +24,7 @@ use bridge::{EventLog, Listener, Session, SessionListener, Stderr};
 use nix::sys::signal::Signal;
 
 use crate::error::WrapperError;
+use crate::plan::capture::CapturePlan;
 use crate::plan::protect::Placeholders;
 use crate::sandbox::handshake::{self, SyncMsg};
 use crate::sandbox::probe::ProbeReport;
@@ -93,7 +94,7 @@ pub struct Supervised<'a> {
     /// With `--cpus`: the sandbox's cpu cgroup's `tasks`, for the write watcher's thread.
     pub cpu_cgroup_tasks: Option<std::path::PathBuf>,
     /// Where capture listens, when the run captures.
-    pub capture: Option<crate::plan::capture::CapturePlan>,
+    pub capture: Option<CapturePlan>,
 }
 
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.
@@ -260,14 +261,10 @@ impl<'a> Supervisor<'a> {
                 },
             });
         }
-        // The stub answers for names allowed on a port capture listens on, at every
-        // address or at the names' own.
-        let mut dns_ports = capture_ports.clone();
-        for at in capture.iter().flat_map(|c| &c.pinned) {
-            if !dns_ports.contains(&at.port()) {
-                dns_ports.push(at.port());
-            }
-        }
+        let dns_ports = capture
+            .as_ref()
+            .map(CapturePlan::ports_carried)
+            .unwrap_or_default();
         // With capture, the DNS stub's sockets come last: UDP, then TCP.
         if let (Some(udp), Some(tcp)) = (fds.next(), fds.next()) {
             let udp = std::net::UdpSocket::from(udp);

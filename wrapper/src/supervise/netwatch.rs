@@ -36,9 +36,9 @@ pub struct NetContext {
     /// A sock_diag socket made in the sandbox's network namespace, to ask whether
     /// something there listens at a loopback address (sockdiag.rs).
     pub diag: Option<OwnedFd>,
-    /// Whether `diag` answered rightly for TCP and for UDP when checked (`check_diag`).
-    pub diag_tcp: bool,
-    pub diag_udp: bool,
+    /// Whether `diag` answered rightly for TCP and for UDP when checked (`NetContext::new`).
+    diag_tcp: bool,
+    diag_udp: bool,
 }
 
 /// Which syscalls carry an address to look at.
@@ -91,13 +91,14 @@ pub enum Reason {
 
 impl Reason {
     /// What it means, for the notice on stderr.
-    pub fn explained(self) -> &'static str {
-        match self {
-            Reason::NotCaptured => "port not captured: only the allowlist's ports are carried",
-            Reason::UdpNotCarried => "udp not carried: only DNS to the sandbox's stub is",
-            Reason::NoListener => "no listener: the host's loopback is not reachable",
-            Reason::NoRouteOut => "no route out: only the proxy is",
-        }
+    pub fn explained(self) -> String {
+        let why = match self {
+            Reason::NotCaptured => "only the allowlist's ports are carried",
+            Reason::UdpNotCarried => "only DNS to the sandbox's stub is",
+            Reason::NoListener => "the host's loopback is not reachable",
+            Reason::NoRouteOut => "only the proxy is",
+        };
+        format!("{}: {why}", self.text())
     }
 
     pub fn text(self) -> &'static str {
@@ -232,7 +233,8 @@ fn look_at_socket(n: &Notification) -> Option<SocketSeen> {
 /// wait meanwhile.
 fn copy_socket(n: &Notification) -> Option<OwnedFd> {
     let fd = i32::try_from(n.args[0]).ok()?;
-    let link = std::fs::read_link(format!("/proc/{}/fd/{fd}", n.pid)).ok()?;
+    let ours = format!("/proc/{}/fd/{fd}", n.pid);
+    let link = std::fs::read_link(&ours).ok()?;
     if !link.as_os_str().as_encoded_bytes().starts_with(b"socket:") {
         return None;
     }
@@ -241,7 +243,7 @@ fn copy_socket(n: &Notification) -> Option<OwnedFd> {
     }
     // Before Linux 6.9 only a thread group's leader has a pidfd: its fd is the caller's
     // if both name the same socket (a thread that unshared its fd table may not).
-    let leader = thread_group_leader(n.pid)?;
+    let (leader, _) = crate::supervise::writejudge::thread_group(n.pid)?;
     let same = |a: &str, b: &str| match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(a), Ok(b)) => {
             use std::os::unix::fs::MetadataExt;
@@ -249,22 +251,11 @@ fn copy_socket(n: &Notification) -> Option<OwnedFd> {
         }
         _ => false,
     };
-    let ours = format!("/proc/{}/fd/{fd}", n.pid);
     let leaders = format!("/proc/{leader}/fd/{fd}");
     if leader != n.pid && !same(&ours, &leaders) {
         return None;
     }
     crate::sys::process::copy_fd_of_thread(leader, fd).ok()
-}
-
-fn thread_group_leader(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// Why `to` is a direct attempt, or `None` if a listener of netbox's or of the sandbox's
@@ -323,20 +314,30 @@ impl NetContext {
         sockdiag::listening(diag.as_fd(), transport, ip, port, from).ok()
     }
 
-    /// Checks the diag socket against listeners known to be there (the proxy's; for UDP
-    /// the witness pid 1 bound), so a kernel whose diag answers wrongly for a transport
-    /// (its module missing: every lookup ENOENT) is not believed for it.
-    pub fn check_diag(&mut self, udp_witness: Option<u16>) {
-        let Some(diag) = self.diag.as_ref() else {
-            return;
-        };
-        let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        let proxy = crate::sandbox::PROXY_PORT;
+    /// The context, with the diag socket checked against listeners known to be there
+    /// (the proxy's; for UDP the witness pid 1 bound, on `udp_witness`), so a kernel whose
+    /// diag answers wrongly for a transport (its module missing: every lookup ENOENT) is
+    /// not believed for it.
+    pub fn new(
+        capture: Option<CapturePlan>,
+        diag: Option<OwnedFd>,
+        udp_witness: Option<u16>,
+    ) -> NetContext {
         let answers = |transport, port| {
-            sockdiag::listening(diag.as_fd(), transport, loopback, port, None).ok() == Some(true)
+            let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+            diag.as_ref().is_some_and(|diag| {
+                sockdiag::listening(diag.as_fd(), transport, loopback, port, None).ok()
+                    == Some(true)
+            })
         };
-        self.diag_tcp = answers(Transport::Tcp, proxy);
-        self.diag_udp = udp_witness.is_some_and(|port| answers(Transport::Udp, port));
+        let diag_tcp = answers(Transport::Tcp, crate::sandbox::PROXY_PORT);
+        let diag_udp = udp_witness.is_some_and(|port| answers(Transport::Udp, port));
+        NetContext {
+            capture,
+            diag,
+            diag_tcp,
+            diag_udp,
+        }
     }
 }
 
@@ -464,16 +465,12 @@ mod tests {
     use super::*;
 
     fn context(ports: Option<Vec<u16>>) -> NetContext {
-        NetContext {
-            capture: ports.map(|ports| CapturePlan {
-                ports,
-                names: vec!["a.test".into()],
-                pinned: vec!["198.18.0.1:8443".parse().unwrap()],
-            }),
-            diag: None,
-            diag_tcp: false,
-            diag_udp: false,
-        }
+        let capture = ports.map(|ports| CapturePlan {
+            ports,
+            names: vec!["a.test".into()],
+            pinned: vec!["198.18.0.1:8443".parse().unwrap()],
+        });
+        NetContext::new(capture, None, None)
     }
 
     fn reason(to: SocketAddr, protocol: Protocol, context: &NetContext) -> Option<Reason> {

@@ -660,7 +660,7 @@ fn magic_link_target(path: &Path, pid: u32, root: &OwnedFd, follow_final: bool) 
 
 /// The thread group of the thread `pid` (the host's number): its leader as the host
 /// numbers it, and as the sandbox does (`Tgid:`, and the last of `NStgid:`).
-fn thread_group(pid: u32) -> Option<(u32, u32)> {
+pub fn thread_group(pid: u32) -> Option<(u32, u32)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
     let host = field("Tgid:")?.trim().parse().ok()?;

@@ -138,13 +138,7 @@ impl WriteWatch {
                     else {
                         return;
                     };
-                    let mut net = NetContext {
-                        capture: context.capture.clone(),
-                        diag,
-                        diag_tcp: false,
-                        diag_udp: false,
-                    };
-                    net.check_diag(udp_witness);
+                    let net = NetContext::new(context.capture.clone(), diag, udp_witness);
                     seccomp::prefer_sync_wakeup(listener.as_fd());
                     // The sandbox's root as pid 1 sent it, else opened now: pid 1 sends
                     // its listener after its mounts, so this is the sandbox's root, not
@@ -204,35 +198,21 @@ impl WriteWatch {
     /// to the report as the "denied writes logged" check. The probe's writes are then
     /// forgotten, so the next probe (after --fetch's cut) is checked on its own.
     pub fn check_probe(&self, report: &mut ProbeReport) {
-        let seen = std::mem::take(&mut *self.seen.probe.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut forbidden = Vec::new();
-        let mut control = Vec::new();
-        for write in std::mem::take(&mut report.watched_writes) {
-            let judged = seen.iter().find(|(p, _)| *p == write.path).map(|(_, d)| *d);
-            let result = match judged {
-                Some(true) => "logged as denied",
-                Some(false) => "not logged",
-                None => "never seen",
-            };
-            // Judged against what the mounts did, not what they should have done: that is
-            // the other checks' business.
-            if write.refused {
-                forbidden.push(Outcome {
-                    attempt: format!(
-                        "leave the refused write to {} unlogged",
-                        write.path.display()
-                    ),
-                    ok: judged == Some(true),
-                    result: result.into(),
-                });
-            } else {
-                control.push(Outcome {
-                    attempt: format!("see the write to {} and not log it", write.path.display()),
-                    ok: judged == Some(false),
-                    result: result.into(),
-                });
-            }
-        }
+        let seen = take_all(&self.seen.probe);
+        // Judged against what the mounts did, not what they should have done: that is
+        // the other checks' business.
+        let watched = std::mem::take(&mut report.watched_writes)
+            .into_iter()
+            .map(|write| {
+                let path = write.path.display();
+                let attempt = if write.refused {
+                    format!("leave the refused write to {path} unlogged")
+                } else {
+                    format!("see the write to {path} and not log it")
+                };
+                (attempt, write.refused, judged_as(&seen, &write.path))
+            });
+        let (mut forbidden, control) = watched_outcomes(watched, "logged as denied");
         if let Some(joined) = &*self
             .seen
             .cpu_cgroup
@@ -267,45 +247,22 @@ impl WriteWatch {
             // Not tried (a build that leaves the filter out): nothing to check.
             return;
         }
-        let seen = std::mem::take(
-            &mut *self
-                .seen
-                .probe_connects
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
-        let mut forbidden = Vec::new();
-        let mut control = Vec::new();
-        for connect in connects {
-            let judged = seen
-                .iter()
-                .find(|(to, _)| *to == connect.to)
-                .map(|(_, d)| *d);
-            let result = match judged {
-                Some(true) => "logged as a direct attempt",
-                Some(false) => "not logged",
-                None => "never seen",
-            };
-            if connect.direct {
-                forbidden.push(Outcome {
-                    attempt: format!(
-                        "leave the connection to {}, where nothing listens, unlogged",
-                        connect.to
-                    ),
-                    ok: judged == Some(true),
-                    result: result.into(),
-                });
+        let seen = take_all(&self.seen.probe_connects);
+        let watched = connects.into_iter().map(|connect| {
+            let attempt = if connect.direct {
+                format!(
+                    "leave the connection to {}, where nothing listens, unlogged",
+                    connect.to
+                )
             } else {
-                control.push(Outcome {
-                    attempt: format!(
-                        "see the connection to the proxy at {} and not log it",
-                        connect.to
-                    ),
-                    ok: judged == Some(false),
-                    result: result.into(),
-                });
-            }
-        }
+                format!(
+                    "see the connection to the proxy at {} and not log it",
+                    connect.to
+                )
+            };
+            (attempt, connect.direct, judged_as(&seen, &connect.to))
+        });
+        let (forbidden, control) = watched_outcomes(watched, "logged as a direct attempt");
         report.add_check(crate::sandbox::probe::check(
             crate::sandbox::probe::DIRECT_LOG_CHECK,
             forbidden,
@@ -322,7 +279,8 @@ impl WriteWatch {
     }
 
     /// Stops the thread and waits for it. Logs how many refused writes and direct attempts
-    /// were only counted, if any were; returns how many of each there were. Called once no process the filter could stop is left.
+    /// were only counted, if any were; returns how many of each there were. Called once
+    /// no process the filter could stop is left.
     pub fn finish(mut self, log: &EventLog, session: &str) -> (u64, u64) {
         // Never attached: the thread is waiting for a listener that will not come.
         self.listener.take();
@@ -352,6 +310,48 @@ impl WriteWatch {
         }
         (denied, direct)
     }
+}
+
+/// Everything a list of the probe's holds, taken (so the next probe starts empty).
+fn take_all<T>(list: &Mutex<Vec<T>>) -> Vec<T> {
+    std::mem::take(&mut *list.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// How the watcher judged one of the probe's attempts: `Some(true)` logged, `Some(false)`
+/// seen and let be, `None` never seen.
+fn judged_as<K: PartialEq>(seen: &[(K, bool)], attempt: &K) -> Option<bool> {
+    seen.iter()
+        .find(|(k, _)| k == attempt)
+        .map(|(_, logged)| *logged)
+}
+
+/// The probe's watched attempts as outcomes: (what was tried, whether it must be logged,
+/// how it was judged). One that must be logged is forbidden to go unlogged; one that must
+/// not is the control.
+fn watched_outcomes(
+    watched: impl IntoIterator<Item = (String, bool, Option<bool>)>,
+    logged_as: &str,
+) -> (Vec<Outcome>, Vec<Outcome>) {
+    let mut forbidden = Vec::new();
+    let mut control = Vec::new();
+    for (attempt, must_be_logged, judged) in watched {
+        let result = match judged {
+            Some(true) => logged_as,
+            Some(false) => "not logged",
+            None => "never seen",
+        };
+        let outcome = Outcome {
+            attempt,
+            ok: judged == Some(must_be_logged),
+            result: result.into(),
+        };
+        if must_be_logged {
+            forbidden.push(outcome);
+        } else {
+            control.push(outcome);
+        }
+    }
+    (forbidden, control)
 }
 
 fn serve(

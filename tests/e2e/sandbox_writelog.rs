@@ -420,7 +420,23 @@ fn write_log_agrees_with_the_kernel_on_random_writes() {
     .unwrap();
     std::fs::write(ws.join("fuzz.py"), WRITE_JUDGE_DIFFERENTIAL).unwrap();
 
+    // Renames on the host all the while: a ".." the judge walks in the sandbox's root
+    // meanwhile is refused by the kernel (EAGAIN) until tried again, as other sandboxes
+    // starting on a busy machine make it.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renamer = {
+        let (place, stop) = (dir.path.join("renamed"), stop.clone());
+        std::fs::create_dir(&place).unwrap();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::write(place.join("x"), "");
+                let _ = std::fs::rename(place.join("x"), place.join("y"));
+            }
+        })
+    };
     let out = run.sh(&format!("python3 fuzz.py {seed} {cases}"));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    renamer.join().unwrap();
     assert!(out.status.success(), "seed {seed}: {}", stderr(&out));
     let said = stdout(&out);
     let results: Vec<(i32, bool, &str)> = said

@@ -1143,7 +1143,7 @@ fn judge_confined_open(
         let how = OpenHow::new()
             .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | extra)
             .resolve(resolve_flags);
-        nix::fcntl::openat2(&dir, OsStr::from_bytes(path), how)
+        crate::sys::resolve::openat2(&dir, OsStr::from_bytes(path), how)
     };
     let named = dir_path.join(OsStr::from_bytes(&raw));
     let denied = |file: &OwnedFd| Verdict {
@@ -1315,7 +1315,7 @@ fn resolve_in_sandbox(root: &OwnedFd, path: &Path, follow: bool) -> nix::Result<
     let how = OpenHow::new()
         .flags(flags)
         .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    nix::fcntl::openat2(root, inside, how)
+    crate::sys::resolve::openat2(root, inside, how)
 }
 
 /// Opens (O_PATH) a name whose directory is open already: one step from there instead of
@@ -1341,7 +1341,7 @@ fn lookup(root: &OwnedFd, named: &Path, follow: bool, parent: Option<&OwnedFd>) 
         )
     };
     let how = OpenHow::new().flags(flags).resolve(resolve);
-    match nix::fcntl::openat2(parent, name, how) {
+    match crate::sys::resolve::openat2(parent, name, how) {
         Ok(entry) => Some(entry),
         Err(nix::errno::Errno::ELOOP) => open_in_sandbox(root, named, true),
         Err(_) => None,

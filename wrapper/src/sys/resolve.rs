@@ -41,6 +41,28 @@ pub fn is_dir(fd: impl AsFd) -> io::Result<bool> {
     Ok(stat.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
 
+/// Tries of an openat2 the kernel asks to retry (EAGAIN) before it is given up.
+const OPENAT2_TRIES: usize = 64;
+
+/// openat2(2), tried again while it fails with EAGAIN: with RESOLVE_IN_ROOT or
+/// RESOLVE_BENEATH, a ".." walked while a mount or a rename happens anywhere on the
+/// machine fails so (the kernel cannot tell the walk stayed inside), and the man page
+/// leaves the retry to the caller. Bounded, so a process renaming in a loop cannot hold
+/// the caller forever: past that, EAGAIN like any other failure to open.
+pub fn openat2<P: ?Sized + nix::NixPath, Fd: AsFd>(
+    dir: Fd,
+    path: &P,
+    how: OpenHow,
+) -> nix::Result<OwnedFd> {
+    let mut tries = 1;
+    loop {
+        match nix::fcntl::openat2(dir.as_fd(), path, how) {
+            Err(nix::errno::Errno::EAGAIN) if tries < OPENAT2_TRIES => tries += 1,
+            done => return done,
+        }
+    }
+}
+
 /// `O_PATH` without `O_NOFOLLOW`: with `O_NOFOLLOW`, openat2 hands back a final symlink
 /// itself (an fd to the link, which a mount would then land on) instead of refusing it;
 /// without, `RESOLVE_NO_SYMLINKS` refuses it with ELOOP like any other component.
@@ -53,7 +75,7 @@ fn how(resolve: ResolveFlag) -> OpenHow {
 /// Opens the absolute `path` as an `O_PATH` fd, following no symlink on the way or at its
 /// end (ELOOP if there is one).
 pub fn open_exact(path: &Path) -> io::Result<OwnedFd> {
-    nix::fcntl::openat2(
+    openat2(
         nix::fcntl::AT_FDCWD,
         path,
         how(ResolveFlag::RESOLVE_NO_SYMLINKS),
@@ -69,7 +91,7 @@ pub fn open_beneath(dir: BorrowedFd<'_>, relative: &Path) -> io::Result<OwnedFd>
     } else {
         relative
     };
-    nix::fcntl::openat2(
+    openat2(
         dir,
         relative,
         how(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS),
@@ -92,7 +114,7 @@ pub fn open_in_root(root: BorrowedFd<'_>, relative: &Path, read: bool) -> io::Re
     let how = OpenHow::new()
         .flags(flags | OFlag::O_CLOEXEC)
         .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    nix::fcntl::openat2(root, relative, how).map_err(io::Error::from)
+    openat2(root, relative, how).map_err(io::Error::from)
 }
 
 /// A message for a resolution that failed, saying what it means here.
@@ -140,5 +162,52 @@ mod tests {
         let moved = open_exact(&dir.join("moved/sub")).unwrap();
         assert_eq!(FileId::of(&real).unwrap(), FileId::of(&moved).unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A ".." walked in a root while renames happen elsewhere: the kernel may refuse the
+    /// walk with EAGAIN, and the retry makes it go through (control: the same walk, once
+    /// per try, does see EAGAIN, so the renames did race it).
+    #[test]
+    fn a_dotdot_walk_raced_by_renames_is_tried_again() {
+        let dir = std::env::temp_dir().join(format!("netbox-resolve-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a/b/c")).unwrap();
+        let root = open_exact(&dir).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let renamer = {
+            let (dir, stop) = (dir.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = std::fs::rename(dir.join("x"), dir.join("y"));
+                    let _ = std::fs::rename(dir.join("y"), dir.join("x"));
+                    let _ = std::fs::write(dir.join("x"), "");
+                }
+            })
+        };
+        let how = OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+            .resolve(ResolveFlag::RESOLVE_IN_ROOT);
+        let walk = Path::new("a/b/c/../../../a/b/c/../../../a/b/c/../..");
+        let (mut raw_eagain, mut failed) = (0, 0);
+        for _ in 0..20_000 {
+            if matches!(
+                nix::fcntl::openat2(&root, walk, how),
+                Err(nix::errno::Errno::EAGAIN)
+            ) {
+                raw_eagain += 1;
+            }
+            if openat2(&root, walk, how).is_err() {
+                failed += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        renamer.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        eprintln!("raw EAGAIN {raw_eagain}, failed with retries {failed}");
+        assert!(
+            raw_eagain > 0,
+            "the renames never raced a walk: the test proves nothing"
+        );
+        assert_eq!(failed, 0);
     }
 }

@@ -172,14 +172,11 @@ fn programs_that_ignore_the_proxy_reach_allowed_hosts_and_nothing_else() {
     assert_eq!(lines[1], "HTTP/1.1 200 OK", "{text}");
     assert_eq!(lines[2], "hello through capture", "{text}");
     // A name no rule allows does not resolve (getent: 2, not found), so curl fails to
-    // resolve it (6); an address no rule opens is reset (as soon as accepted, which curl
-    // may see as a failed connect, 7; its record below shows the bridge refused it).
+    // resolve it (6); a loopback address is the sandbox's own, never captured: nothing
+    // listens there, so it is refused (7; its record below shows the attempt logged).
     assert_eq!(lines[3], "b.test lookup: 2", "{text}");
     assert_eq!(lines[4], "b.test: 6", "{text}");
-    assert!(
-        ["127.0.0.2: 56", "127.0.0.2: 52", "127.0.0.2: 7"].contains(&lines[5]),
-        "{text}"
-    );
+    assert_eq!(lines[5], "127.0.0.2: 7", "{text}");
     // A port with no listener refuses at once.
     let (code, took) = lines[6]
         .strip_prefix("port 81: ")
@@ -224,10 +221,14 @@ fn programs_that_ignore_the_proxy_reach_allowed_hosts_and_nothing_else() {
         1,
         "{records:#?}"
     );
-    assert_eq!(
-        net(&|r| r["proto"] == "captured" && r["host"] == "127.0.0.2" && r["decision"] == "deny"),
-        1
+    assert!(
+        records.iter().any(|r| r["type"] == "direct_attempt"
+            && r["address"] == "127.0.0.2"
+            && r["port"] == 80
+            && r["reason"] == "no listener"),
+        "{records:#?}"
     );
+    assert_eq!(net(&|r| r["host"] == "127.0.0.2"), 0, "{records:#?}");
     assert_eq!(net(&|r| r["reason"] == "host_mismatch"), 2, "{records:#?}");
     assert_eq!(
         net(&|r| r["reason"] == "server_name_mismatch"),
@@ -259,6 +260,42 @@ fn the_probe_stops_a_run_whose_capture_does_not_hold() {
     let control = TestDir::new("capture-unbroken");
     let (out, _) = captured_run(&control, &allowlist(""), "echo CMD-RAN");
     assert_eq!(stdout(&out), "CMD-RAN\n", "{}", stderr(&out));
+}
+
+/// A capture namespace with a second interface up (a test build's deliberate breakage):
+/// the probe's capture row sees it at the link's far end, and CMD never runs. Control:
+/// the previous test's unbroken run.
+#[test]
+fn the_probe_stops_a_run_whose_capture_link_leads_anywhere_else() {
+    let dir = TestDir::new("capture-extra-link");
+    let (out, records) = captured_run_with(
+        &dir,
+        &allowlist(""),
+        "echo CMD-RAN",
+        &[("NETBOX_TEST_BREAK", "capture-extra-link")],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("CMD-RAN"));
+    let row = records
+        .iter()
+        .filter(|r| r["type"] == "probe")
+        .flat_map(|r| r["checks"].as_array().cloned().unwrap_or_default())
+        .find(|c| c["name"] == "capture")
+        .unwrap_or_else(|| panic!("no capture row: {records:#?}"));
+    assert_eq!(row["passed"], false, "{row:#}");
+    let failed: Vec<&Value> = row["forbidden"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["ok"] == false)
+        .collect();
+    assert_eq!(failed.len(), 1, "{row:#}");
+    assert!(
+        failed[0]["result"]
+            .as_str()
+            .is_some_and(|r| r.contains("nb-extra")),
+        "{row:#}"
+    );
 }
 
 /// A protocol whose server speaks first, on an allowed port: nothing waits for the client

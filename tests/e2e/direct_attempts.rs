@@ -192,8 +192,9 @@ fn direct_attempts_are_logged_and_local_traffic_is_not() {
 }
 
 /// With capture, an allowed name on a port CMD could listen on itself (8443) is captured
-/// at the name's own address; another port of the same name is not, and the attempt is
-/// logged with the name.
+/// at every address but the sandbox's own, and CMD may still listen there at every
+/// address; another port of the same name is not captured, and the attempt is logged
+/// with the name.
 #[test]
 fn captured_runs_name_the_host_an_attempt_was_for() {
     let dir = TestDir::new("direct-capture");
@@ -202,9 +203,13 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
                       try:\n        c = socket.create_connection(('a.test', port), timeout=5); print(port, 'connected', c.recv(64) if port == 8443 else b''); c.close()\n    \
                       except OSError as e: print(port, e.errno)\n\
                   socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'q', ('a.test', 443))\n\
-                  s = socket.create_server(('127.0.0.1', 8443)); print('CMD listens on 127.0.0.1:8443 itself')\n\
-                  own = socket.create_server(('0.0.0.0', 9000)); c = socket.create_connection(('192.0.2.1', 9000), timeout=5); print('own server reached at another address')\n\
-                  u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('0.0.0.0', 5353)); socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'm', ('192.0.2.1', 5353)); print('own udp', u.recv(8))\"";
+                  s = socket.create_server(('::', 8443), family=socket.AF_INET6, dualstack_ipv6=True); print('CMD listens at every address on 8443 itself')\n\
+                  c = socket.create_connection(('127.0.0.1', 8443), timeout=5); s.accept(); print('own server reached on loopback')\n\
+                  c = socket.create_connection(('a.test', 8443), timeout=5); print('a.test still captured', c.recv(64))\n\
+                  own = socket.create_server(('0.0.0.0', 9000))\n\
+                  try:\n    socket.create_connection(('192.0.2.1', 9000), timeout=5); print('192.0.2.1 reached')\n\
+                  except OSError as e: print('192.0.2.1:9000', e.errno)\n\
+                  u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('0.0.0.0', 5353)); socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'm', ('127.0.0.1', 5353)); print('own udp', u.recv(8))\"";
     let (out, records) = run_in_own_netns(
         &dir,
         "--quiet",
@@ -215,7 +220,7 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
     );
     let text = stdout(&out);
     // 8444 is not allowed, and nothing listens there: refused at once. 443 and 8443 reach
-    // the test's servers, and CMD can still listen on 8443 of its own loopback.
+    // the test's servers.
     assert!(text.contains("8444 111"), "{text}{}", stderr(&out));
     assert!(text.contains("443 connected b''"), "{text}{}", stderr(&out));
     assert!(
@@ -223,17 +228,22 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
         "{text}{}",
         stderr(&out)
     );
+    // Capture's listeners are in a namespace of their own: CMD listens at every address
+    // on the port capture carries, reaches its server on its own addresses, and a.test's
+    // address is captured all the same.
     assert!(
-        text.contains("CMD listens on 127.0.0.1:8443 itself"),
+        text.contains("CMD listens at every address on 8443 itself"),
         "{text}{}",
         stderr(&out)
     );
-    // Under capture every address is the sandbox's own: what CMD's own servers take is
-    // not a direct attempt (review 31).
+    assert!(text.contains("own server reached on loopback"), "{text}");
     assert!(
-        text.contains("own server reached at another address"),
+        text.contains("a.test still captured b'high port\\n'"),
         "{text}"
     );
+    // An address that is not the sandbox's is not served by CMD's own server: it is
+    // routed to capture, which does not carry 9000 (refused at once, and logged).
+    assert!(text.contains("192.0.2.1:9000 111"), "{text}");
     assert!(text.contains("own udp b'm'"), "{text}");
     assert!(
         records.iter().any(|r| r["type"] == "net"
@@ -261,7 +271,14 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
             && r["reason"] == "udp not carried"),
         "{attempts:#?}"
     );
-    // The captured connections and the lookups through the stub are not attempts.
+    assert!(
+        attempts.iter().any(|r| r["address"] == "192.0.2.1"
+            && r["port"] == 9000
+            && r["reason"] == "port not captured"),
+        "{attempts:#?}"
+    );
+    // The captured connections, the lookups through the stub and CMD's own loopback
+    // traffic are not attempts.
     assert!(
         !attempts
             .iter()
@@ -269,12 +286,7 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
         "{attempts:#?}"
     );
     assert!(!attempts.iter().any(|r| r["port"] == 53), "{attempts:#?}");
-    assert!(
-        !attempts
-            .iter()
-            .any(|r| r["port"] == 9000 || r["port"] == 5353),
-        "{attempts:#?}"
-    );
+    assert!(!attempts.iter().any(|r| r["port"] == 5353), "{attempts:#?}");
     assert_eq!(probe_check(&records)["passed"], true);
 }
 

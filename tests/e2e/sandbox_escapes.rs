@@ -157,7 +157,7 @@ fn sandbox_has_only_loopback_and_proxy_settings() {
     let run = Run::new(&dir).env("NO_PROXY", "localhost,127.0.0.1");
     let out = run.sh(
         "echo \"$HTTPS_PROXY|$http_proxy|$ALL_PROXY|[$NO_PROXY]|$TMPDIR\"; ls /sys/class/net 2>/dev/null | wc -l; \
-         cat /proc/net/route | wc -l; hostname",
+         tail -n +2 /proc/net/route | awk '{print $1, $2, $3}' | tr '\\n' ';'; echo; hostname",
     );
     let said = stdout(&out);
     let mut lines = said.lines();
@@ -168,8 +168,20 @@ fn sandbox_has_only_loopback_and_proxy_settings() {
         stderr(&out)
     );
     let _sysfs = lines.next();
-    assert_eq!(lines.next(), Some("1"), "routes: {said}");
+    // One route: everything but loopback to capture's link, with no gateway (it leads to
+    // netbox's listeners alone: the probe's capture row reads what is at its far end).
+    assert_eq!(
+        lines.next(),
+        Some("nb-capture 00000000 00000000;"),
+        "routes: {said}"
+    );
     assert_eq!(lines.next(), Some("netbox"));
+    // Without capture, none at all.
+    let out = Run::new(&TestDir::new("env-no-capture"))
+        .arg("--no-capture")
+        .sh("tail -n +2 /proc/net/route | wc -l; ls /sys/class/net 2>/dev/null; ip -o link show up | wc -l");
+    assert_eq!(stdout(&out).lines().next(), Some("0"), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().last(), Some("1"), "{}", stdout(&out));
 }
 
 #[test]

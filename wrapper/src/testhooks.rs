@@ -38,6 +38,9 @@ pub struct TestHooks {
     /// With capture, add no catch-all routes (`capture-routes`): the probe's capture row
     /// must fail.
     pub skip_capture_routes: bool,
+    /// With capture, bring up a second link in capture's namespace
+    /// (`capture-extra-link`): the probe's capture row must fail.
+    pub extra_capture_link: bool,
     /// Print the session CA's private key on stderr (`show-ca-key`), so a test can search
     /// the disk for it.
     pub show_ca_key: bool,
@@ -70,6 +73,7 @@ impl TestHooks {
         bridge_panic: false,
         show_ca_key: false,
         skip_capture_routes: false,
+        extra_capture_link: false,
         mount_pause: Duration::ZERO,
         export_pause: Duration::ZERO,
         audit_pause: Duration::ZERO,
@@ -105,6 +109,7 @@ impl TestHooks {
             bridge_panic: broken("bridge-panic"),
             show_ca_key: broken("show-ca-key"),
             skip_capture_routes: broken("capture-routes"),
+            extra_capture_link: broken("capture-extra-link"),
             mount_pause: pause("NETBOX_TEST_MOUNT_PAUSE_MS"),
             export_pause: pause("NETBOX_TEST_EXPORT_PAUSE_MS"),
             audit_pause: pause("NETBOX_TEST_AUDIT_PAUSE_MS"),

@@ -2,7 +2,8 @@
 //! address per name, kept for the session so that a captured connection to it maps back
 //! to the name. IPv4 from 198.18.0.0/15 and IPv6 from 2001:2::/48 (both set aside for
 //! benchmarking, RFC 2544 and RFC 5180: never a real destination). Inside the sandbox every
-//! address is local (capture's routes), so they need no route of their own.
+//! address but loopback's and the link's own is routed to capture's namespace, where every
+//! address is local, so they need no route of their own.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -28,6 +29,13 @@ pub fn is_session_range(addr: IpAddr) -> bool {
 pub const PROBE_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
 /// The same for IPv6: 2001:2::.
 pub const PROBE_ADDRESS_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 0);
+
+/// The sandbox's own address on capture's link, its source for every captured connection:
+/// the last but one of the IPv4 range (past the names a session hands out at most).
+pub const LINK_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 254);
+/// The same for IPv6: far past the names a session hands out.
+pub const LINK_ADDRESS_V6: Ipv6Addr =
+    Ipv6Addr::new(0x2001, 2, 0, 0xffff, 0xffff, 0xffff, 0xffff, 0xfffe);
 
 /// A name the DNS stub answers with the probe's addresses whatever the policy, so the
 /// live probe sees an answer come back (`.invalid`: never a real name). Whoever looks it
@@ -137,6 +145,11 @@ mod tests {
                 .is_some());
         }
         assert_eq!(addresses.address_for("one-more.test", false), None);
+        // The last handed out is short of the link's own addresses.
+        let last = format!("n{}.test", MAX_NAMES - 1);
+        assert!(addresses.address_for(&last, false) < Some(IpAddr::V4(LINK_ADDRESS)));
+        assert!(addresses.address_for(&last, true) < Some(IpAddr::V6(LINK_ADDRESS_V6)));
+        assert!(is_session_range(LINK_ADDRESS.into()) && is_session_range(LINK_ADDRESS_V6.into()));
         // Names already handed out keep their addresses, both families.
         let first = addresses.address_for("n0.test", true).unwrap();
         assert_eq!(addresses.name_for(first).as_deref(), Some("n0.test"));

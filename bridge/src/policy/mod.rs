@@ -274,56 +274,6 @@ impl Policy {
         ports
     }
 
-    /// What the allow rules open one by one on ports capture does not listen on at every
-    /// address (1024 and up): exact names and single addresses, each with its ports
-    /// (ranges of up to 64), in rule order. Loopback and unspecified addresses are left
-    /// out: a listener there would take the sandbox's own ports from it; so are addresses
-    /// no TCP listener can have (multicast, broadcast, IPv6 link-local, which needs a
-    /// scope: review 32).
-    pub fn named_targets_on_high_ports(&self) -> Vec<(Host, Vec<u16>)> {
-        let mut out: Vec<(Host, Vec<u16>)> = Vec::new();
-        for rule in self.rules.iter().filter(|r| r.action == Action::Allow) {
-            let Ports::List(ranges) = &rule.spec.ports else {
-                continue;
-            };
-            let ports: Vec<u16> = ranges
-                .iter()
-                .filter(|r| r.end() - r.start() < 64)
-                .flat_map(|r| r.clone())
-                .filter(|&p| p >= 1024)
-                .collect();
-            if ports.is_empty() {
-                continue;
-            }
-            let host = match &rule.spec.hosts {
-                HostMatcher::Exact(name) => Host::Name(name.clone()),
-                HostMatcher::Net(net) if net.prefix_len() == net.max_prefix_len() => {
-                    let ip = canonical_ip(net.addr());
-                    let unlistenable = match ip {
-                        IpAddr::V4(v4) => v4.is_multicast() || v4.is_broadcast(),
-                        IpAddr::V6(v6) => v6.is_multicast() || v6.is_unicast_link_local(),
-                    };
-                    if ip.is_loopback() || ip.is_unspecified() || unlistenable {
-                        continue;
-                    }
-                    Host::Ip(ip)
-                }
-                _ => continue,
-            };
-            match out.iter_mut().find(|(h, _)| *h == host) {
-                Some((_, known)) => {
-                    for port in ports {
-                        if !known.contains(&port) {
-                            known.push(port);
-                        }
-                    }
-                }
-                None => out.push((host, ports)),
-            }
-        }
-        out
-    }
-
     /// Whether any tunnel may be inspected: the session then needs a CA.
     pub fn inspects(&self) -> bool {
         self.inspect_all || !self.http_rules.is_empty()

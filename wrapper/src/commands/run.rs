@@ -280,13 +280,6 @@ fn run_logged(
         Arc::new(config.policy),
         config.max_connections,
     ));
-    // The names capture listens for at their own addresses get those addresses now, in
-    // the order the plan gave them out (config.rs, capture_plan).
-    for name in config.capture.iter().flat_map(|c| &c.names) {
-        for v6 in [false, true] {
-            session.addresses.address_for(name, v6);
-        }
-    }
     let stderr = if config.quiet {
         Stderr::Quiet
     } else {
@@ -505,6 +498,8 @@ fn child_plan(
                     closed_port: (1..1024)
                         .find(|p| !ports.contains(p) && *p != 53)
                         .unwrap_or(1),
+                    // One CMD could listen on itself, if any.
+                    unprivileged_port: ports.iter().copied().find(|&p| p >= 1024),
                 }
             }),
         },

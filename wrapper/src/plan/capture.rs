@@ -1,5 +1,6 @@
-//! Where capture listens in the sandbox, planned from the policy before the clone: the
-//! ports taken at every address, and the addresses (and ports) taken one at a time.
+//! Which ports capture listens on, planned from the policy before the clone. Capture's
+//! listeners live in a namespace of their own, at every address (sandbox/capture.rs), so
+//! they take no port from CMD: any port the allowlist names can be carried.
 
 use std::net::SocketAddr;
 
@@ -8,146 +9,87 @@ use bridge::Policy;
 /// Where capture listens.
 #[derive(Debug, Clone, Default)]
 pub struct CapturePlan {
-    /// Ports listened on at every address (below 1024, which CMD cannot listen on itself,
-    /// so a listener there takes nothing from it).
+    /// Ports listened on at every address but the sandbox's own (loopback, the link's).
     pub ports: Vec<u16>,
-    /// Names the allowlist opens on higher ports, in the order the session hands out
-    /// their addresses (which `pinned` listens at).
-    pub names: Vec<String>,
-    /// Addresses and ports listened on one by one, for higher ports: the session
-    /// addresses of `names` (IPv4 and IPv6) and single addresses the allowlist opens,
-    /// each at its ports. A listener on one address leaves the port to CMD on every other
-    /// single address (not on the wildcard, which Linux will not bind beside it). IPv6
-    /// ones are left out where IPv6 is down.
-    pub pinned: Vec<SocketAddr>,
 }
 
 impl CapturePlan {
-    /// Every port capture listens on, at every address or at single ones: the DNS stub
-    /// answers for names allowed on one of these.
-    pub fn ports_carried(&self) -> Vec<u16> {
-        let mut ports = self.ports.clone();
-        for at in &self.pinned {
-            if !ports.contains(&at.port()) {
-                ports.push(at.port());
-            }
-        }
-        ports
-    }
-
-    /// Whether a TCP connection to `to` reaches one of capture's listeners.
+    /// Whether a TCP connection to `to`, an address routed to capture's namespace,
+    /// reaches one of its listeners.
     pub fn listens_at(&self, to: SocketAddr) -> bool {
-        let ip = bridge::target::canonical_ip(to.ip());
         self.ports.contains(&to.port())
-            || self
-                .pinned
-                .iter()
-                .any(|p| bridge::target::canonical_ip(p.ip()) == ip && p.port() == to.port())
     }
 }
 
-/// Where capture listens. At every address: 80 and 443, and the privileged ports the
-/// allow rules name (CMD cannot listen on those itself, so a listener on every address
-/// there takes nothing from it); never 53, the DNS stub's. At most `MAX_CAPTURE_PORTS`,
-/// the lowest. On higher ports, one address at a time: each exact name's session
-/// addresses (handed out here in rule order, as the session hands them out again) and
-/// each single address, at the ports their rules name; at most `MAX_PINNED_LISTENERS`,
-/// the first rules' (every listener travels to netbox in one message, which carries 253
-/// fds at most). What is left out is not captured: a direct attempt, logged as one.
+/// Where capture listens: 80 and 443, and every port the allow rules name (ranges of up
+/// to 64), at most `MAX_CAPTURE_PORTS`, 80 and 443 first, then the lowest (every listener
+/// travels to netbox in one message, which carries 253 fds at most). A port left out is
+/// not captured: a connection to it is a direct attempt, logged as one, and the DNS stub
+/// does not answer for a name allowed only there.
 pub fn plan(policy: &Policy) -> CapturePlan {
     let mut ports: std::collections::BTreeSet<u16> = [80, 443].into();
     let named = policy.named_ports();
-    let named = named.into_iter().filter(|&p| p < 1024 && p != 53);
-    ports.extend(named.take(MAX_CAPTURE_PORTS - 2));
-    let addresses = bridge::capture::SessionAddresses::default();
-    let mut names = Vec::new();
-    let mut pinned = Vec::new();
-    for (host, host_ports) in policy.named_targets_on_high_ports() {
-        let ips = match host {
-            bridge::target::Host::Name(name) => {
-                let ips: Vec<std::net::IpAddr> = [false, true]
-                    .into_iter()
-                    .filter_map(|v6| addresses.address_for(&name, v6))
-                    .collect();
-                names.push(name);
-                ips
-            }
-            bridge::target::Host::Ip(ip) => vec![ip],
-        };
-        for port in host_ports {
-            for &ip in &ips {
-                if pinned.len() < MAX_PINNED_LISTENERS {
-                    pinned.push(std::net::SocketAddr::new(ip, port));
-                }
-            }
+    let named = named.into_iter().filter(|&p| p != 0);
+    for port in named {
+        if ports.len() >= MAX_CAPTURE_PORTS {
+            break;
         }
+        ports.insert(port);
     }
     CapturePlan {
         ports: ports.into_iter().collect(),
-        names,
-        pinned,
     }
 }
 
-/// Ports capture listens on at every address, at most.
-const MAX_CAPTURE_PORTS: usize = 64;
-/// Listeners capture has at one address each, at most: with the 64 above, the proxy's two
-/// and the DNS stub's two, within one message's 253 fds.
-const MAX_PINNED_LISTENERS: usize = 128;
+/// Ports capture listens on, at most: with the proxy's two listeners and the DNS stub's
+/// two sockets, within one message's 253 fds.
+pub const MAX_CAPTURE_PORTS: usize = 240;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn capture_listens_for_names_and_addresses_on_higher_ports_one_address_at_a_time() {
+    fn capture_listens_on_every_port_the_allowlist_names() {
         let mut policy = Policy::deny_all();
         for rule in [
             "a.test:22,443,8443",
             "b.test:8080-8081",
             "10.1.2.3:9000",
-            "127.0.0.1:5432",
-            "*.c.test:8443",
+            "*.c.test:7443",
             "10.0.0.0/8:7000",
-            "a.test:9443",
-            "[fe80::1]:8080",
-            "[ff02::1]:9002",
-            "224.0.0.1:9003",
-            "255.255.255.255:9004",
+            "d.test:1-65535",
+            "e.test:*",
         ] {
             policy
                 .add_rule(bridge::policy::Action::Allow, rule, "--allow")
                 .unwrap();
         }
         policy
-            .add_rule(bridge::policy::Action::Deny, "d.test:8443", "--deny")
+            .add_rule(bridge::policy::Action::Deny, "f.test:6000", "--deny")
             .unwrap();
         let plan = plan(&policy);
-        assert_eq!(plan.ports, vec![22, 80, 443]);
-        assert_eq!(plan.names, vec!["a.test".to_owned(), "b.test".to_owned()]);
-        let pinned: Vec<String> = plan.pinned.iter().map(ToString::to_string).collect();
         assert_eq!(
-            pinned,
-            [
-                "198.18.0.1:8443",
-                "[2001:2::1]:8443",
-                "198.18.0.1:9443",
-                "[2001:2::1]:9443",
-                "198.18.0.2:8080",
-                "[2001:2::2]:8080",
-                "198.18.0.2:8081",
-                "[2001:2::2]:8081",
-                "10.1.2.3:9000",
-            ]
+            plan.ports,
+            vec![22, 80, 443, 7000, 7443, 8080, 8081, 8443, 9000]
         );
-        // The session hands the same names the same addresses, in the same order.
-        let session = bridge::capture::SessionAddresses::default();
-        for name in &plan.names {
-            session.address_for(name, false);
+        assert!(plan.listens_at("198.18.0.9:8443".parse().unwrap()));
+        assert!(!plan.listens_at("198.18.0.9:6000".parse().unwrap()));
+    }
+
+    #[test]
+    fn ports_past_the_cap_are_left_out_but_80_and_443_never() {
+        let mut policy = Policy::deny_all();
+        let many: Vec<String> = (1000..1300).map(|p| format!("a.test:{p}")).collect();
+        for rule in &many {
+            policy
+                .add_rule(bridge::policy::Action::Allow, rule, "--allow")
+                .unwrap();
         }
-        assert_eq!(
-            session.address_for("b.test", true),
-            Some("2001:2::2".parse().unwrap())
-        );
+        let plan = plan(&policy);
+        assert_eq!(plan.ports.len(), MAX_CAPTURE_PORTS);
+        assert!(plan.ports.contains(&80) && plan.ports.contains(&443));
+        assert_eq!(plan.ports[0], 80);
+        assert_eq!(plan.ports.last(), Some(&1237));
     }
 }

@@ -23,16 +23,13 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 pub enum SyncMsg {
     /// The proxy listeners inside the namespace (attached as fds), and the CPU pid 1 runs
     /// on as it sends them (for netbox to keep off: cpu.rs).
-    /// With capture, the fds go on: one listener per port of `capture_ports`, then
-    /// `pinned` listeners at one address each, then the DNS stub's UDP socket and TCP
-    /// listener.
+    /// With capture, the fds go on: one listener per port of `capture_ports` (in capture's
+    /// namespace, at every address), then the DNS stub's UDP socket and TCP listener.
     Listeners {
         count: usize,
         cpu: Option<usize>,
         #[serde(default)]
         capture_ports: Vec<u16>,
-        #[serde(default)]
-        pinned: usize,
     },
     /// The listener of the sandbox's seccomp filter, a sock_diag socket made in the
     /// sandbox's network namespace (for telling direct attempts from local traffic:

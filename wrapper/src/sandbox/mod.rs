@@ -3,7 +3,8 @@
 //! its ids and enters new mount, ipc and uts namespaces. Then, at the same time, a second
 //! thread builds the filesystem (on the placeholders netbox laid before creating it) while
 //! the first enters a new network namespace, brings `lo` up, creates the proxy listeners
-//! there and hands them out. With that thread ended, pid 1 drops every privilege, runs the
+//! there and hands them out (with capture, a third thread makes capture's namespace
+//! meanwhile, which the first then links to its own: capture.rs). With those threads ended, pid 1 drops every privilege, runs the
 //! live probe, and only if it passed starts CMD, whose init it then is (watching the pins
 //! while CMD runs).
 //!
@@ -11,6 +12,7 @@
 //! dies, and with it the kernel kills everything in the namespace.
 
 pub mod caps;
+pub mod capture;
 pub mod handshake;
 pub mod init;
 pub mod mounts;
@@ -62,7 +64,7 @@ pub const DNS_STUB: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 53);
 
 /// pid 1 of the sandbox: set up, prove, then run CMD. Returns the exit status.
 pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
-    let (proxy_v6, host_sockets) = match set_up(plan, channel) {
+    let (network, host_sockets) = match set_up(plan, channel) {
         Ok(done) => done,
         Err((step, detail, hint)) => {
             let _ = channel.send(&SyncMsg::SetupFailed { step, detail, hint }, &[]);
@@ -76,9 +78,12 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         ..plan.probe.clone()
     };
     let probe_input = &probe_input;
-    if !prove(probe_input, channel) {
+    if !prove(probe_input, network.capture.as_ref(), channel) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
+    // Read by the probe alone.
+    drop(network.capture);
+    let proxy_v6 = network.proxy_v6;
     // CMD's terminal: made here, from the sandbox's own devpts; its master end goes to
     // netbox, its slave end stays with pid 1 (so the pty lasts as long as the run) and is
     // CMD's standard input and output.
@@ -203,9 +208,9 @@ fn hold_placeholders(paths: &[PathBuf]) {
 /// goes on, so that netbox reads them while pid 1 installs it; then the writes made under
 /// the filter, with what was checked after them. Whether the command may start: the probe
 /// passed, and netbox, its own checks added, said so.
-fn prove(input: &ProbeInput, channel: &Channel) -> bool {
+fn prove(input: &ProbeInput, capture: Option<&crate::sys::rtnl::Rtnl>, channel: &Channel) -> bool {
     let (watched, unreadable) = while_readable(|| {
-        let report = probe::run(input);
+        let report = probe::run(input, capture);
         let passed = report.passed;
         // If netbox cannot be told, nothing will start.
         channel.send(&SyncMsg::ProbeChecks(report), &[]).ok()?;
@@ -337,9 +342,8 @@ fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> StepError + '_ 
 }
 
 /// The setup steps, in order. Each must succeed; there is no weaker fallback. Returns
-/// whether the proxy also listens on ::1 (a host without IPv6 has no ::1), and the host
-/// sockets it covered.
-fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), StepError> {
+/// what the network set-up leaves, and the host sockets it covered.
+fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(Network, Vec<PathBuf>), StepError> {
     // First, keep nothing of netbox's but this end of the channel (netbox's own end, the
     // event log, the host listener, whatever netbox's caller passed): then netbox's end is
     // open exactly as long as netbox lives.
@@ -393,7 +397,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     crate::sys::memory::share_one_malloc_arena();
     let here = cpu::current();
     let started = std::sync::atomic::AtomicBool::new(false);
-    let (mounted, proxy_v6) = std::thread::scope(|scope| {
+    let (mounted, network) = std::thread::scope(|scope| {
         let mounter = std::thread::Builder::new()
             .name("netbox-mounts".into())
             // Mounting goes a few calls deep; glibc keeps a thread's stack mapped after
@@ -425,7 +429,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
     // Single-threaded again as far as user space goes (the helper may take a few more
     // microseconds to leave the kernel): nothing that needs an empty thread group (seccomp's
     // TSYNC, unshare(CLONE_NEWUSER)) comes next.
-    let proxy_v6 = proxy_v6?;
+    let network = network?;
     let host_sockets = mounted?;
     // After the mounts, before the probe and CMD: no capability, no way to regain one.
     if !crate::testhooks::hooks().skip_capability_drop {
@@ -436,109 +440,70 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(bool, Vec<PathBuf>), S
         let denial = crate::sys::seccomp::io_uring_denial();
         crate::sys::seccomp::install_plain(&denial).map_err(failed("refuse io_uring"))?;
     }
-    Ok((proxy_v6, host_sockets))
+    Ok((network, host_sockets))
 }
 
-/// Capture's sockets, handed to netbox.
-struct CaptureSockets {
-    /// One per port, at every address.
-    captured: Vec<TcpListener>,
-    /// One per address and port.
-    pinned: Vec<TcpListener>,
-    /// The DNS stub's.
-    dns: (std::net::UdpSocket, TcpListener),
-}
-
-/// Capture's part of the network: the catch-all routes, the listeners at every address
-/// and at single addresses, and the DNS stub's sockets.
-fn set_up_capture(
-    capture: &crate::plan::capture::CapturePlan,
-) -> Result<CaptureSockets, StepError> {
-    let mut captured = Vec::new();
-    let mut pinned = Vec::new();
-    // Where IPv6 is up, the stub hands out IPv6 addresses too: they must be captured
-    // as well.
-    let ipv6_up = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
-    if !crate::testhooks::hooks().skip_capture_routes {
-        let v6 = crate::sys::netdev::route_every_address_here()
-            .map_err(failed("route every address to the sandbox (capture)"))?;
-        if ipv6_up && !v6 {
-            return Err((
-                "route every IPv6 address to the sandbox (capture)".into(),
-                "the route was refused".into(),
-                None,
-            ));
-        }
-    }
-    for &port in &capture.ports {
-        // Dual-stack where IPv6 is up: one listener takes both families.
-        let listener = TcpListener::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)))
-            .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))))
-            .map_err(failed("listen for captured connections"))?;
-        bridge::listen::deepen_backlog(&listener)
-            .map_err(failed("listen for captured connections"))?;
-        captured.push(listener);
-    }
-    // An address that is not this namespace's own is bindable all the same: the
-    // catch-all routes make every address local.
-    for at in capture.pinned.iter().filter(|at| at.is_ipv4() || ipv6_up) {
-        let listener = listen_at_any_address(*at)
-            .map_err(|e| (format!("listen at {at} (capture)"), e.to_string(), None))?;
-        pinned.push(listener);
-    }
-    let stub = SocketAddr::from((DNS_STUB, 53));
-    let dns = (
-        std::net::UdpSocket::bind(stub)
-            .map_err(failed("listen for DNS on 127.0.0.53 (capture)"))?,
-        TcpListener::bind(stub).map_err(failed("listen for DNS on 127.0.0.53 (capture)"))?,
-    );
-    Ok(CaptureSockets {
-        captured,
-        pinned,
-        dns,
-    })
-}
-
-/// A listener at `at`, an address no interface has. IPv4 binds it under capture's
-/// catch-all route (the kernel asks the routing table whether it is local); IPv6 asks
-/// the interfaces instead, so the socket binds freely (IP_FREEBIND, which needs no
-/// privilege and which IPv6 sockets honour too).
-fn listen_at_any_address(at: SocketAddr) -> std::io::Result<TcpListener> {
-    use nix::sys::socket::{
-        bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage,
-    };
-    let family = if at.is_ipv4() {
-        AddressFamily::Inet
-    } else {
-        AddressFamily::Inet6
-    };
-    let socket = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
-    setsockopt(&socket, sockopt::IpFreebind, &true)?;
-    bind(socket.as_raw_fd(), &SockaddrStorage::from(at))?;
-    bridge::listen::deepen_backlog(&socket)?;
-    Ok(TcpListener::from(socket))
+/// What the network set-up leaves pid 1: whether the proxy also listens on ::1, and with
+/// capture, a netlink socket in capture's namespace (for the probe to read it through).
+struct Network {
+    proxy_v6: bool,
+    capture: Option<crate::sys::rtnl::Rtnl>,
 }
 
 /// The network namespace with only `lo`, up, and the proxy's listeners in it, handed to
-/// netbox. With `capture`, every address is made local and listened on at those ports,
-/// and the DNS stub listens, all handed to netbox too. Returns whether the proxy also
-/// listens on ::1.
+/// netbox. With `capture`, first capture's own namespace with its listeners
+/// (sandbox/capture.rs), then CMD's, linked to it, with the DNS stub's sockets; all
+/// handed to netbox too.
 fn set_up_network(
     channel: &Channel,
     capture: Option<&crate::plan::capture::CapturePlan>,
-) -> Result<bool, StepError> {
-    namespaces::unshare_net().map_err(failed("enter a new network namespace"))?;
-    crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
-    let (captured, pinned, dns) = match capture {
-        Some(capture) => {
-            let sockets = set_up_capture(capture).map_err(|(step, detail, _)| {
-                let hint = "run with --no-capture to go without capture (programs that ignore \
-                            the proxy settings then find no network)";
-                (step, detail, Some(hint.to_owned()))
-            })?;
-            (sockets.captured, sockets.pinned, Some(sockets.dns))
+) -> Result<Network, StepError> {
+    let hint = || {
+        Some(
+            "run with --no-capture to go without capture (programs that ignore the proxy \
+             settings then find no network)"
+                .to_owned(),
+        )
+    };
+    // Capture's namespace is made on a thread of its own (a network namespace is per
+    // thread) while this one makes CMD's: each takes ~0.5 ms here.
+    let (far, near) = std::thread::scope(|scope| {
+        let far = capture.map(|capture| {
+            std::thread::Builder::new()
+                .name("netbox-capture".into())
+                .stack_size(256 << 10)
+                .spawn_scoped(scope, || capture::make_far_side(capture))
+        });
+        let near = namespaces::unshare_net()
+            .map_err(failed("enter a new network namespace"))
+            .and_then(|()| crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up")));
+        let far = match far {
+            None => Ok(None),
+            Some(Ok(thread)) => thread
+                .join()
+                .unwrap_or_else(|_| Err(("capture".into(), "capture's thread panicked".into())))
+                .map(Some),
+            // This thread is in CMD's namespace now, which capture's must not be.
+            Some(Err(e)) => Err(("make a thread for capture".into(), e.to_string())),
+        };
+        (far, near)
+    });
+    near?;
+    let far = far.map_err(|(step, detail)| (step, detail, hint()))?;
+    let dns = match &far {
+        Some(far) => {
+            let routes = !crate::testhooks::hooks().skip_capture_routes;
+            capture::link(far, routes).map_err(|(step, detail)| (step, detail, hint()))?;
+            let stub = SocketAddr::from((DNS_STUB, 53));
+            let udp = std::net::UdpSocket::bind(stub);
+            let tcp = TcpListener::bind(stub);
+            let step = "listen for DNS on 127.0.0.53 (capture)";
+            Some((
+                udp.map_err(|e| (step.to_owned(), e.to_string(), hint()))?,
+                tcp.map_err(|e| (step.to_owned(), e.to_string(), hint()))?,
+            ))
         }
-        None => (Vec::new(), Vec::new(), None),
+        None => None,
     };
 
     // The bridge's listeners live here, inside the new network namespace, and are handed
@@ -552,8 +517,9 @@ fn set_up_network(
     let mut fds = vec![v4.as_raw_fd()];
     fds.extend(v6.as_ref().map(AsRawFd::as_raw_fd));
     let proxies = fds.len();
-    fds.extend(captured.iter().map(AsRawFd::as_raw_fd));
-    fds.extend(pinned.iter().map(AsRawFd::as_raw_fd));
+    if let Some(far) = &far {
+        fds.extend(far.listeners.iter().map(AsRawFd::as_raw_fd));
+    }
     if let Some((udp, tcp)) = &dns {
         fds.extend([udp.as_raw_fd(), tcp.as_raw_fd()]);
     }
@@ -561,7 +527,6 @@ fn set_up_network(
         count: proxies,
         cpu: cpu::current(),
         capture_ports: capture.map(|c| c.ports.clone()).unwrap_or_default(),
-        pinned: pinned.len(),
     };
     channel
         .send(&listeners, &fds)
@@ -570,6 +535,9 @@ fn set_up_network(
     // start the bridge now (cpu.rs; measured: ~0.1 ms sooner done).
     cpu::let_the_woken_run();
     let proxy_v6 = v6.is_some();
-    drop((v4, v6, captured, pinned, dns));
-    Ok(proxy_v6)
+    drop((v4, v6, dns));
+    Ok(Network {
+        proxy_v6,
+        capture: far.map(|far| far.rtnl),
+    })
 }

@@ -77,10 +77,15 @@ pub struct ProbeInput {
 pub struct CaptureProbe {
     pub port: u16,
     pub closed_port: u16,
+    /// A captured port of 1024 or above, if any: CMD must still be able to listen on it
+    /// at every address of its own namespace.
+    #[serde(default)]
+    pub unprivileged_port: Option<u16>,
 }
 
 /// Runs every check.
-pub fn run(input: &ProbeInput) -> ProbeReport {
+/// `capture`: a netlink socket in capture's namespace, to read what it holds.
+pub fn run(input: &ProbeInput, capture: Option<&crate::sys::rtnl::Rtnl>) -> ProbeReport {
     let started = Instant::now();
     // The bridge answers from netbox's process; its two requests go out first, so the
     // round trips overlap the local checks instead of following them.
@@ -96,8 +101,8 @@ pub fn run(input: &ProbeInput) -> ProbeReport {
     }
     checks.push(finish_egress(input, egress));
     checks.push(privileges(input));
-    if let Some(capture) = input.capture {
-        checks.push(capture_check(input, capture));
+    if let Some(plan) = input.capture {
+        checks.push(capture_check(input, plan, capture));
     }
     if input.io_uring_forbidden {
         checks.push(io_uring());
@@ -459,7 +464,11 @@ fn hidden_paths(input: &ProbeInput) -> Check {
 /// answers the canary's name with NXDOMAIN. Nothing else could have answered: the
 /// namespace has only loopback, and the host's loopback stays unreachable (the network
 /// row).
-fn capture_check(input: &ProbeInput, capture: CaptureProbe) -> Check {
+fn capture_check(
+    input: &ProbeInput,
+    capture: CaptureProbe,
+    namespace: Option<&crate::sys::rtnl::Rtnl>,
+) -> Check {
     use bridge::capture::addresses::PROBE_ADDRESS;
     let captured = SocketAddr::from((PROBE_ADDRESS, capture.port));
     // Taken and reset so soon that the connect itself may see the reset: as good.
@@ -543,10 +552,10 @@ fn capture_check(input: &ProbeInput, capture: CaptureProbe) -> Check {
             Err(e) => e.to_string(),
         },
     };
-    forbidden.extend([closed_port, dns]);
+    forbidden.extend([closed_port, dns, capture_namespace_leads_nowhere(namespace)]);
     let probe_name = bridge::capture::addresses::PROBE_NAME;
     let answered = ask_dns_stub_for_address(probe_name);
-    let control = vec![Outcome {
+    let mut control = vec![Outcome {
         attempt: format!("resolve {probe_name}, which the stub always answers"),
         ok: matches!(answered, Ok(Some(a)) if a == PROBE_ADDRESS),
         result: match answered {
@@ -555,7 +564,47 @@ fn capture_check(input: &ProbeInput, capture: CaptureProbe) -> Check {
             Err(e) => e.to_string(),
         },
     }];
+    // Capture's listeners are not in this namespace: a port they carry is still free here,
+    // at every address.
+    if let Some(port) = capture.unprivileged_port {
+        let every = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
+        let listened = std::net::TcpListener::bind(every)
+            .or_else(|_| std::net::TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))));
+        control.push(succeeded(
+            format!("listen at every address on port {port}, which capture carries"),
+            listened.map(drop),
+        ));
+    }
     check("capture", forbidden, control)
+}
+
+/// What capture's link leads to: a namespace with nothing up but `lo` and the link's far
+/// end. No way leads out of it: every address is local to it, and an interface is the only
+/// way anywhere else.
+fn capture_namespace_leads_nowhere(namespace: Option<&crate::sys::rtnl::Rtnl>) -> Outcome {
+    use crate::sandbox::capture::FAR_LINK_NAME;
+    let attempt =
+        format!("find an interface up other than lo and {FAR_LINK_NAME} in capture's namespace");
+    let up = match namespace {
+        Some(namespace) => namespace.links().map(|links| {
+            links
+                .into_iter()
+                .filter(|l| l.up)
+                .map(|l| l.name)
+                .collect::<Vec<String>>()
+        }),
+        None => Err(std::io::Error::other("it cannot be read")),
+    };
+    Outcome {
+        attempt,
+        ok: up
+            .as_ref()
+            .is_ok_and(|up| up.iter().all(|name| name == "lo" || name == FAR_LINK_NAME)),
+        result: match up {
+            Ok(up) => format!("up: {}", up.join(",")),
+            Err(e) => format!("cannot read it: {e}"),
+        },
+    }
 }
 
 /// Asks the DNS stub for `name`'s IPv4 address; returns the answer's response code.
@@ -662,15 +711,27 @@ fn no_way_out(input: &ProbeInput) -> Vec<Outcome> {
         names.dedup();
         names
     });
+    // With capture, its link leads to netbox's listeners alone (the capture row proves
+    // what is at its far end).
+    let link = crate::sandbox::capture::LINK_NAME;
+    let expected: &[&str] = if input.capture.is_some() {
+        &["lo", link]
+    } else {
+        &["lo"]
+    };
     let only_lo = Outcome {
-        attempt: "find an interface that is up, other than lo".into(),
-        ok: up.as_ref().is_ok_and(|names| names == &["lo"]),
+        attempt: if input.capture.is_some() {
+            format!("find an interface that is up, other than lo and {link}")
+        } else {
+            "find an interface that is up, other than lo".into()
+        },
+        ok: up.as_ref().is_ok_and(|names| names == expected),
         result: match &up {
             Ok(names) => format!("up: {}", names.join(",")),
             Err(e) => e.to_string(),
         },
     };
-    let routes = off_box_routes();
+    let routes = off_box_routes(input.capture.is_some());
     let no_routes = Outcome {
         attempt: "find a route that leaves the machine".into(),
         ok: routes.as_ref().is_ok_and(Vec::is_empty),
@@ -688,13 +749,15 @@ fn no_way_out(input: &ProbeInput) -> Vec<Outcome> {
     vec![only_lo, no_routes, host]
 }
 
-/// Routes in the main tables that use an interface other than `lo`.
-fn off_box_routes() -> std::io::Result<Vec<String>> {
+/// Routes that use an interface other than `lo` (and with capture, its link).
+fn off_box_routes(capture: bool) -> std::io::Result<Vec<String>> {
+    let leaves =
+        |iface: &str| iface != "lo" && !(capture && iface == crate::sandbox::capture::LINK_NAME);
     let mut found = Vec::new();
     let v4 = std::fs::read_to_string("/proc/net/route")?;
     for line in v4.lines().skip(1) {
         if let Some(iface) = line.split_whitespace().next() {
-            if iface != "lo" {
+            if leaves(iface) {
                 found.push(line.to_owned());
             }
         }
@@ -702,7 +765,7 @@ fn off_box_routes() -> std::io::Result<Vec<String>> {
     if let Ok(v6) = std::fs::read_to_string("/proc/net/ipv6_route") {
         for line in v6.lines() {
             if let Some(iface) = line.split_whitespace().last() {
-                if iface != "lo" {
+                if leaves(iface) {
                     found.push(line.to_owned());
                 }
             }

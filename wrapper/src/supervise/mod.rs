@@ -211,23 +211,19 @@ impl<'a> Supervisor<'a> {
         // sandbox sets up and netbox would only wait.
         check_host_listener_answers(&host_listener)?;
 
-        let (listener_fds, proxies, capture_ports, pinned, pid1_cpu) = match channel.recv().await {
+        let (listener_fds, proxies, capture_ports, pid1_cpu) = match channel.recv().await {
             Ok(Some((
                 SyncMsg::Listeners {
                     cpu,
                     count,
                     capture_ports,
-                    pinned,
                 },
                 fds,
             ))) if count > 0
                 && fds.len()
-                    == count
-                        + capture_ports.len()
-                        + pinned
-                        + 2 * usize::from(!capture_ports.is_empty()) =>
+                    == count + capture_ports.len() + 2 * usize::from(!capture_ports.is_empty()) =>
             {
-                (fds, count, capture_ports, pinned, cpu)
+                (fds, count, capture_ports, cpu)
             }
             Ok(Some((SyncMsg::SetupFailed { step, detail, hint }, _))) => {
                 sandbox.reap();
@@ -241,11 +237,7 @@ impl<'a> Supervisor<'a> {
         };
         let mut listeners = Vec::new();
         let mut fds = listener_fds.into_iter();
-        for (at, fd) in fds
-            .by_ref()
-            .take(proxies + capture_ports.len() + pinned)
-            .enumerate()
-        {
+        for (at, fd) in fds.by_ref().take(proxies + capture_ports.len()).enumerate() {
             let std_listener = TcpListener::from(fd);
             std_listener
                 .set_nonblocking(true)
@@ -263,7 +255,7 @@ impl<'a> Supervisor<'a> {
         }
         let dns_ports = capture
             .as_ref()
-            .map(CapturePlan::ports_carried)
+            .map(|c| c.ports.clone())
             .unwrap_or_default();
         // With capture, the DNS stub's sockets come last: UDP, then TCP.
         if let (Some(udp), Some(tcp)) = (fds.next(), fds.next()) {

@@ -271,9 +271,11 @@ fn reason(
     if netbox_listens(ip, port, protocol, context.capture.as_ref()) {
         return None;
     }
-    // Where the address is the sandbox's own (loopback; with capture, every address),
-    // a socket of the sandbox's may take it: asked of its network namespace.
-    let local = ip.is_loopback() || context.capture.is_some();
+    // Where the address is the sandbox's own (loopback; with capture, the link's), a
+    // socket of the sandbox's may take it: asked of its network namespace. Every other
+    // address is routed to capture's namespace, where only netbox listens (and with no
+    // capture, nowhere).
+    let local = ip.is_loopback() || (context.capture.is_some() && is_link_address(ip));
     let listening = match protocol {
         _ if !local => None,
         Protocol::Tcp => context.listening(Transport::Tcp, ip, port, None),
@@ -284,7 +286,7 @@ fn reason(
     if listening == Some(true) {
         return None;
     }
-    if ip.is_loopback() {
+    if local {
         // Unknown (no diag socket, or it failed): not logged, rather than flooding the
         // log with a test suite's own local traffic.
         return (listening == Some(false)).then_some(Reason::NoListener);
@@ -341,6 +343,12 @@ impl NetContext {
     }
 }
 
+/// Whether `ip` is the sandbox's own address on capture's link.
+fn is_link_address(ip: IpAddr) -> bool {
+    use bridge::capture::addresses::{LINK_ADDRESS, LINK_ADDRESS_V6};
+    ip == IpAddr::V4(LINK_ADDRESS) || ip == IpAddr::V6(LINK_ADDRESS_V6)
+}
+
 /// Whether one of netbox's listeners in the sandbox takes `ip:port`.
 fn netbox_listens(
     ip: IpAddr,
@@ -356,7 +364,12 @@ fn netbox_listens(
         return proxy;
     };
     let stub = ip == IpAddr::V4(crate::sandbox::DNS_STUB) && port == 53;
-    proxy || stub || (protocol == Protocol::Tcp && capture.listens_at(SocketAddr::new(ip, port)))
+    let routed_to_capture = !ip.is_loopback() && !is_link_address(ip);
+    proxy
+        || stub
+        || (protocol == Protocol::Tcp
+            && routed_to_capture
+            && capture.listens_at(SocketAddr::new(ip, port)))
 }
 
 /// The socket addresses a notified call names, as raw bytes (at most
@@ -465,11 +478,7 @@ mod tests {
     use super::*;
 
     fn context(ports: Option<Vec<u16>>) -> NetContext {
-        let capture = ports.map(|ports| CapturePlan {
-            ports,
-            names: vec!["a.test".into()],
-            pinned: vec!["198.18.0.1:8443".parse().unwrap()],
-        });
+        let capture = ports.map(|ports| CapturePlan { ports });
         NetContext::new(capture, None, None)
     }
 
@@ -479,7 +488,7 @@ mod tests {
 
     #[test]
     fn netbox_listeners_are_not_direct_attempts() {
-        let with = context(Some(vec![80, 443]));
+        let with = context(Some(vec![80, 443, 8443]));
         let at = |s: &str| s.parse::<SocketAddr>().unwrap();
         assert_eq!(reason(at("10.1.2.3:443"), Protocol::Tcp, &with), None);
         assert_eq!(reason(at("[2001:db8::1]:80"), Protocol::Tcp, &with), None);
@@ -489,24 +498,28 @@ mod tests {
             reason(at("[::ffff:127.0.0.1]:3128"), Protocol::Tcp, &with),
             None
         );
+        assert_eq!(reason(at("10.1.2.3:8443"), Protocol::Tcp, &with), None);
         assert_eq!(
-            reason(at("10.1.2.3:8443"), Protocol::Tcp, &with),
+            reason(at("10.1.2.3:8444"), Protocol::Tcp, &with),
             Some(Reason::NotCaptured)
         );
         assert_eq!(
             reason(at("10.1.2.3:3128"), Protocol::Tcp, &with),
             Some(Reason::NotCaptured)
         );
-        // A pinned listener takes its own address and port, no other.
+        // Capture listens at every address routed to it, on its ports.
         assert_eq!(reason(at("198.18.0.1:8443"), Protocol::Tcp, &with), None);
         assert_eq!(
             reason(at("[::ffff:198.18.0.1]:8443"), Protocol::Tcp, &with),
             None
         );
         assert_eq!(
-            reason(at("198.18.0.2:8443"), Protocol::Tcp, &with),
+            reason(at("198.18.0.2:8444"), Protocol::Tcp, &with),
             Some(Reason::NotCaptured)
         );
+        // The link's own address is the sandbox's: capture takes nothing there, and with
+        // no diag socket to ask, it is not logged (as loopback is not).
+        assert_eq!(reason(at("198.19.255.254:443"), Protocol::Tcp, &with), None);
         assert_eq!(
             reason(at("10.1.2.3:443"), Protocol::Udp, &with),
             Some(Reason::UdpNotCarried)

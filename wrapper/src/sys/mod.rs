@@ -10,6 +10,7 @@ pub mod netdev;
 pub mod process;
 pub mod pty;
 pub mod resolve;
+pub mod rtnl;
 pub mod seccomp;
 pub mod sockdiag;
 pub mod xattr;

@@ -185,7 +185,7 @@ fn direct_attempts_are_logged_and_local_traffic_is_not() {
         "{err}"
     );
     assert!(
-        err.contains("(no listener: the host's loopback is not reachable)"),
+        err.contains("(no listener: nothing in the sandbox listens there (the host's loopback is not reachable))"),
         "{err}"
     );
     assert_eq!(probe_check(&records)["passed"], true);
@@ -288,6 +288,75 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
     assert!(!attempts.iter().any(|r| r["port"] == 53), "{attempts:#?}");
     assert!(!attempts.iter().any(|r| r["port"] == 5353), "{attempts:#?}");
     assert_eq!(probe_check(&records)["passed"], true);
+}
+
+/// Other spellings of the sandbox's own addresses (0.0.0.0, ::) reach CMD's own server,
+/// unlogged, and one where nothing listens is logged as such; an IPv6 link-local address
+/// goes to capture like any other address: refused at once on a port capture does not
+/// carry (logged), taken and judged by the bridge on one it carries (review 34). The
+/// allowlist names the proxy's own port too: CMD runs all the same.
+#[test]
+fn unspecified_and_link_local_addresses_are_judged_where_they_go() {
+    let dir = TestDir::new("direct-spellings");
+    let ipv6 = std::net::TcpListener::bind("[::1]:0").is_ok();
+    let script = format!(
+        "python3 -c \"import socket\n\
+         def connect(family, to):\n    \
+             s = socket.socket(family); s.settimeout(5)\n    \
+             try:\n        s.connect(to); s.settimeout(2); got = s.recv(16); return 'connected ' + repr(got)\n    \
+             except OSError as e: return str(e.errno)\n\
+         own = socket.create_server(('0.0.0.0', 9999))\n\
+         threading = __import__('threading')\n\
+         threading.Thread(target=lambda: [own.accept()[0].sendall(b'own') for _ in range(2)], daemon=True).start()\n\
+         print('0.0.0.0:9999', connect(socket.AF_INET, ('0.0.0.0', 9999)))\n\
+         print('0.0.0.0:9998', connect(socket.AF_INET, ('0.0.0.0', 9998)))\n\
+         if {ipv6}:\n    \
+             link = socket.if_nametoindex('nb-capture')\n    \
+             print('fe80::1:9997', connect(socket.AF_INET6, ('fe80::1', 9997, 0, link)))\n    \
+             print('fe80::1:8443', connect(socket.AF_INET6, ('fe80::1', 8443, 0, link)))\n\
+         \"",
+        ipv6 = if ipv6 { "True" } else { "False" },
+    );
+    let (out, records) = run_in_own_netns(
+        &dir,
+        "--quiet",
+        "allow = [\"a.test:3128,8443\"]\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n",
+        &script,
+        &[],
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(text.contains("0.0.0.0:9999 connected b'own'"), "{text}");
+    assert!(text.contains("0.0.0.0:9998 111"), "{text}");
+    let attempts = direct_attempts(&records);
+    assert!(!attempts.iter().any(|r| r["port"] == 9999), "{attempts:#?}");
+    assert!(
+        attempts.iter().any(|r| r["address"] == "0.0.0.0"
+            && r["port"] == 9998
+            && r["reason"] == "no listener"),
+        "{attempts:#?}"
+    );
+    if ipv6 {
+        assert!(text.contains("fe80::1:9997 111"), "{text}");
+        // Taken by capture, refused by the bridge (a reset, or nothing read).
+        assert!(
+            text.contains("fe80::1:8443 104") || text.contains("fe80::1:8443 connected b''"),
+            "{text}"
+        );
+        assert!(
+            attempts.iter().any(|r| r["address"] == "fe80::1"
+                && r["port"] == 9997
+                && r["reason"] == "port not captured"),
+            "{attempts:#?}"
+        );
+        assert!(
+            records.iter().any(|r| r["type"] == "net"
+                && r["proto"] == "captured"
+                && r["port"] == 8443
+                && r["decision"] == "deny"),
+            "{records:#?}"
+        );
+    }
 }
 
 /// A watcher that lets network calls through without looking (a test build's deliberate

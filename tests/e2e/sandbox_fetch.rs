@@ -44,14 +44,17 @@ fn fetch_reaches_the_server_then_cmd_has_no_network() {
         "cat fetched.txt; \
          if kill -0 $(cat leftover.pid) 2>/dev/null; then echo leftover alive; fi; \
          cat /tmp/from-fetch; \
-         curl -sS --max-time 8 {url}; echo curl=$?"
+         curl -sS --max-time 8 {url}; echo curl=$?; \
+         python3 -c \"import socket; socket.create_connection(('198.18.0.9', 443), timeout=5)\" \
+         2>/dev/null; echo captured=$?"
     ));
     assert!(out.status.success(), "{}", stderr(&out));
     // CMD1's download and its private /tmp are there; the same request from CMD reaches
-    // nothing: the proxy port refuses (curl 7); CMD1's leftover process is gone.
+    // nothing: the proxy port refuses (curl 7), and so does capture (refused at once);
+    // CMD1's leftover process is gone.
     assert_eq!(
         stdout(&out),
-        "hello from upstream\nkept\ncurl=7\n",
+        "hello from upstream\nkept\ncurl=7\ncaptured=1\n",
         "{}",
         stderr(&out)
     );
@@ -108,6 +111,28 @@ fn fetch_reaches_the_server_then_cmd_has_no_network() {
         })
     };
     assert!(refused_at("127.0.0.1:3128"), "{cut_check:#}");
+    assert!(
+        cut_check["forbidden"].as_array().unwrap().iter().any(|o| {
+            o["attempt"]
+                .as_str()
+                .is_some_and(|a| a.ends_with("which capture carried before the cut"))
+                && o["ok"] == true
+        }),
+        "{cut_check:#}"
+    );
+    // CMD's tries after the cut are direct attempts, the proxy's port among them.
+    let after_cut: Vec<&Value> = events[probe_cut..]
+        .iter()
+        .filter(|e| e["type"] == "direct_attempt" && e["reason"] == "network cut")
+        .collect();
+    for (address, port) in [("127.0.0.1", 3128), ("198.18.0.9", 443)] {
+        assert!(
+            after_cut
+                .iter()
+                .any(|e| e["address"] == address && e["port"] == port),
+            "{address}:{port} in {after_cut:#?}"
+        );
+    }
     // Where loopback has IPv6, the bridge listened on ::1 as well, and must refuse there.
     if std::net::TcpListener::bind("[::1]:0").is_ok() {
         assert!(refused_at("[::1]:3128"), "{cut_check:#}");

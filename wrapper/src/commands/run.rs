@@ -499,7 +499,10 @@ fn child_plan(
                         .find(|p| !ports.contains(p) && *p != 53)
                         .unwrap_or(1),
                     // One CMD could listen on itself, if any.
-                    unprivileged_port: ports.iter().copied().find(|&p| p >= 1024),
+                    unprivileged_port: ports
+                        .iter()
+                        .copied()
+                        .find(|&p| p >= 1024 && p != PROXY_PORT),
                 }
             }),
         },

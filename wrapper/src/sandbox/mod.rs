@@ -81,8 +81,10 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     if !prove(probe_input, network.capture.as_ref(), channel) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
-    // Read by the probe alone.
-    drop(network.capture);
+    // Capture's namespace lives as long as pid 1 (this socket is in it): after
+    // `--fetch`'s cut, with netbox's listeners there closed, what it carried is refused at
+    // once, and the link stays as the cut probe finds it.
+    let _capture_namespace = network.capture;
     let proxy_v6 = network.proxy_v6;
     // CMD's terminal: made here, from the sandbox's own devpts; its master end goes to
     // netbox, its slave end stays with pid 1 (so the pty lasts as long as the run) and is
@@ -466,17 +468,30 @@ fn set_up_network(
         )
     };
     // Capture's namespace is made on a thread of its own (a network namespace is per
-    // thread) while this one makes CMD's: each takes ~0.5 ms here.
-    let (far, near) = std::thread::scope(|scope| {
+    // thread), which also makes the link, while this one makes CMD's: each takes ~0.5 ms
+    // here. That thread waits for CMD's namespace to put the link's near end in it.
+    let (to_far, cmd_namespace) = std::sync::mpsc::sync_channel(1);
+    let made = std::thread::scope(|scope| {
         let far = capture.map(|capture| {
             std::thread::Builder::new()
                 .name("netbox-capture".into())
                 .stack_size(256 << 10)
-                .spawn_scoped(scope, || capture::make_far_side(capture))
+                .spawn_scoped(scope, || capture::make_far_side(capture, cmd_namespace))
         });
         let near = namespaces::unshare_net()
             .map_err(failed("enter a new network namespace"))
-            .and_then(|()| crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up")));
+            .and_then(|()| crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up")))
+            .and_then(|()| {
+                if far.is_some() {
+                    let namespace = std::fs::File::open("/proc/thread-self/ns/net")
+                        .map_err(failed("open the sandbox's network namespace"))?;
+                    // Only a thread that ended has nothing to receive it: it says why.
+                    let _ = to_far.send(namespace.into());
+                }
+                Ok(())
+            });
+        // Sent or not, the other thread stops waiting.
+        drop(to_far);
         let far = match far {
             None => Ok(None),
             Some(Ok(thread)) => thread
@@ -486,14 +501,13 @@ fn set_up_network(
             // This thread is in CMD's namespace now, which capture's must not be.
             Some(Err(e)) => Err(("make a thread for capture".into(), e.to_string())),
         };
-        (far, near)
+        near.map(|()| far)
     });
-    near?;
-    let far = far.map_err(|(step, detail)| (step, detail, hint()))?;
+    let far = made?.map_err(|(step, detail)| (step, detail, hint()))?;
     let dns = match &far {
         Some(far) => {
             let routes = !crate::testhooks::hooks().skip_capture_routes;
-            capture::link(far, routes).map_err(|(step, detail)| (step, detail, hint()))?;
+            capture::finish_link(far, routes).map_err(|(step, detail)| (step, detail, hint()))?;
             let stub = SocketAddr::from((DNS_STUB, 53));
             let udp = std::net::UdpSocket::bind(stub);
             let tcp = TcpListener::bind(stub);

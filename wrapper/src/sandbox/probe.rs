@@ -685,6 +685,16 @@ fn network_cut(input: &ProbeInput, proxy_v6: bool) -> Check {
         TcpStream::connect_timeout(&v6_proxy, PROBE_IO_TIMEOUT).map(drop),
         v6_refusals,
     ));
+    // Capture's listeners closed with the bridge; its namespace stays (pid 1 holds it), so
+    // what it carried is refused there at once.
+    if let Some(capture) = input.capture {
+        let captured = SocketAddr::from((bridge::capture::addresses::PROBE_ADDRESS, capture.port));
+        forbidden.push(refused(
+            format!("connect to {captured}, which capture carried before the cut"),
+            TcpStream::connect_timeout(&captured, PROBE_IO_TIMEOUT).map(drop),
+            &[libc::ECONNREFUSED],
+        ));
+    }
     let answered = std::net::TcpListener::bind("127.0.0.1:0").and_then(|listener| {
         let addr = listener.local_addr()?;
         TcpStream::connect_timeout(&addr, PROBE_IO_TIMEOUT)?;

@@ -152,6 +152,8 @@ struct Supervisor<'a> {
     bridge: BridgeTask,
     /// The denied-write watcher; it judges once the sandbox has handed over its listener.
     watch: Option<WriteWatch>,
+    /// Told the watcher the bridge is closed, at `--fetch`'s cut.
+    cut: Arc<std::sync::atomic::AtomicBool>,
     /// CMD's terminal, once pid 1 has handed it over (terminal.rs).
     terminal: Option<crate::terminal::Session>,
     /// Held from the start until the probe has reported (see `leave_start_up`).
@@ -275,10 +277,12 @@ impl<'a> Supervisor<'a> {
             });
         }
         // Started now, so its thread is up when the probe's first write waits for it.
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let watch = WriteWatch::spawn(WatchContext {
             log: Arc::clone(&log),
             session: Arc::clone(&session),
             capture: capture.clone(),
+            cut: Arc::clone(&cut),
             pid1: u32::try_from(sandbox.pid.as_raw()).unwrap_or(0),
             protected,
             read_only,
@@ -308,6 +312,7 @@ impl<'a> Supervisor<'a> {
             channel_open: true,
             bridge,
             watch,
+            cut,
             terminal: None,
             pinned_from,
             resolved_fds: Some(resolved_fds),
@@ -566,6 +571,7 @@ impl<'a> Supervisor<'a> {
             return;
         }
         self.stage = Stage::Cutting { told: true };
+        self.cut.store(true, std::sync::atomic::Ordering::Relaxed);
         self.record_phase("cut", None, Some(0));
         if let Err(e) = self.channel.send(&SyncMsg::Cut) {
             self.fail(WrapperError::Handshake(format!(

@@ -15,6 +15,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::plan::capture::CapturePlan;
 use crate::sys::seccomp::{self, Notification};
@@ -39,6 +41,9 @@ pub struct NetContext {
     /// Whether `diag` answered rightly for TCP and for UDP when checked (`NetContext::new`).
     diag_tcp: bool,
     diag_udp: bool,
+    /// Set at `--fetch`'s cut: the bridge's listeners (the proxy's, capture's, the DNS
+    /// stub's) are closed.
+    cut: Arc<AtomicBool>,
 }
 
 /// Which syscalls carry an address to look at.
@@ -87,6 +92,8 @@ pub enum Reason {
     NoListener,
     /// Without capture: the namespace has no route but loopback.
     NoRouteOut,
+    /// After `--fetch`'s cut: the bridge and capture are closed.
+    Cut,
 }
 
 impl Reason {
@@ -95,8 +102,11 @@ impl Reason {
         let why = match self {
             Reason::NotCaptured => "only the allowlist's ports are carried",
             Reason::UdpNotCarried => "only DNS to the sandbox's stub is",
-            Reason::NoListener => "the host's loopback is not reachable",
+            Reason::NoListener => {
+                "nothing in the sandbox listens there (the host's loopback is not reachable)"
+            }
             Reason::NoRouteOut => "only the proxy is",
+            Reason::Cut => "--fetch's command is done, and nothing is carried any more",
         };
         format!("{}: {why}", self.text())
     }
@@ -107,6 +117,7 @@ impl Reason {
             Reason::UdpNotCarried => "udp not carried",
             Reason::NoListener => "no listener",
             Reason::NoRouteOut => "no route out",
+            Reason::Cut => "network cut",
         }
     }
 }
@@ -266,9 +277,15 @@ fn reason(
     from: Option<SocketAddr>,
     context: &NetContext,
 ) -> Option<Reason> {
-    let ip = bridge::target::canonical_ip(to.ip());
+    // The unspecified address, dialled, is the loopback address of its family.
+    let ip = match bridge::target::canonical_ip(to.ip()) {
+        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
     let port = to.port();
-    if netbox_listens(ip, port, protocol, context.capture.as_ref()) {
+    let cut = context.cut.load(Ordering::Relaxed);
+    if !cut && netbox_listens(ip, port, protocol, context.capture.as_ref()) {
         return None;
     }
     // Where the address is the sandbox's own (loopback; with capture, the link's), a
@@ -289,7 +306,14 @@ fn reason(
     if local {
         // Unknown (no diag socket, or it failed): not logged, rather than flooding the
         // log with a test suite's own local traffic.
-        return (listening == Some(false)).then_some(Reason::NoListener);
+        return (listening == Some(false)).then_some(if cut {
+            Reason::Cut
+        } else {
+            Reason::NoListener
+        });
+    }
+    if cut {
+        return Some(Reason::Cut);
     }
     Some(match (&context.capture, protocol) {
         (None, _) => Reason::NoRouteOut,
@@ -324,6 +348,7 @@ impl NetContext {
         capture: Option<CapturePlan>,
         diag: Option<OwnedFd>,
         udp_witness: Option<u16>,
+        cut: Arc<AtomicBool>,
     ) -> NetContext {
         let answers = |transport, port| {
             let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -339,6 +364,7 @@ impl NetContext {
             diag,
             diag_tcp,
             diag_udp,
+            cut,
         }
     }
 }
@@ -479,7 +505,7 @@ mod tests {
 
     fn context(ports: Option<Vec<u16>>) -> NetContext {
         let capture = ports.map(|ports| CapturePlan { ports });
-        NetContext::new(capture, None, None)
+        NetContext::new(capture, None, None, Arc::default())
     }
 
     fn reason(to: SocketAddr, protocol: Protocol, context: &NetContext) -> Option<Reason> {
@@ -523,6 +549,19 @@ mod tests {
         assert_eq!(
             reason(at("10.1.2.3:443"), Protocol::Udp, &with),
             Some(Reason::UdpNotCarried)
+        );
+        // The unspecified address is loopback: the proxy's, or nothing there.
+        assert_eq!(reason(at("0.0.0.0:3128"), Protocol::Tcp, &with), None);
+        assert_eq!(
+            reason(at("[::]:443"), Protocol::Tcp, &with),
+            None,
+            "no diag: unknown"
+        );
+        // After the cut nothing of netbox's listens.
+        with.cut.store(true, Ordering::Relaxed);
+        assert_eq!(
+            reason(at("10.1.2.3:443"), Protocol::Tcp, &with),
+            Some(Reason::Cut)
         );
         let without = context(None);
         assert_eq!(

@@ -47,6 +47,8 @@ pub struct WatchContext {
     pub session: Arc<bridge::Session>,
     /// Where capture listens, when the run captures.
     pub capture: Option<crate::plan::capture::CapturePlan>,
+    /// Set at `--fetch`'s cut, once the bridge's listeners are closed.
+    pub cut: Arc<std::sync::atomic::AtomicBool>,
     /// Host pid of the sandbox's pid 1, whose writes are the probe's.
     pub pid1: u32,
     pub protected: Vec<PathBuf>,
@@ -138,7 +140,12 @@ impl WriteWatch {
                     else {
                         return;
                     };
-                    let net = NetContext::new(context.capture.clone(), diag, udp_witness);
+                    let net = NetContext::new(
+                        context.capture.clone(),
+                        diag,
+                        udp_witness,
+                        Arc::clone(&context.cut),
+                    );
                     seccomp::prefer_sync_wakeup(listener.as_fd());
                     // The sandbox's root as pid 1 sent it, else opened now: pid 1 sends
                     // its listener after its mounts, so this is the sandbox's root, not

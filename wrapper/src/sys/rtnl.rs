@@ -14,7 +14,8 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoVeth, LinkAttribute,
+    LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
@@ -63,23 +64,18 @@ impl Rtnl {
         })
     }
 
-    /// Creates a veth pair: `name` here, up, and `peer` in the namespace open as
-    /// `peer_ns`, with index `peer_index` there (so it need not be looked up), down (the
-    /// kernel configures the peer before it knows its other end, and refuses to bring it
-    /// up then: ENOTCONN); both with `mac`, neither resolving neighbours (IFF_NOARP: a
-    /// frame goes to the link's own address, which the other end shares, so no ARP or
-    /// neighbour discovery is ever needed or answered).
+    /// Creates a veth pair: `name` here and `peer` in the namespace open as `peer_ns`,
+    /// both down, both with `mac`, neither resolving neighbours (IFF_NOARP: a frame goes
+    /// to the link's own address, which the other end shares, so no ARP or neighbour
+    /// discovery is ever needed or answered).
     pub fn add_veth_pair(
         &self,
         name: &str,
         peer: &str,
         mac: [u8; 6],
         peer_ns: BorrowedFd<'_>,
-        peer_index: u32,
     ) -> io::Result<()> {
-        let flags = LinkFlags::Up | LinkFlags::Noarp;
         let mut peer_link = LinkMessage::default();
-        peer_link.header.index = peer_index;
         peer_link.header.flags = LinkFlags::Noarp;
         peer_link.header.change_mask = LinkFlags::Noarp;
         peer_link.attributes = vec![
@@ -88,8 +84,8 @@ impl Rtnl {
             LinkAttribute::NetNsFd(peer_ns.as_raw_fd()),
         ];
         let mut link = LinkMessage::default();
-        link.header.flags = flags;
-        link.header.change_mask = flags;
+        link.header.flags = LinkFlags::Noarp;
+        link.header.change_mask = LinkFlags::Noarp;
         link.attributes = vec![
             LinkAttribute::IfName(name.to_owned()),
             LinkAttribute::Address(mac.to_vec()),
@@ -99,6 +95,23 @@ impl Rtnl {
             ]),
         ];
         self.change(RouteNetlinkMessage::NewLink(link))
+    }
+
+    /// Keeps IPv6 from giving interface `index` an address of its own making (a
+    /// link-local one) when it comes up (IN6_ADDR_GEN_MODE_NONE; refused while the link
+    /// is being created, and too late once it is up). Both ends of a link with one
+    /// hardware address would otherwise have the same one, which each end would answer
+    /// for itself.
+    pub fn without_link_local(&self, index: u32) -> io::Result<()> {
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        link.attributes = vec![LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(
+            vec![AfSpecInet6::AddrGenMode(In6AddrGenMode::None)],
+        )])];
+        self.request(
+            RouteNetlinkMessage::SetLink(link),
+            NLM_F_REQUEST | NLM_F_ACK,
+        )
     }
 
     /// Brings interface `index` up.

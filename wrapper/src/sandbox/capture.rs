@@ -20,7 +20,7 @@ use bridge::capture::addresses::{LINK_ADDRESS, LINK_ADDRESS_V6};
 use netlink_packet_route::route::RouteType;
 
 use crate::plan::capture::CapturePlan;
-use crate::sys::rtnl::{Rtnl, TABLE_LOCAL, TABLE_MAIN};
+use crate::sys::rtnl::{Change, Rtnl, TABLE_LOCAL, TABLE_MAIN};
 
 /// The link's end in CMD's namespace.
 pub const LINK_NAME: &str = "nb-capture";
@@ -29,27 +29,26 @@ pub const FAR_LINK_NAME: &str = "nb-sandbox";
 /// Both ends' hardware address (locally administered).
 const LINK_MAC: [u8; 6] = [0x02, 0x6e, 0x62, 0x00, 0x00, 0x01];
 
-/// The capture namespace, made, listening and linked to CMD's.
+/// The capture namespace, made and listening, not yet linked.
 pub struct FarSide {
     /// Configures the capture namespace from anywhere; kept for the probe, which reads
     /// what the namespace holds through it.
     pub rtnl: Rtnl,
+    /// The namespace itself, for the link's far end to be put in.
+    namespace: OwnedFd,
     /// One per port, at every address, both families where IPv6 is up.
     pub listeners: Vec<TcpListener>,
     /// IPv6 is up (the stub hands out IPv6 addresses too, so they are routed as well).
     pub ipv6: bool,
 }
 
-/// Makes the capture namespace, entering it on the calling thread (a thread of its own,
-/// while another makes CMD's namespace): `lo` up, every address local (`local 0.0.0.0/0`
-/// and `local ::/0` on lo), a listener on each port of `plan`; then, once `cmd_namespace`
-/// yields CMD's namespace, the veth pair, its near end put there (the other thread brings
-/// it up with [`finish_link`]), and here the way back to the link's addresses.
-/// Needs CAP_SYS_ADMIN and CAP_NET_ADMIN in the sandbox's user namespace.
-pub fn make_far_side(
-    plan: &CapturePlan,
-    cmd_namespace: std::sync::mpsc::Receiver<OwnedFd>,
-) -> Result<FarSide, (String, String)> {
+/// Makes the capture namespace, entering it on the calling thread: `lo` up, every address
+/// local (`local 0.0.0.0/0` and `local ::/0` on lo), a listener on each port of `plan`.
+/// Needs CAP_SYS_ADMIN and CAP_NET_ADMIN in the sandbox's user namespace. The caller then
+/// enters CMD's own namespace and calls [`link`]. (One thread makes both namespaces, one
+/// after the other: on two CPUs, with the mounting thread on the other, a thread of its
+/// own for this waited longer for a CPU than the work takes.)
+pub fn make_far_side(plan: &CapturePlan) -> Result<FarSide, (String, String)> {
     let failed = |step: &str| {
         let step = step.to_owned();
         move |e: std::io::Error| (step, e.to_string())
@@ -57,22 +56,20 @@ pub fn make_far_side(
     crate::sandbox::namespaces::unshare_net()
         .map_err(std::io::Error::from)
         .map_err(failed("enter capture's network namespace"))?;
+    let namespace = std::fs::File::open("/proc/thread-self/ns/net")
+        .map(OwnedFd::from)
+        .map_err(failed("open capture's network namespace"))?;
     crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up (capture)"))?;
     let ipv6 = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
     let rtnl = Rtnl::open().map_err(failed("open rtnetlink (capture)"))?;
     let lo = nix::net::if_::if_nametoindex("lo")
         .map_err(std::io::Error::from)
         .map_err(failed("find lo (capture)"))?;
-    let mut every = vec![IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)];
-    let mut own = vec![IpAddr::V4(LINK_ADDRESS)];
-    if ipv6 {
-        every.push(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
-        own.push(IpAddr::V6(LINK_ADDRESS_V6));
-    }
-    for &any in &every {
-        rtnl.add_route(TABLE_LOCAL, RouteType::Local, any, 0, lo, None)
-            .map_err(failed("make every address local (capture)"))?;
-    }
+    let every = every_address(ipv6).into_iter().map(|any| {
+        let change = Change::route(TABLE_LOCAL, RouteType::Local, any, 0, lo, None);
+        ("make every address local (capture)", change)
+    });
+    rtnl.apply(every.collect()).map_err(refused)?;
     let mut listeners = Vec::with_capacity(plan.ports.len());
     for &port in &plan.ports {
         // Dual-stack where IPv6 is up: one listener takes both families.
@@ -86,98 +83,136 @@ pub fn make_far_side(
             .map_err(failed("listen for captured connections"))?;
         listeners.push(listener);
     }
-    // The other thread's set-up failed if it sends nothing: it reports why.
-    let cmd_namespace = cmd_namespace.recv().map_err(|_| {
-        (
-            "link capture".to_owned(),
-            "CMD's network namespace was not made".to_owned(),
-        )
-    })?;
-    rtnl.add_veth_pair(FAR_LINK_NAME, LINK_NAME, LINK_MAC, cmd_namespace.as_fd())
-        .map_err(failed("make capture's link (veth)"))?;
-    let far = nix::net::if_::if_nametoindex(FAR_LINK_NAME)
-        .map_err(std::io::Error::from)
-        .map_err(failed("find capture's link (capture)"))?;
-    if ipv6 {
-        rtnl.without_link_local(far)
-            .map_err(failed("keep IPv6 off capture's link (capture)"))?;
-    }
-    rtnl.bring_up(far)
-        .map_err(failed("bring capture's link up (capture)"))?;
-    if ipv6 {
-        // A link-local address is looked up on the interface it came in by, where the
-        // catch-all on lo is not: local on the link too, or a connection to one would
-        // be dropped unanswered.
-        let link_local = IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0));
-        rtnl.add_route(TABLE_LOCAL, RouteType::Local, link_local, 10, far, None)
-            .map_err(failed("make link-local addresses local (capture)"))?;
-    }
-    for &address in &own {
-        // More specific than the catch-all, in the same table: the answers to the
-        // link's address go back over the link.
-        rtnl.add_route(
-            TABLE_LOCAL,
-            RouteType::Unicast,
-            address,
-            full_length(address),
-            far,
-            None,
-        )
-        .map_err(failed("route back to the sandbox (capture)"))?;
-    }
-    if crate::testhooks::hooks().extra_capture_link {
-        // Both ends here, one up: a way the probe must find.
-        let here = std::fs::File::open("/proc/thread-self/ns/net")
-            .map_err(failed("open capture's namespace (test hook)"))?;
-        rtnl.add_veth_pair("nb-extra", "nb-extra-peer", LINK_MAC, here.as_fd())
-            .and_then(|()| {
-                let extra = nix::net::if_::if_nametoindex("nb-extra")?;
-                rtnl.bring_up(extra)
-            })
-            .map_err(failed("add an extra link (test hook)"))?;
-    }
     Ok(FarSide {
         rtnl,
+        namespace,
         listeners,
         ipv6,
     })
 }
 
-/// Finishes the link in CMD's namespace (the calling thread's): its end up, with the
-/// link's own addresses, and every other address routed over it (unless `routes` is
-/// false: a test build's broken capture).
-pub fn finish_link(far: &FarSide, routes: bool) -> Result<(), (String, String)> {
+/// Joins CMD's namespace (the calling thread's) to the capture namespace: the veth pair;
+/// in the capture namespace, its end up and the way back to the link's addresses; here,
+/// its end up with those addresses, and every other address routed over it (unless
+/// `routes` is false: a test build's broken capture).
+pub fn link(far: &FarSide, routes: bool) -> Result<(), (String, String)> {
     let failed = |step: &str| {
         let step = step.to_owned();
         move |e: std::io::Error| (step, e.to_string())
     };
     let here = Rtnl::open().map_err(failed("open rtnetlink"))?;
+    let pair = Change::veth_pair(LINK_NAME, FAR_LINK_NAME, LINK_MAC, far.namespace.as_fd());
+    here.apply(vec![("make capture's link (veth)", pair)])
+        .map_err(refused)?;
     let near = nix::net::if_::if_nametoindex(LINK_NAME)
         .map_err(std::io::Error::from)
         .map_err(failed("find capture's link"))?;
+    let far_index = far
+        .rtnl
+        .index_of(FAR_LINK_NAME)
+        .map_err(failed("find capture's link (capture)"))?;
+    let own = own_addresses(far.ipv6);
+    // The capture namespace's end: up, with no address of its own (IPv6 would make
+    // one), and the way back to the link's addresses, more specific than the catch-all in
+    // the same table. A link-local address is looked up on the interface it came in by,
+    // where the catch-all on lo is not: local on the link too, or a connection to one
+    // would be dropped unanswered.
+    let mut there = Vec::new();
     if far.ipv6 {
-        here.without_link_local(near)
-            .map_err(failed("keep IPv6 off capture's link"))?;
+        there.push((
+            "keep IPv6 off capture's link (capture)",
+            Change::without_link_local(far_index),
+        ));
     }
-    here.bring_up(near)
-        .map_err(failed("bring capture's link up"))?;
-    let mut own = vec![IpAddr::V4(LINK_ADDRESS)];
-    if far.ipv6 {
-        own.push(IpAddr::V6(LINK_ADDRESS_V6));
-    }
+    there.push((
+        "bring capture's link up (capture)",
+        Change::bring_up(far_index),
+    ));
     for &address in &own {
-        here.add_address(near, address)
-            .map_err(failed("give capture's link its address"))?;
-        let any = match address {
-            IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        };
+        let back = Change::route(
+            TABLE_LOCAL,
+            RouteType::Unicast,
+            address,
+            full_length(address),
+            far_index,
+            None,
+        );
+        there.push(("route back to the sandbox (capture)", back));
+    }
+    if far.ipv6 {
+        let link_local = IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0));
+        let local = Change::route(
+            TABLE_LOCAL,
+            RouteType::Local,
+            link_local,
+            10,
+            far_index,
+            None,
+        );
+        there.push(("make link-local addresses local (capture)", local));
+    }
+    far.rtnl.apply(there).map_err(refused)?;
+    if crate::testhooks::hooks().extra_capture_link {
+        // Both ends in the capture namespace, one up: a way the probe must find.
+        let extra = Change::veth_pair("nb-extra", "nb-extra-peer", LINK_MAC, far.namespace.as_fd());
+        far.rtnl
+            .apply(vec![("add an extra link (test hook)", extra)])
+            .map_err(refused)?;
+        let index = far
+            .rtnl
+            .index_of("nb-extra")
+            .map_err(failed("add an extra link (test hook)"))?;
+        far.rtnl
+            .apply(vec![(
+                "add an extra link (test hook)",
+                Change::bring_up(index),
+            )])
+            .map_err(refused)?;
+    }
+    // CMD's end: up, with the link's addresses, every other address routed over it.
+    let mut here_changes = Vec::new();
+    if far.ipv6 {
+        here_changes.push((
+            "keep IPv6 off capture's link",
+            Change::without_link_local(near),
+        ));
+    }
+    here_changes.push(("bring capture's link up", Change::bring_up(near)));
+    for (&address, any) in own.iter().zip(every_address(far.ipv6)) {
+        here_changes.push((
+            "give capture's link its address",
+            Change::address(near, address),
+        ));
         if routes {
-            here.add_route(TABLE_MAIN, RouteType::Unicast, any, 0, near, Some(address))
-                .map_err(failed("route every address to capture"))?;
+            let every = Change::route(TABLE_MAIN, RouteType::Unicast, any, 0, near, Some(address));
+            here_changes.push(("route every address to capture", every));
         }
     }
+    here.apply(here_changes).map_err(refused)?;
     Ok(())
+}
+
+/// A change the kernel refused, as a failed step.
+fn refused((step, e): (&str, std::io::Error)) -> (String, String) {
+    (step.to_owned(), e.to_string())
+}
+
+/// The unspecified address of each family in use, IPv4's first.
+fn every_address(ipv6: bool) -> Vec<IpAddr> {
+    let mut every = vec![IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)];
+    if ipv6 {
+        every.push(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+    }
+    every
+}
+
+/// The link's own addresses in CMD's namespace, IPv4's first.
+fn own_addresses(ipv6: bool) -> Vec<IpAddr> {
+    let mut own = vec![IpAddr::V4(LINK_ADDRESS)];
+    if ipv6 {
+        own.push(IpAddr::V6(LINK_ADDRESS_V6));
+    }
+    own
 }
 
 fn full_length(ip: IpAddr) -> u8 {

@@ -3,10 +3,10 @@
 //! its ids and enters new mount, ipc and uts namespaces. Then, at the same time, a second
 //! thread builds the filesystem (on the placeholders netbox laid before creating it) while
 //! the first enters a new network namespace, brings `lo` up, creates the proxy listeners
-//! there and hands them out (with capture, a third thread makes capture's namespace
-//! meanwhile, which the first then links to its own: capture.rs). With those threads ended, pid 1 drops every privilege, runs the
-//! live probe, and only if it passed starts CMD, whose init it then is (watching the pins
-//! while CMD runs).
+//! there and hands them out (with capture, first capture's own namespace, which it then
+//! links to the sandbox's: capture.rs). With that thread ended, pid 1 drops every
+//! privilege, runs the live probe, and only if it passed starts CMD, whose init it then
+//! is (watching the pins while CMD runs).
 //!
 //! It dies with netbox (PR_SET_PDEATHSIG): if netbox is killed, even with SIGKILL, pid 1
 //! dies, and with it the kernel kills everything in the namespace.
@@ -467,47 +467,16 @@ fn set_up_network(
                 .to_owned(),
         )
     };
-    // Capture's namespace is made on a thread of its own (a network namespace is per
-    // thread), which also makes the link, while this one makes CMD's: each takes ~0.5 ms
-    // here. That thread waits for CMD's namespace to put the link's near end in it.
-    let (to_far, cmd_namespace) = std::sync::mpsc::sync_channel(1);
-    let made = std::thread::scope(|scope| {
-        let far = capture.map(|capture| {
-            std::thread::Builder::new()
-                .name("netbox-capture".into())
-                .stack_size(256 << 10)
-                .spawn_scoped(scope, || capture::make_far_side(capture, cmd_namespace))
-        });
-        let near = namespaces::unshare_net()
-            .map_err(failed("enter a new network namespace"))
-            .and_then(|()| crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up")))
-            .and_then(|()| {
-                if far.is_some() {
-                    let namespace = std::fs::File::open("/proc/thread-self/ns/net")
-                        .map_err(failed("open the sandbox's network namespace"))?;
-                    // Only a thread that ended has nothing to receive it: it says why.
-                    let _ = to_far.send(namespace.into());
-                }
-                Ok(())
-            });
-        // Sent or not, the other thread stops waiting.
-        drop(to_far);
-        let far = match far {
-            None => Ok(None),
-            Some(Ok(thread)) => thread
-                .join()
-                .unwrap_or_else(|_| Err(("capture".into(), "capture's thread panicked".into())))
-                .map(Some),
-            // This thread is in CMD's namespace now, which capture's must not be.
-            Some(Err(e)) => Err(("make a thread for capture".into(), e.to_string())),
-        };
-        near.map(|()| far)
-    });
-    let far = made?.map_err(|(step, detail)| (step, detail, hint()))?;
+    let far = capture
+        .map(capture::make_far_side)
+        .transpose()
+        .map_err(|(step, detail)| (step, detail, hint()))?;
+    namespaces::unshare_net().map_err(failed("enter a new network namespace"))?;
+    crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up"))?;
     let dns = match &far {
         Some(far) => {
             let routes = !crate::testhooks::hooks().skip_capture_routes;
-            capture::finish_link(far, routes).map_err(|(step, detail)| (step, detail, hint()))?;
+            capture::link(far, routes).map_err(|(step, detail)| (step, detail, hint()))?;
             let stub = SocketAddr::from((DNS_STUB, 53));
             let udp = std::net::UdpSocket::bind(stub);
             let tcp = TcpListener::bind(stub);

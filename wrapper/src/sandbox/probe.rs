@@ -90,6 +90,8 @@ pub fn run(input: &ProbeInput, capture: Option<&crate::sys::rtnl::Rtnl>) -> Prob
     // The bridge answers from netbox's process; its two requests go out first, so the
     // round trips overlap the local checks instead of following them.
     let egress = start_egress(input);
+    // So do capture's connections and lookups.
+    let pending_capture = input.capture.map(|plan| start_capture(input, plan));
     let mut checks = vec![
         read_only_root(input),
         protected_paths(input),
@@ -101,8 +103,8 @@ pub fn run(input: &ProbeInput, capture: Option<&crate::sys::rtnl::Rtnl>) -> Prob
     }
     checks.push(finish_egress(input, egress));
     checks.push(privileges(input));
-    if let Some(plan) = input.capture {
-        checks.push(capture_check(input, plan, capture));
+    if let (Some(plan), Some(pending)) = (input.capture, pending_capture) {
+        checks.push(capture_check(plan, pending, capture));
     }
     if input.io_uring_forbidden {
         checks.push(io_uring());
@@ -465,14 +467,14 @@ fn hidden_paths(input: &ProbeInput) -> Check {
 /// namespace has only loopback, and the host's loopback stays unreachable (the network
 /// row).
 fn capture_check(
-    input: &ProbeInput,
     capture: CaptureProbe,
+    pending: PendingCapture,
     namespace: Option<&crate::sys::rtnl::Rtnl>,
 ) -> Check {
     use bridge::capture::addresses::PROBE_ADDRESS;
     let captured = SocketAddr::from((PROBE_ADDRESS, capture.port));
     // Taken and reset so soon that the connect itself may see the reset: as good.
-    let reached = match TcpStream::connect_timeout(&captured, PROBE_IO_TIMEOUT) {
+    let reached = match pending.v4 {
         Ok(mut s) => s.set_read_timeout(Some(PROBE_IO_TIMEOUT)).and_then(|()| {
             let mut buf = [0u8; 64];
             match s.read(&mut buf) {
@@ -495,10 +497,10 @@ fn capture_check(
     };
     let mut forbidden = vec![refused_by_netbox];
     // IPv6 too, where it is up (the stub hands out IPv6 addresses then).
-    if std::net::UdpSocket::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_ok() {
+    if let Some(v6) = pending.v6 {
         let captured =
             SocketAddr::from((bridge::capture::addresses::PROBE_ADDRESS_V6, capture.port));
-        let reached = match TcpStream::connect_timeout(&captured, PROBE_IO_TIMEOUT) {
+        let reached = match v6 {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == ErrorKind::ConnectionReset => Ok(()),
             Err(e) => Err(e),
@@ -538,11 +540,11 @@ fn capture_check(
         TcpStream::connect_timeout(&closed, PROBE_IO_TIMEOUT).map(drop),
         &[libc::ECONNREFUSED],
     );
-    let name = input
+    let name = pending.canary_name;
+    let answer = pending
         .canary
-        .rsplit_once(':')
-        .map_or(input.canary.as_str(), |(host, _)| host);
-    let answer = ask_dns_stub(name);
+        .and_then(read_dns_answer)
+        .map(|(code, _)| code);
     let dns = Outcome {
         attempt: format!("resolve {name}, which the policy denies, in the sandbox's DNS"),
         ok: matches!(answer, Ok(3)),
@@ -554,7 +556,10 @@ fn capture_check(
     };
     forbidden.extend([closed_port, dns, capture_namespace_leads_nowhere(namespace)]);
     let probe_name = bridge::capture::addresses::PROBE_NAME;
-    let answered = ask_dns_stub_for_address(probe_name);
+    let answered = pending
+        .probe_name
+        .and_then(read_dns_answer)
+        .map(|answer| address_in(&answer));
     let mut control = vec![Outcome {
         attempt: format!("resolve {probe_name}, which the stub always answers"),
         ok: matches!(answered, Ok(Some(a)) if a == PROBE_ADDRESS),
@@ -608,29 +613,58 @@ fn capture_namespace_leads_nowhere(namespace: Option<&crate::sys::rtnl::Rtnl>) -
 }
 
 /// Asks the DNS stub for `name`'s IPv4 address; returns the answer's response code.
-fn ask_dns_stub(name: &str) -> std::io::Result<u8> {
-    ask_dns_stub_raw(name).map(|(code, _)| code)
+/// Capture's round trips, started with the probe so that netbox answers them while the
+/// local checks run: a connection to a captured port of an address no one has (IPv6 too,
+/// where it is up), and the DNS stub asked for the canary's name and the probe's own.
+struct PendingCapture {
+    v4: std::io::Result<TcpStream>,
+    v6: Option<std::io::Result<TcpStream>>,
+    canary_name: String,
+    canary: std::io::Result<std::net::UdpSocket>,
+    probe_name: std::io::Result<std::net::UdpSocket>,
 }
 
-/// Asks the DNS stub for `name`'s IPv4 address; returns the address its one answer
-/// carries (the last four bytes of a NOERROR answer with one record).
-fn ask_dns_stub_for_address(name: &str) -> std::io::Result<Option<std::net::Ipv4Addr>> {
-    let (code, answer) = ask_dns_stub_raw(name)?;
+fn start_capture(input: &ProbeInput, capture: CaptureProbe) -> PendingCapture {
+    use bridge::capture::addresses::{PROBE_ADDRESS, PROBE_ADDRESS_V6, PROBE_NAME};
+    let connect = |ip: std::net::IpAddr| {
+        TcpStream::connect_timeout(&SocketAddr::new(ip, capture.port), PROBE_IO_TIMEOUT)
+    };
+    let ipv6 = std::net::UdpSocket::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_ok();
+    let canary_name = input
+        .canary
+        .rsplit_once(':')
+        .map_or(input.canary.as_str(), |(host, _)| host)
+        .to_owned();
+    PendingCapture {
+        v4: connect(PROBE_ADDRESS.into()),
+        v6: ipv6.then(|| connect(PROBE_ADDRESS_V6.into())),
+        canary: send_dns_query(&canary_name),
+        canary_name,
+        probe_name: send_dns_query(PROBE_NAME),
+    }
+}
+
+/// The IPv4 address a DNS answer's one record carries (the last four bytes of a NOERROR
+/// answer with one record).
+fn address_in((code, answer): &(u8, Vec<u8>)) -> Option<std::net::Ipv4Addr> {
     let records = answer
         .get(6..8)
         .map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
-    Ok((code == 0 && records == 1 && answer.len() >= 4).then(|| {
+    (*code == 0 && records == 1 && answer.len() >= 4).then(|| {
         let at = answer.len() - 4;
         std::net::Ipv4Addr::new(answer[at], answer[at + 1], answer[at + 2], answer[at + 3])
-    }))
+    })
 }
 
-/// Asks the DNS stub for `name`'s IPv4 address; returns the response code and the answer.
-fn ask_dns_stub_raw(name: &str) -> std::io::Result<(u8, Vec<u8>)> {
-    const ID: [u8; 2] = [0x6e, 0x62];
+/// The id of the probe's DNS queries.
+const DNS_ID: [u8; 2] = [0x6e, 0x62];
+
+/// Asks the DNS stub for `name`'s IPv4 address; the answer is read from the returned
+/// socket.
+fn send_dns_query(name: &str) -> std::io::Result<std::net::UdpSocket> {
     // Header: id, a standard query with recursion desired, one question.
     let mut query = Vec::with_capacity(64);
-    query.extend_from_slice(&ID);
+    query.extend_from_slice(&DNS_ID);
     query.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
     for label in name.split('.').filter(|l| !l.is_empty()) {
         let len = u8::try_from(label.len()).map_err(|_| std::io::Error::other("label"))?;
@@ -642,9 +676,14 @@ fn ask_dns_stub_raw(name: &str) -> std::io::Result<(u8, Vec<u8>)> {
     socket.set_read_timeout(Some(PROBE_IO_TIMEOUT))?;
     socket.connect(SocketAddr::from((crate::sandbox::DNS_STUB, 53)))?;
     socket.send(&query)?;
+    Ok(socket)
+}
+
+/// The response code and the answer to a query [`send_dns_query`] sent.
+fn read_dns_answer(socket: std::net::UdpSocket) -> std::io::Result<(u8, Vec<u8>)> {
     let mut answer = [0u8; 512];
     let n = socket.recv(&mut answer)?;
-    if n < 4 || answer[..2] != ID {
+    if n < 4 || answer[..2] != DNS_ID {
         return Err(std::io::Error::other("not an answer to the question"));
     }
     Ok((answer[3] & 0x0f, answer[..n].to_vec()))

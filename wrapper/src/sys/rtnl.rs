@@ -64,117 +64,75 @@ impl Rtnl {
         })
     }
 
-    /// Creates a veth pair: `name` here and `peer` in the namespace open as `peer_ns`,
-    /// both down, both with `mac`, neither resolving neighbours (IFF_NOARP: a frame goes
-    /// to the link's own address, which the other end shares, so no ARP or neighbour
-    /// discovery is ever needed or answered).
-    pub fn add_veth_pair(
+    /// The index of the interface called `name`.
+    pub fn index_of(&self, name: &str) -> io::Result<u32> {
+        let mut ask = LinkMessage::default();
+        ask.attributes = vec![LinkAttribute::IfName(name.to_owned())];
+        let sequence = self.send(RouteNetlinkMessage::GetLink(ask), NLM_F_REQUEST)?;
+        loop {
+            for answer in self.receive()? {
+                if answer.header.sequence_number != sequence {
+                    continue;
+                }
+                return match answer.payload {
+                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
+                        Ok(link.header.index)
+                    }
+                    NetlinkPayload::Error(error) => {
+                        let code = error.code.map_or(libc::EIO, |c| -c.get());
+                        Err(io::Error::from_raw_os_error(code))
+                    }
+                    _ => Err(io::Error::other("rtnetlink answered something else")),
+                };
+            }
+        }
+    }
+
+    /// Sends `changes` in one datagram (the kernel takes each in turn) and waits for the
+    /// kernel's answer to each. The first it refused, by what it was for, with why; the
+    /// ones after it may have been made all the same (the caller gives the namespace up).
+    pub fn apply(
         &self,
-        name: &str,
-        peer: &str,
-        mac: [u8; 6],
-        peer_ns: BorrowedFd<'_>,
-    ) -> io::Result<()> {
-        let mut peer_link = LinkMessage::default();
-        peer_link.header.flags = LinkFlags::Noarp;
-        peer_link.header.change_mask = LinkFlags::Noarp;
-        peer_link.attributes = vec![
-            LinkAttribute::IfName(peer.to_owned()),
-            LinkAttribute::Address(mac.to_vec()),
-            LinkAttribute::NetNsFd(peer_ns.as_raw_fd()),
-        ];
-        let mut link = LinkMessage::default();
-        link.header.flags = LinkFlags::Noarp;
-        link.header.change_mask = LinkFlags::Noarp;
-        link.attributes = vec![
-            LinkAttribute::IfName(name.to_owned()),
-            LinkAttribute::Address(mac.to_vec()),
-            LinkAttribute::LinkInfo(vec![
-                LinkInfo::Kind(InfoKind::Veth),
-                LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer_link))),
-            ]),
-        ];
-        self.change(RouteNetlinkMessage::NewLink(link))
-    }
-
-    /// Keeps IPv6 from giving interface `index` an address of its own making (a
-    /// link-local one) when it comes up (IN6_ADDR_GEN_MODE_NONE; refused while the link
-    /// is being created, and too late once it is up). Both ends of a link with one
-    /// hardware address would otherwise have the same one, which each end would answer
-    /// for itself.
-    pub fn without_link_local(&self, index: u32) -> io::Result<()> {
-        let mut link = LinkMessage::default();
-        link.header.index = index;
-        link.attributes = vec![LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(
-            vec![AfSpecInet6::AddrGenMode(In6AddrGenMode::None)],
-        )])];
-        self.request(
-            RouteNetlinkMessage::SetLink(link),
-            NLM_F_REQUEST | NLM_F_ACK,
-        )
-    }
-
-    /// Brings interface `index` up.
-    pub fn bring_up(&self, index: u32) -> io::Result<()> {
-        let mut link = LinkMessage::default();
-        link.header.index = index;
-        link.header.flags = LinkFlags::Up;
-        link.header.change_mask = LinkFlags::Up;
-        self.request(
-            RouteNetlinkMessage::SetLink(link),
-            NLM_F_REQUEST | NLM_F_ACK,
-        )
-    }
-
-    /// Gives interface `index` the single address `ip` (a /32 or /128), usable at once (no
-    /// duplicate address detection: nothing else is on the link).
-    pub fn add_address(&self, index: u32, ip: IpAddr) -> io::Result<()> {
-        let mut message = AddressMessage::default();
-        message.header.family = family(ip);
-        message.header.prefix_len = full_length(ip);
-        message.header.index = index;
-        message.attributes = vec![
-            AddressAttribute::Local(ip),
-            AddressAttribute::Address(ip),
-            AddressAttribute::Flags(AddressFlags::Nodad),
-        ];
-        self.change(RouteNetlinkMessage::NewAddress(message))
-    }
-
-    /// Adds a route to `destination`/`length` in `table`: of `kind` Local (the addresses
-    /// are this namespace's own) or Unicast (out of interface `oif`, straight on the link,
-    /// from `source` when given).
-    pub fn add_route(
-        &self,
-        table: u8,
-        kind: RouteType,
-        destination: IpAddr,
-        length: u8,
-        oif: u32,
-        source: Option<IpAddr>,
-    ) -> io::Result<()> {
-        let mut message = RouteMessage::default();
-        message.header.address_family = family(destination);
-        message.header.destination_prefix_length = length;
-        message.header.table = table;
-        message.header.protocol = RouteProtocol::Boot;
-        message.header.kind = kind;
-        message.header.scope = match kind {
-            RouteType::Local => RouteScope::Host,
-            _ => RouteScope::Link,
+        changes: Vec<(&'static str, Change<'_>)>,
+    ) -> Result<(), (&'static str, io::Error)> {
+        let mut datagram = Vec::new();
+        // Each change's sequence number, place and purpose, until the kernel answers it.
+        let mut unanswered = Vec::with_capacity(changes.len());
+        for (place, (what, change)) in changes.into_iter().enumerate() {
+            let sequence = self.next_sequence();
+            datagram.extend(serialize(change.message, change.flags, sequence));
+            unanswered.push((sequence, place, what));
+        }
+        let Some(&(_, _, first)) = unanswered.first() else {
+            return Ok(());
         };
-        if length > 0 {
-            message
-                .attributes
-                .push(RouteAttribute::Destination(route_address(destination)));
+        self.send_bytes(&datagram).map_err(|e| (first, e))?;
+        let mut refused: Option<(usize, &'static str, io::Error)> = None;
+        while let Some(&(_, _, waiting_for)) = unanswered.first() {
+            for answer in self.receive().map_err(|e| (waiting_for, e))? {
+                let sequence = answer.header.sequence_number;
+                let Some(at) = unanswered.iter().position(|u| u.0 == sequence) else {
+                    continue;
+                };
+                let (_, place, what) = unanswered.remove(at);
+                let outcome = match answer.payload {
+                    NetlinkPayload::Error(error) => match error.code {
+                        None => Ok(()),
+                        Some(code) => Err(io::Error::from_raw_os_error(-code.get())),
+                    },
+                    _ => Err(io::Error::other("rtnetlink answered something else")),
+                };
+                if let Err(e) = outcome {
+                    if refused.as_ref().is_none_or(|r| place < r.0) {
+                        refused = Some((place, what, e));
+                    }
+                }
+            }
         }
-        message.attributes.push(RouteAttribute::Oif(oif));
-        if let Some(source) = source {
-            message
-                .attributes
-                .push(RouteAttribute::PrefSource(route_address(source)));
+        match refused {
+            Some((_, what, e)) => Err((what, e)),
+            None => Ok(()),
         }
-        self.change(RouteNetlinkMessage::NewRoute(message))
     }
 
     /// Every link of the namespace.
@@ -200,33 +158,6 @@ impl Rtnl {
             .collect())
     }
 
-    /// Sends a request to create something and waits for the kernel's acknowledgement.
-    fn change(&self, message: RouteNetlinkMessage) -> io::Result<()> {
-        self.request(
-            message,
-            NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-        )
-    }
-
-    /// Sends a request and waits for the kernel's acknowledgement.
-    fn request(&self, message: RouteNetlinkMessage, flags: u16) -> io::Result<()> {
-        let sequence = self.send(message, flags)?;
-        loop {
-            for answer in self.receive()? {
-                if answer.header.sequence_number != sequence {
-                    continue;
-                }
-                return match answer.payload {
-                    NetlinkPayload::Error(error) => match error.code {
-                        None => Ok(()),
-                        Some(code) => Err(io::Error::from_raw_os_error(-code.get())),
-                    },
-                    _ => Err(io::Error::other("rtnetlink answered something else")),
-                };
-            }
-        }
-    }
-
     /// Sends a dump request and collects its answers.
     fn dump(&self, message: RouteNetlinkMessage) -> io::Result<Vec<RouteNetlinkMessage>> {
         let sequence = self.send(message, NLM_F_REQUEST | NLM_F_DUMP)?;
@@ -249,25 +180,28 @@ impl Rtnl {
         }
     }
 
-    fn send(&self, message: RouteNetlinkMessage, flags: u16) -> io::Result<u32> {
-        let sequence = self.sequence.get().wrapping_add(1);
+    fn next_sequence(&self) -> u32 {
+        let sequence = self.sequence.get().wrapping_add(1).max(1);
         self.sequence.set(sequence);
-        let mut header = NetlinkHeader::default();
-        header.flags = flags;
-        header.sequence_number = sequence;
-        let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message));
-        packet.finalize();
-        let mut buffer = vec![0u8; packet.buffer_len()];
-        packet.serialize(&mut buffer);
+        sequence
+    }
+
+    fn send(&self, message: RouteNetlinkMessage, flags: u16) -> io::Result<u32> {
+        let sequence = self.next_sequence();
+        self.send_bytes(&serialize(message, flags, sequence))?;
+        Ok(sequence)
+    }
+
+    fn send_bytes(&self, datagram: &[u8]) -> io::Result<()> {
         let sent = nix::sys::socket::send(
             self.socket.as_raw_fd(),
-            &buffer,
+            datagram,
             nix::sys::socket::MsgFlags::empty(),
         )?;
-        if sent != buffer.len() {
+        if sent != datagram.len() {
             return Err(io::Error::other("rtnetlink took part of a request"));
         }
-        Ok(sequence)
+        Ok(())
     }
 
     /// One datagram's messages.
@@ -304,6 +238,144 @@ impl Rtnl {
 impl AsFd for Rtnl {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.socket.as_fd()
+    }
+}
+
+/// One message with its header flags, as [`serialize`] puts it on the wire.
+fn serialize(message: RouteNetlinkMessage, flags: u16, sequence: u32) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    header.flags = flags;
+    header.sequence_number = sequence;
+    let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message));
+    packet.finalize();
+    let mut buffer = vec![0u8; packet.buffer_len()];
+    packet.serialize(&mut buffer);
+    buffer
+}
+
+/// One change to a namespace's links, addresses or routes, for [`Rtnl::apply`]. `'fd`:
+/// a namespace fd it names stays open until it is sent.
+pub struct Change<'fd> {
+    message: RouteNetlinkMessage,
+    flags: u16,
+    _namespace: std::marker::PhantomData<BorrowedFd<'fd>>,
+}
+
+const CREATE: u16 = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
+const SET: u16 = NLM_F_REQUEST | NLM_F_ACK;
+
+impl<'fd> Change<'fd> {
+    fn new(message: RouteNetlinkMessage, flags: u16) -> Change<'fd> {
+        Change {
+            message,
+            flags,
+            _namespace: std::marker::PhantomData,
+        }
+    }
+
+    /// A veth pair: `name` here and `peer` in the namespace open as `peer_ns`, both down,
+    /// both with `mac`, neither resolving neighbours (IFF_NOARP: a frame goes to the
+    /// link's own address, which the other end shares, so no ARP or neighbour discovery
+    /// is ever needed or answered).
+    pub fn veth_pair(
+        name: &str,
+        peer: &str,
+        mac: [u8; 6],
+        peer_ns: BorrowedFd<'fd>,
+    ) -> Change<'fd> {
+        let mut peer_link = LinkMessage::default();
+        peer_link.header.flags = LinkFlags::Noarp;
+        peer_link.header.change_mask = LinkFlags::Noarp;
+        peer_link.attributes = vec![
+            LinkAttribute::IfName(peer.to_owned()),
+            LinkAttribute::Address(mac.to_vec()),
+            LinkAttribute::NetNsFd(peer_ns.as_raw_fd()),
+        ];
+        let mut link = LinkMessage::default();
+        link.header.flags = LinkFlags::Noarp;
+        link.header.change_mask = LinkFlags::Noarp;
+        link.attributes = vec![
+            LinkAttribute::IfName(name.to_owned()),
+            LinkAttribute::Address(mac.to_vec()),
+            LinkAttribute::LinkInfo(vec![
+                LinkInfo::Kind(InfoKind::Veth),
+                LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer_link))),
+            ]),
+        ];
+        Change::new(RouteNetlinkMessage::NewLink(link), CREATE)
+    }
+
+    /// Keeps IPv6 from giving interface `index` an address of its own making (a
+    /// link-local one) when it comes up (IN6_ADDR_GEN_MODE_NONE; refused while the link
+    /// is being created, and too late once it is up). Both ends of a link with one
+    /// hardware address would otherwise have the same one, which each end would answer
+    /// for itself.
+    pub fn without_link_local(index: u32) -> Change<'fd> {
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        link.attributes = vec![LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(
+            vec![AfSpecInet6::AddrGenMode(In6AddrGenMode::None)],
+        )])];
+        Change::new(RouteNetlinkMessage::SetLink(link), SET)
+    }
+
+    /// Brings interface `index` up.
+    pub fn bring_up(index: u32) -> Change<'fd> {
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        link.header.flags = LinkFlags::Up;
+        link.header.change_mask = LinkFlags::Up;
+        Change::new(RouteNetlinkMessage::SetLink(link), SET)
+    }
+
+    /// Gives interface `index` the single address `ip` (a /32 or /128), usable at once (no
+    /// duplicate address detection: nothing else is on the link).
+    pub fn address(index: u32, ip: IpAddr) -> Change<'fd> {
+        let mut message = AddressMessage::default();
+        message.header.family = family(ip);
+        message.header.prefix_len = full_length(ip);
+        message.header.index = index;
+        message.attributes = vec![
+            AddressAttribute::Local(ip),
+            AddressAttribute::Address(ip),
+            AddressAttribute::Flags(AddressFlags::Nodad),
+        ];
+        Change::new(RouteNetlinkMessage::NewAddress(message), CREATE)
+    }
+
+    /// A route to `destination`/`length` in `table`: of `kind` Local (the addresses are
+    /// this namespace's own) or Unicast (out of interface `oif`, straight on the link,
+    /// from `source` when given).
+    pub fn route(
+        table: u8,
+        kind: RouteType,
+        destination: IpAddr,
+        length: u8,
+        oif: u32,
+        source: Option<IpAddr>,
+    ) -> Change<'fd> {
+        let mut message = RouteMessage::default();
+        message.header.address_family = family(destination);
+        message.header.destination_prefix_length = length;
+        message.header.table = table;
+        message.header.protocol = RouteProtocol::Boot;
+        message.header.kind = kind;
+        message.header.scope = match kind {
+            RouteType::Local => RouteScope::Host,
+            _ => RouteScope::Link,
+        };
+        if length > 0 {
+            message
+                .attributes
+                .push(RouteAttribute::Destination(route_address(destination)));
+        }
+        message.attributes.push(RouteAttribute::Oif(oif));
+        if let Some(source) = source {
+            message
+                .attributes
+                .push(RouteAttribute::PrefSource(route_address(source)));
+        }
+        Change::new(RouteNetlinkMessage::NewRoute(message), CREATE)
     }
 }
 

@@ -310,6 +310,10 @@ fn unspecified_and_link_local_addresses_are_judged_where_they_go() {
          threading.Thread(target=lambda: [own.accept()[0].sendall(b'own') for _ in range(2)], daemon=True).start()\n\
          print('0.0.0.0:9999', connect(socket.AF_INET, ('0.0.0.0', 9999)))\n\
          print('0.0.0.0:9998', connect(socket.AF_INET, ('0.0.0.0', 9998)))\n\
+         tied = socket.socket(); tied.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b'lo'); tied.settimeout(1)\n\
+         try:\n    tied.connect(('192.0.2.1', 8443)); print('tied to lo: connected')\n\
+         except OSError as e: print('tied to lo:', e.errno)\n\
+         print('224.0.0.1:8443', connect(socket.AF_INET, ('224.0.0.1', 8443)))\n\
          if {ipv6}:\n    \
              link = socket.if_nametoindex('nb-capture')\n    \
              print('fe80::1:9997', connect(socket.AF_INET6, ('fe80::1', 9997, 0, link)))\n    \
@@ -330,6 +334,22 @@ fn unspecified_and_link_local_addresses_are_judged_where_they_go() {
     assert!(text.contains("0.0.0.0:9998 111"), "{text}");
     let attempts = direct_attempts(&records);
     assert!(!attempts.iter().any(|r| r["port"] == 9999), "{attempts:#?}");
+    // Sent where nothing receives it: a socket tied to lo for an address capture would
+    // take (it waits in vain), a multicast address (refused): logged as unroutable
+    // (review 35), not left to a bridge that never sees them.
+    assert!(
+        text.contains("tied to lo: None") || text.contains("tied to lo: 110"),
+        "{text}"
+    );
+    assert!(text.contains("224.0.0.1:8443 101"), "{text}");
+    for address in ["192.0.2.1", "224.0.0.1"] {
+        assert!(
+            attempts.iter().any(|r| r["address"] == address
+                && r["port"] == 8443
+                && r["reason"] == "unroutable"),
+            "{address} in {attempts:#?}"
+        );
+    }
     assert!(
         attempts.iter().any(|r| r["address"] == "0.0.0.0"
             && r["port"] == 9998

@@ -612,7 +612,6 @@ fn capture_namespace_leads_nowhere(namespace: Option<&crate::sys::rtnl::Rtnl>) -
     }
 }
 
-/// Asks the DNS stub for `name`'s IPv4 address; returns the answer's response code.
 /// Capture's round trips, started with the probe so that netbox answers them while the
 /// local checks run: a connection to a captured port of an address no one has (IPv6 too,
 /// where it is up), and the DNS stub asked for the canary's name and the probe's own.
@@ -725,12 +724,32 @@ fn network_cut(input: &ProbeInput, proxy_v6: bool) -> Check {
         v6_refusals,
     ));
     // Capture's listeners closed with the bridge; its namespace stays (pid 1 holds it), so
-    // what it carried is refused there at once.
+    // what it carried is refused there at once (IPv6 too, where it is up); and the DNS
+    // stub is closed.
     if let Some(capture) = input.capture {
-        let captured = SocketAddr::from((bridge::capture::addresses::PROBE_ADDRESS, capture.port));
+        use bridge::capture::addresses::{PROBE_ADDRESS, PROBE_ADDRESS_V6};
+        let mut carried = vec![SocketAddr::from((PROBE_ADDRESS, capture.port))];
+        if std::net::UdpSocket::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_ok() {
+            carried.push(SocketAddr::from((PROBE_ADDRESS_V6, capture.port)));
+        }
+        for captured in carried {
+            forbidden.push(refused(
+                format!("connect to {captured}, which capture carried before the cut"),
+                TcpStream::connect_timeout(&captured, PROBE_IO_TIMEOUT).map(drop),
+                &[libc::ECONNREFUSED],
+            ));
+        }
+        let stub = SocketAddr::from((crate::sandbox::DNS_STUB, 53));
         forbidden.push(refused(
-            format!("connect to {captured}, which capture carried before the cut"),
-            TcpStream::connect_timeout(&captured, PROBE_IO_TIMEOUT).map(drop),
+            format!("ask the DNS stub at {stub}, closed with the bridge"),
+            send_dns_query(bridge::capture::addresses::PROBE_NAME)
+                .and_then(read_dns_answer)
+                .map(drop),
+            &[libc::ECONNREFUSED],
+        ));
+        forbidden.push(refused(
+            format!("connect to the DNS stub at {stub} over TCP"),
+            TcpStream::connect_timeout(&stub, PROBE_IO_TIMEOUT).map(drop),
             &[libc::ECONNREFUSED],
         ));
     }

@@ -94,6 +94,10 @@ pub enum Reason {
     NoRouteOut,
     /// After `--fetch`'s cut: the bridge and capture are closed.
     Cut,
+    /// Nothing can receive it: a multicast or broadcast address, or a socket tied to an
+    /// interface or a source address that keeps it from where the address leads (it is
+    /// refused, or waits for an answer that never comes).
+    Unroutable,
 }
 
 impl Reason {
@@ -107,6 +111,10 @@ impl Reason {
             }
             Reason::NoRouteOut => "only the proxy is",
             Reason::Cut => "--fetch's command is done, and nothing is carried any more",
+            Reason::Unroutable => {
+                "nothing can receive it (a multicast or broadcast address, or a socket tied \
+                 to another interface or source address)"
+            }
         };
         format!("{}: {why}", self.text())
     }
@@ -118,6 +126,7 @@ impl Reason {
             Reason::NoListener => "no listener",
             Reason::NoRouteOut => "no route out",
             Reason::Cut => "network cut",
+            Reason::Unroutable => "unroutable",
         }
     }
 }
@@ -174,13 +183,17 @@ pub fn judge(n: &Notification, context: &NetContext) -> Vec<Attempt> {
     if n.nr == libc::SYS_connect && protocol == Protocol::Udp {
         destinations.retain(|to| to.port() == 53);
     }
-    let from = socket.and_then(|s| s.local);
+    let (from, device) = socket.map_or((None, None), |s| (s.local, s.device));
+    let sender = Sender {
+        from,
+        device: device.as_deref(),
+    };
     destinations
         .into_iter()
         .map(|to| Attempt {
             to,
             protocol,
-            direct: reason(to, protocol, from, context),
+            direct: reason(to, protocol, &sender, context),
         })
         .collect()
 }
@@ -203,6 +216,8 @@ struct SocketSeen {
     protocol: Protocol,
     /// Where it is bound, if it is (a reply's source, for the UDP lookup).
     local: Option<SocketAddr>,
+    /// The interface it is tied to (SO_BINDTODEVICE), if any.
+    device: Option<String>,
 }
 
 /// What the call's socket is: a copy of the caller's fd, asked. An internet datagram
@@ -228,10 +243,15 @@ fn look_at_socket(n: &Notification) -> Option<SocketSeen> {
                 .as_sockaddr_in6()
                 .map(|a| SocketAddr::from(std::net::SocketAddrV6::from(*a)))
         });
+    let device = getsockopt(&socket, sockopt::BindToDevice)
+        .ok()
+        .map(|name| name.to_string_lossy().into_owned())
+        .filter(|name| !name.is_empty());
     Some(SocketSeen {
         domain,
         protocol,
         local,
+        device,
     })
 }
 
@@ -269,14 +289,24 @@ fn copy_socket(n: &Notification) -> Option<OwnedFd> {
     crate::sys::process::copy_fd_of_thread(leader, fd).ok()
 }
 
+/// The sending socket, as far as where its packets go depends on it.
+#[derive(Default)]
+struct Sender<'a> {
+    /// Where it is bound, if it is.
+    from: Option<SocketAddr>,
+    /// The interface it is tied to, if any.
+    device: Option<&'a str>,
+}
+
 /// Why `to` is a direct attempt, or `None` if a listener of netbox's or of the sandbox's
-/// own takes it. `from`: where the sending socket is bound, if it is.
+/// own takes it.
 fn reason(
     to: SocketAddr,
     protocol: Protocol,
-    from: Option<SocketAddr>,
+    sender: &Sender,
     context: &NetContext,
 ) -> Option<Reason> {
+    let from = sender.from;
     // The unspecified address, dialled, is the loopback address of its family.
     let ip = match bridge::target::canonical_ip(to.ip()) {
         IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -284,15 +314,19 @@ fn reason(
         ip => ip,
     };
     let port = to.port();
-    let cut = context.cut.load(Ordering::Relaxed);
-    if !cut && netbox_listens(ip, port, protocol, context.capture.as_ref()) {
-        return None;
-    }
     // Where the address is the sandbox's own (loopback; with capture, the link's), a
     // socket of the sandbox's may take it: asked of its network namespace. Every other
     // address is routed to capture's namespace, where only netbox listens (and with no
     // capture, nowhere).
     let local = ip.is_loopback() || (context.capture.is_some() && is_link_address(ip));
+    if context.capture.is_some() && !arrives(to, ip, local, sender) {
+        return Some(Reason::Unroutable);
+    }
+    let cut = context.cut.load(Ordering::Relaxed);
+    let netbox_takes = netbox_listens(ip, port, protocol, context.capture.as_ref());
+    if netbox_takes && !cut {
+        return None;
+    }
     let listening = match protocol {
         _ if !local => None,
         Protocol::Tcp => context.listening(Transport::Tcp, ip, port, None),
@@ -304,13 +338,13 @@ fn reason(
         return None;
     }
     if local {
+        // After the cut, the proxy's and the stub's ports are closed: refused for that.
+        if netbox_takes {
+            return Some(Reason::Cut);
+        }
         // Unknown (no diag socket, or it failed): not logged, rather than flooding the
         // log with a test suite's own local traffic.
-        return (listening == Some(false)).then_some(if cut {
-            Reason::Cut
-        } else {
-            Reason::NoListener
-        });
+        return (listening == Some(false)).then_some(Reason::NoListener);
     }
     if cut {
         return Some(Reason::Cut);
@@ -367,6 +401,37 @@ impl NetContext {
             cut,
         }
     }
+}
+
+/// Whether what is sent to `to` (`ip`, canonical; `local`: the sandbox's own) arrives
+/// where the address leads under capture: for an address of the sandbox's own, on its
+/// loopback; for any other unicast address, in capture's namespace, which answers it. Not
+/// a multicast or broadcast address; not an IPv6 link-local address scoped to `lo`
+/// (index 1, the only other interface); not from a socket tied to the other interface, or
+/// bound to a source address that is not the sandbox's (IPV6_FREEBIND lets one be: the
+/// answer would go to that address, which capture's namespace takes for its own).
+fn arrives(to: SocketAddr, ip: IpAddr, local: bool, sender: &Sender) -> bool {
+    let unicast = match ip {
+        IpAddr::V4(v4) => !v4.is_multicast() && !v4.is_broadcast(),
+        IpAddr::V6(v6) => !v6.is_multicast(),
+    };
+    if !unicast {
+        return false;
+    }
+    if local {
+        return sender.device != Some(crate::sandbox::capture::LINK_NAME);
+    }
+    let scoped_to_lo =
+        matches!(to, SocketAddr::V6(v6) if v6.ip().is_unicast_link_local() && v6.scope_id() == 1);
+    let own_source = sender.from.is_none_or(|from| {
+        let from = bridge::target::canonical_ip(from.ip());
+        from.is_unspecified() || is_link_address(from)
+    });
+    !scoped_to_lo
+        && sender
+            .device
+            .is_none_or(|d| d == crate::sandbox::capture::LINK_NAME)
+        && own_source
 }
 
 /// Whether `ip` is the sandbox's own address on capture's link.
@@ -485,7 +550,19 @@ fn parse_sockaddr(
         libc::AF_INET if name.len() >= 16 => v4(name),
         libc::AF_INET6 if name.len() >= 24 && domain != Some(libc::AF_INET) => {
             let ip: [u8; 16] = name.get(8..24)?.try_into().ok()?;
-            Some(SocketAddr::from((std::net::Ipv6Addr::from(ip), port()?)))
+            // The scope id, where the name is long enough to carry one (the kernel reads
+            // it only then).
+            let scope = name
+                .get(24..28)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u32::from_ne_bytes);
+            let ip = std::net::Ipv6Addr::from(ip);
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                ip,
+                port()?,
+                0,
+                scope,
+            )))
         }
         libc::AF_UNSPEC
             if name.len() >= 16
@@ -509,7 +586,7 @@ mod tests {
     }
 
     fn reason(to: SocketAddr, protocol: Protocol, context: &NetContext) -> Option<Reason> {
-        super::reason(to, protocol, None, context)
+        super::reason(to, protocol, &Sender::default(), context)
     }
 
     #[test]
@@ -557,12 +634,6 @@ mod tests {
             None,
             "no diag: unknown"
         );
-        // After the cut nothing of netbox's listens.
-        with.cut.store(true, Ordering::Relaxed);
-        assert_eq!(
-            reason(at("10.1.2.3:443"), Protocol::Tcp, &with),
-            Some(Reason::Cut)
-        );
         let without = context(None);
         assert_eq!(
             reason(at("10.1.2.3:443"), Protocol::Tcp, &without),
@@ -573,6 +644,81 @@ mod tests {
             None,
             "loopback, and nothing to ask: not logged"
         );
+    }
+
+    #[test]
+    fn what_cannot_arrive_where_its_address_leads_is_unroutable() {
+        let with = context(Some(vec![443]));
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let judge = |to: &str, from: Option<&str>, device: Option<&str>| {
+            let sender = Sender {
+                from: from.map(|f| f.parse().unwrap()),
+                device,
+            };
+            super::reason(at(to), Protocol::Tcp, &sender, &with)
+        };
+        // Controls: an ordinary socket, one tied to the link, one bound to the link's
+        // address or to every address, reach capture.
+        assert_eq!(judge("192.0.2.1:443", None, None), None);
+        assert_eq!(judge("192.0.2.1:443", None, Some("nb-capture")), None);
+        assert_eq!(judge("192.0.2.1:443", Some("198.19.255.254:0"), None), None);
+        assert_eq!(judge("[2001:db8::1]:443", Some("[::]:5000"), None), None);
+        let scoped = std::net::SocketAddrV6::new("fe80::1".parse().unwrap(), 443, 0, 2);
+        assert_eq!(
+            super::reason(scoped.into(), Protocol::Tcp, &Sender::default(), &with),
+            None
+        );
+        for (to, from, device) in [
+            ("224.0.0.1:443", None, None),
+            ("255.255.255.255:443", None, None),
+            ("[ff02::1]:443", None, None),
+            ("192.0.2.1:443", None, Some("lo")),
+            ("[2001:db8::1]:443", Some("[2001:db8::5]:0"), None),
+            ("192.0.2.1:443", Some("127.0.0.1:0"), None),
+            ("127.0.0.1:3128", None, Some("nb-capture")),
+        ] {
+            assert_eq!(
+                judge(to, from, device),
+                Some(Reason::Unroutable),
+                "{to} from {from:?} on {device:?}"
+            );
+        }
+        let on_lo = std::net::SocketAddrV6::new("fe80::1".parse().unwrap(), 443, 0, 1);
+        assert_eq!(
+            super::reason(on_lo.into(), Protocol::Tcp, &Sender::default(), &with),
+            Some(Reason::Unroutable)
+        );
+        // Without capture nothing but loopback exists: no route out, as before.
+        assert_eq!(
+            super::reason(
+                at("224.0.0.1:443"),
+                Protocol::Tcp,
+                &Sender::default(),
+                &context(None)
+            ),
+            Some(Reason::NoRouteOut)
+        );
+    }
+
+    #[test]
+    fn after_the_cut_netboxs_ports_are_closed_and_the_rest_is_as_before() {
+        let with = context(Some(vec![443]));
+        with.cut.store(true, Ordering::Relaxed);
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(
+            reason(at("10.1.2.3:443"), Protocol::Tcp, &with),
+            Some(Reason::Cut)
+        );
+        assert_eq!(
+            reason(at("127.0.0.1:3128"), Protocol::Tcp, &with),
+            Some(Reason::Cut)
+        );
+        assert_eq!(
+            reason(at("127.0.0.53:53"), Protocol::Udp, &with),
+            Some(Reason::Cut)
+        );
+        // A loopback port nothing of netbox's had: unknown here (no diag), not "cut".
+        assert_eq!(reason(at("127.0.0.1:5432"), Protocol::Tcp, &with), None);
     }
 
     #[test]

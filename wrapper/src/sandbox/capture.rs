@@ -11,7 +11,8 @@
 //! The link needs neither ARP nor neighbour discovery: both ends have the same hardware
 //! address and resolve no neighbours (IFF_NOARP), so every frame is addressed to the
 //! receiving end. The capture namespace has nothing but `lo` and its end of the link; it
-//! lives as long as netbox holds its listeners.
+//! lives as long as pid 1, which keeps a netlink socket there (for the probe, and so that
+//! after `--fetch`'s cut, with netbox's listeners closed, what it carried is refused).
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};

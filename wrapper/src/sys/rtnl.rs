@@ -213,7 +213,14 @@ impl Rtnl {
             self.socket.as_raw_fd(),
             &mut buffer,
             nix::sys::socket::MsgFlags::empty(),
-        )?;
+        )
+        .map_err(|e| match e {
+            nix::errno::Errno::EAGAIN => io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the kernel did not answer within a second",
+            ),
+            e => io::Error::from(e),
+        })?;
         let mut messages = Vec::new();
         let mut at = 0;
         while at + 16 <= n {

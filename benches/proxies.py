@@ -2,7 +2,8 @@
 use where they are installed (tinyproxy, squid), against one local nginx on loopback.
 
 Run by benches/proxies.sh (which builds the release netbox and the connect_latency bench)
-as: python3 benches/proxies.py NETBOX CONNECT_LATENCY [--quick]
+as: python3 benches/proxies.py NETBOX CONNECT_LATENCY [--quick] [--proxy NAME=COMMAND ...]
+(COMMAND with {port}: another proxy, benchmarked the same way).
 
 Each scenario runs every proxy in the same run, and direct beside it, so that only ratios
 measured together are compared (these machines are shared and noisy). CPU is the proxy
@@ -275,9 +276,44 @@ def table(proxies, tunnel_r, connect_r, forward_r, idle):
     return "\n".join(lines)
 
 
+def start_command(name, command, work):
+    """A proxy of the user's: `command` run by the shell with {port} replaced by a free
+    loopback port it must listen on; it must allow CONNECT and forwarding to 127.0.0.1.
+    Its own process is the one measured: it must stay in the foreground."""
+    port = free_port()
+    process = subprocess.Popen(["sh", "-c", "exec " + command.replace("{port}", str(port))],
+                               cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return Proxy(name, port, process) if wait_for_port(port, 20) else None
+
+
+USAGE = ("usage: benches/proxies.sh [--quick] [--proxy NAME='COMMAND {port}' ...]\n"
+         "  --proxy: benchmark another proxy the same way; COMMAND, run by sh in the\n"
+         "  foreground, must listen on 127.0.0.1:{port} and allow CONNECT and forwarding\n"
+         "  to 127.0.0.1")
+
+
+def arguments(args):
+    """(quick, [(name, command)]) from the command line; exits with the usage on anything
+    else."""
+    quick, extra = False, []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--quick":
+            quick = True
+        elif arg == "--proxy" and rest and "=" in rest[0]:
+            name, command = rest.pop(0).split("=", 1)
+            if not name or "{port}" not in command:
+                sys.exit(f"benches/proxies.sh: --proxy NAME=COMMAND needs a name and {{port}} in the command\n{USAGE}")
+            extra.append((name, command))
+        else:
+            sys.exit(f"benches/proxies.sh: unknown argument {arg!r}\n{USAGE}")
+    return quick, extra
+
+
 def main():
     netbox, latency_bin = sys.argv[1], sys.argv[2]
-    quick = "--quick" in sys.argv[3:]
+    quick, extra = arguments(sys.argv[3:])
     big_mib, rounds, connections, seconds = (128, 1, 100, 2) if quick else (1024, 3, 500, 10)
     work = tempfile.mkdtemp(prefix="netbox-proxies.")
     started = []
@@ -288,7 +324,9 @@ def main():
         skipped = []
         for name, start in [("netbox", lambda: start_netbox(netbox, work, upstream)),
                             ("tinyproxy", lambda: start_tinyproxy(work, upstream)),
-                            ("squid", lambda: start_squid(work, upstream))]:
+                            ("squid", lambda: start_squid(work, upstream))] + [
+                                (name, lambda n=name, c=command: start_command(n, c, work))
+                                for name, command in extra]:
             proxy = start()
             if proxy:
                 proxies.append(proxy)

@@ -21,7 +21,7 @@ use bridge::capture::addresses::{LINK_ADDRESS, LINK_ADDRESS_V6};
 use netlink_packet_route::route::RouteType;
 
 use crate::plan::capture::CapturePlan;
-use crate::sys::rtnl::{Change, Rtnl, TABLE_LOCAL, TABLE_MAIN};
+use crate::sys::rtnl::{full_length, Change, Rtnl, TABLE_LOCAL, TABLE_MAIN};
 
 /// The link's end in CMD's namespace.
 pub const LINK_NAME: &str = "nb-capture";
@@ -50,10 +50,6 @@ pub struct FarSide {
 /// after the other: on two CPUs, with the mounting thread on the other, a thread of its
 /// own for this waited longer for a CPU than the work takes.)
 pub fn make_far_side(plan: &CapturePlan) -> Result<FarSide, (String, String)> {
-    let failed = |step: &str| {
-        let step = step.to_owned();
-        move |e: std::io::Error| (step, e.to_string())
-    };
     crate::sandbox::namespaces::unshare_net()
         .map_err(std::io::Error::from)
         .map_err(failed("enter capture's network namespace"))?;
@@ -61,7 +57,7 @@ pub fn make_far_side(plan: &CapturePlan) -> Result<FarSide, (String, String)> {
         .map(OwnedFd::from)
         .map_err(failed("open capture's network namespace"))?;
     crate::sys::netdev::bring_loopback_up().map_err(failed("bring lo up (capture)"))?;
-    let ipv6 = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
+    let ipv6 = crate::sys::netdev::ipv6_up();
     let rtnl = Rtnl::open().map_err(failed("open rtnetlink (capture)"))?;
     let lo = nix::net::if_::if_nametoindex("lo")
         .map_err(std::io::Error::from)
@@ -97,10 +93,6 @@ pub fn make_far_side(plan: &CapturePlan) -> Result<FarSide, (String, String)> {
 /// its end up with those addresses, and every other address routed over it (unless
 /// `routes` is false: a test build's broken capture).
 pub fn link(far: &FarSide, routes: bool) -> Result<(), (String, String)> {
-    let failed = |step: &str| {
-        let step = step.to_owned();
-        move |e: std::io::Error| (step, e.to_string())
-    };
     let here = Rtnl::open().map_err(failed("open rtnetlink"))?;
     let pair = Change::veth_pair(LINK_NAME, FAR_LINK_NAME, LINK_MAC, far.namespace.as_fd());
     here.apply(vec![("make capture's link (veth)", pair)])
@@ -193,6 +185,11 @@ pub fn link(far: &FarSide, routes: bool) -> Result<(), (String, String)> {
     Ok(())
 }
 
+/// A step that failed, with why.
+fn failed(step: &str) -> impl FnOnce(std::io::Error) -> (String, String) + '_ {
+    move |e| (step.to_owned(), e.to_string())
+}
+
 /// A change the kernel refused, as a failed step.
 fn refused((step, e): (&str, std::io::Error)) -> (String, String) {
     (step.to_owned(), e.to_string())
@@ -214,11 +211,4 @@ fn own_addresses(ipv6: bool) -> Vec<IpAddr> {
         own.push(IpAddr::V6(LINK_ADDRESS_V6));
     }
     own
-}
-
-fn full_length(ip: IpAddr) -> u8 {
-    match ip {
-        IpAddr::V4(_) => 32,
-        IpAddr::V6(_) => 128,
-    }
 }

@@ -628,7 +628,7 @@ fn start_capture(input: &ProbeInput, capture: CaptureProbe) -> PendingCapture {
     let connect = |ip: std::net::IpAddr| {
         TcpStream::connect_timeout(&SocketAddr::new(ip, capture.port), PROBE_IO_TIMEOUT)
     };
-    let ipv6 = std::net::UdpSocket::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_ok();
+    let ipv6 = crate::sys::netdev::ipv6_up();
     let canary_name = input
         .canary
         .rsplit_once(':')
@@ -729,7 +729,7 @@ fn network_cut(input: &ProbeInput, proxy_v6: bool) -> Check {
     if let Some(capture) = input.capture {
         use bridge::capture::addresses::{PROBE_ADDRESS, PROBE_ADDRESS_V6};
         let mut carried = vec![SocketAddr::from((PROBE_ADDRESS, capture.port))];
-        if std::net::UdpSocket::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_ok() {
+        if crate::sys::netdev::ipv6_up() {
             carried.push(SocketAddr::from((PROBE_ADDRESS_V6, capture.port)));
         }
         for captured in carried {

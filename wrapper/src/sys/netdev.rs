@@ -31,3 +31,8 @@ pub fn bring_loopback_up() -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Whether IPv6 is up in the calling thread's network namespace: ::1 can be bound.
+pub fn ipv6_up() -> bool {
+    std::net::UdpSocket::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_ok()
+}

@@ -6,7 +6,7 @@
 
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
@@ -37,7 +37,6 @@ pub struct Rtnl {
 /// A link, as a dump reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Link {
-    pub index: u32,
     pub name: String,
     pub up: bool,
 }
@@ -78,10 +77,7 @@ impl Rtnl {
                     NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
                         Ok(link.header.index)
                     }
-                    NetlinkPayload::Error(error) => {
-                        let code = error.code.map_or(libc::EIO, |c| -c.get());
-                        Err(io::Error::from_raw_os_error(code))
-                    }
+                    NetlinkPayload::Error(error) => Err(refusal(error.code)),
                     _ => Err(io::Error::other("rtnetlink answered something else")),
                 };
             }
@@ -116,10 +112,9 @@ impl Rtnl {
                 };
                 let (_, place, what) = unanswered.remove(at);
                 let outcome = match answer.payload {
-                    NetlinkPayload::Error(error) => match error.code {
-                        None => Ok(()),
-                        Some(code) => Err(io::Error::from_raw_os_error(-code.get())),
-                    },
+                    // No code: the acknowledgement.
+                    NetlinkPayload::Error(error) if error.code.is_none() => Ok(()),
+                    NetlinkPayload::Error(error) => Err(refusal(error.code)),
                     _ => Err(io::Error::other("rtnetlink answered something else")),
                 };
                 if let Err(e) = outcome {
@@ -142,7 +137,6 @@ impl Rtnl {
             .into_iter()
             .filter_map(|answer| match answer {
                 RouteNetlinkMessage::NewLink(link) => Some(Link {
-                    index: link.header.index,
                     up: link.header.flags.contains(LinkFlags::Up),
                     name: link
                         .attributes
@@ -169,10 +163,7 @@ impl Rtnl {
                 }
                 match answer.payload {
                     NetlinkPayload::Done(_) => return Ok(found),
-                    NetlinkPayload::Error(error) => {
-                        let code = error.code.map_or(libc::EIO, |c| -c.get());
-                        return Err(io::Error::from_raw_os_error(code));
-                    }
+                    NetlinkPayload::Error(error) => return Err(refusal(error.code)),
                     NetlinkPayload::InnerMessage(inner) => found.push(inner),
                     _ => {}
                 }
@@ -242,10 +233,10 @@ impl Rtnl {
     }
 }
 
-impl AsFd for Rtnl {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.socket.as_fd()
-    }
+/// What the kernel's error message says: its code (negative errno), or EIO for an
+/// acknowledgement where an answer was wanted.
+fn refusal(code: Option<std::num::NonZeroI32>) -> io::Error {
+    io::Error::from_raw_os_error(code.map_or(libc::EIO, |c| -c.get()))
 }
 
 /// One message with its header flags, as [`serialize`] puts it on the wire.
@@ -393,7 +384,8 @@ fn family(ip: IpAddr) -> AddressFamily {
     }
 }
 
-fn full_length(ip: IpAddr) -> u8 {
+/// The prefix length of `ip` alone: 32 or 128.
+pub fn full_length(ip: IpAddr) -> u8 {
     match ip {
         IpAddr::V4(_) => 32,
         IpAddr::V6(_) => 128,

@@ -12,11 +12,5 @@ cd "$(dirname "$0")/.."
 for tool in nginx curl python3; do
     command -v "$tool" >/dev/null || { echo "benches/proxies.sh: '$tool' is missing (apt-get install nginx-light curl python3)" >&2; exit 1; }
 done
-cargo bench --quiet --bench connect_latency --no-run 2>/dev/null
-latency_bin=$(cargo bench --bench connect_latency --no-run --message-format=json 2>/dev/null \
-    | sed -n 's/.*"executable":"\([^"]*connect_latency[^"]*\)".*/\1/p' | tail -n1)
-# Last: building a bench relinks the release netbox with the dev-dependencies' features;
-# the one measured is the one users build.
-cargo build --release --quiet --bin netbox
-netbox="target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox"
+source benches/release_bins.sh
 exec python3 benches/proxies.py "$netbox" "$latency_bin" "$@"

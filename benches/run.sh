@@ -13,12 +13,7 @@ rounds=${ROUNDS:-5}
 for tool in nginx curl; do
     command -v "$tool" >/dev/null || { echo "benches/run.sh: '$tool' is missing (apt-get install $tool)" >&2; exit 1; }
 done
-cargo bench --quiet --bench connect_latency --no-run 2>/dev/null
-latency_bin=$(cargo bench --bench connect_latency --no-run --message-format=json 2>/dev/null \
-    | sed -n 's/.*"executable":"\([^"]*connect_latency[^"]*\)".*/\1/p' | tail -n1)
-# Last: building a bench relinks the release netbox with the dev-dependencies' features;
-# the one measured is the one users build.
-cargo build --release --quiet --bin netbox
+source benches/release_bins.sh
 
 work=$(mktemp -d /tmp/netbox-bench.XXXXXX)
 pids=()
@@ -50,7 +45,7 @@ CONF
 nginx -c "$work/nginx.conf" -e "$work/nginx-error.log" &
 pids+=($!)
 
-"./target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox" bridge --listen 127.0.0.1:0 --allow "127.0.0.1:$nginx_port" --quiet 2>"$work/bridge.err" &
+"./$netbox" bridge --listen 127.0.0.1:0 --allow "127.0.0.1:$nginx_port" --quiet 2>"$work/bridge.err" &
 bridge_pid=$!
 pids+=($bridge_pid)
 for _ in $(seq 50); do

@@ -14,6 +14,8 @@
 //! - [`resolver`]: pinned hosts, then DNS, with a deadline
 //! - [`ipclass`]: public or not, for every resolved address
 //! - `upstream`: the pipeline policy → resolve → classify → dial; `dialer` dials
+//! - `http_relay`: one HTTP request sent on and its response back, logged when it ends
+//!   (the forward path's and an inspected tunnel's)
 //! - `carry`: what an opened tunnel carries: bytes, TLS checked for its host
 //!   (`tls_check`), or HTTP inspected request by request ([`inspect`])
 //! - `tunnel`: the byte relay with half-close and idle timeout
@@ -33,6 +35,7 @@ mod error;
 mod front;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+mod http_relay;
 pub mod inspect;
 pub mod ipclass;
 pub mod listen;

@@ -162,6 +162,18 @@ impl Attempt {
         }
     }
 
+    /// This request goes on the connection `opened` was dialed for: its decision, rule and
+    /// addresses are this request's too.
+    pub fn goes_on(&mut self, opened: &Attempt) {
+        self.target.clone_from(&opened.target);
+        self.decision = opened.decision;
+        self.reason = opened.reason;
+        self.rule.clone_from(&opened.rule);
+        self.resolved.clone_from(&opened.resolved);
+        self.dialed = opened.dialed;
+        self.opened_by.clone_from(&opened.opened_by);
+    }
+
     pub fn finish(self, end: End, bytes_up: u64, bytes_down: u64) -> Event {
         let (host, port) = match &self.target {
             Some(t) => (Some(t.host.to_string()), Some(t.port)),

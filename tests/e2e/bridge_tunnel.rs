@@ -57,7 +57,8 @@ fn sixty_four_mib_both_ways_intact() {
     assert_eq!(events.len(), 4, "{events:?}");
     for event in &events {
         let total = event["bytes_up"].as_u64().unwrap() + event["bytes_down"].as_u64().unwrap();
-        assert!(total > BIG as u64, "{event}");
+        // A tunnel counts its bytes as they are; a forwarded request, its bodies.
+        assert!(total >= BIG as u64, "{event}");
     }
 }
 

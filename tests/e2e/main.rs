@@ -6,6 +6,7 @@
 mod support;
 
 mod bridge_dns;
+mod bridge_forward;
 mod bridge_limits;
 mod bridge_malformed;
 mod bridge_policy;

@@ -1,5 +1,6 @@
 //! HTTP/1.1 proxy front end on hyper: `CONNECT host:port` tunnels, absolute-form requests
-//! (`GET http://host/path`) are forwarded, and `GET /__netbox/health` answers the probe.
+//! (`GET http://host/path`) are forwarded (`forward`), and `GET /__netbox/health` answers
+//! the probe. Every refusal, whichever path made it, is answered and logged here.
 //!
 //! Parsing is strict about anything that names a destination: a CONNECT target must be
 //! authority-form with a port and no userinfo, a forwarded URI must be `http://` with no
@@ -20,7 +21,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -28,10 +29,11 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 
+use super::forward::{self, Forwarded, KeptUpstream};
 use super::head::FirstHead;
 use crate::client_io::ClientIo;
 use crate::conn::Conn;
-use crate::counted::{Counted, Counters};
+use crate::http_relay::{host_header_names, one_line};
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
 use crate::target::Target;
@@ -55,6 +57,8 @@ struct ConnState {
     conn: Conn,
     reset: Arc<AtomicBool>,
     requests: AtomicU64,
+    /// The forward path's upstream connection, kept between requests.
+    upstream: KeptUpstream,
 }
 
 /// Serves one HTTP client connection: possibly several requests, possibly one tunnel.
@@ -95,6 +99,7 @@ pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Dura
         reset: io.reset_flag(),
         conn,
         requests: AtomicU64::new(0),
+        upstream: KeptUpstream::default(),
     });
     let service = {
         let state = Arc::clone(&state);
@@ -200,7 +205,21 @@ async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body>
         return connect(req, state).await;
     }
     if req.uri().scheme().is_some() {
-        return forward(req, state).await;
+        return match forward::forward(req, &state.conn, &state.upstream).await {
+            Forwarded::Response(response) => response,
+            Forwarded::Refused(attempt, refusal) => refuse(state, attempt, &refusal),
+            Forwarded::Failed {
+                mut pending,
+                refusal,
+                end,
+            } => {
+                let response = refusal_response(state, &refusal);
+                let status = response.status().as_u16();
+                pending.update(|attempt| attempt.status = Some(status));
+                pending.finish(end, &refusal.detail);
+                response
+            }
+        };
     }
     if req.method() == Method::GET && req.uri().path() == HEALTH_PATH {
         return text_response(StatusCode::OK, "netbox bridge ok\n");
@@ -326,227 +345,8 @@ fn refuse_connect_content(headers: &HeaderMap) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// The target of an absolute-form request, after the ambiguity checks.
-fn forward_target(req: &Request<Incoming>) -> Result<Target, Refusal> {
-    let uri = req.uri();
-    if uri.scheme_str() != Some("http") {
-        return Err(bad("only http:// URIs are forwarded; use CONNECT for TLS"));
-    }
-    let Some(authority) = uri.authority() else {
-        return Err(bad("absolute URI without a host"));
-    };
-    if authority.as_str().contains('@') {
-        return Err(bad("URI must not carry userinfo"));
-    }
-    let target = Target::parse_with_default_port(authority.as_str(), 80)
-        .map_err(|e| bad(format!("URI host: {e}")))?;
-    host_header_names(req.version(), req.headers(), &target).map_err(bad)?;
-    Ok(target)
-}
-
-/// Whether a request's Host header names `target`: an HTTP/1.1 request must carry one
-/// (RFC 9112 §3.2; HTTP/1.0 need not), and one that is there must be single, ASCII and
-/// the same host and port (a name spelled with userinfo is no host). Why not, if not.
-/// The proxy's front end and an inspected tunnel's requests are held to it alike.
-pub(crate) fn host_header_names(
-    version: Version,
-    headers: &HeaderMap,
-    target: &Target,
-) -> Result<(), String> {
-    let mut hosts = headers.get_all(header::HOST).iter();
-    let Some(host) = hosts.next() else {
-        if version == Version::HTTP_11 {
-            return Err("an HTTP/1.1 request must carry a Host header".into());
-        }
-        return Ok(());
-    };
-    if hosts.next().is_some() {
-        return Err("repeated Host header".into());
-    }
-    let host = host
-        .to_str()
-        .map_err(|_| "Host header is not ASCII".to_owned())?;
-    match Target::parse_with_default_port(host, target.port) {
-        Ok(named) if named == *target => Ok(()),
-        _ => Err(format!("Host header {host:?} disagrees with the target")),
-    }
-}
-
 fn bad(detail: impl Into<String>) -> Refusal {
     Refusal::new(Reason::BadRequest, detail)
-}
-
-async fn forward(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body> {
-    let conn = &state.conn;
-    let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::HttpForward);
-    attempt.method = Some(req.method().to_string());
-    attempt.path = req.uri().path_and_query().map(|p| p.as_str().to_owned());
-    let target = match forward_target(&req) {
-        Ok(target) => target,
-        Err(refusal) => return refuse(state, attempt, &refusal),
-    };
-    // A host with HTTP rules: the request is judged by them, as inside a tunnel.
-    if let Some(check) = conn.session.policy.http_check(&target) {
-        let judged = check
-            .judge(req.method().as_str(), req.uri().path())
-            .map_err(|refused| Refusal::new(refused.reason, refused.detail))
-            .and_then(
-                |_| match crate::inspect::body_on_bodiless(req.method(), req.headers()) {
-                    Some(detail) => Err(bad(detail)),
-                    None => Ok(()),
-                },
-            );
-        if let Err(refusal) = judged {
-            attempt.target = Some(target);
-            attempt.rule = check.rules().first().map(|r| r.origin.clone());
-            return refuse(state, attempt, &refusal);
-        }
-    }
-    // Everything that can reject the request happens before the upstream is dialed.
-    let outgoing = match origin_request(req, &target) {
-        Ok(outgoing) => outgoing,
-        Err(refusal) => return refuse(state, attempt, &refusal),
-    };
-    let upstream = match upstream::open(conn, &mut attempt, &target).await {
-        Ok(upstream) => upstream,
-        Err(refusal) => return refuse(state, attempt, &refusal),
-    };
-    let counters = Counters::default();
-    let io = TokioIo::new(Counted::new(upstream, counters.clone()));
-    let handshake = hyper::client::conn::http1::Builder::new()
-        .preserve_header_case(true)
-        .handshake::<_, Incoming>(io)
-        .await;
-    let (mut sender, connection) = match handshake {
-        Ok(pair) => pair,
-        Err(e) => {
-            attempt.decision = crate::policy::Verdict::Deny;
-            let refusal = Refusal::new(Reason::UpstreamUnreachable, e.to_string());
-            return refuse(state, attempt, &refusal);
-        }
-    };
-    // The status sent to the client, and how the exchange ended if the handler knows better
-    // than the connection (a response that never came is an idle timeout, not a close).
-    let (status_tx, status_rx) = tokio::sync::oneshot::channel::<(u16, Option<End>)>();
-    let idle = conn.shared.config.idle_timeout;
-    let log = Arc::clone(&conn.shared.log);
-    let stopped = conn.stopped();
-    let slot = Arc::clone(&conn.slot);
-    let logged = attempt.clone();
-    let watched = counters.clone();
-    // The upstream connection ends once the response body is through (or abandoned):
-    // that is when the byte counts are final, so the event is written then. Nothing moving
-    // for the idle timeout ends it, as it does a tunnel.
-    tokio::spawn(async move {
-        let _slot = slot;
-        let mut attempt = logged;
-        tokio::pin!(connection, stopped);
-        let end = loop {
-            let deadline = watched.last_activity() + idle;
-            tokio::select! {
-                result = &mut connection => break match result {
-                    Ok(()) => End::Closed,
-                    Err(e) => {
-                        attempt.detail = Some(e.to_string());
-                        End::UpstreamError
-                    }
-                },
-                () = tokio::time::sleep_until(deadline) => {
-                    if watched.last_activity() + idle <= tokio::time::Instant::now() {
-                        break End::IdleTimeout;
-                    }
-                }
-                () = &mut stopped => break End::Shutdown,
-            }
-        };
-        let (status, end) = match status_rx.await {
-            Ok((status, known_end)) => (Some(status), known_end.unwrap_or(end)),
-            Err(_) => (None, end),
-        };
-        attempt.status = status;
-        let (up, down) = watched.get();
-        log.record(&attempt.finish(end, up, down));
-    });
-    match tokio::time::timeout(idle, sender.send_request(outgoing)).await {
-        Ok(Ok(mut response)) => {
-            let _ = status_tx.send((response.status().as_u16(), None));
-            strip_hop_by_hop(response.headers_mut());
-            response.map(BodyExt::boxed)
-        }
-        Ok(Err(e)) => {
-            // The connection task logs the attempt, with this status.
-            let refusal = Refusal::new(Reason::UpstreamUnreachable, e.to_string());
-            let response = refusal_response(state, &refusal);
-            let _ = status_tx.send((response.status().as_u16(), Some(End::UpstreamError)));
-            response
-        }
-        Err(_) => {
-            let refusal = Refusal::new(
-                Reason::UpstreamTimeout,
-                format!("no response from upstream within {idle:?}"),
-            );
-            let response = refusal_response(state, &refusal);
-            let _ = status_tx.send((response.status().as_u16(), Some(End::IdleTimeout)));
-            response
-        }
-    }
-}
-
-/// Rewrites an absolute-form proxy request into the origin-form request the server expects.
-fn origin_request(req: Request<Incoming>, target: &Target) -> Result<Request<Incoming>, Refusal> {
-    let (mut parts, body) = req.into_parts();
-    let authority = parts
-        .uri
-        .authority()
-        .map(|a| a.as_str().to_owned())
-        .unwrap_or_else(|| target.to_string());
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    parts.uri = Uri::try_from(path).map_err(|e| bad(format!("URI path: {e}")))?;
-    parts.version = Version::HTTP_11;
-    let last = crate::inspect::carries_body(&parts.headers);
-    strip_hop_by_hop(&mut parts.headers);
-    let host = HeaderValue::from_str(&authority).map_err(|_| bad("URI host"))?;
-    parts.headers.insert(header::HOST, host);
-    // A server that answers before reading the body (or reads it otherwise than its
-    // framing says) must not take what is left for another request: the connection
-    // ends with this one.
-    if last {
-        parts
-            .headers
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    Ok(Request::from_parts(parts, body))
-}
-
-/// Removes hop-by-hop fields (RFC 9110 §7.6.1), including any the Connection header names.
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in [
-        header::CONNECTION,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
-        headers.remove(name);
-    }
 }
 
 /// Logs the refusal and answers it: status, one-line body, then a reset.
@@ -627,15 +427,6 @@ fn refusal_parts(
     );
     insert("connection", "close".to_owned());
     (status, headers, line)
-}
-
-/// Keeps a detail safe for a header and a single body line.
-pub(crate) fn one_line(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .filter(char::is_ascii)
-        .take(300)
-        .collect()
 }
 
 fn text_response(status: StatusCode, text: &str) -> Response<Body> {

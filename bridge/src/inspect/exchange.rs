@@ -5,24 +5,25 @@
 //! gone through or was abandoned, with its method, path, status and body bytes.
 
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::Io;
 use crate::counted::Counters;
-use crate::front::http::strip_hop_by_hop;
+use crate::http_relay::{
+    body_on_bodiless, carries_body, closes, host_header_names, one_line, origin_request,
+    strip_hop_by_hop, CountedBody, Pending,
+};
 use crate::log::{Attempt, End, EventLog, Proto};
 use crate::policy::{HttpCheck, Reason, Verdict};
 use crate::target::Target;
@@ -84,16 +85,20 @@ pub(super) async fn serve(
         Err(refusal) => (Err(refusal), None),
     };
     let sender = Arc::new(tokio::sync::Mutex::new(sender));
+    // How the tunnel ended, for a response still on its way when it did.
+    let fate = Arc::new(OnceLock::new());
     let service = {
         let exchange = Arc::clone(&exchange);
+        let fate = Arc::clone(&fate);
         hyper::service::service_fn(move |req| {
             let exchange = Arc::clone(&exchange);
             let sender = Arc::clone(&sender);
+            let fate = Arc::clone(&fate);
             async move {
                 // While a request waits for its answer, its own deadline governs, not the
                 // tunnel's idleness.
                 let _in_flight = InFlight::start(&exchange.in_flight);
-                exchange.answer(req, &sender).await
+                exchange.answer(req, &sender, fate).await
             }
         })
     };
@@ -131,6 +136,9 @@ pub(super) async fn serve(
             () = &mut stop => break End::Shutdown,
         }
     };
+    if matches!(end, End::IdleTimeout | End::Shutdown) {
+        let _ = fate.set(end);
+    }
     if let Some(driver) = driver {
         driver.abort();
     }
@@ -147,13 +155,9 @@ impl Exchange {
         &self,
         req: Request<Incoming>,
         sender: &tokio::sync::Mutex<Result<SendRequest<CountedBody>, Refusal>>,
+        fate: Arc<OnceLock<End>>,
     ) -> Result<Response<ResponseBody>, std::io::Error> {
-        let up = Arc::new(AtomicU64::new(0));
-        let mut pending = Pending {
-            record: Some((self.attempt(&req), Arc::clone(&self.log))),
-            up: Arc::clone(&up),
-            sent: false,
-        };
+        let mut pending = Pending::new(self.attempt(&req), Arc::clone(&self.log));
         match self.judge(&req) {
             Ok(rule) => pending.update(|attempt| {
                 attempt.decision = Verdict::Allow;
@@ -184,7 +188,7 @@ impl Exchange {
         // would take what is left for a request no one judged.
         let carries_body = carries_body(req.headers());
         let client_body_failed = Arc::new(AtomicBool::new(false));
-        let counted = (Arc::clone(&up), Arc::clone(&client_body_failed));
+        let counted = (Arc::clone(&pending.up), Arc::clone(&client_body_failed));
         let outgoing = origin_request(req, &self.target, carries_body, counted);
         pending.sent = true;
         match tokio::time::timeout(self.idle, sender.send_request(outgoing)).await {
@@ -199,14 +203,7 @@ impl Exchange {
                 }
                 let status = parts.status.as_u16();
                 pending.update(|attempt| attempt.status = Some(status));
-                let body = LoggedBody {
-                    inner: body,
-                    down: 0,
-                    up,
-                    record: pending.record.take(),
-                    ended: false,
-                    upstream_failed: false,
-                };
+                let body = pending.into_body(body, fate);
                 Ok(Response::from_parts(parts, body.boxed_unsync()))
             }
             Ok(Err(e)) => {
@@ -233,18 +230,16 @@ impl Exchange {
     /// request's method and path.
     fn attempt(&self, req: &Request<Incoming>) -> Attempt {
         let mut attempt = Attempt::begin(self.opened.session.clone(), Proto::Inspected);
+        attempt.goes_on(&self.opened);
         attempt.target = Some(self.target.clone());
+        // Denied until it is judged.
+        attempt.decision = Verdict::Deny;
         attempt.method = Some(req.method().to_string());
         attempt.path = Some(
             req.uri()
                 .path_and_query()
                 .map_or_else(|| req.uri().to_string(), |p| p.as_str().to_owned()),
         );
-        attempt.reason = self.opened.reason;
-        attempt.rule = self.opened.rule.clone();
-        attempt.resolved = self.opened.resolved.clone();
-        attempt.dialed = self.opened.dialed;
-        attempt.opened_by = self.opened.opened_by.clone();
         attempt
     }
 
@@ -280,7 +275,7 @@ impl Exchange {
             }
         }
         // A server picks its site by the Host: another name reaches another site.
-        crate::front::http::host_header_names(req.version(), req.headers(), &self.target)
+        host_header_names(req.version(), req.headers(), &self.target)
             .map_err(|detail| forbidden(Reason::HostMismatch, detail))?;
         if let Some(detail) = body_on_bodiless(req.method(), req.headers()) {
             return Err(Refused {
@@ -312,7 +307,7 @@ impl Exchange {
 /// A response the bridge gives itself, inside the tunnel: status, `X-Netbox-Reason`, one
 /// line, and the connection closes after it.
 fn answer_with(status: StatusCode, reason: Reason, detail: &str) -> Response<ResponseBody> {
-    let line = crate::front::http::one_line(detail);
+    let line = one_line(detail);
     let mut response = Response::new(
         Full::new(Bytes::from(format!("netbox: {line}\n")))
             .map_err(|never| match never {})
@@ -340,74 +335,6 @@ fn default_port(scheme: &str) -> u16 {
     }
 }
 
-/// The request as the upstream gets it: origin-form, HTTP/1.1, no hop-by-hop fields, the
-/// Host it was judged by (or the tunnel's, for an HTTP/1.0 request without one: never
-/// none, which a server would answer with its default site), `Connection: close` when
-/// `last`, its body counted (`up`, and `failed` if the client fails it).
-fn origin_request(
-    req: Request<Incoming>,
-    target: &Target,
-    last: bool,
-    (up, failed): (Arc<AtomicU64>, Arc<AtomicBool>),
-) -> Request<CountedBody> {
-    let (mut parts, body) = req.into_parts();
-    let host = parts
-        .headers
-        .get(header::HOST)
-        .cloned()
-        .or_else(|| HeaderValue::from_str(&target.to_string()).ok());
-    if parts.uri.authority().is_some() {
-        let path = parts
-            .uri
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_owned();
-        if let Ok(origin) = Uri::try_from(path) {
-            parts.uri = origin;
-        }
-    }
-    parts.version = Version::HTTP_11;
-    // `Connection: host` would strip the Host that was checked: it is put back.
-    strip_hop_by_hop(&mut parts.headers);
-    if let Some(host) = host {
-        parts.headers.insert(header::HOST, host);
-    }
-    if last {
-        parts
-            .headers
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    Request::from_parts(
-        parts,
-        CountedBody {
-            inner: body,
-            up,
-            failed,
-        },
-    )
-}
-
-/// A body on a method that has none is what a server may read as the next request (one
-/// this bridge never judged): refused, not passed on. Why, if this request has one.
-pub(crate) fn body_on_bodiless(method: &Method, headers: &HeaderMap) -> Option<String> {
-    // Methods are case-sensitive, but a lenient server takes `get` for GET.
-    let bodiless = ["GET", "HEAD", "OPTIONS", "TRACE"];
-    let named = bodiless
-        .iter()
-        .any(|m| m.eq_ignore_ascii_case(method.as_str()));
-    (named && carries_body(headers))
-        .then(|| format!("a {method} with a body: a server may read the body as another request"))
-}
-
-/// Whether a request declares a body: a length other than 0, or any transfer coding.
-pub(crate) fn carries_body(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::TRANSFER_ENCODING)
-        || headers
-            .get_all(header::CONTENT_LENGTH)
-            .iter()
-            .any(|v| v.as_bytes() != b"0")
-}
-
 /// A request counted as waiting for its answer while this lives.
 struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
 
@@ -421,173 +348,5 @@ impl InFlight<'_> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A request's record until it is written: by `finish`, by the refusal or the response
-/// body that takes it, or, if the request's handler is dropped first (the client left, the
-/// tunnel ended), by `Drop`.
-struct Pending {
-    record: Option<(Attempt, Arc<EventLog>)>,
-    up: Arc<AtomicU64>,
-    /// The request went to the upstream.
-    sent: bool,
-}
-
-impl Pending {
-    fn update(&mut self, change: impl FnOnce(&mut Attempt)) {
-        if let Some((attempt, _)) = &mut self.record {
-            change(attempt);
-        }
-    }
-
-    fn finish(&mut self, end: End, detail: &str) {
-        if let Some((mut attempt, log)) = self.record.take() {
-            attempt.detail = Some(detail.to_owned());
-            log.record(&attempt.finish(end, self.up.load(Ordering::Relaxed), 0));
-        }
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        let detail = if self.sent {
-            "the client left, or the tunnel ended, before the upstream answered"
-        } else {
-            "the client left, or the tunnel ended, before the request was sent on"
-        };
-        self.finish(End::ClientError, detail);
-    }
-}
-
-/// Whether the upstream ends its connection after this response.
-fn closes(version: Version, headers: &HeaderMap) -> bool {
-    let close = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|token| token.trim().eq_ignore_ascii_case("close"));
-    close || version < Version::HTTP_11
-}
-
-/// A request body on its way up, counted; `failed` is set if reading it from the client
-/// fails (the client left mid-upload), so that is not taken for the upstream's failure.
-pub(super) struct CountedBody {
-    inner: Incoming,
-    up: Arc<AtomicU64>,
-    failed: Arc<AtomicBool>,
-}
-
-impl Body for CountedBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    self.up.fetch_add(data.len() as u64, Ordering::Relaxed);
-                }
-            }
-            Poll::Ready(Some(Err(_))) => self.failed.store(true, Ordering::Relaxed),
-            _ => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// A response body on its way down, counted; its request's record is written when it
-/// ends or is dropped unfinished.
-struct LoggedBody {
-    inner: Incoming,
-    down: u64,
-    up: Arc<AtomicU64>,
-    record: Option<(Attempt, Arc<EventLog>)>,
-    ended: bool,
-    /// The upstream failed mid-body (else an unfinished body is the client's leaving).
-    upstream_failed: bool,
-}
-
-impl Body for LoggedBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    self.down += data.len() as u64;
-                }
-            }
-            Poll::Ready(None) => self.ended = true,
-            Poll::Ready(Some(Err(_))) => self.upstream_failed = true,
-            Poll::Pending => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for LoggedBody {
-    fn drop(&mut self) {
-        if let Some((attempt, log)) = self.record.take() {
-            let end = if self.ended || self.inner.is_end_stream() {
-                End::Closed
-            } else if self.upstream_failed {
-                End::UpstreamError
-            } else {
-                End::ClientError
-            };
-            log.record(&attempt.finish(end, self.up.load(Ordering::Relaxed), self.down));
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_body_on_a_bodiless_method_is_refused_in_any_case() {
-        let mut with_body = HeaderMap::new();
-        with_body.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
-        let mut chunked = HeaderMap::new();
-        chunked.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-        let mut empty = HeaderMap::new();
-        empty.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
-        let method = |m: &str| Method::from_bytes(m.as_bytes()).unwrap();
-        for m in ["GET", "get", "Head", "OPTIONS", "trace"] {
-            assert!(body_on_bodiless(&method(m), &with_body).is_some(), "{m}");
-            assert!(body_on_bodiless(&method(m), &chunked).is_some(), "{m}");
-            assert!(body_on_bodiless(&method(m), &empty).is_none(), "{m}");
-        }
-        assert!(body_on_bodiless(&Method::POST, &with_body).is_none());
     }
 }

@@ -14,8 +14,6 @@
 mod ca;
 mod exchange;
 
-pub(crate) use exchange::{body_on_bodiless, carries_body};
-
 use std::sync::Arc;
 
 use bytes::Bytes;

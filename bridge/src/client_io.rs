@@ -37,6 +37,14 @@ pub struct ClientIo {
 }
 
 impl Stream {
+    /// The socket, for a relay that waits on it and moves bytes by syscalls.
+    pub(crate) fn socket(&self) -> crate::tunnel::Socket<'_> {
+        match self {
+            Stream::Tcp(tcp) => crate::tunnel::Socket::Tcp(tcp),
+            Stream::Unix(unix) => crate::tunnel::Socket::Unix(unix),
+        }
+    }
+
     /// The address the client dialled (for a captured connection, its destination).
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
         match self {

@@ -49,7 +49,7 @@ pub mod server;
 pub mod target;
 pub mod terminal;
 mod tls_check;
-mod tunnel;
+pub mod tunnel;
 mod upstream;
 
 pub use error::BridgeError;

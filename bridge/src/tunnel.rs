@@ -18,7 +18,7 @@
 
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -42,6 +42,14 @@ const RELAY_BUFFER_MAX_BYTES: usize = 1024 * 1024;
 /// What a splicing direction asks its pipe to hold: one splice moves up to this much
 /// (the kernel keeps it at 64 KiB where it cannot grow the pipe, which still works).
 const SPLICE_PIPE_BYTES: usize = 1024 * 1024;
+/// Directions splicing at once, across the bridge, at most: each holds a pipe (two
+/// descriptors), and a client that keeps many bulk tunnels open must not use up the
+/// descriptors other connections are accepted and dialed with. Past it, bulk directions
+/// copy through a buffer instead.
+pub const MAX_SPLICING_DIRECTIONS: usize = 512;
+
+/// Pipes open now (at most `MAX_SPLICING_DIRECTIONS`).
+static PIPES_OPEN: AtomicUsize = AtomicUsize::new(0);
 
 /// What a finished tunnel moved, and how it ended.
 #[derive(Debug, Clone, Copy)]
@@ -331,8 +339,8 @@ async fn socket_pump(
             break;
         }
     }
-    // A bulk transfer. A pipe that cannot be made (out of descriptors) leaves the bytes
-    // to a buffer, as for a stream that is not a socket.
+    // A bulk transfer. Past the bridge's pipes, or out of descriptors, the bytes go
+    // through a buffer, as for a stream that is not a socket.
     let Ok(pipe) = Pipe::new() else {
         return buffered_pump(reader, writer, count, flow, (from, to)).await;
     };
@@ -412,7 +420,21 @@ struct Pipe {
 
 impl Pipe {
     fn new() -> io::Result<Pipe> {
-        let (read, write) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
+        let taken = PIPES_OPEN.fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+            (open < MAX_SPLICING_DIRECTIONS).then_some(open + 1)
+        });
+        if taken.is_err() {
+            return Err(io::Error::other(
+                "the bridge splices as many directions as it may",
+            ));
+        }
+        let (read, write) = match nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC) {
+            Ok(ends) => ends,
+            Err(e) => {
+                PIPES_OPEN.fetch_sub(1, Ordering::AcqRel);
+                return Err(e.into());
+            }
+        };
         // Larger moves, fewer syscalls; where the system's pipe limits refuse, the
         // default size does the same job in more steps.
         let size = i32::try_from(SPLICE_PIPE_BYTES).unwrap_or(i32::MAX);
@@ -431,5 +453,91 @@ impl Pipe {
     fn drain_to(&self, socket: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
         let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
         nix::fcntl::splice(&self.read, None, socket, None, len, flags).map_err(io::Error::from)
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        PIPES_OPEN.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A connected loopback pair.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dialed = TcpStream::connect(listener.local_addr().unwrap());
+        let (dialed, accepted) = tokio::join!(dialed, listener.accept());
+        (dialed.unwrap(), accepted.unwrap().0)
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
+    }
+
+    /// 4 MiB each way through `relay_client`, each side half-closing when done: what
+    /// arrives is what was sent, and the counts say so.
+    async fn both_ways_intact() -> TunnelStats {
+        let (mut client, client_end) = pair().await;
+        let (upstream_end, mut server) = pair().await;
+        let relay = tokio::spawn(relay_client(
+            Stream::Tcp(client_end),
+            Bytes::from_static(b"prefix:"),
+            upstream_end,
+            Duration::from_secs(30),
+            std::future::pending(),
+        ));
+        let (up, down) = (pattern(4 << 20, 1), pattern(4 << 20, 2));
+        let (client_side, server_side) = tokio::join!(
+            async {
+                client.write_all(&up).await.unwrap();
+                client.shutdown().await.unwrap();
+                let mut got = Vec::new();
+                client.read_to_end(&mut got).await.unwrap();
+                got
+            },
+            async {
+                server.write_all(&down).await.unwrap();
+                server.shutdown().await.unwrap();
+                let mut got = Vec::new();
+                server.read_to_end(&mut got).await.unwrap();
+                got
+            }
+        );
+        assert!(client_side == down, "downward bytes differ");
+        assert_eq!(&server_side[..7], b"prefix:");
+        assert!(server_side[7..] == up[..], "upward bytes differ");
+        relay.await.unwrap()
+    }
+
+    #[test]
+    fn bulk_directions_arrive_intact_spliced_and_when_no_pipe_is_left() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for pipes_left in [true, false] {
+            // No other test here tunnels, so the bridge-wide count is this test's own.
+            if !pipes_left {
+                PIPES_OPEN.store(MAX_SPLICING_DIRECTIONS, Ordering::SeqCst);
+            }
+            let stats = runtime.block_on(both_ways_intact());
+            assert_eq!(stats.end, End::Closed, "pipes left: {pipes_left}");
+            assert_eq!(stats.bytes_up, (4 << 20) + 7);
+            assert_eq!(stats.bytes_down, 4 << 20);
+            let open = PIPES_OPEN.load(Ordering::SeqCst);
+            let expected = if pipes_left {
+                0
+            } else {
+                MAX_SPLICING_DIRECTIONS
+            };
+            assert_eq!(open, expected, "every pipe given back");
+        }
+        PIPES_OPEN.store(0, Ordering::SeqCst);
     }
 }

@@ -47,11 +47,11 @@ impl Limits {
 
 /// A line to say when the open-file limit (already raised to its hard limit at start)
 /// cannot hold `max_connections` at once: each takes two fds (the client's and the
-/// upstream's), the refusals in flight past it one each (256), and netbox needs a few of
-/// its own.
+/// upstream's), the refusals in flight past it one each (256), the tunnels' splice pipes
+/// two each (`MAX_SPLICING_DIRECTIONS`), and netbox needs a few of its own.
 pub fn open_file_note(max_connections: usize) -> Option<String> {
     use nix::sys::resource::{getrlimit, Resource};
-    const OWN_FDS: u64 = 64 + 256;
+    const OWN_FDS: u64 = 64 + 256 + 2 * bridge::tunnel::MAX_SPLICING_DIRECTIONS as u64;
     let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
     let wanted = u64::try_from(max_connections).ok()?.saturating_mul(2) + OWN_FDS;
     (soft < wanted).then(|| {

@@ -1,17 +1,25 @@
 """Proxy overhead, side by side in one run: direct, netbox's bridge, and the proxies people
 use where they are installed (tinyproxy, squid), against one local nginx on loopback.
 
-Run by benches/proxies.sh (which builds the release netbox and the connect_latency bench)
-as: python3 benches/proxies.py NETBOX CONNECT_LATENCY [--quick] [--proxy NAME=COMMAND ...]
-(COMMAND with {port}: another proxy, benchmarked the same way).
+Run by benches/proxies.sh (which builds the release netbox, the connect_latency bench and
+the chart) as: python3 benches/proxies.py NETBOX CONNECT_LATENCY CHART [--quick]
+[--proxy NAME=COMMAND ...] (COMMAND with {port}: another proxy, benchmarked the same way).
+
+A full run writes its table and targets into benches/RESULTS.md (between the markers),
+the figures to benches/proxies.json and the chart to benches/proxies.svg; --quick runs
+every scenario once and briefly, and draws the chart in a temporary directory only, so
+that CI keeps every part working without taking its noisy figures for results.
 
 Each scenario runs every proxy in the same run, and direct beside it, so that only ratios
 measured together are compared (these machines are shared and noisy). CPU is the proxy
 process's own (utime + stime from /proc/PID/stat, all its threads), over the scenario.
 """
 
+import json
 import os
+import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -22,6 +30,22 @@ import tempfile
 import time
 
 TICKS = os.sysconf("SC_CLK_TCK")
+BENCHES = os.path.dirname(os.path.abspath(__file__))
+MARK_BEGIN = "<!-- benches/proxies.sh writes from here -->"
+MARK_END = "<!-- benches/proxies.sh writes up to here -->"
+
+
+def more_files(wanted):
+    """Raises this process's open-file limit (its children inherit it) towards `wanted`;
+    returns what it is."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for limit in [(wanted, max(wanted, hard)), (min(wanted, hard), hard)]:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+            break
+        except (ValueError, OSError):
+            continue
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def free_port():
@@ -105,7 +129,7 @@ def start_netbox(netbox, work, upstream):
     port = free_port()
     process = subprocess.Popen(
         [netbox, "bridge", "--listen", f"127.0.0.1:{port}", "--allow", f"127.0.0.1:{upstream}",
-         "--quiet", "--log", f"{work}/netbox.jsonl"],
+         "--quiet", "--log", f"{work}/netbox.jsonl", "--max-connections", "30000"],
         stderr=subprocess.DEVNULL)
     return Proxy("netbox", port, process) if wait_for_port(port) else None
 
@@ -121,7 +145,7 @@ Group nogroup
 Port {port}
 Listen 127.0.0.1
 Timeout 600
-MaxClients 4096
+MaxClients 30000
 LogLevel Critical
 ConnectPort {upstream}
 Allow 127.0.0.1
@@ -148,22 +172,24 @@ cache_log {work}/squid-cache.log
 pid_filename {work}/squid.pid
 coredump_dir {work}
 shutdown_lifetime 0 seconds
+max_filedescriptors 65536
 """)
     process = subprocess.Popen(["squid", "-N", "-f", conf],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return Proxy("squid", port, process) if wait_for_port(port, 20) else None
 
 
-def curl_speed(url, proxy):
-    """Bytes per second of one download, through a CONNECT tunnel when `proxy` is given."""
+def curl_speed(url, proxy, tunnel=True):
+    """Bytes per second of one download, through `proxy` when given: a CONNECT tunnel, or
+    the forward path."""
     command = ["curl", "-s", "-o", "/dev/null", "-w", "%{speed_download}"]
     if proxy:
-        command += ["-p", "-x", f"http://127.0.0.1:{proxy}"]
+        command += (["-p"] if tunnel else []) + ["-x", f"http://127.0.0.1:{proxy}"]
     out = subprocess.run(command + [url], capture_output=True, text=True, check=True)
     return float(out.stdout)
 
 
-def tunnel(proxies, upstream, big_mib, rounds):
+def tunnel(proxies, upstream, big_mib, rounds, through_tunnel=True):
     """1 big download each, rounds alternating: MB/s medians, and CPU per GiB."""
     url = f"http://127.0.0.1:{upstream}/big.bin"
     curl_speed(url, None)
@@ -172,7 +198,8 @@ def tunnel(proxies, upstream, big_mib, rounds):
     for _ in range(rounds):
         for p in proxies:
             before = p.cpu()
-            speeds[p.name].append(curl_speed(url, p.port if p.process else None))
+            speeds[p.name].append(curl_speed(url, p.port if p.process else None,
+                                             through_tunnel))
             cpu[p.name] += p.cpu() - before
     gib = rounds * big_mib / 1024
     return {name: (statistics.median(s) / 1e6, cpu[name] / gib) for name, s in speeds.items()}
@@ -232,48 +259,244 @@ def forward(proxies, upstream, seconds, work):
     return results
 
 
-def table(proxies, tunnel_r, connect_r, forward_r, idle):
-    names = [p.name for p in proxies]
-    rows = []
-    d = tunnel_r["direct"][0]
-    rows.append(["1 big download through a CONNECT tunnel, MB/s (x direct)"] +
-                [f"{tunnel_r[n][0]:,.0f}" if n == "direct" else
-                 f"{tunnel_r[n][0]:,.0f} ({tunnel_r[n][0] / d:.2f}x)" for n in names])
-    rows.append(["CPU per GiB tunnelled, s"] +
-                ["—" if n == "direct" else f"{tunnel_r[n][1]:.2f}" for n in names])
-    if connect_r:
-        first = next(iter(connect_r.values()))
+HOLDER = """
+import socket, sys, threading
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", 0))
+listener.listen(4096)
+print(listener.getsockname()[1], flush=True)
+held = []
+while True:
+    held.append(listener.accept()[0])
+"""
+
+
+def idle_tunnels(proxies, count, work):
+    """`count` CONNECT tunnels opened through each proxy to a server that accepts and holds
+    them, held, then closed: tunnels that failed, seconds to open and to close them all,
+    and the proxy's RSS growth per tunnel in KiB."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        port = int(holder.stdout.readline())
+        request = f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+        results = {}
+        for p in proxies:
+            if not p.process:
+                continue
+            before = rss_kib(p.pid)
+            started = time.perf_counter()
+            opened, failed = [], 0
+            for _ in range(count):
+                try:
+                    s = socket.create_connection(("127.0.0.1", p.port), timeout=10)
+                    s.sendall(request.encode())
+                    opened.append(s)
+                except OSError:
+                    failed += 1
+            held = []
+            for s in opened:
+                try:
+                    answer = s.recv(256)
+                    if re.match(rb"HTTP/1\.[01] 200", answer):
+                        held.append(s)
+                        continue
+                except OSError:
+                    pass
+                failed += 1
+                s.close()
+            opening = time.perf_counter() - started
+            time.sleep(1)
+            grown = rss_kib(p.pid) - before
+            started = time.perf_counter()
+            for s in held:
+                s.close()
+            closing = time.perf_counter() - started
+            results[p.name] = (failed, opening, closing, grown / max(len(held), 1))
+            # Let the proxy see the closes before the next one is measured.
+            time.sleep(2)
+        return results
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def startup(netbox, runs, work):
+    """Start-up, alternating run by run (posix_spawn to reap, wall time): `true`,
+    `unshare -Urn true`, bubblewrap where installed, and `netbox -- true`; medians in ms."""
+    ws = os.path.join(work, "ws")
+    os.makedirs(ws, exist_ok=True)
+    commands = {"true": ["true"], "unshare -Urn": ["unshare", "-Urn", "true"]}
+    if shutil.which("bwrap"):
+        commands["bubblewrap"] = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind",
+                                  "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs",
+                                  "/tmp", "true"]
+    commands["netbox --"] = [os.path.abspath(netbox), "--quiet", "--log",
+                             os.path.join(work, "startup.jsonl"), "--", "true"]
+    argv = {name: [shutil.which(c[0]) or c[0]] + c[1:] for name, c in commands.items()}
+    times = {name: [] for name in argv}
+    for _ in range(runs + 3):
+        for name, command in argv.items():
+            started = time.perf_counter()
+            pid = os.posix_spawn(command[0], command, os.environ)
+            _, status = os.waitpid(pid, 0)
+            if os.waitstatus_to_exitcode(status) != 0:
+                print(f"start-up: {name} failed", file=sys.stderr)
+                return {}
+            times[name].append(time.perf_counter() - started)
+    # The first rounds warm the page cache.
+    return {name: statistics.median(t[3:]) * 1000 for name, t in times.items()}
+
+
+def ratio(value, base):
+    return value / base if base else float("nan")
+
+
+def scenarios(names, r):
+    """The figures as rows: (label, {name: cell text}) for the table, and the ratios the
+    chart draws: (label, better, target, {name: ratio})."""
+    rows, chart = [], []
+    def mbps(n, t):
+        if n == "direct":
+            return f"{t[n][0]:,.0f}"
+        return f"{t[n][0]:,.0f} ({ratio(t[n][0], t['direct'][0]):.2f}x)"
+    for key, label in [("tunnel", "1 big download through a CONNECT tunnel"),
+                       ("forward_big", "1 big download through the forward path")]:
+        t = r.get(key)
+        if not t:
+            continue
+        rows.append((f"{label}, MB/s (x direct)", {n: mbps(n, t) for n in names if n in t}, key))
+        rows.append((f"CPU per GiB, {label.split(' through ')[1]}, s",
+                     {n: "—" if n == "direct" else f"{t[n][1]:.2f}" for n in names if n in t}, key))
+        chart.append((f"{label.split(' through ')[1]}: MB/s", "higher",
+                      0.9 if key == "tunnel" else None,
+                      {n: ratio(t[n][0], t["direct"][0]) for n in names
+                       if n in t and n != "direct"}))
+    c = r.get("connect")
+    if c:
+        first = next(iter(c.values()))
         def cell(n, show):
             if n == "direct":
                 return show(first, True)
-            return show(connect_r[n], False) if n in connect_r else "failed"
-        rows.append(["new connection: CONNECT + 1 KiB GET, median us (x direct of its run)"] +
-                    [cell(n, lambda r, d: f"{r[0]:.0f}" if d else
-                          f"{r[2]:.0f} ({r[2] / r[0]:.2f}x)") for n in names])
-        rows.append(["new connection, p90 us"] +
-                    [cell(n, lambda r, d: f"{r[1]:.0f}" if d else f"{r[3]:.0f}")
-                     for n in names])
-        rows.append(["CPU per new connection, us"] +
-                    [cell(n, lambda r, d: "—" if d else f"{r[4]:.0f}") for n in names])
-    if forward_r:
-        fd = forward_r["direct"][0]
-        rows.append(["1 KiB requests, forward path (wrk -t2 -c32), req/s (x direct)"] +
-                    [f"{forward_r[n][0]:,.0f}" if n == "direct" else
-                     f"{forward_r[n][0]:,.0f} ({forward_r[n][0] / fd:.2f}x)" for n in names])
-        rows.append(["forward path p50 / p99, ms"] +
-                    [f"{forward_r[n][1]:.2f} / {forward_r[n][2]:.2f}" for n in names])
-        rows.append(["CPU per forwarded request, us"] +
-                    ["—" if n == "direct" else f"{forward_r[n][3]:.0f}" for n in names])
-        failed = {n: forward_r[n][4] for n in names if forward_r[n][4]}
+            return show(c[n], False) if n in c else "failed"
+        rows.append(("new connection: CONNECT + 1 KiB GET, median us (x direct of its run)",
+                     {n: cell(n, lambda v, d: f"{v[0]:.0f}" if d else
+                              f"{v[2]:.0f} ({v[2] / v[0]:.2f}x)") for n in names}, "connect"))
+        rows.append(("new connection, p90 us",
+                     {n: cell(n, lambda v, d: f"{v[1]:.0f}" if d else f"{v[3]:.0f}")
+                      for n in names}, "connect"))
+        rows.append(("CPU per new connection, us",
+                     {n: cell(n, lambda v, d: "—" if d else f"{v[4]:.0f}") for n in names}, "connect"))
+        chart.append(("new connection: time", "lower", 1.8,
+                      {n: v[2] / v[0] for n, v in c.items()}))
+    f = r.get("forward")
+    if f:
+        fd = f["direct"]
+        rows.append(("1 KiB requests, forward path (wrk -t2 -c32), req/s (x direct)",
+                     {n: f"{f[n][0]:,.0f}" if n == "direct" else
+                      f"{f[n][0]:,.0f} ({ratio(f[n][0], fd[0]):.2f}x)" for n in names if n in f}, "forward"))
+        rows.append(("forward path p50 / p99, ms",
+                     {n: f"{f[n][1]:.2f} / {f[n][2]:.2f}" for n in names if n in f}, "forward"))
+        rows.append(("CPU per forwarded request, us",
+                     {n: "—" if n == "direct" else f"{f[n][3]:.0f}" for n in names if n in f}, "forward"))
+        failed = {n: f[n][4] for n in names if n in f and f[n][4]}
         if failed:
-            rows.append(["forward path: responses not 2xx/3xx"] +
-                        [str(failed.get(n, 0)) for n in names])
-    rows.append(["idle RSS, MiB"] + ["—" if n == "direct" else f"{idle[n] / 1024:.1f}"
-                                      for n in names])
-    header = ["scenario"] + names
+            rows.append(("forward path: responses not 2xx/3xx",
+                         {n: str(failed.get(n, 0)) for n in names}, "forward"))
+        chart.append(("forward path: req/s", "higher", 0.5,
+                      {n: ratio(f[n][0], fd[0]) for n in names if n in f and n != "direct"}))
+        chart.append(("forward path: p99", "lower", 2.0,
+                      {n: ratio(f[n][2], fd[2]) for n in names if n in f and n != "direct"}))
+    i = r.get("idle_tunnels")
+    if i:
+        count = r["idle_tunnel_count"]
+        rows.append((f"{count:,} idle tunnels: failed, open s, close s",
+                     {n: f"{v[0]}, {v[1]:.1f}, {v[2]:.1f}" for n, v in i.items()}, "idle_tunnels"))
+        rows.append(("RSS per idle tunnel, KiB",
+                     {n: f"{v[3]:.1f}" for n, v in i.items()}, "idle_tunnels"))
+    rows.append(("idle RSS, MiB", {n: f"{v / 1024:.1f}" for n, v in r["idle"].items()},
+                 "idle"))
+    s = r.get("startup")
+    if s:
+        base = s.get("bubblewrap")
+        rows.append(("start-up, ms: " + ", ".join(f"{k} {v:.2f}" for k, v in s.items()),
+                     {"netbox": f"{s['netbox --']:.2f}" + (
+                         f" ({s['netbox --'] / base:.2f}x bubblewrap)" if base else "")}, "startup"))
+        if base:
+            chart.append(("start-up: netbox -- true vs bubblewrap", "lower", 1.1,
+                          {"netbox": s["netbox --"] / base}))
+    return rows, chart
+
+
+def targets(r):
+    """Each target of issue 18, its figure from this run, and PASS or MISS."""
+    out = []
+    def check(what, figure, ok):
+        out.append((what, figure, "PASS" if ok else "MISS"))
+    f = r.get("forward", {})
+    if "netbox" in f:
+        x = ratio(f["netbox"][0], f["direct"][0])
+        check("forward path ≥ 0.5x direct req/s", f"{x:.2f}x", x >= 0.5)
+        x = ratio(f["netbox"][2], f["direct"][2])
+        check("forward path p99 ≤ 2x direct", f"{x:.2f}x", x <= 2)
+    c = r.get("connect", {})
+    if "netbox" in c:
+        x = c["netbox"][2] / c["netbox"][0]
+        check("new connection ≤ 1.8x direct", f"{x:.2f}x", x <= 1.8)
+        if "tinyproxy" in c:
+            check("CPU per new connection below tinyproxy's",
+                  f"{c['netbox'][4]:.0f} vs {c['tinyproxy'][4]:.0f} us",
+                  c["netbox"][4] < c["tinyproxy"][4])
+    t = r.get("tunnel", {})
+    if "netbox" in t:
+        x = ratio(t["netbox"][0], t["direct"][0])
+        check("tunnel ≥ 0.9x direct", f"{x:.2f}x", x >= 0.9)
+        check("tunnel ≤ 0.3 CPU-s per GiB", f"{t['netbox'][1]:.2f} s", t["netbox"][1] <= 0.3)
+    i = r.get("idle_tunnels", {})
+    if "netbox" in i:
+        failed, _, _, per = i["netbox"]
+        check(f"{r['idle_tunnel_count']:,} tunnels, no error", f"{failed} failed", failed == 0)
+        check("≤ 32 KiB bridge RSS per tunnel", f"{per:.1f} KiB", per <= 32)
+    if "netbox" in r["idle"]:
+        mib = r["idle"]["netbox"] / 1024
+        check("idle RSS ≤ 8 MiB", f"{mib:.1f} MiB", mib <= 8)
+    s = r.get("startup", {})
+    if "bubblewrap" in s:
+        x = s["netbox --"] / s["bubblewrap"]
+        check("start-up ≤ 1.1x bubblewrap", f"{x:.2f}x", x <= 1.1)
+    return out
+
+
+def markdown(names, rows, loads):
+    """The table: a row per figure, a column per proxy, and the machine's load average as
+    the row's scenario started (a noisy row shows)."""
+    header = ["scenario"] + names + ["load"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    for label, cells, key in rows:
+        load = f"{loads[key]:.2f}" if key in loads else ""
+        lines.append("| " + " | ".join([label] + [cells.get(n, "") for n in names] +
+                                       [load]) + " |")
     return "\n".join(lines)
+
+
+def version(command):
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout + out.stderr).strip().splitlines()
+    return text[0].strip() if text else None
+
+
+def machine():
+    model = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{os.cpu_count()} CPUs ({model}), Linux {platform.release()}"
 
 
 def start_command(name, command, work):
@@ -311,10 +534,35 @@ def arguments(args):
     return quick, extra
 
 
+def write_results(text, figures, chart_svg):
+    """Puts the run's section into benches/RESULTS.md between the markers, and the figures
+    and chart beside it."""
+    path = os.path.join(BENCHES, "RESULTS.md")
+    with open(path) as f:
+        old = f.read()
+    if MARK_BEGIN in old and MARK_END in old:
+        head, rest = old.split(MARK_BEGIN, 1)
+        tail = rest.split(MARK_END, 1)[1]
+    else:
+        head, tail = old.rstrip() + "\n\n", "\n"
+    with open(path, "w") as f:
+        f.write(head + MARK_BEGIN + "\n" + text + "\n" + MARK_END + tail)
+    with open(os.path.join(BENCHES, "proxies.json"), "w") as f:
+        json.dump(figures, f, indent=1)
+        f.write("\n")
+    shutil.copy(chart_svg, os.path.join(BENCHES, "proxies.svg"))
+
+
 def main():
-    netbox, latency_bin = sys.argv[1], sys.argv[2]
-    quick, extra = arguments(sys.argv[3:])
-    big_mib, rounds, connections, seconds = (128, 1, 100, 2) if quick else (1024, 3, 500, 10)
+    netbox, latency_bin, chart_bin = sys.argv[1], sys.argv[2], sys.argv[3]
+    quick, extra = arguments(sys.argv[4:])
+    big_mib, rounds, connections, seconds, tunnels, runs = \
+        (128, 1, 100, 2, 1000, 20) if quick else (1024, 3, 500, 10, 10000, 200)
+    # Each idle tunnel is a socket here, and two in each proxy.
+    files = more_files(2 * tunnels + 1000)
+    if files < tunnels + 500:
+        tunnels = max(0, files - 500)
+        print(f"the open-file limit ({files}) holds {tunnels} idle tunnels", file=sys.stderr)
     work = tempfile.mkdtemp(prefix="netbox-proxies.")
     started = []
     try:
@@ -334,20 +582,59 @@ def main():
             else:
                 skipped.append(name)
         time.sleep(0.5)
-        idle = {p.name: rss_kib(p.pid) for p in proxies if p.process}
-        load = os.getloadavg()[0]
-        tunnel_r = tunnel(proxies, upstream, big_mib, rounds)
-        connect_r = new_connections(proxies, latency_bin, upstream, connections)
-        forward_r = forward(proxies, upstream, seconds, work)
-        print(table(proxies, tunnel_r, connect_r, forward_r, idle))
-        print()
-        print(f"{'quick: one short round each' if quick else f'{rounds} rounds of {big_mib} MiB'}"
-              f"; load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; "
-              f"{os.cpu_count()} CPUs")
+        r = {"idle": {p.name: rss_kib(p.pid) for p in proxies if p.process}, "loads": {},
+             "idle_tunnel_count": tunnels}
+        r["loads"]["idle"] = os.getloadavg()[0]
+        scenario_runs = [
+            ("startup", lambda: startup(netbox, runs, work)),
+            ("tunnel", lambda: tunnel(proxies, upstream, big_mib, rounds)),
+            ("forward_big", lambda: tunnel(proxies, upstream, big_mib, rounds, False)),
+            ("connect", lambda: new_connections(proxies, latency_bin, upstream, connections)),
+            ("forward", lambda: forward(proxies, upstream, seconds, work)),
+            ("idle_tunnels", lambda: idle_tunnels(proxies, tunnels, work) if tunnels else {}),
+        ]
+        for key, run in scenario_runs:
+            r["loads"][key] = os.getloadavg()[0]
+            r[key] = run()
+        names = [p.name for p in proxies]
+        rows, chart = scenarios(names, r)
+        checked = targets(r)
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        netbox_version = version([netbox, "--version"]) or "netbox"
+        peers = {name: version(command) for name, command in [
+            ("nginx", ["nginx", "-v"]), ("tinyproxy", ["tinyproxy", "-v"]),
+            ("squid", ["squid", "-v"]), ("bubblewrap", ["bwrap", "--version"]),
+            ("curl", ["curl", "--version"]), ("wrk", ["wrk", "-v"])]}
+        kind = "quick: one short round each" if quick else \
+            f"{rounds} rounds of {big_mib} MiB, {connections} new connections, wrk {seconds} s"
+        lines = [f"### Proxy overhead, {when}", "",
+                 f"{machine()}; {kind}; {netbox_version}; "
+                 + ", ".join(f"{v}" for v in peers.values() if v) + ".", "",
+                 markdown(names, rows, r["loads"]), "",
+                 "| target | this run | |", "| --- | --- | --- |"]
+        lines += [f"| {what} | {figure} | {verdict} |" for what, figure, verdict in checked]
         if skipped:
-            print("not installed or did not start: " + ", ".join(skipped))
-        if not forward_r:
-            print("forward path skipped: wrk is not installed")
+            lines += ["", "not installed or did not start: " + ", ".join(skipped)]
+        if not r["forward"]:
+            lines += ["", "forward path skipped: wrk is not installed"]
+        text = "\n".join(lines)
+        print(text)
+        figures = {"title": "netbox's bridge beside other proxies, as a multiple of direct",
+                   "subtitle": f"{when}; {machine()}; {kind}",
+                   "proxies": [n for n in names if n != "direct"],
+                   "scenarios": [{"name": label, "better": better, "target": target,
+                                  "ratios": ratios} for label, better, target, ratios in chart],
+                   "raw": {k: v for k, v in r.items()}}
+        figures_path = os.path.join(work, "proxies.json")
+        with open(figures_path, "w") as f:
+            json.dump(figures, f, indent=1)
+        svg = os.path.join(work, "proxies.svg")
+        subprocess.run([chart_bin, figures_path, svg], check=True)
+        if os.path.getsize(svg) < 1000:
+            sys.exit("benches/proxies.py: the chart came out empty")
+        if not quick:
+            write_results(text, figures, svg)
+            print("\nwritten: benches/RESULTS.md, benches/proxies.json, benches/proxies.svg")
     finally:
         for process in started:
             process.send_signal(signal.SIGTERM)

@@ -14,6 +14,8 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Uri, Version};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use tokio::sync::watch;
+
 use crate::log::{Attempt, End, EventLog};
 use crate::target::Target;
 
@@ -160,11 +162,37 @@ pub(crate) fn origin_request(
     Request::from_parts(
         parts,
         CountedBody {
-            inner: body,
+            inner: Some(body),
             up,
             failed,
         },
     )
+}
+
+/// The same request again, for another connection, if it can be sent twice: a method a
+/// server may be asked twice (RFC 9110 §9.2.2), and no body.
+pub(crate) fn resendable(req: &Request<CountedBody>) -> Option<Request<CountedBody>> {
+    let idempotent = [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::TRACE,
+        Method::PUT,
+        Method::DELETE,
+    ];
+    if !idempotent.contains(req.method()) || carries_body(req.headers()) {
+        return None;
+    }
+    let mut again = Request::new(CountedBody {
+        inner: None,
+        up: Arc::clone(&req.body().up),
+        failed: Arc::clone(&req.body().failed),
+    });
+    *again.method_mut() = req.method().clone();
+    *again.uri_mut() = req.uri().clone();
+    *again.version_mut() = req.version();
+    *again.headers_mut() = req.headers().clone();
+    Some(again)
 }
 
 /// A request's record until it is written: by `finish`, by whoever answers a refusal, by
@@ -175,14 +203,18 @@ pub(crate) struct Pending {
     pub up: Arc<AtomicU64>,
     /// The request went to the upstream.
     pub sent: bool,
+    /// The bridge's stop signal: a request cut off by the bridge stopping ended so, not
+    /// by its client.
+    stop: watch::Receiver<bool>,
 }
 
 impl Pending {
-    pub fn new(attempt: Attempt, log: Arc<EventLog>) -> Pending {
+    pub fn new(attempt: Attempt, log: Arc<EventLog>, stop: watch::Receiver<bool>) -> Pending {
         Pending {
             record: Some((attempt, log)),
             up: Arc::new(AtomicU64::new(0)),
             sent: false,
+            stop,
         }
     }
 
@@ -209,12 +241,19 @@ impl Pending {
             ended: false,
             upstream_failed: false,
             fate,
+            stop: self.stop.clone(),
         }
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
+        if *self.stop.borrow() {
+            return self.finish(
+                End::Shutdown,
+                "the bridge stopped before the upstream answered",
+            );
+        }
         let detail = if self.sent {
             "the client left, or its connection ended, before the upstream answered"
         } else {
@@ -227,7 +266,8 @@ impl Drop for Pending {
 /// A request body on its way up, counted; `failed` is set if reading it from the client
 /// fails (the client left mid-upload), so that is not taken for the upstream's failure.
 pub(crate) struct CountedBody {
-    inner: Incoming,
+    /// None: a request sent again, which has no body.
+    inner: Option<Incoming>,
     up: Arc<AtomicU64>,
     failed: Arc<AtomicBool>,
 }
@@ -240,7 +280,10 @@ impl Body for CountedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = Pin::new(inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
@@ -254,11 +297,13 @@ impl Body for CountedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
     }
 }
 
@@ -275,6 +320,7 @@ pub(crate) struct LoggedBody {
     /// Why the upstream connection was ended, when the bridge ended it (nothing moved for
     /// the idle timeout, the bridge stopped): that, rather than a failure, ends the body.
     fate: Arc<OnceLock<End>>,
+    stop: watch::Receiver<bool>,
 }
 
 impl Body for LoggedBody {
@@ -290,6 +336,10 @@ impl Body for LoggedBody {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     self.down += data.len() as u64;
+                }
+                // Trailers are a body's last frame: hyper asks for nothing after them.
+                if frame.is_trailers() {
+                    self.ended = true;
                 }
             }
             Poll::Ready(None) => self.ended = true,
@@ -315,6 +365,8 @@ impl Drop for LoggedBody {
                 End::Closed
             } else if let Some(end) = self.fate.get() {
                 *end
+            } else if *self.stop.borrow() {
+                End::Shutdown
             } else if self.upstream_failed {
                 End::UpstreamError
             } else {

@@ -477,7 +477,9 @@ mod tests {
     }
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
-        (0..len).map(|i| u8::try_from(i % 251).unwrap_or(0) ^ seed).collect()
+        (0..len)
+            .map(|i| u8::try_from(i % 251).unwrap_or(0) ^ seed)
+            .collect()
     }
 
     /// 4 MiB each way through `relay_client`, each side half-closing when done: what

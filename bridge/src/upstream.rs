@@ -61,6 +61,12 @@ pub async fn open(
         refusal
     };
     attempt.target = Some(target.clone());
+    // A dial again for a request (its kept connection closed) starts from nothing: what an
+    // earlier dial found is not this one's.
+    attempt.decision = Verdict::Deny;
+    attempt.resolved.clear();
+    attempt.dialed = None;
+    attempt.opened_by = None;
     if conn.shared.config.panic_on_host.as_deref() == Some(&target.host.to_string()) {
         panic!("test hook: a request for {}", target.host);
     }

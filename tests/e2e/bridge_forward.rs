@@ -15,7 +15,9 @@ use crate::support::{curl, stderr, stdout, Bridge, TestDir};
 /// (`conn N req M PATH host HOST`), so a test can see which requests shared one. `/close`
 /// is answered with `Connection: close`; `/drop` is answered as keep-alive and then the
 /// connection is closed anyway; `/smuggle` answers with a second, unasked-for response
-/// behind the first.
+/// behind the first; after `/vanish`, the connection's next request is read and the
+/// connection closed without an answer (a keep-alive that ran out as it came); `/trailers`
+/// is answered chunked, with a trailer.
 struct CountingServer {
     addr: SocketAddr,
     requests: Arc<AtomicUsize>,
@@ -40,6 +42,7 @@ impl CountingServer {
 
 fn serve(stream: std::net::TcpStream, conn: usize, seen: &AtomicUsize) {
     let mut reader = BufReader::new(stream);
+    let mut vanishing = false;
     for request in 1.. {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
@@ -47,6 +50,7 @@ fn serve(stream: std::net::TcpStream, conn: usize, seen: &AtomicUsize) {
         }
         let path = line.split(' ').nth(1).unwrap_or("").to_owned();
         let mut host = String::new();
+        let mut length = 0;
         loop {
             let mut field = String::new();
             if reader.read_line(&mut field).unwrap_or(0) == 0 || field == "\r\n" {
@@ -56,10 +60,32 @@ fn serve(stream: std::net::TcpStream, conn: usize, seen: &AtomicUsize) {
                 if name.eq_ignore_ascii_case("host") {
                     host = value.trim().to_owned();
                 }
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
             }
         }
+        let mut content = vec![0u8; length];
+        if std::io::Read::read_exact(&mut reader, &mut content).is_err() {
+            return;
+        }
         seen.fetch_add(1, Ordering::SeqCst);
+        if vanishing {
+            return;
+        }
+        vanishing = path == "/vanish";
         let body = format!("conn {conn} req {request} {path} host {host}\n");
+        if path == "/trailers" {
+            let chunked = format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n\
+                 {:x}\r\n{body}\r\n0\r\nX-T: 1\r\n\r\n",
+                body.len()
+            );
+            if reader.get_mut().write_all(chunked.as_bytes()).is_err() {
+                return;
+            }
+            continue;
+        }
         let close = if path == "/close" {
             "Connection: close\r\n"
         } else {
@@ -238,4 +264,74 @@ fn what_a_server_leaves_on_a_kept_connection_is_never_the_next_answer() {
             .all(|e| e["status"] == 200 && e["end"] == "closed"),
         "{events:#?}"
     );
+}
+
+#[test]
+fn a_keep_alive_that_runs_out_as_a_request_goes_is_not_the_clients_failure() {
+    let dir = TestDir::new("fwd-vanish");
+    let server = CountingServer::start();
+    let p = server.addr.port();
+    let bridge = Bridge::start(&dir, &policy(p, ""), &[]);
+    let url = |path: &str| format!("http://a.test:{p}{path}");
+    // A GET may be asked twice: it goes again on a new connection. The server saw it on
+    // the first too (read, then the connection closed), so it counts four requests.
+    let (bodies, _) = fetch_all(&bridge, &[url("/vanish"), url("/again")]);
+    let a = format!("a.test:{p}");
+    assert_eq!(
+        bodies,
+        [
+            format!("conn 1 req 1 /vanish host {a}"),
+            format!("conn 2 req 1 /again host {a}"),
+        ]
+    );
+    assert_eq!(server.requests.load(Ordering::SeqCst), 3);
+    // A POST may not: the client is told it failed, and the record says how.
+    let proxy = bridge.proxy_url();
+    let out = curl(&[
+        "-x",
+        &proxy,
+        "-w",
+        "%{http_code}\n",
+        &url("/vanish"),
+        "--next",
+        "-x",
+        &proxy,
+        "-w",
+        "%{http_code}\n",
+        "--data",
+        "x",
+        &url("/posted"),
+    ]);
+    let text = stdout(&out);
+    let codes: Vec<&str> = text.lines().filter(|l| l.len() == 3).collect();
+    assert_eq!(codes, ["200", "502"], "{text} {}", stderr(&out));
+    assert_eq!(
+        server.requests.load(Ordering::SeqCst),
+        5,
+        "the POST was sent once"
+    );
+    let events = forwarded(&bridge, 4);
+    assert!(
+        events[..3]
+            .iter()
+            .all(|e| e["status"] == 200 && e["end"] == "closed"),
+        "{events:#?}"
+    );
+    assert_eq!(events[3]["path"], "/posted", "{events:#?}");
+    assert_eq!(events[3]["status"], 502, "{events:#?}");
+    assert_eq!(events[3]["end"], "upstream_error", "{events:#?}");
+    assert_eq!(events[3]["bytes_up"], 1, "{events:#?}");
+}
+
+#[test]
+fn a_response_with_trailers_is_logged_as_gone_through() {
+    let dir = TestDir::new("fwd-trailers");
+    let server = CountingServer::start();
+    let p = server.addr.port();
+    let bridge = Bridge::start(&dir, &policy(p, ""), &[]);
+    let (bodies, _) = fetch_all(&bridge, &[format!("http://a.test:{p}/trailers")]);
+    assert_eq!(bodies, [format!("conn 1 req 1 /trailers host a.test:{p}")]);
+    let events = forwarded(&bridge, 1);
+    assert_eq!(events[0]["bytes_down"], bodies[0].len() + 1, "{events:#?}");
+    assert_eq!(events[0]["end"], "closed", "{events:#?}");
 }

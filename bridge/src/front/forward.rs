@@ -25,8 +25,8 @@ use tokio::net::TcpStream;
 use crate::conn::{Conn, Slot};
 use crate::counted::{Counted, Counters};
 use crate::http_relay::{
-    body_on_bodiless, carries_body, closes, host_header_names, origin_request, strip_hop_by_hop,
-    CountedBody, Pending,
+    body_on_bodiless, carries_body, closes, host_header_names, origin_request, resendable,
+    strip_hop_by_hop, CountedBody, Pending,
 };
 use crate::log::{Attempt, End, Proto};
 use crate::policy::{Reason, Verdict};
@@ -110,58 +110,65 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
             return Forwarded::Refused(attempt, refusal);
         }
     }
-    // Everything that can refuse the request happens before anything is dialed.
+    // Everything that can refuse the request happens before anything is dialed. From here
+    // the record is held by `pending`, which writes it however the request ends (the
+    // client leaving mid-dial too).
+    let last = carries_body(req.headers());
+    let stop = conn.shared.stop.clone();
+    let mut pending = Pending::new(attempt, Arc::clone(&conn.shared.log), stop);
     let reused = kept.take_for(&target, conn).await;
     let mut fresh = reused.is_none();
     let mut upstream = match reused {
         Some(upstream) => {
-            attempt.goes_on(&upstream.opened);
+            pending.update(|attempt| attempt.goes_on(&upstream.opened));
             upstream
         }
-        None => match dial(conn, &mut attempt, &target).await {
+        None => match dial_for(conn, &mut pending, &target).await {
             Ok(upstream) => upstream,
-            Err(refusal) => return Forwarded::Refused(attempt, refusal),
+            Err(refused) => return refused,
         },
     };
-    let last = carries_body(req.headers());
-    let mut pending = Pending::new(attempt, Arc::clone(&conn.shared.log));
     let client_body_failed = Arc::new(AtomicBool::new(false));
     let counted = (Arc::clone(&pending.up), Arc::clone(&client_body_failed));
     let mut outgoing = origin_request(req, &target, last, counted);
+    // On a kept connection the server may close just as the request goes out (its
+    // keep-alive ran out): the request goes again on a new connection, once, if it was
+    // never written (hyper hands it back) or may be sent twice (idempotent, no body).
+    let mut again = if fresh { None } else { resendable(&outgoing) };
     pending.sent = true;
     let idle = conn.shared.config.idle_timeout;
     let sent = loop {
         let sent = tokio::time::timeout(idle, upstream.sender.try_send_request(outgoing)).await;
-        // A kept connection the server closed just before the request was written: the
-        // request comes back unsent and goes on a new connection, once.
         let Ok(Err(mut failed)) = sent else {
             break sent;
         };
-        match failed.take_message() {
-            Some(unsent) if !fresh => {
-                outgoing = unsent;
-                fresh = true;
-                let Some((mut attempt, log)) = pending.record.take() else {
-                    break Ok(Err(failed));
-                };
-                match dial(conn, &mut attempt, &target).await {
-                    Ok(redialed) => upstream = redialed,
-                    Err(refusal) => return Forwarded::Refused(attempt, refusal),
-                }
-                pending.record = Some((attempt, log));
-            }
-            _ => break Ok(Err(failed)),
+        let retry = match failed.take_message() {
+            Some(unsent) if !fresh => Some(unsent),
+            _ if !fresh => again.take(),
+            _ => None,
+        };
+        let Some(retry) = retry else {
+            break Ok(Err(failed));
+        };
+        outgoing = retry;
+        fresh = true;
+        match dial_for(conn, &mut pending, &target).await {
+            Ok(redialed) => upstream = redialed,
+            Err(refused) => return refused,
         }
     };
     // The driver ends a connection nothing moved on for the idle timeout just as this
     // wait does: whichever saw it first, it is the same silence.
     let silent = upstream.fate.get() == Some(&End::IdleTimeout);
+    let stopped = upstream.fate.get() == Some(&End::Shutdown);
     let response = match sent {
         Ok(Ok(response)) if !silent => response,
         Ok(Err(failed)) if !silent => {
             let client_left = client_body_failed.load(std::sync::atomic::Ordering::Relaxed);
             let end = if client_left {
                 End::ClientError
+            } else if stopped {
+                End::Shutdown
             } else {
                 End::UpstreamError
             };
@@ -193,6 +200,28 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
         kept.keep(upstream);
     }
     Forwarded::Response(Response::from_parts(parts, body.boxed()))
+}
+
+/// `dial` for the request `pending` holds the record of; a refusal takes the record with it.
+async fn dial_for(
+    conn: &Conn,
+    pending: &mut Pending,
+    target: &Target,
+) -> Result<Upstream, Forwarded> {
+    let dialed = match pending.record.as_mut() {
+        Some((attempt, _)) => dial(conn, attempt, target).await,
+        None => Err(Refusal::new(
+            Reason::UpstreamUnreachable,
+            "no record to dial for",
+        )),
+    };
+    dialed.map_err(|refusal| {
+        let attempt = pending.record.take().map_or_else(
+            || Attempt::begin(conn.session.id.clone(), Proto::HttpForward),
+            |(attempt, _)| attempt,
+        );
+        Forwarded::Refused(attempt, refusal)
+    })
 }
 
 /// Runs the pipeline for `target` (policy, resolve, classify, dial) and opens an HTTP/1.1

@@ -43,6 +43,8 @@ pub(super) struct Exchange {
     /// The tunnel's attempt: its rule and addresses go into each request's record.
     pub opened: Attempt,
     pub log: Arc<EventLog>,
+    /// The bridge's stop signal, for the records of requests it cuts off.
+    pub stop: tokio::sync::watch::Receiver<bool>,
     pub idle: Duration,
     /// Requests waiting for their answer (at most one: HTTP/1.1 answers in order).
     pub in_flight: std::sync::atomic::AtomicUsize,
@@ -157,7 +159,8 @@ impl Exchange {
         sender: &tokio::sync::Mutex<Result<SendRequest<CountedBody>, Refusal>>,
         fate: Arc<OnceLock<End>>,
     ) -> Result<Response<ResponseBody>, std::io::Error> {
-        let mut pending = Pending::new(self.attempt(&req), Arc::clone(&self.log));
+        let mut pending =
+            Pending::new(self.attempt(&req), Arc::clone(&self.log), self.stop.clone());
         match self.judge(&req) {
             Ok(rule) => pending.update(|attempt| {
                 attempt.decision = Verdict::Allow;

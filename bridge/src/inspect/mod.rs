@@ -277,6 +277,7 @@ pub(crate) async fn serve(
         scheme: if tls { "https" } else { "http" },
         opened: opened.clone(),
         log: Arc::clone(&conn.shared.log),
+        stop: conn.shared.stop.clone(),
         idle: config.idle_timeout,
         in_flight: Default::default(),
         header_timeout: config.header_timeout,

@@ -125,16 +125,17 @@ http {{
     return port, process
 
 
-def start_netbox(netbox, work, upstream):
+def start_netbox(netbox, work, upstream, holder):
     port = free_port()
     process = subprocess.Popen(
         [netbox, "bridge", "--listen", f"127.0.0.1:{port}", "--allow", f"127.0.0.1:{upstream}",
+         "--allow", f"127.0.0.1:{holder}",
          "--quiet", "--log", f"{work}/netbox.jsonl", "--max-connections", "30000"],
         stderr=subprocess.DEVNULL)
     return Proxy("netbox", port, process) if wait_for_port(port) else None
 
 
-def start_tinyproxy(work, upstream):
+def start_tinyproxy(work, upstream, holder):
     if not shutil.which("tinyproxy"):
         return None
     port = free_port()
@@ -148,6 +149,7 @@ Timeout 600
 MaxClients 30000
 LogLevel Critical
 ConnectPort {upstream}
+ConnectPort {holder}
 Allow 127.0.0.1
 """)
     process = subprocess.Popen(["tinyproxy", "-d", "-c", conf],
@@ -272,54 +274,55 @@ while True:
 """
 
 
-def idle_tunnels(proxies, count, work):
-    """`count` CONNECT tunnels opened through each proxy to a server that accepts and holds
-    them, held, then closed: tunnels that failed, seconds to open and to close them all,
-    and the proxy's RSS growth per tunnel in KiB."""
+def start_holder():
+    """A server that accepts connections and holds them, for the idle tunnels: its process
+    and port."""
     holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE,
                               text=True)
-    try:
-        port = int(holder.stdout.readline())
-        request = f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
-        results = {}
-        for p in proxies:
-            if not p.process:
-                continue
-            before = rss_kib(p.pid)
-            started = time.perf_counter()
-            opened, failed = [], 0
-            for _ in range(count):
-                try:
-                    s = socket.create_connection(("127.0.0.1", p.port), timeout=10)
-                    s.sendall(request.encode())
-                    opened.append(s)
-                except OSError:
-                    failed += 1
-            held = []
-            for s in opened:
-                try:
-                    answer = s.recv(256)
-                    if re.match(rb"HTTP/1\.[01] 200", answer):
-                        held.append(s)
-                        continue
-                except OSError:
-                    pass
+    return holder, int(holder.stdout.readline())
+
+
+def idle_tunnels(proxies, count, port):
+    """`count` CONNECT tunnels opened through each proxy to a server that accepts and holds
+    them (at `port`), held, then closed: tunnels that failed, seconds to open and to close
+    them all, and the proxy's RSS growth per tunnel in KiB."""
+    request = f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+    results = {}
+    for p in proxies:
+        if not p.process:
+            continue
+        before = rss_kib(p.pid)
+        started = time.perf_counter()
+        opened, failed = [], 0
+        for _ in range(count):
+            try:
+                s = socket.create_connection(("127.0.0.1", p.port), timeout=10)
+                s.sendall(request.encode())
+                opened.append(s)
+            except OSError:
                 failed += 1
-                s.close()
-            opening = time.perf_counter() - started
-            time.sleep(1)
-            grown = rss_kib(p.pid) - before
-            started = time.perf_counter()
-            for s in held:
-                s.close()
-            closing = time.perf_counter() - started
-            results[p.name] = (failed, opening, closing, grown / max(len(held), 1))
-            # Let the proxy see the closes before the next one is measured.
-            time.sleep(2)
-        return results
-    finally:
-        holder.kill()
-        holder.wait()
+        held = []
+        for s in opened:
+            try:
+                answer = s.recv(256)
+                if re.match(rb"HTTP/1\.[01] 200", answer):
+                    held.append(s)
+                    continue
+            except OSError:
+                pass
+            failed += 1
+            s.close()
+        opening = time.perf_counter() - started
+        time.sleep(1)
+        grown = rss_kib(p.pid) - before
+        started = time.perf_counter()
+        for s in held:
+            s.close()
+        closing = time.perf_counter() - started
+        results[p.name] = (failed, opening, closing, grown / max(len(held), 1))
+        # Let the proxy see the closes before the next one is measured.
+        time.sleep(2)
+    return results
 
 
 def startup(netbox, runs, work):
@@ -336,6 +339,16 @@ def startup(netbox, runs, work):
                              os.path.join(work, "startup.jsonl"), "--", "true"]
     argv = {name: [shutil.which(c[0]) or c[0]] + c[1:] for name, c in commands.items()}
     times = {name: [] for name in argv}
+    # netbox's workspace is its working directory: an empty one, as bubblewrap's is.
+    here = os.getcwd()
+    os.chdir(ws)
+    try:
+        return spawn_alternating(argv, times, runs)
+    finally:
+        os.chdir(here)
+
+
+def spawn_alternating(argv, times, runs):
     for _ in range(runs + 3):
         for name, command in argv.items():
             started = time.perf_counter()
@@ -568,10 +581,13 @@ def main():
     try:
         upstream, nginx = start_nginx(work, big_mib)
         started.append(nginx)
+        holder, holder_port = start_holder()
+        started.append(holder)
         proxies = [Proxy("direct", upstream, None)]
         skipped = []
-        for name, start in [("netbox", lambda: start_netbox(netbox, work, upstream)),
-                            ("tinyproxy", lambda: start_tinyproxy(work, upstream)),
+        for name, start in [("netbox", lambda: start_netbox(netbox, work, upstream,
+                                                            holder_port)),
+                            ("tinyproxy", lambda: start_tinyproxy(work, upstream, holder_port)),
                             ("squid", lambda: start_squid(work, upstream))] + [
                                 (name, lambda n=name, c=command: start_command(n, c, work))
                                 for name, command in extra]:
@@ -591,7 +607,8 @@ def main():
             ("forward_big", lambda: tunnel(proxies, upstream, big_mib, rounds, False)),
             ("connect", lambda: new_connections(proxies, latency_bin, upstream, connections)),
             ("forward", lambda: forward(proxies, upstream, seconds, work)),
-            ("idle_tunnels", lambda: idle_tunnels(proxies, tunnels, work) if tunnels else {}),
+            ("idle_tunnels", lambda: idle_tunnels(proxies, tunnels, holder_port)
+             if tunnels else {}),
         ]
         for key, run in scenario_runs:
             r["loads"][key] = os.getloadavg()[0]

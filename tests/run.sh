@@ -17,6 +17,8 @@ need ssh openssh-client
 need dpkg-deb dpkg
 need apt-get apt
 need cargo "a Rust toolchain (rustup)"
+need nginx nginx-light
+need wrk wrk
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
@@ -50,3 +52,9 @@ if [ "$(id -u)" = 0 ]; then
     (cd "$stage" && env -i PATH="$PATH" HOME=/nonexistent TMPDIR=/tmp NETBOX_BIN="$stage/netbox" \
         setpriv --reuid=65534 --regid=65534 --clear-groups "$stage/e2e" --test-threads=2)
 fi
+
+# Every scenario of the proxy benchmark once and briefly, beside tinyproxy, squid and
+# bubblewrap where installed, so that the benches keep working; its figures are printed,
+# not kept (a full run writes benches/RESULTS.md), and a missed target does not fail it.
+echo "== benches/proxies.sh --quick"
+bash benches/proxies.sh --quick

@@ -92,14 +92,12 @@ pub async fn relay_client(
         let upward = socket_pump(
             client_socket,
             upstream_socket,
-            &flow.up,
             &flow,
             (Side::Client, Side::Upstream),
         );
         let downward = socket_pump(
             upstream_socket,
             client_socket,
-            &flow.down,
             &flow,
             (Side::Upstream, Side::Client),
         );
@@ -138,14 +136,12 @@ where
     let upward = pump(
         client_read,
         upstream_write,
-        &flow.up,
         &flow,
         (Side::Client, Side::Upstream),
     );
     let downward = pump(
         upstream_read,
         client_write,
-        &flow.down,
         &flow,
         (Side::Upstream, Side::Client),
     );
@@ -170,7 +166,12 @@ impl Flow {
         }
     }
 
-    fn moved(&self, count: &AtomicU64, n: usize) {
+    /// `n` bytes moved from `from` to the other side.
+    fn moved(&self, from: Side, n: usize) {
+        let count = match from {
+            Side::Client => &self.up,
+            Side::Upstream => &self.down,
+        };
         count.fetch_add(n as u64, Ordering::Relaxed);
         let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_activity_ms.store(ms, Ordering::Relaxed);
@@ -231,7 +232,6 @@ fn failure(side: Side) -> End {
 async fn pump<R, W>(
     mut reader: R,
     mut writer: W,
-    count: &AtomicU64,
     flow: &Flow,
     (from, to): (Side, Side),
 ) -> Result<(), Side>
@@ -253,7 +253,7 @@ where
             };
         }
         writer.write_all(&buf[..n]).await.map_err(|_| to)?;
-        flow.moved(count, n);
+        flow.moved(from, n);
     }
 }
 
@@ -290,6 +290,17 @@ impl Socket<'_> {
         }
     }
 
+    /// Writes all of `buf`, waiting whenever the socket's buffer is full.
+    async fn write_all(self, buf: &[u8]) -> io::Result<()> {
+        let mut sent = 0;
+        while sent < buf.len() {
+            sent += self
+                .when_ready(Interest::WRITABLE, || write(self.fd(), &buf[sent..]))
+                .await?;
+        }
+        Ok(())
+    }
+
     fn fd(&self) -> BorrowedFd<'_> {
         match self {
             Socket::Tcp(tcp) => tcp.as_fd(),
@@ -311,7 +322,6 @@ impl Socket<'_> {
 async fn socket_pump(
     reader: Socket<'_>,
     writer: Socket<'_>,
-    count: &AtomicU64,
     flow: &Flow,
     (from, to): (Side, Side),
 ) -> Result<(), Side> {
@@ -327,14 +337,8 @@ async fn socket_pump(
         if n == 0 {
             return end_of_stream(writer, to);
         }
-        let mut sent = 0;
-        while sent < n {
-            sent += writer
-                .when_ready(Interest::WRITABLE, || write(writer.fd(), &buf[sent..n]))
-                .await
-                .map_err(|_| to)?;
-        }
-        flow.moved(count, n);
+        writer.write_all(&buf[..n]).await.map_err(|_| to)?;
+        flow.moved(from, n);
         if n == buf.len() {
             break;
         }
@@ -342,7 +346,7 @@ async fn socket_pump(
     // A bulk transfer. Past the bridge's pipes, or out of descriptors, the bytes go
     // through a buffer, as for a stream that is not a socket.
     let Ok(pipe) = Pipe::new() else {
-        return buffered_pump(reader, writer, count, flow, (from, to)).await;
+        return buffered_pump(reader, writer, flow, (from, to)).await;
     };
     loop {
         let n = reader
@@ -359,7 +363,7 @@ async fn socket_pump(
                 .await
                 .map_err(|_| to)?;
         }
-        flow.moved(count, n);
+        flow.moved(from, n);
     }
 }
 
@@ -368,7 +372,6 @@ async fn socket_pump(
 async fn buffered_pump(
     reader: Socket<'_>,
     writer: Socket<'_>,
-    count: &AtomicU64,
     flow: &Flow,
     (from, to): (Side, Side),
 ) -> Result<(), Side> {
@@ -381,14 +384,8 @@ async fn buffered_pump(
         if n == 0 {
             return end_of_stream(writer, to);
         }
-        let mut sent = 0;
-        while sent < n {
-            sent += writer
-                .when_ready(Interest::WRITABLE, || write(writer.fd(), &buf[sent..n]))
-                .await
-                .map_err(|_| to)?;
-        }
-        flow.moved(count, n);
+        writer.write_all(&buf[..n]).await.map_err(|_| to)?;
+        flow.moved(from, n);
         if n == buf.len() && buf.len() < RELAY_BUFFER_MAX_BYTES {
             buf.resize(buf.len() * 2, 0);
         }

@@ -76,6 +76,10 @@ pub struct Session {
     pub(crate) connections: Arc<Semaphore>,
     /// The addresses its DNS stub handed out, by name (capture).
     pub addresses: crate::capture::SessionAddresses,
+    /// On a shared bridge's listener: the tenants a client must name (identity.rs); each
+    /// request is then served under its tenant's session, and this one's policy (which
+    /// refuses everything) is never used for it.
+    pub tenants: Option<Arc<crate::identity::Tenants>>,
 }
 
 impl Session {
@@ -87,6 +91,20 @@ impl Session {
             max_connections,
             connections: Arc::new(Semaphore::new(max_connections)),
             addresses: crate::capture::SessionAddresses::default(),
+            tenants: None,
+        }
+    }
+
+    /// The session of a listener that serves `tenants`: refusals of clients that named
+    /// none are logged under its id.
+    pub fn serving_tenants(
+        id: impl Into<Arc<str>>,
+        tenants: Arc<crate::identity::Tenants>,
+        max_connections: usize,
+    ) -> Session {
+        Session {
+            tenants: Some(tenants),
+            ..Session::new(id, Arc::new(Policy::deny_all()), max_connections)
         }
     }
 }
@@ -124,6 +142,12 @@ pub enum Slot {
     OverLimit {
         why: String,
         _refusing: OwnedSemaphorePermit,
+    },
+    /// On a listener that serves tenants: a place among the connections of the tenant the
+    /// client named, besides the listener's own places.
+    Tenant {
+        _tenant: OwnedSemaphorePermit,
+        _listener: Arc<Slot>,
     },
 }
 
@@ -179,8 +203,30 @@ impl Conn {
     pub fn over_limit(&self) -> Option<&str> {
         match &*self.slot {
             Slot::OverLimit { why, .. } => Some(why),
-            Slot::Served { .. } => None,
+            Slot::Served { .. } | Slot::Tenant { .. } => None,
         }
+    }
+
+    /// This connection as the tenant `session`'s, holding one of that tenant's places
+    /// besides its own; `Err` with why when the tenant has none free.
+    pub fn as_tenant(&self, session: Arc<Session>) -> Result<Conn, String> {
+        let place = Arc::clone(&session.connections)
+            .try_acquire_owned()
+            .map_err(|_| {
+                format!(
+                    "tenant session {} already has {} connections open (max_connections in \
+                     the tenants file)",
+                    session.id, session.max_connections
+                )
+            })?;
+        Ok(Conn {
+            session,
+            shared: Arc::clone(&self.shared),
+            slot: Arc::new(Slot::Tenant {
+                _tenant: place,
+                _listener: Arc::clone(&self.slot),
+            }),
+        })
     }
 
     /// Another handle on this connection, for a task that outlives its handler.

@@ -8,6 +8,7 @@
 //! Modules, in data-flow order:
 //! - [`listen`]: parse `127.0.0.1:PORT` / `[::1]:PORT` / `unix:PATH` and bind (standalone use)
 //! - [`server`]: accept loops, one per listener, each tied to a [`server::Session`]
+//! - [`identity`]: on a shared bridge, the tenant a client's credentials name
 //! - `front`: tells HTTP from SOCKS5 by the first byte; `front::http`, `front::socks5`
 //! - [`target`]: the normalised destination every front end produces
 //! - [`policy`]: allowlist files and the pure allow/deny decision
@@ -36,6 +37,7 @@ mod front;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 mod http_relay;
+pub mod identity;
 pub mod inspect;
 pub mod ipclass;
 pub mod listen;

@@ -749,6 +749,7 @@ pub fn describe(reason: Reason) -> &'static str {
         Reason::PathNotAllowed => "path not allowed by the HTTP rules",
         Reason::HostMismatch => "request names another host than its tunnel",
         Reason::UpstreamNotTrusted => "upstream certificate not trusted",
+        Reason::ProxyAuthRequired => "names no tenant of this bridge",
     }
 }
 

@@ -11,6 +11,7 @@ mod bridge_limits;
 mod bridge_malformed;
 mod bridge_policy;
 mod bridge_socks;
+mod bridge_tenants;
 mod bridge_tls;
 mod bridge_tunnel;
 mod bypass_battery;

@@ -376,9 +376,16 @@ pub struct ExportArgs {
 /// `netbox bridge`: a standalone egress proxy.
 #[derive(Debug, Args)]
 pub struct BridgeArgs {
-    /// Where to listen: 127.0.0.1:PORT, [::1]:PORT or unix:PATH (repeatable; PORT 0 picks one).
-    #[arg(long = "listen", value_name = "ADDR", required = true)]
+    /// Where to listen: 127.0.0.1:PORT, [::1]:PORT or unix:PATH (repeatable; PORT 0 picks
+    /// one). With --tenants, every client of these must name its tenant.
+    #[arg(long = "listen", value_name = "ADDR")]
     pub listen: Vec<String>,
+
+    /// Serve several tenants, each with its own allowlist, named by its clients'
+    /// Proxy-Authorization or by a listener of its own (TOML; see docs/bridge.md). No
+    /// policy flag then applies: a client that names no tenant is refused (407).
+    #[arg(long = "tenants", value_name = "FILE")]
+    pub tenants: Option<PathBuf>,
 
     /// When the policy inspects (--inspect, [[http]] rules): write the session CA's
     /// certificate (PEM) to FILE, for clients to trust. Its key stays in memory.

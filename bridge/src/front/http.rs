@@ -59,6 +59,9 @@ struct ConnState {
     requests: AtomicU64,
     /// The forward path's upstream connection, kept between requests.
     upstream: KeptUpstream,
+    /// On a listener that serves tenants: this connection as the tenant its first request
+    /// named; every later request must name the same one.
+    tenant: std::sync::OnceLock<Conn>,
 }
 
 /// Serves one HTTP client connection: possibly several requests, possibly one tunnel.
@@ -100,6 +103,7 @@ pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Dura
         conn,
         requests: AtomicU64::new(0),
         upstream: KeptUpstream::default(),
+        tenant: std::sync::OnceLock::new(),
     });
     let service = {
         let state = Arc::clone(&state);
@@ -201,11 +205,28 @@ fn log_protocol_error(state: &ConnState, e: &hyper::Error) {
 }
 
 async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body> {
+    let proxied = req.method() == Method::CONNECT || req.uri().scheme().is_some();
+    let conn = match identify(&req, state) {
+        Ok(conn) => conn,
+        Err(refusal) if proxied => {
+            let connect = req.method() == Method::CONNECT;
+            let proto = if connect {
+                Proto::HttpConnect
+            } else {
+                Proto::HttpForward
+            };
+            let mut attempt = Attempt::begin(state.conn.session.id.clone(), proto);
+            attempt.method = (!connect).then(|| req.method().to_string());
+            return refuse(state, attempt, &refusal);
+        }
+        // Not a proxy request: answered below whoever asks.
+        Err(_) => state.conn.share(),
+    };
     if req.method() == Method::CONNECT {
-        return connect(req, state).await;
+        return connect(req, state, &conn).await;
     }
     if req.uri().scheme().is_some() {
-        return match forward::forward(req, &state.conn, &state.upstream).await {
+        return match forward::forward(req, &conn, &state.upstream).await {
             Forwarded::Response(response) => response,
             Forwarded::Refused(attempt, refusal) => refuse(state, attempt, &refusal),
             Forwarded::Failed {
@@ -233,8 +254,41 @@ async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body>
     refuse(state, attempt, &refusal)
 }
 
-async fn connect(mut req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body> {
-    let conn = &state.conn;
+/// The connection a request is served as: the listener's, or on a listener that serves
+/// tenants, the one of the tenant the request's credentials name (the same tenant for
+/// every request of a connection, so that a kept upstream is never another tenant's).
+fn identify(req: &Request<Incoming>, state: &ConnState) -> Result<Conn, Refusal> {
+    let Some(tenants) = &state.conn.session.tenants else {
+        return Ok(state.conn.share());
+    };
+    let session = tenants
+        .from_headers(req.headers())
+        .map_err(|why| Refusal::new(Reason::ProxyAuthRequired, why.detail()))?;
+    let bound = match state.tenant.get() {
+        Some(bound) => bound,
+        None => {
+            let conn = state
+                .conn
+                .as_tenant(Arc::clone(&session))
+                .map_err(|why| Refusal::new(Reason::ConnectionLimit, why))?;
+            // HTTP/1 serves one request at a time: nothing else sets it meanwhile.
+            state.tenant.get_or_init(|| conn)
+        }
+    };
+    if bound.session.id != session.id {
+        return Err(Refusal::new(
+            Reason::ProxyAuthRequired,
+            "this connection's first request named another tenant: open a connection per tenant",
+        ));
+    }
+    Ok(bound.share())
+}
+
+async fn connect(
+    mut req: Request<Incoming>,
+    state: &Arc<ConnState>,
+    conn: &Conn,
+) -> Response<Body> {
     let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::HttpConnect);
     let target = match connect_target(&req) {
         Ok(target) => target,
@@ -368,8 +422,9 @@ fn refuse(state: &ConnState, mut attempt: Attempt, refusal: &Refusal) -> Respons
 fn refusal_response(state: &ConnState, refusal: &Refusal) -> Response<Body> {
     let (status, headers, body) = refusal_parts(&state.conn.shared.config, refusal);
     let mut response = text_response(status, &body);
+    // Appended: a 407 carries one challenge per scheme.
     for (name, value) in headers {
-        response.headers_mut().insert(name, value);
+        response.headers_mut().append(name, value);
     }
     state.reset.store(true, Ordering::Relaxed);
     response
@@ -392,6 +447,7 @@ fn refusal_parts(
         Reason::HeaderTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         Reason::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         Reason::ConnectionLimit => StatusCode::SERVICE_UNAVAILABLE,
+        Reason::ProxyAuthRequired => StatusCode::PROXY_AUTHENTICATION_REQUIRED,
         _ => StatusCode::BAD_GATEWAY,
     };
     let error_type = match (refusal.reason, refusal.io_kind) {
@@ -426,6 +482,12 @@ fn refusal_parts(
         format!("netbox; error={error_type}; details=\"{details}\""),
     );
     insert("connection", "close".to_owned());
+    if refusal.reason == Reason::ProxyAuthRequired {
+        for scheme in ["Basic", "Bearer"] {
+            let value = HeaderValue::from_str(&format!("{scheme} realm=\"netbox\""));
+            headers.extend(value.ok().map(|v| (header::PROXY_AUTHENTICATE, v)));
+        }
+    }
     (status, headers, line)
 }
 

@@ -1,5 +1,7 @@
 //! SOCKS5 front end (RFC 1928): no-authentication CONNECT to a domain name, an IPv4 or an
-//! IPv6 address, so `ALL_PROXY=socks5h://…` works for curl and for non-HTTP TCP.
+//! IPv6 address, so `ALL_PROXY=socks5h://…` works for curl and for non-HTTP TCP. On a
+//! listener that serves tenants (identity.rs), username/password authentication (RFC
+//! 1929) instead, and nothing else: the user is the tenant, the password its token.
 //!
 //! The request runs the same pipeline as HTTP. Refusals use the reply code that says why
 //! (0x02 not allowed by ruleset, 0x04 host unreachable, 0x05 connection refused…) and the
@@ -11,7 +13,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::client_io::ClientIo;
-use crate::conn::Conn;
+use std::sync::Arc;
+
+use crate::conn::{Conn, Session};
+use crate::identity::Tenants;
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
 use crate::target::{normalise_host, Host, Target};
@@ -20,6 +25,10 @@ use crate::upstream::{self, Refusal};
 
 const VERSION: u8 = 0x05;
 const METHOD_NO_AUTH: u8 = 0x00;
+const METHOD_USER_PASSWORD: u8 = 0x02;
+/// RFC 1929's own version byte, and its status for success (any other is failure).
+const USER_PASSWORD_VERSION: u8 = 0x01;
+const USER_PASSWORD_FAILED: u8 = 0x01;
 const METHOD_NONE_ACCEPTABLE: u8 = 0xff;
 const CMD_CONNECT: u8 = 0x01;
 const ATYP_IPV4: u8 = 0x01;
@@ -50,10 +59,15 @@ pub(crate) enum Request {
 
 /// Serves one SOCKS5 client to the end of its tunnel.
 /// `header_timeout` is what is left of the head deadline after the first byte.
-pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Duration) {
+pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::Duration) {
     let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Socks5);
+    let tenants = conn.session.tenants.clone();
+    let mut tenant = None;
     let read = tokio::select! {
-        read = tokio::time::timeout(header_timeout, read_request(&mut io)) => read,
+        read = tokio::time::timeout(
+            header_timeout,
+            read_request(&mut io, tenants.as_deref(), &mut tenant),
+        ) => read,
         // The bridge is stopping: a request still on its way will not be served.
         () = conn.stopped() => return,
     };
@@ -68,6 +82,18 @@ pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Dura
             Refusal::new(Reason::HeaderTimeout, "SOCKS5 request timed out"),
         ),
     };
+    // From here on the connection is its tenant's, in one of its places.
+    let mut request = request;
+    if let Some(session) = tenant {
+        attempt.session = session.id.clone();
+        match conn.as_tenant(session) {
+            Ok(tenant) => conn = tenant,
+            Err(why) => {
+                let refusal = Refusal::new(Reason::ConnectionLimit, why);
+                request = Request::Refused(Some(Reply::GeneralFailure), refusal);
+            }
+        }
+    }
     let target = match request {
         // Past a connection limit: the request is read only to be answered with why.
         Request::Connect(target) if conn.over_limit().is_some() => {
@@ -131,10 +157,15 @@ pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Dura
         .record(&attempt.finish(stats.end, stats.bytes_up, stats.bytes_down));
 }
 
-/// Reads the greeting (answering it) and the request; I/O errors mean the client spoke
+/// Reads the greeting (answering it), the credentials when `tenants` asks for them (the
+/// tenant they name goes to `tenant`), and the request; I/O errors mean the client spoke
 /// garbage or left. Generic over the stream so the fuzz target can drive it from memory
 /// (fuzzing.rs).
-pub(crate) async fn read_request<S>(io: &mut S) -> io::Result<Request>
+pub(crate) async fn read_request<S>(
+    io: &mut S,
+    tenants: Option<&Tenants>,
+    tenant: &mut Option<Arc<Session>>,
+) -> io::Result<Request>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -144,14 +175,48 @@ where
     }
     let mut methods = vec![0u8; usize::from(method_count)];
     io.read_exact(&mut methods).await?;
-    if !methods.contains(&METHOD_NO_AUTH) {
-        io.write_all(&[VERSION, METHOD_NONE_ACCEPTABLE]).await?;
-        return Ok(Request::Refused(
-            None,
+    let (method, refused) = match tenants {
+        None => (
+            METHOD_NO_AUTH,
             Refusal::new(Reason::Unsupported, "client offers no no-auth method"),
-        ));
+        ),
+        Some(_) => (
+            METHOD_USER_PASSWORD,
+            Refusal::new(
+                Reason::ProxyAuthRequired,
+                "this bridge serves tenants: a SOCKS5 client must offer username/password \
+                 authentication (user TENANT, password TOKEN)",
+            ),
+        ),
+    };
+    if !methods.contains(&method) {
+        io.write_all(&[VERSION, METHOD_NONE_ACCEPTABLE]).await?;
+        return Ok(Request::Refused(None, refused));
     }
-    io.write_all(&[VERSION, METHOD_NO_AUTH]).await?;
+    io.write_all(&[VERSION, method]).await?;
+    if let Some(tenants) = tenants {
+        let [version] = read_array::<1, _>(io).await?;
+        if version != USER_PASSWORD_VERSION {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "bad RFC 1929 version",
+            ));
+        }
+        let user = read_field(io).await?;
+        let password = read_field(io).await?;
+        match tenants.from_user_password(&user, &password) {
+            Ok(session) => {
+                io.write_all(&[USER_PASSWORD_VERSION, 0]).await?;
+                *tenant = Some(session);
+            }
+            Err(why) => {
+                io.write_all(&[USER_PASSWORD_VERSION, USER_PASSWORD_FAILED])
+                    .await?;
+                let refusal = Refusal::new(Reason::ProxyAuthRequired, why.detail());
+                return Ok(Request::Refused(None, refusal));
+            }
+        }
+    }
 
     let [version, command, _reserved, address_type] = read_array::<4, _>(io).await?;
     if version != VERSION {
@@ -199,6 +264,18 @@ where
             Refusal::new(Reason::BadRequest, detail),
         )),
     }
+}
+
+/// A field of the RFC 1929 request (its user, its password): a length byte and that many
+/// bytes.
+async fn read_field<S>(io: &mut S) -> io::Result<Vec<u8>>
+where
+    S: tokio::io::AsyncRead + Unpin,
+{
+    let [len] = read_array::<1, _>(io).await?;
+    let mut field = vec![0u8; usize::from(len)];
+    io.read_exact(&mut field).await?;
+    Ok(field)
 }
 
 async fn read_array<const N: usize, S>(io: &mut S) -> io::Result<[u8; N]>

@@ -127,6 +127,8 @@ pub enum Reason {
     HostMismatch,
     /// Inspection: the upstream's certificate is not one the system trusts for its name.
     UpstreamNotTrusted,
+    /// A shared bridge: the client named no tenant (no credentials, or unknown ones).
+    ProxyAuthRequired,
 }
 
 impl Reason {
@@ -149,6 +151,7 @@ impl Reason {
             Reason::ServerNameMismatch | Reason::NoServerName | Reason::NotTls => "tls",
             Reason::MethodNotAllowed | Reason::PathNotAllowed | Reason::HostMismatch => "http-rule",
             Reason::UpstreamNotTrusted => "upstream-not-trusted",
+            Reason::ProxyAuthRequired => "proxy-auth",
         }
     }
 }

@@ -1,13 +1,16 @@
-//! `netbox bridge`: the egress proxy on its own, on listeners it binds itself.
+//! `netbox bridge`: the egress proxy on its own, on listeners it binds itself; with
+//! `--tenants`, shared by several tenants, each under its own policy and session.
 
 use std::sync::Arc;
 
+use bridge::identity::Tenants;
 use bridge::listen::ListenAddr;
-use bridge::{BridgeConfig, EventLog, Session, SessionListener, Stderr};
+use bridge::{BridgeConfig, EventLog, Policy, Session, SessionListener, Stderr};
 
-use crate::cli::BridgeArgs;
+use crate::cli::{BridgeArgs, PolicyArgs};
 use crate::error::WrapperError;
 use crate::plan::policy::{load_policy_with_tools, new_session_id};
+use crate::plan::tenants::TenantPlan;
 
 pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
     // Parse and validate everything before a runtime or socket exists.
@@ -18,11 +21,41 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         .collect::<Result<_, _>>()?;
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let untrusted = vec![cwd.clone()];
-    let (policy, tools, _) = load_policy_with_tools(&args.policy, &cwd, &untrusted)?;
-    for line in tools {
-        crate::output::say(&format!("netbox bridge: {line}"));
-    }
     let session_id = args.session.clone().unwrap_or_else(new_session_id);
+    let tenants = match &args.tenants {
+        Some(path) => {
+            refuse_policy_flags(&args.policy)?;
+            Some(crate::plan::tenants::load(
+                path,
+                args.max_connections,
+                &cwd,
+            )?)
+        }
+        None => None,
+    };
+    let own_listeners = tenants
+        .iter()
+        .flatten()
+        .any(|tenant| !tenant.listen.is_empty());
+    if addrs.is_empty() && !own_listeners {
+        return Err(WrapperError::Usage(
+            "netbox bridge needs somewhere to listen: give --listen 127.0.0.1:PORT (or a \
+             tenant a listen = [...] of its own)"
+                .into(),
+        ));
+    }
+    let policy = match tenants {
+        // Never used for a client: a listener that serves tenants refuses whoever names
+        // none.
+        Some(_) => Policy::deny_all(),
+        None => {
+            let (policy, tools, _) = load_policy_with_tools(&args.policy, &cwd, &untrusted)?;
+            for line in tools {
+                crate::output::say(&format!("netbox bridge: {line}"));
+            }
+            policy
+        }
+    };
     let inspector = inspector(&policy, &args, &session_id)?;
     let stderr = if args.quiet {
         Stderr::Quiet
@@ -51,11 +84,17 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         inspector,
         ..BridgeConfig::default()
     };
-    let session = Arc::new(Session::new(
-        session_id,
-        Arc::new(policy),
-        args.max_connections,
-    ));
+    let (session, tenant_listeners) = match tenants {
+        Some(plans) => served_tenants(plans, &session_id, args.max_connections)?,
+        None => (
+            Arc::new(Session::new(
+                session_id,
+                Arc::new(policy),
+                args.max_connections,
+            )),
+            Vec::new(),
+        ),
+    };
     if let Some(note) = crate::limits::open_file_note(args.max_connections) {
         crate::output::say(&note);
     }
@@ -66,23 +105,48 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         .map_err(WrapperError::Runtime)?;
     runtime.block_on(async move {
         let mut listeners = Vec::new();
-        for addr in &addrs {
+        let every = addrs
+            .iter()
+            .map(|addr| (addr, &session))
+            .chain(tenant_listeners.iter().map(|(addr, s)| (addr, s)));
+        for (addr, session) in every {
             if let ListenAddr::Unix(path) = addr {
                 remove_stale_socket(path)?;
             }
             listeners.push(SessionListener {
-                session: Arc::clone(&session),
+                session: Arc::clone(session),
                 listener: addr.bind().await?,
             });
         }
         // Announced only once every listener is bound, so a client that reads this line
         // can connect to any of them.
+        if let Some(tenants) = &session.tenants {
+            let mut names: Vec<(&str, &Arc<Session>)> = tenants.sessions().collect();
+            names.sort_by_key(|(name, _)| *name);
+            for (name, tenant) in names {
+                crate::output::say(&format!(
+                    "netbox bridge: tenant {name}: session {}, {} allow rules",
+                    tenant.id,
+                    tenant.policy.allow_count()
+                ));
+            }
+        }
         for sl in &listeners {
+            let whose = match &sl.session.tenants {
+                Some(tenants) => format!(
+                    "session {}, clients name one of {} tenants",
+                    sl.session.id,
+                    tenants.len()
+                ),
+                None => format!(
+                    "session {}, {} allow rules",
+                    sl.session.id,
+                    sl.session.policy.allow_count()
+                ),
+            };
             crate::output::say(&format!(
-                "netbox bridge: listening on {} (session {}, {} allow rules)",
+                "netbox bridge: listening on {} ({whose})",
                 sl.listener.describe(),
-                session.id,
-                session.policy.allow_count()
             ));
         }
         let log = Arc::new(log);
@@ -98,7 +162,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         };
         bridge::serve(listeners, config, Arc::clone(&log), stop).await;
         log.flush_suppressed();
-        for addr in &addrs {
+        for addr in addrs.iter().chain(tenant_listeners.iter().map(|(a, _)| a)) {
             if let ListenAddr::Unix(path) = addr {
                 let _ = std::fs::remove_file(path);
             }
@@ -111,6 +175,58 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             None => Ok(()),
         }
     })
+}
+
+/// With `--tenants` the policy is each tenant's, from the tenants file: a policy flag
+/// beside it would be a policy no client gets.
+fn refuse_policy_flags(policy: &PolicyArgs) -> Result<(), WrapperError> {
+    let given = [
+        ("--allowlist", !policy.allowlist.is_empty()),
+        ("--allow", !policy.allow.is_empty()),
+        ("--deny", !policy.deny.is_empty()),
+        ("--allow-private", !policy.allow_private.is_empty()),
+        ("--allow-tool", !policy.allow_tool.is_empty()),
+        ("--private-ok", policy.private_ok),
+        ("--inspect", policy.inspect),
+        ("--upstream-ca", !policy.upstream_ca.is_empty()),
+    ];
+    match given.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => Err(WrapperError::Usage(format!(
+            "{flag} with --tenants: each tenant's policy is its allowlist in the tenants file; \
+             put the rule there"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A tenant's own listener: whoever connects to it is that tenant.
+type TenantListener = (ListenAddr, Arc<Session>);
+
+/// The tenants' sessions (id `SESSION/NAME`), the session of the listeners where clients
+/// name their tenant, and the tenants' own listeners.
+fn served_tenants(
+    plans: Vec<TenantPlan>,
+    session_id: &str,
+    max_connections: usize,
+) -> Result<(Arc<Session>, Vec<TenantListener>), WrapperError> {
+    let mut tenants = Tenants::default();
+    let mut listeners = Vec::new();
+    for plan in plans {
+        for line in &plan.tool_lines {
+            crate::output::say(&format!("netbox bridge: tenant {}: {line}", plan.name));
+        }
+        let session = Arc::new(Session::new(
+            format!("{session_id}/{}", plan.name),
+            Arc::new(plan.policy),
+            plan.max_connections,
+        ));
+        listeners.extend(plan.listen.into_iter().map(|a| (a, Arc::clone(&session))));
+        tenants
+            .add(&plan.name, session, plan.digests)
+            .map_err(|reason| WrapperError::Usage(format!("tenants file: {reason}")))?;
+    }
+    let gate = Session::serving_tenants(session_id, Arc::new(tenants), max_connections);
+    Ok((Arc::new(gate), listeners))
 }
 
 /// The session CA, when the policy inspects, with its certificate written where

@@ -14,6 +14,7 @@ pub mod pins;
 pub mod policy;
 pub mod protect;
 pub mod resolved;
+pub mod tenants;
 pub mod tools;
 
 use std::path::Path;

@@ -1,0 +1,230 @@
+//! The tenants file of a shared bridge (`netbox bridge --tenants FILE`): who may use it and
+//! under which policy. Every mistake is reported, naming the file and the tenant, before
+//! anything listens.
+//!
+//! ```toml
+//! [tenants.team-a]
+//! allowlist = ["team-a.toml"]       # relative to this file; `include` for shared parts
+//! secrets = ["sha256:9f86…"]        # printf %s TOKEN | sha256sum
+//! listen = ["127.0.0.1:3131"]       # optional: this listener's clients are team-a's
+//! max_connections = 256             # optional
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use bridge::identity::{parse_digest, SecretDigest};
+use bridge::listen::ListenAddr;
+use bridge::Policy;
+use serde::Deserialize;
+
+use crate::cli::PolicyArgs;
+use crate::error::WrapperError;
+
+/// Largest tenants file read, in bytes.
+const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// Longest tenant name: it is a Basic user name and part of every log line's session.
+const MAX_NAME_BYTES: usize = 64;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    tenants: BTreeMap<String, Entry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    allowlist: Vec<PathBuf>,
+    #[serde(default)]
+    secrets: Vec<String>,
+    #[serde(default)]
+    listen: Vec<String>,
+    max_connections: Option<usize>,
+}
+
+/// One tenant, checked: its name, policy, secrets' digests, own listeners and budget.
+pub struct TenantPlan {
+    pub name: String,
+    pub policy: Policy,
+    pub digests: Vec<SecretDigest>,
+    pub listen: Vec<ListenAddr>,
+    pub max_connections: usize,
+    /// What the tools its allowlists name added, for the start-up lines.
+    pub tool_lines: Vec<String>,
+}
+
+/// Reads and checks the tenants file; `default_connections` is a tenant's budget when
+/// the file gives none.
+pub fn load(
+    path: &Path,
+    default_connections: usize,
+    cwd: &Path,
+) -> Result<Vec<TenantPlan>, WrapperError> {
+    let mistake =
+        |reason: String| WrapperError::Usage(format!("tenants file {}: {reason}", path.display()));
+    let text = super::read_small_file(path, MAX_FILE_BYTES)
+        .map_err(|e| mistake(format!("cannot read it: {e}")))?;
+    let file: File = toml::from_str(&text).map_err(|e| mistake(one_line(&e.to_string())))?;
+    if file.tenants.is_empty() {
+        return Err(mistake("it names no tenant ([tenants.NAME] tables)".into()));
+    }
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut plans = Vec::new();
+    for (name, entry) in file.tenants {
+        let mistake = |reason: String| mistake(format!("tenant {name:?}: {reason}"));
+        check_name(&name).map_err(mistake)?;
+        if entry.allowlist.is_empty() {
+            return Err(mistake(
+                "give it an allowlist (allowlist = [\"FILE\"]); a tenant has no default policy"
+                    .into(),
+            ));
+        }
+        if entry.secrets.is_empty() && entry.listen.is_empty() {
+            return Err(mistake(
+                "no client could name it: give it secrets, a listener of its own, or both".into(),
+            ));
+        }
+        let digests = entry
+            .secrets
+            .iter()
+            .map(|s| parse_digest(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(mistake)?;
+        let listen = entry
+            .listen
+            .iter()
+            .map(|a| a.parse::<ListenAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| mistake(e.to_string()))?;
+        let max_connections = entry.max_connections.unwrap_or(default_connections);
+        if max_connections == 0 {
+            return Err(mistake("max_connections must be at least 1".into()));
+        }
+        let args = PolicyArgs {
+            allowlist: entry.allowlist.iter().map(|f| base.join(f)).collect(),
+            allow: Vec::new(),
+            deny: Vec::new(),
+            allow_private: Vec::new(),
+            allow_tool: Vec::new(),
+            private_ok: false,
+            inspect: false,
+            upstream_ca: Vec::new(),
+        };
+        let (policy, tool_lines, _) =
+            super::policy::load_policy_with_tools(&args, cwd, &[cwd.to_owned()])
+                .map_err(|e| mistake(e.to_string()))?;
+        if policy.inspects() {
+            return Err(mistake(
+                "its allowlist inspects tunnels ([[http]] rules): a bridge with tenants does \
+                 not inspect yet"
+                    .into(),
+            ));
+        }
+        plans.push(TenantPlan {
+            name,
+            policy,
+            digests,
+            listen,
+            max_connections,
+            tool_lines,
+        });
+    }
+    Ok(plans)
+}
+
+/// Letters, digits, `.`, `_` and `-`: a name that reads the same in a log line, a Basic
+/// user name and a shell.
+fn check_name(name: &str) -> Result<(), String> {
+    let fits = !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if fits {
+        Ok(())
+    } else {
+        Err(format!(
+            "a tenant's name is 1 to {MAX_NAME_BYTES} letters, digits, '.', '_' or '-'"
+        ))
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn load_text(text: &str) -> Result<Vec<TenantPlan>, String> {
+        let dir = tempfile_dir();
+        write(&dir, "a.toml", "allow = [\"a.test:443\"]\n");
+        let path = write(&dir, "tenants.toml", text);
+        let loaded = load(&path, 16, &dir).map_err(|e| e.to_string());
+        std::fs::remove_dir_all(&dir).unwrap();
+        loaded
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "netbox-tenants-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    const DIGEST: &str = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+    #[test]
+    fn a_tenant_has_a_policy_from_its_own_files_and_a_way_to_be_named() {
+        let plans = load_text(&format!(
+            "[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"{DIGEST}\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(plans.len(), 1);
+        assert_eq!(plans[0].name, "team-a");
+        assert_eq!(plans[0].policy.allow_count(), 1);
+        assert_eq!(plans[0].max_connections, 16);
+    }
+
+    #[test]
+    fn mistakes_name_the_tenant_and_what_to_do() {
+        let cases = [
+            ("[tenants.team-a]\nsecrets = []\n", "allowlist"),
+            ("[tenants.team-a]\nallowlist = [\"a.toml\"]\n", "no client could name it"),
+            (
+                "[tenants.\"a b\"]\nallowlist = [\"a.toml\"]\nlisten = [\"127.0.0.1:0\"]\n",
+                "letters, digits",
+            ),
+            (
+                "[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"plain-token\"]\n",
+                "sha256:HEX",
+            ),
+            (
+                "[tenants.team-a]\nallowlist = [\"missing.toml\"]\nlisten = [\"127.0.0.1:0\"]\n",
+                "missing.toml",
+            ),
+            (
+                "[tenants.team-a]\nallowlist = [\"a.toml\"]\nlisten = [\"127.0.0.1:0\"]\nextra = 1\n",
+                "unknown field",
+            ),
+            ("[tenants]\n", "names no tenant"),
+        ];
+        for (text, said) in cases {
+            let error = load_text(text).err().unwrap_or_default();
+            assert!(error.contains(said), "{text:?}: {error}");
+            assert!(error.contains("tenants file"), "{error}");
+        }
+    }
+}

@@ -23,7 +23,7 @@ pub async fn carry(
     target: &Target,
     opened: &Attempt,
 ) -> Result<TunnelStats, HelloRefusal> {
-    let policy = &conn.session.policy;
+    let policy = &conn.policy;
     let config = &conn.shared.config;
     let Some(check) = policy.http_check(target) else {
         return tls_check::relay(

@@ -4,12 +4,13 @@
 //! that use it, so neither imports the other to reach it.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use http::StatusCode;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
+use crate::identity::Tenants;
 use crate::log::EventLog;
 use crate::policy::Policy;
 use crate::resolver::{DnsConfig, Resolver};
@@ -64,12 +65,14 @@ impl Default for BridgeConfig {
 /// Connections one session may have open at once, unless it says otherwise.
 pub const DEFAULT_SESSION_CONNECTIONS: usize = 1024;
 
-/// One sandboxed run (or one standalone bridge): an id, the policy it is held to, and its
-/// connection budget.
+/// One sandboxed run (or one standalone bridge, or one of its tenants): an id, the policy
+/// it is held to, and its connection budget. A standalone bridge's policy can be replaced
+/// while it runs (a reload): each connection, and each request of a keep-alive one, is
+/// judged under the policy it started with ([`Conn::policy`]).
 #[derive(Debug)]
 pub struct Session {
     pub id: Arc<str>,
-    pub policy: Arc<Policy>,
+    policy: RwLock<Arc<Policy>>,
     /// Connections this session may have open at once (`--max-connections`).
     pub max_connections: usize,
     /// Its places, one per open connection.
@@ -79,7 +82,7 @@ pub struct Session {
     /// On a shared bridge's listener: the tenants a client must name (identity.rs); each
     /// request is then served under its tenant's session, and this one's policy (which
     /// refuses everything) is never used for it.
-    pub tenants: Option<Arc<crate::identity::Tenants>>,
+    tenants: Option<RwLock<Arc<Tenants>>>,
 }
 
 impl Session {
@@ -87,7 +90,7 @@ impl Session {
         let max_connections = max_connections.clamp(1, Semaphore::MAX_PERMITS);
         Session {
             id: id.into(),
-            policy,
+            policy: RwLock::new(policy),
             max_connections,
             connections: Arc::new(Semaphore::new(max_connections)),
             addresses: crate::capture::SessionAddresses::default(),
@@ -99,12 +102,44 @@ impl Session {
     /// none are logged under its id.
     pub fn serving_tenants(
         id: impl Into<Arc<str>>,
-        tenants: Arc<crate::identity::Tenants>,
+        tenants: Arc<Tenants>,
         max_connections: usize,
     ) -> Session {
         Session {
-            tenants: Some(tenants),
+            tenants: Some(RwLock::new(tenants)),
             ..Session::new(id, Arc::new(Policy::deny_all()), max_connections)
+        }
+    }
+
+    /// The policy new connections are judged under.
+    pub fn policy(&self) -> Arc<Policy> {
+        // A panic while the lock was held cannot have left half a pointer: the value is
+        // only ever replaced whole.
+        Arc::clone(&self.policy.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces the policy for connections and requests that start from now on; those
+    /// under way keep theirs.
+    pub fn replace_policy(&self, policy: Arc<Policy>) {
+        *self.policy.write().unwrap_or_else(PoisonError::into_inner) = policy;
+    }
+
+    /// The tenants its clients must name, if it serves tenants.
+    pub fn tenants(&self) -> Option<Arc<Tenants>> {
+        let tenants = self.tenants.as_ref()?;
+        Some(Arc::clone(
+            &tenants.read().unwrap_or_else(PoisonError::into_inner),
+        ))
+    }
+
+    /// Replaces the tenants (a reload); `false` if this session serves none.
+    pub fn replace_tenants(&self, new: Arc<Tenants>) -> bool {
+        match &self.tenants {
+            Some(tenants) => {
+                *tenants.write().unwrap_or_else(PoisonError::into_inner) = new;
+                true
+            }
+            None => false,
         }
     }
 }
@@ -126,6 +161,9 @@ pub struct Shared {
 /// and shutdown drains them all.
 pub struct Conn {
     pub session: Arc<Session>,
+    /// The session's policy when this connection (or this request of it) started: one
+    /// attempt is judged under one policy from its decision to its last check.
+    pub policy: Arc<Policy>,
     pub shared: Arc<Shared>,
     pub slot: Arc<Slot>,
 }
@@ -220,6 +258,7 @@ impl Conn {
                 )
             })?;
         Ok(Conn {
+            policy: session.policy(),
             session,
             shared: Arc::clone(&self.shared),
             slot: Arc::new(Slot::Tenant {
@@ -229,12 +268,32 @@ impl Conn {
         })
     }
 
-    /// Another handle on this connection, for a task that outlives its handler.
+    /// A new connection of `session`, in `slot`, under the session's policy of now.
+    pub fn new(session: Arc<Session>, shared: Arc<Shared>, slot: Slot) -> Conn {
+        Conn {
+            policy: session.policy(),
+            session,
+            shared,
+            slot: Arc::new(slot),
+        }
+    }
+
+    /// Another handle on this connection, for a task that outlives its handler: under the
+    /// same policy.
     pub fn share(&self) -> Conn {
         Conn {
             session: Arc::clone(&self.session),
+            policy: Arc::clone(&self.policy),
             shared: Arc::clone(&self.shared),
             slot: Arc::clone(&self.slot),
+        }
+    }
+
+    /// This connection for its next request: under the session's policy of now.
+    pub fn renewed(&self) -> Conn {
+        Conn {
+            policy: self.session.policy(),
+            ..self.share()
         }
     }
 

@@ -239,6 +239,8 @@ pub enum Record {
     DirectAttemptSuppressed(Box<Stamped<records::Suppressed>>),
     GitAudit(Box<Stamped<records::GitAudit>>),
     GitMetadataCreated(Box<Stamped<records::GitMetadataCreated>>),
+    PolicyLoaded(Box<Stamped<records::PolicyLoaded>>),
+    PolicyReloadFailed(Box<Stamped<records::PolicyReloadFailed>>),
     /// A record of a type this version does not write, by name, with its fields.
     Other(String, serde_json::Value),
     /// A record of a newer layout than this reader knows (its `schema_version`): not
@@ -265,6 +267,8 @@ impl Record {
             Record::DirectAttemptSuppressed(r) => &r.session,
             Record::GitAudit(r) => &r.session,
             Record::GitMetadataCreated(r) => &r.session,
+            Record::PolicyLoaded(r) => &r.session,
+            Record::PolicyReloadFailed(r) => &r.session,
             Record::Other(_, fields) => fields["session"].as_str().unwrap_or(""),
             Record::Newer(_) | Record::Unreadable => return None,
         })
@@ -300,6 +304,8 @@ pub fn read_record(line: &[u8]) -> Record {
         Some("write_denied_suppressed") => typed(value, Record::WriteDeniedSuppressed),
         Some("git_audit") => typed(value, Record::GitAudit),
         Some("git_metadata_created") => typed(value, Record::GitMetadataCreated),
+        Some("policy_loaded") => typed(value, Record::PolicyLoaded),
+        Some("policy_reload_failed") => typed(value, Record::PolicyReloadFailed),
         Some(kind) => Record::Other(kind.to_owned(), value),
         None => Record::Unreadable,
     }

@@ -21,6 +21,8 @@ pub const KNOWN_TYPES: &[&str] = &[
     "write_denied_suppressed",
     "git_audit",
     "git_metadata_created",
+    "policy_loaded",
+    "policy_reload_failed",
 ];
 
 /// A record as read back: the frame every record has, and its own fields.
@@ -63,6 +65,28 @@ pub struct SessionStart {
     pub kernel: String,
     pub uid: u32,
     pub gid: u32,
+}
+
+/// `policy_loaded`: the policy a standalone bridge's session (or one of its tenants) is
+/// held to from now on, at start and at each reload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyLoaded {
+    /// `start`, `signal` (SIGHUP) or `watch` (`--watch` saw a policy file change).
+    pub cause: String,
+    /// The tenant, on a bridge with `--tenants`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    pub policy_files: Vec<PathBuf>,
+    /// SHA-256 of the policy's canonical text, as `session_start`'s.
+    pub policy_sha256: String,
+    pub allow_rules: usize,
+}
+
+/// `policy_reload_failed`: a reload that was refused; every policy before it stays.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyReloadFailed {
+    pub cause: String,
+    pub error: String,
 }
 
 /// The limits a run was held to, those given.

@@ -330,11 +330,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let conn = Conn {
-            session: Arc::clone(&sl.session),
-            shared: Arc::clone(&shared),
-            slot: Arc::new(slot),
-        };
+        let conn = Conn::new(Arc::clone(&sl.session), Arc::clone(&shared), slot);
         if let Listener::Captured(_) = sl.listener {
             match stream.local_addr() {
                 Some(dialled) => {

@@ -81,7 +81,7 @@ pub async fn open(
             return Err(refuse(attempt, Refusal::new(Reason::NotAllowed, detail)));
         }
     }
-    let policy = &conn.session.policy;
+    let policy = &conn.policy;
     let decision = policy.decide(target);
     attempt.rule = decision.rule.clone();
     attempt.reason = decision.reason;

@@ -55,7 +55,7 @@ struct RunOnly {
 }
 
 /// The network policy, shared by `netbox -- CMD` and `netbox bridge`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct PolicyArgs {
     /// Allowlist file (TOML; repeatable). With none and no --allow, every connection is refused.
     #[arg(long = "allowlist", value_name = "FILE")]
@@ -386,6 +386,11 @@ pub struct BridgeArgs {
     /// policy flag then applies: a client that names no tenant is refused (407).
     #[arg(long = "tenants", value_name = "FILE")]
     pub tenants: Option<PathBuf>,
+
+    /// Reload the policies when a file they were read from changes (looked at every
+    /// second), as on SIGHUP: a file that does not load keeps the policies before it.
+    #[arg(long = "watch")]
+    pub watch: bool,
 
     /// When the policy inspects (--inspect, [[http]] rules): write the session CA's
     /// certificate (PEM) to FILE, for clients to trust. Its key stays in memory.

@@ -100,7 +100,7 @@ fn allowed(session: &Session, name: &str, ports: &[u16]) -> bool {
             host: Host::Name(name.to_owned()),
             port,
         };
-        session.policy.decide(&target).is_allow()
+        session.policy().decide(&target).is_allow()
     })
 }
 

@@ -61,7 +61,7 @@ pub async fn serve(io: ClientIo, conn: Conn, dialled: SocketAddr) {
             .record(&attempt.finish(End::ClientError, 0, 0));
         return;
     };
-    let policy = &conn.session.policy;
+    let policy = &conn.policy;
     // Port 80 is read request by request (as an inspected tunnel is, with the HTTP rules
     // for the host or none), so every request, not only the first on a kept-alive
     // connection, must name the target in its Host: a server picks its site by it.

@@ -70,7 +70,7 @@ impl KeptUpstream {
     /// gives it now, and can take a request.
     async fn take_for(&self, target: &Target, conn: &Conn) -> Option<Upstream> {
         let mut upstream = self.0.lock().ok()?.take()?;
-        let decision = conn.session.policy.decide(target);
+        let decision = conn.policy.decide(target);
         let same = upstream.target == *target
             && decision.is_allow()
             && decision.rule == upstream.opened.rule;
@@ -96,7 +96,7 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
         Err(refusal) => return Forwarded::Refused(attempt, refusal),
     };
     // A host with HTTP rules: the request is judged by them, as inside a tunnel.
-    if let Some(check) = conn.session.policy.http_check(&target) {
+    if let Some(check) = conn.policy.http_check(&target) {
         let judged = check
             .judge(req.method().as_str(), req.uri().path())
             .map_err(|refused| Refusal::new(refused.reason, refused.detail))

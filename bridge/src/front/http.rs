@@ -220,7 +220,7 @@ async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body>
             return refuse(state, attempt, &refusal);
         }
         // Not a proxy request: answered below whoever asks.
-        Err(_) => state.conn.share(),
+        Err(_) => state.conn.renewed(),
     };
     if req.method() == Method::CONNECT {
         return connect(req, state, &conn).await;
@@ -258,8 +258,8 @@ async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body>
 /// tenants, the one of the tenant the request's credentials name (the same tenant for
 /// every request of a connection, so that a kept upstream is never another tenant's).
 fn identify(req: &Request<Incoming>, state: &ConnState) -> Result<Conn, Refusal> {
-    let Some(tenants) = &state.conn.session.tenants else {
-        return Ok(state.conn.share());
+    let Some(tenants) = state.conn.session.tenants() else {
+        return Ok(state.conn.renewed());
     };
     let session = tenants
         .from_headers(req.headers())
@@ -281,7 +281,7 @@ fn identify(req: &Request<Incoming>, state: &ConnState) -> Result<Conn, Refusal>
             "this connection's first request named another tenant: open a connection per tenant",
         ));
     }
-    Ok(bound.share())
+    Ok(bound.renewed())
 }
 
 async fn connect(
@@ -300,7 +300,7 @@ async fn connect(
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let idle = conn.shared.config.idle_timeout;
-    let policy = Arc::clone(&conn.session.policy);
+    let policy = Arc::clone(&conn.policy);
     let log = Arc::clone(&conn.shared.log);
     let stopped = conn.stopped();
     let conn = conn.share();

@@ -61,7 +61,7 @@ pub(crate) enum Request {
 /// `header_timeout` is what is left of the head deadline after the first byte.
 pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::Duration) {
     let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Socks5);
-    let tenants = conn.session.tenants.clone();
+    let tenants = conn.session.tenants();
     let mut tenant = None;
     let read = tokio::select! {
         read = tokio::time::timeout(

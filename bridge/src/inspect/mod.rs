@@ -172,7 +172,7 @@ pub(crate) async fn serve(
     opened: &Attempt,
 ) -> Result<TunnelStats, HelloRefusal> {
     let config = &conn.shared.config;
-    let policy = &conn.session.policy;
+    let policy = &conn.policy;
     let counters = Counters::default();
     let tls = policy.checks_tls(target.port);
     let (client, upstream): (Box<dyn Io>, Result<Box<dyn Io>, Refusal>) = if tls {

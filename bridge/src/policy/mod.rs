@@ -335,6 +335,15 @@ impl Policy {
         &self.named_files
     }
 
+    /// SHA-256 of [`Policy::canonical_text`], in hex: the hash the log carries.
+    pub fn sha256_hex(&self) -> String {
+        use sha2::Digest;
+        sha2::Sha256::digest(self.canonical_text().as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     /// What the policy decides by, as canonical text: its rules in order (allow/deny and
     /// the parsed rule, not its spelling) and its pinned hosts, sorted. Two policies with
     /// the same text decide alike; the session record carries its hash.

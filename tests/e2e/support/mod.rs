@@ -154,14 +154,30 @@ impl Bridge {
         format!("http://{}", self.addr)
     }
 
-    /// All events logged so far, waiting briefly for `at_least` of them.
+    /// All events logged so far (attempts; not the policy records), waiting briefly for
+    /// `at_least` of them.
     pub fn events(&self, at_least: usize) -> Vec<Value> {
+        self.records_waiting(at_least, |r| {
+            !r["type"].as_str().unwrap_or("").starts_with("policy_")
+        })
+    }
+
+    /// Every record logged so far, of every type.
+    pub fn records(&self) -> Vec<Value> {
+        self.records_waiting(0, |_| true)
+    }
+
+    fn records_waiting(&self, at_least: usize, wanted: impl Fn(&Value) -> bool) -> Vec<Value> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let text = std::fs::read_to_string(&self.log).unwrap_or_default();
             // The bridge may be writing a line as it is read: only whole lines count.
             let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-            let events: Vec<Value> = whole.lines().map(read_typed_record).collect();
+            let events: Vec<Value> = whole
+                .lines()
+                .map(read_typed_record)
+                .filter(|r| wanted(r))
+                .collect();
             if events.len() >= at_least || Instant::now() > deadline {
                 return events;
             }
@@ -200,6 +216,10 @@ impl Bridge {
             .and_then(|v| v.trim().strip_suffix("kB"))
             .and_then(|v| v.trim().parse().ok())
             .expect("VmRSS")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// True while the bridge process is still running.

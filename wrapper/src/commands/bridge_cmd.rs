@@ -1,12 +1,14 @@
 //! `netbox bridge`: the egress proxy on its own, on listeners it binds itself; with
 //! `--tenants`, shared by several tenants, each under its own policy and session.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bridge::identity::Tenants;
 use bridge::listen::ListenAddr;
 use bridge::{BridgeConfig, EventLog, Policy, Session, SessionListener, Stderr};
 
+use super::bridge_reload::{Reloader, Served, TenantState};
 use crate::cli::{BridgeArgs, PolicyArgs};
 use crate::error::WrapperError;
 use crate::plan::policy::{load_policy_with_tools, new_session_id};
@@ -84,17 +86,36 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         inspector,
         ..BridgeConfig::default()
     };
-    let (session, tenant_listeners) = match tenants {
-        Some(plans) => served_tenants(plans, &session_id, args.max_connections)?,
-        None => (
-            Arc::new(Session::new(
+    let can_inspect = config.inspector.is_some();
+    let (session, tenant_listeners, served) = match (tenants, &args.tenants) {
+        (Some(plans), Some(file)) => {
+            let TenantsServed {
+                gate,
+                listeners,
+                states,
+            } = served_tenants(plans, &session_id, args.max_connections)?;
+            let served = Served::Tenants {
+                gate: Arc::clone(&gate),
+                file: file.clone(),
+                default_connections: args.max_connections,
+                tenants: states,
+            };
+            (gate, listeners, served)
+        }
+        _ => {
+            let session = Arc::new(Session::new(
                 session_id,
                 Arc::new(policy),
                 args.max_connections,
-            )),
-            Vec::new(),
-        ),
+            ));
+            let served = Served::Alone {
+                session: Arc::clone(&session),
+                args: args.policy.clone(),
+            };
+            (session, Vec::new(), served)
+        }
     };
+    let reloader = Arc::new(Reloader::new(served, cwd, can_inspect));
     if let Some(note) = crate::limits::open_file_note(args.max_connections) {
         crate::output::say(&note);
     }
@@ -104,6 +125,8 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         .build()
         .map_err(WrapperError::Runtime)?;
     runtime.block_on(async move {
+        // Before anything listens: a SIGHUP from then on reloads, never ends the bridge.
+        let hangup = super::bridge_reload::catch_hangup().map_err(WrapperError::Runtime)?;
         let mut listeners = Vec::new();
         let every = addrs
             .iter()
@@ -120,19 +143,19 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         }
         // Announced only once every listener is bound, so a client that reads this line
         // can connect to any of them.
-        if let Some(tenants) = &session.tenants {
+        if let Some(tenants) = session.tenants() {
             let mut names: Vec<(&str, &Arc<Session>)> = tenants.sessions().collect();
             names.sort_by_key(|(name, _)| *name);
             for (name, tenant) in names {
                 crate::output::say(&format!(
                     "netbox bridge: tenant {name}: session {}, {} allow rules",
                     tenant.id,
-                    tenant.policy.allow_count()
+                    tenant.policy().allow_count()
                 ));
             }
         }
         for sl in &listeners {
-            let whose = match &sl.session.tenants {
+            let whose = match sl.session.tenants() {
                 Some(tenants) => format!(
                     "session {}, clients name one of {} tenants",
                     sl.session.id,
@@ -141,7 +164,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
                 None => format!(
                     "session {}, {} allow rules",
                     sl.session.id,
-                    sl.session.policy.allow_count()
+                    sl.session.policy().allow_count()
                 ),
             };
             crate::output::say(&format!(
@@ -150,6 +173,13 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             ));
         }
         let log = Arc::new(log);
+        reloader.record_start(&log);
+        let reloading = tokio::spawn(super::bridge_reload::reload_when_asked(
+            reloader,
+            Arc::clone(&log),
+            args.watch,
+            hangup,
+        ));
         // A bridge that cannot log stops: what it lets through must be on record.
         let stop = {
             let log = Arc::clone(&log);
@@ -161,6 +191,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             }
         };
         bridge::serve(listeners, config, Arc::clone(&log), stop).await;
+        reloading.abort();
         log.flush_suppressed();
         for addr in addrs.iter().chain(tenant_listeners.iter().map(|(a, _)| a)) {
             if let ListenAddr::Unix(path) = addr {
@@ -202,15 +233,22 @@ fn refuse_policy_flags(policy: &PolicyArgs) -> Result<(), WrapperError> {
 /// A tenant's own listener: whoever connects to it is that tenant.
 type TenantListener = (ListenAddr, Arc<Session>);
 
-/// The tenants' sessions (id `SESSION/NAME`), the session of the listeners where clients
-/// name their tenant, and the tenants' own listeners.
+struct TenantsServed {
+    gate: Arc<Session>,
+    listeners: Vec<TenantListener>,
+    states: BTreeMap<String, TenantState>,
+}
+
+/// The tenants' sessions (id `SESSION/NAME`): the session of the listeners where clients
+/// name their tenant, the tenants' own listeners, and each tenant as a reload sees it.
 fn served_tenants(
     plans: Vec<TenantPlan>,
     session_id: &str,
     max_connections: usize,
-) -> Result<(Arc<Session>, Vec<TenantListener>), WrapperError> {
+) -> Result<TenantsServed, WrapperError> {
     let mut tenants = Tenants::default();
     let mut listeners = Vec::new();
+    let mut states = BTreeMap::new();
     for plan in plans {
         for line in &plan.tool_lines {
             crate::output::say(&format!("netbox bridge: tenant {}: {line}", plan.name));
@@ -220,13 +258,25 @@ fn served_tenants(
             Arc::new(plan.policy),
             plan.max_connections,
         ));
+        states.insert(
+            plan.name.clone(),
+            TenantState {
+                session: Arc::clone(&session),
+                listen: plan.listen.iter().map(|a| a.to_string()).collect(),
+                max_connections: plan.max_connections,
+            },
+        );
         listeners.extend(plan.listen.into_iter().map(|a| (a, Arc::clone(&session))));
         tenants
             .add(&plan.name, session, plan.digests)
             .map_err(|reason| WrapperError::Usage(format!("tenants file: {reason}")))?;
     }
     let gate = Session::serving_tenants(session_id, Arc::new(tenants), max_connections);
-    Ok((Arc::new(gate), listeners))
+    Ok(TenantsServed {
+        gate: Arc::new(gate),
+        listeners,
+        states,
+    })
 }
 
 /// The session CA, when the policy inspects, with its certificate written where

@@ -216,6 +216,8 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
             | Record::WriteDeniedSuppressed(_)
             | Record::GitAudit(_)
             | Record::GitMetadataCreated(_)
+            | Record::PolicyLoaded(_)
+            | Record::PolicyReloadFailed(_)
             | Record::Unreadable
             | Record::Newer(_) => {}
         }

@@ -3,6 +3,7 @@
 //! `export`), prove the boundary (`verify`) or serve the proxy alone (`bridge`).
 
 pub mod bridge_cmd;
+pub mod bridge_reload;
 pub mod export;
 pub mod learn;
 pub mod logview;

@@ -14,11 +14,7 @@ use crate::plan::config::SandboxConfig;
 
 /// Writes `session_start`. `protected` is what the run pins read-only.
 pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf]) {
-    use sha2::Digest;
-    let policy_sha256 = sha2::Sha256::digest(config.policy.canonical_text().as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let policy_sha256 = config.policy.sha256_hex();
     let start = SessionStart {
         netbox_version: env!("CARGO_PKG_VERSION").to_owned(),
         mode: match (config.policy.is_learning(), config.fetch.is_some()) {

@@ -42,6 +42,9 @@ pub struct BridgeConfig {
     /// The session CA and upstream trust for tunnels the policy inspects; without it such
     /// a tunnel is refused.
     pub inspector: Option<Arc<crate::inspect::Inspector>>,
+    /// Where this bridge listens (a standalone bridge's listeners, admin too): never
+    /// dialled.
+    pub own_listeners: Vec<std::net::SocketAddr>,
 }
 
 impl Default for BridgeConfig {
@@ -58,6 +61,7 @@ impl Default for BridgeConfig {
             trim_memory: None,
             panic_on_host: None,
             inspector: None,
+            own_listeners: Vec::new(),
         }
     }
 }
@@ -75,6 +79,8 @@ pub struct Session {
     policy: RwLock<Arc<Policy>>,
     /// Connections this session may have open at once (`--max-connections`).
     pub max_connections: usize,
+    /// Where that limit is set, for the refusal that says it was reached.
+    pub limit_named: &'static str,
     /// Its places, one per open connection.
     pub(crate) connections: Arc<Semaphore>,
     /// The addresses its DNS stub handed out, by name (capture).
@@ -92,6 +98,7 @@ impl Session {
             id: id.into(),
             policy: RwLock::new(policy),
             max_connections,
+            limit_named: "--max-connections",
             connections: Arc::new(Semaphore::new(max_connections)),
             addresses: crate::capture::SessionAddresses::default(),
             tenants: None,
@@ -108,6 +115,24 @@ impl Session {
         Session {
             tenants: Some(RwLock::new(tenants)),
             ..Session::new(id, Arc::new(Policy::deny_all()), max_connections)
+        }
+    }
+
+    /// Connections of this session open now.
+    pub fn open_connections(&self) -> usize {
+        self.max_connections
+            .saturating_sub(self.connections.available_permits())
+    }
+
+    /// The session of a tenant of a shared bridge: its limit is set in the tenants file.
+    pub fn of_tenant(
+        id: impl Into<Arc<str>>,
+        policy: Arc<Policy>,
+        max_connections: usize,
+    ) -> Session {
+        Session {
+            limit_named: "max_connections in the tenants file",
+            ..Session::new(id, policy, max_connections)
         }
     }
 
@@ -185,11 +210,21 @@ pub enum Slot {
     /// client named, besides the listener's own places.
     Tenant {
         _tenant: OwnedSemaphorePermit,
-        _listener: Arc<Slot>,
+        listener: Arc<Slot>,
     },
 }
 
 impl Slot {
+    /// Why a connection in this slot is refused, if it is past a limit: a tenant's slot
+    /// is past one if the listener's place under it is.
+    fn over_limit(&self) -> Option<&str> {
+        match self {
+            Slot::OverLimit { why, .. } => Some(why),
+            Slot::Tenant { listener, .. } => listener.over_limit(),
+            Slot::Served { .. } => None,
+        }
+    }
+
     /// A place among the session's and the bridge's connections, if both have one free.
     pub(crate) fn try_served(session: &Session, shared: &Shared) -> Option<Slot> {
         let session = Arc::clone(&session.connections).try_acquire_owned().ok()?;
@@ -239,15 +274,16 @@ impl Conn {
 
     /// Why this connection is to be refused before anything else, if it is past a limit.
     pub fn over_limit(&self) -> Option<&str> {
-        match &*self.slot {
-            Slot::OverLimit { why, .. } => Some(why),
-            Slot::Served { .. } | Slot::Tenant { .. } => None,
-        }
+        self.slot.over_limit()
     }
 
     /// This connection as the tenant `session`'s, holding one of that tenant's places
     /// besides its own; `Err` with why when the tenant has none free.
     pub fn as_tenant(&self, session: Arc<Session>) -> Result<Conn, String> {
+        // A connection past the listener's limit stays past it, whoever it names.
+        if let Some(why) = self.over_limit() {
+            return Err(why.to_owned());
+        }
         let place = Arc::clone(&session.connections)
             .try_acquire_owned()
             .map_err(|_| {
@@ -263,7 +299,7 @@ impl Conn {
             shared: Arc::clone(&self.shared),
             slot: Arc::new(Slot::Tenant {
                 _tenant: place,
-                _listener: Arc::clone(&self.slot),
+                listener: Arc::clone(&self.slot),
             }),
         })
     }

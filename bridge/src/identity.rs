@@ -121,7 +121,7 @@ impl Tenants {
                 .by_digest
                 .get(&digest(rest))
                 .cloned()
-                .ok_or(Unidentified::Unknown("no tenant has this token"));
+                .ok_or(Unidentified::Unknown("no tenant has this name and token"));
         }
         if scheme.eq_ignore_ascii_case(b"basic") {
             let decoded = base64::engine::general_purpose::STANDARD
@@ -139,21 +139,20 @@ impl Tenants {
     }
 
     /// The tenant named `user`, if `password` is one of its secrets.
+    /// A wrong name and a wrong token are refused alike, in the same time (the token is
+    /// hashed either way): a client cannot learn which tenants exist.
     pub fn from_user_password(
         &self,
         user: &[u8],
         password: &[u8],
     ) -> Result<Arc<Session>, Unidentified> {
-        let tenant = std::str::from_utf8(user)
+        let given = digest(password);
+        std::str::from_utf8(user)
             .ok()
             .and_then(|name| self.by_name.get(name))
-            .ok_or(Unidentified::Unknown("no tenant has this name"))?;
-        let given = digest(password);
-        if tenant.digests.contains(&given) {
-            Ok(Arc::clone(&tenant.session))
-        } else {
-            Err(Unidentified::Unknown("not this tenant's token"))
-        }
+            .filter(|tenant| tenant.digests.contains(&given))
+            .map(|tenant| Arc::clone(&tenant.session))
+            .ok_or(Unidentified::Unknown("no tenant has this name and token"))
     }
 }
 

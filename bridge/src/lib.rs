@@ -25,6 +25,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod capture;
 mod carry;
 pub mod client_hello;
@@ -44,6 +45,7 @@ pub mod listen;
 pub mod local;
 pub mod log;
 mod memory;
+pub mod metrics;
 pub mod policy;
 pub mod records;
 pub mod resolver;

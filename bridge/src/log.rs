@@ -49,7 +49,7 @@ pub fn bounded(text: String, max: usize) -> String {
 }
 
 /// How the client spoke to the bridge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Proto {
     /// `CONNECT host:port`.
@@ -350,6 +350,8 @@ pub struct EventLog {
     requests: [std::sync::atomic::AtomicU64; 2],
     /// A host whose attempts are logged but not counted (the live probe's canary).
     uncounted: Mutex<Vec<(String, Option<u32>)>>,
+    /// A standalone bridge's counters (metrics.rs): every attempt, before caps and limits.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl EventLog {
@@ -372,7 +374,18 @@ impl EventLog {
             denied: std::sync::atomic::AtomicU64::new(0),
             requests: Default::default(),
             uncounted: Mutex::new(Vec::new()),
+            metrics: None,
         })
+    }
+
+    /// Counts every attempt in `metrics` too, as it is recorded.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> EventLog {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    pub fn metrics(&self) -> Option<&Arc<crate::metrics::Metrics>> {
+        self.metrics.as_ref()
     }
 
     /// Bounds the `net` records this log takes: past a cap, attempts are only counted
@@ -459,6 +472,9 @@ impl EventLog {
     /// Writes one event: the whole line in one `write` (O_APPEND keeps lines whole even
     /// with several writers), then the stderr summary (a refusal only the first time).
     pub fn record(&self, event: &Event) {
+        if let Some(metrics) = &self.metrics {
+            metrics.count(event);
+        }
         // Requests inside inspected tunnels are cheap to make by the thousand: capped apart,
         // so that they cannot push tunnels and refusals out of the log.
         let inspected = event.proto == Proto::Inspected;

@@ -34,6 +34,8 @@ pub struct Resolver {
     /// feature probing alone is measurable in a start-up that should cost nothing.
     dns: std::sync::OnceLock<Result<TokioResolver, String>>,
     timeout: Duration,
+    /// A standalone bridge's counters: each lookup's latency.
+    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
 }
 
 /// Why a host has no address.
@@ -52,11 +54,16 @@ pub enum ResolveError {
 impl Resolver {
     /// A resolver for `config`; the DNS client itself is built on first use. A failure to
     /// build it is kept and reported per lookup: pinned names and IP literals still work.
-    pub fn new(config: &DnsConfig, timeout: Duration) -> Resolver {
+    pub fn new(
+        config: &DnsConfig,
+        timeout: Duration,
+        metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    ) -> Resolver {
         Resolver {
             config: config.clone(),
             dns: std::sync::OnceLock::new(),
             timeout,
+            metrics,
         }
     }
 
@@ -81,8 +88,12 @@ impl Resolver {
             .map_err(|e| ResolveError::NoResolver(e.clone()))?;
         // A trailing dot makes the name absolute: no search-domain suffixes are tried.
         let fqdn = format!("{name}.");
-        let lookup = tokio::time::timeout(self.timeout, dns.lookup_ip(fqdn.as_str()))
-            .await
+        let started = std::time::Instant::now();
+        let lookup = tokio::time::timeout(self.timeout, dns.lookup_ip(fqdn.as_str())).await;
+        if let Some(metrics) = &self.metrics {
+            metrics.dns_lookup(started.elapsed());
+        }
+        let lookup = lookup
             .map_err(|_| ResolveError::Timeout(self.timeout))?
             .map_err(|e| ResolveError::Lookup(e.to_string()))?;
         let mut addrs: Vec<IpAddr> = lookup.iter().map(canonical_ip).collect();

@@ -98,7 +98,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let resolver = Resolver::new(&config.dns, config.dns_timeout);
+    let resolver = Resolver::new(&config.dns, config.dns_timeout, log.metrics().cloned());
     // The bridge's limit is never below one of its sessions' own.
     let max = listeners
         .iter()
@@ -179,8 +179,8 @@ impl Limits {
         }
         let why = if session.connections.available_permits() == 0 {
             format!(
-                "this session already has {} connections open (--max-connections)",
-                session.max_connections
+                "this session already has {} connections open ({})",
+                session.max_connections, session.limit_named
             )
         } else {
             format!(

@@ -104,7 +104,16 @@ pub async fn open(
 
     let mut admitted = Vec::new();
     let mut first_refused = None;
+    let mut own_listener = None;
     for &addr in &addrs {
+        // A listener of this bridge's own (another tenant's, the admin one) is never a
+        // destination, whatever a rule opens: through it a client would come back in as
+        // someone else.
+        let dialed = SocketAddr::new(addr, target.port);
+        if conn.shared.config.own_listeners.contains(&dialed) {
+            own_listener.get_or_insert(dialed);
+            continue;
+        }
         let class = crate::local::classify_here(addr);
         let verdict = policy.admit_for(&decision, addr, class, target.port);
         if verdict.is_allow() {
@@ -112,6 +121,13 @@ pub async fn open(
         } else if first_refused.is_none() {
             first_refused = Some((addr, verdict));
         }
+    }
+    if let (true, Some(own)) = (admitted.is_empty(), own_listener) {
+        let detail = format!("{own} is this bridge's own listener: not reachable through it");
+        return Err(refuse(
+            attempt,
+            Refusal::new(Reason::NonPublicAddress, detail),
+        ));
     }
     if admitted.is_empty() {
         let Some((addr, verdict)) = first_refused else {

@@ -150,15 +150,17 @@ fn memory_comes_back_after_tunnels_close() {
         "500 open tunnels: {idle} -> {open} KiB"
     );
     tunnels.clear();
-    // Once they have closed, the bridge gives what they held back to the system.
+    // Once they have closed, the bridge gives what they held back to the system. A leak
+    // keeps all of it; the allocator's per-thread arenas keep about a fifth (0.17-0.25 of
+    // the growth measured in debug builds), which a quarter left too little room for.
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut now = bridge.rss_kib();
-    while now > idle + (open - idle) / 4 && Instant::now() < deadline {
+    while now > idle + (open - idle) / 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
         now = bridge.rss_kib();
     }
     assert!(
-        now <= idle + (open - idle) / 4,
+        now <= idle + (open - idle) / 3,
         "idle {idle} KiB, open {open} KiB, closed {now} KiB"
     );
 }

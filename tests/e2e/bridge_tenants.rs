@@ -42,6 +42,29 @@ fn tenants(dir: &TestDir, port: u16) -> std::path::PathBuf {
     )
 }
 
+/// Where `tenant`'s own listener is, once the bridge has said it.
+fn own_listener(bridge: &Bridge, tenant: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = bridge.stderr().iter().find_map(|l| {
+            l.contains(&format!("session e2e/{tenant},"))
+                .then(|| l.split("listening on ").nth(1))
+                .flatten()
+                .and_then(|rest| rest.split(' ').next())
+                .map(str::to_owned)
+        });
+        if let Some(addr) = found {
+            return addr;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{tenant} has no listener: {:?}",
+            bridge.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn start(dir: &TestDir, port: u16) -> Bridge {
     let file = tenants(dir, port);
     Bridge::start_args(dir, &["--tenants".into(), file.display().to_string()])
@@ -128,14 +151,7 @@ fn each_tenant_reaches_only_its_own_hosts_and_is_logged_as_itself() {
         .any(|l| l.contains("tenant team-a: session e2e/team-a, 1 allow rules")));
 
     // A tenant's own listener needs no credentials: its clients are that tenant's.
-    let own = bridge
-        .stderr()
-        .iter()
-        .find(|l| l.contains("listening on") && l.contains("session e2e/team-b"))
-        .and_then(|l| l.split("listening on ").nth(1))
-        .and_then(|l| l.split(' ').next())
-        .map(str::to_owned)
-        .expect("team-b's own listener");
+    let own = own_listener(&bridge, "team-b");
     let out = curl(&["-o", "/dev/null", "-w", "%{http_code}", "-x", &own, &b_url]);
     assert_eq!(stdout(&out), "200");
     let out = curl(&["-o", "/dev/null", "-w", "%{http_code}", "-x", &own, &a_url]);
@@ -382,4 +398,198 @@ fn a_tenant_past_its_own_connection_limit_is_refused_and_others_are_not() {
         .filter(|e| e["reason"] == "connection_limit")
         .count();
     assert!(limited >= 1);
+}
+
+/// Review 37: places, limits and what a refusal says.
+mod review37 {
+    use super::*;
+
+    fn basic(user: &str, secret: &str) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{secret}"))
+    }
+
+    fn connect(bridge: &Bridge, user: &str, secret: &str, target: &str) -> (String, TcpStream) {
+        let mut stream = TcpStream::connect(bridge.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {}\r\n\r\n",
+            basic(user, secret)
+        )
+        .unwrap();
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).unwrap();
+        (String::from_utf8_lossy(&head).into_owned(), stream)
+    }
+
+    fn socks_connect(bridge: &Bridge, user: &str, secret: &str, host: &str, p: u16) -> u8 {
+        let mut s = TcpStream::connect(bridge.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&[5, 1, 2]).unwrap();
+        let mut reply = [0u8; 2];
+        s.read_exact(&mut reply).unwrap();
+        assert_eq!(reply, [5, 2]);
+        let mut auth = vec![1, u8::try_from(user.len()).unwrap()];
+        auth.extend_from_slice(user.as_bytes());
+        auth.push(u8::try_from(secret.len()).unwrap());
+        auth.extend_from_slice(secret.as_bytes());
+        s.write_all(&auth).unwrap();
+        s.read_exact(&mut reply).unwrap();
+        assert_eq!(reply, [1, 0], "authenticated");
+        let mut request = vec![5, 1, 0, 3, u8::try_from(host.len()).unwrap()];
+        request.extend_from_slice(host.as_bytes());
+        request.extend_from_slice(&p.to_be_bytes());
+        s.write_all(&request).unwrap();
+        let mut answer = [0u8; 10];
+        s.read_exact(&mut answer).unwrap();
+        answer[1]
+    }
+
+    fn with_limit(dir: &TestDir, p: u16, limit: &str) -> Bridge {
+        let file = tenants(dir, p);
+        Bridge::start_args(
+            dir,
+            &[
+                "--tenants".into(),
+                file.display().to_string(),
+                "--max-connections".into(),
+                limit.into(),
+            ],
+        )
+    }
+
+    #[test]
+    fn socks5_past_the_bridge_limit_is_refused_as_http_is() {
+        let dir = TestDir::new("r37-socks-limit");
+        let http = HttpServer::start();
+        let p = http.port();
+        let bridge = with_limit(&dir, p, "2");
+        // Positive control: a SOCKS5 tunnel opens while there is room.
+        assert_eq!(socks_connect(&bridge, "team-a", SECRET_A, "a.test", p), 0);
+        let _idle: Vec<_> = (0..2)
+            .map(|_| TcpStream::connect(bridge.addr).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let (status, _) = connect(&bridge, "team-a", SECRET_A, &format!("a.test:{p}"));
+        assert_eq!(status, "HTTP/1.1 503");
+        let code = socks_connect(&bridge, "team-a", SECRET_A, "a.test", p);
+        assert_ne!(
+            code, 0,
+            "a SOCKS5 tunnel was opened past --max-connections 2"
+        );
+    }
+
+    #[test]
+    fn one_tenant_does_not_take_the_other_tenants_places() {
+        let dir = TestDir::new("r37-starve");
+        let http = HttpServer::start();
+        let p = http.port();
+        // Two tenants with no budget of their own: one place each of the bridge's two.
+        let bridge = with_limit(&dir, p, "2");
+        let (status, _held) = connect(&bridge, "team-b", SECRET_B, &format!("b.test:{p}"));
+        assert_eq!(status, "HTTP/1.1 200");
+        let (status, _) = connect(&bridge, "team-b", SECRET_B, &format!("b.test:{p}"));
+        assert_eq!(status, "HTTP/1.1 503", "team-b past its share");
+        let (status, _) = connect(&bridge, "team-a", SECRET_A, &format!("a.test:{p}"));
+        assert_eq!(status, "HTTP/1.1 200", "team-a lost its place to team-b");
+        // The refusal is the tenant's, and names its budget.
+        let refused = bridge
+            .events(3)
+            .into_iter()
+            .find(|e| e["reason"] == "connection_limit")
+            .expect("the refusal is logged");
+        assert_eq!(refused["session"], "e2e/team-b");
+        assert!(refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains("max_connections"));
+    }
+
+    #[test]
+    fn a_407_does_not_say_whether_a_tenant_name_exists_and_has_one_content_type() {
+        let dir = TestDir::new("r37-names");
+        let http = HttpServer::start();
+        let p = http.port();
+        let bridge = start(&dir, p);
+        let url = format!("http://a.test:{p}/");
+        let head_and_body = |user: &str| {
+            let proxy = format!("http://{user}:wrong@{}", bridge.addr);
+            let out = curl(&["-s", "-D", "-", "-x", &proxy, &url]);
+            let text = stdout(&out).to_ascii_lowercase();
+            // Without the date, which differs by the second.
+            text.lines()
+                .filter(|l| !l.starts_with("date:"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let known = head_and_body("team-a");
+        assert!(known.starts_with("http/1.1 407"), "{known}");
+        assert_eq!(known, head_and_body("nobody"));
+        assert_eq!(known.matches("content-type:").count(), 1, "{known}");
+        assert_eq!(known.matches("proxy-authenticate:").count(), 2, "{known}");
+    }
+
+    #[test]
+    fn a_tenants_own_listener_is_not_reachable_through_the_bridge() {
+        let dir = TestDir::new("r37-hop");
+        let http = HttpServer::start();
+        let p = http.port();
+        // team-a may reach every loopback port: the bridge's own listeners still not.
+        dir.write(
+            "a.toml",
+            &format!(
+                "allow = [\"127.0.0.0/8:1-65535\"]\nallow_private = [\"a.test:{p}\"]\n\
+                 [hosts]\n\"a.test\" = \"127.0.0.1\"\n"
+            ),
+        );
+        dir.write(
+            "b.toml",
+            &format!("allow_private = [\"b.test:{p}\"]\n[hosts]\n\"b.test\" = \"127.0.0.1\"\n"),
+        );
+        let file = dir.write(
+            "tenants.toml",
+            &format!(
+                "[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"{}\"]\n\n\
+                 [tenants.team-b]\nallowlist = [\"b.toml\"]\nlisten = [\"127.0.0.1:0\"]\n",
+                digest(SECRET_A)
+            ),
+        );
+        let bridge = Bridge::start_args(&dir, &["--tenants".into(), file.display().to_string()]);
+        let own = own_listener(&bridge, "team-b");
+        // Positive control: team-a reaches another loopback port its rule opens.
+        let (status, _) = connect(&bridge, "team-a", SECRET_A, &format!("127.0.0.1:{p}"));
+        assert_eq!(status, "HTTP/1.1 200");
+        for target in [own.clone(), bridge.addr.to_string()] {
+            let (status, _) = connect(&bridge, "team-a", SECRET_A, &target);
+            assert_eq!(status, "HTTP/1.1 502", "{target}");
+        }
+        let refused: Vec<_> = bridge
+            .events(3)
+            .into_iter()
+            .filter(|e| e["detail"].as_str().unwrap_or("").contains("own listener"))
+            .collect();
+        assert_eq!(refused.len(), 2, "{refused:?}");
+    }
+
+    #[test]
+    fn a_client_that_names_no_tenant_holds_no_place_past_one_answer() {
+        let dir = TestDir::new("r37-health");
+        let http = HttpServer::start();
+        let p = http.port();
+        let bridge = start(&dir, p);
+        let mut s = TcpStream::connect(bridge.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET /__netbox/health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut all = Vec::new();
+        let _ = s.read_to_end(&mut all);
+        let all = String::from_utf8_lossy(&all);
+        assert!(all.starts_with("HTTP/1.1 200"), "{all}");
+        assert!(
+            all.to_ascii_lowercase().contains("connection: close"),
+            "{all}"
+        );
+    }
 }

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod bridge_admin;
 mod bridge_dns;
 mod bridge_forward;
 mod bridge_limits;

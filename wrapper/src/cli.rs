@@ -387,6 +387,18 @@ pub struct BridgeArgs {
     #[arg(long = "tenants", value_name = "FILE")]
     pub tenants: Option<PathBuf>,
 
+    /// Serve `GET /__netbox/metrics` (Prometheus text format) and `GET /__netbox/ready`
+    /// (503 once draining) on this separate listener: 127.0.0.1:PORT, [::1]:PORT or
+    /// unix:PATH.
+    #[arg(long = "admin", value_name = "ADDR")]
+    pub admin: Option<String>,
+
+    /// On SIGTERM or SIGINT: stop accepting, let open connections finish for this long,
+    /// then end them (each still logged).
+    #[arg(long = "drain-timeout", value_name = "DURATION", default_value = "5s",
+          value_parser = humantime::parse_duration)]
+    pub drain_timeout: std::time::Duration,
+
     /// Reload the policies when a file they were read from changes (looked at every
     /// second), as on SIGHUP: a file that does not load keeps the policies before it.
     #[arg(long = "watch")]

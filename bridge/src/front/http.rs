@@ -208,14 +208,14 @@ async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body>
     let proxied = req.method() == Method::CONNECT || req.uri().scheme().is_some();
     let conn = match identify(&req, state) {
         Ok(conn) => conn,
-        Err(refusal) if proxied => {
+        Err((refusal, session)) if proxied => {
             let connect = req.method() == Method::CONNECT;
             let proto = if connect {
                 Proto::HttpConnect
             } else {
                 Proto::HttpForward
             };
-            let mut attempt = Attempt::begin(state.conn.session.id.clone(), proto);
+            let mut attempt = Attempt::begin(session, proto);
             attempt.method = (!connect).then(|| req.method().to_string());
             return refuse(state, attempt, &refusal);
         }
@@ -243,7 +243,15 @@ async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body>
         };
     }
     if req.method() == Method::GET && req.uri().path() == HEALTH_PATH {
-        return text_response(StatusCode::OK, "netbox bridge ok\n");
+        let mut response = text_response(StatusCode::OK, "netbox bridge ok\n");
+        // On a listener that serves tenants, a connection that names none holds no place
+        // for longer than its one answer.
+        if conn.session.tenants().is_some() {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        return response;
     }
     let mut attempt = Attempt::begin(state.conn.session.id.clone(), Proto::Http);
     attempt.method = Some(req.method().to_string());
@@ -257,29 +265,35 @@ async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body>
 /// The connection a request is served as: the listener's, or on a listener that serves
 /// tenants, the one of the tenant the request's credentials name (the same tenant for
 /// every request of a connection, so that a kept upstream is never another tenant's).
-fn identify(req: &Request<Incoming>, state: &ConnState) -> Result<Conn, Refusal> {
+/// Refused with the session the refusal is logged under: the tenant's once one is named.
+fn identify(req: &Request<Incoming>, state: &ConnState) -> Result<Conn, (Refusal, Arc<str>)> {
     let Some(tenants) = state.conn.session.tenants() else {
         return Ok(state.conn.renewed());
     };
-    let session = tenants
-        .from_headers(req.headers())
-        .map_err(|why| Refusal::new(Reason::ProxyAuthRequired, why.detail()))?;
+    let gate = || Arc::clone(&state.conn.session.id);
+    let session = tenants.from_headers(req.headers()).map_err(|why| {
+        let refusal = Refusal::new(Reason::ProxyAuthRequired, why.detail());
+        (refusal, gate())
+    })?;
     let bound = match state.tenant.get() {
         Some(bound) => bound,
         None => {
-            let conn = state
-                .conn
-                .as_tenant(Arc::clone(&session))
-                .map_err(|why| Refusal::new(Reason::ConnectionLimit, why))?;
+            let conn = state.conn.as_tenant(Arc::clone(&session)).map_err(|why| {
+                (
+                    Refusal::new(Reason::ConnectionLimit, why),
+                    Arc::clone(&session.id),
+                )
+            })?;
             // HTTP/1 serves one request at a time: nothing else sets it meanwhile.
             state.tenant.get_or_init(|| conn)
         }
     };
-    if bound.session.id != session.id {
-        return Err(Refusal::new(
+    if !Arc::ptr_eq(&bound.session, &session) {
+        let refusal = Refusal::new(
             Reason::ProxyAuthRequired,
             "this connection's first request named another tenant: open a connection per tenant",
-        ));
+        );
+        return Err((refusal, gate()));
     }
     Ok(bound.renewed())
 }
@@ -422,9 +436,13 @@ fn refuse(state: &ConnState, mut attempt: Attempt, refusal: &Refusal) -> Respons
 fn refusal_response(state: &ConnState, refusal: &Refusal) -> Response<Body> {
     let (status, headers, body) = refusal_parts(&state.conn.shared.config, refusal);
     let mut response = text_response(status, &body);
-    // Appended: a 407 carries one challenge per scheme.
+    // A 407 carries one challenge per scheme: appended. Every other header once.
     for (name, value) in headers {
-        response.headers_mut().append(name, value);
+        if name == header::PROXY_AUTHENTICATE {
+            response.headers_mut().append(name, value);
+        } else {
+            response.headers_mut().insert(name, value);
+        }
     }
     state.reset.store(true, Ordering::Relaxed);
     response

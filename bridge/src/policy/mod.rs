@@ -85,7 +85,7 @@ pub struct Policy {
 pub const HTTPS_PORT: u16 = 443;
 
 /// The outcome of a decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Allow,
@@ -93,7 +93,7 @@ pub enum Verdict {
 }
 
 /// Why a request was allowed or refused. Serialised as snake_case into the event log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     AllowedByRule,

@@ -21,6 +21,11 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         .iter()
         .map(|a| a.parse())
         .collect::<Result<_, _>>()?;
+    let admin_addr: Option<ListenAddr> = args.admin.as_deref().map(str::parse).transpose()?;
+    // Counted only for an admin listener to report: otherwise nothing reads them.
+    let metrics = admin_addr
+        .as_ref()
+        .map(|_| Arc::new(bridge::metrics::Metrics::default()));
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let untrusted = vec![cwd.clone()];
     let session_id = args.session.clone().unwrap_or_else(new_session_id);
@@ -30,6 +35,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             Some(crate::plan::tenants::load(
                 path,
                 args.max_connections,
+                None,
                 &cwd,
             )?)
         }
@@ -65,12 +71,18 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         Stderr::Summary
     };
     let log = EventLog::open(args.log.as_deref(), stderr)
-        .map(|log| log.limit_refusals_per_minute(args.log_refusals_per_minute))
+        .map(|log| {
+            let log = log.limit_refusals_per_minute(args.log_refusals_per_minute);
+            match &metrics {
+                Some(metrics) => log.with_metrics(Arc::clone(metrics)),
+                None => log,
+            }
+        })
         .map_err(|source| bridge::BridgeError::OpenLog {
             path: args.log.clone().unwrap_or_default(),
             source,
         })?;
-    let config = BridgeConfig {
+    let mut config = BridgeConfig {
         connect_timeout: args.connect_timeout,
         header_timeout: args.header_timeout,
         idle_timeout: args.idle_timeout,
@@ -84,6 +96,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         trim_memory: Some(crate::sys::memory::return_free_pages),
         panic_on_host: crate::testhooks::hooks().bridge_panic_host(),
         inspector,
+        drain_timeout: args.drain_timeout,
         ..BridgeConfig::default()
     };
     let can_inspect = config.inspector.is_some();
@@ -97,7 +110,8 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             let served = Served::Tenants {
                 gate: Arc::clone(&gate),
                 file: file.clone(),
-                default_connections: args.max_connections,
+                bridge_connections: args.max_connections,
+                share: crate::plan::tenants::share_of(args.max_connections, states.len()),
                 tenants: states,
             };
             (gate, listeners, served)
@@ -174,6 +188,31 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         }
         let log = Arc::new(log);
         reloader.record_start(&log);
+        let admin = Arc::new(bridge::admin::Admin {
+            metrics: metrics.unwrap_or_default(),
+            sessions: Box::new(gauges(Arc::clone(&reloader), Arc::clone(&session))),
+            ready: std::sync::atomic::AtomicBool::new(true),
+        });
+        let admin_task = match &admin_addr {
+            Some(addr) => {
+                if let ListenAddr::Unix(path) = addr {
+                    remove_stale_socket(path)?;
+                }
+                let listener = addr.bind().await?;
+                config.own_listeners.extend(tcp_address(&listener));
+                crate::output::say(&format!(
+                    "netbox bridge: admin on {} ({} and {})",
+                    listener.describe(),
+                    bridge::admin::METRICS_PATH,
+                    bridge::admin::READY_PATH
+                ));
+                Some(tokio::spawn(bridge::admin::serve(
+                    listener,
+                    Arc::clone(&admin),
+                )))
+            }
+            None => None,
+        };
         let reloading = tokio::spawn(super::bridge_reload::reload_when_asked(
             reloader,
             Arc::clone(&log),
@@ -183,17 +222,30 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         // A bridge that cannot log stops: what it lets through must be on record.
         let stop = {
             let log = Arc::clone(&log);
+            let admin = Arc::clone(&admin);
             async move {
                 tokio::select! {
                     () = shutdown_signal() => {}
                     () = log.failed() => {}
                 }
+                // Draining from here on: a load balancer asking sends new clients elsewhere.
+                admin
+                    .ready
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
             }
         };
+        // No client reaches a listener of this bridge through it (another tenant's own).
+        config
+            .own_listeners
+            .extend(listeners.iter().filter_map(|sl| tcp_address(&sl.listener)));
         bridge::serve(listeners, config, Arc::clone(&log), stop).await;
         reloading.abort();
+        if let Some(task) = admin_task {
+            task.abort();
+        }
         log.flush_suppressed();
-        for addr in addrs.iter().chain(tenant_listeners.iter().map(|(a, _)| a)) {
+        let sockets = addrs.iter().chain(tenant_listeners.iter().map(|(a, _)| a));
+        for addr in sockets.chain(admin_addr.iter()) {
             if let ListenAddr::Unix(path) = addr {
                 let _ = std::fs::remove_file(path);
             }
@@ -206,6 +258,40 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             None => Ok(()),
         }
     })
+}
+
+fn tcp_address(listener: &bridge::Listener) -> Option<std::net::SocketAddr> {
+    match listener {
+        bridge::Listener::Tcp(l) => l.local_addr().ok(),
+        _ => None,
+    }
+}
+
+/// The admin listener's gauges: the listeners' session and every tenant's, as they are
+/// at each scrape.
+fn gauges(
+    reloader: Arc<Reloader>,
+    session: Arc<Session>,
+) -> impl Fn() -> Vec<bridge::metrics::SessionGauge> + Send + Sync {
+    move || {
+        let mut sessions = vec![Arc::clone(&session)];
+        sessions.extend(
+            reloader
+                .sessions()
+                .into_iter()
+                .map(|(_, s)| s)
+                .filter(|s| !Arc::ptr_eq(s, &session)),
+        );
+        sessions
+            .iter()
+            .map(|s| bridge::metrics::SessionGauge {
+                session: s.id.to_string(),
+                open_connections: s.open_connections(),
+                max_connections: s.max_connections,
+                policy_sha256: s.policy().sha256_hex(),
+            })
+            .collect()
+    }
 }
 
 /// With `--tenants` the policy is each tenant's, from the tenants file: a policy flag
@@ -253,7 +339,7 @@ fn served_tenants(
         for line in &plan.tool_lines {
             crate::output::say(&format!("netbox bridge: tenant {}: {line}", plan.name));
         }
-        let session = Arc::new(Session::new(
+        let session = Arc::new(Session::of_tenant(
             format!("{session_id}/{}", plan.name),
             Arc::new(plan.policy),
             plan.max_connections,

@@ -38,7 +38,9 @@ pub enum Served {
     Tenants {
         gate: Arc<Session>,
         file: PathBuf,
-        default_connections: usize,
+        /// `--max-connections`, and a tenant's budget when the file names none.
+        bridge_connections: usize,
+        share: usize,
         tenants: BTreeMap<String, TenantState>,
     },
 }
@@ -83,7 +85,7 @@ impl Reloader {
     }
 
     /// Each session a reload replaces the policy of, with its tenant's name.
-    fn sessions(&self) -> Vec<(Option<String>, Arc<Session>)> {
+    pub fn sessions(&self) -> Vec<(Option<String>, Arc<Session>)> {
         match &*self.served() {
             Served::Alone { session, .. } => vec![(None, Arc::clone(session))],
             Served::Tenants { tenants, .. } => tenants
@@ -120,6 +122,9 @@ impl Reloader {
     pub fn reload(&self, log: &EventLog, cause: &str) {
         match self.load_next().and_then(|next| self.apply(next)) {
             Ok(()) => {
+                if let Some(metrics) = log.metrics() {
+                    metrics.reload(true);
+                }
                 for (tenant, session) in self.sessions() {
                     record_loaded(log, cause, tenant.as_deref(), &session);
                 }
@@ -129,6 +134,9 @@ impl Reloader {
                 ));
             }
             Err(error) => {
+                if let Some(metrics) = log.metrics() {
+                    metrics.reload(false);
+                }
                 let gate = match &*self.served() {
                     Served::Alone { session, .. } => Arc::clone(&session.id),
                     Served::Tenants { gate, .. } => Arc::clone(&gate.id),
@@ -152,9 +160,10 @@ impl Reloader {
             Served::Alone { args, .. } => (Some(args.clone()), None),
             Served::Tenants {
                 file,
-                default_connections,
+                bridge_connections,
+                share,
                 ..
-            } => (None, Some((file.clone(), *default_connections))),
+            } => (None, Some((file.clone(), *bridge_connections, *share))),
         };
         let next = match (alone_args, tenants_file) {
             (Some(args), _) => {
@@ -171,9 +180,10 @@ impl Reloader {
                 }
                 Next::Alone(policy)
             }
-            (None, Some((file, default_connections))) => {
-                let plans = crate::plan::tenants::load(&file, default_connections, &self.cwd)
-                    .map_err(|e| e.to_string())?;
+            (None, Some((file, bridge_connections, share))) => {
+                let plans =
+                    crate::plan::tenants::load(&file, bridge_connections, Some(share), &self.cwd)
+                        .map_err(|e| e.to_string())?;
                 Next::Tenants(plans.into_iter().map(|p| (p.name.clone(), p)).collect())
             }
             (None, None) => return Err("nothing to reload".into()),
@@ -236,7 +246,7 @@ impl Reloader {
                 for (name, plan) in plans {
                     let session = match current.get(&name) {
                         Some(now) => Arc::clone(&now.session),
-                        None => Arc::new(Session::new(
+                        None => Arc::new(Session::of_tenant(
                             format!("{session_id}/{name}"),
                             Arc::new(Policy::deny_all()),
                             plan.max_connections,

@@ -37,6 +37,15 @@ pub fn read_small_file(path: &Path, max_bytes: u64) -> std::io::Result<String> {
         ));
     }
     let mut text = String::new();
-    file.take(max_bytes).read_to_string(&mut text)?;
+    // One byte more than allowed tells a file past the limit from one at it: cut short,
+    // a file could mean something else (a number missing its last digits).
+    file.take(max_bytes.saturating_add(1))
+        .read_to_string(&mut text)?;
+    if u64::try_from(text.len()).unwrap_or(u64::MAX) > max_bytes {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {max_bytes} bytes"),
+        ));
+    }
     Ok(text)
 }

@@ -55,11 +55,24 @@ pub struct TenantPlan {
     pub tool_lines: Vec<String>,
 }
 
-/// Reads and checks the tenants file; `default_connections` is a tenant's budget when
-/// the file gives none.
+/// The digest of the empty string: what `printf %s "$token" | sha256sum` prints when
+/// `$token` was never set. As a secret it would let in anyone who sends no token.
+const EMPTY_DIGEST: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/// A tenant's budget when the file names none: an equal share of the bridge's, so that no
+/// tenant alone can take every place.
+pub fn share_of(bridge_connections: usize, tenants: usize) -> usize {
+    (bridge_connections / tenants.max(1)).max(1)
+}
+
+/// Reads and checks the tenants file. `bridge_connections` is `--max-connections`: no
+/// tenant may have more. A tenant that names no budget gets `share`, or the share of this
+/// file's tenants when `None` (at start; a reload keeps the share it started with, so that
+/// a tenant added does not change the others' budgets).
 pub fn load(
     path: &Path,
-    default_connections: usize,
+    bridge_connections: usize,
+    share: Option<usize>,
     cwd: &Path,
 ) -> Result<Vec<TenantPlan>, WrapperError> {
     let mistake =
@@ -71,10 +84,17 @@ pub fn load(
         return Err(mistake("it names no tenant ([tenants.NAME] tables)".into()));
     }
     let base = path.parent().unwrap_or(Path::new("."));
-    let mut plans = Vec::new();
+    let share = share.unwrap_or_else(|| share_of(bridge_connections, file.tenants.len()));
+    let mut plans: Vec<TenantPlan> = Vec::new();
     for (name, entry) in file.tenants {
         let mistake = |reason: String| mistake(format!("tenant {name:?}: {reason}"));
         check_name(&name).map_err(mistake)?;
+        if let Some(same) = plans.iter().find(|p| p.name.eq_ignore_ascii_case(&name)) {
+            return Err(mistake(format!(
+                "{:?} is the same name but for case: name tenants apart",
+                same.name
+            )));
+        }
         if entry.allowlist.is_empty() {
             return Err(mistake(
                 "give it an allowlist (allowlist = [\"FILE\"]); a tenant has no default policy"
@@ -84,6 +104,17 @@ pub fn load(
         if entry.secrets.is_empty() && entry.listen.is_empty() {
             return Err(mistake(
                 "no client could name it: give it secrets, a listener of its own, or both".into(),
+            ));
+        }
+        if entry
+            .secrets
+            .iter()
+            .any(|s| s.eq_ignore_ascii_case(&format!("sha256:{EMPTY_DIGEST}")))
+        {
+            return Err(mistake(
+                "a secret is the digest of the empty string (was $token unset? `set -u` \
+                 catches it): make a token and hash that"
+                    .into(),
             ));
         }
         let digests = entry
@@ -98,9 +129,12 @@ pub fn load(
             .map(|a| a.parse::<ListenAddr>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| mistake(e.to_string()))?;
-        let max_connections = entry.max_connections.unwrap_or(default_connections);
-        if max_connections == 0 {
-            return Err(mistake("max_connections must be at least 1".into()));
+        let max_connections = entry.max_connections.unwrap_or(share);
+        if max_connections == 0 || max_connections > bridge_connections {
+            return Err(mistake(format!(
+                "max_connections must be 1 to {bridge_connections} (the bridge's \
+                 --max-connections)"
+            )));
         }
         let args = PolicyArgs {
             allowlist: entry.allowlist.iter().map(|f| base.join(f)).collect(),
@@ -134,11 +168,14 @@ pub fn load(
     Ok(plans)
 }
 
-/// Letters, digits, `.`, `_` and `-`: a name that reads the same in a log line, a Basic
-/// user name and a shell.
+/// A letter or digit, then letters, digits, `.`, `_` and `-`: a name that reads the same
+/// in a log line, a Basic user name and a shell, and is never `.` or `..`.
 fn check_name(name: &str) -> Result<(), String> {
-    let fits = !name.is_empty()
-        && name.len() <= MAX_NAME_BYTES
+    let fits = name.len() <= MAX_NAME_BYTES
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
@@ -146,7 +183,8 @@ fn check_name(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "a tenant's name is 1 to {MAX_NAME_BYTES} letters, digits, '.', '_' or '-'"
+            "a tenant's name is 1 to {MAX_NAME_BYTES} letters, digits, '.', '_' or '-', \
+             starting with a letter or digit"
         ))
     }
 }
@@ -169,7 +207,7 @@ mod tests {
         let dir = tempfile_dir();
         write(&dir, "a.toml", "allow = [\"a.test:443\"]\n");
         let path = write(&dir, "tenants.toml", text);
-        let loaded = load(&path, 16, &dir).map_err(|e| e.to_string());
+        let loaded = load(&path, 16, None, &dir).map_err(|e| e.to_string());
         std::fs::remove_dir_all(&dir).unwrap();
         loaded
     }
@@ -199,6 +237,30 @@ mod tests {
     }
 
     #[test]
+    fn a_tenants_file_past_the_limit_is_refused_not_cut() {
+        let head =
+            format!("[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"{DIGEST}\"]\n");
+        let line = "max_connections = 1";
+        let pad = usize::try_from(MAX_FILE_BYTES).unwrap() - head.len() - line.len();
+        // Cut at the limit, `max_connections = 16` would read as 1.
+        let text = format!("{head}#{}\n{line}6\n", "x".repeat(pad - 2));
+        let error = load_text(&text).err().unwrap_or_default();
+        assert!(error.contains("larger than"), "{error}");
+    }
+
+    #[test]
+    fn a_tenant_without_a_budget_gets_a_share_of_the_bridges() {
+        let plans = load_text(&format!(
+            "[tenants.a]\nallowlist = [\"a.toml\"]\nsecrets = [\"{DIGEST}\"]\n\
+             [tenants.b]\nallowlist = [\"a.toml\"]\nlisten = [\"127.0.0.1:0\"]\n\
+             [tenants.c]\nallowlist = [\"a.toml\"]\nlisten = [\"127.0.0.1:0\"]\n"
+        ))
+        .unwrap();
+        // 16 places among three: five each.
+        assert!(plans.iter().all(|p| p.max_connections == 5));
+    }
+
+    #[test]
     fn mistakes_name_the_tenant_and_what_to_do() {
         let cases = [
             ("[tenants.team-a]\nsecrets = []\n", "allowlist"),
@@ -220,6 +282,25 @@ mod tests {
                 "unknown field",
             ),
             ("[tenants]\n", "names no tenant"),
+            (
+                "[tenants.\"..\"]\nallowlist = [\"a.toml\"]\nlisten = [\"127.0.0.1:0\"]\n",
+                "starting with a letter or digit",
+            ),
+            (
+                "[tenants.team-a]\nallowlist = [\"a.toml\"]\nlisten = [\"127.0.0.1:0\"]\n\
+                 [tenants.Team-A]\nallowlist = [\"a.toml\"]\nlisten = [\"127.0.0.1:0\"]\n",
+                "but for case",
+            ),
+            (
+                "[tenants.team-a]\nallowlist = [\"a.toml\"]\nlisten = [\"127.0.0.1:0\"]\n\
+                 max_connections = 17\n",
+                "1 to 16",
+            ),
+            (
+                "[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"sha256:\
+                 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\"]\n",
+                "empty string",
+            ),
         ];
         for (text, said) in cases {
             let error = load_text(text).err().unwrap_or_default();

@@ -1,0 +1,302 @@
+//! The admin listener of `netbox bridge --admin ADDR`: metrics scraped with curl and read
+//! by a real Prometheus text parser (python3-prometheus-client), matched against the log;
+//! readiness that turns to 503 while the bridge drains.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::upstream::HttpServer;
+use crate::support::{curl, sha256_hex, stdout, Bridge, TestDir};
+
+const SECRET: &str = "adm-Zr8pW2qT5vK9nB3x";
+
+/// The tenants file: team-a may reach a.test (pinned to the local server).
+fn start(dir: &TestDir, port: u16, extra: &[&str]) -> Bridge {
+    dir.write(
+        "a.toml",
+        &format!("allow_private = [\"a.test:{port}\"]\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n"),
+    );
+    let file = dir.write(
+        "tenants.toml",
+        &format!(
+            "[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"sha256:{}\"]\n",
+            sha256_hex(SECRET.as_bytes())
+        ),
+    );
+    let mut args: Vec<String> = vec![
+        "--tenants".into(),
+        file.display().to_string(),
+        "--admin".into(),
+        "127.0.0.1:0".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Bridge::start_args(dir, &args)
+}
+
+fn admin_addr(bridge: &Bridge) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = bridge.stderr().iter().find_map(|l| {
+            l.split("admin on ")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .map(str::to_owned)
+        });
+        if let Some(addr) = found {
+            return addr;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no admin line: {:?}",
+            bridge.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The metrics as the Prometheus client library's own parser reads them: (name,
+/// labels, value) for every sample.
+fn scrape(admin: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
+    let out = curl(&["-f", &format!("http://{admin}/__netbox/metrics")]);
+    assert!(out.status.success(), "scrape failed");
+    let python = if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let parser = "import json, sys\n\
+        from prometheus_client.parser import text_string_to_metric_families\n\
+        print(json.dumps([[s.name, s.labels, s.value]\n\
+            for f in text_string_to_metric_families(sys.stdin.read()) for s in f.samples]))\n";
+    let mut child = Command::new(python)
+        .args(["-c", parser])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 (with python3-prometheus-client)");
+    child.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+    let parsed = child.wait_with_output().unwrap();
+    assert!(
+        parsed.status.success(),
+        "the Prometheus parser refused the metrics: {}\n{}",
+        String::from_utf8_lossy(&parsed.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let samples: Vec<(String, BTreeMap<String, String>, f64)> =
+        serde_json::from_slice(&parsed.stdout).unwrap();
+    samples
+}
+
+fn sample(
+    samples: &[(String, BTreeMap<String, String>, f64)],
+    name: &str,
+    labels: &[(&str, &str)],
+) -> f64 {
+    samples
+        .iter()
+        .filter(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, _, v)| v)
+        .sum()
+}
+
+#[test]
+fn metrics_parse_as_prometheus_text_and_match_the_log() {
+    let dir = TestDir::new("admin-metrics");
+    let http = HttpServer::start();
+    let p = http.port();
+    let bridge = start(&dir, p, &[]);
+    let admin = admin_addr(&bridge);
+    let user = format!("team-a:{SECRET}");
+    let proxy = format!("http://{user}@{}", bridge.addr);
+    let fetch = |proxy: &str, url: &str, extra: &[&str]| {
+        let mut args = vec!["-o", "/dev/null", "-w", "%{http_code}", "-x", proxy];
+        args.extend_from_slice(extra);
+        args.push(url);
+        stdout(&curl(&args))
+    };
+    let a = format!("http://a.test:{p}/bytes/5000");
+    assert_eq!(fetch(&proxy, &a, &[]), "200");
+    assert_eq!(fetch(&proxy, &a, &["-p"]), "200");
+    assert_eq!(
+        fetch(&proxy, &format!("http://b.test:{p}/hello"), &[]),
+        "502"
+    );
+    assert_eq!(fetch(&bridge.proxy_url(), &a, &[]), "407");
+    // A tunnel held open shows in the tenant's gauge.
+    let mut held = TcpStream::connect(bridge.addr).unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let basic = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(&user)
+    };
+    write!(
+        held,
+        "CONNECT a.test:{p} HTTP/1.1\r\nHost: a.test:{p}\r\nProxy-Authorization: Basic {basic}\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    held.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+
+    let events = bridge.events(4);
+    let samples = scrape(&admin);
+    // Every attempt in the log is counted under its labels, and nothing else.
+    let mut logged: BTreeMap<(String, String, String, String), f64> = BTreeMap::new();
+    let (mut up, mut down) = (0.0, 0.0);
+    for e in events.iter().filter(|e| e["type"] == "net") {
+        let key = |k: &str| e[k].as_str().unwrap_or("").to_owned();
+        *logged
+            .entry((key("session"), key("proto"), key("decision"), key("reason")))
+            .or_default() += 1.0;
+        if e["session"] == "e2e/team-a" {
+            up += e["bytes_up"].as_f64().unwrap();
+            down += e["bytes_down"].as_f64().unwrap();
+        }
+    }
+    let counted: BTreeMap<(String, String, String, String), f64> = samples
+        .iter()
+        .filter(|(n, _, _)| n == "netbox_attempts_total")
+        .map(|(_, l, v)| {
+            let label = |k: &str| l.get(k).cloned().unwrap_or_default();
+            (
+                (
+                    label("session"),
+                    label("proto"),
+                    label("decision"),
+                    label("reason"),
+                ),
+                *v,
+            )
+        })
+        .collect();
+    assert_eq!(counted, logged);
+    assert!(logged.contains_key(&(
+        "e2e".into(),
+        "http_forward".into(),
+        "deny".into(),
+        "proxy_auth_required".into()
+    )));
+    assert!(down >= 10_000.0, "two downloads of 5,000 bytes: {down}");
+    assert_eq!(
+        sample(
+            &samples,
+            "netbox_bytes_total",
+            &[("session", "e2e/team-a"), ("direction", "down")]
+        ),
+        down
+    );
+    assert_eq!(
+        sample(
+            &samples,
+            "netbox_bytes_total",
+            &[("session", "e2e/team-a"), ("direction", "up")]
+        ),
+        up
+    );
+    assert_eq!(
+        sample(
+            &samples,
+            "netbox_open_connections",
+            &[("session", "e2e/team-a")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(&samples, "netbox_policy_info", &[("session", "e2e/team-a")]),
+        1.0
+    );
+    assert_eq!(sample(&samples, "netbox_policy_reloads_total", &[]), 0.0);
+    drop(held);
+
+    // Anything but the two paths is a 404; the proxy listener does not serve them.
+    let out = curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &format!("http://{admin}/"),
+    ]);
+    assert_eq!(stdout(&out), "404");
+    let out = curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &format!("http://{}/__netbox/metrics", bridge.addr),
+    ]);
+    assert_ne!(stdout(&out), "200");
+}
+
+#[test]
+fn ready_until_the_bridge_drains() {
+    let dir = TestDir::new("admin-ready");
+    let http = HttpServer::start();
+    let p = http.port();
+    let mut bridge = start(&dir, p, &["--drain-timeout", "30s"]);
+    let admin = admin_addr(&bridge);
+    let ready = || {
+        stdout(&curl(&[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("http://{admin}/__netbox/ready"),
+        ]))
+    };
+    assert_eq!(ready(), "200");
+    // A tunnel open keeps the bridge draining after SIGTERM.
+    let user = format!("team-a:{SECRET}");
+    let basic = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(&user)
+    };
+    let mut held = TcpStream::connect(bridge.addr).unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        held,
+        "CONNECT a.test:{p} HTTP/1.1\r\nHost: a.test:{p}\r\nProxy-Authorization: Basic {basic}\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    held.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(bridge.pid()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ready() != "503" {
+        assert!(Instant::now() < deadline, "still ready after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Draining: the open tunnel still carries bytes, new clients are not taken.
+    write!(held, "GET /hello HTTP/1.1\r\nHost: a.test\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    while !got.ends_with(b"hello from upstream\n") {
+        let mut chunk = [0u8; 512];
+        let n = held.read(&mut chunk).unwrap();
+        assert!(n > 0, "the tunnel was cut while draining");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert!(
+        TcpStream::connect(bridge.addr).is_err(),
+        "still accepting while draining"
+    );
+    drop(held);
+    bridge.stop();
+    let events: Vec<Value> = bridge.events(1);
+    assert!(events
+        .iter()
+        .any(|e| e["session"] == "e2e/team-a" && e["decision"] == "allow"));
+}

@@ -218,6 +218,12 @@ impl Bridge {
             .expect("VmRSS")
     }
 
+    /// Kills the bridge outright (SIGKILL), as a machine that dies would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

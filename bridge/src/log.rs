@@ -325,7 +325,7 @@ pub enum Stderr {
 
 /// Where events go: an append-only JSON-lines file and/or stderr.
 pub struct EventLog {
-    file: Option<Mutex<File>>,
+    file: Option<Mutex<Sink>>,
     /// Summaries on stderr (true) or not; switchable, so start-up chatter can stay quiet.
     stderr: AtomicBool,
     /// The first write that failed, once one has: a log that cannot be written must stop
@@ -357,8 +357,26 @@ pub struct EventLog {
 impl EventLog {
     /// Opens (creating, appending) the log file, if one is given.
     pub fn open(path: Option<&Path>, stderr: Stderr) -> io::Result<EventLog> {
-        let file = match path {
-            Some(path) => Some(Mutex::new(open_after_whole_lines(path)?)),
+        EventLog::open_target(path.map(|p| LogTarget::File(p.to_owned())).as_ref(), stderr)
+    }
+
+    /// Opens where the log goes, if anywhere: a file (created, appended to), standard
+    /// output, or a Unix datagram socket a collector listens on (which must be there now).
+    pub fn open_target(target: Option<&LogTarget>, stderr: Stderr) -> io::Result<EventLog> {
+        let file = match target {
+            Some(LogTarget::File(path)) => {
+                Some(Mutex::new(Sink::File(open_after_whole_lines(path)?)))
+            }
+            Some(LogTarget::Stdout) => {
+                use std::os::fd::AsFd;
+                let out = io::stdout().as_fd().try_clone_to_owned()?;
+                Some(Mutex::new(Sink::File(File::from(out))))
+            }
+            Some(LogTarget::Datagram(path)) => {
+                let socket = std::os::unix::net::UnixDatagram::unbound()?;
+                socket.connect(path)?;
+                Some(Mutex::new(Sink::Datagram(socket)))
+            }
             None => None,
         };
         Ok(EventLog {
@@ -617,7 +635,7 @@ impl EventLog {
             let mut line = serde_json::to_vec(record).unwrap_or_default();
             line.push(b'\n');
             let result = match file.lock() {
-                Ok(mut f) => f.write_all(&line).and_then(|()| f.flush()),
+                Ok(mut sink) => sink.write_line(&line),
                 Err(_) => Err(io::Error::other("event log lock poisoned")),
             };
             if let Err(e) = result {
@@ -682,6 +700,60 @@ impl Announced {
         Some(format!(
             "netbox: {MAX_ANNOUNCED} different refusals announced; the rest are only in the event log"
         ))
+    }
+}
+
+/// Where a log's records go (`--log`): a file, standard output (`-`), or a Unix datagram
+/// socket (`unix:PATH`), one record per datagram, for a collector such as Vector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    File(std::path::PathBuf),
+    Stdout,
+    Datagram(std::path::PathBuf),
+}
+
+impl LogTarget {
+    /// `-`, `unix:PATH`, or a file's path.
+    pub fn parse(text: &std::ffi::OsStr) -> LogTarget {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = text.as_bytes();
+        if bytes == b"-" {
+            LogTarget::Stdout
+        } else if let Some(path) = bytes.strip_prefix(b"unix:") {
+            LogTarget::Datagram(std::ffi::OsStr::from_bytes(path).into())
+        } else {
+            LogTarget::File(text.into())
+        }
+    }
+}
+
+impl std::fmt::Display for LogTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LogTarget::File(path) => write!(f, "{}", path.display()),
+            LogTarget::Stdout => write!(f, "standard output"),
+            LogTarget::Datagram(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// An open log target.
+enum Sink {
+    File(File),
+    Datagram(std::os::unix::net::UnixDatagram),
+}
+
+impl Sink {
+    /// One record, whole: one write to a file (O_APPEND keeps it in one piece), one
+    /// datagram to a socket (a short send is an error: the record would be cut).
+    fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
+        match self {
+            Sink::File(f) => f.write_all(line).and_then(|()| f.flush()),
+            Sink::Datagram(socket) => match socket.send(line)? {
+                sent if sent == line.len() => Ok(()),
+                _ => Err(io::Error::other("a record did not fit one datagram")),
+            },
+        }
     }
 }
 

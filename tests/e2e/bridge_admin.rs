@@ -300,3 +300,131 @@ fn ready_until_the_bridge_drains() {
         .iter()
         .any(|e| e["session"] == "e2e/team-a" && e["decision"] == "allow"));
 }
+
+/// Starts `netbox bridge` with `--log TARGET` and its standard output piped; returns the
+/// child and its listening address.
+fn bridge_logging_to(dir: &TestDir, port: u16, target: &str) -> (std::process::Child, String) {
+    let allow = dir.write(
+        "allow.toml",
+        &format!("allow_private = [\"a.test:{port}\"]\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n"),
+    );
+    let mut child = Command::new(crate::support::netbox_bin())
+        .args([
+            "bridge",
+            "--listen",
+            "127.0.0.1:0",
+            "--session",
+            "e2e",
+            "--allowlist",
+        ])
+        .arg(&allow)
+        .args(["--log", target])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        use std::io::BufRead;
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "bridge did not start"
+        );
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            let addr = rest.split(' ').next().unwrap().to_owned();
+            // Keep reading its stderr so that it never blocks on a full pipe.
+            std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+            return (child, addr);
+        }
+    }
+}
+
+#[test]
+fn the_log_goes_to_standard_output_or_a_collectors_datagram_socket() {
+    let dir = TestDir::new("log-targets");
+    let http = HttpServer::start();
+    let p = http.port();
+    let url = format!("http://a.test:{p}/hello");
+
+    // Standard output: one JSON record per line.
+    let (mut child, addr) = bridge_logging_to(&dir, p, "-");
+    let out = curl(&["-o", "/dev/null", "-w", "%{http_code}", "-x", &addr, &url]);
+    assert_eq!(stdout(&out), "200");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let mut text = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    child.wait().unwrap();
+    let records: Vec<Value> = text
+        .lines()
+        .map(crate::support::read_typed_record)
+        .collect();
+    assert!(
+        records.iter().any(|r| r["type"] == "policy_loaded"),
+        "{text}"
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r["host"] == "a.test" && r["decision"] == "allow"),
+        "{text}"
+    );
+
+    // A Unix datagram socket: one record per datagram.
+    let socket_path = dir.join("collector.sock");
+    let collector = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    collector
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let target = format!("unix:{}", socket_path.display());
+    let (mut child, addr) = bridge_logging_to(&dir, p, &target);
+    let out = curl(&["-o", "/dev/null", "-w", "%{http_code}", "-x", &addr, &url]);
+    assert_eq!(stdout(&out), "200");
+    let mut seen = Vec::new();
+    while !seen.iter().any(|r: &Value| r["type"] == "net") {
+        let mut datagram = vec![0u8; 65536];
+        let n = collector
+            .recv(&mut datagram)
+            .expect("a record from the bridge");
+        let text = std::str::from_utf8(&datagram[..n]).unwrap();
+        assert_eq!(
+            text.matches('\n').count(),
+            1,
+            "one record a datagram: {text:?}"
+        );
+        seen.push(crate::support::read_typed_record(text.trim_end()));
+    }
+    assert_eq!(seen[0]["type"], "policy_loaded");
+    assert_eq!(seen.last().unwrap()["host"], "a.test");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // No collector there: the bridge does not start, and says why.
+    drop(collector);
+    let _ = std::fs::remove_file(&socket_path);
+    let out = Command::new(crate::support::netbox_bin())
+        .args([
+            "bridge",
+            "--listen",
+            "127.0.0.1:0",
+            "--allow",
+            "a.test",
+            "--log",
+            &target,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("collector.sock"), "{said}");
+    assert!(!said.contains("panicked"), "{said}");
+}

@@ -412,7 +412,8 @@ pub struct BridgeArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
 
-    /// Append one JSON line per attempt to FILE.
+    /// Append one JSON line per attempt to FILE; `-` writes them to standard output,
+    /// `unix:PATH` sends each as one datagram to a Unix socket a collector listens on.
     #[arg(long = "log", value_name = "FILE")]
     pub log: Option<PathBuf>,
 

@@ -70,7 +70,15 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
     } else {
         Stderr::Summary
     };
-    let log = EventLog::open(args.log.as_deref(), stderr)
+    let log_target = args
+        .log
+        .as_deref()
+        .map(|l| bridge::log::LogTarget::parse(l.as_os_str()));
+    let log_name = log_target
+        .as_ref()
+        .map(|t| std::path::PathBuf::from(t.to_string()))
+        .unwrap_or_default();
+    let log = EventLog::open_target(log_target.as_ref(), stderr)
         .map(|log| {
             let log = log.limit_refusals_per_minute(args.log_refusals_per_minute);
             match &metrics {
@@ -79,7 +87,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             }
         })
         .map_err(|source| bridge::BridgeError::OpenLog {
-            path: args.log.clone().unwrap_or_default(),
+            path: log_name.clone(),
             source,
         })?;
     let mut config = BridgeConfig {
@@ -252,7 +260,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         }
         match log.failure() {
             Some(reason) => Err(WrapperError::EventLogWrite {
-                path: args.log.clone().unwrap_or_default(),
+                path: log_name,
                 reason,
             }),
             None => Ok(()),

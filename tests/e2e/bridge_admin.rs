@@ -301,14 +301,24 @@ fn ready_until_the_bridge_drains() {
         .any(|e| e["session"] == "e2e/team-a" && e["decision"] == "allow"));
 }
 
+/// A bridge process that is killed and waited for when dropped.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `netbox bridge` with `--log TARGET` and its standard output piped; returns the
-/// child and its listening address.
-fn bridge_logging_to(dir: &TestDir, port: u16, target: &str) -> (std::process::Child, String) {
+/// process and its listening address.
+fn bridge_logging_to(dir: &TestDir, port: u16, target: &str) -> (Reaped, String) {
     let allow = dir.write(
         "allow.toml",
         &format!("allow_private = [\"a.test:{port}\"]\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n"),
     );
-    let mut child = Command::new(crate::support::netbox_bin())
+    let spawned = Command::new(crate::support::netbox_bin())
         .args([
             "bridge",
             "--listen",
@@ -322,15 +332,15 @@ fn bridge_logging_to(dir: &TestDir, port: u16, target: &str) -> (std::process::C
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        .spawn();
+    let mut child = Reaped(spawned.unwrap());
+    let mut stderr = std::io::BufReader::new(child.0.stderr.take().unwrap());
     let mut line = String::new();
     loop {
         line.clear();
         use std::io::BufRead;
         assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
+            stderr.read_line(&mut line).unwrap_or(0) > 0,
             "bridge did not start"
         );
         if let Some(rest) = line.split("listening on ").nth(1) {
@@ -353,16 +363,12 @@ fn the_log_goes_to_standard_output_or_a_collectors_datagram_socket() {
     let (mut child, addr) = bridge_logging_to(&dir, p, "-");
     let out = curl(&["-o", "/dev/null", "-w", "%{http_code}", "-x", &addr, &url]);
     assert_eq!(stdout(&out), "200");
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.0.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let mut text = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut text)
-        .unwrap();
-    child.wait().unwrap();
+    let mut out = child.0.stdout.take().unwrap();
+    out.read_to_string(&mut text).unwrap();
+    drop(child);
     let records: Vec<Value> = text
         .lines()
         .map(crate::support::read_typed_record)
@@ -385,7 +391,7 @@ fn the_log_goes_to_standard_output_or_a_collectors_datagram_socket() {
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let target = format!("unix:{}", socket_path.display());
-    let (mut child, addr) = bridge_logging_to(&dir, p, &target);
+    let (child, addr) = bridge_logging_to(&dir, p, &target);
     let out = curl(&["-o", "/dev/null", "-w", "%{http_code}", "-x", &addr, &url]);
     assert_eq!(stdout(&out), "200");
     let mut seen = Vec::new();
@@ -404,8 +410,7 @@ fn the_log_goes_to_standard_output_or_a_collectors_datagram_socket() {
     }
     assert_eq!(seen[0]["type"], "policy_loaded");
     assert_eq!(seen.last().unwrap()["host"], "a.test");
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
 
     // No collector there: the bridge does not start, and says why.
     drop(collector);

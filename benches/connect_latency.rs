@@ -3,7 +3,8 @@
 //! Run by `benches/proxies.py` as `connect_latency UPSTREAM_ADDR PROXY_ADDR [ROUNDS]
 //! [--proxied-only]`. Direct and proxied requests alternate in one run so machine noise
 //! hits both alike; it prints the median, mean, p90 and p99 of each. `--proxied-only` is
-//! for a run inside a sandbox, where the upstream cannot be reached directly.
+//! for a run inside a sandbox, where the upstream cannot be reached directly;
+//! `--proxy-auth VALUE` sends a Proxy-Authorization header (a bridge with tenants).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -28,11 +29,16 @@ fn direct(upstream: SocketAddr) -> Duration {
     start.elapsed()
 }
 
-fn proxied(upstream: SocketAddr, bridge: SocketAddr) -> Duration {
+fn proxied(upstream: SocketAddr, bridge: SocketAddr, auth: Option<&str>) -> Duration {
     let start = Instant::now();
     let mut s = TcpStream::connect(bridge).expect("connect bridge");
     s.set_nodelay(true).ok();
-    write!(s, "CONNECT {upstream} HTTP/1.1\r\nHost: {upstream}\r\n\r\n").expect("send CONNECT");
+    let auth = auth.map_or(String::new(), |a| format!("Proxy-Authorization: {a}\r\n"));
+    write!(
+        s,
+        "CONNECT {upstream} HTTP/1.1\r\nHost: {upstream}\r\n{auth}\r\n"
+    )
+    .expect("send CONNECT");
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -71,9 +77,21 @@ fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let proxied_only = args.iter().any(|a| a == "--proxied-only");
-    let args: Vec<&String> = args.iter().filter(|a| *a != "--proxied-only").collect();
+    // `--proxy-auth VALUE`: a Proxy-Authorization header for each CONNECT.
+    let auth = args
+        .iter()
+        .position(|a| a == "--proxy-auth")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let args: Vec<&String> = args
+        .iter()
+        .filter(|a| *a != "--proxied-only" && *a != "--proxy-auth" && Some(*a) != auth.as_ref())
+        .collect();
     if args.len() < 2 {
-        eprintln!("usage: connect_latency UPSTREAM_ADDR PROXY_ADDR [ROUNDS] [--proxied-only]");
+        eprintln!(
+            "usage: connect_latency UPSTREAM_ADDR PROXY_ADDR [ROUNDS] [--proxied-only] \
+             [--proxy-auth VALUE]"
+        );
         std::process::exit(2);
     }
     let upstream: SocketAddr = args[0].parse().expect("upstream address");
@@ -83,7 +101,7 @@ fn main() {
     // The first 50 of each warm up and are not counted.
     for round in 0..rounds + 50 {
         let direct_time = (!proxied_only).then(|| direct(upstream));
-        let proxied_time = proxied(upstream, proxy);
+        let proxied_time = proxied(upstream, proxy, auth.as_deref());
         if round >= 50 {
             d.extend(direct_time);
             p.push(proxied_time);

@@ -12,7 +12,9 @@ that CI keeps every part working without taking its noisy figures for results.
 
 Each scenario runs every proxy in the same run, and direct beside it, so that only ratios
 measured together are compared (these machines are shared and noisy). The columns:
-direct; `netbox` (`netbox bridge` alone); `netbox --` (the whole path a sandboxed command
+direct; `netbox` (`netbox bridge` alone); `netbox tenants` (the same bridge serving 1,000
+tenants, the client naming the first in every connection); `netbox --` (the whole path a
+sandboxed command
 takes: the client runs inside `netbox -- …` and uses the proxy netbox gives it); tinyproxy
 and squid; `socat chain` (two socat relays joined by a Unix socket in front of netbox's
 bridge, the way the Node-based sandbox runtime bridges its sandbox to its proxy: the
@@ -99,8 +101,10 @@ class Proxy:
     """A proxy under test: its name, where it listens, its processes (none for direct),
     and, for `netbox --`, the command that runs a client inside the sandbox."""
 
-    def __init__(self, name, port, processes, sandbox=None, forks=False):
+    def __init__(self, name, port, processes, sandbox=None, forks=False, auth=None):
         self.name, self.port, self.processes, self.sandbox = name, port, processes, sandbox
+        # (user, token) a client names itself with (a bridge serving tenants).
+        self.auth = auth
         # A proxy that forks a process per connection: its CPU is counted once it has
         # reaped them.
         self.forks = forks
@@ -114,6 +118,20 @@ class Proxy:
     def address(self):
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def url(self):
+        """The proxy as a client's proxy URL, with its credentials if it takes some."""
+        user = f"{self.auth[0]}:{self.auth[1]}@" if self.auth else ""
+        return f"http://{user}{self.address}"
+
+    @property
+    def authorization(self):
+        """The Proxy-Authorization header value, if this proxy takes credentials."""
+        if not self.auth:
+            return None
+        import base64
+        return "Basic " + base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
+
     def cpu(self):
         return sum(cpu_seconds(p.pid) for p in self.processes)
 
@@ -123,7 +141,8 @@ class Proxy:
     def run(self, command):
         """Runs a client command ({proxy} in it replaced by this proxy's address): its
         stdout, or None when it failed (said on stderr), and the CPU the proxy spent."""
-        command = [c.replace("{proxy}", self.address) for c in command]
+        command = [c.replace("{proxy_url}", self.url).replace("{proxy}", self.address)
+                   for c in command]
         if self.sandbox:
             return self.sandbox.run(command)
         before = self.cpu()
@@ -220,6 +239,36 @@ def start_netbox(netbox, work, upstream, holder):
     return Proxy("netbox", port, [process]) if wait_for_port(port) else None
 
 
+TENANTS = 1000
+
+
+def start_netbox_tenants(netbox, work, upstream, holder):
+    """netbox's bridge serving 1,000 tenants, each under its own allowlist and token; the
+    bench's client is the first. The same bridge as `netbox` with identity checks on: the
+    difference is what naming a tenant costs, and its idle RSS what 1,000 tenants hold."""
+    import hashlib
+    port = free_port()
+    allow = os.path.join(work, "tenant.toml")
+    with open(allow, "w") as f:
+        f.write(f'allow = ["127.0.0.1:{upstream}", "127.0.0.1:{holder}"]\n')
+    lines = []
+    for i in range(TENANTS):
+        digest = hashlib.sha256(f"token-{i}".encode()).hexdigest()
+        # The first takes every place the bench needs; the rest an equal share.
+        budget = "max_connections = 30000\n" if i == 0 else ""
+        lines.append(f'[tenants.tenant-{i}]\nallowlist = ["tenant.toml"]\n'
+                     f'secrets = ["sha256:{digest}"]\n{budget}')
+    tenants = os.path.join(work, "tenants.toml")
+    with open(tenants, "w") as f:
+        f.write("\n".join(lines))
+    process = subprocess.Popen(
+        [netbox, "bridge", "--listen", f"127.0.0.1:{port}", "--tenants", tenants,
+         "--quiet", "--log", f"{work}/netbox-tenants.jsonl", "--max-connections", "30000"],
+        stderr=subprocess.DEVNULL)
+    proxy = Proxy("netbox tenants", port, [process], auth=("tenant-0", "token-0"))
+    return proxy if wait_for_port(port, 30) else None
+
+
 def start_socat_chain(work, bridge):
     """Two socat relays joined by a Unix socket, in front of `bridge` (netbox's): the way
     the Node-based sandbox runtime carries its sandbox's connections to its proxy (a relay
@@ -290,7 +339,7 @@ def curl_speed(p, url, tunnel=True):
     CONNECT tunnel, or the forward path; and the CPU it spent."""
     command = ["curl", "-s", "-S", "-o", "/dev/null", "-w", "%{speed_download}"]
     if p.processes or p.sandbox:
-        command += (["-p"] if tunnel else []) + ["-x", "http://{proxy}"]
+        command += (["-p"] if tunnel else []) + ["-x", "{proxy_url}"]
     out, spent = p.run(command + [url])
     return (float(out), spent) if out else (None, None)
 
@@ -327,7 +376,9 @@ def new_connections(proxies, latency_bin, upstream, rounds):
         if not p.processes and not p.sandbox:
             continue
         command = [latency_bin, f"127.0.0.1:{upstream}", "{proxy}", str(rounds)]
-        out, spent = p.run(command + (["--proxied-only"] if p.sandbox else []))
+        command += ["--proxied-only"] if p.sandbox else []
+        command += ["--proxy-auth", p.authorization] if p.auth else []
+        out, spent = p.run(command)
         if out is None:
             continue
         figures = {kind: tuple(float(x) for x in rest) for kind, *rest in LATENCY.findall(out)}
@@ -353,7 +404,12 @@ def forward(proxies, upstream, seconds, work, ws):
     results = {}
     for p in proxies:
         command = ["wrk", "-t2", "-c32", f"-d{seconds}s", "--latency"]
-        if p.processes or p.sandbox:
+        if p.auth:
+            with_auth = os.path.join(ws, "proxy-auth.lua")
+            with open(script) as f, open(with_auth, "w") as out:
+                out.write(f.read() + f'wrk.headers["Proxy-Authorization"] = "{p.authorization}"\n')
+            command += ["-s", with_auth, "http://{proxy}/"]
+        elif p.processes or p.sandbox:
             command += ["-s", script, "http://{proxy}/"]
         else:
             command += [f"http://127.0.0.1:{upstream}/1k.bin"]
@@ -411,11 +467,12 @@ def idle_tunnels(proxies, count, port):
     """`count` CONNECT tunnels opened through each proxy to a server that accepts and holds
     them (at `port`), held, then closed: tunnels that failed, seconds to open and to close
     them all, and the proxy's RSS growth per tunnel in KiB."""
-    request = f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
     results = {}
     for p in proxies:
         if not p.processes or p.sandbox or p.name == "socat chain":
             continue
+        auth = f"Proxy-Authorization: {p.authorization}\r\n" if p.auth else ""
+        request = f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}\r\n"
         before = p.rss()
         started = time.perf_counter()
         opened, failed = [], 0
@@ -572,6 +629,10 @@ def scenarios(names, r):
                      {n: f"{v[3]:.1f}" if v else "—" for n, v in i.items()}, "idle_tunnels"))
     rows.append(("idle RSS, MiB", {n: f"{v / 1024:.1f}" for n, v in r["idle"].items()},
                  "idle"))
+    if "netbox tenants" in r["idle"] and "netbox" in r["idle"]:
+        per = (r["idle"]["netbox tenants"] - r["idle"]["netbox"]) / TENANTS
+        rows.append((f"RSS per tenant ({TENANTS:,} loaded), KiB",
+                     {"netbox tenants": f"{per:.1f}"}, "idle"))
     s = r.get("startup")
     if s:
         base = s.get("bubblewrap")
@@ -738,6 +799,8 @@ def main():
         for name, start in [("netbox", lambda: bridge),
                             ("netbox --", lambda: Proxy("netbox --", Sandbox.INSIDE, [],
                                                         sandbox)),
+                            ("netbox tenants", lambda: start_netbox_tenants(
+                                netbox, work, upstream, holder_port)),
                             ("socat chain", lambda: start_socat_chain(work, bridge)),
                             ("tinyproxy", lambda: start_tinyproxy(work, upstream, holder_port)),
                             ("squid", lambda: start_squid(work, upstream))] + [

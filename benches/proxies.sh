@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Proxy overhead, side by side in one run, against one local nginx (loopback only): direct,
-# netbox's bridge, the whole `netbox -- CLIENT` path, and where installed tinyproxy, squid
+# netbox's bridge, the bridge serving 1,000 tenants (identity checks on), the whole
+# `netbox -- CLIENT` path, and where installed tinyproxy, squid
 # and a socat relay chain in front of the bridge (the Node-based sandbox runtime's way).
 # Scenarios: start-up (true, unshare, bubblewrap, netbox -- true), a big download through
 # a CONNECT tunnel and through the forward path (MB/s, CPU per GiB), new connections

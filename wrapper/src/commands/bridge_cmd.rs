@@ -168,11 +168,18 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         if let Some(tenants) = session.tenants() {
             let mut names: Vec<(&str, &Arc<Session>)> = tenants.sessions().collect();
             names.sort_by_key(|(name, _)| *name);
-            for (name, tenant) in names {
+            for (name, tenant) in names.iter().take(TENANT_LINES) {
                 crate::output::say(&format!(
                     "netbox bridge: tenant {name}: session {}, {} allow rules",
                     tenant.id,
                     tenant.policy().allow_count()
+                ));
+            }
+            if names.len() > TENANT_LINES {
+                crate::output::say(&format!(
+                    "netbox bridge: and {} more tenants (each in the log's policy_loaded \
+                     records)",
+                    names.len() - TENANT_LINES
                 ));
             }
         }
@@ -323,6 +330,9 @@ fn refuse_policy_flags(policy: &PolicyArgs) -> Result<(), WrapperError> {
         None => Ok(()),
     }
 }
+
+/// Tenants named one by one at start; past it, a count (a fleet may have thousands).
+const TENANT_LINES: usize = 10;
 
 /// A tenant's own listener: whoever connects to it is that tenant.
 type TenantListener = (ListenAddr, Arc<Session>);

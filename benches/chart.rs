@@ -112,12 +112,15 @@ fn draw(input: &str, output: &str) -> Result<(), Box<dyn std::error::Error>> {
                 [(LEFT, y + 2), (x_of(ratio), y + BAR - 2)],
                 colour.filled(),
             ))?;
-            let shown = if ratio > most {
-                format!("{ratio:.2}x (off the scale)")
+            if ratio > most {
+                // Off the scale: said inside the bar's end, in white, where there is room.
+                let shown = format!("{ratio:.2}x (off the scale)");
+                let inside = font(11).color(&WHITE).pos(Pos::new(HPos::Right, VPos::Top));
+                root.draw_text(&shown, &inside, (x_of(ratio) - 4, y + 2))?;
             } else {
-                format!("{ratio:.2}x")
-            };
-            root.draw_text(&shown, &font(11).color(&BLACK), (x_of(ratio) + 4, y + 2))?;
+                let shown = format!("{ratio:.2}x");
+                root.draw_text(&shown, &font(11).color(&BLACK), (x_of(ratio) + 4, y + 2))?;
+            }
             y += BAR;
         }
         if let Some(target) = scenario["target"].as_f64() {

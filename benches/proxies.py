@@ -358,7 +358,9 @@ def tunnel(proxies, upstream, big_mib, rounds, through_tunnel=True):
             speeds[p.name].append(speed)
             cpu[p.name] = None if cpu[p.name] is None or spent is None else cpu[p.name] + spent
     gib = rounds * big_mib / 1024
-    return {name: (statistics.median(s) / 1e6, None if cpu[name] is None else cpu[name] / gib)
+    # Median, CPU per GiB, and the range of the rounds (lowest, highest), in MB/s.
+    return {name: (statistics.median(s) / 1e6, None if cpu[name] is None else cpu[name] / gib,
+                   min(s) / 1e6, max(s) / 1e6)
             for name, s in speeds.items() if len(s) == rounds}
 
 
@@ -563,15 +565,18 @@ def scenarios(names, r):
     chart draws: (label, better, target, {name: ratio})."""
     rows, chart = [], []
     def mbps(n, t):
+        low, high = t[n][2:4]
+        spread = f"; {low:,.0f}–{high:,.0f}" if high > low else ""
         if n == "direct":
-            return f"{t[n][0]:,.0f}"
-        return f"{t[n][0]:,.0f} ({ratio(t[n][0], t['direct'][0]):.2f}x)"
+            return f"{t[n][0]:,.0f}" + (f" ({spread[2:]})" if spread else "")
+        return f"{t[n][0]:,.0f} ({ratio(t[n][0], t['direct'][0]):.2f}x{spread})"
     for key, label in [("tunnel", "1 big download through a CONNECT tunnel"),
                        ("forward_big", "1 big download through the forward path")]:
         t = r.get(key)
         if not t:
             continue
-        rows.append((f"{label}, MB/s (x direct)", {n: mbps(n, t) for n in names if n in t}, key))
+        rows.append((f"{label}, MB/s, median (x direct; range of the rounds)",
+                     {n: mbps(n, t) for n in names if n in t}, key))
         rows.append((f"CPU per GiB, {label.split(' through ')[1]}, s",
                      {n: cpu_cell(n, t[n][1], ".2f") for n in names if n in t}, key))
         chart.append((f"{label.split(' through ')[1]}: MB/s", "higher",

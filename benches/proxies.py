@@ -169,7 +169,11 @@ class Sandbox:
                      os.path.join(work, "sandbox.jsonl"), "--workspace", ws]
         for port in upstreams:
             self.argv += ["--allow", f"127.0.0.1:{port}"]
-        self.argv += ["--", sys.executable, os.path.join(BENCHES, "child_cpu.py")]
+        # In the workspace: the sandbox's /tmp is its own, and the checkout may be in the
+        # host's.
+        wrapper = os.path.join(ws, "child_cpu.py")
+        shutil.copy(os.path.join(BENCHES, "child_cpu.py"), wrapper)
+        self.argv += ["--", sys.executable, wrapper]
         self.ws = ws
         self.baseline = None
 
@@ -177,7 +181,10 @@ class Sandbox:
         """Like Proxy.run for a client inside the sandbox; the CPU is netbox's own, less
         what `netbox -- true` costs."""
         if self.baseline is None:
-            self.baseline = min(self.cost(["true"])[1] for _ in range(5))
+            costs = [c for c in (self.cost(["true"])[1] for _ in range(5)) if c is not None]
+            if not costs:
+                return None, None
+            self.baseline = min(costs)
         out, spent = self.cost(command)
         return out, None if spent is None else max(spent - self.baseline, 0.0)
 

@@ -29,6 +29,10 @@ const MAX_ADMIN_CONNECTIONS: usize = 16;
 /// A scraper that says nothing for this long is dropped.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The most one admin connection is served for, whatever it does: one that asks and never
+/// reads cannot hold a place for longer (review 38).
+const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
+
 /// What the admin listener reports.
 pub struct Admin {
     pub metrics: Arc<Metrics>,
@@ -66,9 +70,17 @@ pub async fn serve(listener: Listener, admin: Arc<Admin>) {
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT);
+            // One request a connection, within a deadline.
+            builder.keep_alive(false);
             let _ = match io {
-                Io::Tcp(s) => builder.serve_connection(TokioIo::new(s), service).await,
-                Io::Unix(s) => builder.serve_connection(TokioIo::new(s), service).await,
+                Io::Tcp(s) => {
+                    let served = builder.serve_connection(TokioIo::new(s), service);
+                    tokio::time::timeout(CONNECTION_DEADLINE, served).await
+                }
+                Io::Unix(s) => {
+                    let served = builder.serve_connection(TokioIo::new(s), service);
+                    tokio::time::timeout(CONNECTION_DEADLINE, served).await
+                }
             };
         });
     }

@@ -370,11 +370,12 @@ impl EventLog {
             Some(LogTarget::Stdout) => {
                 use std::os::fd::AsFd;
                 let out = io::stdout().as_fd().try_clone_to_owned()?;
-                Some(Mutex::new(Sink::File(File::from(out))))
+                Some(Mutex::new(Sink::Stream(File::from(out))))
             }
             Some(LogTarget::Datagram(path)) => {
                 let socket = std::os::unix::net::UnixDatagram::unbound()?;
                 socket.connect(path)?;
+                socket.set_write_timeout(Some(LOG_WRITE_DEADLINE))?;
                 Some(Mutex::new(Sink::Datagram(socket)))
             }
             None => None,
@@ -631,6 +632,11 @@ impl EventLog {
 
     /// Writes any serialisable record as one line.
     pub fn record_json(&self, record: &impl Serialize) {
+        // Once a write failed, what is logged stops: the rest are not tried, each of which
+        // could wait out a stalled reader's deadline again.
+        if self.failed.borrow().is_some() {
+            return;
+        }
         if let Some(file) = &self.file {
             let mut line = serde_json::to_vec(record).unwrap_or_default();
             line.push(b'\n');
@@ -737,9 +743,16 @@ impl std::fmt::Display for LogTarget {
     }
 }
 
+/// How long a record may wait for a reader that takes nothing (a collector that stopped
+/// reading, a pipe nobody drains) before the log counts as one that cannot be written,
+/// which stops what it records rather than holding every connection that logs (review 38).
+const LOG_WRITE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// An open log target.
 enum Sink {
     File(File),
+    /// Standard output: a pipe or a terminal, which a stalled reader can keep full.
+    Stream(File),
     Datagram(std::os::unix::net::UnixDatagram),
 }
 
@@ -749,6 +762,23 @@ impl Sink {
     fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
         match self {
             Sink::File(f) => f.write_all(line).and_then(|()| f.flush()),
+            Sink::Stream(f) => {
+                use std::os::fd::AsFd;
+                let mut fds = [nix::poll::PollFd::new(
+                    f.as_fd(),
+                    nix::poll::PollFlags::POLLOUT,
+                )];
+                let deadline = nix::poll::PollTimeout::try_from(LOG_WRITE_DEADLINE)
+                    .unwrap_or(nix::poll::PollTimeout::MAX);
+                match nix::poll::poll(&mut fds, deadline) {
+                    Ok(0) => Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the log's reader took nothing for 5 s",
+                    )),
+                    Ok(_) => f.write_all(line).and_then(|()| f.flush()),
+                    Err(e) => Err(io::Error::from(e)),
+                }
+            }
             Sink::Datagram(socket) => match socket.send(line)? {
                 sent if sent == line.len() => Ok(()),
                 _ => Err(io::Error::other("a record did not fit one datagram")),

@@ -220,3 +220,253 @@ fn tenants_reload_their_policies_and_secrets_and_not_what_needs_a_restart() {
     );
     assert_eq!(status(&bridge, Some("team-a:new-secret-2"), &b), "200");
 }
+
+/// Review 38: what a reload reaches, and what `--watch` sees.
+mod review38 {
+    use super::*;
+
+    fn wait_loaded(bridge: &Bridge, n: usize) {
+        wait_for(bridge, "policy_loaded", n);
+    }
+
+    /// One absolute-form GET on a kept-alive client connection; the status line.
+    fn get(s: &mut TcpStream, host: &str, port: u16) -> String {
+        write!(
+            s,
+            "GET http://{host}:{port}/hello HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
+        )
+        .unwrap();
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).unwrap();
+            got.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&got).to_string();
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap_or(0);
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).unwrap();
+        head.lines().next().unwrap().to_owned()
+    }
+
+    fn connected(bridge: &Bridge) -> TcpStream {
+        let s = TcpStream::connect(bridge.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    #[test]
+    fn a_kept_upstream_is_not_reused_after_a_reload_that_denies_its_address() {
+        let dir = TestDir::new("r38-kept");
+        let http = HttpServer::start();
+        let p = http.port();
+        let before = allowlist(&["a.test"], p);
+        let file = dir.write("allow.toml", &before);
+        let bridge = Bridge::start_args(&dir, &["--allowlist".into(), file.display().to_string()]);
+        let mut kept = connected(&bridge);
+        assert!(get(&mut kept, "a.test", p).contains(" 200 "));
+        dir.write(
+            "allow.toml",
+            &before.replacen("[hosts]", "deny = [\"127.0.0.1\"]\n[hosts]", 1),
+        );
+        hangup(&bridge);
+        wait_loaded(&bridge, 2);
+        assert!(
+            get(&mut connected(&bridge), "a.test", p).contains(" 502 "),
+            "control"
+        );
+        let status = get(&mut kept, "a.test", p);
+        assert!(
+            status.contains(" 502 "),
+            "on the kept connection after the reload: {status}"
+        );
+    }
+
+    fn socks_connect(s: &mut TcpStream, host: &str, port: u16) -> u8 {
+        let mut req = vec![5, 1, 0, 3, u8::try_from(host.len()).unwrap()];
+        req.extend_from_slice(host.as_bytes());
+        req.extend_from_slice(&port.to_be_bytes());
+        s.write_all(&req).unwrap();
+        let mut reply = [0u8; 10];
+        s.read_exact(&mut reply).unwrap();
+        reply[1]
+    }
+
+    #[test]
+    fn a_socks5_request_after_a_reload_is_judged_under_the_new_policy() {
+        let dir = TestDir::new("r38-socks");
+        let http = HttpServer::start();
+        let p = http.port();
+        let file = dir.write("allow.toml", &allowlist(&["a.test"], p));
+        let bridge = Bridge::start_args(&dir, &["--allowlist".into(), file.display().to_string()]);
+        // Positive control: allowed before the reload.
+        let mut first = connected(&bridge);
+        first.write_all(&[5, 1, 0]).unwrap();
+        let mut method = [0u8; 2];
+        first.read_exact(&mut method).unwrap();
+        assert_eq!(socks_connect(&mut first, "a.test", p), 0);
+        let mut waiting = connected(&bridge);
+        waiting.write_all(&[5, 1, 0]).unwrap();
+        waiting.read_exact(&mut method).unwrap();
+        dir.write("allow.toml", &allowlist(&["b.test"], p));
+        hangup(&bridge);
+        wait_loaded(&bridge, 2);
+        assert_ne!(
+            socks_connect(&mut waiting, "a.test", p),
+            0,
+            "passed after the reload"
+        );
+    }
+
+    #[test]
+    fn a_revoked_token_does_not_name_a_tenant_on_a_socks5_connection_opened_before() {
+        let dir = TestDir::new("r38-token");
+        let http = HttpServer::start();
+        let p = http.port();
+        dir.write("a.toml", &allowlist(&["a.test"], p));
+        let tenants = |token: &str| {
+            format!(
+                "[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"sha256:{}\"]\n",
+                sha256_hex(token.as_bytes())
+            )
+        };
+        let file = dir.write("tenants.toml", &tenants("old-token"));
+        let bridge = Bridge::start_args(&dir, &["--tenants".into(), file.display().to_string()]);
+        let mut s = connected(&bridge);
+        s.write_all(&[5, 1, 2]).unwrap();
+        let mut reply = [0u8; 2];
+        s.read_exact(&mut reply).unwrap();
+        assert_eq!(reply, [5, 2]);
+        dir.write("tenants.toml", &tenants("new-token"));
+        hangup(&bridge);
+        wait_loaded(&bridge, 2);
+        let auth = |user: &[u8], pass: &[u8]| {
+            let mut auth = vec![1, u8::try_from(user.len()).unwrap()];
+            auth.extend_from_slice(user);
+            auth.push(u8::try_from(pass.len()).unwrap());
+            auth.extend_from_slice(pass);
+            auth
+        };
+        s.write_all(&auth(b"team-a", b"old-token")).unwrap();
+        s.read_exact(&mut reply).unwrap();
+        assert_ne!(reply[1], 0, "old token accepted after the reload");
+        // Positive control: the new token names team-a.
+        let mut fresh = connected(&bridge);
+        fresh.write_all(&[5, 1, 2]).unwrap();
+        fresh.read_exact(&mut reply).unwrap();
+        fresh.write_all(&auth(b"team-a", b"new-token")).unwrap();
+        fresh.read_exact(&mut reply).unwrap();
+        assert_eq!(reply, [1, 0]);
+    }
+
+    #[test]
+    fn watch_sees_a_change_made_during_a_reload() {
+        let dir = TestDir::new("r38-watch");
+        let http = HttpServer::start();
+        let p = http.port();
+        // Only widens the reload's window (as --allow-tool or many tenants do).
+        dir.write(
+            "big.toml",
+            &"# padding padding padding padding padding padding\n".repeat(250_000),
+        );
+        let main = |rule: &str| {
+            format!("include = [\"big.toml\"]\n{rule}\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n")
+        };
+        let file = dir.write(
+            "allow.toml",
+            &main(&format!("allow_private = [\"a.test:{p}\"]")),
+        );
+        let bridge = Bridge::start_args(
+            &dir,
+            &[
+                "--allowlist".into(),
+                file.display().to_string(),
+                "--watch".into(),
+            ],
+        );
+        hangup(&bridge);
+        std::thread::sleep(Duration::from_millis(300));
+        dir.write("allow.toml", &main("deny = [\"a.test\"]"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let status = get(&mut connected(&bridge), "a.test", p);
+            if status.contains(" 502 ") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the file on disk denies a.test: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    #[test]
+    fn watch_sees_the_missing_include_that_refused_a_reload_appear() {
+        let dir = TestDir::new("r38-include");
+        let http = HttpServer::start();
+        let p = http.port();
+        let file = dir.write("allow.toml", &allowlist(&["a.test"], p));
+        let bridge = Bridge::start_args(
+            &dir,
+            &[
+                "--allowlist".into(),
+                file.display().to_string(),
+                "--watch".into(),
+            ],
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+        let with_include = format!("include = [\"new.toml\"]\n{}", allowlist(&["a.test"], p));
+        dir.write("allow.toml", &with_include);
+        wait_for(&bridge, "policy_reload_failed", 1);
+        dir.write("new.toml", &format!("allow_private = [\"b.test:{p}\"]\n"));
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let status = get(&mut connected(&bridge), "b.test", p);
+            if status.contains(" 200 ") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "new.toml allows b.test: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    #[test]
+    fn a_fifo_in_a_policy_files_place_is_refused_not_waited_on() {
+        let dir = TestDir::new("r38-fifo");
+        let http = HttpServer::start();
+        let p = http.port();
+        let file = dir.write("allow.toml", &allowlist(&["a.test"], p));
+        let mut bridge =
+            Bridge::start_args(&dir, &["--allowlist".into(), file.display().to_string()]);
+        std::fs::remove_file(&file).unwrap();
+        nix::unistd::mkfifo(&file, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        hangup(&bridge);
+        let failed = wait_for(&bridge, "policy_reload_failed", 1);
+        assert!(
+            failed[0]["error"]
+                .as_str()
+                .unwrap()
+                .contains("regular file"),
+            "{failed:?}"
+        );
+        // The reload is not stuck: a good file loads at the next one, and the bridge ends.
+        std::fs::remove_file(&file).unwrap();
+        dir.write("allow.toml", &allowlist(&["b.test"], p));
+        hangup(&bridge);
+        wait_for(&bridge, "policy_loaded", 2);
+        let started = Instant::now();
+        bridge.stop();
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}

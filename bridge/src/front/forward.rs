@@ -63,6 +63,9 @@ struct Upstream {
     sender: SendRequest<CountedBody>,
     /// Why the bridge ended the connection, if it did (`drive`).
     fate: Arc<OnceLock<End>>,
+    /// The policy it was dialled under: after a reload no request takes it, as the
+    /// address it dialled was admitted by the old policy (review 38).
+    policy: Arc<crate::policy::Policy>,
 }
 
 impl KeptUpstream {
@@ -72,6 +75,7 @@ impl KeptUpstream {
         let mut upstream = self.0.lock().ok()?.take()?;
         let decision = conn.policy.decide(target);
         let same = upstream.target == *target
+            && Arc::ptr_eq(&upstream.policy, &conn.policy)
             && decision.is_allow()
             && decision.rule == upstream.opened.rule;
         // `ready` waits for nothing on an idle connection; it fails on a closed one.
@@ -254,6 +258,7 @@ async fn dial(conn: &Conn, attempt: &mut Attempt, target: &Target) -> Result<Ups
         opened: attempt.clone(),
         sender,
         fate,
+        policy: Arc::clone(&conn.policy),
     })
 }
 

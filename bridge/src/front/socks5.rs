@@ -16,7 +16,6 @@ use crate::client_io::ClientIo;
 use std::sync::Arc;
 
 use crate::conn::{Conn, Session};
-use crate::identity::Tenants;
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
 use crate::target::{normalise_host, Host, Target};
@@ -61,12 +60,12 @@ pub(crate) enum Request {
 /// `header_timeout` is what is left of the head deadline after the first byte.
 pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::Duration) {
     let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Socks5);
-    let tenants = conn.session.tenants();
+    let listener_session = Arc::clone(&conn.session);
     let mut tenant = None;
     let read = tokio::select! {
         read = tokio::time::timeout(
             header_timeout,
-            read_request(&mut io, tenants.as_deref(), &mut tenant),
+            read_request(&mut io, Some(&listener_session), &mut tenant),
         ) => read,
         // The bridge is stopping: a request still on its way will not be served.
         () = conn.stopped() => return,
@@ -107,6 +106,9 @@ pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::
             return refuse(io, &conn, attempt, reply, refusal).await
         }
     };
+    // Judged under the policy of now, not of when the client connected: a reload while it
+    // sat in its handshake applies (review 38).
+    let conn = conn.renewed();
     let upstream = match upstream::open(&conn, &mut attempt, &target).await {
         Ok(upstream) => upstream,
         Err(refusal) => {
@@ -157,13 +159,14 @@ pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::
         .record(&attempt.finish(stats.end, stats.bytes_up, stats.bytes_down));
 }
 
-/// Reads the greeting (answering it), the credentials when `tenants` asks for them (the
-/// tenant they name goes to `tenant`), and the request; I/O errors mean the client spoke
-/// garbage or left. Generic over the stream so the fuzz target can drive it from memory
-/// (fuzzing.rs).
+/// Reads the greeting (answering it), the credentials when the listener's `session`
+/// serves tenants (the tenant they name goes to `tenant`; the tenants are asked when the
+/// credentials have come, so a reload meanwhile applies), and the request; I/O errors mean
+/// the client spoke garbage or left. Generic over the stream so the fuzz target can drive
+/// it from memory (fuzzing.rs).
 pub(crate) async fn read_request<S>(
     io: &mut S,
-    tenants: Option<&Tenants>,
+    session: Option<&Session>,
     tenant: &mut Option<Arc<Session>>,
 ) -> io::Result<Request>
 where
@@ -175,12 +178,13 @@ where
     }
     let mut methods = vec![0u8; usize::from(method_count)];
     io.read_exact(&mut methods).await?;
-    let (method, refused) = match tenants {
-        None => (
+    let serves_tenants = session.is_some_and(|s| s.tenants().is_some());
+    let (method, refused) = match serves_tenants {
+        false => (
             METHOD_NO_AUTH,
             Refusal::new(Reason::Unsupported, "client offers no no-auth method"),
         ),
-        Some(_) => (
+        true => (
             METHOD_USER_PASSWORD,
             Refusal::new(
                 Reason::ProxyAuthRequired,
@@ -194,7 +198,7 @@ where
         return Ok(Request::Refused(None, refused));
     }
     io.write_all(&[VERSION, method]).await?;
-    if let Some(tenants) = tenants {
+    if serves_tenants {
         let [version] = read_array::<1, _>(io).await?;
         if version != USER_PASSWORD_VERSION {
             return Err(io::Error::new(
@@ -204,6 +208,7 @@ where
         }
         let user = read_field(io).await?;
         let password = read_field(io).await?;
+        let tenants = session.and_then(Session::tenants).unwrap_or_default();
         match tenants.from_user_password(&user, &password) {
             Ok(session) => {
                 io.write_all(&[USER_PASSWORD_VERSION, 0]).await?;

@@ -131,7 +131,7 @@ impl Loader<'_> {
             // Included twice through different routes: its rules are already in.
             return Ok(());
         }
-        let text = std::fs::read_to_string(&canonical).map_err(|source| PolicyError::Read {
+        let text = read_policy_file(&canonical).map_err(|source| PolicyError::Read {
             file: shown.clone(),
             source,
         })?;
@@ -282,4 +282,36 @@ fn line_of(text: &str, offset: usize) -> u32 {
     let before = text.get(..offset).unwrap_or(text);
     let newlines = before.bytes().filter(|&b| b == b'\n').count();
     u32::try_from(newlines + 1).unwrap_or(u32::MAX)
+}
+
+/// Largest allowlist file read, in bytes.
+const MAX_POLICY_FILE_BYTES: u64 = 16 << 20;
+
+/// An allowlist's text, if it is a regular file of at most `MAX_POLICY_FILE_BYTES`. A
+/// running bridge reads its files again at each reload: a FIFO laid in a file's place would
+/// otherwise hold the reload (and the bridge's exit) forever, and `/dev/zero` would eat its
+/// memory (review 38). Opened without blocking, so a FIFO is refused rather than waited on.
+fn read_policy_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_POLICY_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if u64::try_from(text.len()).unwrap_or(u64::MAX) > MAX_POLICY_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_POLICY_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
 }

@@ -146,7 +146,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         .enable_all()
         .build()
         .map_err(WrapperError::Runtime)?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         // Before anything listens: a SIGHUP from then on reloads, never ends the bridge.
         let hangup = super::bridge_reload::catch_hangup().map_err(WrapperError::Runtime)?;
         let mut listeners = Vec::new();
@@ -272,7 +272,11 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             }),
             None => Ok(()),
         }
-    })
+    });
+    // A reload still reading (a file on a hung mount) does not keep the bridge from
+    // ending once it has drained.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served
 }
 
 fn tcp_address(listener: &bridge::Listener) -> Option<std::net::SocketAddr> {
@@ -439,9 +443,20 @@ fn http_status(code: u16) -> Result<http::StatusCode, WrapperError> {
 }
 
 /// A socket file left by an earlier bridge would make bind fail; only sockets are removed.
+/// One that a live process still listens on is not stale: taking its path would cut that
+/// process off without a word (a second bridge started on the same path, review 38).
 fn remove_stale_socket(path: &std::path::Path) -> Result<(), WrapperError> {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
+        Ok(_) if std::os::unix::net::UnixStream::connect(path).is_ok() => {
+            Err(WrapperError::StaleSocket {
+                path: path.to_owned(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    "another process listens on it; give another path or stop that process",
+                ),
+            })
+        }
         Ok(meta) if meta.file_type().is_socket() => {
             std::fs::remove_file(path).map_err(|source| WrapperError::StaleSocket {
                 path: path.to_owned(),

@@ -56,6 +56,8 @@ pub struct Reloader {
     cwd: PathBuf,
     /// The bridge has a session CA: a new policy may inspect only if it does.
     can_inspect: bool,
+    /// The last reload was refused: what is in force is not what the files say.
+    refused: std::sync::atomic::AtomicBool,
 }
 
 /// A reload's new policies, checked, not yet in force.
@@ -70,6 +72,7 @@ impl Reloader {
             served: Mutex::new(served),
             cwd,
             can_inspect,
+            refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -96,7 +99,9 @@ impl Reloader {
     }
 
     /// Every file the policies were read from, as named (includes too), and the tenants
-    /// file: what `--watch` looks at.
+    /// file: what `--watch` looks at. After a refused reload, the directories holding them
+    /// too, until a reload takes: a file created there (an include the refused reload could
+    /// not find) changes its directory (review 38).
     pub fn files(&self) -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = self
             .sessions()
@@ -111,6 +116,13 @@ impl Reloader {
         if let Served::Tenants { file, .. } = &*self.served() {
             files.push(file.clone());
         }
+        if self.refused.load(std::sync::atomic::Ordering::Relaxed) {
+            let directories: Vec<PathBuf> = files
+                .iter()
+                .filter_map(|f| f.parent().map(PathBuf::from))
+                .collect();
+            files.extend(directories);
+        }
         files.sort();
         files.dedup();
         files
@@ -122,6 +134,8 @@ impl Reloader {
     pub fn reload(&self, log: &EventLog, cause: &str) {
         match self.load_next().and_then(|next| self.apply(next)) {
             Ok(()) => {
+                self.refused
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
                 if let Some(metrics) = log.metrics() {
                     metrics.reload(true);
                 }
@@ -134,6 +148,8 @@ impl Reloader {
                 ));
             }
             Err(error) => {
+                self.refused
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 if let Some(metrics) = log.metrics() {
                     metrics.reload(false);
                 }
@@ -314,35 +330,50 @@ pub async fn reload_when_asked(
                 "watch"
             }
         };
+        // Taken before the reload reads anything: a file changed while it reads is a change
+        // the next look sees (review 38). A broken file is reported once, not every second.
+        let before = fingerprint(&reloader.files());
         let (r, l) = (Arc::clone(&reloader), Arc::clone(&log));
         // A task that panicked reloaded nothing: the policies before it stay.
         let _ = tokio::task::spawn_blocking(move || r.reload(&l, cause)).await;
-        // What the reload read is what the next change is measured against, whether it
-        // took or not (a broken file is reported once, not every second).
-        seen = fingerprint(&reloader.files());
+        // What is looked at from now on, each as it was before the reload read it: a
+        // file that changed meanwhile differs at the next look. Files new to the list
+        // (a new include, the directories after a refusal) as they are now.
+        seen = fingerprint(&reloader.files())
+            .into_iter()
+            .map(
+                |(path, now)| match before.iter().find(|(p, _)| *p == path) {
+                    Some((_, then)) => (path, then.clone()),
+                    None => (path, now),
+                },
+            )
+            .collect();
     }
 }
 
 /// What identifies each file's content cheaply: its identity and size and change time,
 /// the link's too (a symlink pointed elsewhere), or nothing for a file that is gone.
-fn fingerprint(files: &[PathBuf]) -> Vec<Option<FileStamp>> {
+fn fingerprint(files: &[PathBuf]) -> Vec<(PathBuf, [Option<FileStamp>; 2])> {
     use std::os::unix::fs::MetadataExt;
+    let stamp = |meta: std::io::Result<std::fs::Metadata>| {
+        meta.ok().map(|m| FileStamp {
+            device: m.dev(),
+            inode: m.ino(),
+            size: m.size(),
+            modified: (m.mtime(), m.mtime_nsec()),
+            changed: (m.ctime(), m.ctime_nsec()),
+        })
+    };
     files
         .iter()
-        .flat_map(|path| [std::fs::symlink_metadata(path), std::fs::metadata(path)])
-        .map(|meta| {
-            meta.ok().map(|m| FileStamp {
-                device: m.dev(),
-                inode: m.ino(),
-                size: m.size(),
-                modified: (m.mtime(), m.mtime_nsec()),
-                changed: (m.ctime(), m.ctime_nsec()),
-            })
+        .map(|path| {
+            let link = stamp(std::fs::symlink_metadata(path));
+            (path.clone(), [link, stamp(std::fs::metadata(path))])
         })
         .collect()
 }
 
-#[derive(PartialEq)]
+#[derive(PartialEq, Clone)]
 struct FileStamp {
     device: u64,
     inode: u64,

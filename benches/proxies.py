@@ -384,7 +384,13 @@ def new_connections(proxies, latency_bin, upstream, rounds):
     for p in proxies:
         if not p.processes and not p.sandbox:
             continue
-        command = [latency_bin, f"127.0.0.1:{upstream}", "{proxy}", str(rounds)]
+        client = latency_bin
+        if p.sandbox:
+            # From the workspace: the sandbox's /tmp is its own, and the build may be in
+            # the host's.
+            client = os.path.join(p.sandbox.ws, "connect_latency")
+            shutil.copy(latency_bin, client)
+        command = [client, f"127.0.0.1:{upstream}", "{proxy}", str(rounds)]
         command += ["--proxied-only"] if p.sandbox else []
         command += ["--proxy-auth", p.authorization] if p.auth else []
         out, spent = p.run(command)

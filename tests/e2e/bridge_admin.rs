@@ -433,3 +433,107 @@ fn the_log_goes_to_standard_output_or_a_collectors_datagram_socket() {
     assert!(said.contains("collector.sock"), "{said}");
     assert!(!said.contains("panicked"), "{said}");
 }
+
+/// Review 38: a reader that takes nothing, an admin client that never reads, a socket path
+/// another bridge listens on.
+mod review38 {
+    use super::*;
+
+    #[test]
+    fn a_log_reader_that_takes_nothing_stops_the_bridge() {
+        let dir = TestDir::new("r38-stall");
+        let http = HttpServer::start();
+        let p = http.port();
+        // A collector that binds its socket and never reads: the queue fills.
+        let socket_path = dir.join("stalled.sock");
+        let _collector = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+        let target = format!("unix:{}", socket_path.display());
+        let (mut child, addr) = bridge_logging_to(&dir, p, &target);
+        let url = format!("http://a.test:{p}/hello");
+        // Positive control: the first requests are served (and logged into the queue).
+        let out = curl(&["-o", "/dev/null", "-w", "%{http_code}", "-x", &addr, &url]);
+        assert_eq!(stdout(&out), "200");
+        let started = Instant::now();
+        let status = loop {
+            let _ = curl(&["-o", "/dev/null", "--max-time", "2", "-x", &addr, &url]);
+            if let Some(status) = child.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(40),
+                "the bridge kept going with a log nobody takes"
+            );
+        };
+        assert_eq!(status.code(), Some(125));
+    }
+
+    #[test]
+    fn an_admin_client_that_never_reads_holds_no_place_for_long() {
+        let dir = TestDir::new("r38-admin-hold");
+        let http = HttpServer::start();
+        let p = http.port();
+        let bridge = start(&dir, p, &[]);
+        let admin = admin_addr(&bridge);
+        // Every place taken by a client that asks and never reads.
+        let _holders: Vec<TcpStream> = (0..16)
+            .map(|_| {
+                let mut s = TcpStream::connect(&admin).unwrap();
+                let ask = "GET /__netbox/metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(2000);
+                let _ = s.write_all(ask.as_bytes());
+                s
+            })
+            .collect();
+        // Within the per-connection deadline the places come back for a real scrape.
+        let started = Instant::now();
+        loop {
+            let out = curl(&[
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "3",
+                &format!("http://{admin}/__netbox/ready"),
+            ]);
+            if stdout(&out) == "200" {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "readiness never answered"
+            );
+        }
+    }
+
+    #[test]
+    fn a_socket_path_another_bridge_listens_on_is_not_taken() {
+        let dir = TestDir::new("r38-socket");
+        let path = dir.join("proxy.sock");
+        let listen = format!("unix:{}", path.display());
+        let mut first = Reaped(
+            Command::new(crate::support::netbox_bin())
+                .args([
+                    "bridge", "--listen", &listen, "--allow", "a.test", "--quiet",
+                ])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(&path).is_err() {
+            assert!(Instant::now() < deadline, "the first bridge did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let second = Command::new(crate::support::netbox_bin())
+            .args(["bridge", "--listen", &listen, "--allow", "a.test"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(second.status.code(), Some(125));
+        assert!(String::from_utf8_lossy(&second.stderr).contains("another process listens"));
+        // The first still listens there.
+        assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
+        assert!(first.0.try_wait().unwrap().is_none());
+    }
+}

@@ -50,6 +50,7 @@ pub mod policy;
 pub mod records;
 pub mod resolver;
 pub mod server;
+pub mod small_file;
 pub mod target;
 pub mod terminal;
 mod tls_check;

@@ -131,10 +131,12 @@ impl Loader<'_> {
             // Included twice through different routes: its rules are already in.
             return Ok(());
         }
-        let text = read_policy_file(&canonical).map_err(|source| PolicyError::Read {
-            file: shown.clone(),
-            source,
-        })?;
+        let text = crate::small_file::read_small_file(&canonical, MAX_POLICY_FILE_BYTES).map_err(
+            |source| PolicyError::Read {
+                file: shown.clone(),
+                source,
+            },
+        )?;
         let file: Arc<str> = Arc::from(shown.as_str());
         let at = |offset: usize| line_of(&text, offset);
         let invalid = |line: u32, reason: String| PolicyError::Invalid {
@@ -284,34 +286,7 @@ fn line_of(text: &str, offset: usize) -> u32 {
     u32::try_from(newlines + 1).unwrap_or(u32::MAX)
 }
 
-/// Largest allowlist file read, in bytes.
+/// Largest allowlist file read, in bytes. A running bridge reads its files again at each
+/// reload: `/dev/zero` in a file's place must not eat its memory, nor a FIFO hold the
+/// reload and the bridge's exit forever (review 38; `small_file` refuses both).
 const MAX_POLICY_FILE_BYTES: u64 = 16 << 20;
-
-/// An allowlist's text, if it is a regular file of at most `MAX_POLICY_FILE_BYTES`. A
-/// running bridge reads its files again at each reload: a FIFO laid in a file's place would
-/// otherwise hold the reload (and the bridge's exit) forever, and `/dev/zero` would eat its
-/// memory (review 38). Opened without blocking, so a FIFO is refused rather than waited on.
-fn read_policy_file(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
-    let mut text = String::new();
-    file.take(MAX_POLICY_FILE_BYTES + 1)
-        .read_to_string(&mut text)?;
-    if u64::try_from(text.len()).unwrap_or(u64::MAX) > MAX_POLICY_FILE_BYTES {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {MAX_POLICY_FILE_BYTES} bytes"),
-        ));
-    }
-    Ok(text)
-}

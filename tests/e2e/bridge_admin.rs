@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::upstream::HttpServer;
-use crate::support::{curl, sha256_hex, stdout, Bridge, TestDir};
+use crate::support::{connect_as, curl, sha256_hex, stdout, Bridge, TestDir};
 
 const SECRET: &str = "adm-Zr8pW2qT5vK9nB3x";
 
@@ -134,21 +134,8 @@ fn metrics_parse_as_prometheus_text_and_match_the_log() {
     );
     assert_eq!(fetch(&bridge.proxy_url(), &a, &[]), "407");
     // A tunnel held open shows in the tenant's gauge.
-    let mut held = TcpStream::connect(bridge.addr).unwrap();
-    held.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let basic = {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(&user)
-    };
-    write!(
-        held,
-        "CONNECT a.test:{p} HTTP/1.1\r\nHost: a.test:{p}\r\nProxy-Authorization: Basic {basic}\r\n\r\n"
-    )
-    .unwrap();
-    let mut head = [0u8; 12];
-    held.read_exact(&mut head).unwrap();
-    assert_eq!(&head, b"HTTP/1.1 200");
+    let (status, held) = connect_as(bridge.addr, &format!("a.test:{p}"), "team-a", SECRET);
+    assert_eq!(status, "HTTP/1.1 200");
 
     let events = bridge.events(4);
     let samples = scrape(&admin);
@@ -257,22 +244,8 @@ fn ready_until_the_bridge_drains() {
     };
     assert_eq!(ready(), "200");
     // A tunnel open keeps the bridge draining after SIGTERM.
-    let user = format!("team-a:{SECRET}");
-    let basic = {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(&user)
-    };
-    let mut held = TcpStream::connect(bridge.addr).unwrap();
-    held.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        held,
-        "CONNECT a.test:{p} HTTP/1.1\r\nHost: a.test:{p}\r\nProxy-Authorization: Basic {basic}\r\n\r\n"
-    )
-    .unwrap();
-    let mut head = [0u8; 12];
-    held.read_exact(&mut head).unwrap();
-    assert_eq!(&head, b"HTTP/1.1 200");
+    let (status, mut held) = connect_as(bridge.addr, &format!("a.test:{p}"), "team-a", SECRET);
+    assert_eq!(status, "HTTP/1.1 200");
     let pid = nix::unistd::Pid::from_raw(i32::try_from(bridge.pid()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::upstream::HttpServer;
-use crate::support::{curl, sha256_hex, stdout, Bridge, TestDir};
+use crate::support::{connect_as, curl, sha256_hex, stdout, Bridge, TestDir};
 
 const SECRET_A: &str = "fleet-a-4Kd9Qw2Lx7Vb";
 const SECRET_B: &str = "fleet-b-8Hn3Zp6Rt1Ym";
@@ -112,26 +112,9 @@ fn status(proxy: &str, url: &str) -> String {
 
 /// A CONNECT tunnel through the balancer as team-a, with one GET through it.
 fn tunnel(balancer: &Balancer, port: u16) -> TcpStream {
-    use base64::Engine;
-    let basic = base64::engine::general_purpose::STANDARD.encode(format!("team-a:{SECRET_A}"));
-    let mut s = TcpStream::connect(("127.0.0.1", balancer.port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "CONNECT a.test:{port} HTTP/1.1\r\nHost: a.test:{port}\r\nProxy-Authorization: Basic {basic}\r\n\r\n"
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut byte).unwrap();
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
+    let at = std::net::SocketAddr::from(([127, 0, 0, 1], balancer.port));
+    let (status, mut s) = connect_as(at, &format!("a.test:{port}"), "team-a", SECRET_A);
+    assert_eq!(status, "HTTP/1.1 200");
     assert!(get(&mut s));
     s
 }

@@ -61,25 +61,9 @@ fn wait_for(bridge: &Bridge, kind: &str, n: usize) -> Vec<Value> {
     }
 }
 
-/// A CONNECT tunnel to `host` through the bridge, and a GET through it.
+/// A CONNECT tunnel to `host` through the bridge.
 fn open_tunnel(bridge: &Bridge, host: &str, port: u16) -> TcpStream {
-    let mut s = TcpStream::connect(bridge.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
-    )
-    .unwrap();
-    let mut head = [0u8; 12];
-    s.read_exact(&mut head).unwrap();
-    assert_eq!(&head, b"HTTP/1.1 200", "tunnel to {host}");
-    let mut rest = [0u8; 1];
-    let mut tail = Vec::new();
-    while !tail.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut rest).unwrap();
-        tail.push(rest[0]);
-    }
-    s
+    crate::support::connect_tunnel(bridge.addr, &format!("{host}:{port}"))
 }
 
 fn get_through(tunnel: &mut TcpStream, host: &str) -> String {

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::upstream::HttpServer;
-use crate::support::{curl, netbox_bin, sha256_hex, stderr, stdout, Bridge, TestDir};
+use crate::support::{connect_as, curl, netbox_bin, sha256_hex, stderr, stdout, Bridge, TestDir};
 
 const SECRET_A: &str = "a-7Jq2vXb9pL4wZ0rT6yNc";
 const SECRET_B: &str = "b-Qm3kH8sD1fG5jU2eW9xR";
@@ -355,21 +355,7 @@ fn a_tenant_past_its_own_connection_limit_is_refused_and_others_are_not() {
     std::fs::write(&file, text).unwrap();
     let bridge = Bridge::start_args(&dir, &["--tenants".into(), file.display().to_string()]);
     let connect = |user: &str, secret: &str, host: &str| {
-        use base64::Engine;
-        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{secret}"));
-        let mut stream = TcpStream::connect(bridge.addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        write!(
-            stream,
-            "CONNECT {host}:{p} HTTP/1.1\r\nHost: {host}:{p}\r\n\
-             Proxy-Authorization: Basic {basic}\r\n\r\n"
-        )
-        .unwrap();
-        let mut head = [0u8; 12];
-        stream.read_exact(&mut head).unwrap();
-        (String::from_utf8_lossy(&head).into_owned(), stream)
+        connect_as(bridge.addr, &format!("{host}:{p}"), user, secret)
     };
     // Positive control: team-a's one tunnel opens.
     let (status, held) = connect("team-a", SECRET_A, "a.test");
@@ -404,25 +390,8 @@ fn a_tenant_past_its_own_connection_limit_is_refused_and_others_are_not() {
 mod review37 {
     use super::*;
 
-    fn basic(user: &str, secret: &str) -> String {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{secret}"))
-    }
-
     fn connect(bridge: &Bridge, user: &str, secret: &str, target: &str) -> (String, TcpStream) {
-        let mut stream = TcpStream::connect(bridge.addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        write!(
-            stream,
-            "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {}\r\n\r\n",
-            basic(user, secret)
-        )
-        .unwrap();
-        let mut head = [0u8; 12];
-        stream.read_exact(&mut head).unwrap();
-        (String::from_utf8_lossy(&head).into_owned(), stream)
+        connect_as(bridge.addr, target, user, secret)
     }
 
     fn socks_connect(bridge: &Bridge, user: &str, secret: &str, host: &str, p: u16) -> u8 {

@@ -464,6 +464,29 @@ pub fn connect_tunnel(bridge: SocketAddr, target: &str) -> TcpStream {
     stream
 }
 
+/// Sends a CONNECT through the bridge naming a tenant with Basic `user:secret`: the
+/// answer's `HTTP/1.1 NNN` and the stream, whatever the answer was.
+pub fn connect_as(
+    bridge: SocketAddr,
+    target: &str,
+    user: &str,
+    secret: &str,
+) -> (String, TcpStream) {
+    use base64::Engine;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{secret}"));
+    let mut stream = TcpStream::connect(bridge).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {basic}\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_head(&mut stream);
+    (head.chars().take(12).collect(), stream)
+}
+
 /// Hex SHA-256.
 pub fn sha256_hex(data: &[u8]) -> String {
     use sha2::Digest;

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bridge::identity::Tenants;
 use bridge::listen::ListenAddr;
 use bridge::{BridgeConfig, EventLog, Policy, Session, SessionListener, Stderr};
 
@@ -354,31 +353,25 @@ fn served_tenants(
     session_id: &str,
     max_connections: usize,
 ) -> Result<TenantsServed, WrapperError> {
-    let mut tenants = Tenants::default();
-    let mut listeners = Vec::new();
-    let mut states = BTreeMap::new();
-    for plan in plans {
+    for plan in &plans {
         for line in &plan.tool_lines {
             crate::output::say(&format!("netbox bridge: tenant {}: {line}", plan.name));
         }
-        let session = Arc::new(Session::of_tenant(
-            format!("{session_id}/{}", plan.name),
-            Arc::new(plan.policy),
-            plan.max_connections,
-        ));
-        states.insert(
-            plan.name.clone(),
-            TenantState {
-                session: Arc::clone(&session),
-                listen: plan.listen.iter().map(|a| a.to_string()).collect(),
-                max_connections: plan.max_connections,
-            },
-        );
-        listeners.extend(plan.listen.into_iter().map(|a| (a, Arc::clone(&session))));
-        tenants
-            .add(&plan.name, session, plan.digests)
-            .map_err(|reason| WrapperError::Usage(format!("tenants file: {reason}")))?;
     }
+    let own: Vec<(String, Vec<ListenAddr>)> = plans
+        .iter()
+        .map(|p| (p.name.clone(), p.listen.clone()))
+        .collect();
+    let (tenants, states) =
+        super::bridge_reload::build_tenants(plans, session_id, &BTreeMap::new())
+            .map_err(|reason| WrapperError::Usage(format!("tenants file: {reason}")))?;
+    let listeners = own
+        .into_iter()
+        .flat_map(|(name, addrs)| {
+            let session = Arc::clone(&states[&name].session);
+            addrs.into_iter().map(move |a| (a, Arc::clone(&session)))
+        })
+        .collect();
     let gate = Session::serving_tenants(session_id, Arc::new(tenants), max_connections);
     Ok(TenantsServed {
         gate: Arc::new(gate),

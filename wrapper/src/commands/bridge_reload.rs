@@ -255,33 +255,7 @@ impl Reloader {
                     }
                 }
                 // Every check passed: build the new tenants whole, then swap.
-                let session_id = &gate.id;
-                let mut tenants = Tenants::default();
-                let mut states = BTreeMap::new();
-                let mut policies = Vec::new();
-                for (name, plan) in plans {
-                    let session = match current.get(&name) {
-                        Some(now) => Arc::clone(&now.session),
-                        None => Arc::new(Session::of_tenant(
-                            format!("{session_id}/{name}"),
-                            Arc::new(Policy::deny_all()),
-                            plan.max_connections,
-                        )),
-                    };
-                    policies.push((Arc::clone(&session), plan.policy));
-                    tenants.add(&name, Arc::clone(&session), plan.digests)?;
-                    states.insert(
-                        name,
-                        TenantState {
-                            session,
-                            listen: plan.listen.iter().map(|a| a.to_string()).collect(),
-                            max_connections: plan.max_connections,
-                        },
-                    );
-                }
-                for (session, policy) in policies {
-                    session.replace_policy(Arc::new(policy));
-                }
+                let (tenants, states) = build_tenants(plans.into_values(), &gate.id, current)?;
                 gate.replace_tenants(Arc::new(tenants));
                 *current = states;
                 Ok(())
@@ -289,6 +263,44 @@ impl Reloader {
             _ => Err("the reload read another kind of policy than the bridge serves".into()),
         }
     }
+}
+
+/// The tenants named by checked `plans`, and each as a reload sees it. A tenant in
+/// `current` keeps its session (its id, its places); a new one gets a session of its own,
+/// `SESSION/NAME`. Every session's policy is replaced only once all of them are built, so
+/// a mistake (two tenants with one secret) changes nothing.
+pub fn build_tenants(
+    plans: impl IntoIterator<Item = TenantPlan>,
+    session_id: &str,
+    current: &BTreeMap<String, TenantState>,
+) -> Result<(Tenants, BTreeMap<String, TenantState>), String> {
+    let mut tenants = Tenants::default();
+    let mut states = BTreeMap::new();
+    let mut policies = Vec::new();
+    for plan in plans {
+        let session = match current.get(&plan.name) {
+            Some(now) => Arc::clone(&now.session),
+            None => Arc::new(Session::of_tenant(
+                format!("{session_id}/{}", plan.name),
+                Arc::new(Policy::deny_all()),
+                plan.max_connections,
+            )),
+        };
+        policies.push((Arc::clone(&session), plan.policy));
+        tenants.add(&plan.name, Arc::clone(&session), plan.digests)?;
+        states.insert(
+            plan.name,
+            TenantState {
+                session,
+                listen: plan.listen.iter().map(|a| a.to_string()).collect(),
+                max_connections: plan.max_connections,
+            },
+        );
+    }
+    for (session, policy) in policies {
+        session.replace_policy(Arc::new(policy));
+    }
+    Ok((tenants, states))
 }
 
 fn record_loaded(log: &EventLog, cause: &str, tenant: Option<&str>, session: &Session) {

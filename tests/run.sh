@@ -20,6 +20,7 @@ need cargo "a Rust toolchain (rustup)"
 need nginx nginx-light
 need wrk wrk
 need haproxy haproxy
+need tinyproxy tinyproxy
 for python in /usr/bin/python3 python3; do
     "$python" -c 'import prometheus_client.parser' 2>/dev/null && break
     [ "$python" = python3 ] && { echo "tests/run.sh: python3's prometheus_client is missing; install it (on Debian: apt-get install python3-prometheus-client)" >&2; exit 1; }

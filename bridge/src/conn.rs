@@ -45,6 +45,9 @@ pub struct BridgeConfig {
     /// Where this bridge listens (a standalone bridge's listeners, admin too): never
     /// dialled.
     pub own_listeners: Vec<std::net::SocketAddr>,
+    /// The proxy connections go out through (`--upstream-proxy`, `netbox --bridge`), with
+    /// the targets that go direct.
+    pub upstream_proxy: Option<Arc<crate::upstream_proxy::UpstreamProxy>>,
 }
 
 impl Default for BridgeConfig {
@@ -62,6 +65,7 @@ impl Default for BridgeConfig {
             panic_on_host: None,
             inspector: None,
             own_listeners: Vec::new(),
+            upstream_proxy: None,
         }
     }
 }

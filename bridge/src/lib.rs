@@ -14,7 +14,8 @@
 //! - [`policy`]: allowlist files and the pure allow/deny decision
 //! - [`resolver`]: pinned hosts, then DNS, with a deadline
 //! - [`ipclass`]: public or not, for every resolved address
-//! - `upstream`: the pipeline policy → resolve → classify → dial; `dialer` dials
+//! - `upstream`: the pipeline policy → resolve → classify → dial; `dialer` dials, or
+//!   [`upstream_proxy`] goes out through another proxy
 //! - `http_relay`: one HTTP request sent on and its response back, logged when it ends
 //!   (the forward path's and an inspected tunnel's)
 //! - `carry`: what an opened tunnel carries: bytes, TLS checked for its host
@@ -56,6 +57,7 @@ pub mod terminal;
 mod tls_check;
 pub mod tunnel;
 mod upstream;
+pub mod upstream_proxy;
 
 pub use error::BridgeError;
 pub use front::http::HEALTH_PATH;

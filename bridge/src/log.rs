@@ -107,6 +107,9 @@ pub struct Event {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused_class: Option<IpClass>,
     pub dialed: Option<SocketAddr>,
+    /// The upstream proxy the connection went out through (`dialed` is its address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
     /// The IP/CIDR rule that opened a non-public dialed address.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub opened_by: Option<RuleRef>,
@@ -135,6 +138,8 @@ pub struct Attempt {
     pub resolved: Vec<IpAddr>,
     pub refused_class: Option<IpClass>,
     pub dialed: Option<SocketAddr>,
+    /// The upstream proxy's name, when the connection goes out through one.
+    pub via: Option<String>,
     pub opened_by: Option<RuleRef>,
     pub status: Option<u16>,
     pub detail: Option<String>,
@@ -156,6 +161,7 @@ impl Attempt {
             resolved: Vec::new(),
             refused_class: None,
             dialed: None,
+            via: None,
             opened_by: None,
             status: None,
             detail: None,
@@ -171,6 +177,7 @@ impl Attempt {
         self.rule.clone_from(&opened.rule);
         self.resolved.clone_from(&opened.resolved);
         self.dialed = opened.dialed;
+        self.via.clone_from(&opened.via);
         self.opened_by.clone_from(&opened.opened_by);
     }
 
@@ -195,6 +202,7 @@ impl Attempt {
             resolved: self.resolved,
             refused_class: self.refused_class,
             dialed: self.dialed,
+            via: self.via,
             opened_by: self.opened_by,
             status: self.status,
             bytes_up,
@@ -874,6 +882,8 @@ pub fn describe(reason: Reason) -> &'static str {
         Reason::HostMismatch => "request names another host than its tunnel",
         Reason::UpstreamNotTrusted => "upstream certificate not trusted",
         Reason::ProxyAuthRequired => "names no tenant of this bridge",
+        Reason::Relayed => "relayed to the bridge that judges",
+        Reason::UpstreamProxy => "the upstream proxy refused or failed",
     }
 }
 

@@ -59,6 +59,10 @@ pub struct SessionStart {
     /// SHA-256 of the policy's canonical text (its rules and pinned hosts).
     pub policy_sha256: String,
     pub allow_rules: usize,
+    /// `--bridge URL`: the bridge that judges every connection (this log has what it
+    /// answered; its own log has the tenant's policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<String>,
     pub limits: Limits,
     pub clean_env: bool,
     pub nested_userns: bool,

@@ -7,6 +7,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::net::TcpStream;
 
@@ -15,6 +16,7 @@ use crate::ipclass::IpClass;
 use crate::log::Attempt;
 use crate::policy::{Reason, Verdict};
 use crate::target::{Host, Target};
+use crate::upstream_proxy::UpstreamProxy;
 
 /// Addresses tried per request at most: each can take the full connect timeout.
 const MAX_DIAL_ADDRESSES: usize = 8;
@@ -49,12 +51,51 @@ impl Refusal {
     }
 }
 
-/// Runs the pipeline for `target`, filling in `attempt` as it goes.
+/// Runs the pipeline for `target`, filling in `attempt` as it goes: a connection to
+/// `target` itself, or a tunnel to it through the upstream proxy.
 pub async fn open(
     conn: &Conn,
     attempt: &mut Attempt,
     target: &Target,
 ) -> Result<TcpStream, Refusal> {
+    open_as(conn, attempt, target, Carrying::Tunnel)
+        .await
+        .map(|(stream, _)| stream)
+}
+
+/// [`open`] for the forward path: through an upstream proxy, the connection is to the
+/// proxy itself, which is returned too (the requests go to it in absolute form).
+pub async fn open_for_requests(
+    conn: &Conn,
+    attempt: &mut Attempt,
+    target: &Target,
+) -> Result<(TcpStream, Option<ViaProxy>), Refusal> {
+    open_as(conn, attempt, target, Carrying::Requests).await
+}
+
+/// A connection to an upstream proxy, for requests to a target it is to reach.
+pub struct ViaProxy {
+    pub proxy: Arc<UpstreamProxy>,
+    /// The target as the proxy is told it: as the client named it, or the address this
+    /// policy pinned the name to (which only this policy knows).
+    pub named: Target,
+}
+
+/// What a connection through an upstream proxy will carry.
+#[derive(Clone, Copy)]
+enum Carrying {
+    /// Bytes, through a CONNECT tunnel.
+    Tunnel,
+    /// HTTP requests in absolute form, sent to the proxy itself.
+    Requests,
+}
+
+async fn open_as(
+    conn: &Conn,
+    attempt: &mut Attempt,
+    target: &Target,
+    carrying: Carrying,
+) -> Result<(TcpStream, Option<ViaProxy>), Refusal> {
     let refuse = |attempt: &mut Attempt, refusal: Refusal| {
         attempt.reason = refusal.reason;
         attempt.detail = Some(refusal.detail.clone());
@@ -66,6 +107,7 @@ pub async fn open(
     attempt.decision = Verdict::Deny;
     attempt.resolved.clear();
     attempt.dialed = None;
+    attempt.via = None;
     attempt.opened_by = None;
     if conn.shared.config.panic_on_host.as_deref() == Some(&target.host.to_string()) {
         panic!("test hook: a request for {}", target.host);
@@ -91,6 +133,25 @@ pub async fn open(
             None => "not on allowlist".to_owned(),
         };
         return Err(refuse(attempt, Refusal::new(decision.reason, detail)));
+    }
+    // Through an upstream proxy, a name goes as it was given: the proxy resolves it. An IP
+    // target, or a name this policy pins to addresses, is held to this policy's address
+    // rules below first (and a pinned name goes as its address), unless the bridge it
+    // relays to judges everything.
+    let proxy = conn
+        .shared
+        .config
+        .upstream_proxy
+        .as_ref()
+        .filter(|proxy| proxy.carries(target));
+    if let Some(proxy) = proxy {
+        let unpinned_name =
+            matches!(target.host, Host::Name(_)) && policy.pinned(&target.host).is_none();
+        if policy.is_relaying() || unpinned_name {
+            return through(proxy, conn, attempt, target.clone(), carrying)
+                .await
+                .map_err(|refusal| refuse(attempt, refusal));
+        }
     }
 
     let addrs = match conn.shared.resolver.resolve(&target.host, policy).await {
@@ -172,6 +233,16 @@ pub async fn open(
         return Err(refuse(attempt, Refusal::new(verdict.reason, detail)));
     }
 
+    if let (Some(proxy), Some((addr, rule))) = (proxy, admitted.first()) {
+        attempt.opened_by.clone_from(rule);
+        let named = Target {
+            host: Host::Ip(addr.ip()),
+            port: target.port,
+        };
+        return through(proxy, conn, attempt, named, carrying)
+            .await
+            .map_err(|refusal| refuse(attempt, refusal));
+    }
     admitted.truncate(MAX_DIAL_ADDRESSES);
     let candidates: Vec<SocketAddr> = admitted.iter().map(|(addr, _)| *addr).collect();
     match crate::dialer::dial(&candidates, conn.shared.config.connect_timeout).await {
@@ -183,7 +254,7 @@ pub async fn open(
                 .find(|(addr, _)| Some(*addr) == attempt.dialed)
                 .and_then(|(_, rule)| rule.clone());
             attempt.decision = Verdict::Allow;
-            Ok(stream)
+            Ok((stream, None))
         }
         Err(e) => {
             let mut refusal = Refusal::new(Reason::UpstreamUnreachable, e.to_string());
@@ -192,4 +263,28 @@ pub async fn open(
             Err(refuse(attempt, refusal))
         }
     }
+}
+
+/// The last step through an upstream proxy: a tunnel to `named`, or a connection to the
+/// proxy for requests to it; `attempt` names the proxy and its address.
+async fn through(
+    proxy: &Arc<UpstreamProxy>,
+    conn: &Conn,
+    attempt: &mut Attempt,
+    named: Target,
+    carrying: Carrying,
+) -> Result<(TcpStream, Option<ViaProxy>), Refusal> {
+    attempt.via = Some(proxy.name.clone());
+    let timeout = conn.shared.config.connect_timeout;
+    let stream = match carrying {
+        Carrying::Tunnel => proxy.connect(&named, timeout).await?,
+        Carrying::Requests => proxy.dial(timeout).await?,
+    };
+    attempt.dialed = stream.peer_addr().ok();
+    attempt.decision = Verdict::Allow;
+    let via = ViaProxy {
+        proxy: Arc::clone(proxy),
+        named,
+    };
+    Ok((stream, Some(via)))
 }

@@ -13,6 +13,7 @@ mod bridge_limits;
 mod bridge_malformed;
 mod bridge_policy;
 mod bridge_reload;
+mod bridge_remote;
 mod bridge_socks;
 mod bridge_tenants;
 mod bridge_tls;

@@ -254,6 +254,18 @@ pub struct RunArgs {
     #[arg(long = "fetch-allowlist", value_name = "FILE", requires = "fetch")]
     pub fetch_allowlist: Vec<PathBuf>,
 
+    /// Send the sandbox's connections to a shared netbox bridge (`netbox bridge
+    /// --tenants`) at http://HOST:PORT, which judges each one under this tenant's policy;
+    /// the sandbox, the probe (which proves that bridge refuses its canary) and the log
+    /// stay here. --allow, --allowlist and --allow-private do not go with it.
+    #[arg(long = "bridge", value_name = "URL")]
+    pub bridge: Option<String>,
+
+    /// The file holding this tenant's credentials for --bridge: one line, TOKEN or
+    /// TENANT:TOKEN.
+    #[arg(long = "bridge-token-file", value_name = "FILE", requires = "bridge")]
+    pub bridge_token_file: Option<PathBuf>,
+
     /// Run CMD with no sandbox and no probe at all (says so on stderr).
     #[arg(long = "disable-sandbox", visible_alias = "yolo")]
     pub disable_sandbox: bool,
@@ -403,6 +415,26 @@ pub struct BridgeArgs {
     /// second), as on SIGHUP: a file that does not load keeps the policies before it.
     #[arg(long = "watch")]
     pub watch: bool,
+
+    /// Go out through this proxy (http://HOST:PORT), as a network whose only way out is a
+    /// company proxy needs: tunnels as CONNECT, plain HTTP in absolute form. Names go to
+    /// it unresolved (it resolves them); the policy still judges each first.
+    #[arg(long = "upstream-proxy", value_name = "URL")]
+    pub upstream_proxy: Option<String>,
+
+    /// The file holding the credentials for --upstream-proxy: one line, TOKEN (sent as
+    /// Bearer) or USER:PASSWORD (sent as Basic).
+    #[arg(
+        long = "upstream-proxy-token-file",
+        value_name = "FILE",
+        requires = "upstream_proxy"
+    )]
+    pub upstream_proxy_token_file: Option<PathBuf>,
+
+    /// Hosts reached directly, not through --upstream-proxy: names (each with the names
+    /// under it), IP addresses and CIDR blocks, separated by commas, as NO_PROXY lists them.
+    #[arg(long = "no-proxy", value_name = "LIST", requires = "upstream_proxy")]
+    pub no_proxy: Option<String>,
 
     /// When the policy inspects (--inspect, [[http]] rules): write the session CA's
     /// certificate (PEM) to FILE, for clients to trust. Its key stays in memory.

@@ -95,12 +95,19 @@ fn reply(mut response: Message, code: ResponseCode) -> Option<Vec<u8>> {
 
 /// Whether the policy lets the name through on any port capture listens on.
 fn allowed(session: &Session, name: &str, ports: &[u16]) -> bool {
+    let policy = session.policy();
+    // Relaying, every name is the remote bridge's to judge, but a name under `.invalid`
+    // resolves nowhere (RFC 6761), so the stub makes up no address for one either (the
+    // live probe's canary is one).
+    if policy.is_relaying() && crate::policy::is_invalid(&Host::Name(name.to_owned())) {
+        return false;
+    }
     ports.iter().any(|&port| {
         let target = Target {
             host: Host::Name(name.to_owned()),
             port,
         };
-        session.policy().decide(&target).is_allow()
+        policy.decide(&target).is_allow()
     })
 }
 

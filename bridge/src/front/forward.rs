@@ -31,7 +31,7 @@ use crate::http_relay::{
 use crate::log::{Attempt, End, Proto};
 use crate::policy::{Reason, Verdict};
 use crate::target::Target;
-use crate::upstream::{self, Refusal};
+use crate::upstream::{self, Refusal, ViaProxy};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -66,6 +66,9 @@ struct Upstream {
     /// The policy it was dialled under: after a reload no request takes it, as the
     /// address it dialled was admitted by the old policy (review 38).
     policy: Arc<crate::policy::Policy>,
+    /// The upstream proxy it is a connection to, if it is: requests go to it in absolute
+    /// form, with its credentials.
+    via: Option<ViaProxy>,
 }
 
 impl KeptUpstream {
@@ -135,6 +138,9 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
     let client_body_failed = Arc::new(AtomicBool::new(false));
     let counted = (Arc::clone(&pending.up), Arc::clone(&client_body_failed));
     let mut outgoing = origin_request(req, &target, last, counted);
+    if let Some(via) = &upstream.via {
+        to_proxy(&mut outgoing, via);
+    }
     // On a kept connection the server may close just as the request goes out (its
     // keep-alive ran out): the request goes again on a new connection, once, if it was
     // never written (hyper hands it back) or may be sent twice (idempotent, no body).
@@ -194,11 +200,37 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
             }
         }
     };
+    if let Some(via) = &upstream.via {
+        if response.status() == http::StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+            let refusal = via.proxy.wants_credentials(response.headers());
+            pending.update(|attempt| {
+                attempt.decision = Verdict::Deny;
+                attempt.reason = refusal.reason;
+            });
+            return Forwarded::Failed {
+                pending,
+                refusal,
+                end: End::Refused,
+            };
+        }
+    }
     let closing = last || closes(response.version(), response.headers());
     let (mut parts, body) = response.into_parts();
+    // The judging bridge refused it: logged as its refusal, and passed on as it came.
+    let refused = upstream
+        .via
+        .as_ref()
+        .and_then(|via| via.proxy.refusal_in(parts.status.as_u16(), &parts.headers));
     strip_hop_by_hop(&mut parts.headers);
     let status = parts.status.as_u16();
-    pending.update(|attempt| attempt.status = Some(status));
+    pending.update(|attempt| {
+        attempt.status = Some(status);
+        if let Some(refusal) = refused {
+            attempt.decision = Verdict::Deny;
+            attempt.reason = refusal.reason;
+            attempt.detail = Some(refusal.detail);
+        }
+    });
     let body = pending.into_body(body, Arc::clone(&upstream.fate));
     if !closing {
         kept.keep(upstream);
@@ -231,7 +263,7 @@ async fn dial_for(
 /// Runs the pipeline for `target` (policy, resolve, classify, dial) and opens an HTTP/1.1
 /// connection on what it dialed, driven by a task of its own.
 async fn dial(conn: &Conn, attempt: &mut Attempt, target: &Target) -> Result<Upstream, Refusal> {
-    let stream = upstream::open(conn, attempt, target).await?;
+    let (stream, via) = upstream::open_for_requests(conn, attempt, target).await?;
     let counters = Counters::default();
     let io = TokioIo::new(Counted::new(stream, counters.clone()));
     let handshake = hyper::client::conn::http1::Builder::new()
@@ -259,7 +291,28 @@ async fn dial(conn: &Conn, attempt: &mut Attempt, target: &Target) -> Result<Ups
         sender,
         fate,
         policy: Arc::clone(&conn.policy),
+        via,
     })
+}
+
+/// A request in origin form made one for the upstream proxy: absolute form again (the
+/// target as judged, not as the client spelt it; its Host stays the name), with the
+/// proxy's credentials (the client's own were stripped with the other hop-by-hop fields).
+fn to_proxy(request: &mut Request<CountedBody>, via: &ViaProxy) {
+    let (target, proxy) = (&via.named, &via.proxy);
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    if let Ok(uri) = http::Uri::try_from(format!("http://{target}{path}")) {
+        *request.uri_mut() = uri;
+    }
+    if let Some(value) = &proxy.authorization {
+        request
+            .headers_mut()
+            .insert(http::header::PROXY_AUTHORIZATION, value.clone());
+    }
 }
 
 /// What the task that drives an upstream connection watches it by.

@@ -475,7 +475,7 @@ fn refusal_parts(
             "connection_refused"
         }
         (Reason::UpstreamUnreachable, Some(std::io::ErrorKind::TimedOut)) => "connection_timeout",
-        (Reason::UpstreamUnreachable, _) => "destination_unavailable",
+        (Reason::UpstreamUnreachable | Reason::UpstreamProxy, _) => "destination_unavailable",
         (Reason::UpstreamTimeout, _) => "http_response_timeout",
         (Reason::ConnectionLimit, _) => "connection_limit_reached",
         (Reason::BadRequest | Reason::Unsupported | Reason::HeaderTooLarge, _) => {

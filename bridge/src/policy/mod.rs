@@ -69,6 +69,9 @@ pub struct Policy {
     /// Learn mode: a name no rule mentions is allowed too (deny rules still win, and
     /// addresses are still checked: only public ones, or ones an IP rule opens).
     learning: bool,
+    /// Relaying to a bridge that judges (`netbox --bridge URL`): every target is passed on
+    /// as it was named, and the remote bridge's answer is the decision.
+    relaying: bool,
     /// Ports, besides 443, whose tunnels must be TLS naming their own host
     /// (`tls_ports = [...]`).
     tls_ports: std::collections::BTreeSet<u16>,
@@ -129,6 +132,12 @@ pub enum Reason {
     UpstreamNotTrusted,
     /// A shared bridge: the client named no tenant (no credentials, or unknown ones).
     ProxyAuthRequired,
+    /// Relaying to a bridge that judges (`netbox --bridge URL`): every name is passed on,
+    /// and that bridge's answer is the decision.
+    Relayed,
+    /// The upstream proxy (`--upstream-proxy`, `--bridge`) refused the request without a
+    /// judging netbox bridge's reason (its own 403 or 407), or could not be reached.
+    UpstreamProxy,
 }
 
 impl Reason {
@@ -138,7 +147,8 @@ impl Reason {
             Reason::AllowedByRule
             | Reason::Learning
             | Reason::PublicAddress
-            | Reason::OpenedByRule => "allowed",
+            | Reason::OpenedByRule
+            | Reason::Relayed => "allowed",
             Reason::DeniedByRule | Reason::NotAllowed => "policy",
             Reason::NonPublicAddress => "private-address",
             Reason::ResolveFailed => "resolve-failed",
@@ -152,6 +162,7 @@ impl Reason {
             Reason::MethodNotAllowed | Reason::PathNotAllowed | Reason::HostMismatch => "http-rule",
             Reason::UpstreamNotTrusted => "upstream-not-trusted",
             Reason::ProxyAuthRequired => "proxy-auth",
+            Reason::UpstreamProxy => "upstream-proxy",
         }
     }
 }
@@ -356,6 +367,9 @@ impl Policy {
         if self.learning {
             text.push_str("learning\n");
         }
+        if self.relaying {
+            text.push_str("relaying\n");
+        }
         for port in &self.tls_ports {
             text.push_str(&format!("tls port {port}\n"));
         }
@@ -420,6 +434,14 @@ impl Policy {
                 reach_private: rule.reach_private,
                 wildcard: matches!(rule.spec.hosts, HostMatcher::Subdomains(_)),
             },
+            None if self.relaying => Decision {
+                verdict: Verdict::Allow,
+                reason: Reason::Relayed,
+                rule: None,
+                class: None,
+                reach_private: false,
+                wildcard: false,
+            },
             None if self.learning && !is_invalid(&target.host) => Decision {
                 verdict: Verdict::Allow,
                 reason: Reason::Learning,
@@ -441,6 +463,15 @@ impl Policy {
 
     pub fn is_learning(&self) -> bool {
         self.learning
+    }
+
+    /// Turns relaying on: see [`Policy`]'s `relaying`. Deny rules still win.
+    pub fn set_relaying(&mut self) {
+        self.relaying = true;
+    }
+
+    pub fn is_relaying(&self) -> bool {
+        self.relaying
     }
 
     /// Decides whether one resolved address may be dialed for `port`.
@@ -560,7 +591,8 @@ pub(crate) fn check_names_only(spec: &RuleSpec) -> Result<(), String> {
 }
 
 /// Whether a host is a name under the reserved `.invalid` top-level domain.
-fn is_invalid(host: &Host) -> bool {
+/// Whether a host is a name under `.invalid`, which never resolves (RFC 6761).
+pub fn is_invalid(host: &Host) -> bool {
     matches!(host, Host::Name(name) if name == "invalid" || name.ends_with(".invalid"))
 }
 

@@ -64,6 +64,15 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         }
     };
     let inspector = inspector(&policy, &args, &session_id)?;
+    let upstream_proxy = match &args.upstream_proxy {
+        Some(url) => Some(Arc::new(crate::plan::upstream::upstream_proxy(
+            "--upstream-proxy",
+            url,
+            args.upstream_proxy_token_file.as_deref(),
+            args.no_proxy.as_deref(),
+        )?)),
+        None => None,
+    };
     let stderr = if args.quiet {
         Stderr::Quiet
     } else {
@@ -104,6 +113,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         panic_on_host: crate::testhooks::hooks().bridge_panic_host(),
         inspector,
         drain_timeout: args.drain_timeout,
+        upstream_proxy,
         ..BridgeConfig::default()
     };
     let can_inspect = config.inspector.is_some();

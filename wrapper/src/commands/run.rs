@@ -90,12 +90,14 @@ pub fn run_reporting(
         extra: &extra,
         allow_git_writes: config.allow_git_writes,
     })?;
+    // Relaying, the remote bridge judges the canary: the probe proves it refuses it.
     let canary = CANARIES
         .iter()
         .find(|c| {
-            Target::parse_authority(c)
-                .map(|t| config.policy.decide(&t).verdict == Verdict::Deny)
-                .unwrap_or(false)
+            config.policy.is_relaying()
+                || Target::parse_authority(c)
+                    .map(|t| config.policy.decide(&t).verdict == Verdict::Deny)
+                    .unwrap_or(false)
         })
         .ok_or_else(|| {
             WrapperError::Usage("the allowlist allows the probe's .invalid canaries".into())
@@ -290,6 +292,7 @@ fn run_logged(
         resolved_fds: resolved.release(),
         refusal_status: config.refusal_status,
         inspector,
+        upstream_proxy: config.upstream.clone(),
         sandbox,
         timeout: config.timeout,
         fetch: config.fetch.clone(),
@@ -557,6 +560,10 @@ fn startup_line(config: &SandboxConfig) -> String {
     }
     // With --fetch the allowlist is the fetch phase's; CMD itself gets no network.
     let hosts = match (&config.fetch, config.policy.is_learning()) {
+        _ if config.policy.is_relaying() => format!(
+            "hosts the bridge at {} allows",
+            config.upstream.as_ref().map_or("?", |u| u.name.as_str())
+        ),
         (_, true) => "any public host (learn mode)".to_owned(),
         (Some(_), false) => format!("{} for --fetch, none after", allow_rules(&config.policy)),
         (None, false) => allow_rules(&config.policy),

@@ -52,6 +52,8 @@ pub struct SandboxConfig {
     /// Whether CMD gets a terminal of its own (terminal.rs).
     pub tty: crate::terminal::Choice,
     pub policy: Policy,
+    /// `--bridge URL`: the netbox bridge every connection goes to, which judges it.
+    pub upstream: Option<std::sync::Arc<bridge::upstream_proxy::UpstreamProxy>>,
     /// What inspecting needs before the clone, when the policy inspects (inspection.rs).
     pub inspection: Option<crate::plan::inspection::Inspection>,
     pub session_id: String,
@@ -105,6 +107,20 @@ impl SandboxConfig {
         if args.learn {
             policy.set_learning();
         }
+        // Relaying, every name goes to the remote bridge, whose answer decides (its refusal
+        // is this run's refusal; the probe proves it refuses the canary).
+        let upstream = match &args.bridge {
+            Some(url) => {
+                policy.set_relaying();
+                Some(std::sync::Arc::new(crate::plan::upstream::upstream_proxy(
+                    "--bridge",
+                    url,
+                    args.bridge_token_file.as_deref(),
+                    None,
+                )?))
+            }
+            None => None,
+        };
         let inspection = crate::plan::inspection::prepare(&policy, &policy_args)?;
         let session_id = crate::plan::policy::new_session_id();
         for file in policy.named_files() {
@@ -164,6 +180,7 @@ impl SandboxConfig {
                 _ => crate::terminal::Choice::Auto,
             },
             policy,
+            upstream,
             inspection,
             session_id,
             env_base: if args.clean_env {
@@ -193,6 +210,25 @@ fn refuse_what_cannot_run(args: &RunArgs) -> Result<(), WrapperError> {
         return Err(WrapperError::Usage(
             "nothing to run: use netbox [OPTIONS] -- CMD [ARGS...]".into(),
         ));
+    }
+    if args.bridge.is_some() {
+        // The remote bridge judges by the tenant's policy: rules here would only seem to.
+        let p = &args.policy;
+        let local = [
+            (!p.allow.is_empty(), "--allow"),
+            (
+                !p.allowlist.is_empty() || !args.fetch_allowlist.is_empty(),
+                "--allowlist",
+            ),
+            (!p.allow_private.is_empty(), "--allow-private"),
+            (args.learn, "netbox learn"),
+        ];
+        if let Some((_, flag)) = local.iter().find(|(given, _)| *given) {
+            return Err(WrapperError::Usage(format!(
+                "{flag} does not go with --bridge: the bridge at the other end judges every \
+                 connection by its tenant's allowlist; change that allowlist instead"
+            )));
+        }
     }
     // As host root, CMD's processes own every cgroup file of the host; from a nested user +
     // cgroup namespace it could mount the hierarchies and kill, freeze or limit host
@@ -273,11 +309,17 @@ impl NamedPaths {
                     .and_then(|()| existing(p, "--ro path"))
             })
             .collect::<Result<_, _>>()?;
-        let hide = args
+        let mut hide: Vec<PathBuf> = args
             .hide
             .iter()
             .map(|p| no_link_at_all(p).and_then(|()| existing(p, "--hide path")))
             .collect::<Result<_, _>>()?;
+        // The remote bridge's credentials are netbox's, not CMD's: CMD, which can read
+        // what the user can, finds the file empty (under whatever name it tries: the path
+        // hidden is the file's own, every link resolved).
+        if let Some(token) = &args.bridge_token_file {
+            hide.push(existing(token, "--bridge-token-file")?);
+        }
         let protect = args
             .protect
             .iter()

@@ -16,6 +16,7 @@ pub mod protect;
 pub mod resolved;
 pub mod tenants;
 pub mod tools;
+pub mod upstream;
 
 /// A file's text, at most `max_bytes` of it, if it is a regular file (the bridge's reader,
 /// which a reloaded allowlist goes through too).

@@ -906,10 +906,20 @@ fn start_egress(input: &ProbeInput) -> PendingEgress {
 fn finish_egress(input: &ProbeInput, pending: PendingEgress) -> Check {
     let canary = pending.canary.and_then(read_answer);
     let want = format!("HTTP/1.1 {} ", input.refusal_status);
+    // A refusal by policy, said so: a bridge that failed otherwise (a remote one that
+    // could not be reached, or that let the canary through to its failed lookup) answers
+    // with the same status and another reason.
+    let reason = canary
+        .as_ref()
+        .ok()
+        .and_then(|r| header_value(r, "x-netbox-reason"));
     let forbidden = vec![Outcome {
         attempt: format!("CONNECT {} through the bridge", input.canary),
-        ok: canary.as_ref().is_ok_and(|r| r.starts_with(&want)),
-        result: status_line(&canary),
+        ok: canary.as_ref().is_ok_and(|r| r.starts_with(&want)) && reason == Some("policy"),
+        result: match reason {
+            Some(reason) => format!("{} ({reason})", status_line(&canary)),
+            None => status_line(&canary),
+        },
     }];
     let health = pending.health.and_then(read_answer);
     let control = vec![Outcome {
@@ -924,6 +934,18 @@ fn finish_egress(input: &ProbeInput, pending: PendingEgress) -> Check {
         result: status_line(&health),
     }];
     check("egress policy", forbidden, control)
+}
+
+/// A header's value in an HTTP answer's head (the first of that name).
+fn header_value<'a>(answer: &'a str, name: &str) -> Option<&'a str> {
+    answer
+        .split("\r\n\r\n")
+        .next()?
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .find(|(field, _)| field.trim().eq_ignore_ascii_case(name))
+        .map(|(_, value)| value.trim())
 }
 
 fn status_line(result: &std::io::Result<String>) -> String {

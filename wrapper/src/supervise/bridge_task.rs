@@ -17,21 +17,20 @@ pub(super) enum BridgeTask {
 }
 
 impl BridgeTask {
+    /// Serves `listeners` under `config` (its refusal status, inspector and upstream
+    /// proxy; the rest is set here).
     pub(super) fn serve(
         listeners: Vec<SessionListener>,
         log: Arc<EventLog>,
-        refusal_status: http::StatusCode,
-        inspector: Option<Arc<bridge::inspect::Inspector>>,
+        config: BridgeConfig,
     ) -> BridgeTask {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(bridge::serve(
             listeners,
             BridgeConfig {
-                refusal_status,
                 trim_memory: Some(crate::sys::memory::return_free_pages),
                 panic_on_host: crate::testhooks::hooks().bridge_panic_host(),
-                inspector,
-                ..BridgeConfig::default()
+                ..config
             },
             log,
             async {

@@ -64,6 +64,8 @@ pub struct Supervised<'a> {
     pub refusal_status: http::StatusCode,
     /// The session CA and upstream trust, when the run inspects.
     pub inspector: Option<Arc<bridge::inspect::Inspector>>,
+    /// `--bridge URL`: the bridge every connection goes to.
+    pub upstream_proxy: Option<Arc<bridge::upstream_proxy::UpstreamProxy>>,
     pub sandbox: SandboxGuard,
     /// `--timeout`: the whole sandbox is killed when it runs out.
     pub timeout: Option<std::time::Duration>,
@@ -184,6 +186,7 @@ impl<'a> Supervisor<'a> {
             resolved_fds,
             refusal_status,
             inspector,
+            upstream_proxy,
             mut sandbox,
             timeout,
             fetch,
@@ -301,7 +304,16 @@ impl<'a> Supervisor<'a> {
             crate::cpu::stay_on(crate::cpu::apart_from(&allowed, cpu, pid1_cpu));
             allowed
         });
-        let bridge = BridgeTask::serve(listeners, Arc::clone(&log), refusal_status, inspector);
+        let bridge = BridgeTask::serve(
+            listeners,
+            Arc::clone(&log),
+            bridge::BridgeConfig {
+                refusal_status,
+                inspector,
+                upstream_proxy,
+                ..bridge::BridgeConfig::default()
+            },
+        );
         Ok(Supervisor {
             stage: Stage::SettingUp,
             failure: None,

@@ -43,6 +43,7 @@ pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf
         policy_files: config.policy.files().to_vec(),
         policy_sha256,
         allow_rules: config.policy.allow_count(),
+        bridge: config.upstream.as_ref().map(|u| u.name.clone()),
         limits: Limits {
             memory_bytes: config.limits.memory,
             fsize_bytes: config.limits.file_size,

@@ -1,0 +1,180 @@
+//! The proxy a bridge goes out through: `netbox --bridge URL` (a shared netbox bridge
+//! that judges every connection) and `netbox bridge --upstream-proxy URL` (a company's
+//! proxy), read and resolved before anything starts.
+//!
+//! Credentials never come on the command line, where every user of the machine can read
+//! them (`/proc/PID/cmdline`): they come from a file, one line, `TOKEN` (sent as
+//! `Bearer TOKEN`) or `USER:PASSWORD` (sent as `Basic`; for a netbox bridge the user is
+//! the tenant's name).
+
+use std::net::ToSocketAddrs;
+use std::path::Path;
+
+use base64::Engine;
+use bridge::upstream_proxy::{NoProxy, UpstreamProxy};
+use http::HeaderValue;
+
+use crate::error::WrapperError;
+
+/// Credentials files are one short line; anything longer is a mistake.
+const MAX_CREDENTIALS_BYTES: u64 = 4096;
+
+/// Reads `url` (`http://HOST:PORT`), resolves its host, and reads the credentials file.
+/// `flag` names the option in every error.
+pub fn upstream_proxy(
+    flag: &str,
+    url: &str,
+    credentials: Option<&Path>,
+    no_proxy: Option<&str>,
+) -> Result<UpstreamProxy, WrapperError> {
+    let usage = |what: String| WrapperError::Usage(format!("{flag} {url:?}: {what}"));
+    let (host, port) = host_port(url).map_err(usage)?;
+    let addrs: Vec<_> = (host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(|e| usage(format!("cannot resolve {host}: {e}")))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(usage(format!("{host} has no address")));
+    }
+    let authorization = match credentials {
+        Some(path) => Some(read_credentials(path)?),
+        None => None,
+    };
+    let except = match no_proxy {
+        Some(list) => NoProxy::parse(list).map_err(WrapperError::Usage)?,
+        None => NoProxy::default(),
+    };
+    Ok(UpstreamProxy {
+        name: format!("http://{}", authority(&host, port)),
+        addrs,
+        authorization,
+        except,
+    })
+}
+
+/// `http://HOST:PORT` (a trailing `/` allowed), nothing else.
+fn host_port(url: &str) -> Result<(String, u16), String> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Err(if url.starts_with("https://") {
+            "https:// is not supported yet: use http:// on a network you trust, or carry \
+             it over a tunnel of its own (WireGuard, stunnel)"
+                .into()
+        } else {
+            "give the proxy as http://HOST:PORT".into()
+        });
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.contains('@') {
+        return Err(
+            "credentials do not go in the URL, where any user of this machine can \
+                    read them: put them in a file and name it with the token-file option"
+                .into(),
+        );
+    }
+    if authority.contains(['/', '?', '#']) {
+        return Err("give the proxy as http://HOST:PORT, with no path".into());
+    }
+    let target = bridge::target::Target::parse_authority(authority)
+        .map_err(|e| format!("{e} (give the proxy as http://HOST:PORT)"))?;
+    Ok((target.host.to_string(), target.port))
+}
+
+fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The credentials file's line as a `Proxy-Authorization` value.
+fn read_credentials(path: &Path) -> Result<HeaderValue, WrapperError> {
+    let bad = |what: &str| {
+        WrapperError::Usage(format!(
+            "credentials file {}: {what}; it holds one line, TOKEN or USER:PASSWORD",
+            path.display()
+        ))
+    };
+    let text = crate::plan::read_small_file(path, MAX_CREDENTIALS_BYTES).map_err(|source| {
+        WrapperError::Path {
+            path: path.to_owned(),
+            what: "credentials file",
+            source,
+        }
+    })?;
+    let line = text.trim_end_matches(['\n', '\r']);
+    if line.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if line.contains(['\n', '\r']) {
+        return Err(bad("it has more than one line"));
+    }
+    if !line.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(bad(
+            "it has spaces or characters that are not printable ASCII",
+        ));
+    }
+    let value = match line.split_once(':') {
+        Some(("", _)) => return Err(bad("USER:PASSWORD has no user")),
+        Some(_) => format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(line)
+        ),
+        None => format!("Bearer {line}"),
+    };
+    let mut value = HeaderValue::from_str(&value).map_err(|_| bad("it is not a header value"))?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_http_authorities_are_taken() {
+        assert_eq!(
+            host_port("http://egress.test:3129").unwrap(),
+            ("egress.test".into(), 3129)
+        );
+        assert_eq!(
+            host_port("http://[::1]:3129/").unwrap(),
+            ("::1".into(), 3129)
+        );
+        for bad in [
+            "https://egress.test:3129",
+            "egress.test:3129",
+            "http://user:secret@egress.test:3129",
+            "http://egress.test:3129/path",
+            "http://egress.test",
+            "socks5://egress.test:1080",
+        ] {
+            assert!(host_port(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn credentials_are_a_token_or_user_and_password() {
+        let dir = std::env::temp_dir().join(format!("netbox-upstream-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        let read = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            read_credentials(&file).map(|v| v.to_str().unwrap().to_owned())
+        };
+        assert_eq!(read("abc123\n").unwrap(), "Bearer abc123");
+        assert_eq!(read("team-a:abc123").unwrap(), "Basic dGVhbS1hOmFiYzEyMw==");
+        for bad in [
+            "",
+            "\n",
+            "two\nlines",
+            "a token",
+            ":nouser",
+            "tab\there",
+            "é",
+        ] {
+            assert!(read(bad).is_err(), "{bad:?}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,5 +1,7 @@
-//! Listen addresses for a standalone bridge. Only loopback TCP and Unix sockets: a bridge
+//! Listen addresses for a standalone bridge. Loopback TCP and Unix sockets: a bridge
 //! reachable from the network would be an open proxy into the host's view of the world.
+//! Only a bridge that asks every client who it is (`--tenants`) may listen on other
+//! addresses ([`ListenAddr::parse_network`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,17 +32,45 @@ impl std::str::FromStr for ListenAddr {
             }
             return Ok(ListenAddr::Unix(PathBuf::from(path)));
         }
-        let addr: SocketAddr = text
-            .parse()
-            .map_err(|_| invalid("expected 127.0.0.1:PORT, [::1]:PORT or unix:PATH"))?;
-        if !addr.ip().is_loopback() {
-            return Err(invalid("only loopback addresses may be listened on"));
+        let addr = ListenAddr::parse_network(text)?;
+        if !addr.is_loopback_or_unix() {
+            return Err(invalid(
+                "only loopback addresses may be listened on here (a bridge reachable from \
+                 the network must ask every client who it is: --tenants)",
+            ));
         }
-        Ok(ListenAddr::Tcp(addr))
+        Ok(addr)
     }
 }
 
 impl ListenAddr {
+    /// Any TCP address (`0.0.0.0:3128`, `[::]:3128`, an interface's), or `unix:PATH`: for
+    /// listeners whose every client must name a tenant.
+    pub fn parse_network(text: &str) -> Result<ListenAddr, BridgeError> {
+        let invalid = |reason| BridgeError::ListenAddr {
+            addr: text.to_owned(),
+            reason,
+        };
+        if let Some(path) = text.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(invalid("unix: needs a path"));
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        let addr: SocketAddr = text
+            .parse()
+            .map_err(|_| invalid("expected 127.0.0.1:PORT, [::1]:PORT or unix:PATH"))?;
+        Ok(ListenAddr::Tcp(addr))
+    }
+
+    /// Whether only this machine can connect.
+    pub fn is_loopback_or_unix(&self) -> bool {
+        match self {
+            ListenAddr::Tcp(addr) => addr.ip().is_loopback(),
+            ListenAddr::Unix(_) => true,
+        }
+    }
+
     /// Binds the listener; must run inside a tokio runtime.
     pub async fn bind(&self) -> Result<Listener, BridgeError> {
         let bind_error = |source| BridgeError::Bind {

@@ -171,11 +171,11 @@ async fn open_as(
         // destination, whatever a rule opens: through it a client would come back in as
         // someone else.
         let dialed = SocketAddr::new(addr, target.port);
-        if conn.shared.config.own_listeners.contains(&dialed) {
+        let class = crate::local::classify_here(addr);
+        if is_own_listener(&conn.shared.config.own_listeners, dialed, class) {
             own_listener.get_or_insert(dialed);
             continue;
         }
-        let class = crate::local::classify_here(addr);
         let verdict = policy.admit_for(&decision, addr, class, target.port);
         if verdict.is_allow() {
             admitted.push((SocketAddr::new(addr, target.port), verdict.rule));
@@ -276,9 +276,10 @@ async fn through(
 ) -> Result<(TcpStream, Option<ViaProxy>), Refusal> {
     attempt.via = Some(proxy.name.clone());
     let timeout = conn.shared.config.connect_timeout;
+    let resolver = &conn.shared.resolver;
     let stream = match carrying {
-        Carrying::Tunnel => proxy.connect(&named, timeout).await?,
-        Carrying::Requests => proxy.dial(timeout).await?,
+        Carrying::Tunnel => proxy.connect(resolver, &named, timeout).await?,
+        Carrying::Requests => proxy.dial(resolver, timeout).await?,
     };
     attempt.dialed = stream.peer_addr().ok();
     attempt.decision = Verdict::Allow;
@@ -287,4 +288,42 @@ async fn through(
         named,
     };
     Ok((stream, Some(via)))
+}
+
+/// Whether `dialed` reaches one of this bridge's own listeners: one bound there, or one
+/// bound at every address (`0.0.0.0`, `[::]`, which takes IPv4 too) on that port, when
+/// `dialed` is an address of this machine.
+fn is_own_listener(own: &[SocketAddr], dialed: SocketAddr, class: IpClass) -> bool {
+    let this_machine =
+        matches!(class, IpClass::Loopback | IpClass::ThisMachine) || dialed.ip().is_unspecified();
+    own.iter().any(|listener| {
+        *listener == dialed
+            || (listener.ip().is_unspecified() && listener.port() == dialed.port() && this_machine)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_at_every_address_is_reached_at_any_of_this_machines() {
+        let own: Vec<SocketAddr> = vec!["0.0.0.0:3128".parse().unwrap()];
+        let at = |text: &str, class| is_own_listener(&own, text.parse().unwrap(), class);
+        assert!(at("127.0.0.1:3128", IpClass::Loopback));
+        assert!(at("10.1.2.3:3128", IpClass::ThisMachine));
+        assert!(!at("10.1.2.4:3128", IpClass::Private));
+        assert!(!at("127.0.0.1:3129", IpClass::Loopback));
+        let own: Vec<SocketAddr> = vec!["127.0.0.1:3128".parse().unwrap()];
+        assert!(is_own_listener(
+            &own,
+            "127.0.0.1:3128".parse().unwrap(),
+            IpClass::Loopback
+        ));
+        assert!(!is_own_listener(
+            &own,
+            "127.0.0.2:3128".parse().unwrap(),
+            IpClass::Loopback
+        ));
+    }
 }

@@ -22,6 +22,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::policy::Reason;
+use crate::resolver::Resolver;
 use crate::target::{Host, Target};
 use crate::upstream::Refusal;
 
@@ -35,8 +36,10 @@ const MAX_ANSWER_HEADERS: usize = 64;
 pub struct UpstreamProxy {
     /// As the user gave it, without credentials: `http://corp-proxy.test:3128`.
     pub name: String,
-    /// Its addresses, resolved when the bridge started; tried in order.
-    pub addrs: Vec<SocketAddr>,
+    /// Its host, looked up (by the bridge's own resolver, `--dns`) at each dial, so a
+    /// service whose address moves is followed.
+    pub host: Host,
+    pub port: u16,
     /// `Proxy-Authorization` for every request to it.
     pub authorization: Option<HeaderValue>,
     /// Targets dialled directly, not through it (`--no-proxy`).
@@ -52,8 +55,13 @@ impl UpstreamProxy {
     /// Opens a tunnel to `target` through the proxy: dials it, sends CONNECT, and returns
     /// the stream once it answered 2xx. Nothing the far end sent after the answer's head
     /// is read (a server that speaks first keeps its greeting).
-    pub async fn connect(&self, target: &Target, timeout: Duration) -> Result<TcpStream, Refusal> {
-        let mut stream = self.dial(timeout).await?;
+    pub async fn connect(
+        &self,
+        resolver: &Resolver,
+        target: &Target,
+        timeout: Duration,
+    ) -> Result<TcpStream, Refusal> {
+        let mut stream = self.dial(resolver, timeout).await?;
         let authority = target.to_string();
         let mut head = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n");
         if let Some(value) = self.authorization.as_ref().and_then(|v| v.to_str().ok()) {
@@ -78,14 +86,20 @@ impl UpstreamProxy {
     }
 
     /// Dials the proxy itself (the forward path sends its requests on this).
-    pub async fn dial(&self, timeout: Duration) -> Result<TcpStream, Refusal> {
-        crate::dialer::dial(&self.addrs, timeout)
+    pub async fn dial(&self, resolver: &Resolver, timeout: Duration) -> Result<TcpStream, Refusal> {
+        // No pins: the proxy's name is this bridge's own, not one a policy maps.
+        let addrs: Vec<SocketAddr> = resolver
+            .resolve(&self.host, &crate::policy::Policy::deny_all())
             .await
-            .map_err(|e| {
-                let mut refusal = self.failed(e.to_string());
-                refusal.io_kind = Some(e.source.kind());
-                refusal
-            })
+            .map_err(|e| self.failed(format!("cannot resolve {}: {e}", self.host)))?
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, self.port))
+            .collect();
+        crate::dialer::dial(&addrs, timeout).await.map_err(|e| {
+            let mut refusal = self.failed(e.to_string());
+            refusal.io_kind = Some(e.source.kind());
+            refusal
+        })
     }
 
     /// What a response the proxy sent means for the request: the judging bridge's own
@@ -365,7 +379,8 @@ mod tests {
     fn a_netbox_refusal_keeps_its_reason_and_others_do_not_pass_for_policy() {
         let proxy = UpstreamProxy {
             name: "http://egress.test:3129".into(),
-            addrs: Vec::new(),
+            host: Host::Name("egress.test".into()),
+            port: 3129,
             authorization: None,
             except: NoProxy::default(),
         };

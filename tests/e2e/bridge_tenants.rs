@@ -562,3 +562,92 @@ mod review37 {
         );
     }
 }
+
+#[test]
+fn only_a_bridge_that_asks_every_client_may_listen_beyond_loopback() {
+    // Without tenants, a listener (or the admin one) other machines could reach is an
+    // open proxy (or an open window): refused before anything is bound.
+    for flag in ["--listen", "--admin"] {
+        let mut command = Command::new(netbox_bin());
+        command.args(["bridge", "--allow", "x.test"]);
+        if flag == "--admin" {
+            command.args(["--listen", "127.0.0.1:0"]);
+        }
+        let out = command
+            .args([flag, "0.0.0.0:0"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{flag}");
+        let text = stderr(&out);
+        assert!(
+            text.contains("must ask every client who it is: --tenants"),
+            "{text}"
+        );
+    }
+
+    // With tenants, every address: reached here through loopback only. Every client
+    // names its tenant there too, and no tenant reaches the bridge itself through it,
+    // whatever its rules open (team-a's open all of 127.0.0.0/8).
+    let dir = TestDir::new("tenants-every-address");
+    let http = HttpServer::start();
+    let p = http.port();
+    let file = tenants(&dir, p);
+    dir.write(
+        "a.toml",
+        &format!(
+            "allow = [\"127.0.0.0/8:*\"]\nallow_private = [\"a.test:{p}\"]\n\
+             [hosts]\n\"a.test\" = \"127.0.0.1\"\n"
+        ),
+    );
+    let bridge = Bridge::start_args(
+        &dir,
+        &[
+            "--tenants".into(),
+            file.display().to_string(),
+            "--listen".into(),
+            "0.0.0.0:0".into(),
+        ],
+    );
+    let wildcard = {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let found = bridge.stderr().iter().find_map(|l| {
+                l.split("listening on 0.0.0.0:")
+                    .nth(1)
+                    .and_then(|rest| rest.split(' ').next())
+                    .and_then(|port| port.parse::<u16>().ok())
+            });
+            if let Some(port) = found {
+                break std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{:?}",
+                bridge.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let (status, _) = connect_as(wildcard, &format!("a.test:{p}"), "team-a", SECRET_A);
+    assert_eq!(status, "HTTP/1.1 200");
+    let (status, _) = connect_as(wildcard, &format!("a.test:{p}"), "team-a", "wrong");
+    assert_eq!(status, "HTTP/1.1 407");
+    // The rules open 127.0.0.1 at any port; the positive control is the server there.
+    let (status, _) = connect_as(wildcard, &format!("127.0.0.1:{p}"), "team-a", SECRET_A);
+    assert_eq!(status, "HTTP/1.1 200");
+    for own in [wildcard.port(), bridge.addr.port()] {
+        let (status, _) = connect_as(wildcard, &format!("127.0.0.1:{own}"), "team-a", SECRET_A);
+        assert_eq!(status, "HTTP/1.1 502", "{own}");
+    }
+    let refused: Vec<_> = bridge
+        .events(5)
+        .into_iter()
+        .filter(|e| e["host"] == "127.0.0.1" && e["decision"] == "deny")
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(refused.iter().all(|e| e["detail"]
+        .as_str()
+        .unwrap()
+        .contains("this bridge's own listener")));
+}

@@ -389,7 +389,8 @@ pub struct ExportArgs {
 #[derive(Debug, Args)]
 pub struct BridgeArgs {
     /// Where to listen: 127.0.0.1:PORT, [::1]:PORT or unix:PATH (repeatable; PORT 0 picks
-    /// one). With --tenants, every client of these must name its tenant.
+    /// one). With --tenants, every client of these must name its tenant, and any address
+    /// may be given (0.0.0.0:3128 in a container).
     #[arg(long = "listen", value_name = "ADDR")]
     pub listen: Vec<String>,
 
@@ -401,7 +402,7 @@ pub struct BridgeArgs {
 
     /// Serve `GET /__netbox/metrics` (Prometheus text format) and `GET /__netbox/ready`
     /// (503 once draining) on this separate listener: 127.0.0.1:PORT, [::1]:PORT or
-    /// unix:PATH.
+    /// unix:PATH (with --tenants, any address).
     #[arg(long = "admin", value_name = "ADDR")]
     pub admin: Option<String>,
 

@@ -15,12 +15,20 @@ use crate::plan::tenants::TenantPlan;
 
 pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
     // Parse and validate everything before a runtime or socket exists.
+    // A listener other machines can reach only where every client must name its tenant;
+    // the admin listener, which serves counts and readiness, then too (a fleet's
+    // Prometheus and health checks come from elsewhere). A tenant's own `listen`, which
+    // asks no credentials, stays on loopback (plan::tenants).
+    let parse = |text: &str| match args.tenants {
+        Some(_) => ListenAddr::parse_network(text),
+        None => text.parse(),
+    };
     let addrs: Vec<ListenAddr> = args
         .listen
         .iter()
-        .map(|a| a.parse())
+        .map(|a| parse(a))
         .collect::<Result<_, _>>()?;
-    let admin_addr: Option<ListenAddr> = args.admin.as_deref().map(str::parse).transpose()?;
+    let admin_addr: Option<ListenAddr> = args.admin.as_deref().map(parse).transpose()?;
     // Counted only for an admin listener to report: otherwise nothing reads them.
     let metrics = admin_addr
         .as_ref()

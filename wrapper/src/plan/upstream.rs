@@ -1,16 +1,17 @@
 //! The proxy a bridge goes out through: `netbox --bridge URL` (a shared netbox bridge
 //! that judges every connection) and `netbox bridge --upstream-proxy URL` (a company's
-//! proxy), read and resolved before anything starts.
+//! proxy), read before anything starts. Its name is looked up at each dial, by the
+//! bridge's resolver (netbox calls no NSS function: it is linked statically).
 //!
 //! Credentials never come on the command line, where every user of the machine can read
 //! them (`/proc/PID/cmdline`): they come from a file, one line, `TOKEN` (sent as
 //! `Bearer TOKEN`) or `USER:PASSWORD` (sent as `Basic`; for a netbox bridge the user is
 //! the tenant's name).
 
-use std::net::ToSocketAddrs;
 use std::path::Path;
 
 use base64::Engine;
+use bridge::target::Target;
 use bridge::upstream_proxy::{NoProxy, UpstreamProxy};
 use http::HeaderValue;
 
@@ -19,7 +20,7 @@ use crate::error::WrapperError;
 /// Credentials files are one short line; anything longer is a mistake.
 const MAX_CREDENTIALS_BYTES: u64 = 4096;
 
-/// Reads `url` (`http://HOST:PORT`), resolves its host, and reads the credentials file.
+/// Reads `url` (`http://HOST:PORT`) and the credentials file.
 /// `flag` names the option in every error.
 pub fn upstream_proxy(
     flag: &str,
@@ -28,14 +29,7 @@ pub fn upstream_proxy(
     no_proxy: Option<&str>,
 ) -> Result<UpstreamProxy, WrapperError> {
     let usage = |what: String| WrapperError::Usage(format!("{flag} {url:?}: {what}"));
-    let (host, port) = host_port(url).map_err(usage)?;
-    let addrs: Vec<_> = (host.as_str(), port)
-        .to_socket_addrs()
-        .map_err(|e| usage(format!("cannot resolve {host}: {e}")))?
-        .collect();
-    if addrs.is_empty() {
-        return Err(usage(format!("{host} has no address")));
-    }
+    let target = parse_url(url).map_err(usage)?;
     let authorization = match credentials {
         Some(path) => Some(read_credentials(path)?),
         None => None,
@@ -45,15 +39,16 @@ pub fn upstream_proxy(
         None => NoProxy::default(),
     };
     Ok(UpstreamProxy {
-        name: format!("http://{}", authority(&host, port)),
-        addrs,
+        name: format!("http://{target}"),
+        host: target.host,
+        port: target.port,
         authorization,
         except,
     })
 }
 
 /// `http://HOST:PORT` (a trailing `/` allowed), nothing else.
-fn host_port(url: &str) -> Result<(String, u16), String> {
+fn parse_url(url: &str) -> Result<Target, String> {
     let Some(rest) = url.strip_prefix("http://") else {
         return Err(if url.starts_with("https://") {
             "https:// is not supported yet: use http:// on a network you trust, or carry \
@@ -74,17 +69,8 @@ fn host_port(url: &str) -> Result<(String, u16), String> {
     if authority.contains(['/', '?', '#']) {
         return Err("give the proxy as http://HOST:PORT, with no path".into());
     }
-    let target = bridge::target::Target::parse_authority(authority)
-        .map_err(|e| format!("{e} (give the proxy as http://HOST:PORT)"))?;
-    Ok((target.host.to_string(), target.port))
-}
-
-fn authority(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
+    Target::parse_authority(authority)
+        .map_err(|e| format!("{e} (give the proxy as http://HOST:PORT)"))
 }
 
 /// The credentials file's line as a `Proxy-Authorization` value.
@@ -133,14 +119,10 @@ mod tests {
 
     #[test]
     fn only_plain_http_authorities_are_taken() {
-        assert_eq!(
-            host_port("http://egress.test:3129").unwrap(),
-            ("egress.test".into(), 3129)
-        );
-        assert_eq!(
-            host_port("http://[::1]:3129/").unwrap(),
-            ("::1".into(), 3129)
-        );
+        let parsed = |url: &str| parse_url(url).unwrap().to_string();
+        assert_eq!(parsed("http://egress.test:3129"), "egress.test:3129");
+        assert_eq!(parsed("http://Egress.TEST.:3129"), "egress.test:3129");
+        assert_eq!(parsed("http://[::1]:3129/"), "[::1]:3129");
         for bad in [
             "https://egress.test:3129",
             "egress.test:3129",
@@ -149,7 +131,7 @@ mod tests {
             "http://egress.test",
             "socks5://egress.test:1080",
         ] {
-            assert!(host_port(bad).is_err(), "{bad}");
+            assert!(parse_url(bad).is_err(), "{bad}");
         }
     }
 

@@ -106,6 +106,15 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// A server's response as the bridge passes it on: without `X-Netbox-Reason` and
+/// `Proxy-Status`, which only the bridge itself may say. A bridge relaying to this one
+/// takes them for this bridge's own refusal (upstream_proxy.rs), so a server must not be
+/// able to make a request it answered look refused.
+pub(crate) fn strip_bridge_headers(headers: &mut HeaderMap) {
+    headers.remove("x-netbox-reason");
+    headers.remove("proxy-status");
+}
+
 /// Keeps a detail safe for a header and a single body line.
 pub(crate) fn one_line(text: &str) -> String {
     text.chars()

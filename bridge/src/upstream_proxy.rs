@@ -44,6 +44,10 @@ pub struct UpstreamProxy {
     pub authorization: Option<HeaderValue>,
     /// Targets dialled directly, not through it (`--no-proxy`).
     pub except: NoProxy,
+    /// A netbox bridge that judges for this one (`netbox --bridge`): its answers to
+    /// forwarded requests are its own only when they say so (`X-Netbox-Reason`, which it
+    /// strips from what servers send). A company proxy's are not told from its servers'.
+    pub judges: bool,
 }
 
 impl UpstreamProxy {
@@ -102,9 +106,12 @@ impl UpstreamProxy {
         })
     }
 
-    /// What a response the proxy sent means for the request: the judging bridge's own
-    /// refusal, or (`None`) an answer to pass on as it is.
+    /// What a response to a forwarded request means: the judging bridge's own refusal,
+    /// or (`None`) the server's answer, to pass on as it is.
     pub fn refusal_in(&self, status: u16, headers: &http::HeaderMap) -> Option<Refusal> {
+        if !self.judges {
+            return None;
+        }
         let reason = headers.get("x-netbox-reason")?.to_str().ok()?;
         if status < 400 || reason == "allowed" {
             return None;
@@ -121,23 +128,36 @@ impl UpstreamProxy {
         }))
     }
 
-    /// The proxy's own 407 to a forwarded request: its credentials were refused, which is
-    /// this bridge's failure, not something its client could answer.
-    pub fn wants_credentials(&self, headers: &http::HeaderMap) -> Refusal {
+    /// The proxy's own 407 to a forwarded request: this bridge's credentials were
+    /// refused, which is its failure, not something its client could answer. A judging
+    /// bridge's says so; a company proxy's cannot be told from a server's, and a server
+    /// has no business asking for proxy credentials.
+    pub fn credentials_refused(
+        &self,
+        status: http::StatusCode,
+        headers: &http::HeaderMap,
+    ) -> Option<Refusal> {
+        if status != http::StatusCode::PROXY_AUTHENTICATION_REQUIRED
+            || (self.judges && !headers.contains_key("x-netbox-reason"))
+        {
+            return None;
+        }
         let header = |name: &str| {
             headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
         };
-        self.refused(&Answer {
-            status: 407,
-            netbox_reason: header("x-netbox-reason"),
-            details: header("proxy-status")
-                .as_deref()
-                .and_then(proxy_status_details)
-                .unwrap_or_default(),
-        })
+        Some(
+            self.refused(&Answer {
+                status: 407,
+                netbox_reason: header("x-netbox-reason"),
+                details: header("proxy-status")
+                    .as_deref()
+                    .and_then(proxy_status_details)
+                    .unwrap_or_default(),
+            }),
+        )
     }
 
     fn refused(&self, answer: &Answer) -> Refusal {
@@ -189,12 +209,22 @@ fn judged_reason(value: &str) -> Option<Reason> {
     })
 }
 
-/// `details="..."` of a `Proxy-Status` header (RFC 9209), as a netbox bridge writes it.
+/// Characters of a proxy's `details` kept, at most.
+const MAX_DETAILS_CHARS: usize = 200;
+
+/// `details="..."` of a `Proxy-Status` header (RFC 9209), as a netbox bridge writes it:
+/// printable ASCII only, bounded (it reaches the log and the terminal).
 fn proxy_status_details(value: &str) -> Option<String> {
     let start = value.find("details=\"")? + "details=\"".len();
     let rest = &value[start..];
     let end = rest.find('"')?;
-    Some(rest[..end].to_owned())
+    Some(
+        rest[..end]
+            .chars()
+            .map(|c| if c.is_ascii_graphic() { c } else { ' ' })
+            .take(MAX_DETAILS_CHARS)
+            .collect(),
+    )
 }
 
 /// The parts of an answer to CONNECT that matter here.
@@ -383,6 +413,7 @@ mod tests {
             port: 3129,
             authorization: None,
             except: NoProxy::default(),
+            judges: true,
         };
         let head = b"HTTP/1.1 502 Bad Gateway\r\nX-Netbox-Reason: policy\r\n\
             Proxy-Status: netbox; error=http_request_denied; details=\"not on allowlist\"\r\n\r\n";

@@ -20,13 +20,17 @@ const SECRET_A: &str = "remote-a-Vn4Kq8Zt2Lm6Xp0R";
 const SECRET_B: &str = "remote-b-Hc7Wd1Jy5Fs3Ge9T";
 
 /// A shared bridge: team-a may reach a.test, team-b b.test, both pinned to the local
-/// server at `port`; `extra_a` is more of team-a's allowlist.
-fn tenants_bridge(dir: &TestDir, port: u16, extra_a: &str) -> Bridge {
-    for (file, host, extra) in [("a.toml", "a.test", extra_a), ("b.toml", "b.test", "")] {
+/// server at `port`; `extra_a` is more of team-a's allowlist, and team-a may also reach
+/// liar.test at `liar_port` (pinned to loopback too).
+fn tenants_bridge(dir: &TestDir, port: u16, extra_a: &str, liar_port: u16) -> Bridge {
+    let a = format!("\"a.test:{port}\", \"liar.test:{liar_port}\"");
+    let b = format!("\"b.test:{port}\"");
+    for (file, rules, extra) in [("a.toml", a, extra_a), ("b.toml", b, "")] {
         dir.write(
             file,
             &format!(
-                "allow_private = [\"{host}:{port}\"]\n{extra}\n[hosts]\n\"{host}\" = \"127.0.0.1\"\n"
+                "allow_private = [{rules}]\n{extra}\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n\
+                 \"b.test\" = \"127.0.0.1\"\n\"liar.test\" = \"127.0.0.1\"\n"
             ),
         );
     }
@@ -42,15 +46,39 @@ fn tenants_bridge(dir: &TestDir, port: u16, extra_a: &str) -> Bridge {
     Bridge::start_args(dir, &["--tenants".into(), tenants.display().to_string()])
 }
 
-/// A run sending its connections to `url`, with `token` in a file of the workspace.
-fn remote_run(dir: &TestDir, url: &str, token: &str) -> Run {
-    let run = Run::new(dir);
-    let file = run.workspace.join("bridge-token");
-    std::fs::write(&file, token).unwrap();
-    run.arg("--bridge")
+/// A run sending its connections to `url`, with `token` in a file outside every writable
+/// root and outside /tmp (so that CMD, which sees the host's /var/tmp, could name it).
+fn remote_run(dir: &TestDir, url: &str, token: &str) -> (Run, TestDir) {
+    let outside = TestDir::outside_tmp("remote-token");
+    let file = outside.write("bridge-token", token);
+    let run = Run::new(dir)
+        .arg("--bridge")
         .arg(url)
         .arg("--bridge-token-file")
-        .arg(file.display().to_string())
+        .arg(file.display().to_string());
+    (run, outside)
+}
+
+/// A server that answers every request with `403` and the headers a netbox bridge's
+/// refusal carries: a server lying about who refused.
+fn start_liar() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 403 Forbidden\r\nX-Netbox-Reason: policy\r\n\
+                      Proxy-Status: netbox; error=http_request_denied; details=\"fake\"\r\n\
+                      Content-Length: 5\r\nConnection: close\r\n\r\nlies\n",
+                );
+            });
+        }
+    });
+    port
 }
 
 fn net_for<'a>(records: &'a [Value], host: &str) -> Vec<&'a Value> {
@@ -64,10 +92,12 @@ fn net_for<'a>(records: &'a [Value], host: &str) -> Vec<&'a Value> {
 fn a_sandbox_goes_out_through_the_remote_bridge_under_its_tenant_policy() {
     let server = HttpServer::start();
     let port = server.port();
+    let liar = start_liar();
     let remote_dir = TestDir::new("remote-bridge");
-    let remote = tenants_bridge(&remote_dir, port, "");
+    let remote = tenants_bridge(&remote_dir, port, "", liar);
     let dir = TestDir::new("remote-run");
-    let run = remote_run(&dir, &remote.proxy_url(), SECRET_A);
+    let (run, token_dir) = remote_run(&dir, &remote.proxy_url(), SECRET_A);
+    let token_file = token_dir.join("bridge-token");
     // The secret in two pieces, so that the command line (in the log) does not hold it.
     let (head, tail) = SECRET_A.split_at(9);
     let out = run.sh(&format!(
@@ -75,17 +105,21 @@ fn a_sandbox_goes_out_through_the_remote_bridge_under_its_tenant_policy() {
          curl -sS -p http://a.test:{port}/hello; \
          curl -sS -o /dev/null -w 'forward %{{http_code}}\\n' http://b.test:{port}/hello; \
          curl -sS -p -o /dev/null http://b.test:{port}/hello 2>&1 | grep -o 'response 502'; \
-         printf 'token file: %s bytes\\n' $(wc -c < bridge-token); \
-         s={head}; env | grep -c -- \"${{s}}{tail}\" || true"
+         curl -sS -D - -o /dev/null http://liar.test:{liar}/ | grep -ic '^x-netbox-reason'; \
+         printf 'token file: %s bytes\\n' $(wc -c < {token}); \
+         s={head}; env | grep -c -- \"${{s}}{tail}\" || true",
+        token = token_file.display(),
     ));
     assert!(out.status.success(), "{}", stderr(&out));
     // The tenant's own host both ways (forward path, CONNECT); the other tenant's refused
-    // both ways; the token file empty to CMD and the token in none of its environment.
+    // both ways; a server's claim to be a refusal stripped on the way; the token file
+    // empty to CMD and the token in none of its environment.
     assert_eq!(
         stdout(&out),
-        "hello from upstream\nhello from upstream\nforward 502\nresponse 502\n\
+        "hello from upstream\nhello from upstream\nforward 502\nresponse 502\n0\n\
          token file: 0 bytes\n0\n"
     );
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap(), SECRET_A);
 
     // Here: each attempt logged, relayed or refused by the bridge at the other end, which
     // is named; the token nowhere in the log.
@@ -98,6 +132,12 @@ fn a_sandbox_goes_out_through_the_remote_bridge_under_its_tenant_policy() {
         assert_eq!(record["via"], remote.proxy_url(), "{record}");
         assert_eq!(record["dialed"], remote.addr.to_string(), "{record}");
     }
+    // The lying server's 403 went through: logged as an answer, not as a refusal.
+    let lied = net_for(&local, "liar.test");
+    assert!(
+        lied.len() == 1 && lied[0]["decision"] == "allow" && lied[0]["status"] == 403,
+        "{lied:?}"
+    );
     let b = net_for(&local, "b.test");
     assert_eq!(b.len(), 2, "{b:?}");
     for record in &b {
@@ -116,7 +156,7 @@ fn a_sandbox_goes_out_through_the_remote_bridge_under_its_tenant_policy() {
 
     // There: the same attempts, judged under team-a's session, and the probe's canary
     // refused by policy.
-    let there = remote.events(5);
+    let there = remote.events(6);
     let session = |r: &&Value| r["session"] == "e2e/team-a";
     assert!(
         net_for(&there, "a.test").iter().all(session) && net_for(&there, "a.test").len() == 2,
@@ -146,6 +186,7 @@ fn the_probe_fails_closed_unless_the_remote_bridge_refuses_the_canary_itself() {
         &remote_dir,
         port,
         "allow = [\"netbox-probe-canary.invalid:443\"]",
+        9,
     );
     let nobody_listens = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -162,7 +203,7 @@ fn the_probe_fails_closed_unless_the_remote_bridge_refuses_the_canary_itself() {
     ];
     for (case, url, token) in cases {
         let dir = TestDir::new("remote-canary-run");
-        let run = remote_run(&dir, url, token);
+        let (run, _token) = remote_run(&dir, url, token);
         let out = run.sh("touch ran");
         assert_eq!(out.status.code(), Some(125), "{case}: {}", stderr(&out));
         let said = stderr(&out);
@@ -172,10 +213,31 @@ fn the_probe_fails_closed_unless_the_remote_bridge_refuses_the_canary_itself() {
         );
         assert!(!run.workspace.join("ran").exists(), "{case}: CMD ran");
     }
+    // A local deny rule refusing the canary would prove nothing of the bridge there: the
+    // probe takes a canary the rules pass on, and with none left, nothing runs.
+    let dir = TestDir::new("remote-canary-run");
+    let (run, _token) = remote_run(&dir, &url, SECRET_A);
+    let run = run.args_from(&["--deny", "*.invalid"]);
+    let out = run.sh("touch ran");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--deny rules cover the probe's .invalid canaries"));
+    assert!(!run.workspace.join("ran").exists());
+    // team-a lets only the first canary through: denying it here, the probe asks the
+    // bridge about the second, which team-a's policy refuses, and passes.
+    let (run, _token) = remote_run(&dir, &url, SECRET_A);
+    let out = run
+        .args_from(&["--deny", "netbox-probe-canary.invalid"])
+        .sh("true");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(remote
+        .events(1)
+        .iter()
+        .any(|r| r["host"] == "canary.netbox-probe.invalid" && r["reason"] == "not_allowed"));
+
     // The positive control: the same bridge, as the tenant whose policy refuses the
     // canary, passes, and CMD runs.
     let dir = TestDir::new("remote-canary-run");
-    let run = remote_run(&dir, &remote.proxy_url(), SECRET_B);
+    let (run, _token) = remote_run(&dir, &remote.proxy_url(), SECRET_B);
     let out = run.sh("touch ran");
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(run.workspace.join("ran").exists());
@@ -188,8 +250,8 @@ fn local_rules_do_not_go_with_a_remote_bridge() {
         vec!["--allow", "a.test"],
         vec!["--allow-private", "a.test:80"],
     ] {
-        let run = remote_run(&dir, "http://127.0.0.1:9", SECRET_A).args_from(&extra);
-        let out = run.sh("true");
+        let (run, _token) = remote_run(&dir, "http://127.0.0.1:9", SECRET_A);
+        let out = run.args_from(&extra).sh("true");
         assert_eq!(out.status.code(), Some(125));
         let said = stderr(&out);
         assert!(said.contains("does not go with --bridge"), "{said}");
@@ -202,9 +264,29 @@ fn local_rules_do_not_go_with_a_remote_bridge() {
             "credentials do not go in the URL",
         ),
     ] {
-        let out = remote_run(&dir, url, SECRET_A).sh("true");
+        let (run, _token) = remote_run(&dir, url, SECRET_A);
+        let out = run.sh("true");
         assert_eq!(out.status.code(), Some(125));
         assert!(stderr(&out).contains(why), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("pw@"), "{}", stderr(&out));
+    }
+    // A token file CMD could replace for the next run (inside the workspace, or reached
+    // through a link there) is refused.
+    let run = Run::new(&dir);
+    let inside = run.workspace.join("token");
+    std::fs::write(&inside, SECRET_A).unwrap();
+    let outside = TestDir::outside_tmp("remote-token");
+    let target = outside.write("token", SECRET_A);
+    let link = run.workspace.join("token-link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    for file in [&inside, &link] {
+        let out = Run::new(&dir)
+            .args_from(&["--bridge", "http://127.0.0.1:9", "--bridge-token-file"])
+            .arg(file.display().to_string())
+            .sh("true");
+        assert_eq!(out.status.code(), Some(125));
+        let said = stderr(&out);
+        assert!(said.contains("inside the writable root"), "{said}");
     }
 }
 

@@ -201,8 +201,10 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
         }
     };
     if let Some(via) = &upstream.via {
-        if response.status() == http::StatusCode::PROXY_AUTHENTICATION_REQUIRED {
-            let refusal = via.proxy.wants_credentials(response.headers());
+        if let Some(refusal) = via
+            .proxy
+            .credentials_refused(response.status(), response.headers())
+        {
             pending.update(|attempt| {
                 attempt.decision = Verdict::Deny;
                 attempt.reason = refusal.reason;
@@ -222,6 +224,9 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
         .as_ref()
         .and_then(|via| via.proxy.refusal_in(parts.status.as_u16(), &parts.headers));
     strip_hop_by_hop(&mut parts.headers);
+    if refused.is_none() {
+        crate::http_relay::strip_bridge_headers(&mut parts.headers);
+    }
     let status = parts.status.as_u16();
     pending.update(|attempt| {
         attempt.status = Some(status);

@@ -199,6 +199,7 @@ impl Exchange {
                 let closing = carries_body || closes(response.version(), response.headers());
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
+                crate::http_relay::strip_bridge_headers(&mut parts.headers);
                 if closing {
                     parts
                         .headers

@@ -78,6 +78,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             url,
             args.upstream_proxy_token_file.as_deref(),
             args.no_proxy.as_deref(),
+            false,
         )?)),
         None => None,
     };

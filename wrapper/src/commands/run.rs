@@ -90,17 +90,24 @@ pub fn run_reporting(
         extra: &extra,
         allow_git_writes: config.allow_git_writes,
     })?;
-    // Relaying, the remote bridge judges the canary: the probe proves it refuses it.
+    // The canary must be one the policy refuses; relaying, one it passes on, so that the
+    // remote bridge judges it (a local deny rule's refusal would prove nothing of it).
+    let refuses_here = !config.policy.is_relaying();
     let canary = CANARIES
         .iter()
         .find(|c| {
-            config.policy.is_relaying()
-                || Target::parse_authority(c)
-                    .map(|t| config.policy.decide(&t).verdict == Verdict::Deny)
-                    .unwrap_or(false)
+            Target::parse_authority(c)
+                .map(|t| (config.policy.decide(&t).verdict == Verdict::Deny) == refuses_here)
+                .unwrap_or(false)
         })
         .ok_or_else(|| {
-            WrapperError::Usage("the allowlist allows the probe's .invalid canaries".into())
+            WrapperError::Usage(if refuses_here {
+                "the allowlist allows the probe's .invalid canaries".into()
+            } else {
+                "--deny rules cover the probe's .invalid canaries, which must reach the \
+                 bridge at the other end for the probe to prove it refuses them"
+                    .into()
+            })
         })?;
     // Quiet until the probe is done: its canary is logged, but is no news to the user,
     // and no attempt of CMD's.

@@ -117,6 +117,7 @@ impl SandboxConfig {
                     url,
                     args.bridge_token_file.as_deref(),
                     None,
+                    true,
                 )?))
             }
             None => None,
@@ -128,6 +129,9 @@ impl SandboxConfig {
         }
         let env_extra = extra_env(&args.env_file, &args.env, &caches, &write_roots)?;
         write_roots.extend(caches.iter().filter_map(|c| c.dir.clone()));
+        if let Some(token) = &args.bridge_token_file {
+            refuse_token_inside_roots(token, &write_roots)?;
+        }
 
         let log_path = match args.log {
             Some(path) => path,
@@ -601,6 +605,26 @@ fn refuse_log_inside_roots(log: &Path, roots: &[PathBuf]) -> Result<(), WrapperE
             "event log {} is inside the writable root {}, where CMD could rewrite it; \
              choose a --log path outside it",
             log.display(),
+            root.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The remote bridge's credentials file, where CMD could replace it (with a token of its
+/// choosing, or a link to another secret) for the next run: refused, by the path given and
+/// by the path it leads to.
+fn refuse_token_inside_roots(token: &Path, roots: &[PathBuf]) -> Result<(), WrapperError> {
+    let given = std::path::absolute(token).unwrap_or_else(|_| token.to_owned());
+    let real = std::fs::canonicalize(token).unwrap_or_else(|_| given.clone());
+    match roots
+        .iter()
+        .find(|r| given.starts_with(r) || real.starts_with(r))
+    {
+        Some(root) => Err(WrapperError::Usage(format!(
+            "--bridge-token-file {} is inside the writable root {}, where CMD could replace \
+             it for the next run; keep it outside (in ~/.config/netbox/, say)",
+            token.display(),
             root.display()
         ))),
         None => Ok(()),

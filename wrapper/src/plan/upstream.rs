@@ -20,15 +20,24 @@ use crate::error::WrapperError;
 /// Credentials files are one short line; anything longer is a mistake.
 const MAX_CREDENTIALS_BYTES: u64 = 4096;
 
-/// Reads `url` (`http://HOST:PORT`) and the credentials file.
-/// `flag` names the option in every error.
+/// Reads `url` (`http://HOST:PORT`) and the credentials file. `flag` names the option in
+/// every error; `judges` says the proxy is a netbox bridge judging for this one.
 pub fn upstream_proxy(
     flag: &str,
     url: &str,
     credentials: Option<&Path>,
     no_proxy: Option<&str>,
+    judges: bool,
 ) -> Result<UpstreamProxy, WrapperError> {
-    let usage = |what: String| WrapperError::Usage(format!("{flag} {url:?}: {what}"));
+    // A URL with credentials in it is refused, and not echoed with them.
+    let shown = match url.split_once('@') {
+        Some((before, after)) => match before.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://…@{after}"),
+            None => format!("…@{after}"),
+        },
+        None => url.to_owned(),
+    };
+    let usage = |what: String| WrapperError::Usage(format!("{flag} {shown:?}: {what}"));
     let target = parse_url(url).map_err(usage)?;
     let authorization = match credentials {
         Some(path) => Some(read_credentials(path)?),
@@ -44,6 +53,7 @@ pub fn upstream_proxy(
         port: target.port,
         authorization,
         except,
+        judges,
     })
 }
 

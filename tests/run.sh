@@ -26,6 +26,14 @@ for python in /usr/bin/python3 python3; do
     [ "$python" = python3 ] && { echo "tests/run.sh: python3's prometheus_client is missing; install it (on Debian: apt-get install python3-prometheus-client)" >&2; exit 1; }
 done
 
+need systemd-analyze systemd
+need strace strace
+deploy_python=
+for python in "${DEPLOY_PYTHON:-python3}" python3 /usr/bin/python3; do
+    "$python" -c 'import kubernetes_validate, yaml' 2>/dev/null && { deploy_python=$python; break; }
+done
+[ -n "$deploy_python" ] || { echo "tests/run.sh: the kubernetes-validate package is missing (python3 -m pip install kubernetes-validate)" >&2; exit 1; }
+
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy"
@@ -58,6 +66,10 @@ if [ "$(id -u)" = 0 ]; then
     (cd "$stage" && env -i PATH="$PATH" HOME=/nonexistent TMPDIR=/tmp NETBOX_BIN="$stage/netbox" \
         setpriv --reuid=65534 --regid=65534 --clear-groups "$stage/e2e" --test-threads=2)
 fi
+
+# deploy/: what can be checked without Kubernetes, a container engine or systemd as init.
+echo "== deploy/check.sh"
+DEPLOY_PYTHON="$deploy_python" bash deploy/check.sh
 
 # Every scenario of the proxy benchmark once and briefly, beside tinyproxy, squid and
 # bubblewrap where installed, so that the benches keep working; its figures are printed,

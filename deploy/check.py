@@ -70,14 +70,17 @@ def kubernetes(manifest, out_dir):
         for p in policies
         if p["spec"]["podSelector"].get("matchLabels", {}).items() <= labels.items()
     ]
-    if len(bridge_policy) != 1 or set(bridge_policy[0]["spec"]["policyTypes"]) != {
-        "Ingress",
-        "Egress",
-    }:
-        fail("no NetworkPolicy holds the bridge's pods to ingress and egress rules")
+    if len(bridge_policy) != 1:
+        fail("no one NetworkPolicy selects the bridge's pods")
+    bridge_rules(bridge_policy[0]["spec"], labels)
     runners = [p for p in policies if p not in bridge_policy]
-    if len(runners) != 1 or runners[0]["spec"]["policyTypes"] != ["Egress"]:
+    if len(runners) != 1:
         fail("no NetworkPolicy keeps runner pods to the bridge")
+    runner_rules(runners[0]["spec"], labels)
+    service = next(d for d in docs if d["kind"] == "Service")
+    ports = [(p["name"], p["port"]) for p in service["spec"]["ports"]]
+    if service["spec"].get("type", "ClusterIP") != "ClusterIP" or ports != [("proxy", 3128)]:
+        fail(f"the Service must be a ClusterIP publishing the proxy port alone, not {ports}")
     out = Path(out_dir)
     config = next(d for d in docs if d["kind"] == "ConfigMap")
     for name, text in config["data"].items():
@@ -87,6 +90,86 @@ def kubernetes(manifest, out_dir):
         f"pod non-root, read-only, no capabilities, no token; "
         f"{len(config['data'])} policy files written for the bridge to load"
     )
+
+
+RUNNER_LABEL = {"netbox.dev/egress": "bridge"}
+KUBE_DNS = {"k8s-app": "kube-dns"}
+PRIVATE_V4 = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10"}
+PRIVATE_V6 = {"fc00::/7", "fe80::/10", "64:ff9b::/96"}
+
+
+def ports_of(rule):
+    return sorted((p.get("protocol", "TCP"), p["port"]) for p in rule.get("ports", []))
+
+
+def is_dns(peer, rule):
+    return (
+        peer.get("podSelector", {}).get("matchLabels") == KUBE_DNS
+        and ports_of(rule) == [("TCP", 53), ("UDP", 53)]
+    )
+
+
+def bridge_rules(spec, labels):
+    if set(spec["policyTypes"]) != {"Ingress", "Egress"}:
+        fail("the bridge's NetworkPolicy must hold both ingress and egress")
+    for rule in spec["ingress"]:
+        peers, ports = rule.get("from", []), ports_of(rule)
+        if not peers or not ports:
+            fail(f"a bridge ingress rule opens every peer or every port: {rule}")
+        if ports == [("TCP", 3128)]:
+            if any(p.get("podSelector", {}).get("matchLabels") != RUNNER_LABEL for p in peers):
+                fail(f"the proxy port takes clients other than runner pods: {rule}")
+        elif ports == [("TCP", 9090)]:
+            if any("podSelector" in p or "ipBlock" in p for p in peers):
+                fail(f"the admin port is open to more than a namespace: {rule}")
+        else:
+            fail(f"a bridge ingress rule opens {ports}")
+    for rule in spec["egress"]:
+        peers = rule.get("to", [])
+        if not peers:
+            fail(f"a bridge egress rule opens every destination: {rule}")
+        for peer in peers:
+            block = peer.get("ipBlock")
+            if block is None:
+                if not is_dns(peer, rule):
+                    fail(f"the bridge reaches pods other than cluster DNS: {rule}")
+                continue
+            kept = set(block.get("except", []))
+            if block["cidr"] == "0.0.0.0/0" and not PRIVATE_V4 <= kept:
+                fail(f"the bridge's IPv4 egress does not leave out {sorted(PRIVATE_V4 - kept)}")
+            if block["cidr"] == "::/0" and not PRIVATE_V6 <= kept:
+                fail(f"the bridge's IPv6 egress does not leave out {sorted(PRIVATE_V6 - kept)}")
+            if block["cidr"] not in ("0.0.0.0/0", "::/0"):
+                fail(f"an egress block other than the internet: {block}")
+
+
+def runner_rules(spec, labels):
+    if spec["podSelector"].get("matchLabels") != RUNNER_LABEL or spec["policyTypes"] != ["Egress"]:
+        fail("the runners' NetworkPolicy must select runner pods and hold their egress")
+    for rule in spec["egress"]:
+        peers = rule.get("to", [])
+        if not peers or not rule.get("ports"):
+            fail(f"a runner egress rule opens every destination or port: {rule}")
+        for peer in peers:
+            bridge = peer.get("podSelector", {}).get("matchLabels", {})
+            to_bridge = bridge and bridge.items() <= labels.items()
+            if to_bridge and ports_of(rule) == [("TCP", 3128)]:
+                continue
+            if not is_dns(peer, rule):
+                fail(f"runner pods reach more than the bridge's proxy port and DNS: {rule}")
+
+
+def flags(words):
+    """`--flag value` pairs and lone `--flag`s, as a dict."""
+    out, i = {}, 0
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("--"):
+            fail(f"{word!r} follows no flag")
+        takes_value = i + 1 < len(words) and not words[i + 1].startswith("--")
+        out[word] = words[i + 1] if takes_value else True
+        i += 2 if takes_value else 1
+    return out
 
 
 def image_cmd(dockerfile):
@@ -103,35 +186,51 @@ def args(manifest, dockerfile):
     deployment = next(d for d in documents(manifest) if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     entry, cmd = image_cmd(dockerfile)
-    given = container["args"]
-    # The Deployment may add flags (a drain timeout), never drop or change the image's.
-    missing = [a for a in cmd if a not in given]
-    if missing or entry != ["/netbox", "bridge"]:
-        fail(f"the Deployment's args {given} drop {missing} of the image's CMD {cmd}")
-    ports = {p["containerPort"] for p in container["ports"]}
-    listened = {int(a.rsplit(":", 1)[1]) for a in given if a.startswith("0.0.0.0:")}
-    if ports != listened:
-        fail(f"the container's ports {ports} are not where the bridge listens {listened}")
-    print(f"args: the Deployment runs the image's command ({' '.join(entry + given)})")
+    if entry != ["/netbox", "bridge"]:
+        fail(f"the image runs {entry}, not the bridge")
+    image, given = flags(cmd), flags(container["args"])
+    # The Deployment runs the image's command; it opens the admin listener to the pod's
+    # address (for the kubelet's probes and Prometheus) and may add flags of its own.
+    changed = {k: (v, given.get(k)) for k, v in image.items() if k != "--admin" and given.get(k) != v}
+    if changed:
+        fail(f"the Deployment changes the image's command: {changed}")
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    listen, admin = given.get("--listen", ""), given.get("--admin", "")
+    if listen != f"0.0.0.0:{ports.get('proxy')}" or admin != f"0.0.0.0:{ports.get('admin')}":
+        fail(f"the bridge listens on {listen} and {admin}, not at the ports named proxy and admin {ports}")
+    if ports.get("proxy") == ports.get("admin"):
+        fail("the proxy and admin ports are one")
+    if not image.get("--admin", "").startswith("127.0.0.1:"):
+        fail("the image's own command opens the admin listener beyond the container")
+    print(f"args: the Deployment runs the image's command ({' '.join(entry + container['args'])})")
 
 
 def dockerfile(path):
-    text = Path(path).read_text()
-    stages = re.findall(r"^FROM (\S+)", text, re.M)
-    if stages[-1] != "scratch":
-        fail(f"{path}: the final stage is {stages[-1]}, not scratch")
-    final = text.split("\nFROM scratch")[-1]
-    user = re.search(r"^USER (\d+):(\d+)\s*$", final, re.M)
-    if not user or user.group(1) == "0" or user.group(2) == "0":
-        fail(f"{path}: the final stage needs a numeric USER:GROUP other than root")
+    text = Path(path).read_text().replace("\\\n", " ")
+    stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+    final = stages[-1].splitlines()
+    if final[0].split()[0] != "scratch":
+        fail(f"{path}: the final stage is {final[0]}, not scratch")
     if re.search(r"^ADD ", text, re.M):
         fail(f"{path}: ADD fetches and unpacks; use COPY")
-    copied = [c[1] for c in re.findall(r"^COPY --from=build (\S+) (\S+)", final, re.M)]
+    lines = [l.strip() for l in final[1:] if l.strip() and not l.strip().startswith("#")]
+    allowed = ("COPY --from=build ", "USER ", "EXPOSE ", "ENTRYPOINT ", "CMD ")
+    stray = [l for l in lines if not l.startswith(allowed)]
+    if stray:
+        fail(f"{path}: the final stage does more than copy from the build and say how to run: {stray}")
+    users = [l.split()[1] for l in lines if l.startswith("USER ")]
+    ids = users[0].split(":") if len(users) == 1 else []
+    if len(ids) != 2 or not all(i.isdigit() and int(i) != 0 for i in ids):
+        fail(f"{path}: the final stage needs one USER UID:GID, both numbers other than 0, not {users}")
+    copied = [l.split()[3] for l in lines if l.startswith("COPY ")]
     # check.sh lays out exactly these in the image's root.
     want = ["/netbox", "/etc/ssl/certs/ca-certificates.crt"]
     if copied != want:
         fail(f"{path}: the final stage holds {copied}, not {want}")
-    print(f"dockerfile: scratch, user {user.group(1)}:{user.group(2)}, holding {copied}")
+    exposed = [p for l in lines if l.startswith("EXPOSE ") for p in l.split()[1:]]
+    if exposed != ["3128"]:
+        fail(f"{path}: the image exposes {exposed}, not the proxy's port alone")
+    print(f"dockerfile: scratch, user {users[0]}, holding {copied}, exposing {exposed}")
 
 
 def command(path):

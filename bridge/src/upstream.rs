@@ -292,13 +292,25 @@ async fn through(
 
 /// Whether `dialed` reaches one of this bridge's own listeners: one bound there, or one
 /// bound at every address (`0.0.0.0`, `[::]`, which takes IPv4 too) on that port, when
-/// `dialed` is an address of this machine.
+/// `dialed` is an address of this machine, of any class (a pod's own 10.x is private, and
+/// reaches its listeners as loopback does; review 40).
 fn is_own_listener(own: &[SocketAddr], dialed: SocketAddr, class: IpClass) -> bool {
-    let this_machine =
-        matches!(class, IpClass::Loopback | IpClass::ThisMachine) || dialed.ip().is_unspecified();
+    let this_machine = || {
+        let ip = crate::target::canonical_ip(dialed.ip());
+        let inner = match ip {
+            std::net::IpAddr::V6(v6) => crate::ipclass::embedded_ipv4(v6),
+            std::net::IpAddr::V4(_) => None,
+        };
+        matches!(class, IpClass::Loopback | IpClass::ThisMachine)
+            || ip.is_unspecified()
+            || crate::local::is_local(ip)
+            || inner.is_some_and(|v4| crate::local::is_local(v4.into()))
+    };
     own.iter().any(|listener| {
         *listener == dialed
-            || (listener.ip().is_unspecified() && listener.port() == dialed.port() && this_machine)
+            || (listener.ip().is_unspecified()
+                && listener.port() == dialed.port()
+                && this_machine())
     })
 }
 
@@ -311,8 +323,10 @@ mod tests {
         let own: Vec<SocketAddr> = vec!["0.0.0.0:3128".parse().unwrap()];
         let at = |text: &str, class| is_own_listener(&own, text.parse().unwrap(), class);
         assert!(at("127.0.0.1:3128", IpClass::Loopback));
-        assert!(at("10.1.2.3:3128", IpClass::ThisMachine));
-        assert!(!at("10.1.2.4:3128", IpClass::Private));
+        // Whatever class an address has, the kernel says whether it is this machine's.
+        assert!(at("127.0.0.2:3128", IpClass::Private));
+        assert!(at("[::ffff:127.0.0.3]:3128", IpClass::Private));
+        assert!(!at("192.0.2.4:3128", IpClass::Private));
         assert!(!at("127.0.0.1:3129", IpClass::Loopback));
         let own: Vec<SocketAddr> = vec!["127.0.0.1:3128".parse().unwrap()];
         assert!(is_own_listener(

@@ -24,6 +24,8 @@ use tokio::net::{TcpStream, UnixStream};
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// A client of a listener that speaks TLS (listener_tls.rs).
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
 }
 
 /// A client stream plus its "reset on close" flag, and bytes already read from it that
@@ -34,14 +36,19 @@ pub struct ClientIo {
     stream: Option<Stream>,
     reset: Arc<AtomicBool>,
     unread: bytes::Bytes,
+    /// What the first look at a TLS stream read (TLS cannot be peeked at): the stream's
+    /// first bytes, which every read returns before the stream's next.
+    peeked: bytes::Bytes,
 }
 
 impl Stream {
-    /// The socket, for a relay that waits on it and moves bytes by syscalls.
-    pub(crate) fn socket(&self) -> crate::tunnel::Socket<'_> {
+    /// The socket, for a relay that waits on it and moves bytes by syscalls; none for TLS,
+    /// whose bytes only its library can read.
+    pub(crate) fn socket(&self) -> Option<crate::tunnel::Socket<'_>> {
         match self {
-            Stream::Tcp(tcp) => crate::tunnel::Socket::Tcp(tcp),
-            Stream::Unix(unix) => crate::tunnel::Socket::Unix(unix),
+            Stream::Tcp(tcp) => Some(crate::tunnel::Socket::Tcp(tcp)),
+            Stream::Unix(unix) => Some(crate::tunnel::Socket::Unix(unix)),
+            Stream::Tls(_) => None,
         }
     }
 
@@ -50,7 +57,18 @@ impl Stream {
         match self {
             Stream::Tcp(tcp) => tcp.local_addr().ok(),
             Stream::Unix(_) => None,
+            Stream::Tls(tls) => tls.get_ref().0.local_addr().ok(),
         }
+    }
+
+    /// Makes the close that follows a reset (SO_LINGER 0). A Unix socket has no reset; it
+    /// just closes.
+    pub(crate) fn set_zero_linger(&self) {
+        match self {
+            Stream::Tcp(tcp) => tcp.set_zero_linger().ok(),
+            Stream::Tls(tls) => tls.get_ref().0.set_zero_linger().ok(),
+            Stream::Unix(_) => None,
+        };
     }
 }
 
@@ -62,6 +80,7 @@ impl ClientIo {
             stream: Some(stream),
             reset: Arc::new(AtomicBool::new(true)),
             unread: bytes::Bytes::new(),
+            peeked: bytes::Bytes::new(),
         }
     }
 
@@ -75,6 +94,11 @@ impl ClientIo {
     /// first look at a connection.
     pub async fn read_more(&mut self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
         use tokio::io::AsyncReadExt;
+        if !self.peeked.is_empty() {
+            let peeked = std::mem::take(&mut self.peeked);
+            buf.extend_from_slice(&peeked);
+            return Ok(peeked.len());
+        }
         match self.stream.as_mut() {
             Some(stream) => stream.read_buf(buf).await,
             None => Err(io::Error::from(io::ErrorKind::NotConnected)),
@@ -92,9 +116,18 @@ impl ClientIo {
     }
 
     /// Reads the first byte without consuming it; `None` if the client closed first.
-    pub async fn peek_first_byte(&self) -> io::Result<Option<u8>> {
+    pub async fn peek_first_byte(&mut self) -> io::Result<Option<u8>> {
         let mut byte = [0u8; 1];
         let n = match self.stream.as_ref() {
+            // TLS cannot be peeked at: what is read is put back, to be read first.
+            Some(Stream::Tls(_)) => {
+                if self.peeked.is_empty() {
+                    let mut buf = bytes::BytesMut::with_capacity(4096);
+                    self.read_more(&mut buf).await?;
+                    self.peeked = buf.freeze();
+                }
+                return Ok(self.peeked.first().copied());
+            }
             Some(Stream::Tcp(tcp)) => tcp.peek(&mut byte).await?,
             Some(Stream::Unix(unix)) => loop {
                 unix.readable().await?;
@@ -114,7 +147,16 @@ impl ClientIo {
     /// Takes the stream out (for a tunnel), with the bytes put back and not read again yet
     /// (they come first), leaving nothing to reset on drop.
     pub fn into_stream(mut self) -> (Option<Stream>, bytes::Bytes) {
-        (self.stream.take(), std::mem::take(&mut self.unread))
+        let first = match (self.peeked.is_empty(), self.unread.is_empty()) {
+            (true, _) => std::mem::take(&mut self.unread),
+            (false, true) => std::mem::take(&mut self.peeked),
+            (false, false) => {
+                let mut both = bytes::BytesMut::from(&self.peeked[..]);
+                both.extend_from_slice(&self.unread);
+                both.freeze()
+            }
+        };
+        (self.stream.take(), first)
     }
 
     fn stream_mut(&mut self) -> io::Result<Pin<&mut Stream>> {
@@ -128,10 +170,10 @@ impl ClientIo {
 impl Drop for ClientIo {
     fn drop(&mut self) {
         if self.reset.load(Ordering::Relaxed) {
-            if let Some(Stream::Tcp(tcp)) = &self.stream {
+            if let Some(stream) = &self.stream {
                 // Zero linger: close() discards nothing already delivered on loopback and
-                // sends RST instead of FIN. Unix sockets have no reset; they just close.
-                tcp.set_zero_linger().ok();
+                // sends RST instead of FIN.
+                stream.set_zero_linger();
             }
         }
     }
@@ -146,6 +188,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -159,6 +202,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -166,6 +210,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -173,6 +218,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }
@@ -184,10 +230,12 @@ impl AsyncRead for ClientIo {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if !this.unread.is_empty() {
-            let n = this.unread.len().min(buf.remaining());
-            buf.put_slice(&this.unread.split_to(n));
-            return Poll::Ready(Ok(()));
+        for first in [&mut this.peeked, &mut this.unread] {
+            if !first.is_empty() {
+                let n = first.len().min(buf.remaining());
+                buf.put_slice(&first.split_to(n));
+                return Poll::Ready(Ok(()));
+            }
         }
         match this.stream_mut() {
             Ok(s) => s.poll_read(cx, buf),

@@ -195,6 +195,9 @@ pub struct Conn {
     pub policy: Arc<Policy>,
     pub shared: Arc<Shared>,
     pub slot: Arc<Slot>,
+    /// The names of the certificate the client gave on a TLS listener (listener_tls.rs),
+    /// verified against `--client-ca`; none otherwise.
+    pub client_names: Arc<[String]>,
 }
 
 /// What a connection holds under the bridge's limits.
@@ -305,6 +308,7 @@ impl Conn {
                 _tenant: place,
                 listener: Arc::clone(&self.slot),
             }),
+            client_names: Arc::clone(&self.client_names),
         })
     }
 
@@ -315,6 +319,7 @@ impl Conn {
             session,
             shared,
             slot: Arc::new(slot),
+            client_names: Arc::from([]),
         }
     }
 
@@ -326,6 +331,7 @@ impl Conn {
             policy: Arc::clone(&self.policy),
             shared: Arc::clone(&self.shared),
             slot: Arc::clone(&self.slot),
+            client_names: Arc::clone(&self.client_names),
         }
     }
 

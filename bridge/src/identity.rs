@@ -29,6 +29,8 @@ pub type SecretDigest = [u8; 32];
 pub struct Tenants {
     by_name: HashMap<String, Tenant>,
     by_digest: HashMap<SecretDigest, Arc<Session>>,
+    /// The names a client certificate may carry (listener_tls.rs), each naming one tenant.
+    by_client_name: HashMap<String, Arc<Session>>,
 }
 
 #[derive(Debug)]
@@ -88,6 +90,53 @@ impl Tenants {
         self.by_name
             .insert(name.to_owned(), Tenant { session, digests });
         Ok(())
+    }
+
+    /// Lets a client certificate carrying one of `names` name tenant `name` (added
+    /// before); a name given to two tenants is a mistake in the tenants file.
+    pub fn add_client_names(&mut self, name: &str, names: &[String]) -> Result<(), String> {
+        let session = self
+            .by_name
+            .get(name)
+            .map(|t| Arc::clone(&t.session))
+            .ok_or_else(|| format!("tenant {name:?} is not known"))?;
+        for client in names {
+            if let Some(other) = self.by_client_name.get(client) {
+                return Err(format!(
+                    "tenant {name:?} has client name {client:?}, which session {} has too: \
+                     each client name names one tenant",
+                    other.id
+                ));
+            }
+        }
+        for client in names {
+            self.by_client_name
+                .insert(client.clone(), Arc::clone(&session));
+        }
+        Ok(())
+    }
+
+    /// Whether some tenant is named by client certificates.
+    pub fn by_certificates(&self) -> bool {
+        !self.by_client_name.is_empty()
+    }
+
+    /// The tenant a verified client certificate's `names` name: none, one, or (a
+    /// certificate naming two tenants) a refusal.
+    pub fn from_client_names(
+        &self,
+        names: &[String],
+    ) -> Result<Option<Arc<Session>>, Unidentified> {
+        let mut named = names.iter().filter_map(|n| self.by_client_name.get(n));
+        let Some(first) = named.next() else {
+            return Ok(None);
+        };
+        if named.any(|other| !Arc::ptr_eq(other, first)) {
+            return Err(Unidentified::Unknown(
+                "the client certificate names more than one tenant",
+            ));
+        }
+        Ok(Some(Arc::clone(first)))
     }
 
     pub fn len(&self) -> usize {

@@ -6,7 +6,8 @@
 //! namespaces: it serves listeners handed to it, each bound to a session and its policy.
 //!
 //! Modules, in data-flow order:
-//! - [`listen`]: parse `127.0.0.1:PORT` / `[::1]:PORT` / `unix:PATH` and bind (standalone use)
+//! - [`listen`]: parse `127.0.0.1:PORT` / `[::1]:PORT` / `unix:PATH` and bind (standalone use);
+//!   [`listener_tls`]: TLS on a shared bridge's listeners, and a client certificate's names
 //! - [`server`]: accept loops, one per listener, each tied to a [`server::Session`]
 //! - [`identity`]: on a shared bridge, the tenant a client's credentials name
 //! - `front`: tells HTTP from SOCKS5 by the first byte; `front::http`, `front::socks5`
@@ -43,6 +44,7 @@ pub mod identity;
 pub mod inspect;
 pub mod ipclass;
 pub mod listen;
+pub mod listener_tls;
 pub mod local;
 pub mod log;
 mod memory;

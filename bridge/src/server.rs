@@ -30,6 +30,8 @@ use crate::resolver::Resolver;
 #[derive(Debug)]
 pub enum Listener {
     Tcp(TcpListener),
+    /// A shared bridge's listener whose clients speak TLS (listener_tls.rs).
+    Tls(TcpListener, crate::listener_tls::ListenerTls),
     Unix(UnixListener, PathBuf),
     /// Capture (capture.rs): connections made without the proxy, to any address, on this
     /// listener's port.
@@ -57,6 +59,12 @@ impl Listener {
                 Ok(Stream::Tcp(s))
             }
             Listener::Unix(l, _) => Ok(Stream::Unix(l.accept().await?.0)),
+            // The handshake is the connection's own task's (accept_loop), not this loop's.
+            Listener::Tls(l, _) => {
+                let (s, _) = l.accept().await?;
+                s.set_nodelay(true).ok();
+                Ok(Stream::Tcp(s))
+            }
             Listener::Captured(l) => {
                 let (s, _) = l.accept().await?;
                 s.set_nodelay(true).ok();
@@ -74,6 +82,10 @@ impl Listener {
                 .local_addr()
                 .map_or_else(|e| format!("tcp (unknown address: {e})"), |a| a.to_string()),
             Listener::Unix(_, path) => format!("unix:{}", path.display()),
+            Listener::Tls(l, _) => l.local_addr().map_or_else(
+                |e| format!("tls (unknown address: {e})"),
+                |a| format!("{a} (TLS)"),
+            ),
             Listener::Captured(l) => l.local_addr().map_or_else(
                 |e| format!("capture (unknown address: {e})"),
                 |a| format!("capture on {a}"),
@@ -340,6 +352,39 @@ async fn accept_loop(
             }
             continue;
         }
-        tokio::spawn(front::handle(ClientIo::new(stream), conn));
+        match (&sl.listener, stream) {
+            (Listener::Tls(_, tls), Stream::Tcp(tcp)) => {
+                tokio::spawn(serve_tls(tls.clone(), tcp, conn));
+            }
+            (_, stream) => {
+                tokio::spawn(front::handle(ClientIo::new(stream), conn));
+            }
+        }
+    }
+}
+
+/// A client of a TLS listener: the handshake within the header timeout (a failed one is
+/// logged), then served as any other, with its certificate's names.
+async fn serve_tls(
+    tls: crate::listener_tls::ListenerTls,
+    tcp: tokio::net::TcpStream,
+    mut conn: Conn,
+) {
+    let deadline = conn.shared.config.header_timeout;
+    let accepted = tokio::select! {
+        accepted = tls.accept(tcp, deadline) => accepted,
+        () = conn.stopped() => return,
+    };
+    match accepted {
+        Ok((stream, names)) => {
+            conn.client_names = Arc::from(names);
+            front::handle(ClientIo::new(Stream::Tls(Box::new(stream))), conn).await;
+        }
+        Err(why) => {
+            let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Http);
+            attempt.reason = Reason::BadRequest;
+            attempt.detail = Some(why);
+            conn.shared.log.record(&attempt.finish(End::Refused, 0, 0));
+        }
     }
 }

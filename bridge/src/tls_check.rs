@@ -310,9 +310,7 @@ pub(crate) async fn cut(mut client: Stream, alert: bool) {
         let _ = client.write_all(&ACCESS_DENIED_ALERT).await;
         let _ = client.flush().await;
     }
-    if let Stream::Tcp(tcp) = &client {
-        tcp.set_zero_linger().ok();
-    }
+    client.set_zero_linger();
 }
 
 #[cfg(test)]

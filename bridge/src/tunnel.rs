@@ -85,8 +85,13 @@ pub async fn relay_client(
             bytes_down: 0,
             end: End::UpstreamError,
         }
-    } else {
-        let client_socket = client.socket();
+    } else if let Stream::Tls(mut tls) = client {
+        // The client's bytes are TLS records only its library can read: copied through
+        // buffers, as an inspected tunnel's are.
+        let mut stats = relay(tls.as_mut(), &mut upstream, idle, stop).await;
+        stats.bytes_up += sent;
+        return finish_tls(stats, &tls, &upstream);
+    } else if let Some(client_socket) = client.socket() {
         let upstream_socket = Socket::Tcp(&upstream);
         let flow = Flow::new();
         let upward = socket_pump(
@@ -104,14 +109,35 @@ pub async fn relay_client(
         let mut stats = drive(upward, downward, &flow, idle, stop).await;
         stats.bytes_up += sent;
         stats
+    } else {
+        // Not reached: only a TLS stream has no socket, and it was relayed above.
+        TunnelStats {
+            bytes_up: 0,
+            bytes_down: 0,
+            end: End::ClientError,
+        }
     };
     // A tunnel the bridge ended (idle, or shutting down) did not end cleanly either.
     let bridge_ended = matches!(stats.end, End::IdleTimeout | End::Shutdown);
     if stats.end == End::UpstreamError || bridge_ended {
         // A Unix socket has no reset; its client sees the end of the stream.
-        if let Stream::Tcp(tcp) = &client {
-            tcp.set_zero_linger().ok();
-        }
+        client.set_zero_linger();
+    }
+    if stats.end == End::ClientError || bridge_ended {
+        upstream.set_zero_linger().ok();
+    }
+    stats
+}
+
+/// [`relay_client`]'s ending for a TLS client: the same resets, on the sockets beneath.
+fn finish_tls(
+    stats: TunnelStats,
+    tls: &tokio_rustls::server::TlsStream<TcpStream>,
+    upstream: &TcpStream,
+) -> TunnelStats {
+    let bridge_ended = matches!(stats.end, End::IdleTimeout | End::Shutdown);
+    if stats.end == End::UpstreamError || bridge_ended {
+        tls.get_ref().0.set_zero_linger().ok();
     }
     if stats.end == End::ClientError || bridge_ended {
         upstream.set_zero_linger().ok();

@@ -11,6 +11,7 @@ mod bridge_fleet;
 mod bridge_forward;
 mod bridge_limits;
 mod bridge_malformed;
+mod bridge_mtls;
 mod bridge_policy;
 mod bridge_reload;
 mod bridge_remote;

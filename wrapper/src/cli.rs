@@ -417,6 +417,22 @@ pub struct BridgeArgs {
     #[arg(long = "watch")]
     pub watch: bool,
 
+    /// Speak TLS on the --listen listeners (an HTTPS proxy) with this certificate chain
+    /// (PEM), so that clients' credentials and requests do not cross the network in the
+    /// clear. Read at start.
+    #[arg(long = "tls-cert", value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long = "tls-key", value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// With --tls-cert and --tenants: take client certificates this CA (PEM) issued; one
+    /// whose DNS or URI name a tenant's client_names lists names that tenant. A client
+    /// without a certificate still names its tenant by Proxy-Authorization.
+    #[arg(long = "client-ca", value_name = "FILE", requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+
     /// Go out through this proxy (http://HOST:PORT), as a network whose only way out is a
     /// company proxy needs: tunnels as CONNECT, plain HTTP in absolute form. Names go to
     /// it unresolved (it resolves them); the policy still judges each first.

@@ -271,10 +271,29 @@ fn identify(req: &Request<Incoming>, state: &ConnState) -> Result<Conn, (Refusal
         return Ok(state.conn.renewed());
     };
     let gate = || Arc::clone(&state.conn.session.id);
-    let session = tenants.from_headers(req.headers()).map_err(|why| {
+    let refused = |why: crate::identity::Unidentified| {
         let refusal = Refusal::new(Reason::ProxyAuthRequired, why.detail());
         (refusal, gate())
-    })?;
+    };
+    // A client certificate that names a tenant names this connection's; credentials
+    // beside it must name the same one.
+    let session = match tenants
+        .from_client_names(&state.conn.client_names)
+        .map_err(refused)?
+    {
+        Some(by_certificate) => {
+            if req.headers().contains_key(header::PROXY_AUTHORIZATION) {
+                let named = tenants.from_headers(req.headers()).map_err(refused)?;
+                if !Arc::ptr_eq(&named, &by_certificate) {
+                    let detail = "Proxy-Authorization names another tenant than the client \
+                                  certificate";
+                    return Err((Refusal::new(Reason::ProxyAuthRequired, detail), gate()));
+                }
+            }
+            by_certificate
+        }
+        None => tenants.from_headers(req.headers()).map_err(refused)?,
+    };
     let bound = match state.tenant.get() {
         Some(bound) => bound,
         None => {

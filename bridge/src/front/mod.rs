@@ -18,7 +18,7 @@ const SOCKS5_VERSION: u8 = 0x05;
 const PLACE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Serves one client connection to its end.
-pub async fn handle(io: ClientIo, conn: Conn) {
+pub async fn handle(mut io: ClientIo, conn: Conn) {
     let timeout = conn.shared.config.header_timeout;
     let started = tokio::time::Instant::now();
     // Past a limit, a place freed a moment later is still this connection's: a client that

@@ -72,6 +72,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         }
     };
     let inspector = inspector(&policy, &args, &session_id)?;
+    let listener_tls = listener_tls(&args, &addrs, tenants.as_deref())?;
     let upstream_proxy = match &args.upstream_proxy {
         Some(url) => Some(Arc::new(crate::plan::upstream::upstream_proxy(
             "--upstream-proxy",
@@ -170,15 +171,19 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         let mut listeners = Vec::new();
         let every = addrs
             .iter()
-            .map(|addr| (addr, &session))
-            .chain(tenant_listeners.iter().map(|(addr, s)| (addr, s)));
-        for (addr, session) in every {
+            .map(|addr| (addr, &session, listener_tls.as_ref()))
+            .chain(tenant_listeners.iter().map(|(addr, s)| (addr, s, None)));
+        for (addr, session, tls) in every {
             if let ListenAddr::Unix(path) = addr {
                 remove_stale_socket(path)?;
             }
+            let listener = match (addr.bind().await?, tls) {
+                (bridge::Listener::Tcp(tcp), Some(tls)) => bridge::Listener::Tls(tcp, tls.clone()),
+                (listener, _) => listener,
+            };
             listeners.push(SessionListener {
                 session: Arc::clone(session),
-                listener: addr.bind().await?,
+                listener,
             });
         }
         // Announced only once every listener is bound, so a client that reads this line
@@ -297,9 +302,74 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
     served
 }
 
+/// `--tls-cert`, `--tls-key` and `--client-ca`, read and checked: TLS for the `--listen`
+/// listeners (TCP ones only), client certificates only where tenants can be named by them.
+fn listener_tls(
+    args: &BridgeArgs,
+    addrs: &[ListenAddr],
+    tenants: Option<&[TenantPlan]>,
+) -> Result<Option<bridge::listener_tls::ListenerTls>, WrapperError> {
+    let by_certificate = tenants
+        .iter()
+        .flat_map(|t| t.iter())
+        .any(|t| !t.client_names.is_empty());
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        if by_certificate {
+            return Err(WrapperError::Usage(
+                "the tenants file names tenants by client_names: give --tls-cert, --tls-key \
+                 and --client-ca so that clients can present certificates"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    };
+    if addrs.iter().any(|a| matches!(a, ListenAddr::Unix(_))) {
+        return Err(WrapperError::Usage(
+            "--tls-cert is for TCP listeners: a unix: listener is reached only from this \
+             machine, under its file permissions"
+                .into(),
+        ));
+    }
+    match (&args.client_ca, tenants, by_certificate) {
+        (Some(_), None, _) => {
+            return Err(WrapperError::Usage(
+                "--client-ca names tenants by their certificates: it goes with --tenants".into(),
+            ))
+        }
+        (None, Some(_), true) => {
+            return Err(WrapperError::Usage(
+                "the tenants file names tenants by client_names: give --client-ca, the CA \
+                 that issues their certificates"
+                    .into(),
+            ))
+        }
+        _ => {}
+    }
+    let read = |path: &std::path::Path, what: &'static str| {
+        crate::plan::read_small_file(path, 1 << 20)
+            .map(String::into_bytes)
+            .map_err(|source| WrapperError::Path {
+                path: path.to_owned(),
+                what,
+                source,
+            })
+    };
+    let client_ca = match &args.client_ca {
+        Some(path) => Some(read(path, "--client-ca")?),
+        None => None,
+    };
+    bridge::listener_tls::ListenerTls::new(
+        &read(cert, "--tls-cert")?,
+        &read(key, "--tls-key")?,
+        client_ca.as_deref(),
+    )
+    .map(Some)
+    .map_err(WrapperError::Usage)
+}
+
 fn tcp_address(listener: &bridge::Listener) -> Option<std::net::SocketAddr> {
     match listener {
-        bridge::Listener::Tcp(l) => l.local_addr().ok(),
+        bridge::Listener::Tcp(l) | bridge::Listener::Tls(l, _) => l.local_addr().ok(),
         _ => None,
     }
 }
@@ -310,7 +380,13 @@ fn gauges(
     reloader: Arc<Reloader>,
     session: Arc<Session>,
 ) -> impl Fn() -> Vec<bridge::metrics::SessionGauge> + Send + Sync {
+    // Each policy's hash, kept while the session holds that policy: a scrape of a bridge
+    // with a thousand tenants hashes only the policies reloaded since the last one.
+    let hashes: std::sync::Mutex<HashedPolicies> = Default::default();
     move || {
+        let mut hashes = hashes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut sessions = vec![Arc::clone(&session)];
         sessions.extend(
             reloader
@@ -319,15 +395,36 @@ fn gauges(
                 .map(|(_, s)| s)
                 .filter(|s| !Arc::ptr_eq(s, &session)),
         );
+        // A tenant a reload removed is forgotten.
+        hashes
+            .0
+            .retain(|id, _| sessions.iter().any(|s| s.id == *id));
         sessions
             .iter()
             .map(|s| bridge::metrics::SessionGauge {
                 session: s.id.to_string(),
                 open_connections: s.open_connections(),
                 max_connections: s.max_connections,
-                policy_sha256: s.policy().sha256_hex(),
+                policy_sha256: hashes.of(&s.id, s.policy()),
             })
             .collect()
+    }
+}
+
+/// Policies' hashes by session, with the policy each was taken of.
+#[derive(Default)]
+struct HashedPolicies(std::collections::HashMap<Arc<str>, (Arc<Policy>, String)>);
+
+impl HashedPolicies {
+    fn of(&mut self, session: &Arc<str>, policy: Arc<Policy>) -> String {
+        match self.0.get(session) {
+            Some((hashed, hash)) if Arc::ptr_eq(hashed, &policy) => hash.clone(),
+            _ => {
+                let hash = policy.sha256_hex();
+                self.0.insert(Arc::clone(session), (policy, hash.clone()));
+                hash
+            }
+        }
     }
 }
 

@@ -288,6 +288,7 @@ pub fn build_tenants(
         };
         policies.push((Arc::clone(&session), plan.policy));
         tenants.add(&plan.name, Arc::clone(&session), plan.digests)?;
+        tenants.add_client_names(&plan.name, &plan.client_names)?;
         states.insert(
             plan.name,
             TenantState {

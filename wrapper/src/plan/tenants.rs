@@ -41,6 +41,10 @@ struct Entry {
     secrets: Vec<String>,
     #[serde(default)]
     listen: Vec<String>,
+    /// Names a client certificate may carry (its DNS or URI subject alternative names)
+    /// to name this tenant, on listeners with `--client-ca`.
+    #[serde(default)]
+    client_names: Vec<String>,
     max_connections: Option<usize>,
 }
 
@@ -50,6 +54,8 @@ pub struct TenantPlan {
     pub policy: Policy,
     pub digests: Vec<SecretDigest>,
     pub listen: Vec<ListenAddr>,
+    /// Names a client certificate may carry to name it, as compared (DNS names lowercase).
+    pub client_names: Vec<String>,
     pub max_connections: usize,
     /// What the tools its allowlists name added, for the start-up lines.
     pub tool_lines: Vec<String>,
@@ -101,11 +107,19 @@ pub fn load(
                     .into(),
             ));
         }
-        if entry.secrets.is_empty() && entry.listen.is_empty() {
+        if entry.secrets.is_empty() && entry.listen.is_empty() && entry.client_names.is_empty() {
             return Err(mistake(
-                "no client could name it: give it secrets, a listener of its own, or both".into(),
+                "no client could name it: give it secrets, client_names, a listener of its \
+                 own, or more than one of these"
+                    .into(),
             ));
         }
+        let client_names = entry
+            .client_names
+            .iter()
+            .map(|n| client_name(n))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(mistake)?;
         if entry
             .secrets
             .iter()
@@ -126,9 +140,15 @@ pub fn load(
         let listen = entry
             .listen
             .iter()
-            .map(|a| a.parse::<ListenAddr>())
+            .map(|a| match ListenAddr::parse_network(a) {
+                Ok(addr) if !addr.is_loopback_or_unix() => Err(format!(
+                    "listen {a:?}: a tenant's own listener asks no credentials, so it listens \
+                     on loopback or unix: only"
+                )),
+                parsed => parsed.map_err(|e| e.to_string()),
+            })
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| mistake(e.to_string()))?;
+            .map_err(mistake)?;
         let max_connections = entry.max_connections.unwrap_or(share);
         if max_connections == 0 || max_connections > bridge_connections {
             return Err(mistake(format!(
@@ -161,6 +181,7 @@ pub fn load(
             policy,
             digests,
             listen,
+            client_names,
             max_connections,
             tool_lines,
         });
@@ -187,6 +208,29 @@ fn check_name(name: &str) -> Result<(), String> {
              starting with a letter or digit"
         ))
     }
+}
+
+/// Longest client name: a DNS name's limit.
+const MAX_CLIENT_NAME_BYTES: usize = 253;
+
+/// A client certificate's name as it is compared: a DNS name in lower case and without a
+/// final dot, or a URI (`spiffe://corp.test/ci`) as written; printable ASCII, no spaces.
+fn client_name(name: &str) -> Result<String, String> {
+    let fits = !name.is_empty()
+        && name.len() <= MAX_CLIENT_NAME_BYTES
+        && name.bytes().all(|b| b.is_ascii_graphic())
+        && !name.starts_with('*');
+    if !fits {
+        return Err(format!(
+            "client name {name:?}: a DNS name or a URI, 1 to {MAX_CLIENT_NAME_BYTES} printable \
+             characters, no wildcard"
+        ));
+    }
+    Ok(if name.contains("://") {
+        name.to_owned()
+    } else {
+        name.trim_end_matches('.').to_ascii_lowercase()
+    })
 }
 
 fn one_line(text: &str) -> String {

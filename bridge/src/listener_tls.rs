@@ -1,0 +1,125 @@
+//! TLS on a shared bridge's listeners (`--tls-cert`, `--tls-key`): clients speak TLS to
+//! the bridge (an HTTPS proxy, as curl's `--proxy https://…` and pip's do), so that their
+//! credentials and request heads do not cross the network in the clear. With
+//! `--client-ca`, a client may present a certificate that CA issued: its names (the
+//! subject alternative names, DNS and URI, as a SPIFFE ID is one) identify its tenant
+//! (identity.rs). A client without one still names its tenant by Proxy-Authorization.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpStream;
+
+/// What the bridge needs to serve TLS on a listener.
+#[derive(Clone)]
+pub struct ListenerTls {
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl std::fmt::Debug for ListenerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ListenerTls")
+    }
+}
+
+/// A client certificate's names kept at most, and their length: a certificate is the
+/// client's to make (within what the CA signs), and these are held per connection.
+const MAX_CLIENT_NAMES: usize = 16;
+const MAX_CLIENT_NAME_BYTES: usize = 255;
+
+impl ListenerTls {
+    /// From PEM: the bridge's certificate chain and key, and the CA whose client
+    /// certificates are taken (none: no client certificate is asked for).
+    pub fn new(
+        chain_pem: &[u8],
+        key_pem: &[u8],
+        client_ca_pem: Option<&[u8]>,
+    ) -> Result<ListenerTls, String> {
+        let chain = CertificateDer::pem_slice_iter(chain_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("--tls-cert: not PEM certificates: {e}"))?;
+        if chain.is_empty() {
+            return Err("--tls-cert holds no PEM certificate".into());
+        }
+        let key = PrivateKeyDer::from_pem_slice(key_pem)
+            .map_err(|e| format!("--tls-key: no PEM private key: {e}"))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?;
+        let builder = match client_ca_pem {
+            Some(pem) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    let cert = cert.map_err(|e| format!("--client-ca: not PEM: {e}"))?;
+                    roots
+                        .add(cert)
+                        .map_err(|e| format!("--client-ca: not a CA certificate: {e}"))?;
+                }
+                if roots.is_empty() {
+                    return Err("--client-ca holds no PEM certificate".into());
+                }
+                // A client without a certificate still names its tenant by its
+                // credentials; one with a certificate the CA did not issue is refused in
+                // the handshake.
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| format!("--client-ca: {e}"))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder
+            .with_single_cert(chain, key)
+            .map_err(|e| format!("--tls-cert and --tls-key do not go together: {e}"))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(ListenerTls {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        })
+    }
+
+    /// The server side of the handshake, within `deadline`; then the names of the
+    /// client's certificate, if it gave one (it was verified in the handshake).
+    pub(crate) async fn accept(
+        &self,
+        tcp: TcpStream,
+        deadline: Duration,
+    ) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, Vec<String>), String> {
+        let tls = match tokio::time::timeout(deadline, self.acceptor.accept(tcp)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => return Err(format!("TLS handshake failed: {e}")),
+            Err(_) => return Err(format!("no TLS handshake within {deadline:?}")),
+        };
+        let names = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(client_names)
+            .unwrap_or_default();
+        Ok((tls, names))
+    }
+}
+
+/// A certificate's DNS and URI subject alternative names (no wildcard: a name that stands
+/// for many clients names no one tenant), bounded.
+fn client_names(cert: &CertificateDer<'_>) -> Vec<String> {
+    let Ok(cert) = webpki::EndEntityCert::try_from(cert) else {
+        return Vec::new();
+    };
+    // DNS names in any case are one name; a URI's path is not case-blind.
+    let dns = cert
+        .valid_dns_names()
+        .filter(|name| !name.starts_with('*'))
+        .map(str::to_ascii_lowercase);
+    dns.chain(cert.valid_uri_names().map(str::to_owned))
+        .filter(|name| name.len() <= MAX_CLIENT_NAME_BYTES && name.is_ascii())
+        .take(MAX_CLIENT_NAMES)
+        .collect()
+}

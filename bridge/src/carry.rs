@@ -3,7 +3,6 @@
 //! (tls_check), or other bytes as they are.
 
 use bytes::Bytes;
-use tokio::net::TcpStream;
 
 use crate::client_io::Stream;
 use crate::conn::Conn;
@@ -19,7 +18,7 @@ pub async fn carry(
     conn: &Conn,
     client: Stream,
     prefix: Bytes,
-    upstream: TcpStream,
+    upstream: crate::outbound::Outbound,
     target: &Target,
     opened: &Attempt,
 ) -> Result<TunnelStats, HelloRefusal> {

@@ -49,6 +49,7 @@ pub mod local;
 pub mod log;
 mod memory;
 pub mod metrics;
+pub mod outbound;
 pub mod policy;
 pub mod records;
 pub mod resolver;

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::client_hello::{self, Hello, MAX_HELLO_BYTES};
 use crate::client_io::Stream;
@@ -54,7 +53,7 @@ impl HelloRefusal {
 pub async fn relay(
     mut client: Stream,
     prefix: Bytes,
-    mut upstream: TcpStream,
+    mut upstream: crate::outbound::Outbound,
     target: &Target,
     policy: &Policy,
     config: &BridgeConfig,
@@ -209,7 +208,7 @@ const SERVER_RANDOM_END: usize = 43;
 /// Returns the bytes passed up and down.
 async fn check_retry(
     client: &mut Stream,
-    upstream: &mut TcpStream,
+    upstream: &mut crate::outbound::Outbound,
     hello: Bytes,
     target: &Target,
     timeout: Duration,

@@ -72,9 +72,9 @@ enum Side {
 /// timeout, shutdown): an upstream that reset or stalled mid-download must not look, to
 /// the client, like a download that ended.
 pub async fn relay_client(
-    client: Stream,
+    mut client: Stream,
     prefix: Bytes,
-    mut upstream: TcpStream,
+    mut upstream: crate::outbound::Outbound,
     idle: Duration,
     stop: impl Future<Output = ()>,
 ) -> TunnelStats {
@@ -85,14 +85,9 @@ pub async fn relay_client(
             bytes_down: 0,
             end: End::UpstreamError,
         }
-    } else if let Stream::Tls(mut tls) = client {
-        // The client's bytes are TLS records only its library can read: copied through
-        // buffers, as an inspected tunnel's are.
-        let mut stats = relay(tls.as_mut(), &mut upstream, idle, stop).await;
-        stats.bytes_up += sent;
-        return finish_tls(stats, &tls, &upstream);
-    } else if let Some(client_socket) = client.socket() {
-        let upstream_socket = Socket::Tcp(&upstream);
+    } else if let (Some(client_socket), Some(upstream_plain)) = (client.socket(), upstream.plain())
+    {
+        let upstream_socket = Socket::Tcp(upstream_plain);
         let flow = Flow::new();
         let upward = socket_pump(
             client_socket,
@@ -110,34 +105,17 @@ pub async fn relay_client(
         stats.bytes_up += sent;
         stats
     } else {
-        // Not reached: only a TLS stream has no socket, and it was relayed above.
-        TunnelStats {
-            bytes_up: 0,
-            bytes_down: 0,
-            end: End::ClientError,
-        }
+        // A side's bytes are TLS records only its library can read: copied through
+        // buffers, as an inspected tunnel's are.
+        let mut stats = relay(&mut client, &mut upstream, idle, stop).await;
+        stats.bytes_up += sent;
+        stats
     };
     // A tunnel the bridge ended (idle, or shutting down) did not end cleanly either.
     let bridge_ended = matches!(stats.end, End::IdleTimeout | End::Shutdown);
     if stats.end == End::UpstreamError || bridge_ended {
         // A Unix socket has no reset; its client sees the end of the stream.
         client.set_zero_linger();
-    }
-    if stats.end == End::ClientError || bridge_ended {
-        upstream.set_zero_linger().ok();
-    }
-    stats
-}
-
-/// [`relay_client`]'s ending for a TLS client: the same resets, on the sockets beneath.
-fn finish_tls(
-    stats: TunnelStats,
-    tls: &tokio_rustls::server::TlsStream<TcpStream>,
-    upstream: &TcpStream,
-) -> TunnelStats {
-    let bridge_ended = matches!(stats.end, End::IdleTimeout | End::Shutdown);
-    if stats.end == End::UpstreamError || bridge_ended {
-        tls.get_ref().0.set_zero_linger().ok();
     }
     if stats.end == End::ClientError || bridge_ended {
         upstream.set_zero_linger().ok();
@@ -513,7 +491,7 @@ mod tests {
         let relay = tokio::spawn(relay_client(
             Stream::Tcp(client_end),
             Bytes::from_static(b"prefix:"),
-            upstream_end,
+            crate::outbound::Outbound::Tcp(upstream_end),
             Duration::from_secs(30),
             std::future::pending(),
         ));

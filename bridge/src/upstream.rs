@@ -9,7 +9,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::net::TcpStream;
+use crate::outbound::Outbound;
 
 use crate::conn::Conn;
 use crate::ipclass::IpClass;
@@ -57,7 +57,7 @@ pub async fn open(
     conn: &Conn,
     attempt: &mut Attempt,
     target: &Target,
-) -> Result<TcpStream, Refusal> {
+) -> Result<Outbound, Refusal> {
     open_as(conn, attempt, target, Carrying::Tunnel)
         .await
         .map(|(stream, _)| stream)
@@ -69,7 +69,7 @@ pub async fn open_for_requests(
     conn: &Conn,
     attempt: &mut Attempt,
     target: &Target,
-) -> Result<(TcpStream, Option<ViaProxy>), Refusal> {
+) -> Result<(Outbound, Option<ViaProxy>), Refusal> {
     open_as(conn, attempt, target, Carrying::Requests).await
 }
 
@@ -95,7 +95,7 @@ async fn open_as(
     attempt: &mut Attempt,
     target: &Target,
     carrying: Carrying,
-) -> Result<(TcpStream, Option<ViaProxy>), Refusal> {
+) -> Result<(Outbound, Option<ViaProxy>), Refusal> {
     let refuse = |attempt: &mut Attempt, refusal: Refusal| {
         attempt.reason = refusal.reason;
         attempt.detail = Some(refusal.detail.clone());
@@ -254,7 +254,7 @@ async fn open_as(
                 .find(|(addr, _)| Some(*addr) == attempt.dialed)
                 .and_then(|(_, rule)| rule.clone());
             attempt.decision = Verdict::Allow;
-            Ok((stream, None))
+            Ok((Outbound::Tcp(stream), None))
         }
         Err(e) => {
             let mut refusal = Refusal::new(Reason::UpstreamUnreachable, e.to_string());
@@ -273,7 +273,7 @@ async fn through(
     attempt: &mut Attempt,
     named: Target,
     carrying: Carrying,
-) -> Result<(TcpStream, Option<ViaProxy>), Refusal> {
+) -> Result<(Outbound, Option<ViaProxy>), Refusal> {
     attempt.via = Some(proxy.name.clone());
     let timeout = conn.shared.config.connect_timeout;
     let resolver = &conn.shared.resolver;

@@ -14,6 +14,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderValue;
@@ -21,6 +22,7 @@ use ipnet::IpNet;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::outbound::Outbound;
 use crate::policy::Reason;
 use crate::resolver::Resolver;
 use crate::target::{Host, Target};
@@ -44,6 +46,9 @@ pub struct UpstreamProxy {
     pub authorization: Option<HeaderValue>,
     /// Targets dialled directly, not through it (`--no-proxy`).
     pub except: NoProxy,
+    /// `https://`: TLS to the proxy, verified against these roots, with a client
+    /// certificate if one was given.
+    pub tls: Option<ProxyTls>,
     /// A netbox bridge that judges for this one (`netbox --bridge`): its answers to
     /// forwarded requests are its own only when they say so (`X-Netbox-Reason`, which it
     /// strips from what servers send). A company proxy's are not told from its servers'.
@@ -64,7 +69,7 @@ impl UpstreamProxy {
         resolver: &Resolver,
         target: &Target,
         timeout: Duration,
-    ) -> Result<TcpStream, Refusal> {
+    ) -> Result<Outbound, Refusal> {
         let mut stream = self.dial(resolver, timeout).await?;
         let authority = target.to_string();
         let mut head = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n");
@@ -74,7 +79,7 @@ impl UpstreamProxy {
         head.push_str("\r\n");
         let answered = tokio::time::timeout(timeout, async {
             stream.write_all(head.as_bytes()).await?;
-            read_answer_head(&stream).await
+            read_answer_head(&mut stream).await
         })
         .await;
         let answer = match answered {
@@ -90,7 +95,7 @@ impl UpstreamProxy {
     }
 
     /// Dials the proxy itself (the forward path sends its requests on this).
-    pub async fn dial(&self, resolver: &Resolver, timeout: Duration) -> Result<TcpStream, Refusal> {
+    pub async fn dial(&self, resolver: &Resolver, timeout: Duration) -> Result<Outbound, Refusal> {
         // No pins: the proxy's name is this bridge's own, not one a policy maps.
         let addrs: Vec<SocketAddr> = resolver
             .resolve(&self.host, &crate::policy::Policy::deny_all())
@@ -99,11 +104,20 @@ impl UpstreamProxy {
             .into_iter()
             .map(|ip| SocketAddr::new(ip, self.port))
             .collect();
-        crate::dialer::dial(&addrs, timeout).await.map_err(|e| {
+        let tcp = crate::dialer::dial(&addrs, timeout).await.map_err(|e| {
             let mut refusal = self.failed(e.to_string());
             refusal.io_kind = Some(e.source.kind());
             refusal
-        })
+        })?;
+        let Some(tls) = &self.tls else {
+            return Ok(Outbound::Tcp(tcp));
+        };
+        let connector = tokio_rustls::TlsConnector::from(Arc::clone(&tls.config));
+        match tokio::time::timeout(timeout, connector.connect(tls.server_name.clone(), tcp)).await {
+            Ok(Ok(stream)) => Ok(Outbound::Tls(Box::new(stream))),
+            Ok(Err(e)) => Err(self.failed(format!("TLS: {e}"))),
+            Err(_) => Err(self.failed(format!("no TLS handshake within {timeout:?}"))),
+        }
     }
 
     /// What a response to a forwarded request means: the judging bridge's own refusal,
@@ -193,6 +207,79 @@ impl UpstreamProxy {
     }
 }
 
+/// TLS to an upstream proxy.
+#[derive(Clone)]
+pub struct ProxyTls {
+    config: Arc<rustls::ClientConfig>,
+    server_name: rustls::pki_types::ServerName<'static>,
+}
+
+impl std::fmt::Debug for ProxyTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProxyTls({:?})", self.server_name)
+    }
+}
+
+impl ProxyTls {
+    /// TLS to `host`, whose certificate must be valid for it: issued by one of `ca_pem`'s
+    /// certificates, or without one by a CA this system trusts. `client`: a certificate
+    /// chain and key (PEM) to present, for a bridge that names tenants by them.
+    pub fn new(
+        host: &Host,
+        ca_pem: Option<&[u8]>,
+        client: Option<(&[u8], &[u8])>,
+    ) -> Result<ProxyTls, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+        let mut roots = rustls::RootCertStore::empty();
+        match ca_pem {
+            Some(pem) => {
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    let cert = cert.map_err(|e| format!("the CA file is not PEM: {e}"))?;
+                    roots
+                        .add(cert)
+                        .map_err(|e| format!("the CA file: not a CA certificate: {e}"))?;
+                }
+            }
+            None => {
+                for cert in rustls_native_certs::load_native_certs().certs {
+                    let _ = roots.add(cert);
+                }
+            }
+        }
+        if roots.is_empty() {
+            return Err("no CA to verify the proxy's certificate against".into());
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?
+            .with_root_certificates(roots);
+        let config = match client {
+            Some((chain_pem, key_pem)) => {
+                let chain = CertificateDer::pem_slice_iter(chain_pem)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("the client certificate is not PEM: {e}"))?;
+                let key = PrivateKeyDer::from_pem_slice(key_pem)
+                    .map_err(|e| format!("no PEM private key for the client certificate: {e}"))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("the client certificate and key: {e}"))?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let server_name = match host {
+            Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
+            Host::Name(name) => ServerName::try_from(name.clone())
+                .map_err(|e| format!("{name} is no name to verify a certificate for: {e}"))?,
+        };
+        Ok(ProxyTls {
+            config: Arc::new(config),
+            server_name,
+        })
+    }
+}
+
 /// A netbox bridge's `X-Netbox-Reason` for a refusal, as this bridge's reason. Its
 /// `proxy-auth` is this bridge's credentials, not the client's: not passed on as such.
 fn judged_reason(value: &str) -> Option<Reason> {
@@ -261,9 +348,37 @@ fn parse_answer(head: &[u8]) -> Result<Answer, String> {
     })
 }
 
-/// Reads an answer's head and not one byte past it: bytes are peeked, and only the head's
-/// own are taken off the socket.
-async fn read_answer_head(stream: &TcpStream) -> io::Result<Vec<u8>> {
+/// Reads an answer's head and not one byte past it (a server that speaks first keeps its
+/// greeting): over TLS a byte at a time from what the library has decrypted, else from
+/// the socket itself.
+async fn read_answer_head(stream: &mut Outbound) -> io::Result<Vec<u8>> {
+    let Outbound::Tcp(tcp) = stream else {
+        use tokio::io::AsyncReadExt;
+        let mut head = Vec::new();
+        while find_head_end(&head[head.len().saturating_sub(4)..]).is_none() {
+            if head.len() >= MAX_ANSWER_HEAD {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("an answer head over {MAX_ANSWER_HEAD} bytes"),
+                ));
+            }
+            let mut byte = [0u8; 1];
+            if stream.read(&mut byte).await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "closed before answering",
+                ));
+            }
+            head.push(byte[0]);
+        }
+        return Ok(head);
+    };
+    read_plain_answer_head(tcp).await
+}
+
+/// [`read_answer_head`] on a socket: bytes are peeked, and only the head's own are taken
+/// off it.
+async fn read_plain_answer_head(stream: &TcpStream) -> io::Result<Vec<u8>> {
     let mut head = Vec::new();
     let mut buf = [0u8; 2048];
     loop {
@@ -413,6 +528,7 @@ mod tests {
             port: 3129,
             authorization: None,
             except: NoProxy::default(),
+            tls: None,
             judges: true,
         };
         let head = b"HTTP/1.1 502 Bad Gateway\r\nX-Netbox-Reason: policy\r\n\
@@ -450,8 +566,9 @@ mod tests {
             }
             sock
         });
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        let head = read_answer_head(&stream).await.unwrap();
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let mut stream = Outbound::Tcp(stream);
+        let head = read_answer_head(&mut stream).await.unwrap();
         assert_eq!(head, b"HTTP/1.1 200 OK\r\nVia: x\r\n\r\n");
         let _sock = server.await.unwrap();
         let mut rest = [0u8; 64];

@@ -299,3 +299,173 @@ fn client_names_need_tls_and_a_client_ca() {
         assert_eq!(text.lines().count(), 1, "{text}");
     }
 }
+
+/// A TLS bridge with client certificates, and the files its clients need.
+struct TlsBridge {
+    bridge: Bridge,
+    server_ca: PathBuf,
+    runner_a: (PathBuf, PathBuf),
+    other_ca: PathBuf,
+}
+
+fn tls_bridge(dir: &TestDir, port: u16) -> TlsBridge {
+    let server_ca = Ca::new("bridge CA");
+    let (cert, key) = server_ca.issue(dir, "bridge", &["127.0.0.1"]);
+    let client_ca = Ca::new("runners CA");
+    let client_ca_file = dir.write("client-ca.pem", &client_ca.pem);
+    let runner_a = client_ca.issue(dir, "runner-a", &["runner-a.ci.test"]);
+    let file = tenants(dir, port);
+    let arg = |p: &Path| p.display().to_string();
+    let bridge = Bridge::start_args(
+        dir,
+        &[
+            "--tenants".into(),
+            arg(&file),
+            "--tls-cert".into(),
+            arg(&cert),
+            "--tls-key".into(),
+            arg(&key),
+            "--client-ca".into(),
+            arg(&client_ca_file),
+        ],
+    );
+    TlsBridge {
+        bridge,
+        server_ca: dir.write("server-ca.pem", &server_ca.pem),
+        runner_a,
+        other_ca: dir.write("other-ca.pem", &Ca::new("another CA").pem),
+    }
+}
+
+#[test]
+fn a_sandbox_reaches_its_tls_bridge_with_a_client_certificate() {
+    let http = HttpServer::start();
+    let p = http.port();
+    let remote_dir = TestDir::new("mtls-remote");
+    let remote = tls_bridge(&remote_dir, p);
+    let url = format!("https://{}", remote.bridge.addr);
+    let arg = |p: &Path| p.display().to_string();
+    // The key where CMD, which sees the host's /var/tmp, could name it.
+    let outside = TestDir::outside_tmp("mtls-key");
+    let key = outside.write(
+        "runner-a.key",
+        &std::fs::read_to_string(&remote.runner_a.1).unwrap(),
+    );
+    let with = |dir: &TestDir, ca: &Path, cert: bool| {
+        let mut run = crate::support::Run::new(dir)
+            .args_from(&["--bridge", &url, "--bridge-ca"])
+            .arg(arg(ca));
+        if cert {
+            run = run
+                .arg("--bridge-cert")
+                .arg(arg(&remote.runner_a.0))
+                .arg("--bridge-key")
+                .arg(arg(&key));
+        }
+        run
+    };
+    // The certificate names team-a: its host both ways, the other tenant's refused, the
+    // key empty to CMD.
+    let dir = TestDir::new("mtls-run");
+    let run = with(&dir, &remote.server_ca, true);
+    let out = run.sh(&format!(
+        "curl -sS http://a.test:{p}/hello; curl -sS -p http://a.test:{p}/hello; \
+         curl -sS -o /dev/null -w '%{{http_code}}\\n' http://b.test:{p}/hello; \
+         wc -c < {key}",
+        key = key.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "hello from upstream\nhello from upstream\n502\n0\n"
+    );
+    let there = remote.bridge.events(4);
+    let team_a = |host: &str| {
+        there
+            .iter()
+            .filter(|e| e["host"] == host && e["session"] == "e2e/team-a")
+            .count()
+    };
+    assert_eq!(team_a("a.test"), 2, "{there:?}");
+    assert_eq!(team_a("b.test"), 1, "{there:?}");
+    assert_eq!(team_a("netbox-probe-canary.invalid"), 1, "{there:?}");
+
+    // A bridge whose certificate another CA issued, and a client with no certificate (and
+    // no token): the probe fails and CMD never runs.
+    for (case, ca, cert) in [
+        ("another CA", remote.other_ca.as_path(), true),
+        ("no client certificate", remote.server_ca.as_path(), false),
+    ] {
+        let dir = TestDir::new("mtls-run-refused");
+        let run = with(&dir, ca, cert);
+        let out = run.sh("touch ran");
+        assert_eq!(out.status.code(), Some(125), "{case}: {}", stderr(&out));
+        assert!(stderr(&out).contains("live probe failed"), "{case}");
+        assert!(!run.workspace.join("ran").exists(), "{case}");
+    }
+}
+
+#[test]
+fn a_bridge_goes_out_through_an_https_upstream_proxy_with_its_certificate() {
+    let http = HttpServer::start();
+    let p = http.port();
+    let remote_dir = TestDir::new("mtls-upstream");
+    let remote = tls_bridge(&remote_dir, p);
+    let arg = |p: &Path| p.display().to_string();
+    let dir = TestDir::new("mtls-front");
+    let front = Bridge::start(
+        &dir,
+        "allow = [\"a.test:*\", \"b.test:*\"]\n",
+        &[
+            "--upstream-proxy",
+            &format!("https://{}", remote.bridge.addr),
+            "--upstream-proxy-ca",
+            &arg(&remote.server_ca),
+            "--upstream-proxy-cert",
+            &arg(&remote.runner_a.0),
+            "--upstream-proxy-key",
+            &arg(&remote.runner_a.1),
+        ],
+    );
+    let get = |url: &str, tunnel: bool| {
+        let proxy = front.proxy_url();
+        let mut args = vec!["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-x", &proxy];
+        if tunnel {
+            args.push("-p");
+        }
+        args.push(url);
+        stdout(&curl(&args))
+    };
+    // team-a's policy over there: a.test through, b.test refused there (the front's own
+    // allowlist lets both by).
+    assert_eq!(get(&format!("http://a.test:{p}/hello"), false), "200");
+    assert_eq!(get(&format!("http://a.test:{p}/hello"), true), "200");
+    // Refused over there: a tunnel's refusal comes back as that bridge's own reason; a
+    // forwarded request's answer is passed on as it came (from a company proxy, its own
+    // answers cannot be told from its servers').
+    assert_eq!(get(&format!("http://b.test:{p}/hello"), false), "502");
+    let out = curl(&[
+        "-sS",
+        "-p",
+        "-x",
+        &front.proxy_url(),
+        &format!("http://b.test:{p}/hello"),
+    ]);
+    assert!(stderr(&out).contains("response 502"), "{}", stderr(&out));
+    let records: Vec<_> = front
+        .events(4)
+        .into_iter()
+        .filter(|e| e["host"] == "b.test")
+        .collect();
+    let tunnel = records
+        .iter()
+        .find(|e| e["proto"] == "http_connect")
+        .unwrap();
+    assert_eq!(tunnel["reason"], "not_allowed", "{tunnel}");
+    assert!(tunnel["via"].as_str().unwrap().starts_with("https://"));
+    let forwarded = records
+        .iter()
+        .find(|e| e["proto"] == "http_forward")
+        .unwrap();
+    assert_eq!(forwarded["status"], 502, "{forwarded}");
+}

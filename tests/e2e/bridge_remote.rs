@@ -258,7 +258,10 @@ fn local_rules_do_not_go_with_a_remote_bridge() {
         assert_eq!(said.lines().count(), 1, "{said}");
     }
     for (url, why) in [
-        ("https://127.0.0.1:9", "https:// is not supported yet"),
+        (
+            "socks5://127.0.0.1:9",
+            "give the proxy as http://HOST:PORT or https://HOST:PORT",
+        ),
         (
             "http://user:pw@127.0.0.1:9",
             "credentials do not go in the URL",

@@ -255,7 +255,8 @@ pub struct RunArgs {
     pub fetch_allowlist: Vec<PathBuf>,
 
     /// Send the sandbox's connections to a shared netbox bridge (`netbox bridge
-    /// --tenants`) at http://HOST:PORT, which judges each one under this tenant's policy;
+    /// --tenants`) at http://HOST:PORT or https://HOST:PORT, which judges each one under
+    /// this tenant's policy;
     /// the sandbox, the probe (which proves that bridge refuses its canary) and the log
     /// stay here. --allow, --allowlist and --allow-private do not go with it.
     #[arg(long = "bridge", value_name = "URL")]
@@ -265,6 +266,19 @@ pub struct RunArgs {
     /// TENANT:TOKEN.
     #[arg(long = "bridge-token-file", value_name = "FILE", requires = "bridge")]
     pub bridge_token_file: Option<PathBuf>,
+
+    /// For an https:// --bridge: the CA (PEM) its certificate must come from (default:
+    /// the CAs this system trusts).
+    #[arg(long = "bridge-ca", value_name = "FILE", requires = "bridge")]
+    pub bridge_ca: Option<PathBuf>,
+
+    /// For an https:// --bridge that names tenants by certificates: this one (PEM).
+    #[arg(long = "bridge-cert", value_name = "FILE", requires_all = ["bridge", "bridge_key"])]
+    pub bridge_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --bridge-cert.
+    #[arg(long = "bridge-key", value_name = "FILE", requires = "bridge_cert")]
+    pub bridge_key: Option<PathBuf>,
 
     /// Run CMD with no sandbox and no probe at all (says so on stderr).
     #[arg(long = "disable-sandbox", visible_alias = "yolo")]
@@ -433,7 +447,7 @@ pub struct BridgeArgs {
     #[arg(long = "client-ca", value_name = "FILE", requires = "tls_cert")]
     pub client_ca: Option<PathBuf>,
 
-    /// Go out through this proxy (http://HOST:PORT), as a network whose only way out is a
+    /// Go out through this proxy (http://HOST:PORT or https://HOST:PORT), as a network whose only way out is a
     /// company proxy needs: tunnels as CONNECT, plain HTTP in absolute form. Names go to
     /// it unresolved (it resolves them); the policy still judges each first.
     #[arg(long = "upstream-proxy", value_name = "URL")]
@@ -447,6 +461,27 @@ pub struct BridgeArgs {
         requires = "upstream_proxy"
     )]
     pub upstream_proxy_token_file: Option<PathBuf>,
+
+    /// For an https:// --upstream-proxy: the CA (PEM) its certificate must come from
+    /// (default: the CAs this system trusts).
+    #[arg(
+        long = "upstream-proxy-ca",
+        value_name = "FILE",
+        requires = "upstream_proxy"
+    )]
+    pub upstream_proxy_ca: Option<PathBuf>,
+
+    /// For an https:// --upstream-proxy that asks for a client certificate: this one (PEM).
+    #[arg(long = "upstream-proxy-cert", value_name = "FILE", requires_all = ["upstream_proxy", "upstream_proxy_key"])]
+    pub upstream_proxy_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --upstream-proxy-cert.
+    #[arg(
+        long = "upstream-proxy-key",
+        value_name = "FILE",
+        requires = "upstream_proxy_cert"
+    )]
+    pub upstream_proxy_key: Option<PathBuf>,
 
     /// Hosts reached directly, not through --upstream-proxy: names (each with the names
     /// under it), IP addresses and CIDR blocks, separated by commas, as NO_PROXY lists them.

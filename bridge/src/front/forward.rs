@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::outbound::Outbound;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::combinators::BoxBody;
@@ -20,7 +21,6 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{Connection, SendRequest};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 
 use crate::conn::{Conn, Slot};
 use crate::counted::{Counted, Counters};
@@ -336,7 +336,7 @@ impl Driven {
     /// and so does the bridge stopping; a response on its way then ends with that `fate`.
     async fn drive(
         self,
-        connection: Connection<TokioIo<Counted<TcpStream>>, CountedBody>,
+        connection: Connection<TokioIo<Counted<Outbound>>, CountedBody>,
         stopped: impl std::future::Future<Output = ()>,
     ) {
         let _slot = self.slot;

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 
 use crate::client_io::{ClientIo, Stream};
 use crate::conn::Conn;
@@ -167,7 +166,7 @@ pub(crate) async fn serve(
     inspector: Option<&Inspector>,
     check: HttpCheck,
     (client, prefix): (Stream, Bytes),
-    upstream: TcpStream,
+    upstream: crate::outbound::Outbound,
     target: &Target,
     opened: &Attempt,
 ) -> Result<TunnelStats, HelloRefusal> {

@@ -77,7 +77,12 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         Some(url) => Some(Arc::new(crate::plan::upstream::upstream_proxy(
             "--upstream-proxy",
             url,
-            args.upstream_proxy_token_file.as_deref(),
+            &crate::plan::upstream::ProxyFiles {
+                credentials: args.upstream_proxy_token_file.as_deref(),
+                ca: args.upstream_proxy_ca.as_deref(),
+                cert: args.upstream_proxy_cert.as_deref(),
+                key: args.upstream_proxy_key.as_deref(),
+            },
             args.no_proxy.as_deref(),
             false,
         )?)),

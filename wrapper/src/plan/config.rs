@@ -115,7 +115,12 @@ impl SandboxConfig {
                 Some(std::sync::Arc::new(crate::plan::upstream::upstream_proxy(
                     "--bridge",
                     url,
-                    args.bridge_token_file.as_deref(),
+                    &crate::plan::upstream::ProxyFiles {
+                        credentials: args.bridge_token_file.as_deref(),
+                        ca: args.bridge_ca.as_deref(),
+                        cert: args.bridge_cert.as_deref(),
+                        key: args.bridge_key.as_deref(),
+                    },
                     None,
                     true,
                 )?))
@@ -129,8 +134,16 @@ impl SandboxConfig {
         }
         let env_extra = extra_env(&args.env_file, &args.env, &caches, &write_roots)?;
         write_roots.extend(caches.iter().filter_map(|c| c.dir.clone()));
-        if let Some(token) = &args.bridge_token_file {
-            refuse_token_inside_roots(token, &write_roots)?;
+        let bridge_files = [
+            (&args.bridge_token_file, "--bridge-token-file"),
+            (&args.bridge_ca, "--bridge-ca"),
+            (&args.bridge_cert, "--bridge-cert"),
+            (&args.bridge_key, "--bridge-key"),
+        ];
+        for (file, flag) in bridge_files {
+            if let Some(file) = file {
+                refuse_bridge_file_inside_roots(file, flag, &write_roots)?;
+            }
         }
 
         let log_path = match args.log {
@@ -321,8 +334,11 @@ impl NamedPaths {
         // The remote bridge's credentials are netbox's, not CMD's: CMD, which can read
         // what the user can, finds the file empty (under whatever name it tries: the path
         // hidden is the file's own, every link resolved).
-        if let Some(token) = &args.bridge_token_file {
-            hide.push(existing(token, "--bridge-token-file")?);
+        for secret in [&args.bridge_token_file, &args.bridge_key]
+            .into_iter()
+            .flatten()
+        {
+            hide.push(existing(secret, "--bridge-token-file or --bridge-key")?);
         }
         let protect = args
             .protect
@@ -611,20 +627,24 @@ fn refuse_log_inside_roots(log: &Path, roots: &[PathBuf]) -> Result<(), WrapperE
     }
 }
 
-/// The remote bridge's credentials file, where CMD could replace it (with a token of its
-/// choosing, or a link to another secret) for the next run: refused, by the path given and
-/// by the path it leads to.
-fn refuse_token_inside_roots(token: &Path, roots: &[PathBuf]) -> Result<(), WrapperError> {
-    let given = std::path::absolute(token).unwrap_or_else(|_| token.to_owned());
-    let real = std::fs::canonicalize(token).unwrap_or_else(|_| given.clone());
+/// A file of the remote bridge's (its token, its CA, a client certificate and key) where
+/// CMD could replace it for the next run (with a token or CA of its choosing, or a link to
+/// another secret): refused, by the path given and by the path it leads to.
+fn refuse_bridge_file_inside_roots(
+    file: &Path,
+    flag: &str,
+    roots: &[PathBuf],
+) -> Result<(), WrapperError> {
+    let given = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
+    let real = std::fs::canonicalize(file).unwrap_or_else(|_| given.clone());
     match roots
         .iter()
         .find(|r| given.starts_with(r) || real.starts_with(r))
     {
         Some(root) => Err(WrapperError::Usage(format!(
-            "--bridge-token-file {} is inside the writable root {}, where CMD could replace \
-             it for the next run; keep it outside (in ~/.config/netbox/, say)",
-            token.display(),
+            "{flag} {} is inside the writable root {}, where CMD could replace it for the \
+             next run; keep it outside (in ~/.config/netbox/, say)",
+            file.display(),
             root.display()
         ))),
         None => Ok(()),

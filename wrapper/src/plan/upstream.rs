@@ -12,7 +12,7 @@ use std::path::Path;
 
 use base64::Engine;
 use bridge::target::Target;
-use bridge::upstream_proxy::{NoProxy, UpstreamProxy};
+use bridge::upstream_proxy::{NoProxy, ProxyTls, UpstreamProxy};
 use http::HeaderValue;
 
 use crate::error::WrapperError;
@@ -20,12 +20,27 @@ use crate::error::WrapperError;
 /// Credentials files are one short line; anything longer is a mistake.
 const MAX_CREDENTIALS_BYTES: u64 = 4096;
 
-/// Reads `url` (`http://HOST:PORT`) and the credentials file. `flag` names the option in
-/// every error; `judges` says the proxy is a netbox bridge judging for this one.
+/// The files an upstream proxy's options name.
+#[derive(Default)]
+pub struct ProxyFiles<'a> {
+    /// One line: TOKEN or USER:PASSWORD.
+    pub credentials: Option<&'a Path>,
+    /// `https://`: the CA (PEM) its certificate must come from (default: the system's).
+    pub ca: Option<&'a Path>,
+    /// `https://`: a client certificate (PEM) to present, and its key.
+    pub cert: Option<&'a Path>,
+    pub key: Option<&'a Path>,
+}
+
+/// Certificates and keys read, at most.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// Reads `url` (`http://HOST:PORT` or `https://HOST:PORT`) and the files. `flag` names the
+/// option in every error; `judges` says the proxy is a netbox bridge judging for this one.
 pub fn upstream_proxy(
     flag: &str,
     url: &str,
-    credentials: Option<&Path>,
+    files: &ProxyFiles<'_>,
     no_proxy: Option<&str>,
     judges: bool,
 ) -> Result<UpstreamProxy, WrapperError> {
@@ -38,8 +53,8 @@ pub fn upstream_proxy(
         None => url.to_owned(),
     };
     let usage = |what: String| WrapperError::Usage(format!("{flag} {shown:?}: {what}"));
-    let target = parse_url(url).map_err(usage)?;
-    let authorization = match credentials {
+    let (https, target) = parse_url(url).map_err(usage)?;
+    let authorization = match files.credentials {
         Some(path) => Some(read_credentials(path)?),
         None => None,
     };
@@ -47,26 +62,53 @@ pub fn upstream_proxy(
         Some(list) => NoProxy::parse(list).map_err(WrapperError::Usage)?,
         None => NoProxy::default(),
     };
+    let pem = |path: &Path, what: &'static str| {
+        crate::plan::read_small_file(path, MAX_PEM_BYTES)
+            .map(String::into_bytes)
+            .map_err(|source| WrapperError::Path {
+                path: path.to_owned(),
+                what,
+                source,
+            })
+    };
+    let tls = match (https, files.ca, files.cert.zip(files.key)) {
+        (false, None, None) => None,
+        (false, _, _) => {
+            return Err(usage(
+                "a CA or a client certificate is for an https:// proxy".into(),
+            ))
+        }
+        (true, ca, client) => {
+            let ca = ca.map(|path| pem(path, "CA file")).transpose()?;
+            let client = match client {
+                Some((cert, key)) => {
+                    Some((pem(cert, "client certificate")?, pem(key, "client key")?))
+                }
+                None => None,
+            };
+            let client = client.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice()));
+            Some(ProxyTls::new(&target.host, ca.as_deref(), client).map_err(usage)?)
+        }
+    };
+    let scheme = if https { "https" } else { "http" };
     Ok(UpstreamProxy {
-        name: format!("http://{target}"),
+        name: format!("{scheme}://{target}"),
         host: target.host,
         port: target.port,
         authorization,
         except,
+        tls,
         judges,
     })
 }
 
-/// `http://HOST:PORT` (a trailing `/` allowed), nothing else.
-fn parse_url(url: &str) -> Result<Target, String> {
-    let Some(rest) = url.strip_prefix("http://") else {
-        return Err(if url.starts_with("https://") {
-            "https:// is not supported yet: use http:// on a network you trust, or carry \
-             it over a tunnel of its own (WireGuard, stunnel)"
-                .into()
-        } else {
-            "give the proxy as http://HOST:PORT".into()
-        });
+/// `http://HOST:PORT` or `https://HOST:PORT` (a trailing `/` allowed), nothing else;
+/// whether it is `https`, and the authority.
+fn parse_url(url: &str) -> Result<(bool, Target), String> {
+    let (https, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (false, rest),
+        (_, Some(rest)) => (true, rest),
+        _ => return Err("give the proxy as http://HOST:PORT or https://HOST:PORT".into()),
     };
     let authority = rest.strip_suffix('/').unwrap_or(rest);
     if authority.contains('@') {
@@ -80,6 +122,7 @@ fn parse_url(url: &str) -> Result<Target, String> {
         return Err("give the proxy as http://HOST:PORT, with no path".into());
     }
     Target::parse_authority(authority)
+        .map(|target| (https, target))
         .map_err(|e| format!("{e} (give the proxy as http://HOST:PORT)"))
 }
 
@@ -128,13 +171,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_plain_http_authorities_are_taken() {
-        let parsed = |url: &str| parse_url(url).unwrap().to_string();
-        assert_eq!(parsed("http://egress.test:3129"), "egress.test:3129");
-        assert_eq!(parsed("http://Egress.TEST.:3129"), "egress.test:3129");
-        assert_eq!(parsed("http://[::1]:3129/"), "[::1]:3129");
+    fn only_http_and_https_authorities_are_taken() {
+        let parsed = |url: &str| {
+            let (https, target) = parse_url(url).unwrap();
+            format!("{https} {target}")
+        };
+        assert_eq!(parsed("http://egress.test:3129"), "false egress.test:3129");
+        assert_eq!(parsed("http://Egress.TEST.:3129"), "false egress.test:3129");
+        assert_eq!(parsed("http://[::1]:3129/"), "false [::1]:3129");
+        assert_eq!(parsed("https://egress.test:3129"), "true egress.test:3129");
         for bad in [
-            "https://egress.test:3129",
             "egress.test:3129",
             "http://user:secret@egress.test:3129",
             "http://egress.test:3129/path",

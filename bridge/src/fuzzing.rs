@@ -58,7 +58,7 @@ pub fn socks5_request(data: &[u8]) {
     });
     let mut stream = tokio::io::join(data, tokio::io::sink());
     if let Ok(Request::Connect(target)) =
-        runtime.block_on(read_request(&mut stream, None, &mut None))
+        runtime.block_on(read_request(&mut stream, None, &[], &mut None))
     {
         assert_ne!(target.port, 0, "a CONNECT to port 0");
         let again = Target::parse_authority(&target.to_string());

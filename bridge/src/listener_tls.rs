@@ -24,10 +24,9 @@ impl std::fmt::Debug for ListenerTls {
     }
 }
 
-/// A client certificate's names kept at most, and their length: a certificate is the
-/// client's to make (within what the CA signs), and these are held per connection.
-const MAX_CLIENT_NAMES: usize = 16;
-const MAX_CLIENT_NAME_BYTES: usize = 255;
+/// A client certificate's name kept at most, with its type: no tenant's is longer (the
+/// certificate itself is bounded by the handshake's size limits).
+const MAX_CLIENT_NAME_BYTES: usize = 4 + 255;
 
 impl ListenerTls {
     /// From PEM: the bridge's certificate chain and key, and the CA whose client
@@ -107,19 +106,39 @@ impl ListenerTls {
     }
 }
 
-/// A certificate's DNS and URI subject alternative names (no wildcard: a name that stands
-/// for many clients names no one tenant), bounded.
-fn client_names(cert: &CertificateDer<'_>) -> Vec<String> {
+/// A certificate's DNS and URI subject alternative names, each with its type
+/// (`dns:runner.ci.corp.test`, `uri:spiffe://corp.test/ci`) so that one type never stands
+/// for the other: a CA constrained to DNS names still signs any URI (review 41). No
+/// wildcard (a name that stands for many clients names no one tenant), no URI without a
+/// scheme, every name (a cut list could hide a second tenant's).
+pub fn client_names(cert: &CertificateDer<'_>) -> Vec<String> {
     let Ok(cert) = webpki::EndEntityCert::try_from(cert) else {
         return Vec::new();
     };
-    // DNS names in any case are one name; a URI's path is not case-blind.
     let dns = cert
         .valid_dns_names()
         .filter(|name| !name.starts_with('*'))
-        .map(str::to_ascii_lowercase);
-    dns.chain(cert.valid_uri_names().map(str::to_owned))
+        .map(|name| format!("dns:{}", name.trim_end_matches('.').to_ascii_lowercase()));
+    let uris = cert
+        .valid_uri_names()
+        .filter(|uri| has_scheme(uri))
+        .map(|uri| format!("uri:{uri}"));
+    dns.chain(uris)
         .filter(|name| name.len() <= MAX_CLIENT_NAME_BYTES && name.is_ascii())
-        .take(MAX_CLIENT_NAMES)
         .collect()
+}
+
+/// Whether `uri` starts with a scheme (RFC 3986: a letter, then letters, digits, `+`, `-`
+/// or `.`, then `:`).
+pub fn has_scheme(uri: &str) -> bool {
+    let Some((scheme, _)) = uri.split_once(':') else {
+        return false;
+    };
+    scheme
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
 }

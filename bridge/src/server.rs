@@ -371,6 +371,7 @@ async fn serve_tls(
     mut conn: Conn,
 ) {
     let deadline = conn.shared.config.header_timeout;
+    let started = tokio::time::Instant::now();
     let accepted = tokio::select! {
         accepted = tls.accept(tcp, deadline) => accepted,
         () = conn.stopped() => return,
@@ -378,7 +379,8 @@ async fn serve_tls(
     match accepted {
         Ok((stream, names)) => {
             conn.client_names = Arc::from(names);
-            front::handle(ClientIo::new(Stream::Tls(Box::new(stream))), conn).await;
+            let io = ClientIo::new(Stream::Tls(Box::new(stream)));
+            front::handle_from(io, conn, started).await;
         }
         Err(why) => {
             let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Http);

@@ -10,6 +10,7 @@ use crate::support::upstream::HttpServer;
 use crate::support::{curl, netbox_bin, sha256_hex, stderr, stdout, Bridge, TestDir};
 
 const SECRET_A: &str = "mtls-a-Pq8Vx3Nm6Rt1Kz";
+const SECRET_B: &str = "mtls-b-Lw2Hy7Dc4Sj9Ub";
 
 /// A CA of the test's own, which signs certificates for the names it is given.
 struct Ca {
@@ -33,19 +34,22 @@ impl Ca {
         }
     }
 
-    /// A certificate for `names` (a name with `://` is a URI), its key, written to
-    /// `dir/NAME.pem` and `dir/NAME.key`.
+    /// A certificate for `names` (a name with `://`, or written `uri:NAME`, is a URI), its
+    /// key, written to `dir/NAME.pem` and `dir/NAME.key`.
     fn issue(&self, dir: &TestDir, file: &str, names: &[&str]) -> (PathBuf, PathBuf) {
         use rcgen::{CertificateParams, KeyPair, SanType};
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.subject_alt_names = names
             .iter()
-            .map(|n| match n.parse::<std::net::IpAddr>() {
-                Ok(ip) => SanType::IpAddress(ip),
-                Err(_) if n.contains("://") => SanType::URI((*n).try_into().unwrap()),
-                Err(_) => SanType::DnsName((*n).try_into().unwrap()),
-            })
+            .map(
+                |n| match (n.parse::<std::net::IpAddr>(), n.strip_prefix("uri:")) {
+                    (Ok(ip), _) => SanType::IpAddress(ip),
+                    (_, Some(uri)) => SanType::URI(uri.try_into().unwrap()),
+                    _ if n.contains("://") => SanType::URI((*n).try_into().unwrap()),
+                    _ => SanType::DnsName((*n).try_into().unwrap()),
+                },
+            )
             .collect();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         (
@@ -69,9 +73,10 @@ fn tenants(dir: &TestDir, port: u16) -> PathBuf {
         &format!(
             "[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"sha256:{}\"]\n\
              client_names = [\"Runner-A.ci.test.\"]\n\
-             [tenants.team-b]\nallowlist = [\"b.toml\"]\n\
+             [tenants.team-b]\nallowlist = [\"b.toml\"]\nsecrets = [\"sha256:{}\"]\n\
              client_names = [\"spiffe://corp.test/team-b\"]\n",
-            sha256_hex(SECRET_A.as_bytes())
+            sha256_hex(SECRET_A.as_bytes()),
+            sha256_hex(SECRET_B.as_bytes())
         ),
     )
 }
@@ -194,6 +199,20 @@ fn a_client_certificate_names_its_tenant_on_a_tls_listener() {
         fetch(&bridge, ca, Some(&runner_b), Some(&a_user), &b_url, false).0,
         "407"
     );
+    // A name of one type never stands for the other (a CA constrained to DNS names still
+    // signs any URI; review 41): team-a's DNS name as a URI is no one's.
+    let uri_not_dns = client_ca.issue(&dir, "uri-not-dns", &["uri:runner-a.ci.test"]);
+    assert_eq!(
+        fetch(&bridge, ca, Some(&uri_not_dns), None, &a_url, false).0,
+        "407"
+    );
+    // Every name counts: team-b's among twenty others still makes two tenants.
+    let mut many: Vec<String> = (0..20).map(|i| format!("filler-{i}.ci.test")).collect();
+    many.insert(0, "runner-a.ci.test".into());
+    many.push("spiffe://corp.test/team-b".into());
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let two = client_ca.issue(&dir, "two-tenants", &many);
+    assert_eq!(fetch(&bridge, ca, Some(&two), None, &a_url, false).0, "407");
     // A certificate of another CA, for team-a's very name: refused in the handshake.
     let (code, exit, said) = fetch(&bridge, ca, Some(&rogue), None, &a_url, false);
     assert_ne!(exit, 0, "{code} {said}");
@@ -468,4 +487,88 @@ fn a_bridge_goes_out_through_an_https_upstream_proxy_with_its_certificate() {
         .find(|e| e["proto"] == "http_forward")
         .unwrap();
     assert_eq!(forwarded["status"], 502, "{forwarded}");
+}
+
+/// A TLS client of the bridge presenting `cert`, trusting `ca` for the bridge.
+fn tls_to(
+    bridge: &Bridge,
+    ca: &Path,
+    cert: &(PathBuf, PathBuf),
+) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let chain: Vec<_> = CertificateDer::pem_file_iter(&cert.0)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(&cert.1).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    let name = rustls::pki_types::ServerName::IpAddress(bridge.addr.ip().into());
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let tcp = std::net::TcpStream::connect(bridge.addr).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+#[test]
+fn a_socks5_client_over_tls_is_named_by_its_certificate_and_loses_no_byte() {
+    use std::io::{Read, Write};
+    let dir = TestDir::new("bridge-mtls-socks");
+    let http = HttpServer::start();
+    let p = http.port();
+    let remote = tls_bridge(&dir, p);
+    let connect = |host: &str| {
+        let mut request = vec![0x05, 0x01, 0x00, 0x03, u8::try_from(host.len()).unwrap()];
+        request.extend_from_slice(host.as_bytes());
+        request.extend_from_slice(&p.to_be_bytes());
+        request
+    };
+    // No credentials: the certificate names team-a. The greeting, the request and the
+    // tunnel's first bytes go in one flight; none is lost.
+    let mut tls = tls_to(&remote.bridge, &remote.server_ca, &remote.runner_a);
+    let mut flight = vec![0x05, 0x01, 0x00];
+    flight.extend(connect("a.test"));
+    flight.extend_from_slice(b"GET /hello HTTP/1.0\r\nHost: a.test\r\n\r\n");
+    tls.write_all(&flight).unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    assert_eq!(&answer[..2], &[0x05, 0x00], "{text}");
+    assert_eq!(&answer[2..4], &[0x05, 0x00], "{text}");
+    assert!(text.ends_with("hello from upstream\n"), "{text}");
+    drop(tls);
+    // Credentials for another tenant than the certificate's: refused at authentication.
+    let mut tls = tls_to(&remote.bridge, &remote.server_ca, &remote.runner_a);
+    let mut greeting = vec![0x05, 0x01, 0x02, 0x01, 6];
+    greeting.extend_from_slice(b"team-b");
+    greeting.push(u8::try_from(SECRET_B.len()).unwrap());
+    greeting.extend_from_slice(SECRET_B.as_bytes());
+    tls.write_all(&greeting).unwrap();
+    let mut reply = [0u8; 4];
+    tls.read_exact(&mut reply).unwrap();
+    assert_eq!(reply, [0x05, 0x02, 0x01, 0x01]);
+    let events = remote.bridge.events(2);
+    assert!(
+        events.iter().any(|e| e["session"] == "e2e/team-a"
+            && e["host"] == "a.test"
+            && e["proto"] == "socks5"),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|e| e["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("another tenant than the client certificate"))),
+        "{events:?}"
+    );
 }

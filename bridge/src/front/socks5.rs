@@ -65,7 +65,7 @@ pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::
     let read = tokio::select! {
         read = tokio::time::timeout(
             header_timeout,
-            read_request(&mut io, Some(&listener_session), &mut tenant),
+            read_request(&mut io, Some(&listener_session), &conn.client_names, &mut tenant),
         ) => read,
         // The bridge is stopping: a request still on its way will not be served.
         () = conn.stopped() => return,
@@ -128,17 +128,12 @@ pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::
             .record(&attempt.finish(End::ClientError, 0, 0));
         return;
     }
-    let stats = match io.into_stream().0 {
-        Some(client) => {
-            let relayed = crate::carry::carry(
-                &conn,
-                client,
-                bytes::Bytes::new(),
-                upstream,
-                &target,
-                &attempt,
-            )
-            .await;
+    // What the client sent past its request (in one flight with it, as a TLS client's
+    // first read may hold) is the tunnel's first bytes.
+    let stats = match io.into_stream() {
+        (Some(client), prefix) => {
+            let relayed =
+                crate::carry::carry(&conn, client, prefix, upstream, &target, &attempt).await;
             match relayed {
                 Ok(stats) => stats,
                 Err(refused) => {
@@ -148,7 +143,7 @@ pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::
                 }
             }
         }
-        None => tunnel::TunnelStats {
+        (None, _) => tunnel::TunnelStats {
             bytes_up: 0,
             bytes_down: 0,
             end: End::ClientError,
@@ -162,11 +157,13 @@ pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::
 /// Reads the greeting (answering it), the credentials when the listener's `session`
 /// serves tenants (the tenant they name goes to `tenant`; the tenants are asked when the
 /// credentials have come, so a reload meanwhile applies), and the request; I/O errors mean
-/// the client spoke garbage or left. Generic over the stream so the fuzz target can drive
-/// it from memory (fuzzing.rs).
+/// the client spoke garbage or left. A client whose certificate (`client_names`) names a
+/// tenant needs no credentials; credentials it gives must name the same tenant. Generic
+/// over the stream so the fuzz target can drive it from memory (fuzzing.rs).
 pub(crate) async fn read_request<S>(
     io: &mut S,
     session: Option<&Session>,
+    client_names: &[String],
     tenant: &mut Option<Arc<Session>>,
 ) -> io::Result<Request>
 where
@@ -178,13 +175,26 @@ where
     }
     let mut methods = vec![0u8; usize::from(method_count)];
     io.read_exact(&mut methods).await?;
-    let serves_tenants = session.is_some_and(|s| s.tenants().is_some());
-    let (method, refused) = match serves_tenants {
-        false => (
+    let tenants = session.and_then(Session::tenants);
+    let by_certificate = match tenants.as_ref().map(|t| t.from_client_names(client_names)) {
+        Some(Err(why)) => {
+            io.write_all(&[VERSION, METHOD_NONE_ACCEPTABLE]).await?;
+            let refusal = Refusal::new(Reason::ProxyAuthRequired, why.detail());
+            return Ok(Request::Refused(None, refusal));
+        }
+        Some(Ok(named)) => named,
+        None => None,
+    };
+    let (method, refused) = match (&tenants, &by_certificate) {
+        (None, _) => (
             METHOD_NO_AUTH,
             Refusal::new(Reason::Unsupported, "client offers no no-auth method"),
         ),
-        true => (
+        (Some(_), Some(_)) if methods.contains(&METHOD_NO_AUTH) => (
+            METHOD_NO_AUTH,
+            Refusal::new(Reason::Unsupported, "client offers no no-auth method"),
+        ),
+        (Some(_), _) => (
             METHOD_USER_PASSWORD,
             Refusal::new(
                 Reason::ProxyAuthRequired,
@@ -198,7 +208,10 @@ where
         return Ok(Request::Refused(None, refused));
     }
     io.write_all(&[VERSION, method]).await?;
-    if serves_tenants {
+    if method == METHOD_NO_AUTH {
+        // Named by its certificate, or a listener that serves no tenants.
+        tenant.clone_from(&by_certificate);
+    } else if let Some(tenants) = tenants {
         let [version] = read_array::<1, _>(io).await?;
         if version != USER_PASSWORD_VERSION {
             return Err(io::Error::new(
@@ -208,8 +221,17 @@ where
         }
         let user = read_field(io).await?;
         let password = read_field(io).await?;
-        let tenants = session.and_then(Session::tenants).unwrap_or_default();
-        match tenants.from_user_password(&user, &password) {
+        let named = tenants
+            .from_user_password(&user, &password)
+            .and_then(|named| match &by_certificate {
+                Some(certified) if !Arc::ptr_eq(certified, &named) => {
+                    Err(crate::identity::Unidentified::Unknown(
+                        "the credentials name another tenant than the client certificate",
+                    ))
+                }
+                _ => Ok(named),
+            });
+        match named {
             Ok(session) => {
                 io.write_all(&[USER_PASSWORD_VERSION, 0]).await?;
                 *tenant = Some(session);

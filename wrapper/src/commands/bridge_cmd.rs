@@ -161,7 +161,9 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             (session, Vec::new(), served)
         }
     };
-    let reloader = Arc::new(Reloader::new(served, cwd, can_inspect));
+    let mut reloader = Reloader::new(served, cwd, can_inspect);
+    reloader.takes_certificates = args.client_ca.is_some();
+    let reloader = Arc::new(reloader);
     if let Some(note) = crate::limits::open_file_note(args.max_connections) {
         crate::output::say(&note);
     }

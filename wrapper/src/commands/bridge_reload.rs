@@ -56,6 +56,9 @@ pub struct Reloader {
     cwd: PathBuf,
     /// The bridge has a session CA: a new policy may inspect only if it does.
     can_inspect: bool,
+    /// The bridge takes client certificates (`--client-ca`): a tenants file may name
+    /// tenants by them only if it does.
+    pub takes_certificates: bool,
     /// The last reload was refused: what is in force is not what the files say.
     refused: std::sync::atomic::AtomicBool,
 }
@@ -72,6 +75,7 @@ impl Reloader {
             served: Mutex::new(served),
             cwd,
             can_inspect,
+            takes_certificates: false,
             refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -200,6 +204,14 @@ impl Reloader {
                 let plans =
                     crate::plan::tenants::load(&file, bridge_connections, Some(share), &self.cwd)
                         .map_err(|e| e.to_string())?;
+                if !self.takes_certificates && plans.iter().any(|p| !p.client_names.is_empty()) {
+                    return Err(
+                        "the tenants file names tenants by client_names, and this bridge \
+                                takes no client certificates: restart it with --tls-cert, \
+                                --tls-key and --client-ca"
+                            .into(),
+                    );
+                }
                 Next::Tenants(plans.into_iter().map(|p| (p.name.clone(), p)).collect())
             }
             (None, None) => return Err("nothing to reload".into()),

@@ -213,24 +213,34 @@ fn check_name(name: &str) -> Result<(), String> {
 /// Longest client name: a DNS name's limit.
 const MAX_CLIENT_NAME_BYTES: usize = 253;
 
-/// A client certificate's name as it is compared: a DNS name in lower case and without a
-/// final dot, or a URI (`spiffe://corp.test/ci`) as written; printable ASCII, no spaces.
+/// A client certificate's name as it is compared, with its type (as
+/// `bridge::listener_tls::client_names` gives a certificate's): a URI (it has a scheme:
+/// `spiffe://corp.test/ci`) as written, else a DNS name in lower case and without a final
+/// dot; printable ASCII, no spaces, no wildcard.
 fn client_name(name: &str) -> Result<String, String> {
     let fits = !name.is_empty()
         && name.len() <= MAX_CLIENT_NAME_BYTES
         && name.bytes().all(|b| b.is_ascii_graphic())
         && !name.starts_with('*');
+    let invalid = || {
+        format!(
+            "client name {name:?}: a DNS name or a URI with a scheme, 1 to \
+             {MAX_CLIENT_NAME_BYTES} printable characters, no wildcard"
+        )
+    };
     if !fits {
-        return Err(format!(
-            "client name {name:?}: a DNS name or a URI, 1 to {MAX_CLIENT_NAME_BYTES} printable \
-             characters, no wildcard"
-        ));
+        return Err(invalid());
     }
-    Ok(if name.contains("://") {
-        name.to_owned()
-    } else {
-        name.trim_end_matches('.').to_ascii_lowercase()
-    })
+    if bridge::listener_tls::has_scheme(name) {
+        return Ok(format!("uri:{name}"));
+    }
+    let dns = name.trim_end_matches('.').to_ascii_lowercase();
+    let label_ok =
+        |l: &str| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if !dns.split('.').all(label_ok) {
+        return Err(invalid());
+    }
+    Ok(format!("dns:{dns}"))
 }
 
 fn one_line(text: &str) -> String {

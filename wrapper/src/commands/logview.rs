@@ -74,6 +74,20 @@ struct Summary {
     direct_attempts_not_shown: u64,
     /// The `session_end` record; `None` while running or after a crash.
     end: Option<Stamped<SessionEnd>>,
+    /// A standalone bridge's session: each policy it was held to (`policy_loaded`), and
+    /// each reload refused (`policy_reload_failed`), in order.
+    policies: Vec<PolicyChange>,
+}
+
+/// A policy a bridge's session took on, or a reload it refused.
+#[derive(Debug, Serialize)]
+struct PolicyChange {
+    ts: String,
+    cause: String,
+    /// `None` for a refused reload.
+    policy_sha256: Option<String>,
+    allow_rules: Option<usize>,
+    error: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -212,12 +226,24 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
             Record::NetSuppressed(suppressed) => {
                 summary.network_not_shown += suppressed.body.count;
             }
+            Record::PolicyLoaded(loaded) => summary.policies.push(PolicyChange {
+                ts: loaded.ts.clone(),
+                cause: loaded.body.cause.clone(),
+                policy_sha256: Some(loaded.body.policy_sha256.clone()),
+                allow_rules: Some(loaded.body.allow_rules),
+                error: None,
+            }),
+            Record::PolicyReloadFailed(failed) => summary.policies.push(PolicyChange {
+                ts: failed.ts.clone(),
+                cause: failed.body.cause.clone(),
+                policy_sha256: None,
+                allow_rules: None,
+                error: Some(failed.body.error.clone()),
+            }),
             Record::NetCapped(_)
             | Record::WriteDeniedSuppressed(_)
             | Record::GitAudit(_)
             | Record::GitMetadataCreated(_)
-            | Record::PolicyLoaded(_)
-            | Record::PolicyReloadFailed(_)
             | Record::Unreadable
             | Record::Newer(_) => {}
         }
@@ -398,7 +424,27 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
             body.allow_rules,
         ));
     }
-    if summary.probes.is_empty() {
+    // A standalone bridge's session (no run starts one): its policies, and no probe,
+    // writes or end to expect.
+    let bridge = summary.start.is_none();
+    for change in &summary.policies {
+        line(match (&change.policy_sha256, &change.error) {
+            (Some(sha), _) => format!(
+                "  policy   {} ({}): {} allow rule(s), policy {}",
+                change.ts,
+                change.cause,
+                change.allow_rules.unwrap_or_default(),
+                sha.chars().take(12).collect::<String>()
+            ),
+            (None, error) => format!(
+                "  policy   {} ({}): reload refused, the policy before it kept: {}",
+                change.ts,
+                change.cause,
+                error.as_deref().unwrap_or_default()
+            ),
+        });
+    }
+    if summary.probes.is_empty() && !bridge {
         line("  probe    none recorded".into());
     }
     for probe in &summary.probes {
@@ -463,7 +509,9 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
         ));
     }
     if summary.refused_writes.is_empty() {
-        line("  writes   none refused".into());
+        if !bridge {
+            line("  writes   none refused".into());
+        }
     } else {
         line("  refused writes".into());
         for w in &summary.refused_writes {
@@ -517,6 +565,7 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
                 .map(|e| format!(": {e}"))
                 .unwrap_or_default(),
         )),
+        None if bridge => {}
         None => line("  ended    not recorded: still running, or cut short".into()),
     }
 }
@@ -543,6 +592,34 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("/x\\n  ended"), "{text}");
+    }
+
+    #[test]
+    fn a_bridge_session_says_its_policies_and_no_probe_it_never_had() {
+        let record = |kind: &str, body: &str| {
+            format!("{{\"type\":\"{kind}\",\"schema_version\":1,\"ts\":\"t\",\"session\":\"b/team-a\",{body}}}\n")
+        };
+        let log = record(
+            "policy_loaded",
+            "\"cause\":\"start\",\"tenant\":\"team-a\",\"policy_files\":[],\"policy_sha256\":\"abcdef0123456789\",\"allow_rules\":3",
+        ) + &record(
+            "policy_reload_failed",
+            "\"cause\":\"signal\",\"error\":\"a.toml:1: bad rule\"",
+        );
+        let text = render(&summarise(Path::new("x"), log.as_bytes()));
+        assert!(
+            text.contains("policy   t (start): 3 allow rule(s), policy abcdef012345"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "(signal): reload refused, the policy before it kept: a.toml:1: bad rule"
+            ),
+            "{text}"
+        );
+        for absent in ["probe", "ended", "writes"] {
+            assert!(!text.contains(absent), "{text}");
+        }
     }
 
     #[test]

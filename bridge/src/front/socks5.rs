@@ -211,7 +211,7 @@ where
     if method == METHOD_NO_AUTH {
         // Named by its certificate, or a listener that serves no tenants.
         tenant.clone_from(&by_certificate);
-    } else if let Some(tenants) = tenants {
+    } else if tenants.is_some() {
         let [version] = read_array::<1, _>(io).await?;
         if version != USER_PASSWORD_VERSION {
             return Err(io::Error::new(
@@ -221,9 +221,16 @@ where
         }
         let user = read_field(io).await?;
         let password = read_field(io).await?;
+        // The tenants of now, not of the greeting: a reload meanwhile (a revoked token, a
+        // certificate's name moved) applies (review 38).
+        let tenants = session.and_then(Session::tenants).unwrap_or_default();
         let named = tenants
-            .from_user_password(&user, &password)
-            .and_then(|named| match &by_certificate {
+            .from_client_names(client_names)
+            .and_then(|certified| {
+                let named = tenants.from_user_password(&user, &password)?;
+                Ok((certified, named))
+            })
+            .and_then(|(certified, named)| match &certified {
                 Some(certified) if !Arc::ptr_eq(certified, &named) => {
                     Err(crate::identity::Unidentified::Unknown(
                         "the credentials name another tenant than the client certificate",

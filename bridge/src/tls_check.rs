@@ -223,6 +223,10 @@ async fn check_retry(
         .write_all(&hello)
         .await
         .map_err(|_| failed("the upstream left during the TLS handshake"))?;
+    upstream
+        .flush()
+        .await
+        .map_err(|_| failed("the upstream left during the TLS handshake"))?;
     let mut up = hello.len() as u64;
     if !tls {
         return Ok((up, 0));
@@ -244,6 +248,10 @@ async fn check_retry(
         && answer[11..SERVER_RANDOM_END] == RETRY_RANDOM;
     client
         .write_all(&answer)
+        .await
+        .map_err(|_| failed("the client left during the TLS handshake"))?;
+    client
+        .flush()
         .await
         .map_err(|_| failed("the client left during the TLS handshake"))?;
     let down = answer.len() as u64;
@@ -270,6 +278,10 @@ async fn check_retry(
     second.extend_from_slice(&hello);
     upstream
         .write_all(&second)
+        .await
+        .map_err(|_| failed("the upstream left during the TLS handshake"))?;
+    upstream
+        .flush()
         .await
         .map_err(|_| failed("the upstream left during the TLS handshake"))?;
     up += second.len() as u64;

@@ -79,7 +79,9 @@ pub async fn relay_client(
     stop: impl Future<Output = ()>,
 ) -> TunnelStats {
     let sent = prefix.len() as u64;
-    let stats = if !prefix.is_empty() && upstream.write_all(&prefix).await.is_err() {
+    let prefix_failed = !prefix.is_empty()
+        && (upstream.write_all(&prefix).await.is_err() || upstream.flush().await.is_err());
+    let stats = if prefix_failed {
         TunnelStats {
             bytes_up: 0,
             bytes_down: 0,
@@ -257,6 +259,10 @@ where
             };
         }
         writer.write_all(&buf[..n]).await.map_err(|_| to)?;
+        // A TLS writer may hold what it took (its records wait for a full socket to
+        // drain): without a flush, a request's last bytes could wait for a next write
+        // that never comes (review 42). A socket's flush does nothing.
+        writer.flush().await.map_err(|_| to)?;
         flow.moved(from, n);
     }
 }
@@ -468,6 +474,31 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+
+    /// A side that holds what it is given until flushed (as a TLS stream may, its records
+    /// waiting for a full socket) passes on a request's bytes without a next write to
+    /// push them (review 42).
+    #[tokio::test]
+    async fn a_writer_that_buffers_is_flushed_after_each_write() {
+        let (client, mut client_peer) = tokio::io::duplex(64 * 1024);
+        let (upstream, mut server) = tokio::io::duplex(64 * 1024);
+        let upstream = tokio::io::BufWriter::with_capacity(64 * 1024, upstream);
+        let relay = tokio::spawn(relay(
+            client,
+            upstream,
+            Duration::from_secs(30),
+            std::future::pending(),
+        ));
+        client_peer
+            .write_all(b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = [0u8; 18];
+        let read = tokio::time::timeout(Duration::from_secs(5), server.read_exact(&mut got)).await;
+        assert!(read.is_ok(), "the request waited in the writer's buffer");
+        assert_eq!(&got, b"GET / HTTP/1.1\r\n\r\n");
+        relay.abort();
+    }
 
     /// A connected loopback pair.
     async fn pair() -> (TcpStream, TcpStream) {

@@ -230,7 +230,9 @@ fn a_client_certificate_names_its_tenant_on_a_tls_listener() {
     ]);
     assert_ne!(stdout(&out), "200");
 
-    let events = bridge.events(12);
+    // Every attempt above is logged (the last, the plain HTTP one, as the bridge gives up
+    // on it, which may be after curl has).
+    let events = bridge.events(15);
     let by = |host: &str, session: &str, decision: &str| {
         events
             .iter()
@@ -408,6 +410,29 @@ fn a_sandbox_reaches_its_tls_bridge_with_a_client_certificate() {
     assert_eq!(team_a("a.test"), 2, "{there:?}");
     assert_eq!(team_a("b.test"), 1, "{there:?}");
     assert_eq!(team_a("netbox-probe-canary.invalid"), 1, "{there:?}");
+
+    // A certificate file that holds the key too, beside another key file: CMD could read
+    // the key there (only the key's file is hidden), so it is refused.
+    let bundle = outside.write(
+        "bundle.pem",
+        &(std::fs::read_to_string(&remote.runner_a.0).unwrap()
+            + &std::fs::read_to_string(&key).unwrap()),
+    );
+    let dir = TestDir::new("mtls-run-bundle");
+    let out = crate::support::Run::new(&dir)
+        .args_from(&["--bridge", &url, "--bridge-ca"])
+        .arg(arg(&remote.server_ca))
+        .arg("--bridge-cert")
+        .arg(arg(&bundle))
+        .arg("--bridge-key")
+        .arg(arg(&key))
+        .sh("true");
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr(&out).contains("holds a private key"),
+        "{}",
+        stderr(&out)
+    );
 
     // A bridge whose certificate another CA issued, and a client with no certificate (and
     // no token): the probe fails and CMD never runs.

@@ -291,6 +291,19 @@ fn local_rules_do_not_go_with_a_remote_bridge() {
         let said = stderr(&out);
         assert!(said.contains("inside the writable root"), "{said}");
     }
+    // Nor a file with a second name, which could lie anywhere, a root included.
+    let linked = outside.write("linked-token", SECRET_A);
+    std::fs::hard_link(&linked, outside.join("second-name")).unwrap();
+    let out = Run::new(&dir)
+        .args_from(&["--bridge", "http://127.0.0.1:9", "--bridge-token-file"])
+        .arg(linked.display().to_string())
+        .sh("true");
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr(&out).contains("has other names (hard links)"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// tinyproxy on loopback, asking for Basic credentials, logging each request to stdout.

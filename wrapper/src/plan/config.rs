@@ -145,6 +145,20 @@ impl SandboxConfig {
                 refuse_bridge_file_inside_roots(file, flag, &write_roots)?;
             }
         }
+        // The key is hidden inside the sandbox; a certificate file is not (unless it is
+        // the key's file too), so it must not carry the key as well (review 42).
+        if let (Some(cert), Some(key)) = (&args.bridge_cert, &args.bridge_key) {
+            let same = std::fs::canonicalize(cert).ok() == std::fs::canonicalize(key).ok();
+            let holds_key = crate::plan::read_small_file(cert, 1 << 20)
+                .is_ok_and(|pem| pem.contains("PRIVATE KEY"));
+            if holds_key && !same {
+                return Err(WrapperError::Usage(format!(
+                    "--bridge-cert {} holds a private key, which CMD could read: keep the key \
+                     in --bridge-key's file only (it is hidden inside the sandbox)",
+                    cert.display()
+                )));
+            }
+        }
 
         let log_path = match args.log {
             Some(path) => path,
@@ -635,8 +649,18 @@ fn refuse_bridge_file_inside_roots(
     flag: &str,
     roots: &[PathBuf],
 ) -> Result<(), WrapperError> {
+    use std::os::unix::fs::MetadataExt;
     let given = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
     let real = std::fs::canonicalize(file).unwrap_or_else(|_| given.clone());
+    // A second name (a hard link) could lie inside a root, where CMD could write the file
+    // through it or read it past the hiding, which goes by path (review 42).
+    if std::fs::metadata(file).is_ok_and(|m| m.nlink() > 1) {
+        return Err(WrapperError::Usage(format!(
+            "{flag} {} has other names (hard links), which CMD might reach; give it a \
+             file of its own",
+            file.display()
+        )));
+    }
     match roots
         .iter()
         .find(|r| given.starts_with(r) || real.starts_with(r))

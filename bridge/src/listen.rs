@@ -21,23 +21,15 @@ pub enum ListenAddr {
 impl std::str::FromStr for ListenAddr {
     type Err = BridgeError;
 
+    /// [`ListenAddr::parse_network`], loopback or `unix:` only.
     fn from_str(text: &str) -> Result<ListenAddr, BridgeError> {
-        let invalid = |reason| BridgeError::ListenAddr {
-            addr: text.to_owned(),
-            reason,
-        };
-        if let Some(path) = text.strip_prefix("unix:") {
-            if path.is_empty() {
-                return Err(invalid("unix: needs a path"));
-            }
-            return Ok(ListenAddr::Unix(PathBuf::from(path)));
-        }
         let addr = ListenAddr::parse_network(text)?;
         if !addr.is_loopback_or_unix() {
-            return Err(invalid(
-                "only loopback addresses may be listened on here (a bridge reachable from \
-                 the network must ask every client who it is: --tenants)",
-            ));
+            return Err(BridgeError::ListenAddr {
+                addr: text.to_owned(),
+                reason: "only loopback addresses may be listened on here (a bridge reachable \
+                         from the network must ask every client who it is: --tenants)",
+            });
         }
         Ok(addr)
     }

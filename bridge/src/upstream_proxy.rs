@@ -126,20 +126,12 @@ impl UpstreamProxy {
         if !self.judges {
             return None;
         }
-        let reason = headers.get("x-netbox-reason")?.to_str().ok()?;
+        let answer = Answer::from_headers(status, headers);
+        let reason = answer.netbox_reason.as_deref()?;
         if status < 400 || reason == "allowed" {
             return None;
         }
-        let details = headers
-            .get("proxy-status")
-            .and_then(|v| v.to_str().ok())
-            .and_then(proxy_status_details)
-            .unwrap_or_default();
-        Some(self.refused(&Answer {
-            status,
-            netbox_reason: Some(reason.to_owned()),
-            details,
-        }))
+        Some(self.refused(&answer))
     }
 
     /// The proxy's own 407 to a forwarded request: this bridge's credentials were
@@ -156,22 +148,7 @@ impl UpstreamProxy {
         {
             return None;
         }
-        let header = |name: &str| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        Some(
-            self.refused(&Answer {
-                status: 407,
-                netbox_reason: header("x-netbox-reason"),
-                details: header("proxy-status")
-                    .as_deref()
-                    .and_then(proxy_status_details)
-                    .unwrap_or_default(),
-            }),
-        )
+        Some(self.refused(&Answer::from_headers(407, headers)))
     }
 
     fn refused(&self, answer: &Answer) -> Refusal {
@@ -322,6 +299,29 @@ struct Answer {
     details: String,
 }
 
+impl Answer {
+    /// An answer of `status` whose headers `header` looks up by name.
+    fn of(status: u16, header: impl Fn(&str) -> Option<String>) -> Answer {
+        Answer {
+            status,
+            netbox_reason: header("x-netbox-reason"),
+            details: header("proxy-status")
+                .as_deref()
+                .and_then(proxy_status_details)
+                .unwrap_or_default(),
+        }
+    }
+
+    fn from_headers(status: u16, headers: &http::HeaderMap) -> Answer {
+        Answer::of(status, |name| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        })
+    }
+}
+
 fn parse_answer(head: &[u8]) -> Result<Answer, String> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_ANSWER_HEADERS];
     let mut response = httparse::Response::new(&mut headers);
@@ -330,22 +330,14 @@ fn parse_answer(head: &[u8]) -> Result<Answer, String> {
         Ok(httparse::Status::Partial) => return Err("a head cut short".into()),
         Err(e) => return Err(format!("not HTTP ({e})")),
     }
-    let header = |name: &str| {
+    Ok(Answer::of(response.code.unwrap_or(0), |name| {
         response
             .headers
             .iter()
             .find(|h| h.name.eq_ignore_ascii_case(name))
             .and_then(|h| std::str::from_utf8(h.value).ok())
             .map(str::to_owned)
-    };
-    Ok(Answer {
-        status: response.code.unwrap_or(0),
-        netbox_reason: header("x-netbox-reason"),
-        details: header("proxy-status")
-            .as_deref()
-            .and_then(proxy_status_details)
-            .unwrap_or_default(),
-    })
+    }))
 }
 
 /// Reads an answer's head and not one byte past it (a server that speaks first keeps its

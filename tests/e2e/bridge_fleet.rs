@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::upstream::HttpServer;
-use crate::support::{connect_as, curl, sha256_hex, stdout, Bridge, TestDir};
+use crate::support::{connect_as, curl, start_two_tenants, stdout, Bridge, TestDir};
 
 const SECRET_A: &str = "fleet-a-4Kd9Qw2Lx7Vb";
 const SECRET_B: &str = "fleet-b-8Hn3Zp6Rt1Ym";
@@ -22,16 +22,7 @@ fn bridge(dir: &TestDir, port: u16) -> Bridge {
             &format!("allow_private = [\"{host}:{port}\"]\n[hosts]\n\"{host}\" = \"127.0.0.1\"\n"),
         );
     }
-    let tenants = dir.write(
-        "tenants.toml",
-        &format!(
-            "[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"sha256:{}\"]\n\
-             [tenants.team-b]\nallowlist = [\"b.toml\"]\nsecrets = [\"sha256:{}\"]\n",
-            sha256_hex(SECRET_A.as_bytes()),
-            sha256_hex(SECRET_B.as_bytes())
-        ),
-    );
-    Bridge::start_args(dir, &["--tenants".into(), tenants.display().to_string()])
+    start_two_tenants(dir, SECRET_A, SECRET_B)
 }
 
 /// HAProxy in TCP mode in front of `bridges`, round robin, checking each every 200 ms and

@@ -117,31 +117,18 @@ fn a_client_certificate_names_its_tenant_on_a_tls_listener() {
     let dir = TestDir::new("bridge-mtls");
     let http = HttpServer::start();
     let p = http.port();
-    let server_ca = Ca::new("bridge CA");
-    let (bridge_cert, bridge_key) = server_ca.issue(&dir, "bridge", &["127.0.0.1"]);
-    let server_ca_file = dir.write("server-ca.pem", &server_ca.pem);
-    let client_ca = Ca::new("runners CA");
-    let client_ca_file = dir.write("client-ca.pem", &client_ca.pem);
-    let runner_a = client_ca.issue(&dir, "runner-a", &["runner-a.ci.test"]);
+    let TlsBridge {
+        bridge,
+        server_ca,
+        client_ca,
+        runner_a,
+        ..
+    } = tls_bridge(&dir, p);
     let runner_b = client_ca.issue(&dir, "runner-b", &["spiffe://corp.test/team-b"]);
     let stranger = client_ca.issue(&dir, "stranger", &["stranger.ci.test"]);
     let rogue = Ca::new("another CA").issue(&dir, "rogue", &["runner-a.ci.test"]);
-    let file = tenants(&dir, p);
     let arg = |p: &Path| p.display().to_string();
-    let bridge = Bridge::start_args(
-        &dir,
-        &[
-            "--tenants".into(),
-            arg(&file),
-            "--tls-cert".into(),
-            arg(&bridge_cert),
-            "--tls-key".into(),
-            arg(&bridge_key),
-            "--client-ca".into(),
-            arg(&client_ca_file),
-        ],
-    );
-    let ca = server_ca_file.as_path();
+    let ca = server_ca.as_path();
     let (a_url, b_url) = (
         format!("http://a.test:{p}/hello"),
         format!("http://b.test:{p}/hello"),
@@ -325,6 +312,8 @@ fn client_names_need_tls_and_a_client_ca() {
 struct TlsBridge {
     bridge: Bridge,
     server_ca: PathBuf,
+    /// The CA of the bridge's --client-ca, for more client certificates.
+    client_ca: Ca,
     runner_a: (PathBuf, PathBuf),
     other_ca: PathBuf,
 }
@@ -353,6 +342,7 @@ fn tls_bridge(dir: &TestDir, port: u16) -> TlsBridge {
     TlsBridge {
         bridge,
         server_ca: dir.write("server-ca.pem", &server_ca.pem),
+        client_ca,
         runner_a,
         other_ca: dir.write("other-ca.pem", &Ca::new("another CA").pem),
     }

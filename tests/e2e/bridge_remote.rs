@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::upstream::HttpServer;
-use crate::support::{curl, is_probe_attempt, sha256_hex, stderr, stdout, Bridge, Run, TestDir};
+use crate::support::{
+    curl, is_probe_attempt, start_two_tenants, stderr, stdout, Bridge, Run, TestDir,
+};
 
 const SECRET_A: &str = "remote-a-Vn4Kq8Zt2Lm6Xp0R";
 const SECRET_B: &str = "remote-b-Hc7Wd1Jy5Fs3Ge9T";
@@ -34,16 +36,7 @@ fn tenants_bridge(dir: &TestDir, port: u16, extra_a: &str, liar_port: u16) -> Br
             ),
         );
     }
-    let tenants = dir.write(
-        "tenants.toml",
-        &format!(
-            "[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"sha256:{}\"]\n\
-             [tenants.team-b]\nallowlist = [\"b.toml\"]\nsecrets = [\"sha256:{}\"]\n",
-            sha256_hex(SECRET_A.as_bytes()),
-            sha256_hex(SECRET_B.as_bytes())
-        ),
-    );
-    Bridge::start_args(dir, &["--tenants".into(), tenants.display().to_string()])
+    start_two_tenants(dir, SECRET_A, SECRET_B)
 }
 
 /// A run sending its connections to `url`, with `token` in a file outside every writable

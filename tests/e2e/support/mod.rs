@@ -487,6 +487,21 @@ pub fn connect_as(
     (head.chars().take(12).collect(), stream)
 }
 
+/// A shared bridge (`--tenants`) of team-a and team-b, each named by its secret and held
+/// to the allowlist the caller wrote at `a.toml` and `b.toml` in `dir`.
+pub fn start_two_tenants(dir: &TestDir, secret_a: &str, secret_b: &str) -> Bridge {
+    let tenants = dir.write(
+        "tenants.toml",
+        &format!(
+            "[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"sha256:{}\"]\n\
+             [tenants.team-b]\nallowlist = [\"b.toml\"]\nsecrets = [\"sha256:{}\"]\n",
+            sha256_hex(secret_a.as_bytes()),
+            sha256_hex(secret_b.as_bytes())
+        ),
+    );
+    Bridge::start_args(dir, &["--tenants".into(), tenants.display().to_string()])
+}
+
 /// Hex SHA-256.
 pub fn sha256_hex(data: &[u8]) -> String {
     use sha2::Digest;

@@ -352,15 +352,7 @@ fn listener_tls(
         }
         _ => {}
     }
-    let read = |path: &std::path::Path, what: &'static str| {
-        crate::plan::read_small_file(path, 1 << 20)
-            .map(String::into_bytes)
-            .map_err(|source| WrapperError::Path {
-                path: path.to_owned(),
-                what,
-                source,
-            })
-    };
+    let read = crate::plan::upstream::read_pem;
     let client_ca = match &args.client_ca {
         Some(path) => Some(read(path, "--client-ca")?),
         None => None,

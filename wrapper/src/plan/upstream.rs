@@ -62,15 +62,6 @@ pub fn upstream_proxy(
         Some(list) => NoProxy::parse(list).map_err(WrapperError::Usage)?,
         None => NoProxy::default(),
     };
-    let pem = |path: &Path, what: &'static str| {
-        crate::plan::read_small_file(path, MAX_PEM_BYTES)
-            .map(String::into_bytes)
-            .map_err(|source| WrapperError::Path {
-                path: path.to_owned(),
-                what,
-                source,
-            })
-    };
     let tls = match (https, files.ca, files.cert.zip(files.key)) {
         (false, None, None) => None,
         (false, _, _) => {
@@ -79,11 +70,12 @@ pub fn upstream_proxy(
             ))
         }
         (true, ca, client) => {
-            let ca = ca.map(|path| pem(path, "CA file")).transpose()?;
+            let ca = ca.map(|path| read_pem(path, "CA file")).transpose()?;
             let client = match client {
-                Some((cert, key)) => {
-                    Some((pem(cert, "client certificate")?, pem(key, "client key")?))
-                }
+                Some((cert, key)) => Some((
+                    read_pem(cert, "client certificate")?,
+                    read_pem(key, "client key")?,
+                )),
                 None => None,
             };
             let client = client.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice()));
@@ -100,6 +92,17 @@ pub fn upstream_proxy(
         tls,
         judges,
     })
+}
+
+/// A certificate, CA or key file (PEM), as bytes; `what` names it in the error.
+pub fn read_pem(path: &Path, what: &'static str) -> Result<Vec<u8>, WrapperError> {
+    crate::plan::read_small_file(path, MAX_PEM_BYTES)
+        .map(String::into_bytes)
+        .map_err(|source| WrapperError::Path {
+            path: path.to_owned(),
+            what,
+            source,
+        })
 }
 
 /// `http://HOST:PORT` or `https://HOST:PORT` (a trailing `/` allowed), nothing else;

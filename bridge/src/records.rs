@@ -257,6 +257,12 @@ pub struct GitMetadataCreated {
     pub path: String,
     pub kind: GitMetadataKind,
     pub how: GitMetadataHow,
+    /// For a `code_path`: the git directory whose configuration names it, and the
+    /// setting that does (`core.hookspath`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setting: Option<String>,
     /// For a record of an earlier session that ended without its check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audited_session: Option<String>,
@@ -274,6 +280,11 @@ pub enum GitMetadataKind {
     GitSymlink,
     /// A directory shaped like a bare repository.
     BareRepository,
+    /// A linked worktree's git directory (`HEAD` and `commondir`).
+    LinkedGitDir,
+    /// A file or directory a repository's configuration names for git to run or read
+    /// as code (a hooks path, a program, an included file).
+    CodePath,
 }
 
 /// How it came to be reported.

@@ -25,6 +25,7 @@ mod direct_attempts;
 mod escape_battery;
 mod export;
 mod faults;
+mod git_code_paths;
 mod inspect;
 mod learn;
 mod log_bounds;

@@ -78,13 +78,18 @@ pub fn run_reporting(
         .protect
         .iter()
         .chain(&config.policy_inputs)
-        .chain(config.home_split.iter().flat_map(|s| &s.pins))
         .chain(&config.code_pins)
         .cloned()
+        .collect();
+    let home_entries: Vec<PathBuf> = config
+        .home_split
+        .iter()
+        .flat_map(|s| s.entries.iter().cloned())
         .collect();
     let protected = protect::protected_paths(&ProtectInput {
         write_roots: &config.requested_roots,
         writable: &config.write_roots,
+        home_entries: &home_entries,
         home: home.as_deref(),
         homes: &config.homes,
         extra: &extra,

@@ -472,7 +472,9 @@ fn outermost(mut roots: Vec<PathBuf>) -> Vec<PathBuf> {
 pub struct HomeSplit {
     pub home: PathBuf,
     pub writable: usize,
-    pub pins: Vec<PathBuf>,
+    /// The writable entries that are directories: a repository at the top of one is
+    /// pinned like the workspace's (protect/mod.rs).
+    pub entries: Vec<PathBuf>,
 }
 
 /// Replaces each writable root that is, or holds, one of the caller's homes by the
@@ -546,25 +548,22 @@ fn split_homes(
             .iter()
             .filter(|r| r.starts_with(&seen_as))
             .count();
-        // Project names that already exist at the top of a writable entry stay pinned
-        // there, as at the top of a workspace (no placeholders: nothing is laid in home).
-        let pins: Vec<PathBuf> = split
+        let entries: Vec<PathBuf> = split
             .roots
             .iter()
             .filter(|r| r.starts_with(&seen_as) && r.is_dir())
-            .flat_map(|r| crate::plan::protect::project_names().map(move |n| r.join(n)))
-            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_symlink()))
+            .cloned()
             .collect();
         roots.extend(split.roots);
         match splits.iter_mut().find(|s| s.home == seen_as) {
             Some(known) => {
                 known.writable += writable;
-                known.pins.extend(pins);
+                known.entries.extend(entries);
             }
             None => splits.push(HomeSplit {
                 home: seen_as,
                 writable,
-                pins,
+                entries,
             }),
         }
     }

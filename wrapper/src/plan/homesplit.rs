@@ -117,6 +117,12 @@ fn passwd_file_home(uid: nix::unistd::Uid) -> Option<PathBuf> {
     passwd_file_field(|f| f[2] == wanted)
 }
 
+/// The home of the account named `user`, from `/etc/passwd` (no NSS modules loaded for a
+/// name in a setting).
+pub fn account_home(user: &str) -> Option<PathBuf> {
+    passwd_file_field(|f| f[0] == user)
+}
+
 /// The home field of the first `/etc/passwd` line whose fields `matches`.
 fn passwd_file_field(matches: impl Fn(&[&str]) -> bool) -> Option<PathBuf> {
     let text = std::fs::read_to_string("/etc/passwd").ok()?;
@@ -187,7 +193,7 @@ fn paths_in_with(text: &str, home: &Path, lookup: &dyn Fn(&str) -> Option<String
                 // `~user/…`: that account's home (from /etc/passwd: no NSS modules loaded
                 // for a word in a variable).
                 let (user, tail) = rest.split_once('/').unwrap_or((rest, ""));
-                if let Some(dir) = passwd_file_field(|f| f[0] == user) {
+                if let Some(dir) = account_home(user) {
                     found.push(resolve_existing_prefix(&dir.join(tail)));
                 }
             }
@@ -225,7 +231,7 @@ fn paths_in_with(text: &str, home: &Path, lookup: &dyn Fn(&str) -> Option<String
 /// `$VAR` and `${VAR}` replaced by their values in the environment (unset: empty).
 /// `${VAR:-word}` and the like: VAR's value, then the rest as it stands (its paths are
 /// looked at too).
-fn expand_variables(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
+pub(crate) fn expand_variables(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('$') {

@@ -68,16 +68,28 @@ pub fn fd_facts(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<FdFacts> {
 /// filesystem keeps one), times as `(seconds, nanoseconds)` since the epoch.
 pub struct Times {
     pub is_directory: bool,
+    pub is_symlink: bool,
     pub birth: Option<(i64, u32)>,
     pub change: (i64, u32),
     pub modify: (i64, u32),
     pub uid: u32,
 }
 
+/// statx(2) of `path`, not following a final symlink.
+pub fn times_of(path: &Path) -> io::Result<Times> {
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    times_raw(libc::AT_FDCWD, &c_path)
+}
+
 /// statx(2) of `name` in the directory open as `dir`, not following a final symlink;
 /// an empty `name` means the file open as `dir` itself.
 pub fn times_at(dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<Times> {
     use std::os::fd::AsRawFd;
+    times_raw(dir.as_raw_fd(), name)
+}
+
+fn times_raw(dirfd: i32, name: &std::ffi::CStr) -> io::Result<Times> {
     let mut flags = libc::AT_SYMLINK_NOFOLLOW;
     if name.is_empty() {
         flags |= libc::AT_EMPTY_PATH;
@@ -87,10 +99,11 @@ pub fn times_at(dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr) -> io::
         | libc::STATX_MTIME
         | libc::STATX_BTIME
         | libc::STATX_UID;
-    let buf = statx(dir.as_raw_fd(), name, flags, mask)?;
+    let buf = statx(dirfd, name, flags, mask)?;
     let time = |t: libc::statx_timestamp| (t.tv_sec, t.tv_nsec);
     Ok(Times {
         is_directory: u32::from(buf.stx_mode) & libc::S_IFMT == libc::S_IFDIR,
+        is_symlink: u32::from(buf.stx_mode) & libc::S_IFMT == libc::S_IFLNK,
         birth: (buf.stx_mask & libc::STATX_BTIME != 0).then(|| time(buf.stx_btime)),
         change: time(buf.stx_ctime),
         modify: time(buf.stx_mtime),

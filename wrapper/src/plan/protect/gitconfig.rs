@@ -1,10 +1,11 @@
 //! What git configuration makes git run or read from elsewhere: a pinned config is only
 //! safe if what it names is too. `core.hooksPath = .husky/_` makes the hooks the files in
 //! that directory of the work tree; `include.path` and `includeIf.*.path` read another
-//! file as config; and the keys whose value is a command (`core.fsmonitor`,
-//! `filter.*.process`, `alias.x = !cmd`...) run whatever their first word names. Each of
-//! those that lies inside a writable root is pinned too (a placeholder where missing),
-//! or CMD could rewrite it for git to run after the run (git-config(1)).
+//! file as config; and the settings whose value is a command (`core.fsmonitor`,
+//! `filter.*.process`, `alias.x = !cmd`...) run what the paths in it name. Which settings
+//! those are is gitcode.rs's table. A relative path is relative to the top of the work
+//! tree of whichever repository git runs in, for the global and system files too, so
+//! these are resolved per repository (protect/mod.rs).
 //!
 //! The parser reads git's config syntax (git-config(1) "CONFIGURATION FILE"): `[section]`
 //! and `[section "subsection"]` headers (section and key names case-insensitive),
@@ -13,6 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::gitcode::{self, Use};
 use super::placeholders::{Placeholder, EMPTY_CONFIG};
 
 /// A config file larger than this is not read.
@@ -137,105 +139,177 @@ pub fn read(path: &Path) -> Option<Vec<Entry>> {
     Some(parse(&text))
 }
 
-/// The keys whose value is a command git runs (git-config(1)), by section, subsection
-/// presence and key; `*` stands for any driver or alias name.
-const COMMAND_KEYS: &[(&str, bool, &str)] = &[
-    ("core", false, "fsmonitor"),
-    ("core", false, "sshcommand"),
-    ("core", false, "pager"),
-    ("core", false, "editor"),
-    ("core", false, "askpass"),
-    ("sequence", false, "editor"),
-    ("diff", false, "external"),
-    ("gpg", false, "program"),
-    ("gpg", true, "program"),
-    ("credential", false, "helper"),
-    ("credential", true, "helper"),
-    ("filter", true, "clean"),
-    ("filter", true, "smudge"),
-    ("filter", true, "process"),
-    ("diff", true, "command"),
-    ("diff", true, "textconv"),
-    ("merge", true, "driver"),
-    ("alias", false, "*"),
-    ("pager", false, "*"),
-];
+/// Includes followed, at most, from one file (each is a file read).
+const MAX_INCLUDES: usize = 64;
 
-/// The program a command value runs, when it names one by path (`./x`, `tools/x`,
-/// `/abs/x`, `~/x`; `!cmd` for aliases and helpers): the first word. A bare name is
-/// looked up on PATH, which the writable roots are not expected to be on.
-fn program(value: &str) -> Option<&str> {
-    let value = value.trim_start().trim_start_matches('!').trim_start();
-    let first = value.split_whitespace().next()?;
-    (first.contains('/') || first.starts_with('~')).then_some(first)
+/// A configuration as git reads it: a file's entries and those of the files it includes
+/// (git-config(1) "Includes"; every include is followed, whatever its condition, since
+/// the condition may hold for some repository), each with the directory a relative
+/// include in it is relative to.
+#[derive(Debug, Default)]
+pub struct ConfigSet {
+    entries: Vec<(Entry, PathBuf)>,
 }
 
-/// `~/x` against the home directory, a relative path against `base`.
-fn resolve(path: &str, base: &Path, home: Option<&Path>) -> Option<PathBuf> {
-    if let Some(rest) = path.strip_prefix("~/") {
-        return home.map(|h| h.join(rest));
+/// A path a configuration names for git to run or read as code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodePath {
+    pub path: PathBuf,
+    /// The shape a placeholder takes where it is missing: an empty directory for a
+    /// directory of hooks or templates, an empty file (not executable) otherwise.
+    pub leaf: Placeholder,
+    /// Named as a path for certain; otherwise a word of a command's arguments with a `/`
+    /// in it, which counts where its first component exists (gitcode.rs).
+    pub certain: bool,
+    /// The setting that names it, as documented (`core.fsmonitor`).
+    pub setting: String,
+}
+
+impl ConfigSet {
+    /// `config` and every file it includes (missing ones are skipped, as git does).
+    pub fn read(config: &Path, home: Option<&Path>) -> ConfigSet {
+        let mut set = ConfigSet::default();
+        let mut queue = vec![(config.to_owned(), 0)];
+        let mut files = 0;
+        while let Some((file, depth)) = queue.pop() {
+            files += 1;
+            if files > MAX_INCLUDES {
+                break;
+            }
+            let Some(entries) = read(&file) else {
+                continue;
+            };
+            let dir = file.parent().unwrap_or(Path::new("/")).to_owned();
+            for entry in entries {
+                let include =
+                    gitcode::use_of(&entry.section, entry.subsection.as_deref(), &entry.key)
+                        == Some(Use::Include);
+                if let (true, Some(value)) = (include, entry.value.as_deref()) {
+                    let value = value.strip_prefix(":(optional)").unwrap_or(value);
+                    if let Some(path) = gitcode::resolve(value, &dir, home) {
+                        if depth < MAX_INCLUDE_DEPTH {
+                            queue.push((path, depth + 1));
+                        }
+                    }
+                }
+                set.entries.push((entry, dir.clone()));
+            }
+        }
+        set
     }
-    Some(base.join(path))
-}
 
-/// The paths a config file (and what it includes) makes git run or read, with the
-/// placeholder each gets where it is missing (an empty file for a config or a program,
-/// an empty directory for a hooks directory). `worktree` is the top of the work tree git
-/// runs hooks and commands from (`None` for the global and system files, whose commands
-/// run from wherever git runs: only absolute and `~/` paths count there).
-pub fn code_paths(
-    config: &Path,
-    worktree: Option<&Path>,
-    home: Option<&Path>,
-) -> Vec<(PathBuf, Placeholder)> {
-    let mut found = Vec::new();
-    let mut queue = vec![(config.to_owned(), 0)];
-    while let Some((file, depth)) = queue.pop() {
-        let Some(entries) = read(&file) else {
-            continue;
+    /// The configuration git takes from the environment (git-config(1) ENVIRONMENT:
+    /// `GIT_CONFIG_COUNT`, `GIT_CONFIG_KEY_<n>`, `GIT_CONFIG_VALUE_<n>`) and the variables
+    /// git(1) runs as programs (gitcode::ENVIRONMENT), as read by `lookup`; relative paths
+    /// in them are relative to where git runs, like a setting's.
+    pub fn from_environment(lookup: &dyn Fn(&str) -> Option<String>) -> ConfigSet {
+        let mut set = ConfigSet::default();
+        let mut push = |name: &str, value: String| {
+            let (head, key) = name.rsplit_once('.').unwrap_or((name, ""));
+            let (section, subsection) = match head.split_once('.') {
+                Some((s, sub)) => (s, Some(sub.to_owned())),
+                None => (head, None),
+            };
+            set.entries.push((
+                Entry {
+                    section: section.to_ascii_lowercase(),
+                    subsection,
+                    key: key.to_ascii_lowercase(),
+                    value: Some(value),
+                },
+                // An include given this way is relative to where git runs: no file's
+                // directory; the empty path joins as that.
+                PathBuf::new(),
+            ));
         };
-        let dir = file.parent().unwrap_or(Path::new("/")).to_owned();
-        for entry in entries {
+        let count = lookup("GIT_CONFIG_COUNT")
+            .and_then(|c| c.trim().parse::<usize>().ok())
+            .unwrap_or(0)
+            .min(1024);
+        for n in 0..count {
+            if let (Some(key), Some(value)) = (
+                lookup(&format!("GIT_CONFIG_KEY_{n}")),
+                lookup(&format!("GIT_CONFIG_VALUE_{n}")),
+            ) {
+                push(&key, value);
+            }
+        }
+        for (variable, setting) in gitcode::ENVIRONMENT {
+            if let Some(value) = lookup(variable).filter(|v| !v.is_empty()) {
+                push(setting, value);
+            }
+        }
+        set
+    }
+
+    /// `core.worktree`, if set (the last one wins): relative to the git directory.
+    pub fn worktree(&self) -> Option<&str> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|(e, _)| e.section == "core" && e.subsection.is_none() && e.key == "worktree")
+            .and_then(|(e, _)| e.value.as_deref())
+    }
+
+    /// What this configuration names for git to run or read as code: relative paths
+    /// against `run_dir` (the top of the work tree, or the git directory of a bare
+    /// repository: where git runs hooks and commands) and includes against their file's
+    /// directory; with no `run_dir`, only absolute and `~` paths (and includes).
+    pub fn code_paths(&self, run_dir: Option<&Path>, home: Option<&Path>) -> Vec<CodePath> {
+        let lookup = |name: &str| std::env::var(name).ok();
+        let mut found = Vec::new();
+        for (entry, dir) in &self.entries {
             let Some(value) = entry.value.as_deref() else {
                 continue;
             };
-            let includes = entry.key == "path"
-                && (entry.section == "include"
-                    || (entry.section == "includeif" && entry.subsection.is_some()));
-            if includes {
-                // Relative to the including file; missing ones are skipped by git, so a
-                // placeholder (an empty config) keeps CMD from making one.
-                if let Some(path) = resolve(value, &dir, home) {
-                    if depth < MAX_INCLUDE_DEPTH {
-                        queue.push((path.clone(), depth + 1));
-                    }
-                    found.push((path, EMPTY_CONFIG));
-                }
+            let sub = entry.subsection.as_deref();
+            let Some(how) = gitcode::use_of(&entry.section, sub, &entry.key) else {
                 continue;
-            }
-            // Relative to the work tree, where git runs hooks and commands from; without
-            // one (global and system files), only absolute and `~/` paths count.
-            let from_worktree = |path: &str| match worktree {
-                Some(base) => resolve(path, base, home),
-                None if path.starts_with(['/', '~']) => resolve(path, Path::new("/"), home),
-                None => None,
             };
-            if entry.section == "core" && entry.key == "hookspath" {
-                found.extend(from_worktree(value).map(|p| (p, Placeholder::Dir)));
+            if how == Use::WorkTree {
                 continue;
             }
-            let runs = COMMAND_KEYS.iter().any(|(section, sub, key)| {
-                entry.section == *section
-                    && entry.subsection.is_some() == *sub
-                    && (*key == "*" || entry.key == *key)
-            });
-            if let Some(program) = runs.then(|| program(value)).flatten() {
-                // A placeholder for a missing one is an empty file, not executable.
-                found.extend(from_worktree(program).map(|p| (p, EMPTY_CONFIG)));
+            for named in gitcode::named_paths(how, value, sub, &lookup) {
+                let absolute = named.path.starts_with(['/', '~']);
+                let base = match (how, run_dir) {
+                    (Use::Include, _) if !dir.as_os_str().is_empty() => dir.as_path(),
+                    (_, Some(run_dir)) => run_dir,
+                    (_, None) if absolute => Path::new("/"),
+                    (_, None) => continue,
+                };
+                let Some(path) = gitcode::resolve(&named.path, base, home) else {
+                    continue;
+                };
+                // An argument like `origin/main` names a file only where its first
+                // component is there.
+                if !named.certain {
+                    let first = Path::new(&named.path).components().next();
+                    if first.is_none_or(|c| base.join(c).symlink_metadata().is_err()) {
+                        continue;
+                    }
+                }
+                let leaf = match how {
+                    Use::HookDir | Use::TemplateDir => Placeholder::Dir,
+                    _ => EMPTY_CONFIG,
+                };
+                found.push(CodePath {
+                    path,
+                    leaf,
+                    certain: named.certain,
+                    setting: setting_name(entry),
+                });
             }
         }
+        found
     }
-    found
+}
+
+/// `section[.subsection].key`, as a person reads it.
+fn setting_name(entry: &Entry) -> String {
+    match &entry.subsection {
+        Some(sub) => format!("{}.{sub}.{}", entry.section, entry.key),
+        None => format!("{}.{}", entry.section, entry.key),
+    }
 }
 
 #[cfg(test)]
@@ -274,27 +348,73 @@ mod tests {
         std::fs::write(
             &config,
             "[core]\n\thooksPath = .husky/_\n\tfsmonitor = ./tools/watch\n\tpager = less\n\
-             [include]\n\tpath = ../../more.cfg\n[alias]\n\tb = !./build.sh --fast\n",
+             [include]\n\tpath = ../../more.cfg\n[alias]\n\tb = !./build.sh --fast\n\
+             [user]\n\tname = tools/not-code\n",
         )
         .unwrap();
         std::fs::write(
             dir.join("more.cfg"),
-            "[diff \"x\"]\n\ttextconv = /opt/conv\n",
+            "[diff \"x\"]\n\ttextconv = /opt/conv\n[interactive]\n\tdiffFilter = ./filt\n",
         )
         .unwrap();
         let worktree = dir.join("repo");
-        let got = code_paths(&config, Some(&worktree), None);
-        let paths: Vec<PathBuf> = got.iter().map(|(p, _)| p.clone()).collect();
+        let set = ConfigSet::read(&config, None);
+        let paths = |run_dir: Option<&Path>| -> Vec<PathBuf> {
+            set.code_paths(run_dir, None)
+                .into_iter()
+                .map(|c| c.path)
+                .collect()
+        };
         assert_eq!(
-            paths,
+            paths(Some(&worktree)),
             vec![
                 worktree.join(".husky/_"),
                 worktree.join("./tools/watch"),
                 dir.join("repo/.git/../../more.cfg"),
                 worktree.join("./build.sh"),
                 PathBuf::from("/opt/conv"),
+                worktree.join("./filt"),
+            ]
+        );
+        // With no work tree (a global file read for no repository): absolute paths and
+        // includes only.
+        assert_eq!(
+            paths(None),
+            vec![
+                dir.join("repo/.git/../../more.cfg"),
+                PathBuf::from("/opt/conv")
             ]
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reads_settings_from_the_environment() {
+        let env = |name: &str| -> Option<String> {
+            match name {
+                "GIT_CONFIG_COUNT" => Some("2".into()),
+                "GIT_CONFIG_KEY_0" => Some("core.hooksPath".into()),
+                "GIT_CONFIG_VALUE_0" => Some(".githooks".into()),
+                "GIT_CONFIG_KEY_1" => Some("diff.pdf.textconv".into()),
+                "GIT_CONFIG_VALUE_1" => Some("./conv".into()),
+                "GIT_SSH_COMMAND" => Some("./ssh-wrapper -v".into()),
+                _ => None,
+            }
+        };
+        let set = ConfigSet::from_environment(&env);
+        let run_dir = Path::new("/w");
+        let got: Vec<(PathBuf, String)> = set
+            .code_paths(Some(run_dir), None)
+            .into_iter()
+            .map(|c| (c.path, c.setting))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (run_dir.join(".githooks"), "core.hookspath".into()),
+                (run_dir.join("./conv"), "diff.pdf.textconv".into()),
+                (run_dir.join("./ssh-wrapper"), "core.sshcommand".into()),
+            ]
+        );
     }
 }

@@ -1,6 +1,15 @@
 //! Which paths stay read-only inside the writable roots: `.git` and the start-up files a
 //! command could plant code in, every submodule's `.git`, plus `--protect` paths.
 //!
+//! Every repository netbox meets in a writable root (the workspace's, a `--write`
+//! root's, the one a root lies in, one at the top of a home entry, each submodule's) goes
+//! through one function, `pin_repository`: its git directory, and everything git would
+//! later run or read as code for it, which gitcode.rs lists from git's documentation and
+//! gitconfig.rs finds in its configuration and the shared one (system, global,
+//! environment), relative paths taken against where git runs for that repository.
+//! Repositories it does not pin (nested ones, new ones) are audited after the run
+//! (supervise/gitaudit).
+//!
 //! Measured on kernel 6.18 (2026-11-29): a read-only bind
 //! over `.git` makes writes, unlinks and chmods inside it EROFS, renaming or removing the
 //! mountpoint EBUSY, hard links across it EXDEV, and writes through symlinks or
@@ -20,15 +29,19 @@
 //!   link itself could be replaced), so that is refused rather than half-protected; so is
 //!   a submodule path that crosses a symlink (CMD could put a directory in its place).
 
-mod gitconfig;
+pub mod gitcode;
+pub mod gitconfig;
 mod gitindex;
 mod home;
 mod placeholders;
 
+use std::collections::HashSet;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use crate::error::WrapperError;
+use gitconfig::{CodePath, ConfigSet};
+use placeholders::EMPTY_CONFIG;
 
 pub use placeholders::{is_placeholder, remove_orphaned_placeholders, Placeholder, Placeholders};
 
@@ -58,11 +71,6 @@ const MAX_SUBMODULE_DEPTH: usize = 8;
 /// Gitlinks pinned at most in one run: each is a mount or two.
 const MAX_GITLINKS: usize = 4096;
 
-/// The names protected at the top of a project directory.
-pub fn project_names() -> impl Iterator<Item = &'static str> {
-    PROJECT_NAMES.iter().copied()
-}
-
 /// Every protected name.
 pub fn protected_names() -> impl Iterator<Item = &'static str> {
     PROJECT_NAMES.iter().chain(HOME_NAMES).copied()
@@ -83,6 +91,11 @@ pub struct ProtectInput<'a> {
     pub write_roots: &'a [PathBuf],
     /// Every writable root (a shared host `/tmp` too): pins matter only inside these.
     pub writable: &'a [PathBuf],
+    /// The writable roots a home was split into (homesplit.rs): a repository at the top
+    /// of each is pinned like the workspace's; the other protected names there are
+    /// pinned where they exist (no placeholders are laid at the top of every entry of a
+    /// home).
+    pub home_entries: &'a [PathBuf],
     /// The caller's home directory (canonical), if known: where git's global config is.
     pub home: Option<&'a Path>,
     /// Every home of the caller's (`$HOME`, the password database's): the places there
@@ -93,54 +106,45 @@ pub struct ProtectInput<'a> {
 }
 
 /// Lists every protected path inside the writable roots, reading the filesystem (to find
-/// which exist, what `.git` files point at, and which submodules each index records) but
-/// changing nothing.
+/// which exist, what `.git` files point at, what git's configuration names, and which
+/// submodules each index records) but changing nothing.
 pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, WrapperError> {
     let mut found = Found {
         out: Vec::new(),
+        listed: HashSet::new(),
         writable: input.writable,
         home: input.home,
         allow_git_writes: input.allow_git_writes,
         gitlinks: 0,
+        shared: shared_configs(input.home),
+        repositories: HashSet::new(),
     };
-    // What the global and system configs make every git run or read.
+    // What the global and system configs (and git's environment) make every git run or
+    // read wherever it runs: their absolute and `~` paths. Their relative paths are
+    // relative to each repository's work tree: pinned with each (pin_repository).
+    let everywhere: Vec<CodePath> = found
+        .shared
+        .iter()
+        .flat_map(|set| set.code_paths(None, input.home))
+        .collect();
+    for code in everywhere {
+        found.pin_code(&code, Lay::Placeholders)?;
+    }
+    // The shared files themselves, where one lies in a writable root
+    // (`GIT_CONFIG_GLOBAL=./ci.gitconfig`).
     for config in shared_git_configs(input.home) {
-        found.config_targets(&config, None)?;
+        found.pin_named(&config, EMPTY_CONFIG, "git config file", Lay::Placeholders)?;
     }
-    for root in input.write_roots.iter().filter(|r| r.is_dir()) {
-        for name in protected_names() {
-            let path = root.join(name);
-            // Where it is read-only anyway (the top of a home split into its entries,
-            // homesplit.rs), there is nothing to pin, a symlink included.
-            if !found.writable(&path) {
-                continue;
-            }
-            let meta = match std::fs::symlink_metadata(&path) {
-                Ok(meta) => meta,
-                Err(e) if e.kind() == ErrorKind::NotFound => {
-                    // Missing: CMD must not be able to create it either, where it counts
-                    // (under home, the list of places that run code says how).
-                    if PROJECT_NAMES.contains(&name) {
-                        found.push(path, Some(Placeholder::Dir));
-                    }
-                    continue;
-                }
-                Err(source) => return Err(path_error(path, source)),
-            };
-            if meta.file_type().is_symlink() {
-                return Err(WrapperError::ProtectedSymlink { path });
-            }
-            if is_placeholder(&path) {
-                found.push(path, Some(Placeholder::Dir));
-            } else if name == ".git" {
-                found.git_entry(root, &path, &meta, 0)?;
-            } else {
-                found.push(path, None);
-            }
+    let named = input.write_roots.iter().map(|r| (r, Lay::Placeholders));
+    let entries = input.home_entries.iter().map(|r| (r, Lay::ExistingOnly));
+    for (root, lay) in named.chain(entries).filter(|(r, _)| r.is_dir()) {
+        let own_repository = found.top_names(root, lay)?;
+        let enclosing = !own_repository && found.enclosing_repository(root)?;
+        if !own_repository && !enclosing {
+            // No repository yet: git run here (`git init`, `git clone`, or outside any
+            // repository) takes relative paths from here.
+            found.shared_relative(root, lay)?;
         }
-    }
-    for root in input.write_roots.iter().filter(|r| r.is_dir()) {
-        found.enclosing_repository(root)?;
     }
     // The places under home that run code later, wherever a writable root holds one
     // (`--write ~/.config`; a writable home itself is split so that none is: homesplit.rs).
@@ -150,7 +154,12 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
                 // Where it really is: `~/.config` may be a link into `~/dotfiles`.
                 let path = crate::plan::homesplit::resolve_existing_prefix(&path);
                 if found.writable(&path) {
-                    found.pin_named(&path, *leaf, "place under home that runs code")?;
+                    found.pin_named(
+                        &path,
+                        *leaf,
+                        "place under home that runs code",
+                        Lay::Placeholders,
+                    )?;
                 }
             }
         }
@@ -161,6 +170,37 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
         found.push(path.clone(), placeholder);
     }
     Ok(found.out)
+}
+
+/// The configuration every repository reads besides its own: the system and global files
+/// (git-config(1) FILES), and what git takes from the environment.
+pub fn shared_configs(home: Option<&Path>) -> Vec<ConfigSet> {
+    let mut sets: Vec<ConfigSet> = shared_git_configs(home)
+        .iter()
+        .map(|config| ConfigSet::read(config, home))
+        .collect();
+    sets.push(ConfigSet::from_environment(&|name| {
+        std::env::var(name).ok()
+    }));
+    sets
+}
+
+/// Whether a missing path gets a placeholder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lay {
+    Placeholders,
+    /// Only what exists is pinned (the top of each entry of a split home).
+    ExistingOnly,
+}
+
+/// A repository, as git finds it.
+struct Repository {
+    /// Where its `.git` points (or the bare repository itself).
+    git_dir: PathBuf,
+    /// Where `commondir` points, or the git dir.
+    common_dir: PathBuf,
+    /// The top of its work tree; `None` for a bare repository.
+    worktree: Option<PathBuf>,
 }
 
 fn path_error(path: PathBuf, source: std::io::Error) -> WrapperError {
@@ -174,11 +214,17 @@ fn path_error(path: PathBuf, source: std::io::Error) -> WrapperError {
 /// The protected paths found so far.
 struct Found<'a> {
     out: Vec<Protected>,
+    /// The paths in `out`.
+    listed: HashSet<PathBuf>,
     writable: &'a [PathBuf],
     home: Option<&'a Path>,
     allow_git_writes: bool,
     /// Gitlinks seen so far, against `MAX_GITLINKS`.
     gitlinks: usize,
+    /// The configuration every repository reads besides its own (shared_configs).
+    shared: Vec<ConfigSet>,
+    /// The git directories pinned so far: each once, however many roots lie in it.
+    repositories: HashSet<PathBuf>,
 }
 
 impl Found<'_> {
@@ -189,33 +235,105 @@ impl Found<'_> {
     /// Adds a path, once, if it lies inside a writable root (elsewhere it is read-only
     /// already).
     fn push(&mut self, path: PathBuf, placeholder: Option<Placeholder>) {
-        if self.writable(&path) && !self.out.iter().any(|p| p.path == path) {
+        if self.writable(&path) && self.listed.insert(path.clone()) {
             self.out.push(Protected { path, placeholder });
         }
+    }
+
+    /// The protected names at the top of `root`; returns whether a repository is there
+    /// (a `.git`, or the root itself a bare repository).
+    fn top_names(&mut self, root: &Path, lay: Lay) -> Result<bool, WrapperError> {
+        let mut repository = false;
+        for name in protected_names() {
+            let path = root.join(name);
+            // Where it is read-only anyway (the top of a home split into its entries,
+            // homesplit.rs), there is nothing to pin, a symlink included.
+            if !self.writable(&path) {
+                continue;
+            }
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    // Missing: CMD must not be able to create it either, where it counts
+                    // (under home, the list of places that run code says how).
+                    if PROJECT_NAMES.contains(&name) && lay == Lay::Placeholders {
+                        self.push(path, Some(Placeholder::Dir));
+                    }
+                    continue;
+                }
+                Err(source) => return Err(path_error(path, source)),
+            };
+            if !PROJECT_NAMES.contains(&name) && lay == Lay::ExistingOnly {
+                // A home entry's own `.bashrc` is a file like any other: only home's
+                // top-level one is read by a shell (and home's top stays read-only).
+                continue;
+            }
+            if meta.file_type().is_symlink() {
+                return Err(WrapperError::ProtectedSymlink { path });
+            }
+            if is_placeholder(&path) {
+                self.push(path, Some(Placeholder::Dir));
+            } else if name == ".git" {
+                repository = true;
+                self.git_entry(root, &path, &meta, 0)?;
+            } else {
+                self.push(path, None);
+            }
+        }
+        if !repository && is_bare_repository(root) {
+            repository = true;
+            self.pin_repository(
+                Repository {
+                    git_dir: root.to_owned(),
+                    common_dir: common_dir_of(root),
+                    worktree: None,
+                },
+                0,
+            )?;
+        }
+        Ok(repository)
+    }
+
+    /// What the shared configuration's relative paths name at `dir`, where git run
+    /// outside any repository (or in one made later) takes them from.
+    fn shared_relative(&mut self, dir: &Path, lay: Lay) -> Result<(), WrapperError> {
+        let codes: Vec<CodePath> = self
+            .shared
+            .iter()
+            .flat_map(|set| set.code_paths(Some(dir), self.home))
+            .collect();
+        for code in codes {
+            self.pin_code(&code, lay)?;
+        }
+        Ok(())
+    }
+
+    fn pin_code(&mut self, code: &CodePath, lay: Lay) -> Result<(), WrapperError> {
+        self.pin_named(&code.path, code.leaf, "path in git config", lay)
     }
 
     /// The repository a root lies inside, if its top is above the root: `git status`
     /// there enters the submodules it records, those inside the root included. One whose
     /// index cannot be read is refused like the root's own: its submodules could not be
     /// pinned (and another user's git may read what this one cannot).
-    fn enclosing_repository(&mut self, root: &Path) -> Result<(), WrapperError> {
-        let own = root.join(".git");
-        if own.symlink_metadata().is_ok() && !is_placeholder(&own) {
-            return Ok(());
-        }
+    /// Returns whether there is one.
+    fn enclosing_repository(&mut self, root: &Path) -> Result<bool, WrapperError> {
         for top in root.ancestors().skip(1) {
             let dot_git = top.join(".git");
             match std::fs::symlink_metadata(&dot_git) {
-                Ok(meta) => return self.git_entry(top, &dot_git, &meta, 0),
+                Ok(meta) => {
+                    self.git_entry(top, &dot_git, &meta, 0)?;
+                    return Ok(true);
+                }
                 Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(_) => return Ok(()),
+                Err(_) => return Ok(false),
             }
         }
-        Ok(())
+        Ok(false)
     }
 
-    /// A `.git` entry of the work tree `worktree`: the git dir it is or points at, and
-    /// then the submodules that git dir's index records.
+    /// A `.git` entry of the work tree `worktree`: the git dir it is or points at,
+    /// pinned with all it names (pin_repository).
     fn git_entry(
         &mut self,
         worktree: &Path,
@@ -226,47 +344,82 @@ impl Found<'_> {
         let (git_dir, common_dir) = if meta.is_file() {
             let dirs = git_dirs_of_gitfile(dot_git)?;
             self.push(dot_git.to_owned(), None);
-            for dir in &dirs {
-                self.push_git_dir(dir);
-            }
             let git_dir = dirs[0].clone();
             let common = dirs.last().cloned().unwrap_or_else(|| git_dir.clone());
             (git_dir, common)
         } else if meta.is_dir() {
-            self.push_git_dir(dot_git);
             (dot_git.to_owned(), common_dir_of(dot_git))
         } else {
             // Neither (a fifo, say): git takes it for no repository. Pinned as it is.
             self.push(dot_git.to_owned(), None);
             return Ok(());
         };
-        // What its config makes git run or read (a hooks path, an include, a program).
-        self.config_targets(&common_dir.join("config"), Some(worktree))?;
-        self.config_targets(&git_dir.join("config.worktree"), Some(worktree))?;
-        self.submodules_of(worktree, &git_dir, &common_dir, depth)
+        self.pin_repository(
+            Repository {
+                git_dir,
+                common_dir,
+                worktree: Some(worktree.to_owned()),
+            },
+            depth,
+        )
     }
 
-    /// Pins what a config file names for git to run or read, where that lies in a
-    /// writable root (gitconfig.rs); `worktree` is where git runs from, if known.
-    fn config_targets(
-        &mut self,
-        config: &Path,
-        worktree: Option<&Path>,
-    ) -> Result<(), WrapperError> {
-        for (path, leaf) in gitconfig::code_paths(config, worktree, self.home) {
-            self.pin_named(&path, leaf, "path in git config")?;
+    /// Everything git would later run or read as code for one repository, whichever
+    /// way netbox met it (the workspace's, a `--write` root's, the one a root lies in, a
+    /// home entry's, a submodule's): its git directory (all of it, or with
+    /// `--allow-git-writes` the parts that run code or lead elsewhere), what its own
+    /// configuration and the shared one name relative to where git runs for it (the work
+    /// tree's top, `core.worktree`, or a bare repository's own directory), and the
+    /// submodules its index records, each the same way.
+    fn pin_repository(&mut self, repo: Repository, depth: usize) -> Result<(), WrapperError> {
+        if !self.repositories.insert(repo.git_dir.clone()) {
+            return Ok(());
+        }
+        // A bare repository that is a writable root itself keeps only its code-bearing
+        // parts read-only: all of it would leave the root nothing writable.
+        let whole = !self.allow_git_writes && repo.worktree.is_some();
+        self.push_git_dir(&repo.git_dir, whole);
+        if repo.common_dir != repo.git_dir {
+            self.push_git_dir(&repo.common_dir, whole);
+        }
+        let own = [
+            ConfigSet::read(&repo.common_dir.join("config"), self.home),
+            ConfigSet::read(&repo.git_dir.join("config.worktree"), self.home),
+        ];
+        let run_dir = own
+            .iter()
+            .rev()
+            .find_map(ConfigSet::worktree)
+            .map(|w| {
+                let at = repo.git_dir.join(w);
+                std::fs::canonicalize(&at).unwrap_or(at)
+            })
+            .or_else(|| repo.worktree.clone())
+            .unwrap_or_else(|| repo.git_dir.clone());
+        let codes: Vec<CodePath> = self
+            .shared
+            .iter()
+            .chain(&own)
+            .flat_map(|set| set.code_paths(Some(&run_dir), self.home))
+            .collect();
+        for code in codes {
+            self.pin_code(&code, Lay::Placeholders)?;
+        }
+        if repo.worktree.is_some() {
+            self.submodules_of(&run_dir, &repo.git_dir, &repo.common_dir, depth)?;
         }
         Ok(())
     }
 
     /// Pins a path something names, wherever it lies in a writable root: refused if it
     /// reaches a symlink there; where it is missing, a placeholder at its first missing
-    /// component (`leaf` for the path itself, else a directory).
+    /// component (`leaf` for the path itself, else a directory), or nothing (`lay`).
     fn pin_named(
         &mut self,
         path: &Path,
         leaf: Placeholder,
         what: &'static str,
+        lay: Lay,
     ) -> Result<(), WrapperError> {
         refuse_symlinks_in_roots(path, self.writable, what)?;
         let Some((real, missing_from)) = real_path(path) else {
@@ -277,6 +430,7 @@ impl Found<'_> {
                 let placeholder = is_placeholder(&real).then_some(leaf);
                 self.push(real, placeholder);
             }
+            Some(_) if lay == Lay::ExistingOnly => {}
             Some(first_missing) if first_missing == real => self.push(real, Some(leaf)),
             Some(first_missing) => self.push(first_missing, Some(Placeholder::Dir)),
         }
@@ -377,10 +531,10 @@ impl Found<'_> {
         }
     }
 
-    /// A git directory: all of it, or with --allow-git-writes only what runs code or
-    /// leads git to code.
-    fn push_git_dir(&mut self, dir: &Path) {
-        if !self.allow_git_writes {
+    /// A git directory: all of it (`whole`), or only what runs code or leads git to
+    /// code.
+    fn push_git_dir(&mut self, dir: &Path, whole: bool) {
+        if whole {
             self.push(dir.to_owned(), None);
             return;
         }
@@ -389,10 +543,22 @@ impl Found<'_> {
             _ => placeholders::EMPTY_INDEX_SHA1,
         };
         // hooks and config run code, and so does config.worktree once config enables it;
-        // a commondir would redirect git to another directory's config and hooks; a gitlink
-        // added to the index, or a submodule's or worktree's git dir under modules/ or
-        // worktrees/, makes git enter a directory CMD filled. Missing ones get
-        // placeholders, but config: a repository without one is not a repository.
+        // info/attributes chooses which configured drivers run on which files; a commondir
+        // would redirect git to another directory's config and hooks; a gitlink added to
+        // the index, or a submodule's or worktree's git dir under modules/ or worktrees/,
+        // makes git enter a directory CMD filled. Missing ones get placeholders, but
+        // config: a repository without one is not a repository. (objects/info/alternates
+        // is left writable with the objects: it names more objects, never code.)
+        let info = dir.join("info");
+        if std::fs::symlink_metadata(&info).is_err() || is_placeholder(&info) {
+            self.push(info, Some(Placeholder::Dir));
+        } else {
+            let attributes = info.join("attributes");
+            let placeholder = (std::fs::symlink_metadata(&attributes).is_err()
+                || is_placeholder(&attributes))
+            .then_some(placeholders::EMPTY_CONFIG);
+            self.push(attributes, placeholder);
+        }
         for (part, placeholder) in [
             ("hooks", Some(Placeholder::Dir)),
             ("config", None),
@@ -542,6 +708,13 @@ fn read_small_file(path: &Path) -> std::io::Result<String> {
     crate::plan::read_small_file(path, 64 << 10)
 }
 
+/// Whether `dir` is a bare repository as git's is_git_directory() sees one: `HEAD`, and
+/// `objects` and `refs` (here or in its common dir).
+fn is_bare_repository(dir: &Path) -> bool {
+    let common = common_dir_of(dir);
+    dir.join("HEAD").is_file() && common.join("objects").is_dir() && common.join("refs").is_dir()
+}
+
 /// A git dir's common dir: where its `commondir` file points, or itself.
 fn common_dir_of(git_dir: &Path) -> PathBuf {
     read_small_file(&git_dir.join("commondir"))
@@ -583,6 +756,7 @@ mod tests {
         protected_paths(&ProtectInput {
             write_roots: roots,
             writable: roots,
+            home_entries: &[],
             home: None,
             homes: &[],
             extra: &[],
@@ -639,6 +813,7 @@ mod tests {
         let got = protected_paths(&ProtectInput {
             write_roots: &roots,
             writable: &roots,
+            home_entries: &[],
             home: Some(&ws),
             homes: std::slice::from_ref(&ws),
             extra: &[],
@@ -732,6 +907,7 @@ mod tests {
         let got = protected_paths(&ProtectInput {
             write_roots: &roots,
             writable: &roots,
+            home_entries: &[],
             home: None,
             homes: &[],
             extra: &[],

@@ -24,10 +24,11 @@
 
 pub mod pending;
 mod report;
+mod repository;
 
 pub use report::report;
 
-use std::ffi::{CStr, OsStr, OsString};
+use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -48,9 +49,6 @@ const MAX_DIRECTORIES: u64 = 1_000_000;
 
 /// Directories deeper than this below a root are not read (each level holds an fd).
 const MAX_DEPTH: usize = 256;
-
-/// Hooks looked at in one hooks directory.
-const MAX_HOOKS: usize = 256;
 
 /// Unreadable directories named in the report (the rest are counted).
 const MAX_UNREAD_PATHS: usize = 20;
@@ -102,6 +100,8 @@ fn describe(kind: Kind) -> &'static str {
         Kind::GitdirFile => "a gitdir file",
         Kind::GitSymlink => "a .git symlink",
         Kind::BareRepository => "a bare repository",
+        Kind::LinkedGitDir => "a linked worktree's git directory",
+        Kind::CodePath => "a path git runs or reads as code",
     }
 }
 
@@ -111,6 +111,8 @@ pub struct Finding {
     pub path: PathBuf,
     pub kind: Kind,
     pub how: How,
+    /// For a code path: the git directory whose configuration names it, and the setting.
+    pub named_by: Option<(PathBuf, String)>,
 }
 
 /// Why an audit stopped before it had read everything (the event log's type).
@@ -140,12 +142,23 @@ impl Report {
 pub fn audit(scope: &Scope, cancelled: &dyn Fn() -> bool) -> Report {
     let started = Instant::now();
     let skip: std::collections::HashSet<&Path> = scope.skip.iter().map(PathBuf::as_path).collect();
+    // What every repository reads besides its own config: read now, as git would next.
+    let home = crate::plan::config::home_dir();
+    let shared = crate::plan::protect::shared_configs(home.as_deref());
     let mut walk = Walk {
         since: scope.since,
-        skip,
+        repositories: repository::Context {
+            since: scope.since,
+            roots: &scope.roots,
+            skip: &skip,
+            shared: &shared,
+            home: home.as_deref(),
+        },
+        skip: &skip,
         deadline: started + TIME_LIMIT,
         cancelled,
         report: Report::default(),
+        reported: std::collections::HashSet::new(),
     };
     for root in &scope.roots {
         if let Some(stop) = walk.should_stop() {
@@ -172,10 +185,13 @@ struct Frame {
 
 struct Walk<'a> {
     since: Stamp,
-    skip: std::collections::HashSet<&'a Path>,
+    repositories: repository::Context<'a>,
+    skip: &'a std::collections::HashSet<&'a Path>,
     deadline: Instant,
     cancelled: &'a dyn Fn() -> bool,
     report: Report,
+    /// Paths reported so far: each once, however many repositories lead to it.
+    reported: std::collections::HashSet<PathBuf>,
 }
 
 impl Walk<'_> {
@@ -281,7 +297,7 @@ impl Walk<'_> {
             match name.to_bytes() {
                 b"." | b".." => continue,
                 b".git" => git_entry = Some(kind),
-                b"HEAD" | b"objects" | b"refs" => marks.push(name.clone()),
+                b"HEAD" | b"objects" | b"refs" | b"commondir" => marks.push(name.clone()),
                 _ => {}
             }
             let is_dir = match kind {
@@ -297,19 +313,24 @@ impl Walk<'_> {
             self.dot_git(dir.as_fd(), &path, kind);
         }
         let is_dot_git = path.file_name() == Some(OsStr::new(".git"));
-        if marks.len() == 3 && !is_dot_git && !self.skip.contains(path.as_path()) {
-            // An old directory that HEAD, objects and refs made a repository during the
-            // run is as new a repository as one made whole.
+        let has = |mark: &[u8]| marks.iter().any(|m| m.to_bytes() == mark);
+        let bare = has(b"HEAD") && has(b"objects") && has(b"refs");
+        let linked = has(b"HEAD") && has(b"commondir") && !bare;
+        if (bare || linked) && !is_dot_git && !self.skip.contains(path.as_path()) {
+            // An old directory that HEAD, objects and refs (or commondir) made a
+            // repository during the run is as new a repository as one made whole.
             let made_one = marks
                 .iter()
                 .any(|mark| times_at(dir.as_fd(), mark).is_ok_and(|t| self.after_start(t.birth)));
-            let how = if made_one {
-                Some(How::Created)
+            let (kind, shape) = if bare {
+                (Kind::BareRepository, repository::Shape::Bare)
             } else {
-                self.git_dir_news(dir.as_fd(), &path)
+                (Kind::LinkedGitDir, repository::Shape::Linked)
             };
-            if let Some(how) = how {
-                self.found(path.clone(), Kind::BareRepository, how);
+            if made_one {
+                self.found(path.clone(), kind, How::Created);
+            } else {
+                self.repository(&path, kind, shape);
             }
         }
         subdirs.retain(|name| !self.skip.contains(path.join(name).as_path()));
@@ -345,71 +366,48 @@ impl Walk<'_> {
         } else if kind != Kind::GitDir {
             (Stamp::of(times.change) >= self.since).then_some(How::Changed)
         } else {
-            // An older git directory: its code-bearing parts changed, or it was moved
-            // here (a rename sets its change time but not its modification time, which
-            // git's own lock files set; or it sits in a directory made during the run).
+            // An older git directory moved here: a rename sets its change time but not
+            // its modification time, which git's own lock files set; or it sits in a
+            // directory made during the run.
             let moved =
                 Stamp::of(times.change) >= self.since && Stamp::of(times.modify) < self.since;
             let into_new = times_at(parent, c"").is_ok_and(|t| self.after_start(t.birth));
-            let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-            match nix::fcntl::openat(parent, ".git", flags, Mode::empty()) {
-                Ok(git_dir) if moved || into_new => {
-                    drop(git_dir);
-                    Some(How::Changed)
-                }
-                Ok(git_dir) => self.git_dir_news(git_dir.as_fd(), &path),
-                Err(_) => {
-                    self.unread(path);
-                    return;
-                }
-            }
+            (moved || into_new).then_some(How::Changed)
         };
         if let Some(how) = how {
             self.found(path, kind, how);
+            return;
+        }
+        // An old `.git`: what the repository behind it runs, as it is now.
+        let git_dir = match kind {
+            Kind::GitDir => Some(path.clone()),
+            _ => repository::git_dir_behind(&path),
+        };
+        if let Some(git_dir) = git_dir {
+            self.repository(
+                &git_dir,
+                Kind::GitDir,
+                repository::Shape::Worktree(parent_path),
+            );
         }
     }
 
-    /// Whether the git directory open as `dir` (at `path`) was created during the run, or
-    /// had its code-bearing parts changed: its config, config.worktree, commondir, hooks
-    /// directory or a hook (a part the run pinned could not change: a placeholder netbox
-    /// made is not news).
-    fn git_dir_news(&self, dir: BorrowedFd<'_>, path: &Path) -> Option<How> {
-        let times = times_at(dir, c"").ok()?;
-        if self.after_start(times.birth) {
-            return Some(How::Created);
+    /// Reports what the run did to the repository whose git directory is `git_dir`.
+    fn repository(&mut self, git_dir: &Path, kind: Kind, shape: repository::Shape<'_>) {
+        let news = self.repositories.news(git_dir, shape);
+        if let Some(how) = news.git_dir {
+            self.found(git_dir.to_owned(), kind, how);
         }
-        let changed = |name: &CStr| {
-            let pinned = self
-                .skip
-                .contains(path.join(OsStr::from_bytes(name.to_bytes())).as_path());
-            !pinned && times_at(dir, name).is_ok_and(|t| Stamp::of(t.change) >= self.since)
-        };
-        if [c"config", c"config.worktree", c"commondir", c"hooks"]
-            .into_iter()
-            .any(changed)
-        {
-            return Some(How::Changed);
+        for (path, how, setting) in news.code {
+            if self.reported.insert(path.clone()) {
+                self.report.findings.push(Finding {
+                    path,
+                    kind: Kind::CodePath,
+                    how,
+                    named_by: Some((git_dir.to_owned(), setting)),
+                });
+            }
         }
-        let hooks_pinned = self.skip.contains(path.join("hooks").as_path());
-        (!hooks_pinned && self.hook_changed(dir)).then_some(How::Changed)
-    }
-
-    /// Whether any hook in the git directory open as `git_dir` changed during the run.
-    fn hook_changed(&self, git_dir: BorrowedFd<'_>) -> bool {
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let Ok(mut hooks) = Dir::openat(git_dir, "hooks", flags, Mode::empty()) else {
-            return false;
-        };
-        let names: Vec<std::ffi::CString> = hooks
-            .iter()
-            .flatten()
-            .map(|e| e.file_name().to_owned())
-            .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
-            .take(MAX_HOOKS)
-            .collect();
-        names.iter().any(|name| {
-            times_at(hooks.as_fd(), name).is_ok_and(|t| Stamp::of(t.change) >= self.since)
-        })
     }
 
     fn after_start(&self, birth: Option<(i64, u32)>) -> bool {
@@ -417,7 +415,14 @@ impl Walk<'_> {
     }
 
     fn found(&mut self, path: PathBuf, kind: Kind, how: How) {
-        self.report.findings.push(Finding { path, kind, how });
+        if self.reported.insert(path.clone()) {
+            self.report.findings.push(Finding {
+                path,
+                kind,
+                how,
+                named_by: None,
+            });
+        }
     }
 }
 

@@ -20,6 +20,11 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
             path: finding.path.to_string_lossy().into_owned(),
             kind: finding.kind,
             how: finding.how,
+            repository: finding
+                .named_by
+                .as_ref()
+                .map(|(git_dir, _)| git_dir.to_string_lossy().into_owned()),
+            setting: finding.named_by.as_ref().map(|(_, s)| s.clone()),
             audited_session: audited.map(str::to_owned),
         };
         log.record_as("git_metadata_created", session, &record);
@@ -52,14 +57,28 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
     for finding in report.findings.iter().take(MAX_WARNINGS) {
         let did = match finding.how {
             How::Created => "created",
-            How::Changed => "changed the config or hooks of",
+            How::Changed => "changed",
         };
-        crate::output::say(&format!(
-            "netbox: warning: {whose} {did} {} {}: git run there, or in a repository that \
-             records it as a submodule, reads its config and hooks; review it before running git",
-            describe(finding.kind),
-            printable(&finding.path.to_string_lossy()),
-        ));
+        let path = printable(&finding.path.to_string_lossy());
+        let line = match &finding.named_by {
+            Some((git_dir, setting)) => format!(
+                "netbox: warning: {whose} {did} {path}, which git runs or reads as code for \
+                 the repository {} ({}); review it before running git there",
+                printable(&git_dir.to_string_lossy()),
+                printable(setting),
+            ),
+            None => format!(
+                "netbox: warning: {whose} {} {} {path}: git run there, or in a repository \
+                 that records it as a submodule, reads its config and hooks; review it before \
+                 running git",
+                match finding.how {
+                    How::Created => "created",
+                    How::Changed => "changed the config or hooks of",
+                },
+                describe(finding.kind),
+            ),
+        };
+        crate::output::say(&line);
     }
     if report.findings.len() > MAX_WARNINGS {
         crate::output::say(&format!(

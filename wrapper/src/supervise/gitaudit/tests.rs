@@ -101,3 +101,117 @@ fn a_cancelled_audit_says_so() {
     assert!(!report.complete());
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn every_hook_and_every_redirect_of_an_unpinned_repository_is_found() {
+    use crate::plan::protect::gitcode::{GIT_DIR_PARTS, HOOKS};
+    let root = tempdir("hooks");
+    let mut cases: Vec<(String, PathBuf)> = Vec::new();
+    for hook in HOOKS {
+        let repo = root.join(format!("hook-{hook}/.git"));
+        git_dir_at(&repo);
+        cases.push((format!("hooks/{hook}"), repo));
+    }
+    for part in GIT_DIR_PARTS {
+        let repo = root.join(format!("part-{}/.git", part.replace('/', "-")));
+        git_dir_at(&repo);
+        std::fs::create_dir_all(repo.join("info")).unwrap();
+        std::fs::create_dir_all(repo.join("objects/info")).unwrap();
+        cases.push(((*part).to_owned(), repo));
+    }
+    // Control: a repository with nothing written to it.
+    git_dir_at(&root.join("untouched/.git"));
+    let since = next_tick();
+    for (part, repo) in &cases {
+        let path = repo.join(part);
+        if path.is_dir() {
+            std::fs::write(path.join("x"), "").unwrap();
+        } else {
+            std::fs::write(&path, "[core]\n").unwrap();
+        }
+    }
+    let scope = Scope {
+        roots: vec![root.clone()],
+        skip: Vec::new(),
+        since,
+    };
+    let report = audit(&scope, &|| false);
+    for (part, repo) in &cases {
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| &f.path == repo && f.how == How::Changed),
+            "{part}: {report:?}"
+        );
+    }
+    assert_eq!(report.findings.len(), cases.len(), "{report:?}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn a_linked_worktree_and_what_a_config_names_are_found() {
+    let root = tempdir("linked");
+    // A nested repository with a linked worktree, and husky's hooks path.
+    git_dir_at(&root.join("app/.git"));
+    std::fs::write(
+        root.join("app/.git/config"),
+        "[core]\n\thooksPath = .husky/_\n\tfsmonitor = ./tools/fsmon\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("app/.husky/_")).unwrap();
+    std::fs::write(root.join("app/.husky/_/pre-commit"), "").unwrap();
+    std::fs::create_dir_all(root.join("app/tools")).unwrap();
+    let linked = root.join("app/.git/worktrees/feature");
+    std::fs::create_dir_all(&linked).unwrap();
+    std::fs::write(linked.join("HEAD"), "ref: refs/heads/feature\n").unwrap();
+    std::fs::write(linked.join("commondir"), "../..\n").unwrap();
+    std::fs::write(
+        linked.join("gitdir"),
+        root.join("feature/.git").display().to_string(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("feature")).unwrap();
+    std::fs::write(
+        root.join("feature/.git"),
+        format!("gitdir: {}\n", linked.display()),
+    )
+    .unwrap();
+    let since = next_tick();
+    // The redirect, a rewritten hook, and a program made where the config names one.
+    std::fs::write(linked.join("commondir"), "../../../evil\n").unwrap();
+    std::fs::write(root.join("app/.husky/_/pre-commit"), "#!/bin/sh\n").unwrap();
+    std::fs::write(root.join("app/tools/fsmon"), "#!/bin/sh\n").unwrap();
+    // Control: a file no setting names.
+    std::fs::write(root.join("app/tools/other"), "").unwrap();
+    let scope = Scope {
+        roots: vec![root.clone()],
+        skip: Vec::new(),
+        since,
+    };
+    let report = audit(&scope, &|| false);
+    let named = |path: PathBuf, setting: &str| {
+        report.findings.iter().any(|f| {
+            f.path == path
+                && f.kind == Kind::CodePath
+                && f.named_by.as_ref().is_some_and(|(_, s)| s == setting)
+        })
+    };
+    assert!(
+        report.findings.iter().any(|f| f.path == linked),
+        "{report:?}"
+    );
+    assert!(
+        named(root.join("app/.husky/_/pre-commit"), "core.hookspath"),
+        "{report:?}"
+    );
+    assert!(
+        named(root.join("app/tools/fsmon"), "core.fsmonitor"),
+        "{report:?}"
+    );
+    assert!(
+        !report.findings.iter().any(|f| f.path.ends_with("other")),
+        "{report:?}"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}

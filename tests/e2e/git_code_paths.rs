@@ -1,0 +1,582 @@
+//! What git runs or reads as code, for every repository netbox meets in a writable root:
+//! pinned for the ones in reach (the workspace's, a `--write` root's, a home entry's under
+//! `--allow-home-write`, each submodule's), whichever configuration names it (the
+//! repository's own, or the global one's relative paths, which git takes against every
+//! work tree), and reported after the run for the ones netbox does not pin (a nested
+//! repository, a linked worktree's git directory). Each attack as an outside review wrote
+//! it, with a control that shows the attack works where netbox is not in the way.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::support::{stderr, stdout, Run, TestDir};
+
+/// git on the host, as the user runs it later: `home`'s global config, no system one.
+fn host_git(home: &Path, dir: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .args(["-c", "user.email=t@netbox.test", "-c", "user.name=t"])
+        .args(["-c", "protocol.file.allow=always"])
+        .args(["-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("GIT_CONFIG_GLOBAL")
+        .output()
+        .expect("git is needed for these tests")
+}
+
+/// [`host_git`] that must succeed.
+fn git_ok(home: &Path, dir: &Path, args: &[&str]) -> String {
+    let out = host_git(home, dir, args);
+    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
+/// A repository at `dir` with one commit.
+fn repository(home: &Path, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    git_ok(home, dir, &["init", "-q"]);
+    std::fs::write(dir.join("README"), "hello\n").unwrap();
+    git_ok(home, dir, &["add", "README"]);
+    git_ok(home, dir, &["commit", "-qm", "one"]);
+}
+
+/// A shell script that runs `touch MARK` (and fails, as a hook that stops git would).
+fn marking(mark: &Path) -> String {
+    format!("#!/bin/sh\\ntouch {}\\nexit 1\\n", mark.display())
+}
+
+fn executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn git_metadata_records(run: &Run) -> Vec<Value> {
+    run.events()
+        .into_iter()
+        .filter(|e| e["type"] == "git_metadata_created")
+        .collect()
+}
+
+/// The global config's relative paths are taken against the work tree of every
+/// repository: `core.hooksPath = .githooks` (a team's "run each repository's committed
+/// hooks") and `core.fsmonitor = ./.fsmon` must not let CMD plant a hook or a monitor
+/// the host's next `git commit` or `git status` runs.
+#[test]
+fn the_global_configs_relative_paths_are_pinned_in_the_workspace() {
+    let dir = TestDir::new("git-global-relative");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join(".gitconfig"),
+        "[core]\n\thooksPath = .githooks\n\tfsmonitor = ./.fsmon\n",
+    )
+    .unwrap();
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    let (hook_mark, fsmon_mark) = (dir.join("HOOK_RAN"), dir.join("FSMONITOR_RAN"));
+    let attack = format!(
+        "mkdir -p .githooks 2>/dev/null; \
+         printf '{hook}' > .githooks/pre-commit 2>/dev/null && chmod +x .githooks/pre-commit && echo HOOK; \
+         printf '{fsmon}' > .fsmon 2>/dev/null && chmod +x .fsmon && echo FSMONITOR; \
+         echo x > control && echo CONTROL",
+        hook = marking(&hook_mark),
+        fsmon = marking(&fsmon_mark),
+    );
+    let out = run.sh(&attack);
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    // The host's next commit and status run nothing CMD wrote.
+    host_git(&home, &run.workspace, &["add", "control"]);
+    host_git(&home, &run.workspace, &["commit", "-qm", "after"]);
+    host_git(&home, &run.workspace, &["status", "--short"]);
+    assert!(!hook_mark.exists() && !fsmon_mark.exists());
+    // Control: the same script outside netbox plants both, and git runs them.
+    let out = Command::new("bash")
+        .args(["-c", &attack])
+        .current_dir(&run.workspace)
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out),
+        "HOOK\nFSMONITOR\nCONTROL\n",
+        "{}",
+        stderr(&out)
+    );
+    host_git(
+        &home,
+        &run.workspace,
+        &["commit", "-qm", "again", "--allow-empty"],
+    );
+    assert!(
+        hook_mark.exists(),
+        "the planted hook runs at the next commit"
+    );
+    assert!(
+        fsmon_mark.exists(),
+        "the planted monitor runs at the next status"
+    );
+}
+
+/// Under `--allow-home-write`, a repository at the top of a home entry keeps what a
+/// workspace's keeps: husky's hooks path and a relative fsmonitor program, and its
+/// submodules' `.git`.
+#[test]
+fn a_home_entrys_repository_is_pinned_like_the_workspaces() {
+    let dir = TestDir::new("git-home-entry");
+    let home = dir.join("home");
+    let webapp = home.join("webapp");
+    repository(&home, &dir.join("upstream"));
+    repository(&home, &webapp);
+    std::fs::create_dir_all(webapp.join(".husky/_")).unwrap();
+    std::fs::create_dir_all(webapp.join("tools")).unwrap();
+    std::fs::write(webapp.join(".husky/_/pre-commit"), "#!/bin/sh\n").unwrap();
+    std::fs::write(webapp.join("tools/fsmon"), "#!/bin/sh\nexit 1\n").unwrap();
+    git_ok(&home, &webapp, &["config", "core.hooksPath", ".husky/_"]);
+    git_ok(
+        &home,
+        &webapp,
+        &["config", "core.fsmonitor", "./tools/fsmon"],
+    );
+    let upstream = dir.join("upstream").display().to_string();
+    git_ok(
+        &home,
+        &webapp,
+        &["submodule", "add", "-q", &upstream, "sub"],
+    );
+    git_ok(&home, &webapp, &["add", "-A"]);
+    git_ok(&home, &webapp, &["commit", "-qm", "app"]);
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .args_from(&["--write", &home.display().to_string(), "--allow-home-write"])
+        .env("HOME", home.display().to_string());
+    let mark = dir.join("RAN");
+    let out = run.sh(&format!(
+        "cd \"$HOME/webapp\" || exit 9; \
+         printf '{code}' > tools/fsmon 2>/dev/null && echo FSMONITOR; \
+         printf '{code}' > .husky/_/pre-commit 2>/dev/null && echo HOOK; \
+         mkdir -p evil 2>/dev/null; \
+         echo 'gitdir: ../evil' > sub/.git 2>/dev/null && echo SUBMODULE; \
+         echo x > notes.txt && echo CONTROL",
+        code = marking(&mark),
+    ));
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("warning"),
+        "nothing was changed, so nothing is said: {}",
+        stderr(&out)
+    );
+    host_git(&home, &webapp, &["status", "--short"]);
+    host_git(&home, &webapp, &["add", "notes.txt"]);
+    host_git(&home, &webapp, &["commit", "-qm", "notes"]);
+    assert!(!mark.exists());
+    assert!(std::fs::read_to_string(webapp.join("sub/.git"))
+        .unwrap()
+        .contains("modules/sub"));
+}
+
+/// A nested repository netbox does not pin, with a linked worktree beside it: CMD
+/// points the worktree's `commondir` at a directory it built (objects, refs and a
+/// config with a monitor: no HEAD, so no bare repository either). The host's next
+/// `git status` there would run it: the run's end says so.
+#[test]
+fn a_linked_worktrees_redirect_is_reported() {
+    let dir = TestDir::new("git-linked-worktree");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    let app = run.workspace.join("app");
+    repository(&home, &app);
+    git_ok(
+        &home,
+        &app,
+        &["config", "extensions.worktreeConfig", "true"],
+    );
+    git_ok(&home, &app, &["worktree", "add", "-q", "../app-feature"]);
+    let linked = std::fs::canonicalize(app.join(".git/worktrees/app-feature")).unwrap();
+    // Control: a run that changes no git metadata says nothing.
+    let out = run.sh("echo x > control");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    assert!(git_metadata_records(&run).is_empty());
+
+    let mark = dir.join("RAN");
+    for (file, what) in [
+        ("commondir", "a redirect to a directory CMD built"),
+        ("config.worktree", "a worktree's own config"),
+    ] {
+        let _ = std::fs::remove_file(&mark);
+        // A log of its own: the log is appended to.
+        let run = Run::new(&dir)
+            .env("HOME", home.display().to_string())
+            .log_at(dir.join(&format!("events-{file}.jsonl")));
+        let out = run.sh(&format!(
+            "mkdir -p evil/objects evil/refs && \
+             printf '[core]\\n\\tfsmonitor = touch {mark}; false\\n' > evil/config && \
+             case {file} in \
+               commondir) echo \"$PWD/evil\" > app/.git/worktrees/app-feature/commondir;; \
+               *) cp evil/config app/.git/worktrees/app-feature/config.worktree;; \
+             esac && echo DONE",
+            mark = mark.display(),
+        ));
+        assert_eq!(stdout(&out), "DONE\n", "{what}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert!(
+            said.contains("warning") && said.contains(&linked.display().to_string()),
+            "{what}: {said}"
+        );
+        assert!(
+            git_metadata_records(&run)
+                .iter()
+                .any(|r| r["path"] == linked.display().to_string()),
+            "{what}"
+        );
+        // The attack is real: git there runs what CMD planted.
+        host_git(
+            &home,
+            &run.workspace.join("app-feature"),
+            &["status", "--short"],
+        );
+        assert!(mark.exists(), "{what}: git ran the planted monitor");
+        git_ok(&home, &app, &["worktree", "repair"]);
+        let _ = std::fs::remove_file(linked.join("config.worktree"));
+        std::fs::write(linked.join("commondir"), "../..\n").unwrap();
+    }
+}
+
+/// A nested repository's config names hooks outside `.git` (husky in `src/app`): a
+/// rewritten hook there is reported, naming the file, the repository and the setting.
+#[test]
+fn a_nested_repositorys_hooks_path_is_audited() {
+    let dir = TestDir::new("git-nested-hooks");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    let app = run.workspace.join("src/app");
+    repository(&home, &app);
+    std::fs::create_dir_all(app.join(".husky/_")).unwrap();
+    std::fs::write(app.join(".husky/_/pre-commit"), "#!/bin/sh\n").unwrap();
+    executable(&app.join(".husky/_/pre-commit"));
+    git_ok(&home, &app, &["config", "core.hooksPath", ".husky/_"]);
+    // Control: a run that leaves the hook alone says nothing.
+    let out = run.sh("echo x > src/app/notes.txt");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+
+    let mark = dir.join("RAN");
+    let out = run.sh(&format!(
+        "printf '{}' > src/app/.husky/_/pre-commit && echo HOOK",
+        marking(&mark)
+    ));
+    assert_eq!(stdout(&out), "HOOK\n", "{}", stderr(&out));
+    let hook = std::fs::canonicalize(app.join(".husky/_/pre-commit")).unwrap();
+    let said = stderr(&out);
+    assert!(
+        said.contains(&hook.display().to_string()) && said.contains("core.hookspath"),
+        "{said}"
+    );
+    let records = git_metadata_records(&run);
+    let record = records
+        .iter()
+        .find(|r| r["path"] == hook.display().to_string())
+        .unwrap_or_else(|| panic!("{records:?}"));
+    assert_eq!(record["kind"], "code_path");
+    assert_eq!(record["setting"], "core.hookspath");
+    assert!(record["repository"]
+        .as_str()
+        .unwrap()
+        .ends_with("src/app/.git"));
+    // The attack is real: the host's next commit there runs it.
+    host_git(&home, &app, &["commit", "-qm", "x", "--allow-empty"]);
+    assert!(mark.exists());
+}
+
+/// git's documented settings whose value it runs or reads as code (git-config(1),
+/// gitattributes(5), git-archive(1), git-send-email(1)), written from the documentation
+/// and not from netbox's own table, each with a value naming `PATH` (a directory where
+/// the setting names one).
+const CODE_SETTINGS: &[(&str, &str, Shape)] = &[
+    ("core.fsmonitor", "PATH", Shape::File),
+    ("core.hooksPath", "PATH", Shape::Dir),
+    ("core.sshCommand", "PATH -v", Shape::File),
+    ("core.gitProxy", "PATH for example.test", Shape::File),
+    ("core.alternateRefsCommand", "PATH", Shape::File),
+    ("core.askPass", "PATH", Shape::File),
+    ("core.pager", "PATH -R", Shape::File),
+    ("core.editor", "PATH", Shape::File),
+    ("core.attributesFile", "PATH", Shape::File),
+    ("alias.x", "!PATH --flag", Shape::File),
+    ("alias.y", "!sh PATH", Shape::File),
+    ("browser.b.cmd", "PATH", Shape::File),
+    ("browser.b.path", "PATH", Shape::File),
+    ("credential.helper", "!PATH", Shape::File),
+    ("credential.https://git.test.helper", "PATH", Shape::File),
+    ("diff.external", "PATH", Shape::File),
+    ("diff.d.command", "PATH", Shape::File),
+    ("diff.d.textconv", "PATH", Shape::File),
+    ("difftool.t.cmd", "PATH \"$LOCAL\" \"$REMOTE\"", Shape::File),
+    ("difftool.t.path", "PATH", Shape::File),
+    ("gpg.program", "PATH", Shape::File),
+    ("gpg.ssh.program", "PATH", Shape::File),
+    ("gpg.ssh.defaultKeyCommand", "PATH", Shape::File),
+    ("guitool.g.cmd", "PATH", Shape::File),
+    ("imap.tunnel", "PATH", Shape::File),
+    ("include.path", "ABSOLUTE", Shape::File),
+    ("includeIf.gitdir:/.path", "ABSOLUTE", Shape::File),
+    ("init.templateDir", "PATH", Shape::Dir),
+    ("instaweb.httpd", "PATH", Shape::File),
+    ("interactive.diffFilter", "PATH", Shape::File),
+    ("man.m.cmd", "PATH", Shape::File),
+    ("man.m.path", "PATH", Shape::File),
+    ("merge.d.driver", "PATH %O %A %B", Shape::File),
+    ("mergetool.t.cmd", "PATH \"$MERGED\"", Shape::File),
+    ("mergetool.t.path", "PATH", Shape::File),
+    ("pager.log", "PATH", Shape::File),
+    ("remote.r.receivepack", "PATH", Shape::File),
+    ("remote.r.uploadpack", "PATH", Shape::File),
+    ("remote.r.url", "ext::PATH %S", Shape::File),
+    ("sequence.editor", "PATH", Shape::File),
+    ("submodule.lib.update", "!PATH", Shape::File),
+    ("uploadpack.packObjectsHook", "PATH", Shape::File),
+    ("url.ext::PATH.insteadOf", "nothing:", Shape::File),
+    ("filter.f.clean", "PATH", Shape::File),
+    ("filter.f.smudge", "PATH", Shape::File),
+    ("filter.f.process", "PATH", Shape::File),
+    ("tar.t.command", "PATH", Shape::File),
+    ("sendemail.sendmailCmd", "PATH", Shape::File),
+    ("sendemail.smtpServer", "PATH", Shape::File),
+    ("sendemail.toCmd", "PATH", Shape::File),
+    ("sendemail.ccCmd", "PATH", Shape::File),
+    ("sendemail.headerCmd", "PATH", Shape::File),
+];
+
+/// githooks(5): every hook git runs.
+const HOOKS: &[&str] = &[
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "post-index-change",
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    File,
+    Dir,
+}
+
+/// Writes every setting of the table into `config` (`git config -f`), the n-th naming
+/// `WORKTREE/code/n`; returns the paths.
+fn write_settings(home: &Path, config: &Path, worktree: &Path) -> Vec<(PathBuf, Shape)> {
+    std::fs::create_dir_all(worktree.join("code")).unwrap();
+    let config_arg = config.display().to_string();
+    CODE_SETTINGS
+        .iter()
+        .enumerate()
+        .map(|(n, (name, value, shape))| {
+            let relative = format!("./code/{n}");
+            let absolute = worktree.join(format!("code/{n}"));
+            let value = value
+                .replace("ABSOLUTE", &absolute.display().to_string())
+                .replace("PATH", &relative);
+            let name = name.replace("PATH", &relative);
+            git_ok(
+                home,
+                worktree,
+                &["config", "-f", &config_arg, &name, &value],
+            );
+            (absolute, *shape)
+        })
+        .collect()
+}
+
+/// A script that tries to plant code at each path, printing the ones it could write,
+/// then `control` (a path no setting names).
+fn plant_each(paths: &[(PathBuf, Shape)]) -> String {
+    let mut script = String::new();
+    for (path, shape) in paths {
+        let p = path.display();
+        match shape {
+            Shape::File => script.push_str(&format!("echo x > '{p}' 2>/dev/null && echo '{p}'; ")),
+            Shape::Dir => script.push_str(&format!(
+                "mkdir -p '{p}/hooks' 2>/dev/null; echo x > '{p}/pre-commit' 2>/dev/null && echo '{p}'; \
+                 echo x > '{p}/hooks/pre-commit' 2>/dev/null && echo '{p}'; "
+            )),
+        }
+    }
+    script.push_str("echo x > code/control && echo control");
+    script
+}
+
+/// Each documented setting, in each place a repository can be that netbox pins: what it
+/// names cannot be written; `code/control`, which nothing names, can.
+#[test]
+fn every_documented_code_setting_is_pinned_wherever_the_repository_is() {
+    let dir = TestDir::new("git-table-pinned");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let ws = dir.join("ws");
+    repository(&home, &ws);
+    let upstream = dir.join("upstream");
+    repository(&home, &upstream);
+    let upstream_arg = upstream.display().to_string();
+    git_ok(
+        &home,
+        &ws,
+        &["submodule", "add", "-q", &upstream_arg, "lib"],
+    );
+    git_ok(&home, &ws, &["commit", "-qm", "lib"]);
+    let other = dir.join("other");
+    repository(&home, &other);
+    let entry = home.join("proj");
+    repository(&home, &entry);
+
+    struct Place {
+        what: &'static str,
+        worktree: PathBuf,
+        config: PathBuf,
+        args: Vec<String>,
+    }
+    let places = [
+        Place {
+            what: "the workspace's repository",
+            worktree: ws.clone(),
+            config: ws.join(".git/config"),
+            args: vec![],
+        },
+        Place {
+            what: "the global config, for the workspace's repository",
+            worktree: ws.clone(),
+            config: home.join(".gitconfig"),
+            args: vec![],
+        },
+        Place {
+            what: "the workspace's repository with --allow-git-writes",
+            worktree: ws.clone(),
+            config: ws.join(".git/config"),
+            args: vec!["--allow-git-writes".into()],
+        },
+        Place {
+            what: "a submodule's repository",
+            worktree: ws.join("lib"),
+            config: ws.join(".git/modules/lib/config"),
+            args: vec![],
+        },
+        Place {
+            what: "a --write root's repository",
+            worktree: other.clone(),
+            config: other.join(".git/config"),
+            args: vec!["--write".into(), other.display().to_string()],
+        },
+        Place {
+            what: "a home entry's repository under --allow-home-write",
+            worktree: entry.clone(),
+            config: entry.join(".git/config"),
+            args: vec![
+                "--write".into(),
+                home.display().to_string(),
+                "--allow-home-write".into(),
+            ],
+        },
+    ];
+    for place in &places {
+        let before = std::fs::read(&place.config).unwrap_or_default();
+        let paths = write_settings(&home, &place.config, &place.worktree);
+        let mut run = Run::new(&dir)
+            .arg("--quiet")
+            .env("HOME", home.display().to_string());
+        for arg in &place.args {
+            run = run.arg(arg.clone());
+        }
+        let out = run.sh(&format!(
+            "cd '{}' || exit 9; {}",
+            place.worktree.display(),
+            plant_each(&paths)
+        ));
+        assert_eq!(
+            stdout(&out),
+            "control\n",
+            "{}: these could be written: {}",
+            place.what,
+            stderr(&out)
+        );
+        std::fs::write(&place.config, before).unwrap();
+        let _ = std::fs::remove_dir_all(place.worktree.join("code"));
+    }
+    // Every hook, in the hooks directory of a repository whose .git is writable but for
+    // what runs code.
+    let hooks: String = HOOKS
+        .iter()
+        .map(|h| format!("echo x > .git/hooks/{h} 2>/dev/null && echo {h}; "))
+        .collect();
+    let out = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--allow-git-writes")
+        .env("HOME", home.display().to_string())
+        .sh(&format!(
+            "{hooks} echo x > .git/description && echo control"
+        ));
+    assert_eq!(stdout(&out), "control\n", "{}", stderr(&out));
+}
+
+/// The same table in a nested repository netbox does not pin: every path CMD planted
+/// is reported after the run, with the setting that names it.
+#[test]
+fn every_documented_code_setting_of_a_nested_repository_is_audited() {
+    let dir = TestDir::new("git-table-audited");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    let nested = run.workspace.join("vendor/tool");
+    repository(&home, &nested);
+    let paths = write_settings(&home, &nested.join(".git/config"), &nested);
+    let out = run.sh(&format!("cd vendor/tool && {}", plant_each(&paths)));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records = git_metadata_records(&run);
+    for ((path, _), (name, _, _)) in paths.iter().zip(CODE_SETTINGS) {
+        let path = std::fs::canonicalize(path).unwrap();
+        assert!(
+            records.iter().any(|r| r["path"]
+                .as_str()
+                .is_some_and(|p| Path::new(p).starts_with(&path))),
+            "{name}: {} not reported",
+            path.display()
+        );
+    }
+    // Control: code/control, which no setting names, is not reported.
+    let control = std::fs::canonicalize(nested.join("code/control")).unwrap();
+    assert!(!records
+        .iter()
+        .any(|r| r["path"] == control.display().to_string()));
+}

@@ -1,0 +1,243 @@
+//! One repository the walk met and netbox did not pin: what of it git runs or reads as
+//! code, and whether the run created or changed any of it. That is its git directory's
+//! own parts (gitcode::GIT_DIR_PARTS: config, config.worktree, commondir, hooks and each
+//! hook, info/attributes, objects/info/alternates), the common directory its `commondir`
+//! leads to (the same parts), and every path its configuration, its own and the shared
+//! one (system, global, environment), names for git to run or read: included files,
+//! a hooks path, programs, relative to where git runs for it (`core.worktree`, the work
+//! tree's top, a linked worktree's own, or a bare repository's directory). The same
+//! table decides what is pinned for the repositories netbox does pin (protect/gitcode.rs).
+//!
+//! Only what lies in a writable root and was not pinned is looked at: nothing else could
+//! have been changed from inside. Something counts as the run's when it was born during
+//! the run, or its change time is after the start (a rewrite, a rename into place, a new
+//! link: CMD cannot set a change time back); a symlink on the way to it counts the same.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use crate::plan::protect::gitcode::GIT_DIR_PARTS;
+use crate::plan::protect::gitconfig::{CodePath, ConfigSet};
+use crate::sys::mountid::times_of;
+
+use super::{How, Stamp};
+
+/// Entries looked at in one directory a setting names (a hooks path, a template dir).
+const MAX_DIR_ENTRIES: usize = 256;
+
+/// What the walk knows that a repository's check needs.
+pub(super) struct Context<'a> {
+    pub since: Stamp,
+    pub roots: &'a [PathBuf],
+    pub skip: &'a std::collections::HashSet<&'a Path>,
+    pub shared: &'a [ConfigSet],
+    pub home: Option<&'a Path>,
+}
+
+/// How the walk met the repository, which says where git runs for it.
+pub(super) enum Shape<'a> {
+    /// Through the `.git` entry (a directory, or a file or link leading to the git dir)
+    /// of this work tree.
+    Worktree(&'a Path),
+    /// A linked worktree's git directory (`HEAD` and `commondir`): its `gitdir` file
+    /// names the work tree's `.git`.
+    Linked,
+    /// A bare repository (or a submodule's git dir, whose `core.worktree` says where it
+    /// runs).
+    Bare,
+}
+
+/// What the run did to a repository.
+#[derive(Debug, Default)]
+pub(super) struct News {
+    /// Its git directory (or the common directory it leads to) was made or had a part
+    /// that runs code changed.
+    pub git_dir: Option<How>,
+    /// Paths its configuration names for git to run or read, made or changed, each with
+    /// the setting that names it.
+    pub code: Vec<(PathBuf, How, String)>,
+}
+
+impl Context<'_> {
+    fn inside(&self, path: &Path) -> bool {
+        self.roots.iter().any(|r| path.starts_with(r))
+            && !path.ancestors().any(|a| self.skip.contains(a))
+    }
+
+    fn during_run(&self, stamp: Option<(i64, u32)>) -> bool {
+        stamp.is_some_and(|(secs, nanos)| Stamp { secs, nanos } >= self.since)
+    }
+
+    /// Whether the run made (`Created`) or changed `path`, lstat'ed.
+    fn news_of(&self, path: &Path) -> Option<How> {
+        let times = times_of(path).ok()?;
+        if self.during_run(times.birth) {
+            Some(How::Created)
+        } else if self.during_run(Some(times.change)) {
+            Some(How::Changed)
+        } else {
+            None
+        }
+    }
+
+    /// The repository whose git directory is `git_dir`, met as `shape`.
+    pub fn news(&self, git_dir: &Path, shape: Shape<'_>) -> News {
+        let mut news = News::default();
+        if self.inside(git_dir) {
+            news.git_dir = self.git_dir_parts(git_dir, true);
+        }
+        let common = common_dir_of(git_dir);
+        if common != git_dir && self.inside(&common) {
+            // The common dir `commondir` leads to holds the config and hooks: what changed
+            // there changed this repository.
+            news.git_dir = news
+                .git_dir
+                .or(self.git_dir_parts(&common, false).map(|_| How::Changed));
+        }
+        let own = [
+            ConfigSet::read(&common.join("config"), self.home),
+            ConfigSet::read(&git_dir.join("config.worktree"), self.home),
+        ];
+        let run_dir = own
+            .iter()
+            .rev()
+            .find_map(ConfigSet::worktree)
+            .map(|w| git_dir.join(w))
+            .or_else(|| match shape {
+                Shape::Worktree(top) => Some(top.to_owned()),
+                Shape::Linked => linked_worktree(git_dir),
+                Shape::Bare => None,
+            })
+            .unwrap_or_else(|| git_dir.to_owned());
+        let run_dir = std::fs::canonicalize(&run_dir).unwrap_or(run_dir);
+        let codes: Vec<CodePath> = self
+            .shared
+            .iter()
+            .chain(&own)
+            .flat_map(|set| set.code_paths(Some(&run_dir), self.home))
+            .collect();
+        for code in codes {
+            for (path, how) in self.code_news(&code) {
+                if !news.code.iter().any(|(p, _, _)| p == &path) {
+                    news.code.push((path, how, code.setting.clone()));
+                }
+            }
+        }
+        news
+    }
+
+    /// Whether the git directory `dir` was made during the run (`new_counts`) or had a
+    /// part that runs code made or changed.
+    fn git_dir_parts(&self, dir: &Path, new_counts: bool) -> Option<How> {
+        if new_counts && self.during_run(times_of(dir).ok()?.birth) {
+            return Some(How::Created);
+        }
+        let part_changed = GIT_DIR_PARTS.iter().any(|part| {
+            let path = dir.join(part);
+            !self.skip.contains(path.as_path()) && self.news_of(&path).is_some()
+        });
+        let hooks = dir.join("hooks");
+        let hook_changed = self.inside(&hooks) && !self.entry_news(&hooks).is_empty();
+        (part_changed || hook_changed).then_some(How::Changed)
+    }
+
+    /// What the run did to a path a setting names (and to every symlink on the way to
+    /// it inside a root), and for a directory, to its entries.
+    fn code_news(&self, code: &CodePath) -> Vec<(PathBuf, How)> {
+        let path = &code.path;
+        if !self.inside(path) {
+            return Vec::new();
+        }
+        let mut found = Vec::new();
+        // A link on the way, made or re-pointed during the run, sends git elsewhere.
+        let mut at = PathBuf::new();
+        for component in path.components() {
+            at.push(component);
+            if !self.inside(&at) || at == *path {
+                continue;
+            }
+            match times_of(&at) {
+                Ok(t) if t.is_symlink => {
+                    if let Some(how) = self.news_of(&at) {
+                        found.push((at.clone(), how));
+                    }
+                }
+                Ok(t) if self.during_run(t.birth) => found.push((at.clone(), How::Created)),
+                Ok(_) => {}
+                // Missing: nothing beyond it for git to run.
+                Err(_) => return found,
+            }
+        }
+        if let Some(how) = self.news_of(path) {
+            found.push((path.clone(), how));
+        }
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+            found.extend(self.entry_news(path));
+        }
+        found
+    }
+
+    /// The entries of the directory `dir` (and one level below: a template dir's
+    /// `hooks/`) the run made or changed.
+    fn entry_news(&self, dir: &Path) -> Vec<(PathBuf, How)> {
+        let mut found = Vec::new();
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return found;
+        };
+        for entry in entries.flatten().take(MAX_DIR_ENTRIES) {
+            let path = entry.path();
+            if self.skip.contains(path.as_path()) {
+                continue;
+            }
+            if let Some(how) = self.news_of(&path) {
+                found.push((path.clone(), how));
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let Ok(inner) = std::fs::read_dir(&path) else {
+                    continue;
+                };
+                for inner in inner.flatten().take(MAX_DIR_ENTRIES) {
+                    if let Some(how) = self.news_of(&inner.path()) {
+                        found.push((inner.path(), how));
+                    }
+                }
+            }
+        }
+        found
+    }
+}
+
+/// Where a `commondir` file in `git_dir` leads, or `git_dir` itself.
+pub(super) fn common_dir_of(git_dir: &Path) -> PathBuf {
+    crate::plan::read_small_file(&git_dir.join("commondir"), 64 << 10)
+        .ok()
+        .map(|text| {
+            let at = git_dir.join(text.trim());
+            std::fs::canonicalize(&at).unwrap_or(at)
+        })
+        .unwrap_or_else(|| git_dir.to_owned())
+}
+
+/// The work tree of a linked worktree's git directory: its `gitdir` file names the
+/// work tree's `.git`.
+fn linked_worktree(git_dir: &Path) -> Option<PathBuf> {
+    let text = crate::plan::read_small_file(&git_dir.join("gitdir"), 64 << 10).ok()?;
+    let dot_git = git_dir.join(text.trim());
+    (dot_git.file_name() == Some(OsStr::new(".git")))
+        .then(|| dot_git.parent().map(Path::to_owned))
+        .flatten()
+}
+
+/// The git directory a `.git` file (`gitdir: PATH`) or symlink at `dot_git` leads to.
+pub(super) fn git_dir_behind(dot_git: &Path) -> Option<PathBuf> {
+    let base = dot_git.parent()?;
+    let target = match std::fs::read_link(dot_git) {
+        Ok(target) => target,
+        Err(_) => {
+            let text = crate::plan::read_small_file(dot_git, 64 << 10).ok()?;
+            PathBuf::from(text.lines().next()?.strip_prefix("gitdir:")?.trim())
+        }
+    };
+    let at = base.join(target);
+    std::fs::canonicalize(&at).ok()
+}

@@ -555,6 +555,61 @@ fn an_upstream_ca_without_inspection_is_a_usage_error() {
     );
 }
 
+/// The sandbox's trust bundle gets the certificates of `--upstream-ca`'s file and nothing
+/// else of it: a private key kept in the same file stays outside. A CA file that `--hide`
+/// hides is refused, as its certificates would be copied past the cover.
+#[test]
+fn only_the_certificates_of_an_upstream_ca_file_reach_the_sandbox() {
+    let dir = TestDir::new("inspect-ca-copy");
+    let server = HttpServer::start_tls(&dir.path, &["a.test"]);
+    let ca_pem = std::fs::read_to_string(server.ca.as_ref().unwrap()).unwrap();
+    let key_pem = rcgen::KeyPair::generate().unwrap().serialize_pem();
+    std::fs::create_dir_all(dir.join("secrets")).unwrap();
+    let both = dir.write("secrets/ca-and-key.pem", &format!("{ca_pem}{key_pem}"));
+    let with = |extra: &[&str]| {
+        Run::new(&dir)
+            .args_from(&[
+                "--quiet",
+                "--inspect",
+                "--upstream-ca",
+                both.to_str().unwrap(),
+            ])
+            .args_from(extra)
+            .sh("cat /run/netbox/ca-bundle.pem")
+    };
+    let out = with(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let bundle = stdout(&out);
+    assert!(
+        !bundle.contains("PRIVATE KEY"),
+        "the key reached the sandbox"
+    );
+    let key_body: Vec<&str> = key_pem
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+    assert!(key_body.iter().all(|l| !bundle.contains(l)));
+    // Positive control: the key was in the file, and the certificate reached the bundle.
+    assert!(std::fs::read_to_string(&both)
+        .unwrap()
+        .contains(key_body[0]));
+    for line in ca_pem.lines().filter(|l| !l.starts_with("-----")) {
+        assert!(bundle.contains(line), "{line} missing from the bundle");
+    }
+    let secrets = dir.join("secrets");
+    let out = with(&["--hide", secrets.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "--upstream-ca {} lies in what --hide {} hides",
+            both.display(),
+            secrets.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn a_standalone_bridge_inspects_with_its_ca_written_for_clients() {
     let dir = TestDir::new("inspect-standalone");

@@ -45,3 +45,4 @@ mod sandbox_walkthrough;
 mod sandbox_writelog;
 mod session_log;
 mod tools;
+mod tools_seed;

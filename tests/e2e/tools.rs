@@ -279,22 +279,17 @@ fn asking_a_tool_never_runs_what_the_workspace_holds() {
     assert!(ran.success() && marker.exists());
 }
 
-/// `cargo fetch` from a local sparse registry set through source replacement in the
-/// project's `.cargo/config.toml`, whose crates download from a second host that only
-/// the index's own `config.json` names: `--allow-tool cargo` finds both.
-#[test]
-fn cargo_fetches_from_a_replaced_source_and_its_download_host() {
-    // rustup's cargo lives in its installer's home (/root/.cargo here): another user may
-    // have none to run. The test then has nothing to run; it runs as that installer.
+/// Whether this user can run cargo: rustup's cargo lives in its installer's home
+/// (/root/.cargo here), and another user may have none to run.
+pub fn cargo_runs() -> bool {
     let usable = Command::new("cargo").arg("--version").output();
-    if !usable.is_ok_and(|o| o.status.success()) {
-        eprintln!("cargo is not runnable by this user: nothing to test");
-        return;
-    }
-    TestDir::remove_leftovers_outside_tmp("tool-cargo");
-    // The registry is set above the workspace (where cargo looks too), outside /tmp so the
-    // sandbox sees it: a workspace file would not be taken as internal.
-    let dir = TestDir::outside_tmp("tool-cargo");
+    usable.is_ok_and(|o| o.status.success())
+}
+
+/// A sparse cargo registry under `dir`, served at `https://index.test:PORT/`, holding the
+/// crate `demo 1.0.0`, whose download is served from `https://dl.test:PORT/` as only the
+/// index's own `config.json` says.
+pub fn cargo_registry(dir: &TestDir) -> HttpServer {
     let root = dir.join("registry");
     std::fs::create_dir_all(root.join("de/mo")).unwrap();
     let server = HttpServer::start_tls_files(&dir.path, &["index.test", "dl.test"], root.clone());
@@ -335,7 +330,25 @@ fn cargo_fetches_from_a_replaced_source_and_its_download_host() {
         ),
     )
     .unwrap();
+    server
+}
 
+/// `cargo fetch` from a local sparse registry set through source replacement in the
+/// project's `.cargo/config.toml`, whose crates download from a second host that only
+/// the index's own `config.json` names: `--allow-tool cargo` finds both.
+#[test]
+fn cargo_fetches_from_a_replaced_source_and_its_download_host() {
+    // The test then has nothing to run; it runs as the user who installed cargo.
+    if !cargo_runs() {
+        eprintln!("cargo is not runnable by this user: nothing to test");
+        return;
+    }
+    TestDir::remove_leftovers_outside_tmp("tool-cargo");
+    // The registry is set above the workspace (where cargo looks too), outside /tmp so the
+    // sandbox sees it: a workspace file would not be taken as internal.
+    let dir = TestDir::outside_tmp("tool-cargo");
+    let server = cargo_registry(&dir);
+    let port = server.port();
     let pins = dir.write(
         "pins.toml",
         "[hosts]\n\"index.test\" = \"127.0.0.1\"\n\"dl.test\" = \"127.0.0.1\"\n",

@@ -64,7 +64,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         // none.
         Some(_) => Policy::deny_all(),
         None => {
-            let (policy, tools, _) = load_policy_with_tools(&args.policy, &cwd, &untrusted)?;
+            let (policy, tools, _) = load_policy_with_tools(&args.policy, &cwd, &untrusted, &[])?;
             for line in tools {
                 crate::output::say(&format!("netbox bridge: {line}"));
             }

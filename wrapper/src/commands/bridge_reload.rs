@@ -189,7 +189,7 @@ impl Reloader {
             (Some(args), _) => {
                 let untrusted = [self.cwd.clone()];
                 let (policy, _, _) =
-                    crate::plan::policy::load_policy_with_tools(&args, &self.cwd, &untrusted)
+                    crate::plan::policy::load_policy_with_tools(&args, &self.cwd, &untrusted, &[])
                         .map_err(|e| e.to_string())?;
                 if policy.inspects() && !self.can_inspect {
                     return Err(

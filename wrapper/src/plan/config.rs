@@ -99,11 +99,26 @@ impl SandboxConfig {
         // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
         let mut policy_args = args.policy;
         policy_args.allowlist.extend(args.fetch_allowlist);
-        let (mut policy, tool_summary, tools) =
-            crate::plan::policy::load_policy_with_tools(&policy_args, &cwd, &write_roots)?;
+        let (mut policy, mut tool_summary, tools) = crate::plan::policy::load_policy_with_tools(
+            &policy_args,
+            &cwd,
+            &write_roots,
+            &named.hide,
+        )?;
         // Each tool's cache: a directory of netbox's, writable in the sandbox (never the
         // tool's own cache, which runs outside the sandbox trust), or the private /tmp.
-        let caches = crate::plan::tools::caches(&tools, args.cache, &workspace, &write_roots)?;
+        // Nothing --hide covers is copied into one.
+        let caches = crate::plan::tools::caches(
+            &tools,
+            args.cache,
+            &crate::plan::tools::CacheFor {
+                workspace: &workspace,
+                write_roots: &write_roots,
+                hidden: &named.hide,
+                clean_env: args.clean_env,
+            },
+        )?;
+        tool_summary.extend(caches.iter().flat_map(|c| c.notes.iter().cloned()));
         if args.learn {
             policy.set_learning();
         }
@@ -128,6 +143,17 @@ impl SandboxConfig {
             None => None,
         };
         let inspection = crate::plan::inspection::prepare(&policy, &policy_args)?;
+        // Its certificates are copied into the sandbox's trust bundle, past any cover.
+        for file in inspection.iter().flat_map(|i| &i.files) {
+            if let Some(by) = crate::plan::hidden::covering(file, &named.hide) {
+                return Err(WrapperError::Usage(format!(
+                    "--upstream-ca {} lies in what --hide {} hides, but its certificates are \
+                     copied into the sandbox's trust bundle; keep the CA file outside it",
+                    file.display(),
+                    by.display()
+                )));
+            }
+        }
         let session_id = crate::plan::policy::new_session_id();
         for file in policy.named_files() {
             refuse_symlinks_in_roots(file, &write_roots, "allowlist")?;

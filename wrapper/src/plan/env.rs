@@ -116,8 +116,12 @@ pub fn sandbox_env(
     ] {
         overrides.push((name, http.clone()));
     }
-    let java_opts = match std::env::var("JAVA_TOOL_OPTIONS") {
-        Ok(existing) if !existing.is_empty() => format!("{existing} {java}"),
+    // Under --clean-env, netbox's properties alone: the caller's options may carry a
+    // secret (`-Dhttp.proxyPassword=…`) the clean environment is there to leave out.
+    // Otherwise CMD inherits the caller's JAVA_TOOL_OPTIONS anyway, so keeping them before
+    // netbox's (which win, being later) gives CMD nothing it would not have.
+    let java_opts = match (base, std::env::var("JAVA_TOOL_OPTIONS")) {
+        (EnvBase::Inherit, Ok(existing)) if !existing.is_empty() => format!("{existing} {java}"),
         _ => java,
     };
     overrides.push(("JAVA_TOOL_OPTIONS", java_opts));

@@ -116,11 +116,13 @@ pub fn prepare(policy: &Policy, args: &PolicyArgs) -> Result<Option<Inspection>,
             |why: String| WrapperError::Usage(format!("--upstream-ca {}: {why}", file.display()));
         let text = crate::plan::read_small_file(file, MAX_CA_FILE_BYTES)
             .map_err(|e| bad(e.to_string()))?;
-        extra.extend(bridge::inspect::read_pem_certificates(text.as_bytes()).map_err(bad)?);
-        extra_pem.push_str(&text);
-        if !extra_pem.ends_with('\n') {
-            extra_pem.push('\n');
+        let certificates = bridge::inspect::read_pem_certificates(text.as_bytes()).map_err(bad)?;
+        // The certificates alone go to the sandbox's bundle, written afresh: the file may
+        // hold a private key beside them, or anything else around them.
+        for certificate in &certificates {
+            extra_pem.push_str(&pem_certificate(certificate));
         }
+        extra.extend(certificates);
     }
     let upstream = UpstreamTrust::load(&extra).map_err(WrapperError::Usage)?;
     Ok(Some(Inspection {
@@ -132,4 +134,17 @@ pub fn prepare(policy: &Policy, args: &PolicyArgs) -> Result<Option<Inspection>,
             .filter_map(|f| std::fs::canonicalize(f).ok())
             .collect(),
     }))
+}
+
+/// One certificate as PEM (RFC 7468: base64 in lines of 64 characters).
+fn pem_certificate(der: &[u8]) -> String {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in encoded.as_bytes().chunks(64) {
+        pem.push_str(&String::from_utf8_lossy(line));
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+    pem
 }

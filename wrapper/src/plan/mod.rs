@@ -1,12 +1,14 @@
 //! netbox before the clone: from the command line to a checked plan of the run. What is
 //! writable and what stays read-only inside it (`config`, `protect`, `homesplit`,
 //! `resolved`, `pins`), the policy and what package managers add to it (`policy`,
-//! `tools`), limits and cgroups, CMD's environment, and the host sockets to hide.
+//! `tools`), limits and cgroups, CMD's environment, the host sockets to hide, and what
+//! `--hide` covers for what netbox copies into the sandbox (`hidden`).
 
 pub mod capture;
 pub mod cgroup;
 pub mod config;
 pub mod env;
+pub mod hidden;
 pub mod homesplit;
 pub mod hostsockets;
 pub mod inspection;

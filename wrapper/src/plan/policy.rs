@@ -15,6 +15,7 @@ pub fn load_policy_with_tools(
     args: &PolicyArgs,
     cwd: &std::path::Path,
     untrusted: &[std::path::PathBuf],
+    hidden: &[std::path::PathBuf],
 ) -> Result<(Policy, Vec<String>, Vec<String>), WrapperError> {
     let mut policy = load_policy(args)?;
     let mut named: Vec<(String, String)> = args
@@ -42,6 +43,7 @@ pub fn load_policy_with_tools(
         let ctx = crate::plan::tools::Context {
             cwd,
             untrusted,
+            hidden,
             policy: &policy,
             private_ok: args.private_ok,
         };

@@ -167,7 +167,7 @@ pub fn load(
             upstream_ca: Vec::new(),
         };
         let (policy, tool_lines, _) =
-            super::policy::load_policy_with_tools(&args, cwd, &[cwd.to_owned()])
+            super::policy::load_policy_with_tools(&args, cwd, &[cwd.to_owned()], &[])
                 .map_err(|e| mistake(e.to_string()))?;
         if policy.inspects() {
             return Err(mistake(

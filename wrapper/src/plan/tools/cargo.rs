@@ -32,6 +32,15 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut cainfo: Option<String> = std::env::var("CARGO_HTTP_CAINFO").ok();
     let mut cainfo_in_workspace = false;
     for file in files.iter().filter(|f| f.is_file()) {
+        // Hidden, it is no setting of cargo's in the sandbox: what it names is not allowed.
+        if let Some(by) = crate::plan::hidden::covering(file, ctx.hidden) {
+            out.note(format!(
+                "{} is hidden (--hide {}): the registries it names are not allowed",
+                file.display(),
+                by.display()
+            ));
+            continue;
+        }
         let Some(config) = super::read_small(file).and_then(|t| t.parse::<toml::Table>().ok())
         else {
             out.note(format!(
@@ -149,36 +158,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     out
 }
 
-/// Makes `home` (a `CARGO_HOME` of netbox's, which earlier runs could write) hold the
-/// user's own settings and nothing else that cargo reads as settings or runs by name:
-/// `config.toml` and `config` are copied afresh from the user's `CARGO_HOME` (or removed,
-/// if the user has none); credentials are removed (a planted `credential-provider` would
-/// run), and so are `bin/` (cargo runs `cargo-NAME` from there before `PATH`, and rustup
-/// puts it first on the toolchain's `PATH`) and what records installs into it. Each file
-/// is replaced by rename, so a link an earlier run left there is replaced, not followed;
-/// nothing is followed when removing. The downloaded crates stay: a cache one run could
-/// poison serves only later runs of the same workspace.
-pub(super) fn seed_home(home: &super::owndir::OwnDir) -> std::io::Result<()> {
-    use std::os::fd::AsFd;
-    let dir = home.fd.as_fd();
-    for name in ["bin", "env", ".crates.toml", ".crates2.json"] {
-        super::owndir::remove_at(dir, name)?;
-    }
-    let user = cargo_home().filter(|u| u != &home.path);
-    for name in ["config.toml", "config", "credentials.toml", "credentials"] {
-        let theirs = user
-            .as_deref()
-            .filter(|_| name.starts_with("config"))
-            .and_then(|u| super::read_small(&u.join(name)));
-        match theirs {
-            Some(text) => super::owndir::replace_at(dir, name, text.as_bytes())?,
-            None => super::owndir::remove_at(dir, name)?,
-        }
-    }
-    Ok(())
-}
-
-fn cargo_home() -> Option<PathBuf> {
+pub(super) fn cargo_home() -> Option<PathBuf> {
     std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
@@ -186,12 +166,12 @@ fn cargo_home() -> Option<PathBuf> {
 
 /// What one configuration file says about registries.
 #[derive(Debug, Default, PartialEq, Eq)]
-struct Found {
-    indexes: Vec<String>,
-    default_replaced: bool,
+pub(super) struct Found {
+    pub indexes: Vec<String>,
+    pub default_replaced: bool,
 }
 
-fn registries_in(config: &toml::Table) -> Found {
+pub(super) fn registries_in(config: &toml::Table) -> Found {
     let mut found = Found::default();
     let sources = config.get("source").and_then(|s| s.as_table());
     for (name, source) in sources.into_iter().flatten() {

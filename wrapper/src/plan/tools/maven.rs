@@ -26,6 +26,15 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         let Some(text) = super::read_small(&file) else {
             continue;
         };
+        // Hidden, maven in the sandbox does not see it: what it names is not allowed.
+        if let Some(by) = crate::plan::hidden::covering(&file, ctx.hidden) {
+            out.note(format!(
+                "{} is hidden (--hide {}): the repositories it names are not allowed",
+                file.display(),
+                by.display()
+            ));
+            continue;
+        }
         let from_workspace = query::is_untrusted(&file, ctx.untrusted);
         match repositories_in(&text) {
             Ok(found) => {

@@ -5,10 +5,13 @@
 //! registry serves files from a host nothing names, that is said, pointing to learn mode.
 //!
 //! Each tool has a module with one `discover` function; what it finds is a list of rules
-//! (`host:port`), each with where it came from, and notes for the start-up line.
+//! (`host:port`), each with where it came from, and notes for the start-up line. Each
+//! tool's cache is a directory of netbox's (`caches`, owndir.rs); cargo's holds its
+//! settings too, copied there by cargo_home.rs.
 
 mod apt;
 mod cargo;
+mod cargo_home;
 mod fetch;
 mod gem;
 mod git;
@@ -36,6 +39,9 @@ pub struct ToolRule {
 pub struct Context<'a> {
     pub cwd: &'a Path,
     pub untrusted: &'a [std::path::PathBuf],
+    /// What `--hide` covers: a tool's settings there are not read, as the tool in the
+    /// sandbox will not see them.
+    pub hidden: &'a [std::path::PathBuf],
     pub policy: &'a bridge::policy::Policy,
     /// The user said the registries are internal (`--private-ok`): a registry document
     /// the user's own settings name may be read from a non-public address.
@@ -218,6 +224,7 @@ pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperErro
     let ctx = Context {
         cwd: &cwd,
         untrusted: &untrusted,
+        hidden: &[],
         policy: &policy,
         private_ok: args.private_ok,
     };
@@ -250,6 +257,18 @@ pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperErro
 pub struct Cache {
     pub dir: Option<std::path::PathBuf>,
     pub env: Vec<(String, String)>,
+    /// What the start-up line says of it (`cargo: … is hidden (--hide …): not copied`).
+    pub notes: Vec<String>,
+}
+
+/// What the caches are made for: the run's workspace and writable roots, the paths
+/// `--hide` covers (nothing under them is copied into a cache), and whether CMD's
+/// environment is built from nothing (`--clean-env`).
+pub struct CacheFor<'a> {
+    pub workspace: &'a Path,
+    pub write_roots: &'a [std::path::PathBuf],
+    pub hidden: &'a [std::path::PathBuf],
+    pub clean_env: bool,
 }
 
 /// The caches of `tools` (canonical names): `$XDG_CACHE_HOME/netbox/TOOL` (or
@@ -260,9 +279,14 @@ pub struct Cache {
 pub fn caches(
     tools: &[String],
     mode: crate::cli::ToolCache,
-    workspace: &Path,
-    write_roots: &[std::path::PathBuf],
+    run: &CacheFor<'_>,
 ) -> Result<Vec<Cache>, crate::error::WrapperError> {
+    let CacheFor {
+        workspace,
+        write_roots,
+        hidden,
+        clean_env,
+    } = *run;
     // One cache per workspace: a cache one run could poison (npm's packument index, pip's
     // wheels, go's build cache are not checked against who wrote them) serves only later
     // runs in the same workspace, which that run could change anyway.
@@ -292,16 +316,20 @@ pub fn caches(
             "cargo" if mode == crate::cli::ToolCache::Netbox => &[("CARGO_HOME", "")],
             _ => continue,
         };
+        let mut notes = Vec::new();
         let dir = match mode {
             crate::cli::ToolCache::None => None,
             crate::cli::ToolCache::Netbox => {
                 let own = own_cache_dir(tool, &per_workspace, write_roots)?;
                 if tool == "cargo" {
-                    cargo::seed_home(&own).map_err(|source| crate::error::WrapperError::Path {
-                        path: own.path.clone(),
-                        what: "cargo's home in netbox's cache (its settings are copied there)",
-                        source,
+                    let said = cargo_home::seed_home(&own, hidden).map_err(|source| {
+                        crate::error::WrapperError::Path {
+                            path: own.path.clone(),
+                            what: "cargo's home in netbox's cache (its settings are copied there)",
+                            source,
+                        }
                     })?;
+                    notes.extend(said.into_iter().map(|n| format!("cargo: {n}")));
                 }
                 Some(own.path)
             }
@@ -318,7 +346,15 @@ pub fn caches(
                     base.join(sub)
                 };
                 let value = if *key == "MAVEN_OPTS" {
-                    let theirs = std::env::var("MAVEN_OPTS").unwrap_or_default();
+                    // Under --clean-env, built from nothing: the caller's options may carry
+                    // a secret (`-Dhttp.proxyPassword=…`) the clean environment leaves out.
+                    // Otherwise CMD inherits the caller's MAVEN_OPTS anyway, so keeping it
+                    // before netbox's property gives CMD nothing it would not have.
+                    let theirs = if clean_env {
+                        String::new()
+                    } else {
+                        std::env::var("MAVEN_OPTS").unwrap_or_default()
+                    };
                     format!("{theirs} -Dmaven.repo.local={}", at.display())
                         .trim()
                         .to_owned()
@@ -328,7 +364,7 @@ pub fn caches(
                 ((*key).to_owned(), value)
             })
             .collect();
-        out.push(Cache { dir, env });
+        out.push(Cache { dir, env, notes });
     }
     Ok(out)
 }

@@ -1,0 +1,368 @@
+//! What netbox copies or sets for a tool inside the sandbox carries nothing `--hide` hides
+//! and no credential: cargo's settings seeded into netbox's `CARGO_HOME` (without their
+//! tokens, and not at all when hidden, in this workspace's home or another's), npm's,
+//! pip's and maven's settings (never copied: read in place, where the cover holds), and
+//! netbox's own Java and maven options under `--clean-env` (built from nothing).
+
+use std::path::{Path, PathBuf};
+
+use crate::support::{stderr, stdout, Run, TestDir};
+use crate::tools::{cargo_registry, cargo_runs};
+
+/// The registry token the user's cargo settings hold.
+const TOKEN: &str = "cio-token-5b1e77c2";
+
+/// A cargo configuration with registries, source replacement and tokens.
+fn cargo_config(index: &str) -> String {
+    format!(
+        "[registry]\ntoken = \"{TOKEN}\"\n\n\
+         [registries.corp]\nindex = \"https://corp.test/index.git\"\ntoken = \"{TOKEN}-corp\"\n\n\
+         [source.crates-io]\nreplace-with = \"mirror\"\n\n\
+         [source.mirror]\nregistry = \"{index}\"\n\n[net]\nretry = 0\n"
+    )
+}
+
+/// A user's home outside /tmp (the sandbox sees it, read-only, as it would a real one),
+/// with `~/.cargo/config.toml` holding `config`; its `~/.cache` is netbox's cache home.
+fn home_with_cargo(name: &str, config: &str) -> TestDir {
+    let home = TestDir::outside_tmp(name);
+    std::fs::create_dir_all(home.join(".cargo")).unwrap();
+    home.write(".cargo/config.toml", config);
+    home
+}
+
+/// A run with `home` as HOME (its `.cargo` as CARGO_HOME, its `.cache` as the cache home).
+fn as_user(dir: &TestDir, home: &Path) -> Run {
+    Run::new(dir)
+        .env("HOME", home.display().to_string())
+        .env("CARGO_HOME", home.join(".cargo").display().to_string())
+        .env("XDG_CACHE_HOME", home.join(".cache").display().to_string())
+}
+
+/// Every file below `dir` (on the host) whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                todo.push(path);
+            } else if kind.is_file() {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// In the sandbox: the seeded settings, every file under CARGO_HOME and netbox's caches
+/// that holds the token (`grep=1`: none), then a value planted there and found the same
+/// way (the grep's control).
+const LOOK: &str = "cat \"$CARGO_HOME/config.toml\" 2>&1; echo '--'; \
+                    grep -rl -e \"$TOKEN\" \"$CARGO_HOME\" \"$XDG_CACHE_HOME/netbox\"; echo \"grep=$?\"; \
+                    echo planted-b4c1 > \"$CARGO_HOME/planted\"; \
+                    grep -rl planted-b4c1 \"$CARGO_HOME\"; echo \"home=$CARGO_HOME\"";
+
+/// `--hide ~/.cargo/config.toml` (or `--hide ~/.cargo`) with `--allow-tool cargo`: the
+/// hidden file is not copied into netbox's CARGO_HOME, so `cat $CARGO_HOME/config.toml`
+/// and a grep of every file there find no token, and the start-up line says why the
+/// settings are missing. Without --hide the settings are copied, registries and source
+/// replacement kept, the tokens left out.
+#[test]
+fn a_hidden_cargo_config_is_not_copied_and_a_shown_one_loses_its_tokens() {
+    TestDir::remove_leftovers_outside_tmp("seed-cargo-home");
+    let home = home_with_cargo(
+        "seed-cargo-home",
+        &cargo_config("https://index.mirror.test/index.git"),
+    );
+    let dir = TestDir::new("seed-cargo");
+    let config = home.join(".cargo/config.toml");
+    let cargo_dir = home.join(".cargo");
+    for hide in [Some(&config), Some(&cargo_dir), None] {
+        let mut run = as_user(&dir, &home.path)
+            .env("TOKEN", TOKEN)
+            .args_from(&["--allow-tool", "cargo"]);
+        if let Some(hidden) = hide {
+            run = run.args_from(&["--hide", hidden.to_str().unwrap()]);
+        }
+        let out = run.sh(LOOK);
+        let text = stdout(&out);
+        assert!(out.status.success(), "{hide:?}: {}", stderr(&out));
+        assert!(!text.contains(TOKEN), "{hide:?}: {text}");
+        assert!(text.contains("grep=1\n"), "{hide:?}: {text}");
+        // The grep's control: a value planted under CARGO_HOME is found.
+        let home_in = text.lines().last().unwrap().trim_start_matches("home=");
+        assert!(
+            home_in.starts_with(&home.join(".cache/netbox/cargo").display().to_string()),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{home_in}/planted\n")), "{text}");
+        let said = stderr(&out);
+        match hide {
+            Some(hidden) => {
+                assert!(text.starts_with("cat: "), "{hide:?}: {text}");
+                // Said of the file there is, not of `config`, which the user has none of.
+                assert!(!said.contains(".cargo/config is hidden"), "{said}");
+                assert!(
+                    said.contains(&format!(
+                        "cargo: {} is hidden (--hide {}): not copied into netbox's CARGO_HOME;",
+                        config.display(),
+                        hidden.display()
+                    )),
+                    "{said}"
+                );
+            }
+            None => {
+                // Positive control: the settings are there, but for the tokens.
+                let copied: toml::Table = text.split("--\n").next().unwrap().parse().unwrap();
+                assert_eq!(
+                    copied["source"]["crates-io"]["replace-with"].as_str(),
+                    Some("mirror")
+                );
+                assert_eq!(
+                    copied["source"]["mirror"]["registry"].as_str(),
+                    Some("https://index.mirror.test/index.git")
+                );
+                assert_eq!(
+                    copied["registries"]["corp"]["index"].as_str(),
+                    Some("https://corp.test/index.git")
+                );
+                assert_eq!(copied["net"]["retry"].as_integer(), Some(0));
+                assert!(
+                    said.contains("registry.token, registries.corp.token in"),
+                    "{said}"
+                );
+            }
+        }
+        // And on the host: no copy of the token anywhere in netbox's caches.
+        assert_eq!(
+            files_holding(&home.join(".cache"), TOKEN),
+            Vec::<PathBuf>::new()
+        );
+    }
+    // The user's own file was never touched.
+    assert!(std::fs::read_to_string(&config).unwrap().contains(TOKEN));
+}
+
+/// Another workspace's cargo home is visible to CMD (read-only): a copy an older netbox
+/// made there, token and all, is cleaned at the next start, and one of a file this run
+/// hides is removed.
+#[test]
+fn other_workspaces_copies_lose_their_tokens_and_hidden_settings() {
+    TestDir::remove_leftovers_outside_tmp("seed-cargo-other");
+    let settings = cargo_config("https://index.mirror.test/index.git");
+    let home = home_with_cargo("seed-cargo-other", &settings);
+    let other = home.join(".cache/netbox/cargo/00000000000000aa");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("config.toml"), &settings).unwrap();
+    // What another home's CMD made there that is no copy of netbox's is left alone, and
+    // holds up no start.
+    let planted = home.join(".cache/netbox/cargo/00000000000000bb/config.toml");
+    std::fs::create_dir_all(&planted).unwrap();
+    std::fs::write(planted.join("x"), "x").unwrap();
+    let dir = TestDir::new("seed-cargo-other-ws");
+    let look_other = format!(
+        "grep -rl -e \"$TOKEN\" \"$XDG_CACHE_HOME/netbox\"; echo \"grep=$?\"; \
+         cat {0}/config.toml 2>/dev/null || echo NO-COPY",
+        other.display()
+    );
+    let out = as_user(&dir, &home.path)
+        .env("TOKEN", TOKEN)
+        .args_from(&["--quiet", "--allow-tool", "cargo"])
+        .sh(&look_other);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(text.starts_with("grep=1\n"), "{text}");
+    assert!(!text.contains(TOKEN), "{text}");
+    // Positive control: the other home keeps its settings, but for the tokens.
+    assert!(text.contains("replace-with = \"mirror\""), "{text}");
+    // This run hides the file that copy was made of: the copy goes.
+    let out = as_user(&dir, &home.path)
+        .env("TOKEN", TOKEN)
+        .args_from(&["--quiet", "--allow-tool", "cargo", "--hide"])
+        .arg(home.join(".cargo/config.toml").display().to_string())
+        .sh(&look_other);
+    assert_eq!(stdout(&out), "grep=1\nNO-COPY\n", "{}", stderr(&out));
+    assert!(planted.join("x").exists());
+    assert_eq!(
+        files_holding(&home.join(".cache"), TOKEN),
+        Vec::<PathBuf>::new()
+    );
+}
+
+/// The seeded settings still work: `cargo fetch` through source replacement to a local
+/// sparse registry named in the user's own `~/.cargo/config.toml`, whose copy has no token.
+#[test]
+fn cargo_fetches_through_the_seeded_settings_without_their_token() {
+    if !cargo_runs() {
+        eprintln!("cargo is not runnable by this user: nothing to test");
+        return;
+    }
+    // rustup finds its toolchains in RUSTUP_HOME, which follows HOME unless set.
+    let rustup_home = std::env::var("RUSTUP_HOME")
+        .unwrap_or_else(|_| format!("{}/.rustup", std::env::var("HOME").unwrap_or_default()));
+    TestDir::remove_leftovers_outside_tmp("seed-cargo-fetch");
+    let dir = TestDir::outside_tmp("seed-cargo-fetch");
+    let server = cargo_registry(&dir);
+    let port = server.port();
+    let ca = dir.join("test-ca.pem");
+    std::fs::copy(server.ca.as_ref().unwrap(), &ca).unwrap();
+    let settings = format!(
+        "{}\n[http]\ncainfo = \"{}\"\n",
+        cargo_config(&format!("sparse+https://index.test:{port}/")),
+        ca.display()
+    );
+    TestDir::remove_leftovers_outside_tmp("seed-cargo-fetch-home");
+    let home = home_with_cargo("seed-cargo-fetch-home", &settings);
+    let pins = dir.write(
+        "pins.toml",
+        "[hosts]\n\"index.test\" = \"127.0.0.1\"\n\"dl.test\" = \"127.0.0.1\"\n",
+    );
+    let run = Run::new(&dir);
+    std::fs::create_dir_all(run.workspace.join("src")).unwrap();
+    std::fs::write(run.workspace.join("src/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(
+        run.workspace.join("Cargo.toml"),
+        "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [dependencies]\ndemo = \"1\"\n",
+    )
+    .unwrap();
+    let out = as_user(&dir, &home.path)
+        .env("RUSTUP_HOME", rustup_home)
+        .env("TOKEN", TOKEN)
+        .args_from(&[
+            "--quiet",
+            "--allowlist",
+            pins.to_str().unwrap(),
+            "--allow-tool",
+            "cargo",
+            "--private-ok",
+        ])
+        .sh("cargo fetch --quiet && echo FETCHED; grep -rl -e \"$TOKEN\" \"$CARGO_HOME\"; echo \"grep=$?\"");
+    assert_eq!(stdout(&out), "FETCHED\ngrep=1\n", "{}", stderr(&out));
+    assert_eq!(
+        files_holding(&home.join(".cache"), TOKEN),
+        Vec::<PathBuf>::new()
+    );
+}
+
+/// `--clean-env` builds netbox's own Java and maven options from nothing: the caller's
+/// JAVA_TOOL_OPTIONS and MAVEN_OPTS (a proxy password in them) do not reach CMD, while
+/// netbox's proxy properties and maven's repository are there. Without it, the caller's
+/// values stay before netbox's, as CMD inherits them anyway.
+#[test]
+fn clean_env_gives_cmd_netboxs_java_and_maven_options_only() {
+    let dir = TestDir::new("seed-clean-env");
+    let with = |extra: &[&str]| {
+        Run::new(&dir)
+            .env("JAVA_TOOL_OPTIONS", "-Dhttp.proxyPassword=s3cret-java")
+            .env("MAVEN_OPTS", "-Dhttp.proxyPassword=s3cret-maven")
+            .env(
+                "XDG_CACHE_HOME",
+                dir.join("cache-home").display().to_string(),
+            )
+            .args_from(&["--quiet"])
+            .args_from(extra)
+            .sh("env")
+    };
+    let value = |env: &str, key: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(str::to_owned)
+    };
+    for extra in [
+        &["--clean-env"][..],
+        &["--clean-env", "--allow-tool", "maven"],
+    ] {
+        let out = with(extra);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let env = stdout(&out);
+        assert!(!env.contains("s3cret"), "{extra:?}: {env}");
+        // netbox's own values are there.
+        let java = value(&env, "JAVA_TOOL_OPTIONS").unwrap();
+        assert!(java.starts_with("-Dhttp.proxyHost=127.0.0.1 "), "{java}");
+        if extra.contains(&"maven") {
+            let maven = value(&env, "MAVEN_OPTS").unwrap();
+            assert!(maven.starts_with("-Dmaven.repo.local="), "{maven}");
+        } else {
+            assert_eq!(value(&env, "MAVEN_OPTS"), None, "{env}");
+        }
+    }
+    // Control: the caller's values reached netbox, and without --clean-env stay.
+    let out = with(&["--allow-tool", "maven"]);
+    let env = stdout(&out);
+    let java = value(&env, "JAVA_TOOL_OPTIONS").unwrap();
+    assert!(
+        java.starts_with("-Dhttp.proxyPassword=s3cret-java -Dhttp.proxyHost="),
+        "{java}"
+    );
+    let maven = value(&env, "MAVEN_OPTS").unwrap();
+    assert!(
+        maven.starts_with("-Dhttp.proxyPassword=s3cret-maven -Dmaven.repo.local="),
+        "{maven}"
+    );
+}
+
+/// npm's, pip's and maven's settings are never copied: the tools read them in place, where
+/// `--hide` covers them. With their settings hidden, nothing in CMD's environment, in
+/// netbox's caches or anywhere under HOME holds their secrets; shown, the same grep finds
+/// each (its control).
+#[test]
+fn hidden_npm_pip_and_maven_settings_reach_cmd_by_no_other_way() {
+    TestDir::remove_leftovers_outside_tmp("seed-other-tools");
+    let home = TestDir::outside_tmp("seed-other-tools");
+    std::fs::create_dir_all(home.join(".config/pip")).unwrap();
+    std::fs::create_dir_all(home.join(".m2")).unwrap();
+    home.write(".npmrc", "//npm.test/:_authToken=npm-secret-91\n");
+    home.write(
+        ".config/pip/pip.conf",
+        "[global]\nindex-url = https://u:pip-secret-92@pip.test/simple/\n",
+    );
+    home.write(
+        ".m2/settings.xml",
+        "<settings><servers><server><id>corp</id><password>mvn-secret-93</password>\
+         </server></servers></settings>\n",
+    );
+    let dir = TestDir::new("seed-other-tools-ws");
+    let look = "env | grep -c -e -secret-9; grep -rl -e -secret-9 \"$HOME\" | sort";
+    let run = |hide: bool| {
+        let mut run = Run::new(&dir)
+            .env("HOME", home.path.display().to_string())
+            .env("XDG_CACHE_HOME", home.join(".cache").display().to_string())
+            .args_from(&[
+                "--quiet",
+                "--allow-tool",
+                "npm",
+                "--allow-tool",
+                "pip",
+                "--allow-tool",
+                "maven",
+            ]);
+        if hide {
+            for hidden in [".npmrc", ".config/pip", ".m2"] {
+                run = run
+                    .arg("--hide")
+                    .arg(home.join(hidden).display().to_string());
+            }
+        }
+        run.sh(look)
+    };
+    let out = run(true);
+    assert_eq!(stdout(&out), "0\n", "{}", stderr(&out));
+    let out = run(false);
+    let listed: Vec<String> = [".config/pip/pip.conf", ".m2/settings.xml", ".npmrc"]
+        .iter()
+        .map(|f| home.join(f).display().to_string())
+        .collect();
+    assert_eq!(
+        stdout(&out),
+        format!("0\n{}\n", listed.join("\n")),
+        "{}",
+        stderr(&out)
+    );
+}

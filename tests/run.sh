@@ -14,6 +14,8 @@ need npm "nodejs npm"
 need go golang-go
 need ruby ruby
 need ssh openssh-client
+# A terminal emulator whose view the tests read (sandbox_tty_reset).
+need tmux tmux
 need dpkg-deb dpkg
 need apt-get apt
 need cargo "a Rust toolchain (rustup)"

@@ -41,6 +41,7 @@ mod sandbox_pins;
 mod sandbox_regressions;
 mod sandbox_swaps;
 mod sandbox_tty;
+mod sandbox_tty_reset;
 mod sandbox_walkthrough;
 mod sandbox_writelog;
 mod session_log;

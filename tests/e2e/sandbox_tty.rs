@@ -20,16 +20,16 @@ use crate::support::{netbox_bin, TestDir};
 nix::ioctl_write_ptr_bad!(set_window_size, libc::TIOCSWINSZ, libc::winsize);
 
 /// netbox running on a pty of the test's: its master, and everything shown on it so far.
-struct OnTerminal {
+pub(crate) struct OnTerminal {
     master: std::fs::File,
-    slave: OwnedFd,
+    pub(crate) slave: OwnedFd,
     shown: Arc<Mutex<Vec<u8>>>,
     child: Child,
 }
 
 impl OnTerminal {
     /// `netbox --quiet --log … ARGS -- CMD` on a new 24x80 pty.
-    fn start(dir: &TestDir, args: &[&str], cmd: &[&str]) -> OnTerminal {
+    pub(crate) fn start(dir: &TestDir, args: &[&str], cmd: &[&str]) -> OnTerminal {
         let log = dir.join("events.jsonl").display().to_string();
         let mut all = vec!["--quiet", "--log", log.as_str()];
         all.extend_from_slice(args);
@@ -115,11 +115,17 @@ impl OnTerminal {
         self.master.write_all(keys.as_bytes()).unwrap();
     }
 
-    fn modes(&self) -> libc::termios {
+    pub(crate) fn modes(&self) -> libc::termios {
         libc::termios::from(termios::tcgetattr(self.slave.as_fd()).unwrap())
     }
 
-    fn wait(mut self) -> (ExitStatus, String) {
+    pub(crate) fn wait(self) -> (ExitStatus, String) {
+        let (status, shown) = self.wait_bytes();
+        (status, String::from_utf8_lossy(&shown).into_owned())
+    }
+
+    /// Waits for netbox to exit; returns its status and every byte shown, as they were.
+    pub(crate) fn wait_bytes(mut self) -> (ExitStatus, Vec<u8>) {
         let deadline = Instant::now() + Duration::from_secs(30);
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -133,11 +139,12 @@ impl OnTerminal {
             std::thread::sleep(Duration::from_millis(20));
         };
         std::thread::sleep(Duration::from_millis(100));
-        (status, self.shown())
+        let shown = self.shown.lock().unwrap().clone();
+        (status, shown)
     }
 }
 
-fn same_modes(a: &libc::termios, b: &libc::termios) -> bool {
+pub(crate) fn same_modes(a: &libc::termios, b: &libc::termios) -> bool {
     a.c_iflag == b.c_iflag
         && a.c_oflag == b.c_oflag
         && a.c_cflag == b.c_cflag

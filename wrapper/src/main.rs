@@ -75,8 +75,14 @@ fn stop_on_panic() {
     std::panic::set_hook(Box::new(|info| {
         // First the sandbox, before anything that could block (a full stderr pipe).
         supervise::kill_sandbox_now();
+        // What CMD left on the terminal must not hide it.
+        let reset = if terminal::owed_on_stderr() {
+            terminal::RESET
+        } else {
+            ""
+        };
         let line = format!(
-            "netbox: internal error, the run was stopped: {} (please report this)\n",
+            "{reset}netbox: internal error, the run was stopped: {} (please report this)\n",
             printable::printable(&info.to_string())
         );
         say_unless_blocked(line.as_bytes());

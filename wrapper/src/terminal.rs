@@ -8,6 +8,14 @@
 //! inside names `/dev/pts/N` that exists there, and TIOCSTI from inside reaches only that
 //! pty's input, which CMD itself reads. netbox's own terminal never enters the sandbox as
 //! CMD's standard input or output.
+//!
+//! After CMD, with a pty of its own or without (`--no-tty`), the caller's terminal is taken
+//! back: its modes as they were, and a reset of what CMD's output left in force before
+//! netbox's next line there (`reset`).
+
+mod reset;
+
+pub use reset::{before_writing, cmd_ended, handed_over, owed_on_stderr, RESET};
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
@@ -15,6 +23,34 @@ use std::sync::Mutex;
 use nix::sys::termios::{self, SetArg, Termios};
 
 use crate::sys::pty::{self, Winsize};
+
+/// One of netbox's standard streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdin,
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    fn with_fd<T>(self, f: impl FnOnce(BorrowedFd<'_>) -> T) -> T {
+        match self {
+            Stream::Stdin => f(std::io::stdin().as_fd()),
+            Stream::Stdout => f(std::io::stdout().as_fd()),
+            Stream::Stderr => f(std::io::stderr().as_fd()),
+        }
+    }
+
+    /// The terminal it is (its device number), if it is one.
+    fn terminal(self) -> Option<u64> {
+        self.with_fd(|fd| {
+            if !nix::unistd::isatty(fd).unwrap_or(false) {
+                return None;
+            }
+            nix::sys::stat::fstat(fd).ok().map(|stat| stat.st_rdev)
+        })
+    }
+}
 
 /// `--tty` / `--no-tty`, or neither.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,9 +104,16 @@ fn in_foreground(fd: BorrowedFd<'_>) -> bool {
     nix::unistd::tcgetpgrp(fd).is_ok_and(|group| group == nix::unistd::getpgrp())
 }
 
-/// The caller's terminal modes, kept to put back; also for the panic hook (netbox aborts
-/// on a panic, so no destructor runs then).
-static SAVED: Mutex<Option<Termios>> = Mutex::new(None);
+/// The modes of each of the caller's terminals among netbox's standard streams (one entry
+/// a terminal), kept to put back; also for the panic hook (netbox aborts on a panic, so
+/// no destructor runs then).
+static SAVED: Mutex<Vec<Saved>> = Mutex::new(Vec::new());
+
+struct Saved {
+    stream: Stream,
+    terminal: u64,
+    modes: Termios,
+}
 
 /// netbox's side of CMD's terminal while it runs: the caller's terminal in raw mode, and
 /// the relay threads.
@@ -130,28 +173,60 @@ impl Drop for Session {
 /// processing is off too: CMD's terminal has done it already.
 fn enter_raw_mode() {
     let stdin = std::io::stdin();
-    let Ok(saved) = termios::tcgetattr(stdin.as_fd()) else {
+    let Ok(mut raw) = termios::tcgetattr(stdin.as_fd()) else {
         return;
     };
-    let mut raw = saved.clone();
+    save_modes();
     termios::cfmakeraw(&mut raw);
-    if let Ok(mut kept) = SAVED.lock() {
-        *kept = Some(saved);
-    }
-    install_panic_hook();
     if termios::tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw).is_ok() {
         bridge::terminal::set_raw(true);
     }
 }
 
-/// Puts the caller's terminal modes back (once; later calls do nothing).
-pub fn restore() {
-    let saved = SAVED.lock().ok().and_then(|mut kept| kept.take());
-    if let Some(saved) = saved {
-        // TCSADRAIN: what netbox already wrote is shown as it was meant (raw) first.
-        let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSADRAIN, &saved);
-        bridge::terminal::set_raw(false);
+/// Keeps the modes of each terminal among standard input, output and error, unless they
+/// are kept already.
+fn save_modes() {
+    let Ok(mut kept) = SAVED.lock() else {
+        return;
+    };
+    for stream in [Stream::Stdin, Stream::Stdout, Stream::Stderr] {
+        let Some(terminal) = stream.terminal() else {
+            continue;
+        };
+        if kept.iter().any(|s| s.terminal == terminal) {
+            continue;
+        }
+        if let Ok(modes) = stream.with_fd(|fd| termios::tcgetattr(fd)) {
+            kept.push(Saved {
+                stream,
+                terminal,
+                modes,
+            });
+        }
     }
+    drop(kept);
+    install_panic_hook();
+}
+
+/// Puts the caller's terminal modes back (once; later calls do nothing), but on a
+/// terminal where another job has the foreground by now: the modes are that job's.
+pub fn restore() {
+    let saved = SAVED
+        .lock()
+        .map(|mut kept| std::mem::take(&mut *kept))
+        .unwrap_or_default();
+    for Saved { stream, modes, .. } in saved {
+        stream.with_fd(|fd| {
+            let another_job =
+                nix::unistd::tcgetpgrp(fd).is_ok_and(|group| group != nix::unistd::getpgrp());
+            if !another_job && termios::tcgetattr(fd).ok().as_ref() != Some(&modes) {
+                // TCSADRAIN: what netbox already wrote is shown as it was meant (raw)
+                // first.
+                let _ = termios::tcsetattr(fd, SetArg::TCSADRAIN, &modes);
+            }
+        });
+    }
+    bridge::terminal::set_raw(false);
 }
 
 fn install_panic_hook() {

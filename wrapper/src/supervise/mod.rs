@@ -496,12 +496,10 @@ impl<'a> Supervisor<'a> {
             self.stage = Stage::Cutting { told: false };
             return;
         }
-        // pid 1 has ended everything of CMD1's and exits with its status.
+        // pid 1 has ended everything of CMD1's and exits with its status. Said once the
+        // last of CMD1's output has been relayed (`finish`), or it could come after.
         self.record_phase("fetch_failed", None, Some(status));
-        crate::output::say(&format!(
-            "netbox: the --fetch command exited with status {status}; CMD was not run"
-        ));
-        self.stage = Stage::FetchFailed;
+        self.stage = Stage::FetchFailed { status };
     }
 
     /// The probe after the cut: CMD starts only if it passed.
@@ -643,9 +641,15 @@ impl<'a> Supervisor<'a> {
             crate::cpu::allow(allowed);
         }
         // The last of CMD's output, and the caller's terminal as it was, before netbox
-        // says anything more.
+        // says anything more; and nothing CMD left there may hide what netbox says.
         if let Some(terminal) = self.terminal.take() {
             terminal.finish();
+        }
+        crate::terminal::cmd_ended();
+        if let Stage::FetchFailed { status } = self.stage {
+            crate::output::say(&format!(
+                "netbox: the --fetch command exited with status {status}; CMD was not run"
+            ));
         }
         let code = match self.stage.status().filter(|_| !self.reap_pid1) {
             // Done is pid 1's last word: nothing more to read.
@@ -754,6 +758,8 @@ impl<'a> Supervisor<'a> {
     /// for). Otherwise nothing is sent and the sandbox is stopped.
     fn start_if_passed(&mut self, report: &ProbeReport) {
         if report.passed {
+            // From now on CMD may write to the caller's terminal.
+            crate::terminal::handed_over();
             if let Err(e) = self.channel.send(&SyncMsg::Start) {
                 self.failure
                     .get_or_insert(WrapperError::Handshake(format!("start the command: {e}")));

@@ -32,7 +32,7 @@ pub enum Stage {
     Refused,
     /// `--fetch`'s CMD1 failed: pid 1 has ended everything of it and exits with its
     /// status.
-    FetchFailed,
+    FetchFailed { status: i32 },
     /// pid 1 said nothing of CMD's is left, with CMD's status: its last word.
     Done { status: i32 },
 }
@@ -50,7 +50,7 @@ impl Stage {
 
     /// pid 1 has ended every process of the run's commands.
     pub fn nothing_left(&self) -> bool {
-        matches!(self, Stage::FetchFailed | Stage::Done { .. })
+        matches!(self, Stage::FetchFailed { .. } | Stage::Done { .. })
     }
 
     /// CMD's status, once pid 1 has reported it.

@@ -1,11 +1,12 @@
 //! `netbox export`: hostile trees (symlinks, hard links, fifos, oversized files, a file that
-//! changes while it is read) are refused one by one, and only plain regular files arrive.
+//! changes while it is read) are refused one by one, and only plain regular files arrive;
+//! a link a sandbox planted on the way of `--from` or `--to` is not followed.
 
 use std::os::unix::fs::symlink;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::support::{netbox_bin, stderr, stdout, TestDir};
+use crate::support::{netbox_bin, stderr, stdout, Run, TestDir};
 
 fn export(dir: &TestDir, extra: &[&str], paths: &[&str]) -> Output {
     Command::new(netbox_bin())
@@ -195,5 +196,86 @@ fn names_are_printed_escaped() {
     assert_eq!(
         std::fs::read(dir.join("evidence").join(forged)).unwrap(),
         b"x"
+    );
+}
+
+/// A sandboxed command plants `A -> DIR`, a directory elsewhere on the host (here under
+/// the host's /tmp, which the sandbox cannot even see) holding a secret: `netbox export
+/// --from A/B` refuses, naming the link and where it points, and copies nothing; so does
+/// `--to A/B`, which would write into that directory. Control: with A a real directory,
+/// the same `--from A/B` exports.
+#[test]
+fn a_link_planted_on_the_way_of_from_or_to_is_not_followed() {
+    let dir = TestDir::new("export-from-link");
+    let host = dir.join("host");
+    std::fs::create_dir_all(host.join("B")).unwrap();
+    std::fs::write(host.join("B/secret.txt"), "host secret\n").unwrap();
+    let evidence = dir.join("evidence");
+    std::fs::create_dir_all(&evidence).unwrap();
+    let run = Run::new(&dir).arg("--quiet");
+    let planted = run.sh(&format!(
+        "ln -s {} A && mkdir -p out && echo report > out/report.txt && echo PLANTED",
+        host.display()
+    ));
+    assert_eq!(stdout(&planted), "PLANTED\n", "{}", stderr(&planted));
+    let export_in_workspace = |from: &str, to: &std::path::Path, path: &str| {
+        Command::new(netbox_bin())
+            .current_dir(&run.workspace)
+            .args(["export", "--from", from, "--to"])
+            .arg(to)
+            .arg(path)
+            .output()
+            .unwrap()
+    };
+
+    let through = export_in_workspace("A/B", &evidence, "secret.txt");
+    let said = stderr(&through);
+    assert_eq!(through.status.code(), Some(125), "{said}");
+    assert!(
+        said.contains(&format!(
+            "netbox: --from directory A/B: A is a symbolic link (to {}), which netbox export \
+             does not follow",
+            host.display()
+        )),
+        "{said}"
+    );
+    assert_eq!(
+        said.lines().filter(|l| l.starts_with("netbox:")).count(),
+        1,
+        "{said}"
+    );
+    assert!(walk(&evidence).is_empty(), "copied: {:?}", walk(&evidence));
+    // The same link named by an absolute path.
+    let absolute = run.workspace.join("A/B");
+    let through = export_in_workspace(&absolute.display().to_string(), &evidence, "secret.txt");
+    assert_eq!(through.status.code(), Some(125), "{}", stderr(&through));
+    assert!(
+        stderr(&through).contains(&format!(
+            "{} is a symbolic link",
+            run.workspace.join("A").display()
+        )),
+        "{}",
+        stderr(&through)
+    );
+    assert!(walk(&evidence).is_empty());
+    // --to through it would write into the host's directory.
+    let into = export_in_workspace("out", &run.workspace.join("A/B"), "report.txt");
+    assert_eq!(into.status.code(), Some(125), "{}", stderr(&into));
+    assert!(
+        stderr(&into).contains("--to directory"),
+        "{}",
+        stderr(&into)
+    );
+    assert!(!host.join("B/report.txt").exists());
+
+    // Control: A a real directory, the same export goes through.
+    std::fs::remove_file(run.workspace.join("A")).unwrap();
+    std::fs::create_dir_all(run.workspace.join("A/B")).unwrap();
+    std::fs::write(run.workspace.join("A/B/secret.txt"), "workspace file\n").unwrap();
+    let plain = export_in_workspace("A/B", &evidence, "secret.txt");
+    assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
+    assert_eq!(
+        std::fs::read_to_string(evidence.join("secret.txt")).unwrap(),
+        "workspace file\n"
     );
 }

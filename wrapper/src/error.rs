@@ -42,6 +42,14 @@ pub enum WrapperError {
         link: PathBuf,
         root: PathBuf,
     },
+    #[error("{what} {}: {} is a symbolic link (to {target}), which netbox export does not follow: a sandbox that could write there could have pointed it anywhere", path.display(), link.display())]
+    ExportThroughSymlink {
+        what: &'static str,
+        path: PathBuf,
+        link: PathBuf,
+        /// Where it points, printable (the sandbox may have chosen it).
+        target: String,
+    },
     #[error("--hide {}: {} is a symlink, which the host could point elsewhere during the run", path.display(), link.display())]
     HideThroughSymlink { path: PathBuf, link: PathBuf },
     #[error("submodule {} lies beyond the symlink {}, which netbox cannot pin read-only", submodule.display(), path.display())]
@@ -136,6 +144,10 @@ impl WrapperError {
             ),
             WrapperError::HideThroughSymlink { .. } => Some(
                 "hide the real path (realpath PATH), or the directory that holds the link".into(),
+            ),
+            WrapperError::ExportThroughSymlink { .. } => Some(
+                "name the directory itself, with no link on the way, once you know the link is yours"
+                    .into(),
             ),
             WrapperError::SymlinkInRoot { .. } => Some(
                 "name the file the link points to (realpath PATH), or replace the link with the file"

@@ -1,8 +1,12 @@
 //! `netbox export --from DIR --to DIR [--max-bytes N] PATH…`: copies named files out of a
 //! directory a sandbox wrote, treating that directory as hostile.
 //!
-//! Every path is walked from a held directory fd, one component at a time, with
-//! O_NOFOLLOW: no symlink is ever followed, at any depth. A file is looked at before it is
+//! Every path is walked one component at a time from a held directory fd, with
+//! O_NOFOLLOW: no symlink is ever followed, at any depth. `--from` and `--to` too, from
+//! `/` or the current directory: a sandbox that can write where they lead can plant a
+//! link at any of their components (`--from ws/out/logs` with `ws/out` made a link to a
+//! directory elsewhere on the host would export the host's files), so a link anywhere in
+//! them is refused, named with where it points. A file is looked at before it is
 //! opened (fstatat without following: only a regular file is opened at all, so no fifo
 //! blocks and no device is touched), opened O_NOFOLLOW|O_NONBLOCK, and `fstat` on the open
 //! fd must then show the same regular file, with a link count of 1 (a hard link could make
@@ -12,7 +16,7 @@
 //! so nothing there is overwritten or followed either.
 
 use crate::printable::printable;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
@@ -33,10 +37,8 @@ pub enum Outcome {
 
 /// Runs `netbox export`; exit status 0 if every path was exported, 1 if any was refused.
 pub fn run(args: &ExportArgs) -> Result<u8, WrapperError> {
-    let from = open_dir_at(nix::fcntl::AT_FDCWD, &args.from)
-        .map_err(|e| export_dir_error(&args.from, "--from directory", e))?;
-    let to = open_dir_at(nix::fcntl::AT_FDCWD, &args.to)
-        .map_err(|e| export_dir_error(&args.to, "--to directory", e))?;
+    let from = open_walked(&args.from, "--from directory")?;
+    let to = open_walked(&args.to, "--to directory")?;
     let mut refused = 0;
     for path in &args.paths {
         match export_one(&from, &to, path, args.max_bytes) {
@@ -75,6 +77,68 @@ fn open_dir_at<Fd: AsFd>(dir: Fd, name: &Path) -> Result<OwnedFd, Errno> {
     )
 }
 
+/// Opens the directory `path` names (`--from`, `--to`), walked from `/` or the current
+/// directory one component at a time: no symlink in it is followed.
+fn open_walked(path: &Path, what: &'static str) -> Result<OwnedFd, WrapperError> {
+    let start = if path.has_root() { "/" } else { "." };
+    let dir = open_dir_at(nix::fcntl::AT_FDCWD, Path::new(start))
+        .map_err(|e| export_dir_error(path, what, e))?;
+    let parts = path.components().filter_map(|c| match c {
+        Component::Normal(name) => Some(name),
+        Component::ParentDir => Some(OsStr::new("..")),
+        _ => None,
+    });
+    let walked = if path.has_root() { "/" } else { "" };
+    walk(dir, parts, PathBuf::from(walked)).map_err(|stop| match stop.link_to {
+        Some(target) => WrapperError::ExportThroughSymlink {
+            what,
+            path: path.to_owned(),
+            link: stop.at,
+            target: printable(&target.to_string_lossy()),
+        },
+        None => export_dir_error(path, what, stop.errno),
+    })
+}
+
+/// Where a walk stopped: the path walked up to the component that could not be opened,
+/// why, and the link's target if that component is a symlink.
+struct Stop {
+    at: PathBuf,
+    errno: Errno,
+    link_to: Option<OsString>,
+}
+
+/// Walks down `parts` from `dir`, one directory at a time with O_NOFOLLOW; `walked` is
+/// what `dir` was reached by, to name where the walk stopped.
+fn walk<'a>(
+    mut dir: OwnedFd,
+    parts: impl IntoIterator<Item = &'a OsStr>,
+    mut walked: PathBuf,
+) -> Result<OwnedFd, Stop> {
+    for part in parts {
+        walked.push(part);
+        dir = match open_dir_at(&dir, Path::new(part)) {
+            Ok(next) => next,
+            Err(errno) => {
+                // What stands there, as the held directory has it (not followed).
+                let link_to = fstatat(&dir, part, AtFlags::AT_SYMLINK_NOFOLLOW)
+                    .ok()
+                    .filter(|stat| stat.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFLNK.bits())
+                    .map(|_| {
+                        nix::fcntl::readlinkat(&dir, part)
+                            .unwrap_or_else(|_| OsString::from("somewhere unreadable"))
+                    });
+                return Err(Stop {
+                    at: walked,
+                    errno,
+                    link_to,
+                });
+            }
+        };
+    }
+    Ok(dir)
+}
+
 /// The plain components of a relative path; anything else (absolute, `..`) is refused.
 fn components(path: &Path) -> Result<Vec<&OsStr>, String> {
     let mut parts = Vec::new();
@@ -103,13 +167,18 @@ fn copy(from: &OwnedFd, to: &OwnedFd, path: &Path, max_bytes: u64) -> Result<u64
     let parts = components(path)?;
     let (name, dirs) = parts.split_last().ok_or("empty path")?;
     // Walk the source directories without following anything.
-    let mut src_dir = from.try_clone().map_err(|e| e.to_string())?;
-    for dir in dirs {
-        src_dir = open_dir_at(&src_dir, Path::new(dir)).map_err(|e| match e {
-            Errno::ELOOP | Errno::ENOTDIR => format!("{} is not a plain directory", dir.display()),
-            e => format!("cannot open {}: {}", dir.display(), e.desc()),
-        })?;
-    }
+    let from = from.try_clone().map_err(|e| e.to_string())?;
+    let src_dir = walk(from, dirs.iter().copied(), PathBuf::new()).map_err(|stop| {
+        let at = stop.at.display();
+        match (stop.link_to, stop.errno) {
+            (Some(target), _) => format!(
+                "{at} is not a plain directory (a symbolic link to {})",
+                target.to_string_lossy()
+            ),
+            (None, Errno::ELOOP | Errno::ENOTDIR) => format!("{at} is not a plain directory"),
+            (None, e) => format!("cannot open {at}: {}", e.desc()),
+        }
+    })?;
     // Look before opening: only a regular file is opened at all.
     let before = fstatat(&src_dir, *name, AtFlags::AT_SYMLINK_NOFOLLOW)
         .map_err(|e| format!("cannot look at it: {}", e.desc()))?;

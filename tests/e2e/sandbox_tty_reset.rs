@@ -2,12 +2,13 @@
 //! output with a sequence that would hide, garble or swallow the text that follows
 //! (conceal, the line-drawing set, the alternate screen, a hidden cursor, an unfinished
 //! OSC or DCS string, half an escape sequence, a one-line scroll region, an open
-//! hyperlink, the default colours made alike), and leaves git metadata behind so that netbox warns after the run. Read by
-//! a model of an xterm-like terminal (support/screen.rs), the warning shows as plain
-//! text, both when CMD has a terminal of its own and when it writes to netbox's
-//! (`--no-tty`). With --no-tty CMD can also change the terminal's modes (no echo, raw):
-//! they are as before once netbox is done. Controls: the warning is there; a run with
-//! nothing to say writes nothing after CMD; no escape byte goes into a pipe or a file.
+//! hyperlink, the default colours made alike), and leaves git metadata behind so that
+//! netbox warns after the run. Read by a model of an xterm-like terminal
+//! (support/screen.rs) and by a real one (tmux), the warning shows as plain text, both
+//! when CMD has a terminal of its own and when it writes to netbox's (`--no-tty`). With
+//! --no-tty CMD can also change the terminal's modes (no echo, raw): they are as before
+//! once netbox is done. Controls: the warning is there; a run with nothing to say writes
+//! nothing after CMD; no escape byte goes into a pipe or a file.
 
 use std::process::Stdio;
 
@@ -236,6 +237,9 @@ impl Pane {
                 "24",
             ])
             .arg(&script)
+            // The pane's command runs in $SHELL, else the user's login shell (nobody's
+            // refuses to run anything).
+            .env("SHELL", "/bin/sh")
             .status()
             .expect("run tmux (apt-get install tmux)");
         assert!(started.success());

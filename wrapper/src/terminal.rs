@@ -208,8 +208,8 @@ fn save_modes() {
     install_panic_hook();
 }
 
-/// Puts the caller's terminal modes back (once; later calls do nothing), but on a
-/// terminal where another job has the foreground by now: the modes are that job's.
+/// Puts the caller's terminal modes back (once; later calls do nothing), except on a
+/// terminal where another job has the foreground by now: the modes are that job's then.
 pub fn restore() {
     let saved = SAVED
         .lock()

@@ -314,6 +314,7 @@ const CODE_SETTINGS: &[(&str, &str, Shape)] = &[
     ("core.attributesFile", "PATH", Shape::File),
     ("alias.x", "!PATH --flag", Shape::File),
     ("alias.y", "!sh PATH", Shape::File),
+    ("alias.z", "-c core.fsmonitor=PATH status", Shape::File),
     ("browser.b.cmd", "PATH", Shape::File),
     ("browser.b.path", "PATH", Shape::File),
     ("credential.helper", "!PATH", Shape::File),
@@ -323,6 +324,7 @@ const CODE_SETTINGS: &[(&str, &str, Shape)] = &[
     ("diff.d.textconv", "PATH", Shape::File),
     ("difftool.t.cmd", "PATH \"$LOCAL\" \"$REMOTE\"", Shape::File),
     ("difftool.t.path", "PATH", Shape::File),
+    ("gc.recentObjectsHook", "PATH", Shape::File),
     ("gpg.program", "PATH", Shape::File),
     ("gpg.ssh.program", "PATH", Shape::File),
     ("gpg.ssh.defaultKeyCommand", "PATH", Shape::File),
@@ -343,6 +345,8 @@ const CODE_SETTINGS: &[(&str, &str, Shape)] = &[
     ("remote.r.uploadpack", "PATH", Shape::File),
     ("remote.r.url", "ext::PATH %S", Shape::File),
     ("sequence.editor", "PATH", Shape::File),
+    ("trailer.t.command", "PATH", Shape::File),
+    ("trailer.t.cmd", "PATH", Shape::File),
     ("submodule.lib.update", "!PATH", Shape::File),
     ("uploadpack.packObjectsHook", "PATH", Shape::File),
     ("url.ext::PATH.insteadOf", "nothing:", Shape::File),
@@ -579,4 +583,243 @@ fn every_documented_code_setting_of_a_nested_repository_is_audited() {
     assert!(!records
         .iter()
         .any(|r| r["path"] == control.display().to_string()));
+}
+
+/// Links in a pinned git directory lead git on: `.git/hooks/pre-commit` a link to a
+/// tracked `scripts/pre-commit` (a common layout), `.git/config` a link into the work
+/// tree. What they lead to is pinned too.
+#[test]
+fn what_links_in_a_pinned_git_directory_lead_to_is_pinned() {
+    let dir = TestDir::new("git-links-in-git-dir");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    let ws = &run.workspace;
+    std::fs::create_dir_all(ws.join("scripts")).unwrap();
+    std::fs::write(ws.join("scripts/pre-commit"), "#!/bin/sh\n").unwrap();
+    executable(&ws.join("scripts/pre-commit"));
+    std::os::unix::fs::symlink("../../scripts/pre-commit", ws.join(".git/hooks/pre-commit"))
+        .unwrap();
+    std::fs::create_dir_all(ws.join("meta")).unwrap();
+    std::fs::rename(ws.join(".git/config"), ws.join("meta/git-config")).unwrap();
+    std::os::unix::fs::symlink("../meta/git-config", ws.join(".git/config")).unwrap();
+    let mark = dir.join("RAN");
+    let out = run.sh(&format!(
+        "printf '{}' > scripts/pre-commit 2>/dev/null && echo HOOK; \
+         printf '[core]\\n\\tfsmonitor = touch {}\\n' >> meta/git-config 2>/dev/null && echo CONFIG; \
+         echo x > scripts/other && echo CONTROL",
+        marking(&mark),
+        mark.display()
+    ));
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    host_git(&home, ws, &["status", "--short"]);
+    host_git(&home, ws, &["commit", "-qm", "x", "--allow-empty"]);
+    assert!(!mark.exists());
+}
+
+/// A config git reads but netbox could not, or read wrongly (a Latin-1 name, a comment
+/// ending in a backslash, a byte-order mark): what it names is pinned all the same, and
+/// a path it names that netbox cannot spell stops the run.
+#[test]
+fn a_config_in_another_spelling_still_pins_what_it_names() {
+    let dir = TestDir::new("git-config-spellings");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    let config = run.workspace.join(".git/config");
+    let original = std::fs::read(&config).unwrap();
+    for (what, tail) in [
+        (
+            "Latin-1",
+            &b"[user]\n\tname = Jos\xe9\n[core]\n\thooksPath = .githooks\n"[..],
+        ),
+        (
+            "a comment ending in a backslash",
+            &b"[core]\n\teditor = vim ; C:\\tools\\\n\thooksPath = .githooks\n"[..],
+        ),
+    ] {
+        let mut text = original.clone();
+        text.extend_from_slice(tail);
+        std::fs::write(&config, &text).unwrap();
+        let out = run.sh(
+            "mkdir -p .githooks 2>/dev/null; echo x > .githooks/pre-commit 2>/dev/null && echo HOOK; \
+             echo x > control && echo CONTROL",
+        );
+        assert_eq!(stdout(&out), "CONTROL\n", "{what}: {}", stderr(&out));
+    }
+    let mut text = b"\xef\xbb\xbf".to_vec();
+    text.extend_from_slice(b"[core]\n\thooksPath = .githooks\n");
+    text.extend_from_slice(&original);
+    std::fs::write(&config, &text).unwrap();
+    let out = run.sh("mkdir -p .githooks 2>/dev/null; echo x > .githooks/pre-commit 2>/dev/null && echo HOOK; echo CONTROL");
+    assert_eq!(
+        stdout(&out),
+        "CONTROL\n",
+        "a byte-order mark: {}",
+        stderr(&out)
+    );
+    // A hooks path netbox cannot spell: refused, with the file named.
+    let mut text = original.clone();
+    text.extend_from_slice(b"[core]\n\thooksPath = .hooks\xe9\n");
+    std::fs::write(&config, &text).unwrap();
+    let out = run.sh("echo RAN");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty());
+    assert!(stderr(&out).contains(".git/config"), "{}", stderr(&out));
+}
+
+/// A hostile repository ships a git directory as tracked files; CMD moves it in as a
+/// nested `.git` and touches it (every time in it stays old). Reported, because the
+/// directory changed and it runs code; git's own activity in a nested repository that
+/// runs nothing is not.
+#[test]
+fn an_old_git_directory_moved_in_is_reported() {
+    let dir = TestDir::new("git-moved-in");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    let fixture = run.workspace.join("test/fixture.git");
+    std::fs::create_dir_all(&fixture).unwrap();
+    git_ok(&home, &fixture, &["init", "-q", "--bare"]);
+    let mark = dir.join("RAN");
+    git_ok(&home, &fixture, &["config", "core.bare", "false"]);
+    git_ok(
+        &home,
+        &fixture,
+        &[
+            "config",
+            "core.fsmonitor",
+            &format!("touch {}; false", mark.display()),
+        ],
+    );
+    std::fs::remove_dir_all(fixture.join("hooks")).unwrap();
+    repository(&home, &run.workspace.join("plain"));
+    // Stamped before the run starts.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    // Control: git at work in a nested repository that runs nothing says nothing.
+    let out = run
+        .sh("git -C plain -c user.name=a -c user.email=a@b commit -qm x --allow-empty && echo OK");
+    assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let out = run.sh("mkdir -p vendor/lib && mv test/fixture.git vendor/lib/.git && touch vendor/lib/.git && echo MOVED");
+    assert_eq!(stdout(&out), "MOVED\n", "{}", stderr(&out));
+    let moved = std::fs::canonicalize(run.workspace.join("vendor/lib/.git")).unwrap();
+    assert!(
+        stderr(&out).contains(&moved.display().to_string()),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// husky's hooks (`core.hooksPath = .husky/_`) run the scripts beside them in `.husky/`:
+/// pinned with them. (The project's own tools they run, such as `node_modules/.bin`, are
+/// the project's to review: docs/git.md.)
+#[test]
+fn the_scripts_husky_runs_are_pinned_with_its_hooks() {
+    let dir = TestDir::new("git-husky");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    let ws = &run.workspace;
+    std::fs::create_dir_all(ws.join(".husky/_")).unwrap();
+    std::fs::write(
+        ws.join(".husky/_/pre-commit"),
+        "#!/bin/sh\n. \"$(dirname \"$0\")/h\"\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join(".husky/pre-commit"), "npm test\n").unwrap();
+    git_ok(&home, ws, &["config", "core.hooksPath", ".husky/_"]);
+    let out = run.sh(
+        "echo 'touch /tmp/owned' > .husky/pre-commit 2>/dev/null && echo SCRIPT; \
+         echo x > .husky/new 2>/dev/null && echo NEW; \
+         mkdir -p node_modules/.bin && echo x > node_modules/.bin/tool && echo CONTROL",
+    );
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".husky/pre-commit")).unwrap(),
+        "npm test\n"
+    );
+}
+
+/// `--allow-git-writes`: a rebase CMD leaves under way, whose todo list runs `exec`
+/// lines at the next `git rebase --continue`, is reported.
+#[test]
+fn a_rebase_left_under_way_is_reported() {
+    let dir = TestDir::new("git-rebase-todo");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = Run::new(&dir)
+        .arg("--allow-git-writes")
+        .env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    // Control: a run that starts no rebase says nothing.
+    let out = run.sh("echo x > control");
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let out = run.sh(
+        "r=.git/rebase-merge; mkdir $r && echo 'exec touch /tmp/owned' > $r/git-rebase-todo && echo STAGED",
+    );
+    assert_eq!(stdout(&out), "STAGED\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning") && stderr(&out).contains(".git"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A directory on PATH inside the workspace (an activated `.venv/bin`): a program CMD
+/// put there would run when git, or anything, runs it by name (git's pager). Pinned.
+#[test]
+fn a_path_directory_inside_the_workspace_is_pinned() {
+    let dir = TestDir::new("git-path-dir");
+    let run = Run::new(&dir).arg("--quiet");
+    let bin = run.workspace.join(".venv/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(run.workspace.join(".venv/lib")).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let run = run.env("PATH", path);
+    let out = run.sh(
+        "echo x > .venv/bin/less 2>/dev/null && echo PLANTED; echo x > .venv/lib/x && echo CONTROL",
+    );
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+}
+
+/// The repository a workspace lies in, whose `.git` is a link (git follows it): pinned
+/// like any other, its hooks path inside the workspace included.
+#[test]
+fn an_enclosing_repository_behind_a_link_is_pinned() {
+    let dir = TestDir::new("git-enclosing-link");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let top = dir.join("top");
+    repository(&home, &top);
+    std::fs::rename(top.join(".git"), dir.join("top.git")).unwrap();
+    std::os::unix::fs::symlink(dir.join("top.git"), top.join(".git")).unwrap();
+    let frontend = top.join("frontend");
+    std::fs::create_dir_all(frontend.join(".husky/_")).unwrap();
+    std::fs::write(frontend.join(".husky/_/pre-commit"), "#!/bin/sh\n").unwrap();
+    git_ok(
+        &home,
+        &top,
+        &["config", "core.hooksPath", "frontend/.husky/_"],
+    );
+    let out = Command::new(crate::support::netbox_bin())
+        .args(["--quiet", "--log"])
+        .arg(dir.join("events.jsonl"))
+        .args(["--", "sh", "-c"])
+        .arg("echo x > .husky/_/pre-commit 2>/dev/null && echo HOOK; echo x > app.js && echo CONTROL")
+        .current_dir(&frontend)
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
 }

@@ -56,6 +56,8 @@ pub enum WrapperError {
     SubmoduleSymlink { path: PathBuf, submodule: PathBuf },
     #[error("cannot tell which submodules {} records: {reason}", path.display())]
     GitIndex { path: PathBuf, reason: String },
+    #[error("cannot tell what the git config {} makes git run: {reason}", path.display())]
+    GitConfig { path: PathBuf, reason: String },
     #[error("cannot create the read-only placeholder {}", path.display())]
     Placeholder {
         path: PathBuf,
@@ -171,6 +173,10 @@ impl WrapperError {
             ),
             WrapperError::GitIndex { .. } => Some(
                 "check the repository with `git status`; netbox pins every submodule's .git and must read the index to find them"
+                    .into(),
+            ),
+            WrapperError::GitConfig { .. } => Some(
+                "make the file readable (and its paths UTF-8), or remove it; netbox pins what git's configuration names and must read it to know what that is"
                     .into(),
             ),
             _ => None,

@@ -596,13 +596,19 @@ fn split_homes(
     Ok((roots, splits))
 }
 
-/// The places under the homes that the environment names for code (homesplit.rs) and
-/// that lie inside a writable root the user named (`--write ~/tools` with `~/tools/bin` on
-/// PATH): pinned there.
+/// The places under the homes that the environment names for code (homesplit.rs), and
+/// the directories on `PATH` anywhere, that lie inside a writable root the user named
+/// (`--write ~/tools` with `~/tools/bin` on PATH; an activated `.venv/bin` in the
+/// workspace, where a `less` CMD put would be git's pager): pinned there.
 fn code_inside(roots: &[PathBuf], homes: &[PathBuf]) -> Vec<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let on_path = std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
+        .flat_map(|d| [crate::plan::homesplit::resolve_existing_prefix(&d), d]);
     let mut pins: Vec<PathBuf> = homes
         .iter()
         .flat_map(|h| crate::plan::homesplit::code_locations(h))
+        .chain(on_path)
         .filter(|c| roots.iter().any(|r| c.starts_with(r) && c != r))
         .collect();
     pins.sort();

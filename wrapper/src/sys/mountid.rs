@@ -64,14 +64,13 @@ pub fn fd_facts(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<FdFacts> {
     })
 }
 
-/// A file's type, owner, change and modification times and birth time (where its
+/// A file's type, owner, change time and birth time (where its
 /// filesystem keeps one), times as `(seconds, nanoseconds)` since the epoch.
 pub struct Times {
     pub is_directory: bool,
     pub is_symlink: bool,
     pub birth: Option<(i64, u32)>,
     pub change: (i64, u32),
-    pub modify: (i64, u32),
     pub uid: u32,
 }
 
@@ -94,11 +93,7 @@ fn times_raw(dirfd: i32, name: &std::ffi::CStr) -> io::Result<Times> {
     if name.is_empty() {
         flags |= libc::AT_EMPTY_PATH;
     }
-    let mask = libc::STATX_TYPE
-        | libc::STATX_CTIME
-        | libc::STATX_MTIME
-        | libc::STATX_BTIME
-        | libc::STATX_UID;
+    let mask = libc::STATX_TYPE | libc::STATX_CTIME | libc::STATX_BTIME | libc::STATX_UID;
     let buf = statx(dirfd, name, flags, mask)?;
     let time = |t: libc::statx_timestamp| (t.tv_sec, t.tv_nsec);
     Ok(Times {
@@ -106,7 +101,6 @@ fn times_raw(dirfd: i32, name: &std::ffi::CStr) -> io::Result<Times> {
         is_symlink: u32::from(buf.stx_mode) & libc::S_IFMT == libc::S_IFLNK,
         birth: (buf.stx_mask & libc::STATX_BTIME != 0).then(|| time(buf.stx_btime)),
         change: time(buf.stx_ctime),
-        modify: time(buf.stx_mtime),
         uid: buf.stx_uid,
     })
 }

@@ -1,6 +1,6 @@
 //! What git runs or reads as code, from its own documentation (git 2.47: git-config(1),
 //! gitattributes(5), githooks(5), git(1) ENVIRONMENT, git-archive(1), git-send-email(1),
-//! gitrepository-layout(5)). One table, used for every repository netbox meets: to pin
+//! git-interpret-trailers(1), git-svn(1), gitrepository-layout(5)). One table, used for every repository netbox meets: to pin
 //! what a pinned repository's configuration names (protect/mod.rs), and to audit what the
 //! configuration of one it does not pin names (supervise/gitaudit).
 //!
@@ -71,6 +71,7 @@ pub const SETTINGS: &[Setting] = &[
     ("diff.<driver>.textconv", Use::Command),
     ("difftool.<tool>.cmd", Use::Command),
     ("difftool.<tool>.path", Use::Command),
+    ("gc.recentObjectsHook", Use::Command),
     ("gpg.program", Use::Command),
     ("gpg.<format>.program", Use::Command),
     ("gpg.ssh.defaultKeyCommand", Use::Command),
@@ -82,6 +83,7 @@ pub const SETTINGS: &[Setting] = &[
     ("init.templateDir", Use::TemplateDir),
     ("instaweb.browser", Use::Command),
     ("instaweb.httpd", Use::Command),
+    ("instaweb.modulePath", Use::HookDir),
     ("interactive.diffFilter", Use::Command),
     ("man.<tool>.cmd", Use::Command),
     ("man.<tool>.path", Use::Command),
@@ -94,6 +96,9 @@ pub const SETTINGS: &[Setting] = &[
     ("remote.<name>.url", Use::ExtUrl),
     ("remote.<name>.pushurl", Use::ExtUrl),
     ("sequence.editor", Use::Command),
+    ("svn.authorsProg", Use::Command),
+    ("trailer.<token>.command", Use::Command),
+    ("trailer.<token>.cmd", Use::Command),
     ("submodule.<name>.update", Use::BangCommand),
     ("uploadpack.packObjectsHook", Use::Command),
     ("url.<base>.insteadOf", Use::ExtUrlSubsection),
@@ -181,6 +186,9 @@ pub const GIT_DIR_PARTS: &[&str] = &[
     "hooks",
     "info/attributes",
     "objects/info/alternates",
+    // An interactive rebase's todo list holds `exec` lines `git rebase --continue` runs.
+    "rebase-merge",
+    "rebase-apply",
 ];
 
 /// How git uses `section[.subsection].key`, if it runs or reads it as code. Section and
@@ -218,11 +226,21 @@ fn matches(name: &str, section: &str, subsection: Option<&str>, key: &str) -> bo
 pub struct Named {
     pub path: String,
     pub how: Use,
-    /// Named as a path for certain (the whole value of a path setting, a command's
-    /// program, or a word written as a path: `/x`, `~/x`, `./x`, `../x`); otherwise a
-    /// word with a `/` in a command's arguments (`tools/x`, or `origin/main`), which counts
-    /// where its first component exists.
-    pub certain: bool,
+    /// A program a command line runs, or the script an interpreter there runs: where it
+    /// is a directory, a program is nothing to run (skipped) but an interpreter's
+    /// argument is (`node ./tool` runs `tool/index.js`).
+    pub role: Role,
+}
+
+/// What a path is to git.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The whole value of a path setting.
+    Value,
+    /// A program a command line runs.
+    Program,
+    /// What an interpreter in a command line runs (`sh x`, `node ./tool`, `. ./env`).
+    Script,
 }
 
 /// The paths a value of a setting used as `how` names (subsection for
@@ -243,7 +261,7 @@ pub fn named_paths(
         vec![Named {
             path: v.to_owned(),
             how,
-            certain: true,
+            role: Role::Value,
         }]
     };
     match how {
@@ -272,45 +290,160 @@ fn ext_command(url: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case("ext::").then(|| &url[5..])
 }
 
-/// The paths in a command line: its program if it names one by path, and every word
-/// written as a path. Words are split where a shell or an option would split them
-/// (blanks, quotes, `;|&()<>`, `=`, `:`), after `$VAR` expansion; `!` (an alias's or a
-/// helper's shell escape) is dropped. A bare program name is looked up on PATH, which is
-/// not expected to hold a writable root.
+/// Programs that run the next word as a command (after their own options and
+/// `NAME=value` assignments).
+const WRAPPERS: &[&str] = &[
+    "env", "exec", "command", "nohup", "time", "nice", "ionice", "stdbuf", "timeout", "setsid",
+];
+
+/// Interpreters whose first word that is not an option is a script they run.
+const INTERPRETERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "fish", "node", "nodejs", "deno", "bun", "python",
+    "python2", "python3", "perl", "ruby", "php", "lua", "tclsh", "awk", "gawk", ".", "source",
+];
+
+/// The paths a command line runs: each command's program where it is named by path (a
+/// bare name is looked up on PATH), and the script an interpreter runs (`sh tools/x`,
+/// `node ./lint.js`, `. ./env.sh`), after `$VAR` expansion. Commands are found where a
+/// shell finds them: at the start, after `;`, `&`, `|`, `(`, `{`, `` ` `` and `$(`, and
+/// after `env`, `exec` and other wrappers and `NAME=value` assignments. Other words
+/// (arguments, redirections: `git add .`, `> out/log`, `origin/main`) are not code. A
+/// `-c key=value` in an alias's git arguments is read as that setting.
 fn command_paths(value: &str, how: Use, lookup: &dyn Fn(&str) -> Option<String>) -> Vec<Named> {
     let expanded = crate::plan::homesplit::expand_variables(value, lookup);
-    let command = expanded.trim_start().trim_start_matches('!');
-    let ends = |c: char| {
-        c.is_whitespace()
-            || c.is_control()
-            || matches!(
-                c,
-                '"' | '\'' | '`' | ';' | '|' | '&' | '(' | ')' | '<' | '>' | '=' | ':' | ','
-            )
-    };
     let mut found = Vec::new();
-    for (i, word) in command.split(ends).filter(|w| !w.is_empty()).enumerate() {
-        let explicit = word.starts_with(['/', '~'])
-            || word.starts_with("./")
-            || word.starts_with("../")
-            || word == "."
-            || word == "..";
-        let has_slash = word.contains('/');
-        // Format strings and globs (`%h/%s`, `*/x`) name no file.
-        let pattern = word.contains(['%', '*', '?', '[', '{', '@', '\\']);
-        if pattern && !explicit {
+    let mut at_command = true;
+    let mut wants_script = false;
+    let mut words = shell_words(expanded.trim_start().trim_start_matches('!')).into_iter();
+    while let Some(word) = words.next() {
+        let Word::Text(word) = word else {
+            // An operator: a new command starts.
+            at_command = true;
+            wants_script = false;
+            continue;
+        };
+        if word == "-c" {
+            // `git -c key=value`: the value is that setting's.
+            if let Some(Word::Text(setting)) = words.next() {
+                if let Some((name, value)) = setting.split_once('=') {
+                    let (head, key) = name.rsplit_once('.').unwrap_or((name, ""));
+                    let (section, sub) = match head.split_once('.') {
+                        Some((s, sub)) => (s, Some(sub)),
+                        None => (head, None),
+                    };
+                    if let Some(inner) = use_of(&section.to_ascii_lowercase(), sub, key) {
+                        found.extend(named_paths(inner, value, sub, lookup));
+                    }
+                }
+            }
             continue;
         }
-        let program = i == 0 && (has_slash || word.starts_with('~'));
-        if explicit || program || has_slash {
+        if word.starts_with('-') {
+            continue;
+        }
+        let base = word.rsplit('/').next().unwrap_or(&word);
+        if at_command {
+            let assignment = word
+                .split_once('=')
+                .is_some_and(|(name, _)| !name.is_empty() && !name.contains('/'));
+            if assignment || WRAPPERS.contains(&base) {
+                continue;
+            }
+            if word.contains('/') || word.starts_with('~') {
+                found.push(Named {
+                    path: word.clone(),
+                    how,
+                    role: Role::Program,
+                });
+            }
+            at_command = false;
+            wants_script = INTERPRETERS.contains(&base);
+        } else if wants_script {
             found.push(Named {
-                path: word.to_owned(),
+                path: word,
                 how,
-                certain: explicit || program,
+                role: Role::Script,
             });
+            wants_script = false;
         }
     }
     found
+}
+
+/// A word of a command line, or an operator between commands.
+enum Word {
+    Text(String),
+    Operator,
+}
+
+/// Splits a command line into words (quotes removed, backslash escapes kept as the
+/// character) and the operators that start a new command.
+fn shell_words(line: &str) -> Vec<Word> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars().peekable();
+    let end_word = |word: &mut String, in_word: &mut bool, words: &mut Vec<Word>| {
+        if *in_word {
+            words.push(Word::Text(std::mem::take(word)));
+            *in_word = false;
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    word.push(q);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(q) = chars.next() {
+                    match q {
+                        '"' => break,
+                        '\\' => word.extend(chars.next()),
+                        q => word.push(q),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                word.extend(chars.next());
+            }
+            '$' if chars.peek() == Some(&'(') => {
+                chars.next();
+                end_word(&mut word, &mut in_word, &mut words);
+                words.push(Word::Operator);
+            }
+            ';' | '&' | '|' | '(' | ')' | '{' | '}' | '`' | '\n' => {
+                end_word(&mut word, &mut in_word, &mut words);
+                words.push(Word::Operator);
+            }
+            '<' | '>' => {
+                // A redirection's target is a file read or written, not run.
+                end_word(&mut word, &mut in_word, &mut words);
+                while chars
+                    .next_if(|c| matches!(c, '<' | '>' | '&' | ' ' | '\t'))
+                    .is_some()
+                {}
+                while chars
+                    .next_if(|c| !c.is_whitespace() && !";&|()".contains(*c))
+                    .is_some()
+                {}
+            }
+            c if c.is_whitespace() => end_word(&mut word, &mut in_word, &mut words),
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    end_word(&mut word, &mut in_word, &mut words);
+    words
 }
 
 /// `~/x` against `home`, `~user/x` against that account's home (from /etc/passwd), a
@@ -369,25 +502,51 @@ mod tests {
 
     #[test]
     fn finds_the_paths_a_command_names() {
-        let paths = |value: &str| -> Vec<(String, bool)> {
+        let paths = |value: &str| -> Vec<(String, Role)> {
             named_paths(Use::Command, value, None, &no_vars)
                 .into_iter()
-                .map(|n| (n.path, n.certain))
+                .map(|n| (n.path, n.role))
                 .collect()
         };
-        assert_eq!(paths("./tools/fsmon"), [("./tools/fsmon".into(), true)]);
-        assert_eq!(paths("fsmon"), Vec::<(String, bool)>::new());
+        let none: Vec<(String, Role)> = Vec::new();
         assert_eq!(
-            paths("!sh tools/x --out=./y; git log --format=%h/%s origin/main"),
+            paths("./tools/fsmon"),
+            [("./tools/fsmon".into(), Role::Program)]
+        );
+        assert_eq!(paths("fsmon"), none);
+        assert_eq!(
+            paths("!sh tools/x --out=./y; git log --format=%h/%s origin/main > out/log"),
+            [("tools/x".into(), Role::Script)]
+        );
+        assert_eq!(paths("!git add . && git commit"), none);
+        assert_eq!(paths("!cd src/app && npm test"), none);
+        assert_eq!(
+            paths("sh strip.sh"),
+            [("strip.sh".into(), Role::Script)],
+            "a script named without a slash"
+        );
+        assert_eq!(
+            paths("!FOO=1 env -i BAR=2 ./run 'a b' | \"./two words\" x && $(./sub)"),
             [
-                ("tools/x".into(), false),
-                ("./y".into(), true),
-                ("origin/main".into(), false)
+                ("./run".into(), Role::Program),
+                ("./two words".into(), Role::Program),
+                ("./sub".into(), Role::Program)
             ]
         );
-        let home = |name: &str| (name == "HOME").then(|| "/home/me".to_owned());
-        let named = named_paths(Use::Command, "\"$HOME/bin/pager\" -R", None, &home);
-        assert_eq!(named[0].path, "/home/me/bin/pager");
+        assert_eq!(
+            paths("!. ./env.sh; node --inspect ./lint.js; /usr/bin/python3 -u tool.py"),
+            [
+                ("./env.sh".into(), Role::Script),
+                ("./lint.js".into(), Role::Script),
+                ("/usr/bin/python3".into(), Role::Program),
+                ("tool.py".into(), Role::Script)
+            ]
+        );
+        assert_eq!(
+            paths("-c core.fsmonitor=./fsmon status"),
+            [("./fsmon".into(), Role::Program)],
+            "an alias's -c is read as that setting"
+        );
         assert!(named_paths(Use::BangCommand, "rebase", None, &no_vars).is_empty());
         assert_eq!(
             named_paths(Use::BangCommand, "!./update.sh", None, &no_vars)[0].path,

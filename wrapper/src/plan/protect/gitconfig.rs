@@ -12,9 +12,10 @@
 //! `key = value` with `;`/`#` comments, double quotes, backslash escapes and
 //! continuation lines. Hand-written: no crate reads git's dialect.
 
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use super::gitcode::{self, Use};
+use super::gitcode::{self, Role, Use};
 use super::placeholders::{Placeholder, EMPTY_CONFIG};
 
 /// A config file larger than this is not read.
@@ -35,108 +36,173 @@ pub struct Entry {
     pub value: Option<String>,
 }
 
-/// Parses config text; lines it cannot read are skipped (git would refuse the file, and
-/// then run nothing from it).
+/// Parses config text the way git's own parser does (config.c): a byte-order mark is
+/// skipped; a value runs to the end of its line, where a backslash right before the
+/// newline continues it (but not inside a comment); `;` and `#` start a comment outside
+/// double quotes; unquoted whitespace at either end is dropped. What git would refuse is
+/// skipped (git would then run nothing from the file).
 pub fn parse(text: &str) -> Vec<Entry> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut chars = text.chars().peekable();
     let mut entries = Vec::new();
     let mut section = String::new();
     let mut subsection = None;
-    let mut lines = text.lines();
-    while let Some(line) = lines.next() {
-        let mut line = line.trim_start().to_owned();
-        if line.starts_with('[') {
-            if let Some((name, sub)) = header(&line) {
-                section = name;
-                subsection = sub;
-            }
-            // A key may follow the header on the same line.
-            match line.find(']') {
-                Some(end) => line = line[end + 1..].trim_start().to_owned(),
-                None => continue,
-            }
-        }
-        if line.is_empty() || line.starts_with(['#', ';']) {
-            continue;
-        }
-        let name_end = line
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-            .unwrap_or(line.len());
-        let key = line[..name_end].to_ascii_lowercase();
-        let rest = line[name_end..].trim_start();
-        if key.is_empty() {
-            continue;
-        }
-        let value = match rest.strip_prefix('=') {
-            Some(raw) => {
-                // A value ending in an unquoted backslash continues on the next line.
-                let mut raw = raw.to_owned();
-                while raw.ends_with('\\') && !raw.ends_with("\\\\") {
-                    raw.pop();
-                    match lines.next() {
-                        Some(next) => raw.push_str(next),
-                        None => break,
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        match chars.peek() {
+            None => break,
+            Some('#' | ';') => skip_line(&mut chars),
+            Some('[') => {
+                chars.next();
+                match header(&mut chars) {
+                    Some((name, sub)) => {
+                        section = name;
+                        subsection = sub;
                     }
+                    None => skip_line(&mut chars),
                 }
-                Some(value(&raw))
             }
-            None if rest.is_empty() || rest.starts_with(['#', ';']) => None,
-            None => continue,
-        };
-        entries.push(Entry {
-            section: section.clone(),
-            subsection: subsection.clone(),
-            key,
-            value,
-        });
+            Some(c) if c.is_ascii_alphabetic() => {
+                let mut key = String::new();
+                while let Some(c) = chars.next_if(|c| c.is_ascii_alphanumeric() || *c == '-') {
+                    key.push(c.to_ascii_lowercase());
+                }
+                while chars.next_if(|c| *c == ' ' || *c == '\t').is_some() {}
+                let value = match chars.peek() {
+                    Some('=') => {
+                        chars.next();
+                        Some(value(&mut chars))
+                    }
+                    // A key alone: a boolean true.
+                    None | Some('\n' | '\r' | '#' | ';') => {
+                        skip_line(&mut chars);
+                        None
+                    }
+                    Some(_) => {
+                        skip_line(&mut chars);
+                        continue;
+                    }
+                };
+                entries.push(Entry {
+                    section: section.clone(),
+                    subsection: subsection.clone(),
+                    key,
+                    value,
+                });
+            }
+            Some(_) => skip_line(&mut chars),
+        }
     }
     entries
 }
 
-/// `[name]`, `[name "sub"]` or the old `[name.sub]`.
-fn header(line: &str) -> Option<(String, Option<String>)> {
-    let inner = &line[1..line.find(']')?];
-    match inner.split_once(char::is_whitespace) {
-        Some((name, sub)) => {
-            let sub = sub.trim().strip_prefix('"')?.strip_suffix('"')?;
-            let sub = sub.replace("\\\"", "\"").replace("\\\\", "\\");
-            Some((name.to_ascii_lowercase(), Some(sub)))
+type Chars<'a> = std::iter::Peekable<std::str::Chars<'a>>;
+
+fn skip_line(chars: &mut Chars<'_>) {
+    for c in chars.by_ref() {
+        if c == '\n' {
+            break;
         }
-        None => match inner.split_once('.') {
-            Some((name, sub)) => Some((name.to_ascii_lowercase(), Some(sub.to_ascii_lowercase()))),
-            None => Some((inner.to_ascii_lowercase(), None)),
-        },
     }
 }
 
-/// A raw value: comments cut where unquoted, quotes removed, escapes resolved, outer
-/// whitespace trimmed (inner kept).
-fn value(raw: &str) -> String {
+/// After `[`: `name]`, `name "sub"]` (escapes in the quotes) or the old `name.sub]`.
+fn header(chars: &mut Chars<'_>) -> Option<(String, Option<String>)> {
+    let mut name = String::new();
+    while let Some(c) = chars.next_if(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.') {
+        name.push(c.to_ascii_lowercase());
+    }
+    match chars.next()? {
+        ']' => Some(match name.split_once('.') {
+            Some((section, sub)) => (section.to_owned(), Some(sub.to_owned())),
+            None => (name, None),
+        }),
+        ' ' | '\t' => {
+            while chars.next_if(|c| *c == ' ' || *c == '\t').is_some() {}
+            if chars.next()? != '"' {
+                return None;
+            }
+            let mut sub = String::new();
+            loop {
+                match chars.next()? {
+                    '\\' => sub.push(chars.next()?),
+                    '"' => break,
+                    '\n' => return None,
+                    c => sub.push(c),
+                }
+            }
+            (chars.next()? == ']').then_some((name, Some(sub)))
+        }
+        _ => None,
+    }
+}
+
+/// After `=`: the value, with its line (and the lines it continues onto) consumed.
+fn value(chars: &mut Chars<'_>) -> String {
     let mut out = String::new();
+    // Unquoted whitespace, kept only if something follows it.
+    let mut space = String::new();
     let mut quoted = false;
-    let mut chars = raw.trim().chars();
     while let Some(c) = chars.next() {
         match c {
+            '\n' => break,
+            '\\' => {
+                let escaped = match chars.next() {
+                    // A continuation: the value goes on on the next line.
+                    Some('\n') => continue,
+                    Some('n') => '\n',
+                    Some('t') => '\t',
+                    Some('b') => {
+                        out.pop();
+                        continue;
+                    }
+                    Some(other) => other,
+                    None => break,
+                };
+                out.push_str(&std::mem::take(&mut space));
+                out.push(escaped);
+            }
             '"' => quoted = !quoted,
-            '\\' => match chars.next() {
-                Some('n') => out.push('\n'),
-                Some('t') => out.push('\t'),
-                Some('b') => {
-                    out.pop();
+            ';' | '#' if !quoted => {
+                skip_line(chars);
+                break;
+            }
+            ' ' | '\t' | '\r' if !quoted => {
+                if !out.is_empty() {
+                    space.push(c);
                 }
-                Some(other) => out.push(other),
-                None => {}
-            },
-            ';' | '#' if !quoted => break,
-            c => out.push(c),
+            }
+            c => {
+                out.push_str(&std::mem::take(&mut space));
+                out.push(c);
+            }
         }
     }
-    out.trim_end().to_owned()
+    out
 }
 
-/// Reads a config file (`None` if it is missing, unreadable or too large).
+/// Reads a config file: `Ok(None)` if it is missing (git skips it), an error if it is
+/// there but cannot be read (netbox could not tell what it names). Bytes that are not
+/// UTF-8 are read as U+FFFD: a value holding one is refused where it matters
+/// ([`ConfigSet::code_paths`]). A character device (`/dev/null`, as in
+/// `GIT_CONFIG_GLOBAL=/dev/null`) reads as empty.
+pub fn read_file(path: &Path) -> std::io::Result<Option<Vec<Entry>>> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(path) {
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+        Ok(meta) if meta.file_type().is_char_device() => return Ok(Some(Vec::new())),
+        Ok(_) => {}
+    }
+    let bytes = bridge::small_file::read_small_bytes(path, MAX_CONFIG_BYTES)?;
+    Ok(Some(parse(&String::from_utf8_lossy(&bytes))))
+}
+
+/// Reads a config file (`None` if it is missing or cannot be read).
 pub fn read(path: &Path) -> Option<Vec<Entry>> {
-    let text = crate::plan::read_small_file(path, MAX_CONFIG_BYTES).ok()?;
-    Some(parse(&text))
+    read_file(path).ok().flatten()
 }
 
 /// Includes followed, at most, from one file (each is a file read).
@@ -144,11 +210,21 @@ const MAX_INCLUDES: usize = 64;
 
 /// A configuration as git reads it: a file's entries and those of the files it includes
 /// (git-config(1) "Includes"; every include is followed, whatever its condition, since
-/// the condition may hold for some repository), each with the directory a relative
-/// include in it is relative to.
+/// the condition may hold for some repository), each with the file it is in (a relative
+/// include is relative to that file's directory).
 #[derive(Debug, Default)]
 pub struct ConfigSet {
     entries: Vec<(Entry, PathBuf)>,
+    /// The first file that is there but could not be read, and why: what it names is
+    /// unknown, so nothing may be taken from this configuration as complete.
+    unreadable: Option<(PathBuf, String)>,
+}
+
+/// What could not be told of a configuration: the file, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub path: PathBuf,
+    pub reason: String,
 }
 
 /// A path a configuration names for git to run or read as code.
@@ -158,9 +234,6 @@ pub struct CodePath {
     /// The shape a placeholder takes where it is missing: an empty directory for a
     /// directory of hooks or templates, an empty file (not executable) otherwise.
     pub leaf: Placeholder,
-    /// Named as a path for certain; otherwise a word of a command's arguments with a `/`
-    /// in it, which counts where its first component exists (gitcode.rs).
-    pub certain: bool,
     /// The setting that names it, as documented (`core.fsmonitor`).
     pub setting: String,
 }
@@ -174,10 +247,17 @@ impl ConfigSet {
         while let Some((file, depth)) = queue.pop() {
             files += 1;
             if files > MAX_INCLUDES {
+                set.unreadable
+                    .get_or_insert((file, format!("it includes more than {MAX_INCLUDES} files")));
                 break;
             }
-            let Some(entries) = read(&file) else {
-                continue;
+            let entries = match read_file(&file) {
+                Ok(Some(entries)) => entries,
+                Ok(None) => continue,
+                Err(e) => {
+                    set.unreadable.get_or_insert((file, e.to_string()));
+                    continue;
+                }
             };
             let dir = file.parent().unwrap_or(Path::new("/")).to_owned();
             for entry in entries {
@@ -192,7 +272,7 @@ impl ConfigSet {
                         }
                     }
                 }
-                set.entries.push((entry, dir.clone()));
+                set.entries.push((entry, file.clone()));
             }
         }
         set
@@ -217,8 +297,7 @@ impl ConfigSet {
                     key: key.to_ascii_lowercase(),
                     value: Some(value),
                 },
-                // An include given this way is relative to where git runs: no file's
-                // directory; the empty path joins as that.
+                // An include given this way is relative to where git runs: no file.
                 PathBuf::new(),
             ));
         };
@@ -255,10 +334,21 @@ impl ConfigSet {
     /// against `run_dir` (the top of the work tree, or the git directory of a bare
     /// repository: where git runs hooks and commands) and includes against their file's
     /// directory; with no `run_dir`, only absolute and `~` paths (and includes).
-    pub fn code_paths(&self, run_dir: Option<&Path>, home: Option<&Path>) -> Vec<CodePath> {
+    pub fn code_paths(
+        &self,
+        run_dir: Option<&Path>,
+        home: Option<&Path>,
+    ) -> Result<Vec<CodePath>, Unreadable> {
+        if let Some((path, reason)) = &self.unreadable {
+            return Err(Unreadable {
+                path: path.clone(),
+                reason: reason.clone(),
+            });
+        }
         let lookup = |name: &str| std::env::var(name).ok();
         let mut found = Vec::new();
-        for (entry, dir) in &self.entries {
+        for (entry, file) in &self.entries {
+            let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
             let Some(value) = entry.value.as_deref() else {
                 continue;
             };
@@ -270,23 +360,26 @@ impl ConfigSet {
                 continue;
             }
             for named in gitcode::named_paths(how, value, sub, &lookup) {
+                // Bytes that were not UTF-8: the path git would use cannot be named.
+                if named.path.contains('\u{fffd}') {
+                    return Err(Unreadable {
+                        path: file.clone(),
+                        reason: format!("{} names a path that is not UTF-8", setting_name(entry)),
+                    });
+                }
                 let absolute = named.path.starts_with(['/', '~']);
-                let base = match (how, run_dir) {
-                    (Use::Include, _) if !dir.as_os_str().is_empty() => dir.as_path(),
-                    (_, Some(run_dir)) => run_dir,
-                    (_, None) if absolute => Path::new("/"),
-                    (_, None) => continue,
+                let base = match (how, dir, run_dir) {
+                    (Use::Include, Some(dir), _) => dir,
+                    (_, _, Some(run_dir)) => run_dir,
+                    (_, _, None) if absolute => Path::new("/"),
+                    (_, _, None) => continue,
                 };
                 let Some(path) = gitcode::resolve(&named.path, base, home) else {
                     continue;
                 };
-                // An argument like `origin/main` names a file only where its first
-                // component is there.
-                if !named.certain {
-                    let first = Path::new(&named.path).components().next();
-                    if first.is_none_or(|c| base.join(c).symlink_metadata().is_err()) {
-                        continue;
-                    }
+                // A directory is no program to run (`!cd ./src && make`).
+                if named.role == Role::Program && path.is_dir() {
+                    continue;
                 }
                 let leaf = match how {
                     Use::HookDir | Use::TemplateDir => Placeholder::Dir,
@@ -295,12 +388,11 @@ impl ConfigSet {
                 found.push(CodePath {
                     path,
                     leaf,
-                    certain: named.certain,
                     setting: setting_name(entry),
                 });
             }
         }
-        found
+        Ok(found)
     }
 }
 
@@ -340,6 +432,84 @@ mod tests {
     }
 
     #[test]
+    fn reads_what_git_reads_and_nothing_else() {
+        let get = |text: &str, key: &str| -> Option<String> {
+            parse(text)
+                .into_iter()
+                .find(|e| e.key == key)
+                .and_then(|e| e.value)
+        };
+        // A backslash at the end of a comment continues nothing.
+        let text = "[core]\n\teditor = vim ; C:\\tools\\\n\thooksPath = .githooks\n";
+        assert_eq!(get(text, "hookspath").as_deref(), Some(".githooks"));
+        assert_eq!(get(text, "editor").as_deref(), Some("vim"));
+        // One outside a comment does.
+        let text = "[core]\n\tpager = less \\\n  -R\n\tx = 1\n";
+        assert_eq!(get(text, "pager").as_deref(), Some("less   -R"));
+        assert_eq!(get(text, "x").as_deref(), Some("1"));
+        // A byte-order mark before the first header.
+        let text = "\u{feff}[core]\n\thooksPath = .githooks\n";
+        let entries = parse(text);
+        assert_eq!(entries[0].section, "core");
+        // `;` and `#` inside quotes are the value's.
+        assert_eq!(
+            get("[alias]\n\tx = \"!a; b # c\" # d\n", "x").as_deref(),
+            Some("!a; b # c")
+        );
+        // A header's subsection keeps its case and escapes; the old form is lowercased.
+        let entries = parse("[Remote \"Or\\\"ig\"]\nurl=u\n[Diff.PDF]\ntextconv=t\n");
+        assert_eq!(entries[0].subsection.as_deref(), Some("Or\"ig"));
+        assert_eq!(entries[1].subsection.as_deref(), Some("pdf"));
+    }
+
+    #[test]
+    fn a_config_netbox_cannot_read_fails_closed() {
+        let dir = std::env::temp_dir().join(format!("netbox-gitconfig-bad-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // Latin-1 in a setting that names no path: read, the rest still counts.
+        let latin = dir.join("latin");
+        std::fs::write(
+            &latin,
+            b"[user]\n\tname = Jos\xe9\n[core]\n\thooksPath = .husky/_\n",
+        )
+        .unwrap();
+        let codes = ConfigSet::read(&latin, None)
+            .code_paths(Some(&dir), None)
+            .unwrap();
+        assert_eq!(codes[0].path, dir.join(".husky/_"));
+        // In a path that counts: refused.
+        let bad = dir.join("bad");
+        std::fs::write(&bad, b"[core]\n\thooksPath = .hooks\xe9\n").unwrap();
+        assert!(ConfigSet::read(&bad, None)
+            .code_paths(Some(&dir), None)
+            .is_err());
+        // There but not a regular file (a FIFO), or an include that is: refused.
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(ConfigSet::read(&fifo, None).code_paths(None, None).is_err());
+        let including = dir.join("including");
+        std::fs::write(
+            &including,
+            format!("[include]\n\tpath = {}\n", fifo.display()),
+        )
+        .unwrap();
+        assert!(ConfigSet::read(&including, None)
+            .code_paths(None, None)
+            .is_err());
+        // Missing, or /dev/null: nothing to read, nothing refused.
+        assert!(ConfigSet::read(&dir.join("missing"), None)
+            .code_paths(None, None)
+            .unwrap()
+            .is_empty());
+        assert!(ConfigSet::read(Path::new("/dev/null"), None)
+            .code_paths(None, None)
+            .unwrap()
+            .is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn finds_what_a_config_makes_git_run_or_read() {
         let dir = std::env::temp_dir().join(format!("netbox-gitconfig-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -361,6 +531,7 @@ mod tests {
         let set = ConfigSet::read(&config, None);
         let paths = |run_dir: Option<&Path>| -> Vec<PathBuf> {
             set.code_paths(run_dir, None)
+                .unwrap()
                 .into_iter()
                 .map(|c| c.path)
                 .collect()
@@ -405,6 +576,7 @@ mod tests {
         let run_dir = Path::new("/w");
         let got: Vec<(PathBuf, String)> = set
             .code_paths(Some(run_dir), None)
+            .unwrap()
             .into_iter()
             .map(|c| (c.path, c.setting))
             .collect();

@@ -122,11 +122,7 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
     // What the global and system configs (and git's environment) make every git run or
     // read wherever it runs: their absolute and `~` paths. Their relative paths are
     // relative to each repository's work tree: pinned with each (pin_repository).
-    let everywhere: Vec<CodePath> = found
-        .shared
-        .iter()
-        .flat_map(|set| set.code_paths(None, input.home))
-        .collect();
+    let everywhere = found.shared_codes(None)?;
     for code in everywhere {
         found.pin_code(&code, Lay::Placeholders)?;
     }
@@ -183,6 +179,26 @@ pub fn shared_configs(home: Option<&Path>) -> Vec<ConfigSet> {
         std::env::var(name).ok()
     }));
     sets
+}
+
+/// What `sets` name for git to run or read, relative paths against `run_dir`; a
+/// configuration netbox cannot read stops the run (what it names would go unpinned).
+fn codes_of(
+    sets: &[ConfigSet],
+    run_dir: Option<&Path>,
+    home: Option<&Path>,
+) -> Result<Vec<CodePath>, WrapperError> {
+    let mut codes = Vec::new();
+    for set in sets {
+        codes.extend(
+            set.code_paths(run_dir, home)
+                .map_err(|u| WrapperError::GitConfig {
+                    path: u.path,
+                    reason: u.reason,
+                })?,
+        );
+    }
+    Ok(codes)
 }
 
 /// Whether a missing path gets a placeholder.
@@ -280,7 +296,7 @@ impl Found<'_> {
                 self.push(path, None);
             }
         }
-        if !repository && is_bare_repository(root) {
+        if !repository && is_git_directory(root) {
             repository = true;
             self.pin_repository(
                 Repository {
@@ -297,19 +313,76 @@ impl Found<'_> {
     /// What the shared configuration's relative paths name at `dir`, where git run
     /// outside any repository (or in one made later) takes them from.
     fn shared_relative(&mut self, dir: &Path, lay: Lay) -> Result<(), WrapperError> {
-        let codes: Vec<CodePath> = self
-            .shared
-            .iter()
-            .flat_map(|set| set.code_paths(Some(dir), self.home))
-            .collect();
-        for code in codes {
+        for code in self.shared_codes(Some(dir))? {
             self.pin_code(&code, lay)?;
         }
         Ok(())
     }
 
+    /// What the shared configuration names, relative paths against `run_dir`.
+    fn shared_codes(&self, run_dir: Option<&Path>) -> Result<Vec<CodePath>, WrapperError> {
+        codes_of(&self.shared, run_dir, self.home)
+    }
+
     fn pin_code(&mut self, code: &CodePath, lay: Lay) -> Result<(), WrapperError> {
-        self.pin_named(&code.path, code.leaf, "path in git config", lay)
+        // A setting naming a whole writable root (`git add .`-like words are no code, but
+        // `core.hooksPath = .` is): a root cannot be pinned and still be written.
+        let real = std::fs::canonicalize(&code.path).unwrap_or_else(|_| code.path.clone());
+        if self.writable.iter().any(|r| r.starts_with(&real)) {
+            if code.leaf == Placeholder::Dir {
+                return Err(WrapperError::GitConfig {
+                    path: code.path.clone(),
+                    reason: format!(
+                        "{} names it, and it is (or holds) a writable root, which netbox cannot \
+                         keep read-only for git's hooks",
+                        code.setting
+                    ),
+                });
+            }
+            return Ok(());
+        }
+        self.pin_named(&code.path, code.leaf, "path in git config", lay)?;
+        if code.leaf == Placeholder::Dir {
+            // A hooks or template directory: links in it lead git on to their targets.
+            self.pin_link_targets(&real, 0)?;
+            self.pin_link_targets(&real.join("hooks"), 0)?;
+        }
+        Ok(())
+    }
+
+    /// Pins the targets of the links in the pinned directory `dir` (a git directory's
+    /// hooks, a hooks path): a link cannot change, but what it leads to in a writable
+    /// root could (`.git/hooks/pre-commit -> ../../scripts/pre-commit`, a tracked file).
+    fn pin_link_targets(&mut self, dir: &Path, depth: usize) -> Result<(), WrapperError> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Ok(());
+        };
+        for entry in entries.flatten().take(MAX_LINKS_LOOKED_AT) {
+            if !entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                continue;
+            }
+            let Ok(target) = std::fs::read_link(entry.path()) else {
+                continue;
+            };
+            self.pin_link_target(&dir.join(target), depth)?;
+        }
+        Ok(())
+    }
+
+    /// Pins what a link in a pinned place leads to (`target`, as the link names it,
+    /// relative to the link's directory), and what links in it lead to, a level or two.
+    fn pin_link_target(&mut self, target: &Path, depth: usize) -> Result<(), WrapperError> {
+        self.pin_named(
+            target,
+            EMPTY_CONFIG,
+            "target of a link git follows",
+            Lay::Placeholders,
+        )?;
+        if depth < 2 && target.is_dir() {
+            let real = std::fs::canonicalize(target).unwrap_or_else(|_| target.to_owned());
+            self.pin_link_targets(&real, depth + 1)?;
+        }
+        Ok(())
     }
 
     /// The repository a root lies inside, if its top is above the root: `git status`
@@ -317,11 +390,15 @@ impl Found<'_> {
     /// index cannot be read is refused like the root's own: its submodules could not be
     /// pinned (and another user's git may read what this one cannot).
     /// Returns whether there is one.
+    /// Above a root, a `.git` link is followed (CMD cannot change it), and a `.git`
+    /// directory that is no repository is passed over, as git's own search does.
     fn enclosing_repository(&mut self, root: &Path) -> Result<bool, WrapperError> {
         for top in root.ancestors().skip(1) {
             let dot_git = top.join(".git");
-            match std::fs::symlink_metadata(&dot_git) {
+            match std::fs::metadata(&dot_git) {
+                Ok(meta) if meta.is_dir() && !is_git_directory(&dot_git) => continue,
                 Ok(meta) => {
+                    let dot_git = std::fs::canonicalize(&dot_git).unwrap_or(dot_git);
                     self.git_entry(top, &dot_git, &meta, 0)?;
                     return Ok(true);
                 }
@@ -378,9 +455,9 @@ impl Found<'_> {
         // A bare repository that is a writable root itself keeps only its code-bearing
         // parts read-only: all of it would leave the root nothing writable.
         let whole = !self.allow_git_writes && repo.worktree.is_some();
-        self.push_git_dir(&repo.git_dir, whole);
+        self.push_git_dir(&repo.git_dir, whole)?;
         if repo.common_dir != repo.git_dir {
-            self.push_git_dir(&repo.common_dir, whole);
+            self.push_git_dir(&repo.common_dir, whole)?;
         }
         let own = [
             ConfigSet::read(&repo.common_dir.join("config"), self.home),
@@ -396,15 +473,21 @@ impl Found<'_> {
             })
             .or_else(|| repo.worktree.clone())
             .unwrap_or_else(|| repo.git_dir.clone());
-        let codes: Vec<CodePath> = self
-            .shared
-            .iter()
-            .chain(&own)
-            .flat_map(|set| set.code_paths(Some(&run_dir), self.home))
-            .collect();
-        for code in codes {
-            self.pin_code(&code, Lay::Placeholders)?;
+        let mut codes = self.shared_codes(Some(&run_dir))?;
+        codes.extend(codes_of(&own, Some(&run_dir), self.home)?);
+        for code in &codes {
+            self.pin_code(code, Lay::Placeholders)?;
         }
+        let hooks_paths: Vec<PathBuf> = codes
+            .iter()
+            .filter(|c| c.setting == "core.hookspath")
+            .map(|c| c.path.clone())
+            .collect();
+        let hooks = match hooks_paths.last() {
+            Some(path) => path.clone(),
+            None => repo.common_dir.join("hooks"),
+        };
+        self.pin_hook_runners(&hooks, &run_dir)?;
         if repo.worktree.is_some() {
             self.submodules_of(&run_dir, &repo.git_dir, &repo.common_dir, depth)?;
         }
@@ -531,12 +614,79 @@ impl Found<'_> {
         }
     }
 
+    /// What the hook runners a repository's hooks start read from its work tree: a hook
+    /// is only as safe as what it runs. husky's hooks (`core.hooksPath = .husky/_`) run
+    /// the scripts beside them in `.husky/`; pre-commit's read `.pre-commit-config.yaml`;
+    /// lefthook's read `lefthook.yml` and its variants. Each is pinned (the configs with a
+    /// placeholder where a runner would pick up a new one).
+    fn pin_hook_runners(&mut self, hooks: &Path, run_dir: &Path) -> Result<(), WrapperError> {
+        if hooks.file_name() == Some(std::ffi::OsStr::new("_")) {
+            if let Some(parent) = hooks.parent() {
+                self.pin_named(
+                    parent,
+                    Placeholder::Dir,
+                    "hook runner's scripts",
+                    Lay::Placeholders,
+                )?;
+                self.pin_link_targets(parent, 0)?;
+            }
+        }
+        let Ok(entries) = std::fs::read_dir(hooks) else {
+            return Ok(());
+        };
+        let mut texts = String::new();
+        for entry in entries.flatten().take(MAX_LINKS_LOOKED_AT) {
+            let name = entry.file_name();
+            if name.to_string_lossy().ends_with(".sample") {
+                continue;
+            }
+            if let Ok(bytes) = bridge::small_file::read_small_bytes(&entry.path(), 64 << 10) {
+                texts.push_str(&String::from_utf8_lossy(&bytes));
+            }
+        }
+        for (runner, files) in HOOK_RUNNERS {
+            if texts.contains(runner) {
+                for file in *files {
+                    let placeholder = if file.ends_with('/') {
+                        Placeholder::Dir
+                    } else {
+                        EMPTY_CONFIG
+                    };
+                    self.pin_named(
+                        &run_dir.join(file.trim_end_matches('/')),
+                        placeholder,
+                        "hook runner's configuration",
+                        Lay::Placeholders,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A git directory: all of it (`whole`), or only what runs code or leads git to
-    /// code.
-    fn push_git_dir(&mut self, dir: &Path, whole: bool) {
+    /// code. A code-bearing part that is a link is followed to what it leads to (pinned
+    /// too) where the git directory is pinned whole, and refused where it is not (CMD
+    /// could replace the link).
+    fn push_git_dir(&mut self, dir: &Path, whole: bool) -> Result<(), WrapperError> {
+        for part in CODE_PARTS {
+            let path = dir.join(part);
+            if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                continue;
+            }
+            if !whole && self.writable(&path) {
+                return Err(WrapperError::ProtectedSymlink { path });
+            }
+            if let Ok(target) = std::fs::read_link(&path) {
+                self.pin_link_target(&dir.join(target), 0)?;
+            }
+        }
+        // The hooks, wherever the hooks directory really is.
+        let hooks = std::fs::canonicalize(dir.join("hooks")).unwrap_or_else(|_| dir.join("hooks"));
+        self.pin_link_targets(&hooks, 0)?;
         if whole {
             self.push(dir.to_owned(), None);
-            return;
+            return Ok(());
         }
         let index = match gitindex::object_name_len(&common_dir_of(dir)) {
             32 => placeholders::EMPTY_INDEX_SHA256,
@@ -567,6 +717,11 @@ impl Found<'_> {
             ("index", Some(index)),
             ("modules", Some(Placeholder::Dir)),
             ("worktrees", Some(Placeholder::Dir)),
+            // A rebase under way: its todo list's `exec` lines run at `git rebase
+            // --continue`. Pinned where one is under way; a placeholder would make git
+            // believe one is (a rebase CMD starts is reported after the run).
+            ("rebase-merge", None),
+            ("rebase-apply", None),
         ] {
             let path = dir.join(part);
             let exists = std::fs::symlink_metadata(&path).is_ok();
@@ -576,8 +731,45 @@ impl Found<'_> {
                 self.push(path, Some(placeholder));
             }
         }
+        Ok(())
     }
 }
+
+/// The parts of a git directory whose link, if one is a link, git follows to code.
+const CODE_PARTS: &[&str] = &[
+    "hooks",
+    "config",
+    "config.worktree",
+    "commondir",
+    "index",
+    "info",
+    "modules",
+    "worktrees",
+];
+
+/// Entries looked at in one directory for links and hook runners.
+const MAX_LINKS_LOOKED_AT: usize = 4096;
+
+/// Hook runners (a word their installed hooks hold) and the files in the work tree they
+/// read what to run from (a trailing `/` for a directory).
+const HOOK_RUNNERS: &[(&str, &[&str])] = &[
+    ("pre-commit", &[".pre-commit-config.yaml"]),
+    (
+        "lefthook",
+        &[
+            "lefthook.yml",
+            ".lefthook.yml",
+            "lefthook.yaml",
+            ".lefthook.yaml",
+            "lefthook-local.yml",
+            ".lefthook-local.yml",
+            "lefthook-local.yaml",
+            ".lefthook-local.yaml",
+            ".lefthook/",
+            ".lefthook-local/",
+        ],
+    ),
+];
 
 /// Refuses `path` (as the user named it) if resolving it meets a symlink inside a
 /// writable root: CMD could point that link elsewhere, so what netbox pins (or reads next
@@ -660,8 +852,13 @@ fn push_components(left: &mut Vec<std::ffi::OsString>, path: &Path) {
 /// `GIT_CONFIG_GLOBAL` name.
 fn shared_git_configs(home: Option<&Path>) -> Vec<PathBuf> {
     let from_env = |name: &str| std::env::var_os(name).map(PathBuf::from);
-    let mut configs =
-        vec![from_env("GIT_CONFIG_SYSTEM").unwrap_or_else(|| "/etc/gitconfig".into())];
+    let mut configs = Vec::new();
+    if std::env::var_os("GIT_CONFIG_NOSYSTEM").is_none() {
+        match from_env("GIT_CONFIG_SYSTEM") {
+            Some(system) => configs.push(system),
+            None => configs.extend(system_configs()),
+        }
+    }
     match from_env("GIT_CONFIG_GLOBAL") {
         Some(global) => configs.push(global),
         None => {
@@ -675,10 +872,31 @@ fn shared_git_configs(home: Option<&Path>) -> Vec<PathBuf> {
     configs
 }
 
+/// The system config of each git on `PATH`: `/etc/gitconfig` for a distribution's,
+/// `PREFIX/etc/gitconfig` for one built or installed elsewhere (`/usr/local`, a home
+/// manager's prefix), since git's is set when it is built.
+fn system_configs() -> Vec<PathBuf> {
+    let mut configs = vec![PathBuf::from("/etc/gitconfig")];
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path).filter(|d| d.is_absolute()) {
+        let Ok(git) = std::fs::canonicalize(dir.join("git")) else {
+            continue;
+        };
+        if let Some(prefix) = git.parent().and_then(Path::parent) {
+            let config = prefix.join("etc/gitconfig");
+            if !configs.contains(&config) {
+                configs.push(config);
+            }
+        }
+    }
+    configs
+}
+
 /// Where `path` leads, and its first missing component if it does not exist: the
 /// longest existing ancestor resolved (symlinks outside the roots followed, as the
-/// kernel would), the rest appended. `None` if the rest climbs with `..` (nothing can be
-/// opened through a missing directory).
+/// kernel would), the rest appended. Where the rest climbs with `..` (`build/../hooks`
+/// with `build` missing), where it leads depends on what CMD makes `build`: only the
+/// first missing component is known, and the path is left unresolved.
 fn real_path(path: &Path) -> Option<(PathBuf, Option<PathBuf>)> {
     let absolute = std::path::absolute(path).ok()?;
     for ancestor in absolute.ancestors() {
@@ -690,13 +908,13 @@ fn real_path(path: &Path) -> Option<(PathBuf, Option<PathBuf>)> {
             return Some((real, None));
         }
         let mut components = rest.components();
-        if !components
-            .clone()
+        let first = real.join(components.next()?);
+        if !rest
+            .components()
             .all(|c| matches!(c, std::path::Component::Normal(_)))
         {
-            return None;
+            return Some((absolute.clone(), Some(first)));
         }
-        let first = real.join(components.next()?);
         return Some((real.join(rest), Some(first)));
     }
     None
@@ -708,9 +926,10 @@ fn read_small_file(path: &Path) -> std::io::Result<String> {
     crate::plan::read_small_file(path, 64 << 10)
 }
 
-/// Whether `dir` is a bare repository as git's is_git_directory() sees one: `HEAD`, and
-/// `objects` and `refs` (here or in its common dir).
-fn is_bare_repository(dir: &Path) -> bool {
+/// Whether `dir` is a git directory as git's is_git_directory() sees one (a bare
+/// repository, where it is not a `.git`): `HEAD`, and `objects` and `refs` (here or in
+/// its common dir).
+fn is_git_directory(dir: &Path) -> bool {
     let common = common_dir_of(dir);
     dir.join("HEAD").is_file() && common.join("objects").is_dir() && common.join("refs").is_dir()
 }

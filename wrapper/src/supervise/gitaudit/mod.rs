@@ -366,13 +366,11 @@ impl Walk<'_> {
         } else if kind != Kind::GitDir {
             (Stamp::of(times.change) >= self.since).then_some(How::Changed)
         } else {
-            // An older git directory moved here: a rename sets its change time but not
-            // its modification time, which git's own lock files set; or it sits in a
-            // directory made during the run.
-            let moved =
-                Stamp::of(times.change) >= self.since && Stamp::of(times.modify) < self.since;
+            // An older git directory in a directory made during the run was moved there.
+            // (One moved into an older directory has its own change time after the start:
+            // the repository's check says so where it holds code.)
             let into_new = times_at(parent, c"").is_ok_and(|t| self.after_start(t.birth));
-            (moved || into_new).then_some(How::Changed)
+            into_new.then_some(How::Changed)
         };
         if let Some(how) = how {
             self.found(path, kind, how);
@@ -395,6 +393,9 @@ impl Walk<'_> {
     /// Reports what the run did to the repository whose git directory is `git_dir`.
     fn repository(&mut self, git_dir: &Path, kind: Kind, shape: repository::Shape<'_>) {
         let news = self.repositories.news(git_dir, shape);
+        for path in news.unread {
+            self.unread(path);
+        }
         if let Some(how) = news.git_dir {
             self.found(git_dir.to_owned(), kind, how);
         }

@@ -56,6 +56,8 @@ pub(super) struct News {
     /// Paths its configuration names for git to run or read, made or changed, each with
     /// the setting that names it.
     pub code: Vec<(PathBuf, How, String)>,
+    /// Configuration files that could not be read: what they name was not looked at.
+    pub unread: Vec<PathBuf>,
 }
 
 impl Context<'_> {
@@ -68,13 +70,19 @@ impl Context<'_> {
         stamp.is_some_and(|(secs, nanos)| Stamp { secs, nanos } >= self.since)
     }
 
-    /// Whether the run made (`Created`) or changed `path`, lstat'ed.
+    /// Whether the run made (`Created`) or changed `path`; for a link, also what it
+    /// leads to inside a root (git follows it).
     fn news_of(&self, path: &Path) -> Option<How> {
         let times = times_of(path).ok()?;
         if self.during_run(times.birth) {
             Some(How::Created)
         } else if self.during_run(Some(times.change)) {
             Some(How::Changed)
+        } else if times.is_symlink {
+            let target = std::fs::canonicalize(path).ok()?;
+            self.inside(&target)
+                .then(|| self.news_of(&target))
+                .flatten()
         } else {
             None
         }
@@ -110,12 +118,14 @@ impl Context<'_> {
             })
             .unwrap_or_else(|| git_dir.to_owned());
         let run_dir = std::fs::canonicalize(&run_dir).unwrap_or(run_dir);
-        let codes: Vec<CodePath> = self
-            .shared
-            .iter()
-            .chain(&own)
-            .flat_map(|set| set.code_paths(Some(&run_dir), self.home))
-            .collect();
+        let mut codes: Vec<CodePath> = Vec::new();
+        for set in self.shared.iter().chain(&own) {
+            match set.code_paths(Some(&run_dir), self.home) {
+                Ok(found) => codes.extend(found),
+                // What it names is unknown: said as unread.
+                Err(unreadable) => news.unread.push(unreadable.path),
+            }
+        }
         for code in codes {
             for (path, how) in self.code_news(&code) {
                 if !news.code.iter().any(|(p, _, _)| p == &path) {
@@ -129,8 +139,19 @@ impl Context<'_> {
     /// Whether the git directory `dir` was made during the run (`new_counts`) or had a
     /// part that runs code made or changed.
     fn git_dir_parts(&self, dir: &Path, new_counts: bool) -> Option<How> {
-        if new_counts && self.during_run(times_of(dir).ok()?.birth) {
+        let times = times_of(dir).ok()?;
+        if new_counts && self.during_run(times.birth) {
             return Some(How::Created);
+        }
+        // The directory itself changed during the run (an entry came or went, or it was
+        // renamed into place: an old repository moved in as `.git` keeps the times of
+        // everything in it) and it holds code git runs: said, since which of those it was
+        // cannot be told (git itself changes it with every lock file).
+        // Not for one whose code-bearing parts were pinned: nothing that runs could
+        // change there (netbox's own placeholders change the directory).
+        let pinned = self.skip.contains(dir.join("config").as_path());
+        if !pinned && self.during_run(Some(times.change)) && runs_code(dir) {
+            return Some(How::Changed);
         }
         let part_changed = GIT_DIR_PARTS.iter().any(|part| {
             let path = dir.join(part);
@@ -205,6 +226,27 @@ impl Context<'_> {
         }
         found
     }
+}
+
+/// Whether the git directory `dir` holds something git runs: a hook (not a `.sample`),
+/// a `commondir` leading elsewhere, or a setting of the table in its config.
+fn runs_code(dir: &Path) -> bool {
+    let hook = std::fs::read_dir(dir.join("hooks")).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .take(MAX_DIR_ENTRIES)
+            .any(|e| !e.file_name().to_string_lossy().ends_with(".sample"))
+    });
+    let setting =
+        crate::plan::protect::gitconfig::read(&dir.join("config")).is_some_and(|entries| {
+            entries.iter().any(|e| {
+                crate::plan::protect::gitcode::use_of(&e.section, e.subsection.as_deref(), &e.key)
+                    .is_some()
+            })
+        });
+    let commondir = dir.join("commondir");
+    let redirect = commondir.exists() && !crate::plan::protect::is_placeholder(&commondir);
+    hook || setting || redirect
 }
 
 /// Where a `commondir` file in `git_dir` leads, or `git_dir` itself.

@@ -62,8 +62,12 @@ impl IpClass {
     }
 }
 
-/// Classifies one address. Pure; no I/O.
-pub fn classify(ip: IpAddr) -> IpClass {
+/// Classifies one address by the special-purpose tables alone. Pure; no I/O: it cannot
+/// know which public addresses are this machine's own, so it is not a check on its own.
+/// Everything that judges an address to connect to asks [`crate::local::classify_here`],
+/// through the upstream pipeline; hence crate-private, and a disallowed method (clippy.toml)
+/// anywhere else in the crate.
+pub(crate) fn classify(ip: IpAddr) -> IpClass {
     match ip {
         IpAddr::V4(v4) => classify_v4(v4),
         IpAddr::V6(v6) => classify_v6(v6),
@@ -181,6 +185,8 @@ pub fn embedded_ipv4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
 }
 
 #[cfg(test)]
+// The table's own tests.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 

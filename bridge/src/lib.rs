@@ -16,7 +16,8 @@
 //! - [`resolver`]: pinned hosts, then DNS, with a deadline
 //! - [`ipclass`]: public or not, for every resolved address
 //! - `upstream`: the pipeline policy → resolve → classify → dial; `dialer` dials, or
-//!   [`upstream_proxy`] goes out through another proxy
+//!   [`upstream_proxy`] goes out through another proxy; [`fetch`]: a document netbox reads
+//!   itself (a registry's, at start-up), through the same steps
 //! - `http_relay`: one HTTP request sent on and its response back, logged when it ends
 //!   (the forward path's and an inspected tunnel's)
 //! - `carry`: what an opened tunnel carries: bytes, TLS checked for its host
@@ -36,6 +37,7 @@ pub mod conn;
 mod counted;
 mod dialer;
 mod error;
+pub mod fetch;
 mod front;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;

@@ -4,6 +4,8 @@
 //! Each step records what it found in the [`Attempt`], so the log shows the rule, the
 //! resolved addresses and the address dialed. Any step can refuse; a refusal happens
 //! before anything is sent upstream, and the dialer only ever sees checked addresses.
+//! netbox's own fetches ([`crate::fetch`]) take the same steps ([`decide`], [`admit`],
+//! then the dialer): nothing in netbox looks a name up or judges an address otherwise.
 
 use std::io;
 use std::net::SocketAddr;
@@ -19,7 +21,7 @@ use crate::target::{Host, Target};
 use crate::upstream_proxy::UpstreamProxy;
 
 /// Addresses tried per request at most: each can take the full connect timeout.
-const MAX_DIAL_ADDRESSES: usize = 8;
+pub(crate) const MAX_DIAL_ADDRESSES: usize = 8;
 /// Resolved addresses written to the log at most.
 const MAX_LOGGED_ADDRESSES: usize = 32;
 
@@ -90,17 +92,19 @@ enum Carrying {
     Requests,
 }
 
+/// `refusal`, recorded in `attempt`.
+fn refuse(attempt: &mut Attempt, refusal: Refusal) -> Refusal {
+    attempt.reason = refusal.reason;
+    attempt.detail = Some(refusal.detail.clone());
+    refusal
+}
+
 async fn open_as(
     conn: &Conn,
     attempt: &mut Attempt,
     target: &Target,
     carrying: Carrying,
 ) -> Result<(Outbound, Option<ViaProxy>), Refusal> {
-    let refuse = |attempt: &mut Attempt, refusal: Refusal| {
-        attempt.reason = refusal.reason;
-        attempt.detail = Some(refusal.detail.clone());
-        refusal
-    };
     attempt.target = Some(target.clone());
     // A dial again for a request (its kept connection closed) starts from nothing: what an
     // earlier dial found is not this one's.
@@ -124,16 +128,7 @@ async fn open_as(
         }
     }
     let policy = &conn.policy;
-    let decision = policy.decide(target);
-    attempt.rule = decision.rule.clone();
-    attempt.reason = decision.reason;
-    if !decision.is_allow() {
-        let detail = match &decision.rule {
-            Some(rule) => format!("denied by rule {:?} at {rule}", rule.text),
-            None => "not on allowlist".to_owned(),
-        };
-        return Err(refuse(attempt, Refusal::new(decision.reason, detail)));
-    }
+    let decision = decide(policy, target, attempt)?;
     // Through an upstream proxy, a name goes as it was given: the proxy resolves it. An IP
     // target, or a name this policy pins to addresses, is held to this policy's address
     // rules below first (and a pinned name goes as its address), unless the bridge it
@@ -154,7 +149,83 @@ async fn open_as(
         }
     }
 
-    let addrs = match conn.shared.resolver.resolve(&target.host, policy).await {
+    let mut admitted = admit(
+        &conn.shared.resolver,
+        policy,
+        &decision,
+        target,
+        &conn.shared.config.own_listeners,
+        attempt,
+    )
+    .await?;
+
+    if let (Some(proxy), Some((addr, rule))) = (proxy, admitted.first()) {
+        attempt.opened_by.clone_from(rule);
+        let named = Target {
+            host: Host::Ip(addr.ip()),
+            port: target.port,
+        };
+        return through(proxy, conn, attempt, named, carrying)
+            .await
+            .map_err(|refusal| refuse(attempt, refusal));
+    }
+    admitted.truncate(MAX_DIAL_ADDRESSES);
+    let candidates: Vec<SocketAddr> = admitted.iter().map(|(addr, _)| *addr).collect();
+    match crate::dialer::dial(&candidates, conn.shared.config.connect_timeout).await {
+        Ok(stream) => {
+            attempt.dialed = stream.peer_addr().ok();
+            // A non-public address needed an IP/CIDR rule of its own: name it too.
+            attempt.opened_by = admitted
+                .iter()
+                .find(|(addr, _)| Some(*addr) == attempt.dialed)
+                .and_then(|(_, rule)| rule.clone());
+            attempt.decision = Verdict::Allow;
+            Ok((Outbound::Tcp(stream), None))
+        }
+        Err(e) => {
+            let mut refusal = Refusal::new(Reason::UpstreamUnreachable, e.to_string());
+            refusal.io_kind = Some(e.source.kind());
+            attempt.dialed = Some(e.addr);
+            Err(refuse(attempt, refusal))
+        }
+    }
+}
+
+/// The policy's decision on `target`, recorded in `attempt`: an allow, or the refusal.
+pub(crate) fn decide(
+    policy: &crate::policy::Policy,
+    target: &Target,
+    attempt: &mut Attempt,
+) -> Result<crate::policy::Decision, Refusal> {
+    let decision = policy.decide(target);
+    attempt.rule = decision.rule.clone();
+    attempt.reason = decision.reason;
+    if !decision.is_allow() {
+        let detail = match &decision.rule {
+            Some(rule) => format!("denied by rule {:?} at {rule}", rule.text),
+            None => "not on allowlist".to_owned(),
+        };
+        return Err(refuse(attempt, Refusal::new(decision.reason, detail)));
+    }
+    Ok(decision)
+}
+
+/// Resolve → classify → admit, for `target` allowed by `decision`: the addresses it may be
+/// dialed at, each with the rule that opened it (a non-public one needs one), in the
+/// resolver's order. Each address is classified by the routing table
+/// ([`crate::local::classify_here`]: the machine's own public addresses are its own, not
+/// public), and none of `own_listeners` is ever one. `attempt` records what was resolved
+/// and, on a refusal, why. Every connection the bridge makes for a client goes through
+/// this, and so does every fetch netbox makes itself ([`crate::fetch`]).
+pub(crate) async fn admit(
+    resolver: &crate::resolver::Resolver,
+    policy: &crate::policy::Policy,
+    decision: &crate::policy::Decision,
+    target: &Target,
+    own_listeners: &[SocketAddr],
+    attempt: &mut Attempt,
+) -> Result<Vec<(SocketAddr, Option<crate::policy::RuleRef>)>, Refusal> {
+    let addrs = match resolver.resolve(&target.host, policy).await {
         Ok(addrs) => addrs,
         Err(e) => {
             let detail = format!("cannot resolve {}: {e}", target.host);
@@ -172,11 +243,11 @@ async fn open_as(
         // someone else.
         let dialed = SocketAddr::new(addr, target.port);
         let class = crate::local::classify_here(addr);
-        if is_own_listener(&conn.shared.config.own_listeners, dialed, class) {
+        if is_own_listener(own_listeners, dialed, class) {
             own_listener.get_or_insert(dialed);
             continue;
         }
-        let verdict = policy.admit_for(&decision, addr, class, target.port);
+        let verdict = policy.admit_for(decision, addr, class, target.port);
         if verdict.is_allow() {
             admitted.push((SocketAddr::new(addr, target.port), verdict.rule));
         } else if first_refused.is_none() {
@@ -232,37 +303,7 @@ async fn open_as(
         }
         return Err(refuse(attempt, Refusal::new(verdict.reason, detail)));
     }
-
-    if let (Some(proxy), Some((addr, rule))) = (proxy, admitted.first()) {
-        attempt.opened_by.clone_from(rule);
-        let named = Target {
-            host: Host::Ip(addr.ip()),
-            port: target.port,
-        };
-        return through(proxy, conn, attempt, named, carrying)
-            .await
-            .map_err(|refusal| refuse(attempt, refusal));
-    }
-    admitted.truncate(MAX_DIAL_ADDRESSES);
-    let candidates: Vec<SocketAddr> = admitted.iter().map(|(addr, _)| *addr).collect();
-    match crate::dialer::dial(&candidates, conn.shared.config.connect_timeout).await {
-        Ok(stream) => {
-            attempt.dialed = stream.peer_addr().ok();
-            // A non-public address needed an IP/CIDR rule of its own: name it too.
-            attempt.opened_by = admitted
-                .iter()
-                .find(|(addr, _)| Some(*addr) == attempt.dialed)
-                .and_then(|(_, rule)| rule.clone());
-            attempt.decision = Verdict::Allow;
-            Ok((Outbound::Tcp(stream), None))
-        }
-        Err(e) => {
-            let mut refusal = Refusal::new(Reason::UpstreamUnreachable, e.to_string());
-            refusal.io_kind = Some(e.source.kind());
-            attempt.dialed = Some(e.addr);
-            Err(refuse(attempt, refusal))
-        }
-    }
+    Ok(admitted)
 }
 
 /// The last step through an upstream proxy: a tunnel to `named`, or a connection to the

@@ -96,7 +96,9 @@ impl UpstreamProxy {
 
     /// Dials the proxy itself (the forward path sends its requests on this).
     pub async fn dial(&self, resolver: &Resolver, timeout: Duration) -> Result<Outbound, Refusal> {
-        // No pins: the proxy's name is this bridge's own, not one a policy maps.
+        // No pins: the proxy's name is this bridge's own, not one a policy maps. Nor an
+        // address check: the proxy is the one the user named on the command line (often on
+        // loopback), never a destination a client or a workspace file chose.
         let addrs: Vec<SocketAddr> = resolver
             .resolve(&self.host, &crate::policy::Policy::deny_all())
             .await
@@ -112,8 +114,7 @@ impl UpstreamProxy {
         let Some(tls) = &self.tls else {
             return Ok(Outbound::Tcp(tcp));
         };
-        let connector = tokio_rustls::TlsConnector::from(Arc::clone(&tls.config));
-        match tokio::time::timeout(timeout, connector.connect(tls.server_name.clone(), tcp)).await {
+        match tokio::time::timeout(timeout, tls.handshake(tcp)).await {
             Ok(Ok(stream)) => Ok(Outbound::Tls(Box::new(stream))),
             Ok(Err(e)) => Err(self.failed(format!("TLS: {e}"))),
             Err(_) => Err(self.failed(format!("no TLS handshake within {timeout:?}"))),
@@ -254,6 +255,16 @@ impl ProxyTls {
             config: Arc::new(config),
             server_name,
         })
+    }
+
+    /// TLS over `tcp`, the peer's certificate verified as [`ProxyTls::new`] was told.
+    pub(crate) async fn handshake(
+        &self,
+        tcp: tokio::net::TcpStream,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        tokio_rustls::TlsConnector::from(Arc::clone(&self.config))
+            .connect(self.server_name.clone(), tcp)
+            .await
     }
 }
 

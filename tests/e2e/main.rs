@@ -46,4 +46,5 @@ mod sandbox_walkthrough;
 mod sandbox_writelog;
 mod session_log;
 mod tools;
+mod tools_fetch;
 mod tools_seed;

@@ -26,7 +26,7 @@ pub use http::{HttpCheck, HttpRefusal, HttpRule, PathPattern};
 pub use load::PolicyError;
 pub use rule::{Action, HostMatcher, Ports, RuleSpec};
 
-use crate::ipclass::{classify, IpClass};
+use crate::ipclass::IpClass;
 use crate::target::{canonical_ip, Host, Target};
 
 /// Where a rule came from: the file, the line and its text, as written.
@@ -474,14 +474,19 @@ impl Policy {
         self.relaying
     }
 
-    /// Decides whether one resolved address may be dialed for `port`.
-    pub fn admit(&self, addr: IpAddr, port: u16) -> Decision {
+    /// Decides whether one resolved address may be dialed for `port`, by the class tables
+    /// alone (the pure rules' tests); a connection's addresses are classified by the
+    /// routing table ([`Policy::admit_for`], from the upstream pipeline).
+    #[cfg(test)]
+    #[allow(clippy::disallowed_methods)]
+    pub(crate) fn admit(&self, addr: IpAddr, port: u16) -> Decision {
         let addr = canonical_ip(addr);
-        self.admit_classified(addr, classify(addr), port)
+        self.admit_classified(addr, crate::ipclass::classify(addr), port)
     }
 
-    /// [`Policy::admit`] for an address already classified (by `local::classify_here`,
-    /// which knows this machine's own addresses).
+    /// Decides whether one resolved address, already classified (by
+    /// `local::classify_here`, which knows this machine's own addresses), may be dialed for
+    /// `port`.
     pub fn admit_classified(&self, addr: IpAddr, class: IpClass, port: u16) -> Decision {
         let addr = canonical_ip(addr);
         // A deny rule covers the address in any of its spellings; an allow rule opens it
@@ -531,7 +536,7 @@ impl Policy {
         }
     }
 
-    /// [`Policy::admit`] for an address `target` resolved to, where `target` was allowed
+    /// [`Policy::admit_classified`] for an address `target` resolved to, where `target` was allowed
     /// by `decision`: an `allow_private` rule also admits the non-public addresses a
     /// private service can have (the rule that opened it is named).
     pub fn admit_for(

@@ -36,6 +36,14 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let untrusted = vec![cwd.clone()];
     let session_id = args.session.clone().unwrap_or_else(new_session_id);
+    let dns = if args.dns.is_empty() {
+        bridge::DnsConfig::System
+    } else {
+        bridge::DnsConfig::Servers(args.dns.clone())
+    };
+    // A registry's document read while the tools are asked (`tools = [...]`, now and at
+    // each reload) is looked up as this bridge looks names up.
+    crate::plan::tools::fetch::resolve_as(dns.clone());
     let tenants = match &args.tenants {
         Some(path) => {
             refuse_policy_flags(&args.policy)?;
@@ -117,11 +125,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         connect_timeout: args.connect_timeout,
         header_timeout: args.header_timeout,
         idle_timeout: args.idle_timeout,
-        dns: if args.dns.is_empty() {
-            bridge::DnsConfig::System
-        } else {
-            bridge::DnsConfig::Servers(args.dns.clone())
-        },
+        dns,
         refusal_status: http_status(args.refusal_status)?,
         max_connections: args.max_connections,
         trim_memory: Some(crate::sys::memory::return_free_pages),

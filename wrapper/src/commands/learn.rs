@@ -45,11 +45,12 @@ struct Seen {
 }
 
 /// Whether a destination is an IP literal that is not public (loopback, private,
-/// link-local, metadata...): a rule for it would open that address, so it is never
-/// written as an active rule, whatever the log says of it.
+/// link-local, metadata, or one of this machine's own public addresses, as the bridge
+/// judges it): a rule for it would open that address, so it is never written as an active
+/// rule, whatever the log says of it.
 fn non_public_ip(host: &str) -> bool {
     host.parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| !bridge::ipclass::classify(ip).is_public())
+        .is_ok_and(|ip| !bridge::local::classify_here(ip).is_public())
 }
 
 pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {

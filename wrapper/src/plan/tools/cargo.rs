@@ -115,6 +115,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         let base = url.trim_start_matches("sparse+").trim_end_matches('/');
         let host = super::rule_of(url).and_then(|r| r.rsplit_once(':').map(|(h, _)| h.to_owned()));
         let from_cache = cached.iter().find(|c| host.is_some() && c.dir_host == host);
+        let mut why = None;
         let document = match from_cache.and_then(|c| c.config.clone()) {
             Some(doc) => Some((doc, "cargo's cache of its config.json".to_owned())),
             // A name the user pinned (an internal host) is fetched from only for a
@@ -134,7 +135,9 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
                 ctx,
                 ctx.private_ok && !*from_workspace && !cainfo_planted,
             )
-            .map(|doc| (doc, format!("{base}/config.json"))),
+            .map(|doc| (doc, format!("{base}/config.json")))
+            .map_err(|e| why = Some(e))
+            .ok(),
         };
         match document {
             Some((doc, source)) => {
@@ -147,7 +150,8 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
                 }
             }
             None => out.note(format!(
-                "{base}/config.json could not be read: where its crates download from is unknown (netbox learn finds it)"
+                "{base}/config.json was not read{}: where its crates download from is unknown (netbox learn finds it)",
+                why.map(|why| format!(" ({why})")).unwrap_or_default()
             )),
         }
     }

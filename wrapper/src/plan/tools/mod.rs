@@ -12,7 +12,7 @@
 mod apt;
 mod cargo;
 mod cargo_home;
-mod fetch;
+pub(crate) mod fetch;
 mod gem;
 mod git;
 mod go;

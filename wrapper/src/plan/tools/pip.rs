@@ -85,15 +85,15 @@ fn add_file_hosts(out: &mut ToolRules, indexes: &[String], cert: Option<&str>, c
     for index in indexes.iter().take(MAX_INDEXES_READ) {
         let shown = super::without_credentials(index);
         match file_hosts(index, cert, ctx, !cert_planted) {
-            Some((page, hosts)) => {
+            Ok((page, hosts)) => {
                 let page = super::without_credentials(&page);
                 for host in hosts {
                     let trusted = !cert_planted && same_domain(&host, index);
                     out.add_from(&host, format!("files on {page}"), !trusted);
                 }
             }
-            None => out.note(format!(
-                "{shown} could not be read: if it serves files from another host, netbox learn finds it"
+            Err(why) => out.note(format!(
+                "{shown} was not read ({why}): if it serves files from another host, netbox learn finds it"
             )),
         }
     }
@@ -115,29 +115,29 @@ fn same_domain(a: &str, b: &str) -> bool {
 /// Where `index` serves files from: the page of one project it holds (`pip`, which a
 /// mirror of the default index has, or else the first project it lists), and the hosts
 /// other than the index's own that the page links files on: on port 443, 80 or the
-/// index's own, two at most.
+/// index's own, two at most. Or why not.
 fn file_hosts(
     index: &str,
     cert: Option<&str>,
     ctx: &Context<'_>,
     trusted_cert: bool,
-) -> Option<(String, Vec<String>)> {
-    let index_rule = super::rule_of(index)?;
-    let index_port = index_rule.rsplit_once(':')?.1.to_owned();
+) -> Result<(String, Vec<String>), String> {
+    let index_rule = super::rule_of(index).ok_or("not an address netbox reads")?;
+    let index_port = index_rule.rsplit_once(':').map_or("", |r| r.1).to_owned();
     let get =
         |url: &str| super::fetch::https_document(url, cert, ctx, ctx.private_ok && trusted_cert);
     let base = format!("{}/", index.trim_end_matches('/'));
     let pip_page = format!("{base}pip/");
     let (page_url, page) = match get(&pip_page) {
-        Some(page) => (pip_page, page),
-        None => {
+        Ok(page) => (pip_page, page),
+        Err(_) => {
             let listing = get(&base)?;
-            let first = links(&listing).into_iter().next()?;
-            let url = absolute(&first, &base)?;
+            let first = links(&listing).into_iter().next();
             // Only a page on the index itself.
-            if super::rule_of(&url)? != index_rule {
-                return None;
-            }
+            let url = first
+                .and_then(|first| absolute(&first, &base))
+                .filter(|url| super::rule_of(url).as_ref() == Some(&index_rule))
+                .ok_or("its listing links no project page on the index")?;
             let page = get(&url)?;
             (url, page)
         }
@@ -160,7 +160,7 @@ fn file_hosts(
             }
         }
     }
-    Some((page_url, hosts))
+    Ok((page_url, hosts))
 }
 
 /// The links of a simple index page: `href` values of its HTML, or the `url` of each

@@ -86,6 +86,7 @@ fn a_registry_is_read_only_where_the_bridge_would_let_its_tool_reach_it() {
         untrusted: &[],
         policy: &policy,
         private_ok: true,
+        hidden: &[],
     };
     let url = format!("https://reg.test:{port}/config.json");
     let ca = ca.to_str().unwrap();
@@ -142,6 +143,7 @@ fn a_fetch_leaves_no_thread_behind() {
         untrusted: &[],
         policy: &policy,
         private_ok: true,
+        hidden: &[],
     };
     let before = threads();
     let read = https_document(
@@ -176,6 +178,7 @@ fn a_fetch_runs_from_a_blocking_task_of_a_running_bridge() {
                 untrusted: &[],
                 policy: &policy,
                 private_ok: true,
+                hidden: &[],
             };
             let url = format!("https://reg.test:{port}/");
             https_document(&url, ca.to_str(), &ctx, true)

@@ -88,6 +88,9 @@ pub fn output(program: &str, args: &[&str], untrusted: &[PathBuf]) -> Option<Str
             command.env(&key, value);
         }
     }
+    // npm asks its registry for a newer npm on its own (the update notifier), from the
+    // host: a query makes no request, whatever the user's settings say.
+    command.env("npm_config_update_notifier", "false");
     let mut child = command.spawn().ok()?;
     let mut stdout = child.stdout.take()?;
     let reader = std::thread::spawn(move || {

@@ -354,6 +354,9 @@ const CODE_SETTINGS: &[(&str, &str, Shape)] = &[
     ("filter.f.smudge", "PATH", Shape::File),
     ("filter.f.process", "PATH", Shape::File),
     ("tar.t.command", "PATH", Shape::File),
+    ("lfs.customtransfer.agent.path", "PATH", Shape::File),
+    ("lfs.extension.e.clean", "PATH %f", Shape::File),
+    ("alias.s", "!ssh -F PATH host", Shape::File),
     ("sendemail.sendmailCmd", "PATH", Shape::File),
     ("sendemail.smtpServer", "PATH", Shape::File),
     ("sendemail.toCmd", "PATH", Shape::File),
@@ -822,4 +825,125 @@ fn an_enclosing_repository_behind_a_link_is_pinned() {
         .output()
         .unwrap();
     assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+}
+
+/// Common setups that must keep working: an alias collection full of awk programs (no
+/// placeholder named after an awk program, no refusal), a filter that runs a venv's
+/// python (a link inside the workspace: watched, not refused), a global alias that
+/// runs `./node_modules/.bin/eslint` in a project with no `node_modules` yet (no
+/// placeholder directory stopping `npm install`).
+#[test]
+fn common_configurations_do_not_stop_the_run_or_cmds_work() {
+    let dir = TestDir::new("git-common-setups");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join(".gitconfig"),
+        "[alias]\n\
+         \tchart = \"!f() { git log --format='%ad' | awk '{ a[$1]++ } END { for (k in a) print k, a[k] }'; }; f\"\n\
+         \tlint = !./node_modules/.bin/eslint .\n",
+    )
+    .unwrap();
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    let ws = &run.workspace;
+    std::fs::create_dir_all(ws.join(".venv/bin")).unwrap();
+    std::os::unix::fs::symlink("/usr/bin/python3", ws.join(".venv/bin/python3")).unwrap();
+    let python = ws.join(".venv/bin/python3").display().to_string();
+    git_ok(
+        &home,
+        ws,
+        &[
+            "config",
+            "filter.strip.clean",
+            &format!("\"{python}\" -m nbstripout"),
+        ],
+    );
+    let before: Vec<_> = std::fs::read_dir(ws)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let out = run
+        .sh("ls -A; mkdir -p node_modules/.bin && echo x > node_modules/.bin/eslint && echo NPM");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stdout(&out);
+    // Only the placeholders every workspace gets; none named after an awk program or
+    // node_modules.
+    let usual = [".git", ".gitmodules", ".envrc", ".vscode", ".idea"];
+    let strays: Vec<&str> = said
+        .lines()
+        .filter(|l| *l != "NPM" && !usual.contains(l))
+        .filter(|l| !before.iter().any(|b| b.to_str() == Some(*l)))
+        .collect();
+    assert!(
+        strays.is_empty(),
+        "placeholders laid in the workspace: {strays:?}"
+    );
+    assert!(stdout(&out).ends_with("NPM\n"), "{}", stdout(&out));
+    // The link the filter runs, re-pointed by CMD: reported.
+    let out = Run::new(&dir)
+        .env("HOME", home.display().to_string())
+        .log_at(dir.join("events-link.jsonl"))
+        .sh("ln -sf /bin/sh .venv/bin/python3 && echo REPOINTED");
+    assert_eq!(stdout(&out), "REPOINTED\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(".venv/bin/python3"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// What netbox pins under one name but CMD can write under another (a hook hard-linked
+/// to a tracked script), or only watches (a lefthook file a runner would pick up, a
+/// cherry-pick left under way): reported when the run ends.
+#[test]
+fn what_can_only_be_watched_is_reported() {
+    let dir = TestDir::new("git-watched");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    let ws = &run.workspace;
+    std::fs::create_dir_all(ws.join("scripts")).unwrap();
+    std::fs::write(ws.join("scripts/pre-commit"), "#!/bin/sh\n").unwrap();
+    std::fs::hard_link(
+        ws.join("scripts/pre-commit"),
+        ws.join(".git/hooks/pre-commit"),
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join(".git/hooks/pre-push"),
+        "#!/bin/sh\nlefthook run pre-push \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("lefthook.yml"), "pre-push:\n").unwrap();
+    // Control: a run that touches neither says nothing.
+    let out = run.sh("echo x > notes");
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    for (what, script, named) in [
+        (
+            "a hard link",
+            "echo 'touch /tmp/owned' >> scripts/pre-commit",
+            ".git/hooks/pre-commit",
+        ),
+        (
+            "a lefthook file",
+            "echo 'pre-push: {commands: {x: {run: touch /tmp/owned}}}' > lefthook-local.json",
+            "lefthook-local.json",
+        ),
+    ] {
+        let out = Run::new(&dir)
+            .env("HOME", home.display().to_string())
+            .log_at(dir.join(&format!("events-{}.jsonl", named.replace('/', "-"))))
+            .sh(script);
+        assert!(out.status.success(), "{what}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("warning") && stderr(&out).contains(named),
+            "{what}: {}",
+            stderr(&out)
+        );
+    }
 }

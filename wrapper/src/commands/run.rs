@@ -86,7 +86,7 @@ pub fn run_reporting(
         .iter()
         .flat_map(|s| s.entries.iter().cloned())
         .collect();
-    let protected = protect::protected_paths(&ProtectInput {
+    let protection = protect::protected_paths(&ProtectInput {
         write_roots: &config.requested_roots,
         writable: &config.write_roots,
         home_entries: &home_entries,
@@ -95,6 +95,7 @@ pub fn run_reporting(
         extra: &extra,
         allow_git_writes: config.allow_git_writes,
     })?;
+    let protected = protection.pinned;
     // The canary must be one the policy refuses; relaying, one it passes on, so that the
     // remote bridge judges it (a local deny rule's refusal would prove nothing of it).
     let refuses_here = !config.policy.is_relaying();
@@ -157,6 +158,7 @@ pub fn run_reporting(
             .cloned()
             .collect(),
         skip: pinned.iter().chain(&config.read_only).cloned().collect(),
+        watch: protection.watched,
         since,
     };
     // From here on every outcome, failures included, closes the log with session_end.

@@ -93,7 +93,7 @@ impl SandboxConfig {
         let homes = crate::plan::homesplit::homes();
         let (mut write_roots, home_split) =
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
-        let code_pins = code_inside(&write_roots, &homes);
+        let code_pins = code_inside(&write_roots, &homes, &cwd)?;
         let named = NamedPaths::check(&args, &write_roots)?;
 
         // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
@@ -599,12 +599,32 @@ fn split_homes(
 /// The places under the homes that the environment names for code (homesplit.rs), and
 /// the directories on `PATH` anywhere, that lie inside a writable root the user named
 /// (`--write ~/tools` with `~/tools/bin` on PATH; an activated `.venv/bin` in the
-/// workspace, where a `less` CMD put would be git's pager): pinned there.
-fn code_inside(roots: &[PathBuf], homes: &[PathBuf]) -> Vec<PathBuf> {
+/// workspace, where a `less` CMD put would be git's pager): pinned there. A relative or
+/// empty `PATH` entry is taken against the current directory (where a shell started
+/// now would look). A `PATH` directory that is a writable root itself cannot be pinned
+/// and still be written: refused.
+fn code_inside(
+    roots: &[PathBuf],
+    homes: &[PathBuf],
+    cwd: &Path,
+) -> Result<Vec<PathBuf>, WrapperError> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let on_path = std::env::split_paths(&path)
-        .filter(|d| d.is_absolute())
-        .flat_map(|d| [crate::plan::homesplit::resolve_existing_prefix(&d), d]);
+    let on_path: Vec<PathBuf> = std::env::split_paths(&path)
+        .map(|d| cwd.join(d))
+        .flat_map(|d| [crate::plan::homesplit::resolve_existing_prefix(&d), d])
+        .collect();
+    if let Some((dir, root)) = on_path
+        .iter()
+        .find_map(|d| roots.iter().find(|r| *r == d).map(|r| (d, r)))
+    {
+        return Err(WrapperError::Usage(format!(
+            "the writable root {} is on PATH ({}): a program CMD puts there would run when \
+             anything runs it by name after the run (git's pager, your shell); take it off \
+             PATH for the run, or write a directory inside it",
+            root.display(),
+            dir.display()
+        )));
+    }
     let mut pins: Vec<PathBuf> = homes
         .iter()
         .flat_map(|h| crate::plan::homesplit::code_locations(h))
@@ -613,7 +633,7 @@ fn code_inside(roots: &[PathBuf], homes: &[PathBuf]) -> Vec<PathBuf> {
         .collect();
     pins.sort();
     pins.dedup();
-    pins
+    Ok(pins)
 }
 
 /// The shared configuration or data directory that `root` is, or lies above (but for a

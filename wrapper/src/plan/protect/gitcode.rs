@@ -109,6 +109,11 @@ pub const SETTINGS: &[Setting] = &[
     ("filter.<driver>.process", Use::Command),
     // git-archive(1).
     ("tar.<format>.command", Use::Command),
+    // git-lfs(1)'s settings, which git's own hooks and filters run: its custom transfer
+    // agents and its extensions.
+    ("lfs.customtransfer.<name>.path", Use::Command),
+    ("lfs.extension.<name>.clean", Use::Command),
+    ("lfs.extension.<name>.smudge", Use::Command),
     // git-send-email(1), also per identity.
     ("sendemail.sendmailCmd", Use::Command),
     ("sendemail.smtpServer", Use::Command),
@@ -189,6 +194,8 @@ pub const GIT_DIR_PARTS: &[&str] = &[
     // An interactive rebase's todo list holds `exec` lines `git rebase --continue` runs.
     "rebase-merge",
     "rebase-apply",
+    // A cherry-pick or revert under way: its options name the merge strategy it runs.
+    "sequencer",
 ];
 
 /// How git uses `section[.subsection].key`, if it runs or reads it as code. Section and
@@ -212,7 +219,12 @@ fn matches(name: &str, section: &str, subsection: Option<&str>, key: &str) -> bo
     }
     let sub_matches = match (doc_sub, subsection) {
         (None, None) => true,
-        (Some(pattern), Some(_)) if pattern.starts_with('<') => true,
+        // `<name>` stands for any subsection, or any rest of one (git-lfs's
+        // `customtransfer.<name>`).
+        (Some(pattern), Some(sub)) if pattern.contains('<') => {
+            let prefix = &pattern[..pattern.find('<').unwrap_or(0)];
+            sub.len() > prefix.len() && sub.starts_with(prefix)
+        }
         // A literal subsection (`gpg.ssh.defaultKeyCommand`): subsections are
         // case-sensitive in git.
         (Some(pattern), Some(sub)) => pattern == sub,
@@ -290,84 +302,471 @@ fn ext_command(url: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case("ext::").then(|| &url[5..])
 }
 
-/// Programs that run the next word as a command (after their own options and
-/// `NAME=value` assignments).
-const WRAPPERS: &[&str] = &[
-    "env", "exec", "command", "nohup", "time", "nice", "ionice", "stdbuf", "timeout", "setsid",
-];
+/// How deep command strings inside command lines (`sh -c '...'`, `$(...)`, `eval`) are
+/// followed.
+const MAX_NESTING: usize = 4;
 
-/// Interpreters whose first word that is not an option is a script they run.
-const INTERPRETERS: &[&str] = &[
-    "sh", "bash", "dash", "zsh", "ksh", "fish", "node", "nodejs", "deno", "bun", "python",
-    "python2", "python3", "perl", "ruby", "php", "lua", "tclsh", "awk", "gawk", ".", "source",
-];
-
-/// The paths a command line runs: each command's program where it is named by path (a
-/// bare name is looked up on PATH), and the script an interpreter runs (`sh tools/x`,
-/// `node ./lint.js`, `. ./env.sh`), after `$VAR` expansion. Commands are found where a
-/// shell finds them: at the start, after `;`, `&`, `|`, `(`, `{`, `` ` `` and `$(`, and
-/// after `env`, `exec` and other wrappers and `NAME=value` assignments. Other words
-/// (arguments, redirections: `git add .`, `> out/log`, `origin/main`) are not code. A
-/// `-c key=value` in an alias's git arguments is read as that setting.
+/// The paths a command line runs, read as a shell would after `$VAR` and `${VAR:-word}`
+/// expansion: each simple command's program where it is named by path (a bare name is
+/// looked up on PATH), and what it hands on to run:
+/// - commands start at the line's start, after `;`, `&`, `|`, `(`, `{`, `` ` ``, `$(`
+///   (inside double quotes too), after shell keywords (`if`, `then`, `do`, `!`, ...) and
+///   `NAME=value` assignments;
+/// - wrappers run the rest as a command (`env`, `exec`, `timeout DUR`, `nice -n N`,
+///   `xargs`, `sudo`, `uv run`, `bundle exec`, `find -exec`); `eval`, `watch` and
+///   `sh -c STRING` run a command string;
+/// - interpreters run a script (`sh tools/x`, `node ./lint.js`, `python3.11 -u tool.py`,
+///   `deno run x.ts`, `. ./env.sh`, `awk -f prog.awk`);
+/// - a few programs read code from a named file (`ssh -F config`, `ssh -o
+///   ProxyCommand=...`, `vim -u vimrc`);
+/// - an alias's `-c key=value` (its git arguments, or after `git`) is that setting.
+///
+/// Other words (arguments, redirections: `git add .`, `cd src/app`, `> out/log`) are not
+/// code.
 fn command_paths(value: &str, how: Use, lookup: &dyn Fn(&str) -> Option<String>) -> Vec<Named> {
-    let expanded = crate::plan::homesplit::expand_variables(value, lookup);
     let mut found = Vec::new();
-    let mut at_command = true;
-    let mut wants_script = false;
-    let mut words = shell_words(expanded.trim_start().trim_start_matches('!')).into_iter();
-    while let Some(word) = words.next() {
-        let Word::Text(word) = word else {
-            // An operator: a new command starts.
-            at_command = true;
-            wants_script = false;
-            continue;
-        };
-        if word == "-c" {
-            // `git -c key=value`: the value is that setting's.
-            if let Some(Word::Text(setting)) = words.next() {
-                if let Some((name, value)) = setting.split_once('=') {
-                    let (head, key) = name.rsplit_once('.').unwrap_or((name, ""));
-                    let (section, sub) = match head.split_once('.') {
-                        Some((s, sub)) => (s, Some(sub)),
-                        None => (head, None),
-                    };
-                    if let Some(inner) = use_of(&section.to_ascii_lowercase(), sub, key) {
-                        found.extend(named_paths(inner, value, sub, lookup));
+    let line = value.trim_start();
+    // A `!` alias or helper runs a shell; without it an alias's value is git's arguments.
+    let line = line.strip_prefix('!').unwrap_or(line);
+    read_line(&expand_shell(line, lookup), how, lookup, &mut found, 0);
+    let mut seen = std::collections::HashSet::new();
+    found.retain(|n| seen.insert(n.path.clone()));
+    found
+}
+
+/// Reads every simple command of a command line.
+fn read_line(
+    line: &str,
+    how: Use,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    found: &mut Vec<Named>,
+    depth: usize,
+) {
+    if depth > MAX_NESTING {
+        return;
+    }
+    // Command substitutions, wherever they stand (inside double quotes too).
+    for inner in substitutions(line) {
+        read_line(inner, how, lookup, found, depth + 1);
+    }
+    let tokens = shell_words(line);
+    for command in tokens.split(|t| matches!(t, Word::Operator)) {
+        let words: Vec<&str> = command
+            .iter()
+            .filter_map(|t| match t {
+                Word::Text(w) => Some(w.as_str()),
+                Word::Operator => None,
+            })
+            .collect();
+        read_words(&words, how, lookup, found, depth);
+    }
+}
+
+/// Shell keywords after which a command starts.
+const KEYWORDS: &[&str] = &[
+    "if", "then", "elif", "else", "do", "while", "until", "!", "time", "{", "fi", "done",
+];
+
+/// Keywords whose next words are no command (`for x in a b`).
+const NOT_COMMANDS: &[&str] = &["for", "case", "select", "function", "in", "esac"];
+
+/// Reads one simple command (its words, without operators).
+fn read_words(
+    words: &[&str],
+    how: Use,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    found: &mut Vec<Named>,
+    depth: usize,
+) {
+    let mut at = 0;
+    while let Some(word) = words.get(at) {
+        let assignment = word.split_once('=').is_some_and(|(name, _)| is_name(name));
+        if !(KEYWORDS.contains(word) || assignment) {
+            break;
+        }
+        at += 1;
+    }
+    let Some(program) = words.get(at).copied() else {
+        return;
+    };
+    let rest = &words[at + 1..];
+    if NOT_COMMANDS.contains(&program) {
+        return;
+    }
+    if program.starts_with('-') {
+        // An alias's git arguments (`-c core.fsmonitor=./x status`).
+        git_settings(&words[at..], lookup, found);
+        return;
+    }
+    let push = |found: &mut Vec<Named>, path: &str, role: Role| {
+        found.push(Named {
+            path: path.to_owned(),
+            how,
+            role,
+        })
+    };
+    if program.contains('/') || program.starts_with('~') {
+        push(found, program, Role::Program);
+    }
+    let base = program.rsplit('/').next().unwrap_or(program);
+    let script = |found: &mut Vec<Named>, takes_value: &[&str], stops: &[&str]| {
+        if let Some(script) = first_operand(rest, takes_value, stops) {
+            push(found, script, Role::Script);
+        }
+    };
+    match base {
+        "env" | "exec" | "command" | "nohup" | "nice" | "ionice" | "stdbuf" | "setsid" | "chrt"
+        | "taskset" | "sudo" | "doas" | "xargs" | "time" => {
+            let takes_value: &[&str] = match base {
+                "env" => &["-u", "-C", "--unset", "--chdir"],
+                "exec" => &["-a"],
+                "nice" => &["-n", "--adjustment"],
+                "ionice" => &["-c", "-n", "-p"],
+                "sudo" => &["-u", "-g", "-C", "-h", "-p", "-U", "-r", "-t", "-D"],
+                "doas" => &["-u", "-C"],
+                "xargs" => &[
+                    "-I",
+                    "-n",
+                    "-P",
+                    "-d",
+                    "-L",
+                    "-s",
+                    "-E",
+                    "-a",
+                    "--delimiter",
+                ],
+                _ => &[],
+            };
+            let skip = options_end(rest, takes_value);
+            // env -S STRING runs a command string.
+            if base == "env" {
+                if let Some(i) = rest.iter().position(|w| *w == "-S") {
+                    if let Some(line) = rest.get(i + 1) {
+                        read_line(line, how, lookup, found, depth + 1);
                     }
                 }
             }
-            continue;
+            // chrt PRIO, taskset MASK: one operand before the command.
+            let skip = skip + usize::from(matches!(base, "chrt" | "taskset"));
+            read_words(rest.get(skip..).unwrap_or(&[]), how, lookup, found, depth);
         }
-        if word.starts_with('-') {
-            continue;
-        }
-        let base = word.rsplit('/').next().unwrap_or(&word);
-        if at_command {
-            let assignment = word
-                .split_once('=')
-                .is_some_and(|(name, _)| !name.is_empty() && !name.contains('/'));
-            if assignment || WRAPPERS.contains(&base) {
-                continue;
-            }
-            if word.contains('/') || word.starts_with('~') {
-                found.push(Named {
-                    path: word.clone(),
-                    how,
-                    role: Role::Program,
-                });
-            }
-            at_command = false;
-            wants_script = INTERPRETERS.contains(&base);
-        } else if wants_script {
-            found.push(Named {
-                path: word,
+        "timeout" => {
+            let skip = options_end(rest, &["-s", "-k", "--signal", "--kill-after"]);
+            read_words(
+                rest.get(skip + 1..).unwrap_or(&[]),
                 how,
-                role: Role::Script,
-            });
-            wants_script = false;
+                lookup,
+                found,
+                depth,
+            );
+        }
+        "watch" => {
+            let skip = options_end(rest, &["-n", "--interval"]);
+            let line = rest.get(skip..).unwrap_or(&[]).join(" ");
+            read_line(&line, how, lookup, found, depth + 1);
+        }
+        "eval" => read_line(&rest.join(" "), how, lookup, found, depth + 1),
+        "flock" => {
+            let skip = options_end(rest, &["-w", "-E", "--timeout"]);
+            match (rest.get(skip + 1), rest.get(skip + 2)) {
+                (Some(&"-c"), Some(line)) => read_line(line, how, lookup, found, depth + 1),
+                _ => read_words(
+                    rest.get(skip + 1..).unwrap_or(&[]),
+                    how,
+                    lookup,
+                    found,
+                    depth,
+                ),
+            }
+        }
+        "uv" | "poetry" | "pipenv" | "pdm" | "hatch" | "rye" | "bundle" | "npm" | "pnpm"
+        | "yarn" => {
+            let skip = options_end(rest, &["--directory", "--project", "-C"]);
+            if matches!(rest.get(skip), Some(&("run" | "exec"))) {
+                let after = options_end(&rest[skip + 1..], &["--with", "--python", "-p"]);
+                read_words(
+                    rest.get(skip + 1 + after..).unwrap_or(&[]),
+                    how,
+                    lookup,
+                    found,
+                    depth,
+                );
+            }
+        }
+        "npx" | "pnpx" | "bunx" => {
+            if let Some(tool) = first_operand(rest, &["-p", "--package"], &[]) {
+                if tool.contains('/') && !tool.starts_with('@') {
+                    push(found, tool, Role::Program);
+                }
+            }
+        }
+        "find" => {
+            for (i, word) in rest.iter().enumerate() {
+                if matches!(*word, "-exec" | "-execdir" | "-ok" | "-okdir") {
+                    let end = rest[i + 1..]
+                        .iter()
+                        .position(|w| *w == ";" || *w == "+")
+                        .map_or(rest.len(), |e| i + 1 + e);
+                    read_words(&rest[i + 1..end], how, lookup, found, depth);
+                }
+            }
+        }
+        "git" => git_settings(rest, lookup, found),
+        "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" | "yash" | "fish" | "busybox" => {
+            let rest = if base == "busybox" {
+                rest.get(1..).unwrap_or(&[])
+            } else {
+                rest
+            };
+            match rest.iter().position(|w| *w == "-c") {
+                Some(i) => {
+                    if let Some(line) = rest.get(i + 1) {
+                        read_line(line, how, lookup, found, depth + 1);
+                    }
+                }
+                None => {
+                    if let Some(script) = first_operand(rest, &["-o", "+o", "-O", "+O"], &[]) {
+                        push(found, script, Role::Script);
+                    }
+                }
+            }
+        }
+        "node" | "nodejs" => {
+            // A preloaded module runs too.
+            for pair in rest.windows(2) {
+                if matches!(pair[0], "-r" | "--require" | "--import" | "--loader") {
+                    push(found, pair[1], Role::Script);
+                }
+            }
+            script(
+                found,
+                &["-r", "--require", "--import", "--loader"],
+                &["-e", "-p", "--eval", "--print"],
+            )
+        }
+        "deno" | "bun" => {
+            let skip = options_end(rest, &[]);
+            let rest = match rest.get(skip) {
+                Some(&("run" | "x")) => &rest[skip + 1..],
+                _ => rest,
+            };
+            if let Some(script) = first_operand(rest, &[], &["-e", "--eval"]) {
+                push(found, script, Role::Script);
+            }
+        }
+        "perl" | "ruby" | "php" | "lua" | "tclsh" | "Rscript" => {
+            script(found, &["-I", "-r", "-M"], &["-e", "-E"])
+        }
+        "awk" | "gawk" | "mawk" | "nawk" => {
+            // Only `-f FILE` runs a file: the first operand is the program's text.
+            for pair in rest.windows(2) {
+                if pair[0] == "-f" || pair[0] == "--file" {
+                    push(found, pair[1], Role::Script);
+                }
+            }
+        }
+        "." | "source" => {
+            if let Some(script) = rest.first() {
+                push(found, script, Role::Script);
+            }
+        }
+        "ssh" => {
+            for (i, word) in rest.iter().enumerate() {
+                let option = match *word {
+                    "-F" => rest.get(i + 1).copied(),
+                    w if w.starts_with("-F") => Some(&w[2..]),
+                    _ => None,
+                };
+                if let Some(file) = option {
+                    push(found, file, Role::Script);
+                }
+                let setting = match *word {
+                    "-o" => rest.get(i + 1).copied(),
+                    w if w.starts_with("-o") => Some(&w[2..]),
+                    _ => None,
+                };
+                if let Some((key, command)) = setting.and_then(|s| s.split_once('=')) {
+                    if key.eq_ignore_ascii_case("ProxyCommand")
+                        || key.eq_ignore_ascii_case("LocalCommand")
+                    {
+                        read_line(command, how, lookup, found, depth + 1);
+                    }
+                }
+            }
+        }
+        "vi" | "vim" | "nvim" | "gvim" | "view" => {
+            for pair in rest.windows(2) {
+                if pair[0] == "-u" || pair[0] == "-S" {
+                    push(found, pair[1], Role::Script);
+                }
+            }
+        }
+        base if is_python(base) => script(found, &["-W", "-X", "-Q"], &["-m", "-c"]),
+        _ => {}
+    }
+}
+
+/// `python`, `python3`, `python3.11`, `pypy3`...
+fn is_python(base: &str) -> bool {
+    ["python", "pypy"].iter().any(|p| {
+        base.strip_prefix(p)
+            .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    })
+}
+
+/// A shell variable name.
+fn is_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Where a program's options end in `words`: past every `-x` (and the value of those in
+/// `takes_value`), up to `--` (skipped) or the first operand.
+fn options_end(words: &[&str], takes_value: &[&str]) -> usize {
+    let mut i = 0;
+    while let Some(word) = words.get(i) {
+        if *word == "--" {
+            return i + 1;
+        }
+        if !word.starts_with('-') || *word == "-" {
+            return i;
+        }
+        i += if takes_value.contains(word) { 2 } else { 1 };
+    }
+    i
+}
+
+/// The first operand after a program's options, unless one of `stops` comes first (its
+/// code is in the arguments: `python -c`, `node -e`, `python -m module`).
+fn first_operand<'a>(words: &[&'a str], takes_value: &[&str], stops: &[&str]) -> Option<&'a str> {
+    let end = options_end(words, takes_value);
+    if words[..end.min(words.len())]
+        .iter()
+        .any(|w| stops.contains(w))
+    {
+        return None;
+    }
+    words.get(end).copied()
+}
+
+/// `-c key=value` pairs among git's arguments, read as those settings.
+fn git_settings(words: &[&str], lookup: &dyn Fn(&str) -> Option<String>, found: &mut Vec<Named>) {
+    for pair in words.windows(2) {
+        if pair[0] != "-c" {
+            continue;
+        }
+        let Some((name, value)) = pair[1].split_once('=') else {
+            continue;
+        };
+        let (head, key) = name.rsplit_once('.').unwrap_or((name, ""));
+        let (section, sub) = match head.split_once('.') {
+            Some((s, sub)) => (s, Some(sub)),
+            None => (head, None),
+        };
+        if let Some(inner) = use_of(&section.to_ascii_lowercase(), sub, key) {
+            found.extend(named_paths(inner, value, sub, lookup));
         }
     }
+}
+
+/// The insides of every `$(...)` and `` `...` `` in a line (outside single quotes).
+fn substitutions(line: &str) -> Vec<&str> {
+    let bytes = line.as_bytes();
+    let mut found = Vec::new();
+    let mut i = 0;
+    let mut single = false;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if !single => i += 1,
+            b'\'' => single = !single,
+            b'$' if !single && bytes.get(i + 1) == Some(&b'(') => {
+                let start = i + 2;
+                let mut depth = 1;
+                let mut j = start;
+                while j < bytes.len() && depth > 0 {
+                    match bytes[j] {
+                        b'(' => depth += 1,
+                        b')' => depth -= 1,
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                found.push(&line[start..j.saturating_sub(1).max(start)]);
+                i = j;
+                continue;
+            }
+            b'`' if !single => {
+                let start = i + 1;
+                let end = line[start..].find('`').map_or(line.len(), |e| start + e);
+                found.push(&line[start..end]);
+                i = end + 1;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
     found
+}
+
+/// `$VAR`, `${VAR}` and `${VAR:-word}` (and `-`, `:=`, `=`, `:+`, `+`, `:?`, `?`)
+/// expanded as a shell would, with `lookup`'s values; other `$` forms left as they are.
+fn expand_shell(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(inner) = after.strip_prefix('{') {
+            let Some(end) = inner.find('}') else {
+                out.push('$');
+                rest = after;
+                continue;
+            };
+            let body = &inner[..end];
+            let name_end = body
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(body.len());
+            let value = lookup(&body[..name_end]);
+            let op = &body[name_end..];
+            let (colon, op) = match op.strip_prefix(':') {
+                Some(op) => (true, op),
+                None => (false, op),
+            };
+            let set = value.as_deref().is_some_and(|v| !(colon && v.is_empty()));
+            let word = op.get(1..).unwrap_or("");
+            let expanded = match op.chars().next() {
+                None => value.unwrap_or_default(),
+                Some('-' | '=') if !set => word.to_owned(),
+                Some('+') => {
+                    if set {
+                        word.to_owned()
+                    } else {
+                        String::new()
+                    }
+                }
+                _ => value.unwrap_or_default(),
+            };
+            out.push_str(&expanded);
+            rest = &inner[end + 1..];
+            continue;
+        }
+        let end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        if end == 0 {
+            out.push('$');
+            rest = after;
+            continue;
+        }
+        out.push_str(&lookup(&after[..end]).unwrap_or_default());
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A word of a command line, or an operator between commands.
@@ -377,7 +776,8 @@ enum Word {
 }
 
 /// Splits a command line into words (quotes removed, backslash escapes kept as the
-/// character) and the operators that start a new command.
+/// character, `$'...'` read as quoted) and the operators that start a new command.
+/// Redirections and their targets are dropped (a file read or written, not run).
 fn shell_words(line: &str) -> Vec<Word> {
     let mut words = Vec::new();
     let mut word = String::new();
@@ -391,6 +791,17 @@ fn shell_words(line: &str) -> Vec<Word> {
     };
     while let Some(c) = chars.next() {
         match c {
+            '$' if chars.peek() == Some(&'\'') => {
+                chars.next();
+                in_word = true;
+                while let Some(q) = chars.next() {
+                    match q {
+                        '\'' => break,
+                        '\\' => word.extend(chars.next()),
+                        q => word.push(q),
+                    }
+                }
+            }
             '\'' => {
                 in_word = true;
                 for q in chars.by_ref() {
@@ -419,12 +830,16 @@ fn shell_words(line: &str) -> Vec<Word> {
                 end_word(&mut word, &mut in_word, &mut words);
                 words.push(Word::Operator);
             }
-            ';' | '&' | '|' | '(' | ')' | '{' | '}' | '`' | '\n' => {
+            ';' | '&' | '|' | '(' | ')' | '`' | '\n' => {
                 end_word(&mut word, &mut in_word, &mut words);
                 words.push(Word::Operator);
             }
             '<' | '>' => {
-                // A redirection's target is a file read or written, not run.
+                // A redirection (`2>&1`'s `2` included) and its target.
+                if word.chars().all(|c| c.is_ascii_digit()) {
+                    word.clear();
+                    in_word = false;
+                }
                 end_word(&mut word, &mut in_word, &mut words);
                 while chars
                     .next_if(|c| matches!(c, '<' | '>' | '&' | ' ' | '\t'))
@@ -483,6 +898,13 @@ mod tests {
             ("diff", None, "external", Some(Use::Command)),
             ("gpg", Some("ssh"), "defaultkeycommand", Some(Use::Command)),
             ("gpg", Some("x509"), "program", Some(Use::Command)),
+            (
+                "lfs",
+                Some("customtransfer.agent"),
+                "path",
+                Some(Use::Command),
+            ),
+            ("lfs", Some("customtransfer"), "path", None),
             ("gpg", None, "program", Some(Use::Command)),
             ("submodule", Some("lib"), "update", Some(Use::BangCommand)),
             ("includeif", Some("gitdir:~/w/"), "path", Some(Use::Include)),
@@ -528,9 +950,9 @@ mod tests {
         assert_eq!(
             paths("!FOO=1 env -i BAR=2 ./run 'a b' | \"./two words\" x && $(./sub)"),
             [
+                ("./sub".into(), Role::Program),
                 ("./run".into(), Role::Program),
                 ("./two words".into(), Role::Program),
-                ("./sub".into(), Role::Program)
             ]
         );
         assert_eq!(
@@ -541,6 +963,61 @@ mod tests {
                 ("/usr/bin/python3".into(), Role::Program),
                 ("tool.py".into(), Role::Script)
             ]
+        );
+        // Every way a shell runs ./scripts/x that the review tried.
+        let forms = [
+            "!./scripts/x",
+            "!sh -c ./scripts/x",
+            "!bash -c './scripts/x'",
+            "!sh -c 'cd . && ./scripts/x'",
+            "!if true; then ./scripts/x; fi",
+            "!true && ./scripts/x",
+            "!for a in 1; do ./scripts/x; done",
+            "!while false; do :; done; ! ./scripts/x",
+            "!timeout 60 ./scripts/x",
+            "!nice -n 10 ./scripts/x",
+            "!env -u FOO ./scripts/x",
+            "!git ls-files | xargs ./scripts/x",
+            "!find . -maxdepth 0 -exec ./scripts/x {} ;",
+            "!eval ./scripts/x",
+            "!deno run scripts/x.ts",
+            "!bun run scripts/x.ts",
+            "!uv run scripts/x.py",
+            "!python3.11 scripts/x.py",
+            "!python3 -W ignore scripts/x.py",
+            "!node -r ./scripts/x.ts y",
+            "!${PY:-python3} scripts/x.py",
+            "!${TOOL:-./scripts/x}",
+            "!$'./scripts/x'",
+            "!sudo ./scripts/x",
+            "!npx ./scripts/x",
+            "!watch ./scripts/x",
+            "!exec 2>&1 ./scripts/x",
+            "!cat foo 2>/dev/null | ./scripts/x",
+            "!f() { ./scripts/x; }; f",
+            "!busybox sh scripts/x",
+            "!flock /tmp/l ./scripts/x",
+            "!echo \"$(./scripts/x)\"",
+            "!echo \"`./scripts/x`\"",
+            "!exec 2>/dev/null; ./scripts/x",
+            "!{ ./scripts/x; }",
+            "!(./scripts/x)",
+            "!command -p ./scripts/x",
+            "!ssh -o ProxyCommand='./scripts/x %h' host",
+            "!awk -f scripts/x.awk",
+        ];
+        for form in forms {
+            assert!(
+                paths(form).iter().any(|(p, _)| p.contains("scripts/x")),
+                "{form}: {:?}",
+                paths(form)
+            );
+        }
+        // An awk program's text is no file.
+        assert_eq!(paths("!git log | awk '{print $1}' | sort"), none);
+        assert_eq!(
+            paths("ssh -F ./ssh_config"),
+            [("./ssh_config".into(), Role::Script)]
         );
         assert_eq!(
             paths("-c core.fsmonitor=./fsmon status"),

@@ -43,6 +43,8 @@ pub struct Entry {
 /// skipped (git would then run nothing from the file).
 pub fn parse(text: &str) -> Vec<Entry> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // git reads CR LF as LF (config.c get_next_char), continuation lines included.
+    let text = text.replace("\r\n", "\n");
     let mut chars = text.chars().peekable();
     let mut entries = Vec::new();
     let mut section = String::new();
@@ -236,6 +238,8 @@ pub struct CodePath {
     pub leaf: Placeholder,
     /// The setting that names it, as documented (`core.fsmonitor`).
     pub setting: String,
+    /// What it is to git: a setting's whole value, a program, or a script.
+    pub role: Role,
 }
 
 impl ConfigSet {
@@ -284,23 +288,12 @@ impl ConfigSet {
     /// in them are relative to where git runs, like a setting's.
     pub fn from_environment(lookup: &dyn Fn(&str) -> Option<String>) -> ConfigSet {
         let mut set = ConfigSet::default();
-        let mut push = |name: &str, value: String| {
-            let (head, key) = name.rsplit_once('.').unwrap_or((name, ""));
-            let (section, subsection) = match head.split_once('.') {
-                Some((s, sub)) => (s, Some(sub.to_owned())),
-                None => (head, None),
-            };
-            set.entries.push((
-                Entry {
-                    section: section.to_ascii_lowercase(),
-                    subsection,
-                    key: key.to_ascii_lowercase(),
-                    value: Some(value),
-                },
-                // An include given this way is relative to where git runs: no file.
-                PathBuf::new(),
-            ));
-        };
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        // `git -c` hands its settings to the programs it runs (netbox in a hook, say) as
+        // GIT_CONFIG_PARAMETERS: `'key'='value'` pairs, shell-quoted.
+        if let Some(parameters) = lookup("GIT_CONFIG_PARAMETERS") {
+            pairs.extend(parameters_of(&parameters));
+        }
         let count = lookup("GIT_CONFIG_COUNT")
             .and_then(|c| c.trim().parse::<usize>().ok())
             .unwrap_or(0)
@@ -310,12 +303,44 @@ impl ConfigSet {
                 lookup(&format!("GIT_CONFIG_KEY_{n}")),
                 lookup(&format!("GIT_CONFIG_VALUE_{n}")),
             ) {
-                push(&key, value);
+                pairs.push((key, value));
             }
         }
         for (variable, setting) in gitcode::ENVIRONMENT {
             if let Some(value) = lookup(variable).filter(|v| !v.is_empty()) {
-                push(setting, value);
+                pairs.push(((*setting).to_owned(), value));
+            }
+        }
+        for (name, value) in pairs {
+            let (head, key) = name.rsplit_once('.').unwrap_or((&name, ""));
+            let (section, subsection) = match head.split_once('.') {
+                Some((s, sub)) => (s, Some(sub.to_owned())),
+                None => (head, None),
+            };
+            let entry = Entry {
+                section: section.to_ascii_lowercase(),
+                subsection,
+                key: key.to_ascii_lowercase(),
+                value: Some(value),
+            };
+            let include = gitcode::use_of(&entry.section, entry.subsection.as_deref(), &entry.key)
+                == Some(Use::Include);
+            let included = include
+                .then(|| {
+                    entry
+                        .value
+                        .as_deref()
+                        .filter(|v| Path::new(v).is_absolute())
+                })
+                .flatten()
+                .map(PathBuf::from);
+            // An include given this way is relative to where git runs: no file.
+            set.entries.push((entry, PathBuf::new()));
+            // What an absolute include holds counts as this configuration.
+            if let Some(file) = included {
+                let inner = ConfigSet::read(&file, None);
+                set.unreadable = set.unreadable.take().or(inner.unreadable);
+                set.entries.extend(inner.entries);
             }
         }
         set
@@ -389,11 +414,43 @@ impl ConfigSet {
                     path,
                     leaf,
                     setting: setting_name(entry),
+                    role: named.role,
                 });
             }
         }
         Ok(found)
     }
+}
+
+/// The `'key'='value'` pairs of GIT_CONFIG_PARAMETERS (git's quoting: single quotes,
+/// with `'\''` for a quote inside).
+fn parameters_of(text: &str) -> Vec<(String, String)> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    word.push(q);
+                }
+            }
+            '\\' => word.extend(chars.next()),
+            ' ' => words.push(std::mem::take(&mut word)),
+            c => word.push(c),
+        }
+    }
+    words.push(word);
+    words
+        .into_iter()
+        .filter_map(|w| {
+            let (key, value) = w.split_once('=')?;
+            Some((key.to_owned(), value.to_owned()))
+        })
+        .collect()
 }
 
 /// `section[.subsection].key`, as a person reads it.
@@ -447,6 +504,9 @@ mod tests {
         let text = "[core]\n\tpager = less \\\n  -R\n\tx = 1\n";
         assert_eq!(get(text, "pager").as_deref(), Some("less   -R"));
         assert_eq!(get(text, "x").as_deref(), Some("1"));
+        // CR LF ends a line as LF does, after a continuation's backslash too.
+        let text = "[core]\r\n\tfsmonitor = \\\r\n./tools/fsmon\r\n";
+        assert_eq!(get(text, "fsmonitor").as_deref(), Some("./tools/fsmon"));
         // A byte-order mark before the first header.
         let text = "\u{feff}[core]\n\thooksPath = .githooks\n";
         let entries = parse(text);
@@ -574,6 +634,38 @@ mod tests {
         };
         let set = ConfigSet::from_environment(&env);
         let run_dir = Path::new("/w");
+        // `git -c` handing its settings on, and an include given by the environment.
+        let dir = std::env::temp_dir().join(format!("netbox-gitconfig-env-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let team = dir.join("team.gitconfig");
+        std::fs::write(&team, "[core]\n\thooksPath = .team-hooks\n").unwrap();
+        let team_value = team.display().to_string();
+        let more = |name: &str| -> Option<String> {
+            match name {
+                "GIT_CONFIG_PARAMETERS" => {
+                    Some("'alias.x'='!./x' 'core.pager'='./p -R'".into())
+                }
+                "GIT_CONFIG_COUNT" => Some("1".into()),
+                "GIT_CONFIG_KEY_0" => Some("include.path".into()),
+                "GIT_CONFIG_VALUE_0" => Some(team_value.clone()),
+                _ => None,
+            }
+        };
+        let got: Vec<PathBuf> = ConfigSet::from_environment(&more)
+            .code_paths(Some(run_dir), None)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.path)
+            .collect();
+        assert!(got.contains(&run_dir.join("./x")), "{got:?}");
+        assert!(got.contains(&run_dir.join("./p")), "{got:?}");
+        // git's quoting of a quote inside a value.
+        assert_eq!(
+            parameters_of("'user.name'='it'\\''s'"),
+            [("user.name".to_owned(), "it's".to_owned())]
+        );
+        assert!(got.contains(&run_dir.join(".team-hooks")), "{got:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
         let got: Vec<(PathBuf, String)> = set
             .code_paths(Some(run_dir), None)
             .unwrap()

@@ -40,6 +40,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use crate::error::WrapperError;
+use gitcode::Role;
 use gitconfig::{CodePath, ConfigSet};
 use placeholders::EMPTY_CONFIG;
 
@@ -84,6 +85,23 @@ pub struct Protected {
     pub placeholder: Option<Placeholder>,
 }
 
+/// A path netbox could not pin (a link CMD could re-point, a path below a missing
+/// directory, a file with another name in a writable root), checked when the run ends:
+/// reported if the run made or changed it (supervise/gitaudit).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Watched {
+    pub path: PathBuf,
+    /// What names it (`core.fsmonitor`, or why it could not be pinned).
+    pub why: String,
+}
+
+/// What protects the run: the paths pinned read-only, and those only watched.
+#[derive(Debug, Default)]
+pub struct Protection {
+    pub pinned: Vec<Protected>,
+    pub watched: Vec<Watched>,
+}
+
 /// What the protection needs to know about the run.
 pub struct ProtectInput<'a> {
     /// The roots the user named (workspace, `--write`): protected names are looked for
@@ -108,9 +126,10 @@ pub struct ProtectInput<'a> {
 /// Lists every protected path inside the writable roots, reading the filesystem (to find
 /// which exist, what `.git` files point at, what git's configuration names, and which
 /// submodules each index records) but changing nothing.
-pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, WrapperError> {
+pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Protection, WrapperError> {
     let mut found = Found {
         out: Vec::new(),
+        watched: Vec::new(),
         listed: HashSet::new(),
         writable: input.writable,
         home: input.home,
@@ -130,6 +149,8 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
     // (`GIT_CONFIG_GLOBAL=./ci.gitconfig`).
     for config in shared_git_configs(input.home) {
         found.pin_named(&config, EMPTY_CONFIG, "git config file", Lay::Placeholders)?;
+        // One with another name (a hard link from `~/dotfiles`) changes with it.
+        found.watch_if_linked(&config);
     }
     let named = input.write_roots.iter().map(|r| (r, Lay::Placeholders));
     let entries = input.home_entries.iter().map(|r| (r, Lay::ExistingOnly));
@@ -165,7 +186,10 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Vec<Protected>, Wrapp
         let placeholder = (missing || is_placeholder(path)).then_some(Placeholder::Dir);
         found.push(path.clone(), placeholder);
     }
-    Ok(found.out)
+    Ok(Protection {
+        pinned: found.out,
+        watched: found.watched,
+    })
 }
 
 /// The configuration every repository reads besides its own: the system and global files
@@ -230,6 +254,8 @@ fn path_error(path: PathBuf, source: std::io::Error) -> WrapperError {
 /// The protected paths found so far.
 struct Found<'a> {
     out: Vec<Protected>,
+    /// What could not be pinned, to check after the run.
+    watched: Vec<Watched>,
     /// The paths in `out`.
     listed: HashSet<PathBuf>,
     writable: &'a [PathBuf],
@@ -252,7 +278,30 @@ impl Found<'_> {
     /// already).
     fn push(&mut self, path: PathBuf, placeholder: Option<Placeholder>) {
         if self.writable(&path) && self.listed.insert(path.clone()) {
+            self.watch_if_linked(&path);
             self.out.push(Protected { path, placeholder });
+        }
+    }
+
+    /// A regular file with more than one name: a mount pins this name, not the others
+    /// (`ln scripts/pre-commit .git/hooks/`), so a write through another is only seen
+    /// after the run, by the file's change time.
+    fn watch_if_linked(&mut self, path: &Path) {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.nlink() > 1) {
+            self.watch(
+                path,
+                "a file with another name (a hard link) CMD could write",
+            );
+        }
+    }
+
+    fn watch(&mut self, path: &Path, why: &str) {
+        if !self.watched.iter().any(|w| w.path == path) {
+            self.watched.push(Watched {
+                path: path.to_owned(),
+                why: why.to_owned(),
+            });
         }
     }
 
@@ -325,8 +374,13 @@ impl Found<'_> {
     }
 
     fn pin_code(&mut self, code: &CodePath, lay: Lay) -> Result<(), WrapperError> {
-        // A setting naming a whole writable root (`git add .`-like words are no code, but
-        // `core.hooksPath = .` is): a root cannot be pinned and still be written.
+        // A word that can be no file's name (an awk program's text slipped through) is
+        // no path at all.
+        if !could_be_a_file(&code.path) {
+            return Ok(());
+        }
+        // A setting naming a whole writable root (`core.hooksPath = .`): a root cannot
+        // be pinned and still be written.
         let real = std::fs::canonicalize(&code.path).unwrap_or_else(|_| code.path.clone());
         if self.writable.iter().any(|r| r.starts_with(&real)) {
             if code.leaf == Placeholder::Dir {
@@ -340,6 +394,24 @@ impl Found<'_> {
                 });
             }
             return Ok(());
+        }
+        if code.role != Role::Value {
+            // A program or script: reached through a link in a root (a venv's
+            // `python3`, a package manager's `node_modules/.bin` link), or below a
+            // missing directory, it is watched rather than refused or given a
+            // placeholder directory that would stop CMD's own work (`npm install`).
+            if refuse_symlinks_in_roots(&code.path, self.writable, "program").is_err() {
+                self.watch(&code.path, &code.setting);
+                return Ok(());
+            }
+            // Only the leaf missing: a placeholder file holds its place.
+            let leaf_missing = code.path.parent().is_some_and(Path::is_dir);
+            if !code.path.exists() && !leaf_missing {
+                if self.writable(&real) {
+                    self.watch(&code.path, &code.setting);
+                }
+                return Ok(());
+            }
         }
         self.pin_named(&code.path, code.leaf, "path in git config", lay)?;
         if code.leaf == Placeholder::Dir {
@@ -359,6 +431,8 @@ impl Found<'_> {
         };
         for entry in entries.flatten().take(MAX_LINKS_LOOKED_AT) {
             if !entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                // A hook with another name elsewhere (a hard link) is written there.
+                self.watch_if_linked(&entry.path());
                 continue;
             }
             let Ok(target) = std::fs::read_link(entry.path()) else {
@@ -645,19 +719,24 @@ impl Found<'_> {
             }
         }
         for (runner, files) in HOOK_RUNNERS {
-            if texts.contains(runner) {
-                for file in *files {
-                    let placeholder = if file.ends_with('/') {
-                        Placeholder::Dir
-                    } else {
-                        EMPTY_CONFIG
-                    };
+            if !texts.contains(runner) {
+                continue;
+            }
+            let mut files: Vec<String> = files.iter().map(|f| (*f).to_owned()).collect();
+            // pre-commit installed with another config (`--config=ci/pre-commit.yaml`).
+            files.extend(config_arguments(&texts));
+            for file in files {
+                let path = run_dir.join(file.trim_end_matches('/'));
+                if path.symlink_metadata().is_ok() {
                     self.pin_named(
-                        &run_dir.join(file.trim_end_matches('/')),
-                        placeholder,
+                        &path,
+                        EMPTY_CONFIG,
                         "hook runner's configuration",
                         Lay::Placeholders,
                     )?;
+                } else if self.writable(&path) {
+                    // One a runner would pick up if it appeared: said if CMD makes it.
+                    self.watch(&path, &format!("a configuration {runner} reads"));
                 }
             }
         }
@@ -672,6 +751,7 @@ impl Found<'_> {
         for part in CODE_PARTS {
             let path = dir.join(part);
             if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                self.watch_if_linked(&path);
                 continue;
             }
             if !whole && self.writable(&path) {
@@ -722,6 +802,10 @@ impl Found<'_> {
             // believe one is (a rebase CMD starts is reported after the run).
             ("rebase-merge", None),
             ("rebase-apply", None),
+            // A cherry-pick under way: its options name the merge strategy it runs.
+            ("sequencer", None),
+            // lefthook's remote configurations (`remotes:`), fetched into the git dir.
+            ("info/lefthook-remotes", None),
         ] {
             let path = dir.join(part);
             let exists = std::fs::symlink_metadata(&path).is_ok();
@@ -753,23 +837,74 @@ const MAX_LINKS_LOOKED_AT: usize = 4096;
 /// Hook runners (a word their installed hooks hold) and the files in the work tree they
 /// read what to run from (a trailing `/` for a directory).
 const HOOK_RUNNERS: &[(&str, &[&str])] = &[
-    ("pre-commit", &[".pre-commit-config.yaml"]),
+    (
+        "pre-commit",
+        &[".pre-commit-config.yaml", ".pre-commit-config.yml"],
+    ),
     (
         "lefthook",
         &[
             "lefthook.yml",
-            ".lefthook.yml",
             "lefthook.yaml",
+            "lefthook.json",
+            "lefthook.jsonc",
+            "lefthook.toml",
+            ".lefthook.yml",
             ".lefthook.yaml",
+            ".lefthook.json",
+            ".lefthook.jsonc",
+            ".lefthook.toml",
             "lefthook-local.yml",
-            ".lefthook-local.yml",
             "lefthook-local.yaml",
+            "lefthook-local.json",
+            "lefthook-local.jsonc",
+            "lefthook-local.toml",
+            ".lefthook-local.yml",
             ".lefthook-local.yaml",
+            ".lefthook-local.json",
+            ".lefthook-local.jsonc",
+            ".lefthook-local.toml",
+            ".config/lefthook.yml",
+            ".config/lefthook.yaml",
+            ".config/lefthook-local.yml",
+            ".config/lefthook-local.yaml",
             ".lefthook/",
             ".lefthook-local/",
         ],
     ),
 ];
+
+/// The files a hook names with `--config=FILE` or `--config FILE` (pre-commit's own
+/// `pre-commit install -c FILE` writes them into its hooks).
+fn config_arguments(text: &str) -> Vec<String> {
+    let words: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c == '"' || c == '\'' || c == '(' || c == ')')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut found = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        let file = match word.strip_prefix("--config=") {
+            Some(file) => Some(file),
+            None if *word == "--config" => words.get(i + 1).copied(),
+            None => None,
+        };
+        if let Some(file) = file.filter(|f| could_be_a_file(Path::new(f)) && !f.starts_with('$')) {
+            found.push(file.to_owned());
+        }
+    }
+    found
+}
+
+/// Whether `path` could name a file: no component longer than the kernel allows
+/// (NAME_MAX, 255 bytes), and no control character (an awk program's text, a format
+/// string that slipped through, is no path).
+fn could_be_a_file(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    path.components().all(|c| {
+        let bytes = c.as_os_str().as_bytes();
+        bytes.len() <= 255 && !bytes.iter().any(|b| b.is_ascii_control())
+    })
+}
 
 /// Refuses `path` (as the user named it) if resolving it meets a symlink inside a
 /// writable root: CMD could point that link elsewhere, so what netbox pins (or reads next
@@ -981,6 +1116,7 @@ mod tests {
             extra: &[],
             allow_git_writes: false,
         })
+        .map(|p| p.pinned)
     }
 
     fn tempdir(name: &str) -> PathBuf {
@@ -1038,6 +1174,7 @@ mod tests {
             extra: &[],
             allow_git_writes: false,
         })
+        .map(|p| p.pinned)
         .unwrap();
         let shape = |name: &str| {
             got.iter()
@@ -1132,6 +1269,7 @@ mod tests {
             extra: &[],
             allow_git_writes: true,
         })
+        .map(|p| p.pinned)
         .unwrap();
         let paths: Vec<_> = got.iter().map(|p| p.path.clone()).collect();
         assert!(paths.contains(&ws.join(".git/hooks")));

@@ -87,6 +87,9 @@ pub struct Scope {
     pub roots: Vec<PathBuf>,
     /// Paths pinned read-only for the run: not entered, not reported.
     pub skip: Vec<PathBuf>,
+    /// Paths that could not be pinned: reported if the run made or changed them.
+    #[serde(default)]
+    pub watch: Vec<crate::plan::protect::Watched>,
     pub since: Stamp,
 }
 
@@ -168,6 +171,18 @@ pub fn audit(scope: &Scope, cancelled: &dyn Fn() -> bool) -> Report {
         walk.root(root);
         if walk.report.stopped.is_some() {
             break;
+        }
+    }
+    for watched in &scope.watch {
+        if let Some(how) = walk.repositories.watched_news(&watched.path) {
+            if walk.reported.insert(watched.path.clone()) {
+                walk.report.findings.push(Finding {
+                    path: watched.path.clone(),
+                    kind: Kind::CodePath,
+                    how,
+                    named_by: Some((PathBuf::new(), watched.why.clone())),
+                });
+            }
         }
     }
     let mut report = walk.report;

@@ -23,6 +23,7 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
             repository: finding
                 .named_by
                 .as_ref()
+                .filter(|(git_dir, _)| !git_dir.as_os_str().is_empty())
                 .map(|(git_dir, _)| git_dir.to_string_lossy().into_owned()),
             setting: finding.named_by.as_ref().map(|(_, s)| s.clone()),
             audited_session: audited.map(str::to_owned),
@@ -61,6 +62,11 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
         };
         let path = printable(&finding.path.to_string_lossy());
         let line = match &finding.named_by {
+            Some((git_dir, why)) if git_dir.as_os_str().is_empty() => format!(
+                "netbox: warning: {whose} {did} {path}, which git runs or reads as code and \
+                 netbox could not pin ({}); review it before running git",
+                printable(why),
+            ),
             Some((git_dir, setting)) => format!(
                 "netbox: warning: {whose} {did} {path}, which git runs or reads as code for \
                  the repository {} ({}); review it before running git there",

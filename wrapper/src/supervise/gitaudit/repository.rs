@@ -88,6 +88,23 @@ impl Context<'_> {
         }
     }
 
+    /// Whether the run made or changed a path netbox could only watch (pinned or not:
+    /// a hard-linked file is pinned under one name and written under another), or a
+    /// link on the way to it inside a root.
+    pub fn watched_news(&self, path: &Path) -> Option<How> {
+        let mut at = PathBuf::new();
+        for component in path.components() {
+            at.push(component);
+            let in_root = self.roots.iter().any(|r| at.starts_with(r)) && at != *path;
+            if in_root && times_of(&at).is_ok_and(|t| t.is_symlink) {
+                if let Some(how) = self.news_of(&at) {
+                    return Some(how);
+                }
+            }
+        }
+        self.news_of(path)
+    }
+
     /// The repository whose git directory is `git_dir`, met as `shape`.
     pub fn news(&self, git_dir: &Path, shape: Shape<'_>) -> News {
         let mut news = News::default();
@@ -246,7 +263,11 @@ fn runs_code(dir: &Path) -> bool {
         });
     let commondir = dir.join("commondir");
     let redirect = commondir.exists() && !crate::plan::protect::is_placeholder(&commondir);
-    hook || setting || redirect
+    // An operation under way runs what its state names (`exec` lines, a strategy).
+    let under_way = ["rebase-merge", "rebase-apply", "sequencer"]
+        .iter()
+        .any(|d| dir.join(d).exists());
+    hook || setting || redirect || under_way
 }
 
 /// Where a `commondir` file in `git_dir` leads, or `git_dir` itself.

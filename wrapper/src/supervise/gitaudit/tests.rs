@@ -67,6 +67,7 @@ fn new_and_changed_git_metadata_is_found_and_old_or_pinned_is_not() {
     let scope = Scope {
         roots: vec![root.clone()],
         skip: vec![root.join("pinned/.git")],
+        watch: Vec::new(),
         since,
     };
     let report = audit(&scope, &|| false);
@@ -94,6 +95,7 @@ fn a_cancelled_audit_says_so() {
     let scope = Scope {
         roots: vec![root.clone()],
         skip: Vec::new(),
+        watch: Vec::new(),
         since: Stamp::now(),
     };
     let report = audit(&scope, &|| true);
@@ -133,6 +135,7 @@ fn every_hook_and_every_redirect_of_an_unpinned_repository_is_found() {
     let scope = Scope {
         roots: vec![root.clone()],
         skip: Vec::new(),
+        watch: Vec::new(),
         since,
     };
     let report = audit(&scope, &|| false);
@@ -187,6 +190,7 @@ fn a_linked_worktree_and_what_a_config_names_are_found() {
     let scope = Scope {
         roots: vec![root.clone()],
         skip: Vec::new(),
+        watch: Vec::new(),
         since,
     };
     let report = audit(&scope, &|| false);

@@ -1,11 +1,16 @@
 //! A standalone bridge's admin listener (`netbox bridge --admin ADDR`), apart from the
 //! proxy listeners so that no client of the proxy reaches it: `GET /__netbox/metrics`
 //! (Prometheus's text format, metrics.rs) and `GET /__netbox/ready` (200 while the bridge
-//! takes connections, 503 once it drains, so a load balancer sends new clients elsewhere).
+//! can serve a new client; 503 while every place under `--max-connections` is taken and
+//! once it drains, so a load balancer sends new clients elsewhere).
+//!
+//! On a shared bridge the admin listener may face the network, and its clients say nothing
+//! of who they are: its connections sit in a lobby (lobby.rs), so a flood of connections
+//! that never ask pushes out the oldest of them rather than keeping a health check out.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,17 +22,21 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::Semaphore;
 
+use crate::lobby::Lobby;
 use crate::metrics::{Metrics, SessionGauge};
 use crate::server::Listener;
 
 pub const METRICS_PATH: &str = "/__netbox/metrics";
 pub const READY_PATH: &str = "/__netbox/ready";
 
-/// Admin connections served at once; more wait to be accepted.
-const MAX_ADMIN_CONNECTIONS: usize = 16;
+/// Admin connections served at once; past it, the one open longest (a second at least,
+/// lobby.rs) is dropped for a new one. A scrape or a health check is answered in
+/// milliseconds: to push one out, a flood must open more than `CEILING_FACTOR` times this
+/// many connections while it asks.
+const MAX_ADMIN_CONNECTIONS: usize = 64;
 
 /// A scraper that says nothing for this long is dropped.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The most one admin connection is served for, whatever it does: one that asks and never
 /// reads cannot hold a place for longer (review 38).
@@ -40,15 +49,41 @@ pub struct Admin {
     pub sessions: Box<dyn Fn() -> Vec<SessionGauge> + Send + Sync>,
     /// False once the bridge has begun to drain.
     pub ready: AtomicBool,
+    /// Whether the bridge has a place for a new client.
+    pub capacity: Arc<Capacity>,
+}
+
+/// Whether the bridge can take a new client now: a place free among its connections
+/// (`--max-connections`), once it serves. A client that has not named its tenant yet needs
+/// none (it has a seat in the lobby, which is never full to a newcomer); once it names one
+/// it does.
+#[derive(Debug, Default)]
+pub struct Capacity {
+    places: OnceLock<(Arc<Semaphore>, usize)>,
+}
+
+impl Capacity {
+    /// Watches the bridge's places, `max` of them (server.rs, as it starts serving).
+    pub(crate) fn watch(&self, places: Arc<Semaphore>, max: usize) {
+        // Set once: a second `serve` with the same config reports on the first.
+        let _ = self.places.set((places, max));
+    }
+
+    /// Why the bridge cannot serve a new client now, if it cannot.
+    pub fn full(&self) -> Option<String> {
+        let (places, max) = self.places.get()?;
+        (places.available_permits() == 0).then(|| {
+            format!(
+                "every one of the bridge's {max} connection places is taken (--max-connections)"
+            )
+        })
+    }
 }
 
 /// Serves the admin listener until the task is aborted.
 pub async fn serve(listener: Listener, admin: Arc<Admin>) {
-    let places = Arc::new(Semaphore::new(MAX_ADMIN_CONNECTIONS));
+    let lobby = Arc::new(Lobby::new(MAX_ADMIN_CONNECTIONS));
     loop {
-        let Ok(place) = Arc::clone(&places).acquire_owned().await else {
-            return;
-        };
         let accepted = match &listener {
             Listener::Tcp(l) => l.accept().await.map(|(s, _)| Io::Tcp(s)),
             Listener::Unix(l, _) => l.accept().await.map(|(s, _)| Io::Unix(s)),
@@ -60,8 +95,9 @@ pub async fn serve(listener: Listener, admin: Arc<Admin>) {
             continue;
         };
         let admin = Arc::clone(&admin);
+        let seat = lobby.seat();
         tokio::spawn(async move {
-            let _place = place;
+            let dropped = seat.dropped();
             let service = service_fn(move |req| {
                 let admin = Arc::clone(&admin);
                 async move { Ok::<_, Infallible>(answer(&req, &admin)) }
@@ -70,18 +106,26 @@ pub async fn serve(listener: Listener, admin: Arc<Admin>) {
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT);
-            // One request a connection, within a deadline.
+            // One request a connection, within a deadline, unless a newer connection
+            // needs its seat first.
             builder.keep_alive(false);
-            let _ = match io {
-                Io::Tcp(s) => {
-                    let served = builder.serve_connection(TokioIo::new(s), service);
-                    tokio::time::timeout(CONNECTION_DEADLINE, served).await
-                }
-                Io::Unix(s) => {
-                    let served = builder.serve_connection(TokioIo::new(s), service);
-                    tokio::time::timeout(CONNECTION_DEADLINE, served).await
-                }
+            let served = async {
+                let _ = match io {
+                    Io::Tcp(s) => {
+                        let served = builder.serve_connection(TokioIo::new(s), service);
+                        tokio::time::timeout(CONNECTION_DEADLINE, served).await
+                    }
+                    Io::Unix(s) => {
+                        let served = builder.serve_connection(TokioIo::new(s), service);
+                        tokio::time::timeout(CONNECTION_DEADLINE, served).await
+                    }
+                };
             };
+            tokio::select! {
+                () = served => {}
+                _ = dropped => {}
+            }
+            drop(seat);
         });
     }
 }
@@ -104,8 +148,13 @@ fn answer(req: &Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> {
             );
             response
         }
-        READY_PATH if admin.ready.load(Ordering::Relaxed) => text(StatusCode::OK, "ready\n".into()),
-        READY_PATH => text(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into()),
+        READY_PATH if !admin.ready.load(Ordering::Relaxed) => {
+            text(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into())
+        }
+        READY_PATH => match admin.capacity.full() {
+            Some(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("full: {why}\n")),
+            None => text(StatusCode::OK, "ready\n".into()),
+        },
         _ => text(
             StatusCode::NOT_FOUND,
             format!("netbox admin: {METRICS_PATH} or {READY_PATH}\n"),

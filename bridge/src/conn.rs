@@ -4,13 +4,14 @@
 //! that use it, so neither imports the other to reach it.
 
 use std::future::Future;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use http::StatusCode;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::identity::Tenants;
+use crate::lobby::Seat;
 use crate::log::EventLog;
 use crate::policy::Policy;
 use crate::resolver::{DnsConfig, Resolver};
@@ -22,6 +23,10 @@ pub struct BridgeConfig {
     pub connect_timeout: Duration,
     /// Deadline for a client to send a complete request head (slowloris guard).
     pub header_timeout: Duration,
+    /// On a listener that serves tenants: the deadline for a client to name its tenant,
+    /// from its accept (TLS handshake, SOCKS5 greeting and credentials, first head), if
+    /// shorter than `header_timeout`.
+    pub identify_timeout: Duration,
     /// A tunnel with no bytes either way for this long is closed.
     pub idle_timeout: Duration,
     pub dns_timeout: Duration,
@@ -29,8 +34,12 @@ pub struct BridgeConfig {
     /// Status for policy refusals (502 by design; some clients expect 403).
     pub refusal_status: StatusCode,
     /// Connections served at once across every session; past it (or past a session's own
-    /// limit) each new one is refused at once, with a logged reason.
+    /// limit) each new one is refused at once, with a logged reason. On a listener that
+    /// serves tenants a connection takes its place once it has named its tenant; before
+    /// that it has a seat in its listener's lobby (lobby.rs).
     pub max_connections: usize,
+    /// Where readiness (admin.rs) reads whether a new client can be served.
+    pub capacity: Arc<crate::admin::Capacity>,
     /// How long shutdown waits for open connections before stopping them.
     pub drain_timeout: Duration,
     /// Returns the memory the allocator holds free to the system (memory.rs); called once
@@ -55,11 +64,13 @@ impl Default for BridgeConfig {
         BridgeConfig {
             connect_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(10),
+            identify_timeout: DEFAULT_IDENTIFY_TIMEOUT,
             idle_timeout: Duration::from_secs(300),
             dns_timeout: Duration::from_secs(5),
             dns: DnsConfig::System,
             refusal_status: StatusCode::BAD_GATEWAY,
             max_connections: 4096,
+            capacity: Arc::default(),
             drain_timeout: Duration::from_secs(5),
             trim_memory: None,
             panic_on_host: None,
@@ -72,6 +83,22 @@ impl Default for BridgeConfig {
 
 /// Connections one session may have open at once, unless it says otherwise.
 pub const DEFAULT_SESSION_CONNECTIONS: usize = 1024;
+
+/// Connections of a shared bridge that have not named their tenant yet, at once
+/// (`--max-unidentified`): past it the one that has waited longest, a second at least, is
+/// dropped for a newcomer (lobby.rs). While all are younger, `CEILING_FACTOR` times as many
+/// are seated: a burst of a thousand clients, whose heads the bridge has not read yet, is
+/// seated whole.
+pub const DEFAULT_UNIDENTIFIED_CONNECTIONS: usize = 256;
+
+/// How long a client of a shared bridge has to name its tenant (`--identify-timeout`):
+/// several round trips across a continent for the TLS handshake, a SOCKS5 greeting and its
+/// credentials, half `--header-timeout`'s default.
+pub const DEFAULT_IDENTIFY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a connection past a limit waits for a place before it is refused: a client
+/// that closes one connection and opens the next at once is not refused for the overlap.
+pub(crate) const PLACE_WAIT: Duration = Duration::from_millis(500);
 
 /// One sandboxed run (or one standalone bridge, or one of its tenants): an id, the policy
 /// it is held to, and its connection budget. A standalone bridge's policy can be replaced
@@ -93,6 +120,9 @@ pub struct Session {
     /// request is then served under its tenant's session, and this one's policy (which
     /// refuses everything) is never used for it.
     tenants: Option<RwLock<Arc<Tenants>>>,
+    /// With `tenants`: the seats of the clients that have not named one yet (lobby.rs),
+    /// which take none of the bridge's places.
+    lobby: Option<Arc<crate::lobby::Lobby>>,
 }
 
 impl Session {
@@ -106,26 +136,41 @@ impl Session {
             connections: Arc::new(Semaphore::new(max_connections)),
             addresses: crate::capture::SessionAddresses::default(),
             tenants: None,
+            lobby: None,
         }
     }
 
     /// The session of a listener that serves `tenants`: refusals of clients that named
-    /// none are logged under its id.
+    /// none are logged under its id. Its connections are those that have not named a
+    /// tenant yet, in a lobby of `unidentified` seats (lobby.rs).
     pub fn serving_tenants(
         id: impl Into<Arc<str>>,
         tenants: Arc<Tenants>,
-        max_connections: usize,
+        unidentified: usize,
     ) -> Session {
+        let base = Session::new(id, Arc::new(Policy::deny_all()), unidentified);
         Session {
             tenants: Some(RwLock::new(tenants)),
-            ..Session::new(id, Arc::new(Policy::deny_all()), max_connections)
+            lobby: Some(Arc::new(crate::lobby::Lobby::new(base.max_connections))),
+            limit_named: "--max-unidentified",
+            ..base
         }
     }
 
-    /// Connections of this session open now.
+    /// Connections of this session open now (on a listener that serves tenants, those
+    /// that have not named one yet).
     pub fn open_connections(&self) -> usize {
-        self.max_connections
-            .saturating_sub(self.connections.available_permits())
+        match &self.lobby {
+            Some(lobby) => lobby.len(),
+            None => self
+                .max_connections
+                .saturating_sub(self.connections.available_permits()),
+        }
+    }
+
+    /// The lobby of a listener that serves tenants.
+    pub(crate) fn lobby(&self) -> Option<&Arc<crate::lobby::Lobby>> {
+        self.lobby.as_ref()
     }
 
     /// The session of a tenant of a shared bridge: its limit is set in the tenants file.
@@ -182,6 +227,8 @@ pub struct Shared {
     pub stop: watch::Receiver<bool>,
     /// The bridge's places, one per open connection across every session.
     pub(crate) connections: Arc<Semaphore>,
+    /// How many there are.
+    pub(crate) max_connections: usize,
 }
 
 /// One accepted connection's context. It holds the connection's slot under the limits;
@@ -213,23 +260,29 @@ pub enum Slot {
         why: String,
         _refusing: OwnedSemaphorePermit,
     },
-    /// On a listener that serves tenants: a place among the connections of the tenant the
-    /// client named, besides the listener's own places.
+    /// On a listener that serves tenants, until the client has named one: a seat in the
+    /// listener's lobby (taken out when it leaves), no place among the bridge's.
+    Unidentified(Mutex<Option<Seat>>),
+    /// On a listener that serves tenants, once the client has named one: a place among
+    /// that tenant's connections and among the bridge's.
     Tenant {
         _tenant: OwnedSemaphorePermit,
-        listener: Arc<Slot>,
+        _bridge: OwnedSemaphorePermit,
     },
 }
 
 impl Slot {
-    /// Why a connection in this slot is refused, if it is past a limit: a tenant's slot
-    /// is past one if the listener's place under it is.
+    /// Why a connection in this slot is refused, if it is past a limit.
     fn over_limit(&self) -> Option<&str> {
         match self {
             Slot::OverLimit { why, .. } => Some(why),
-            Slot::Tenant { listener, .. } => listener.over_limit(),
-            Slot::Served { .. } => None,
+            Slot::Served { .. } | Slot::Unidentified(_) | Slot::Tenant { .. } => None,
         }
+    }
+
+    /// A client's slot while it has not named its tenant: its seat in the lobby.
+    pub(crate) fn unidentified(seat: Seat) -> Slot {
+        Slot::Unidentified(Mutex::new(Some(seat)))
     }
 
     /// A place among the session's and the bridge's connections, if both have one free.
@@ -284,14 +337,22 @@ impl Conn {
         self.slot.over_limit()
     }
 
-    /// This connection as the tenant `session`'s, holding one of that tenant's places
-    /// besides its own; `Err` with why when the tenant has none free.
-    pub fn as_tenant(&self, session: Arc<Session>) -> Result<Conn, String> {
+    /// This connection as the tenant `session`'s: it leaves its seat in the lobby and
+    /// takes one of that tenant's places and one of the bridge's (waiting a moment for
+    /// one, as a connection past the limit at its accept does); `Err` with why when there
+    /// is none.
+    pub async fn as_tenant(&self, session: Arc<Session>) -> Result<Conn, String> {
         // A connection past the listener's limit stays past it, whoever it names.
         if let Some(why) = self.over_limit() {
             return Err(why.to_owned());
         }
-        let place = Arc::clone(&session.connections)
+        if let Slot::Unidentified(seat) = &*self.slot {
+            let seat = seat.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if seat.is_some_and(|seat| !seat.leave()) {
+                return Err("dropped before it named its tenant, for a newer connection".into());
+            }
+        }
+        let tenant = Arc::clone(&session.connections)
             .try_acquire_owned()
             .map_err(|_| {
                 format!(
@@ -300,16 +361,41 @@ impl Conn {
                     session.id, session.max_connections
                 )
             })?;
+        let places = &self.shared.connections;
+        let bridge = match Arc::clone(places).try_acquire_owned() {
+            Ok(bridge) => bridge,
+            Err(_) => tokio::time::timeout(PLACE_WAIT, Arc::clone(places).acquire_owned())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .ok_or_else(|| {
+                    format!(
+                        "the bridge already has {} connections open (--max-connections)",
+                        self.shared.max_connections
+                    )
+                })?,
+        };
         Ok(Conn {
             policy: session.policy(),
             session,
             shared: Arc::clone(&self.shared),
             slot: Arc::new(Slot::Tenant {
-                _tenant: place,
-                listener: Arc::clone(&self.slot),
+                _tenant: tenant,
+                _bridge: bridge,
             }),
             client_names: Arc::clone(&self.client_names),
         })
+    }
+
+    /// How long this connection has for its first request head, from its accept: a client
+    /// that has not named its tenant yet has the shorter of the head and identify
+    /// deadlines.
+    pub fn first_head_timeout(&self) -> Duration {
+        let config = &self.shared.config;
+        match *self.slot {
+            Slot::Unidentified(_) => config.header_timeout.min(config.identify_timeout),
+            _ => config.header_timeout,
+        }
     }
 
     /// A new connection of `session`, in `slot`, under the session's policy of now.

@@ -8,7 +8,8 @@
 //! Modules, in data-flow order:
 //! - [`listen`]: parse `127.0.0.1:PORT` / `[::1]:PORT` / `unix:PATH` and bind (standalone use);
 //!   [`listener_tls`]: TLS on a shared bridge's listeners, and a client certificate's names
-//! - [`server`]: accept loops, one per listener, each tied to a [`server::Session`]
+//! - [`server`]: accept loops, one per listener, each tied to a [`server::Session`];
+//!   [`lobby`]: the seats of a shared bridge's clients until they name their tenant
 //! - [`identity`]: on a shared bridge, the tenant a client's credentials name
 //! - `front`: tells HTTP from SOCKS5 by the first byte; `front::http`, `front::socks5`
 //! - [`target`]: the normalised destination every front end produces
@@ -47,6 +48,7 @@ pub mod inspect;
 pub mod ipclass;
 pub mod listen;
 pub mod listener_tls;
+pub mod lobby;
 pub mod local;
 pub mod log;
 mod memory;

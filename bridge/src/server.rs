@@ -6,6 +6,9 @@
 //! own. Every connection runs in its own task, and holds a place among its session's and
 //! the bridge's connections: one past either limit is accepted all the same, so that it
 //! is refused at once with a reason (never left waiting in the accept queue), and logged.
+//! On a listener that serves tenants a connection first holds only a seat in its lobby
+//! (lobby.rs), and takes its places once it has named its tenant: a client that names
+//! none, whoever can reach the listener, takes nothing a tenant is served in.
 //! Shutdown stops accepting, lets connections finish until the drain deadline, then tells
 //! the rest to stop so that each is still logged.
 
@@ -111,13 +114,22 @@ pub async fn serve(
 ) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let resolver = Resolver::new(&config.dns, config.dns_timeout, log.metrics().cloned());
-    // The bridge's limit is never below one of its sessions' own.
+    // The bridge's limit is never below one of its sessions' own (a lobby's seats are
+    // none of its places).
     let max = listeners
         .iter()
+        .filter(|l| l.session.lobby().is_none())
         .map(|l| l.session.max_connections)
         .fold(config.max_connections, usize::max)
         .clamp(1, Semaphore::MAX_PERMITS);
     let permits = Arc::new(Semaphore::new(max));
+    config.capacity.watch(Arc::clone(&permits), max);
+    let mut lobbies: Vec<Arc<crate::lobby::Lobby>> = Vec::new();
+    for lobby in listeners.iter().filter_map(|l| l.session.lobby()) {
+        if !lobbies.iter().any(|seen| Arc::ptr_eq(seen, lobby)) {
+            lobbies.push(Arc::clone(lobby));
+        }
+    }
     let refusing = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let drain = config.drain_timeout;
     let shared = Arc::new(Shared {
@@ -126,6 +138,7 @@ pub async fn serve(
         resolver,
         stop: stop_rx,
         connections: Arc::clone(&permits),
+        max_connections: max,
     });
     let (quit_tx, quit_rx) = watch::channel(false);
     let mut loops = Vec::new();
@@ -160,13 +173,18 @@ pub async fn serve(
         let _ = l.await;
     }
     let all = u32::try_from(max).unwrap_or(u32::MAX);
-    if tokio::time::timeout(drain, permits.acquire_many(all))
-        .await
-        .is_err()
-    {
+    // The lobbies first: a client that names its tenant while the bridge drains takes a
+    // place then, and is served as any open connection is.
+    let drained = || async {
+        for lobby in &lobbies {
+            lobby.emptied().await;
+        }
+        let _ = permits.acquire_many(all).await;
+    };
+    if tokio::time::timeout(drain, drained()).await.is_err() {
         stop_tx.send_replace(true);
         // Stopped connections log and exit promptly; give them a moment to do so.
-        let _ = tokio::time::timeout(Duration::from_secs(2), permits.acquire_many(all)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), drained()).await;
     }
 }
 
@@ -329,7 +347,17 @@ async fn accept_loop(
                 continue;
             }
         };
-        let slot = match limits.place(&sl.session, &shared) {
+        // A client of a lobby has a seat there, never refused (the longest waiting is
+        // dropped for it), until it names its tenant.
+        let (slot, dropped) = match sl.session.lobby() {
+            Some(lobby) => {
+                let seat = lobby.seat();
+                let dropped = seat.dropped();
+                (Ok(Slot::unidentified(seat)), Some(dropped))
+            }
+            None => (limits.place(&sl.session, &shared), None),
+        };
+        let slot = match slot {
             Ok(slot) => slot,
             Err(why) => {
                 // Too many refusals in flight to answer this one: cut off (a reset), and
@@ -352,25 +380,52 @@ async fn accept_loop(
             }
             continue;
         }
-        match (&sl.listener, stream) {
-            (Listener::Tls(_, tls), Stream::Tcp(tcp)) => {
-                tokio::spawn(serve_tls(tls.clone(), tcp, conn));
+        let tls = match &sl.listener {
+            Listener::Tls(_, tls) => Some(tls.clone()),
+            _ => None,
+        };
+        let served = async move {
+            match (tls, stream) {
+                (Some(tls), Stream::Tcp(tcp)) => serve_tls(tls, tcp, conn).await,
+                (_, stream) => front::handle(ClientIo::new(stream), conn).await,
             }
-            (_, stream) => {
-                tokio::spawn(front::handle(ClientIo::new(stream), conn));
+        };
+        match dropped {
+            None => tokio::spawn(served),
+            Some(dropped) => {
+                let (session, log) = (Arc::clone(&sl.session.id), Arc::clone(&shared.log));
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = served => {}
+                        // Its seat went to a newer connection before it named its tenant:
+                        // ended (a reset, as every connection that has not sent a whole
+                        // request is), and logged.
+                        dropped = dropped => {
+                            let mut attempt = Attempt::begin(session, Proto::Http);
+                            attempt.reason = Reason::ConnectionLimit;
+                            attempt.detail = Some(format!(
+                                "dropped before it named a tenant, for a newer connection: \
+                                 all {} places for connections that have not named one were \
+                                 taken (--max-unidentified), and it had waited longest",
+                                dropped.capacity
+                            ));
+                            log.record(&attempt.finish(End::Refused, 0, 0));
+                        }
+                    }
+                })
             }
-        }
+        };
     }
 }
 
-/// A client of a TLS listener: the handshake within the header timeout (a failed one is
-/// logged), then served as any other, with its certificate's names.
+/// A client of a TLS listener: the handshake within the first head's deadline (a failed
+/// one is logged), then served as any other, with its certificate's names.
 async fn serve_tls(
     tls: crate::listener_tls::ListenerTls,
     tcp: tokio::net::TcpStream,
     mut conn: Conn,
 ) {
-    let deadline = conn.shared.config.header_timeout;
+    let deadline = conn.first_head_timeout();
     let started = tokio::time::Instant::now();
     let accepted = tokio::select! {
         accepted = tls.accept(tcp, deadline) => accepted,

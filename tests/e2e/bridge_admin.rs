@@ -38,27 +38,6 @@ fn start(dir: &TestDir, port: u16, extra: &[&str]) -> Bridge {
     Bridge::start_args(dir, &args)
 }
 
-fn admin_addr(bridge: &Bridge) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let found = bridge.stderr().iter().find_map(|l| {
-            l.split("admin on ")
-                .nth(1)
-                .and_then(|rest| rest.split(' ').next())
-                .map(str::to_owned)
-        });
-        if let Some(addr) = found {
-            return addr;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no admin line: {:?}",
-            bridge.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The metrics as the Prometheus client library's own parser reads them: (name,
 /// labels, value) for every sample.
 fn scrape(admin: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
@@ -116,7 +95,7 @@ fn metrics_parse_as_prometheus_text_and_match_the_log() {
     let http = HttpServer::start();
     let p = http.port();
     let bridge = start(&dir, p, &[]);
-    let admin = admin_addr(&bridge);
+    let admin = bridge.admin_addr();
     let user = format!("team-a:{SECRET}");
     let proxy = format!("http://{user}@{}", bridge.addr);
     let fetch = |proxy: &str, url: &str, extra: &[&str]| {
@@ -232,7 +211,7 @@ fn ready_until_the_bridge_drains() {
     let http = HttpServer::start();
     let p = http.port();
     let mut bridge = start(&dir, p, &["--drain-timeout", "30s"]);
-    let admin = admin_addr(&bridge);
+    let admin = bridge.admin_addr();
     let ready = || {
         stdout(&curl(&[
             "-o",
@@ -446,7 +425,7 @@ mod review38 {
         let http = HttpServer::start();
         let p = http.port();
         let bridge = start(&dir, p, &[]);
-        let admin = admin_addr(&bridge);
+        let admin = bridge.admin_addr();
         // Every place taken by a client that asks and never reads.
         let _holders: Vec<TcpStream> = (0..16)
             .map(|_| {

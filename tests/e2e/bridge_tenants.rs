@@ -42,29 +42,6 @@ fn tenants(dir: &TestDir, port: u16) -> std::path::PathBuf {
     )
 }
 
-/// Where `tenant`'s own listener is, once the bridge has said it.
-fn own_listener(bridge: &Bridge, tenant: &str) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let found = bridge.stderr().iter().find_map(|l| {
-            l.contains(&format!("session e2e/{tenant},"))
-                .then(|| l.split("listening on ").nth(1))
-                .flatten()
-                .and_then(|rest| rest.split(' ').next())
-                .map(str::to_owned)
-        });
-        if let Some(addr) = found {
-            return addr;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{tenant} has no listener: {:?}",
-            bridge.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn start(dir: &TestDir, port: u16) -> Bridge {
     let file = tenants(dir, port);
     Bridge::start_args(dir, &["--tenants".into(), file.display().to_string()])
@@ -151,7 +128,7 @@ fn each_tenant_reaches_only_its_own_hosts_and_is_logged_as_itself() {
         .any(|l| l.contains("tenant team-a: session e2e/team-a, 1 allow rules")));
 
     // A tenant's own listener needs no credentials: its clients are that tenant's.
-    let own = own_listener(&bridge, "team-b");
+    let own = bridge.own_listener("team-b");
     let out = curl(&["-o", "/dev/null", "-w", "%{http_code}", "-x", &own, &b_url]);
     assert_eq!(stdout(&out), "200");
     let out = curl(&["-o", "/dev/null", "-w", "%{http_code}", "-x", &own, &a_url]);
@@ -435,13 +412,29 @@ mod review37 {
         let dir = TestDir::new("r37-socks-limit");
         let http = HttpServer::start();
         let p = http.port();
-        let bridge = with_limit(&dir, p, "2");
+        // Each tenant may have both places, so that only the bridge's limit is reached.
+        let file = tenants(&dir, p);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let text = text.replace("allowlist = ", "max_connections = 2\nallowlist = ");
+        std::fs::write(&file, text).unwrap();
+        let bridge = Bridge::start_args(
+            &dir,
+            &[
+                "--tenants".into(),
+                file.display().to_string(),
+                "--max-connections".into(),
+                "2".into(),
+            ],
+        );
         // Positive control: a SOCKS5 tunnel opens while there is room.
         assert_eq!(socks_connect(&bridge, "team-a", SECRET_A, "a.test", p), 0);
-        let _idle: Vec<_> = (0..2)
-            .map(|_| TcpStream::connect(bridge.addr).unwrap())
-            .collect();
         std::thread::sleep(Duration::from_millis(300));
+        // The bridge's two places, one tunnel of each tenant's (a connection that has not
+        // named a tenant takes none).
+        let (status, _held_a) = connect(&bridge, "team-a", SECRET_A, &format!("a.test:{p}"));
+        assert_eq!(status, "HTTP/1.1 200");
+        let (status, _held_b) = connect(&bridge, "team-b", SECRET_B, &format!("b.test:{p}"));
+        assert_eq!(status, "HTTP/1.1 200");
         let (status, _) = connect(&bridge, "team-a", SECRET_A, &format!("a.test:{p}"));
         assert_eq!(status, "HTTP/1.1 503");
         let code = socks_connect(&bridge, "team-a", SECRET_A, "a.test", p);
@@ -527,7 +520,7 @@ mod review37 {
             ),
         );
         let bridge = Bridge::start_args(&dir, &["--tenants".into(), file.display().to_string()]);
-        let own = own_listener(&bridge, "team-b");
+        let own = bridge.own_listener("team-b");
         // Positive control: team-a reaches another loopback port its rule opens.
         let (status, _) = connect(&bridge, "team-a", SECRET_A, &format!("127.0.0.1:{p}"));
         assert_eq!(status, "HTTP/1.1 200");

@@ -8,6 +8,7 @@ mod support;
 mod bridge_admin;
 mod bridge_dns;
 mod bridge_fleet;
+mod bridge_flood;
 mod bridge_forward;
 mod bridge_limits;
 mod bridge_malformed;

@@ -415,8 +415,9 @@ pub struct BridgeArgs {
     pub tenants: Option<PathBuf>,
 
     /// Serve `GET /__netbox/metrics` (Prometheus text format) and `GET /__netbox/ready`
-    /// (503 once draining) on this separate listener: 127.0.0.1:PORT, [::1]:PORT or
-    /// unix:PATH (with --tenants, any address).
+    /// (503 while every --max-connections place is taken, and once draining) on this
+    /// separate listener: 127.0.0.1:PORT, [::1]:PORT or unix:PATH (with --tenants, any
+    /// address).
     #[arg(long = "admin", value_name = "ADDR")]
     pub admin: Option<String>,
 
@@ -534,11 +535,29 @@ pub struct BridgeArgs {
     pub header_timeout: std::time::Duration,
 
     /// Connections open at once; past it each new one is refused at once (503, or a
-    /// SOCKS5 failure reply) and logged.
+    /// SOCKS5 failure reply) and logged. With --tenants, a client of the --listen
+    /// listeners takes its place once it has named its tenant.
     #[arg(long = "max-connections", value_name = "N",
           default_value_t = bridge::server::DEFAULT_SESSION_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
     pub max_connections: usize,
+
+    /// With --tenants: clients of the --listen listeners that have not named their tenant
+    /// yet (TLS handshake, SOCKS5 greeting, request head), held apart from
+    /// --max-connections; past it, the one that has waited longest (a second at least) is
+    /// dropped for the newcomer, so that connections that never name one cannot keep
+    /// tenants out (while all are younger, up to 4 x N are held).
+    #[arg(long = "max-unidentified", value_name = "N", requires = "tenants",
+          default_value_t = bridge::conn::DEFAULT_UNIDENTIFIED_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
+    pub max_unidentified: usize,
+
+    /// With --tenants: drop a client of the --listen listeners that has not named its
+    /// tenant this long after it connected (TLS handshake included); --header-timeout, if
+    /// shorter, still applies.
+    #[arg(long = "identify-timeout", value_name = "DURATION", requires = "tenants",
+          default_value = "5s", value_parser = humantime::parse_duration)]
+    pub identify_timeout: std::time::Duration,
 
     /// Refusals written to the event log per minute at most; past it they are counted,
     /// and each minute's count is logged as one `net_suppressed` record.
@@ -562,6 +581,27 @@ mod tests {
         );
         let full = format!("{:?}", Cli::try_parse_from(args).map_err(|e| e.kind()));
         (fast, full)
+    }
+
+    #[test]
+    fn the_identify_deadline_defaults_to_the_bridges() {
+        let parsed = Cli::try_parse_from(["netbox", "bridge", "--tenants", "t.toml"]).unwrap();
+        let Some(Command::Bridge(args)) = parsed.command else {
+            panic!("not the bridge command");
+        };
+        assert_eq!(
+            args.identify_timeout,
+            bridge::conn::DEFAULT_IDENTIFY_TIMEOUT
+        );
+        assert_eq!(
+            args.max_unidentified,
+            bridge::conn::DEFAULT_UNIDENTIFIED_CONNECTIONS
+        );
+        // Only with --tenants: without it every client is the bridge's own.
+        for flag in ["--identify-timeout=1s", "--max-unidentified=8"] {
+            let parsed = Cli::try_parse_from(["netbox", "bridge", "--listen", "127.0.0.1:0", flag]);
+            assert!(parsed.is_err(), "{flag} without --tenants");
+        }
     }
 
     #[test]

@@ -48,18 +48,33 @@ impl Limits {
 /// A line to say when the open-file limit (already raised to its hard limit at start)
 /// cannot hold `max_connections` at once: each takes two fds (the client's and the
 /// upstream's), the refusals in flight past it one each (256), the tunnels' splice pipes
-/// two each (`MAX_SPLICING_DIRECTIONS`), and netbox needs a few of its own.
-pub fn open_file_note(max_connections: usize) -> Option<String> {
+/// two each (`MAX_SPLICING_DIRECTIONS`), a shared bridge's clients that have not named
+/// their tenant one each (`unidentified`, `--max-unidentified`, of which a lobby holds up
+/// to `CEILING_FACTOR` times), the admin listener's one each (64, as many times), and
+/// netbox needs a few of its own.
+pub fn open_file_note(max_connections: usize, unidentified: usize) -> Option<String> {
+    use bridge::lobby::CEILING_FACTOR;
     use nix::sys::resource::{getrlimit, Resource};
-    const OWN_FDS: u64 = 64 + 256 + 2 * bridge::tunnel::MAX_SPLICING_DIRECTIONS as u64;
+    const OWN_FDS: u64 =
+        64 + 256 + 64 * CEILING_FACTOR as u64 + 2 * bridge::tunnel::MAX_SPLICING_DIRECTIONS as u64;
     let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
-    let wanted = u64::try_from(max_connections).ok()?.saturating_mul(2) + OWN_FDS;
+    let lobby = unidentified.saturating_mul(CEILING_FACTOR);
+    let own = OWN_FDS.saturating_add(u64::try_from(lobby).ok()?);
+    let wanted = u64::try_from(max_connections)
+        .ok()?
+        .saturating_mul(2)
+        .saturating_add(own);
     (soft < wanted).then(|| {
         format!(
             "netbox: the open-file limit ({soft}) holds about {} connections at once, fewer \
              than --max-connections {max_connections}; raise it (ulimit -n) or lower \
-             --max-connections",
-            soft.saturating_sub(OWN_FDS) / 2
+             --max-connections{}",
+            soft.saturating_sub(own) / 2,
+            if unidentified > 0 {
+                " or --max-unidentified"
+            } else {
+                ""
+            }
         )
     })
 }

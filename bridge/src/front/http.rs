@@ -65,6 +65,8 @@ struct ConnState {
 }
 
 /// Serves one HTTP client connection: possibly several requests, possibly one tunnel.
+/// `header_timeout` is what is left of the first head's deadline; later heads have
+/// `--header-timeout` each.
 pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Duration) {
     // The first head is read and checked here, so that one hyper would refuse on its own
     // is refused as every request is (head.rs).
@@ -120,7 +122,7 @@ pub async fn serve(mut io: ClientIo, conn: Conn, header_timeout: std::time::Dura
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
+        .header_read_timeout(state.conn.shared.config.header_timeout)
         .max_header_size(MAX_HEADER_BYTES)
         .max_headers(MAX_HEADERS)
         .preserve_header_case(true);
@@ -206,7 +208,7 @@ fn log_protocol_error(state: &ConnState, e: &hyper::Error) {
 
 async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body> {
     let proxied = req.method() == Method::CONNECT || req.uri().scheme().is_some();
-    let conn = match identify(&req, state) {
+    let conn = match identify(&req, state).await {
         Ok(conn) => conn,
         Err((refusal, session)) if proxied => {
             let connect = req.method() == Method::CONNECT;
@@ -266,7 +268,7 @@ async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body>
 /// tenants, the one of the tenant the request's credentials name (the same tenant for
 /// every request of a connection, so that a kept upstream is never another tenant's).
 /// Refused with the session the refusal is logged under: the tenant's once one is named.
-fn identify(req: &Request<Incoming>, state: &ConnState) -> Result<Conn, (Refusal, Arc<str>)> {
+async fn identify(req: &Request<Incoming>, state: &ConnState) -> Result<Conn, (Refusal, Arc<str>)> {
     let Some(tenants) = state.conn.session.tenants() else {
         return Ok(state.conn.renewed());
     };
@@ -297,12 +299,16 @@ fn identify(req: &Request<Incoming>, state: &ConnState) -> Result<Conn, (Refusal
     let bound = match state.tenant.get() {
         Some(bound) => bound,
         None => {
-            let conn = state.conn.as_tenant(Arc::clone(&session)).map_err(|why| {
-                (
-                    Refusal::new(Reason::ConnectionLimit, why),
-                    Arc::clone(&session.id),
-                )
-            })?;
+            let conn = state
+                .conn
+                .as_tenant(Arc::clone(&session))
+                .await
+                .map_err(|why| {
+                    (
+                        Refusal::new(Reason::ConnectionLimit, why),
+                        Arc::clone(&session.id),
+                    )
+                })?;
             // HTTP/1 serves one request at a time: nothing else sets it meanwhile.
             state.tenant.get_or_init(|| conn)
         }

@@ -14,9 +14,6 @@ use crate::policy::Reason;
 /// First byte of every SOCKS5 message (RFC 1928 §3).
 const SOCKS5_VERSION: u8 = 0x05;
 
-/// How long a connection past a limit waits for a place before it is refused.
-const PLACE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
-
 /// Serves one client connection to its end.
 pub async fn handle(io: ClientIo, conn: Conn) {
     handle_from(io, conn, tokio::time::Instant::now()).await;
@@ -25,10 +22,10 @@ pub async fn handle(io: ClientIo, conn: Conn) {
 /// [`handle`] for a connection accepted at `started`: its head deadline counts from then
 /// (a TLS client's handshake is part of it).
 pub(crate) async fn handle_from(mut io: ClientIo, conn: Conn, started: tokio::time::Instant) {
-    let timeout = conn.shared.config.header_timeout;
+    let timeout = conn.first_head_timeout();
     // Past a limit, a place freed a moment later is still this connection's: a client that
     // closes one connection and opens the next at once is not refused for the overlap.
-    let conn = conn.wait_for_place(PLACE_WAIT).await;
+    let conn = conn.wait_for_place(crate::conn::PLACE_WAIT).await;
     let first_byte = tokio::select! {
         first = tokio::time::timeout(timeout.saturating_sub(started.elapsed()), io.peek_first_byte()) => first,
         // The bridge is stopping: nothing was asked yet.

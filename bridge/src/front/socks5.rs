@@ -85,7 +85,7 @@ pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::
     let mut request = request;
     if let Some(session) = tenant {
         attempt.session = session.id.clone();
-        match conn.as_tenant(session) {
+        match conn.as_tenant(session).await {
             Ok(tenant) => conn = tenant,
             Err(why) => {
                 let refusal = Refusal::new(Reason::ConnectionLimit, why);

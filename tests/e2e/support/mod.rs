@@ -208,6 +208,40 @@ impl Bridge {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The address on the first stderr line that `line_has` picks, after `said` (`admin
+    /// on `, `listening on `), waiting for the bridge to say it.
+    fn said_address(&self, line_has: &str, said: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let found = self.stderr().iter().find_map(|l| {
+                l.contains(line_has)
+                    .then(|| l.split(said).nth(1))
+                    .flatten()
+                    .and_then(|rest| rest.split(' ').next())
+                    .map(str::to_owned)
+            });
+            if let Some(addr) = found {
+                return addr;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never said {line_has:?}: {:?}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Where the admin listener (`--admin`) is.
+    pub fn admin_addr(&self) -> String {
+        self.said_address("admin on ", "admin on ")
+    }
+
+    /// Where `tenant`'s own listener (its `listen` in the tenants file) is.
+    pub fn own_listener(&self, tenant: &str) -> String {
+        self.said_address(&format!("session e2e/{tenant},"), "listening on ")
+    }
+
     /// The bridge process's resident memory, in KiB.
     pub fn rss_kib(&self) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))

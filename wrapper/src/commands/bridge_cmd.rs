@@ -124,6 +124,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
     let mut config = BridgeConfig {
         connect_timeout: args.connect_timeout,
         header_timeout: args.header_timeout,
+        identify_timeout: args.identify_timeout,
         idle_timeout: args.idle_timeout,
         dns,
         refusal_status: http_status(args.refusal_status)?,
@@ -142,7 +143,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
                 gate,
                 listeners,
                 states,
-            } = served_tenants(plans, &session_id, args.max_connections)?;
+            } = served_tenants(plans, &session_id, args.max_unidentified)?;
             let served = Served::Tenants {
                 gate: Arc::clone(&gate),
                 file: file.clone(),
@@ -168,7 +169,11 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
     let mut reloader = Reloader::new(served, cwd, can_inspect);
     reloader.takes_certificates = args.client_ca.is_some();
     let reloader = Arc::new(reloader);
-    if let Some(note) = crate::limits::open_file_note(args.max_connections) {
+    let unidentified = match args.tenants {
+        Some(_) => args.max_unidentified,
+        None => 0,
+    };
+    if let Some(note) = crate::limits::open_file_note(args.max_connections, unidentified) {
         crate::output::say(&note);
     }
 
@@ -241,6 +246,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             metrics: metrics.unwrap_or_default(),
             sessions: Box::new(gauges(Arc::clone(&reloader), Arc::clone(&session))),
             ready: std::sync::atomic::AtomicBool::new(true),
+            capacity: Arc::clone(&config.capacity),
         });
         let admin_task = match &admin_addr {
             Some(addr) => {
@@ -466,11 +472,12 @@ struct TenantsServed {
 }
 
 /// The tenants' sessions (id `SESSION/NAME`): the session of the listeners where clients
-/// name their tenant, the tenants' own listeners, and each tenant as a reload sees it.
+/// name their tenant (with `unidentified` seats for those that have not yet), the tenants'
+/// own listeners, and each tenant as a reload sees it.
 fn served_tenants(
     plans: Vec<TenantPlan>,
     session_id: &str,
-    max_connections: usize,
+    unidentified: usize,
 ) -> Result<TenantsServed, WrapperError> {
     for plan in &plans {
         for line in &plan.tool_lines {
@@ -491,7 +498,7 @@ fn served_tenants(
             addrs.into_iter().map(move |a| (a, Arc::clone(&session)))
         })
         .collect();
-    let gate = Session::serving_tenants(session_id, Arc::new(tenants), max_connections);
+    let gate = Session::serving_tenants(session_id, Arc::new(tenants), unidentified);
     Ok(TenantsServed {
         gate: Arc::new(gate),
         listeners,

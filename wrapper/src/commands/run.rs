@@ -66,7 +66,7 @@ pub fn run_reporting(
     probe_report: &mut Option<crate::sandbox::probe::ProbeReport>,
 ) -> Result<u8, WrapperError> {
     let started = std::time::Instant::now();
-    if let Some(note) = crate::limits::open_file_note(config.max_connections) {
+    if let Some(note) = crate::limits::open_file_note(config.max_connections, 0) {
         crate::output::say(&note);
     }
     // Before anything of the sandbox exists: whatever CMD creates is stamped later.

@@ -15,7 +15,15 @@
 //! - (c) after: fds and RSS back near idle, and one log record per attempt;
 //! - (d) slowloris: `SLOW` connections each sending one byte of a request head a second
 //!   (reconnecting when dropped) for `SLOW_SECS`, while a few clients go on with normal
-//!   requests and their latency is measured; then fds and RSS again.
+//!   requests and their latency is measured; then fds and RSS again;
+//! - (e) a shared bridge (`--tenants`, `--max-connections` half of `FLOOD`) under a flood
+//!   of `FLOOD` connections that name no tenant, each sending `CONNECT x` and a byte a
+//!   second and opening again a second after it is dropped, for `FLOOD_SECS`, while a
+//!   tenant's clients (through the shared listener with its token, and through its own
+//!   listener) are timed: their p99 under the flood against a quiet bridge's (timed as
+//!   long, just before), PASS within 2x, MISS past it (a target, printed; loopback
+//!   latencies of a few milliseconds are too noisy on a shared machine to fail a run on),
+//!   and every request served (an invariant). The flood runs on threads of its own.
 //!
 //! Exit status 1 if an invariant fails (listed in the summary table), 2 on a usage error.
 
@@ -58,6 +66,8 @@ struct Knobs {
     deny_every: u64,
     slow: usize,
     slow_secs: u64,
+    flood: usize,
+    flood_secs: u64,
     header_timeout_secs: u64,
     max_connections: usize,
 }
@@ -89,6 +99,9 @@ impl Knobs {
             concurrency,
             deny_every: num("DENY_EVERY", 4)?.max(1),
             slow,
+            flood: num("FLOOD", slow)?,
+            // Long enough for the flood to be dropped at its head deadline and come back.
+            flood_secs: num("FLOOD_SECS", header_timeout_secs * 3 / 2 + 1)?,
             // Long enough for the slow connections to be dropped and come back twice.
             slow_secs: num("SLOW_SECS", header_timeout_secs * 5 / 2)?,
             header_timeout_secs,
@@ -220,6 +233,8 @@ fn failure(kind: &'static str, detail: impl ToString) -> Failure {
 struct Ctx {
     bridge: SocketAddr,
     port: u16,
+    /// Header lines a CONNECT carries besides Host (a tenant's Proxy-Authorization).
+    extra: &'static str,
 }
 
 /// CONNECT up.test, then GET /N through the tunnel: the body must be `body(N)` exactly.
@@ -229,7 +244,10 @@ async fn allowed(ctx: Ctx, n: u64) -> Result<(), Failure> {
         .map_err(|e| failure("connect", e))?;
     s.set_nodelay(true).ok();
     let target = format!("up.test:{}", ctx.port);
-    let connect = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    let connect = format!(
+        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{}\r\n",
+        ctx.extra
+    );
     s.write_all(connect.as_bytes())
         .await
         .map_err(|e| failure("io", e))?;
@@ -278,7 +296,10 @@ async fn denied(ctx: Ctx) -> Result<(), Failure> {
         .await
         .map_err(|e| failure("connect", e))?;
     let target = format!("denied.test:{}", ctx.port);
-    let connect = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    let connect = format!(
+        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{}\r\n",
+        ctx.extra
+    );
     // The bridge may reset before it has read all of it; its answer says what happened.
     let _ = s.write_all(connect.as_bytes()).await;
     let mut got = Vec::new();
@@ -461,9 +482,15 @@ struct SlowStats {
     left: AtomicU64,
 }
 
-/// One slow client: a byte a second until the bridge drops it, then again, until `stop`.
-async fn slow_client(ctx: Ctx, stats: Arc<SlowStats>, stop: Arc<AtomicBool>) {
-    let head = slow_head(ctx.port);
+/// One slow client: `head` a byte a second until the bridge drops it, then again after
+/// `pause`, until `stop`.
+async fn slow_client(
+    ctx: Ctx,
+    head: Arc<[u8]>,
+    pause: Duration,
+    stats: Arc<SlowStats>,
+    stop: Arc<AtomicBool>,
+) {
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut s) = TcpStream::connect(ctx.bridge).await else {
             stats.connect_failed.fetch_add(1, Ordering::Relaxed);
@@ -492,6 +519,7 @@ async fn slow_client(ctx: Ctx, stats: Arc<SlowStats>, stop: Arc<AtomicBool>) {
             .lock()
             .expect("slow stats")
             .push(started.elapsed());
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -516,35 +544,82 @@ async fn normal_client(
 struct Bridge {
     child: Child,
     addr: SocketAddr,
+    /// Its other listeners, in the order it said them (a tenant's own).
+    others: Vec<SocketAddr>,
     log: PathBuf,
     /// stderr lines other than the listening line (notes, accept errors).
     said: Arc<Mutex<Vec<String>>>,
 }
 
+/// The policy every bridge here holds its clients to: up.test is pinned to loopback and
+/// the IP rule opens loopback for that port, as the e2e tests do; denied.test is pinned
+/// there too, so a wrong allow would reach it. Returns the file.
+fn write_policy(dir: &Path, port: u16) -> PathBuf {
+    let policy = format!(
+        "allow = [\"up.test:{port}\", \"127.0.0.1:{port}\"]\ndeny = [\"denied.test\"]\n\
+         [hosts]\n\"up.test\" = \"127.0.0.1\"\n\"denied.test\" = \"127.0.0.1\"\n"
+    );
+    let policy_file = dir.join("allow.toml");
+    std::fs::write(&policy_file, policy).expect("write the allowlist");
+    policy_file
+}
+
+/// The token of the shared bridge's one tenant in (e).
+const TENANT_TOKEN: &str = "soak-tenant-Xq3Lm8Rv2Tn6Wd";
+
 impl Bridge {
     fn start(k: &Knobs, dir: &Path, port: u16) -> Bridge {
-        // up.test is pinned to loopback and the IP rule opens loopback for that port, as
-        // the e2e tests do; denied.test is pinned there too, so a wrong allow would reach it.
-        let policy = format!(
-            "allow = [\"up.test:{port}\", \"127.0.0.1:{port}\"]\ndeny = [\"denied.test\"]\n\
-             [hosts]\n\"up.test\" = \"127.0.0.1\"\n\"denied.test\" = \"127.0.0.1\"\n"
+        let policy_file = write_policy(dir, port);
+        let args = [
+            "--allowlist".into(),
+            policy_file.display().to_string(),
+            "--max-connections".into(),
+            k.max_connections.to_string(),
+            // Every attempt is checked against the log: no per-minute bound on refusals.
+            "--log-refusals-per-minute".into(),
+            "1000000000".into(),
+        ];
+        Bridge::spawn(k, dir, "events.jsonl", &args, 1)
+    }
+
+    /// A shared bridge of one tenant, `t`, named by [`TENANT_TOKEN`] on the shared
+    /// listener and by a listener of its own, with `max_connections` places.
+    fn start_shared(k: &Knobs, dir: &Path, port: u16, max_connections: usize) -> Bridge {
+        write_policy(dir, port);
+        let digest: String = {
+            use sha2::Digest;
+            let bytes = sha2::Sha256::digest(TENANT_TOKEN.as_bytes());
+            bytes.iter().map(|b| format!("{b:02x}")).collect()
+        };
+        let tenants = dir.join("tenants.toml");
+        let text = format!(
+            "[tenants.t]\nallowlist = [\"allow.toml\"]\nsecrets = [\"sha256:{digest}\"]\n\
+             listen = [\"127.0.0.1:0\"]\n"
         );
-        let policy_file = dir.join("allow.toml");
-        std::fs::write(&policy_file, policy).expect("write the allowlist");
-        let log = dir.join("events.jsonl");
+        std::fs::write(&tenants, text).expect("write the tenants file");
+        // The log's default bound on refusals, as a bridge facing a flood runs with: what
+        // is measured is the tenants' service, not the log's (which is not checked here).
+        let args = [
+            "--tenants".into(),
+            tenants.display().to_string(),
+            "--max-connections".into(),
+            max_connections.to_string(),
+        ];
+        Bridge::spawn(k, dir, "shared.jsonl", &args, 2)
+    }
+
+    /// Starts `netbox bridge` with `args` and waits for its `listeners` listening lines.
+    fn spawn(k: &Knobs, dir: &Path, log: &str, args: &[String], listeners: usize) -> Bridge {
+        let log = dir.join(log);
         let mut child = Command::new(&k.netbox)
             .arg("bridge")
             .args(["--listen", "127.0.0.1:0", "--quiet", "--session", "soak"])
-            .arg("--allowlist")
-            .arg(&policy_file)
+            .args(args)
             .arg("--log")
             .arg(&log)
             // Nothing here is resolved; a question would go where nothing answers.
             .args(["--dns", "127.0.0.1:9"])
-            .args(["--max-connections", &k.max_connections.to_string()])
             .args(["--header-timeout", &format!("{}s", k.header_timeout_secs)])
-            // Every attempt is checked against the log: no per-minute bound on refusals.
-            .args(["--log-refusals-per-minute", "1000000000"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -564,12 +639,19 @@ impl Bridge {
                 }
             }
         });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| panic!("the bridge did not start: {:?}", said.lock()));
+        let mut addrs: Vec<SocketAddr> = (0..listeners)
+            .map(|_| {
+                rx.recv_timeout(Duration::from_secs(10))
+                    .unwrap_or_else(|_| panic!("the bridge did not start: {:?}", said.lock()))
+                    .parse()
+                    .expect("the bridge's address")
+            })
+            .collect();
+        let addr = addrs.remove(0);
         Bridge {
             child,
-            addr: addr.parse().expect("the bridge's address"),
+            addr,
+            others: addrs,
             log,
             said,
         }
@@ -757,21 +839,44 @@ fn log_len(log: &Path) -> u64 {
 
 // ---- the run ----
 
-/// Invariants, each with the figure it was judged on.
+/// Invariants, each with the figure it was judged on, and targets, which are printed
+/// PASS or MISS and fail nothing.
 #[derive(Default)]
-struct Checks(Vec<(String, bool, String)>);
+struct Checks(Vec<(String, Verdict, String)>);
+
+#[derive(Clone, Copy, PartialEq)]
+enum Verdict {
+    Ok,
+    Fail,
+    Pass,
+    Miss,
+}
 
 impl Checks {
     fn check(&mut self, name: &str, ok: bool, figure: impl ToString) {
-        self.0.push((name.to_owned(), ok, figure.to_string()));
+        let verdict = if ok { Verdict::Ok } else { Verdict::Fail };
+        self.0.push((name.to_owned(), verdict, figure.to_string()));
+    }
+
+    fn target(&mut self, name: &str, met: bool, figure: impl ToString) {
+        let verdict = if met { Verdict::Pass } else { Verdict::Miss };
+        self.0.push((name.to_owned(), verdict, figure.to_string()));
     }
 
     fn print(&self) -> bool {
         println!("\n== summary");
-        for (name, ok, figure) in &self.0 {
-            println!("{:<4} {name:<46} {figure}", if *ok { "ok" } else { "FAIL" });
+        for (name, verdict, figure) in &self.0 {
+            let word = match verdict {
+                Verdict::Ok => "ok",
+                Verdict::Fail => "FAIL",
+                Verdict::Pass => "PASS",
+                Verdict::Miss => "MISS",
+            };
+            println!("{word:<4} {name:<46} {figure}");
         }
-        self.0.iter().all(|(_, ok, _)| *ok)
+        self.0
+            .iter()
+            .all(|(_, verdict, _)| *verdict != Verdict::Fail)
     }
 }
 
@@ -795,7 +900,7 @@ fn main() -> ExitCode {
     };
     let fd_limit = raise_fd_limit();
     // Every slow connection and, under load, each client and its upstream end are ours.
-    let needed = (knobs.slow + NORMAL_CLIENTS).max(2 * knobs.concurrency) + 256;
+    let needed = (knobs.slow.max(knobs.flood) + NORMAL_CLIENTS).max(2 * knobs.concurrency) + 256;
     if u64::try_from(needed).unwrap_or(u64::MAX) > fd_limit {
         eprintln!(
             "soak: needs {needed} fds, the limit is {fd_limit}: lower SLOW or CONCURRENCY, \
@@ -825,6 +930,7 @@ async fn run(k: &Knobs, fd_limit: u64) -> bool {
     let ctx = Ctx {
         bridge: bridge.addr,
         port,
+        extra: "",
     };
     let pid = bridge.pid();
     let mut checks = Checks::default();
@@ -942,6 +1048,11 @@ async fn run(k: &Knobs, fd_limit: u64) -> bool {
         slowloris(k, ctx, pid, idle, &bridge.log, &mut checks).await;
     }
 
+    // (e) a shared bridge under a flood of connections that name no tenant
+    if k.flood > 0 {
+        tenant_flood(k, &dir, port, &mut checks).await;
+    }
+
     checks.check(
         "the bridge is still running",
         bridge.alive(),
@@ -1019,8 +1130,17 @@ async fn slowloris(k: &Knobs, ctx: Ctx, pid: u32, idle: Usage, log: &Path, check
     let peak = Peak::watch(pid);
     let overflows = listen_overflows();
     let opening = Instant::now();
+    let head: Arc<[u8]> = slow_head(ctx.port).into();
     let slow: Vec<_> = (0..k.slow)
-        .map(|_| tokio::spawn(slow_client(ctx, Arc::clone(&stats), Arc::clone(&stop))))
+        .map(|_| {
+            tokio::spawn(slow_client(
+                ctx,
+                Arc::clone(&head),
+                Duration::ZERO,
+                Arc::clone(&stats),
+                Arc::clone(&stop),
+            ))
+        })
         .collect();
     let want = u64::try_from(k.slow).unwrap_or(u64::MAX);
     while stats.opened.load(Ordering::Relaxed) < want && opening.elapsed() < Duration::from_secs(30)
@@ -1132,4 +1252,181 @@ async fn slowloris(k: &Knobs, ctx: Ctx, pid: u32, idle: Usage, log: &Path, check
             dropped.len()
         ),
     );
+}
+
+/// A slow head that names no tenant, as the attack on a shared bridge was written.
+const UNNAMED_HEAD: &[u8] = b"CONNECT x";
+
+/// How long a flood connection waits to open again once the bridge dropped it.
+const FLOOD_REOPEN: Duration = Duration::from_secs(1);
+
+/// How many times the quiet p99 a tenant's p99 under the flood may be.
+const FLOOD_P99_TARGET: f64 = 2.0;
+
+/// A tenant's clients on `shared` (with the token) and on `own` (its own listener),
+/// `NORMAL_CLIENTS` in all, until `stop`: (allowed, denied) outcomes.
+async fn tenant_clients(
+    shared: Ctx,
+    own: Ctx,
+    k: &Knobs,
+    stop: &Arc<AtomicBool>,
+    base: u64,
+) -> (Tally, Tally) {
+    let clients: Vec<_> = (0..NORMAL_CLIENTS)
+        .map(|i| {
+            let ctx = if i % 2 == 0 { shared } else { own };
+            tokio::spawn(normal_client(
+                ctx,
+                base | (i as u64) << 32,
+                k.deny_every,
+                Arc::clone(stop),
+            ))
+        })
+        .collect();
+    let (mut allowed, mut denied) = (Tally::default(), Tally::default());
+    for c in clients {
+        let (a, d) = c.await.expect("tenant client");
+        allowed.merge(a);
+        denied.merge(d);
+    }
+    (allowed, denied)
+}
+
+async fn tenant_flood(k: &Knobs, dir: &Path, port: u16, checks: &mut Checks) {
+    println!("\n== (e) a shared bridge under a flood of slow heads that name no tenant");
+    // Half the flood would have taken every place of a bridge that gave them places.
+    let places = (k.flood / 2).max(2 * NORMAL_CLIENTS + 16);
+    let mut bridge = Bridge::start_shared(k, dir, port, places);
+    use base64::Engine;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("t:{TENANT_TOKEN}"));
+    let extra: &'static str =
+        Box::leak(format!("Proxy-Authorization: Basic {basic}\r\n").into_boxed_str());
+    let shared = Ctx {
+        bridge: bridge.addr,
+        port,
+        extra,
+    };
+    let own = Ctx {
+        bridge: bridge.others[0],
+        port,
+        extra: "",
+    };
+    println!(
+        "shared listener {}, the tenant's own {}; --max-connections {places}; flood of {} \
+         for {} s, each opening again {} s after it is dropped",
+        shared.bridge,
+        own.bridge,
+        k.flood,
+        k.flood_secs,
+        FLOOD_REOPEN.as_secs()
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let quiet_run = tenant_clients(shared, own, k, &stop, 3 << 40);
+    // As long as under the flood, so that both p99s are of as many requests.
+    let timer = async {
+        tokio::time::sleep(Duration::from_secs(k.flood_secs)).await;
+        stop.store(true, Ordering::Relaxed);
+    };
+    let ((mut quiet, quiet_denied), ()) = tokio::join!(quiet_run, timer);
+    println!("quiet bridge, tenant allowed: {}", quiet.describe());
+
+    let stats = Arc::new(SlowStats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak = Peak::watch(bridge.pid());
+    let opening = Instant::now();
+    let head: Arc<[u8]> = UNNAMED_HEAD.into();
+    // The flood runs on threads of its own, as an attacker's machine would: the tenant's
+    // clients are timed waiting on the bridge, not on this harness's handling of the flood.
+    let attacker = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("the flood's runtime");
+    let flood: Vec<_> = (0..k.flood)
+        .map(|_| {
+            attacker.spawn(slow_client(
+                shared,
+                Arc::clone(&head),
+                FLOOD_REOPEN,
+                Arc::clone(&stats),
+                Arc::clone(&stop),
+            ))
+        })
+        .collect();
+    let want = u64::try_from(k.flood).unwrap_or(u64::MAX);
+    while stats.opened.load(Ordering::Relaxed) < want && opening.elapsed() < Duration::from_secs(30)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "{} flood connections open after {:.1} s",
+        stats.opened.load(Ordering::Relaxed),
+        opening.elapsed().as_secs_f64()
+    );
+    let flooded_run = tenant_clients(shared, own, k, &stop, 4 << 40);
+    let timer = async {
+        tokio::time::sleep(Duration::from_secs(k.flood_secs)).await;
+        stop.store(true, Ordering::Relaxed);
+    };
+    let ((mut flooded, mut flooded_denied), ()) = tokio::join!(flooded_run, timer);
+    for f in flood {
+        let _ = f.await;
+    }
+    attacker.shutdown_background();
+    let dropped = stats.dropped.lock().map(|d| d.len()).unwrap_or(0);
+    println!(
+        "{} flood connections in {} s ({} refused at connect), {dropped} dropped by the \
+         bridge; {}",
+        stats.opened.load(Ordering::Relaxed),
+        k.flood_secs,
+        stats.connect_failed.load(Ordering::Relaxed),
+        peak.end()
+    );
+    println!(
+        "under the flood, tenant allowed: {}\nunder the flood, tenant denied:  {}",
+        flooded.describe(),
+        flooded_denied.describe()
+    );
+    checks.check(
+        "flood: every tenant request served",
+        flooded.failed() == 0 && flooded.ok > 0 && quiet.failed() == 0 && quiet.ok > 0,
+        format!("{} of {}", flooded.ok, flooded.attempts()),
+    );
+    checks.check(
+        "flood: every tenant denied request refused",
+        flooded_denied.failed() == 0 && quiet_denied.failed() == 0,
+        format!("{} of {}", flooded_denied.ok, flooded_denied.attempts()),
+    );
+    let (p99_quiet, p99_flood) = (
+        percentile(&quiet.latencies, 99),
+        percentile(&flooded.latencies, 99),
+    );
+    let ratio = p99_flood.as_secs_f64() / p99_quiet.as_secs_f64().max(1e-6);
+    let verdict = if ratio <= FLOOD_P99_TARGET {
+        "PASS"
+    } else {
+        "MISS"
+    };
+    println!(
+        "tenant p99: quiet {}, under the flood {} ({ratio:.2}x): {verdict} (target: within \
+         {FLOOD_P99_TARGET}x)",
+        ms(p99_quiet),
+        ms(p99_flood)
+    );
+    checks.target(
+        &format!("flood: tenant p99 within {FLOOD_P99_TARGET}x of quiet"),
+        ratio <= FLOOD_P99_TARGET,
+        format!("{} -> {} ({ratio:.2}x)", ms(p99_quiet), ms(p99_flood)),
+    );
+    checks.check(
+        "flood: the shared bridge is still running",
+        bridge.alive(),
+        format!("pid {}", bridge.pid()),
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(bridge.pid()).unwrap_or(0)),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = bridge.child.wait();
 }

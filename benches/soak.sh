@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Load and soak of `netbox bridge` (issue 14, item 4), loopback only: benches/soak.rs
-# starts its own upstream and bridge, runs idle -> load -> after -> slowloris, prints a
-# summary table and exits 1 if an invariant fails.
+# starts its own upstream and bridge, runs idle -> load -> after -> slowloris, then a
+# shared bridge (--tenants) under a flood of connections that name no tenant, prints a
+# summary table (invariants ok/FAIL, targets PASS/MISS) and exits 1 if an invariant fails.
 #
 #   bash benches/soak.sh               # full run: 100,000 connections, 2,000 at once,
 #                                      # 10,000 slowloris (about 2 minutes here)
@@ -12,8 +13,9 @@
 # SLOW (slowloris connections, 0 skips it), SLOW_SECS (2.5 x HEADER_TIMEOUT),
 # HEADER_TIMEOUT (the bridge's --header-timeout in seconds, 10), MAX_CONNECTIONS (the
 # bridge's --max-connections; by default room for SLOW and CONCURRENCY, so that what is
-# measured is service, not the budget). The full run needs an fd hard limit of about
-# 11,000 (ulimit -Hn); the harness raises its soft limit itself.
+# measured is service, not the budget), FLOOD (connections of the flood on the shared
+# bridge, SLOW; 0 skips it), FLOOD_SECS (1.5 x HEADER_TIMEOUT + 1). The full run needs
+# an fd hard limit of about 11,000 (ulimit -Hn); the harness raises its soft limit itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +36,7 @@ cargo build --release --quiet --bin netbox
 netbox_bin="$target_dir/$(rustc -vV | sed -n 's/^host: //p')/release/netbox"
 
 knobs=()
-for knob in CONNECTIONS CONCURRENCY DENY_EVERY SLOW SLOW_SECS HEADER_TIMEOUT MAX_CONNECTIONS; do
+for knob in CONNECTIONS CONCURRENCY DENY_EVERY SLOW SLOW_SECS HEADER_TIMEOUT MAX_CONNECTIONS FLOOD FLOOD_SECS; do
     [ -n "${!knob:-}" ] && knobs+=("$knob=${!knob}")
 done
 

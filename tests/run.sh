@@ -42,8 +42,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test (as $(id -un))"
 cargo test --workspace --features netbox/test-hooks
-# ~20 s against the debug netbox; the full run (100,000 connections, 10,000 slowloris) is
-# benches/soak.sh, not CI's.
+# ~28 s against the debug netbox (a 500-connection flood of a shared bridge included);
+# the full run (100,000 connections, 10,000 slowloris) is benches/soak.sh, not CI's.
 echo "== bridge load and soak, quick"
 # The dev profile: the bench's client is quick enough unoptimised, and CI builds nothing
 # in release for it.

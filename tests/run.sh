@@ -14,8 +14,9 @@ need npm "nodejs npm"
 need go golang-go
 need ruby ruby
 need ssh openssh-client
-# A terminal emulator whose view the tests read (sandbox_tty_reset).
+# A terminal emulator whose view the tests read, and GNU screen inside it (sandbox_tty_reset).
 need tmux tmux
+need screen screen
 need dpkg-deb dpkg
 need apt-get apt
 need cargo "a Rust toolchain (rustup)"

@@ -18,6 +18,20 @@ use nix::sys::termios;
 use crate::support::{netbox_bin, TestDir};
 
 nix::ioctl_write_ptr_bad!(set_window_size, libc::TIOCSWINSZ, libc::winsize);
+nix::ioctl_read_bad!(get_window_size, libc::TIOCGWINSZ, libc::winsize);
+
+/// The rows and columns of the terminal `fd` is.
+pub(crate) fn window_size(fd: &impl AsRawFd) -> (u16, u16) {
+    let mut size = Winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize into `size`, which lives for the call.
+    unsafe { get_window_size(fd.as_raw_fd(), &mut size) }.unwrap();
+    (size.ws_row, size.ws_col)
+}
 
 /// netbox running on a pty of the test's: its master, and everything shown on it so far.
 pub(crate) struct OnTerminal {
@@ -117,6 +131,20 @@ impl OnTerminal {
 
     pub(crate) fn modes(&self) -> libc::termios {
         libc::termios::from(termios::tcgetattr(self.slave.as_fd()).unwrap())
+    }
+
+    /// Whether netbox has exited within `limit` (its status then); it keeps running if not.
+    pub(crate) fn exited_within(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub(crate) fn wait(self) -> (ExitStatus, String) {

@@ -2,12 +2,14 @@
 //! output with a sequence that would hide, garble or swallow the text that follows
 //! (conceal, the line-drawing set, the alternate screen, a hidden cursor, an unfinished
 //! OSC or DCS string, half an escape sequence, a one-line scroll region, an open
-//! hyperlink, the default colours made alike), and leaves git metadata behind so that
-//! netbox warns after the run. Read by a model of an xterm-like terminal
+//! hyperlink, the default colours made alike, left and right margins), and leaves git
+//! metadata behind so that netbox warns after the run. Read by a model of an xterm-like terminal
 //! (support/screen.rs) and by a real one (tmux), the warning shows as plain text, both
 //! when CMD has a terminal of its own and when it writes to netbox's (`--no-tty`). With
-//! --no-tty CMD can also change the terminal's modes (no echo, raw): they are as before
-//! once netbox is done. Controls: the warning is there; a run with nothing to say writes
+//! --no-tty CMD can also change the terminal's modes (no echo, raw), stop its output and
+//! set its window size: they are as before once netbox is done, and netbox's warning is
+//! not held up. Inside GNU screen, which hands a DCS string's content to its own terminal,
+//! what CMD passes through that way is reset there too. Controls: the warning is there; a run with nothing to say writes
 //! nothing after CMD; no escape byte goes into a pipe or a file.
 
 use std::process::Stdio;
@@ -37,6 +39,9 @@ const ATTACKS: &[(&str, &str)] = &[
     // A restore of the cursor (1049l restores what DECSC saved) must not bring the
     // concealing pen back after the reset.
     ("concealing pen saved", "\x1b[8m\x1b7\x1b[?1049h\x1b[0m"),
+    // Left and right margins two columns apart (DECLRMM on, then DECSLRM): xterm
+    // squeezes the warning into them, and its start scrolls away.
+    ("left and right margins", "\x1b[?69h\x1b[1;2s"),
 ];
 
 /// The warning netbox prints after the run (the git metadata check's).
@@ -109,6 +114,48 @@ fn modes_cmd_changed_on_the_callers_terminal_come_back() {
     assert!(shown.contains(" -echo "), "{shown:?}");
     assert!(shown.contains(WARNING), "{shown:?}");
     assert!(same_modes(&before, &after), "modes changed: {shown:?}");
+}
+
+/// With --no-tty CMD can stop the terminal's output (`tcflow(TCOOFF)`, as ^S does) and
+/// set its window size: netbox's warning must not wait forever for output that never
+/// starts again, and the size is put back.
+#[test]
+fn output_cmd_stopped_and_a_size_it_set_do_not_outlast_it() {
+    let dir = TestDir::new("tty-reset-flow");
+    // CMD sets the size and says it, then stops output and checks it is stopped (a
+    // non-blocking write is refused), writing the result to a file: it cannot print.
+    let script = "import fcntl, os, struct, sys, termios\n\
+        fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack('HHHH', 3, 5, 0, 0))\n\
+        print('SIZE', os.get_terminal_size(1).lines, os.get_terminal_size(1).columns, flush=True)\n\
+        termios.tcflow(1, termios.TCOOFF)\n\
+        os.set_blocking(1, False)\n\
+        try:\n    os.write(1, b'x'); result = 'written'\n\
+        except BlockingIOError:\n    result = 'stopped'\n\
+        os.set_blocking(1, True)\n\
+        open('flow.txt', 'w').write(result)\n\
+        os.makedirs('p/.git')\n";
+    let mut term = OnTerminal::start(&dir, &["--no-tty"], &["python3", "-c", script]);
+    let slave = term.slave.try_clone().unwrap();
+    let ended = term.exited_within(std::time::Duration::from_secs(15));
+    if ended.is_none() {
+        // Let it finish, so nothing is left running.
+        let _ = nix::sys::termios::tcflow(&slave, nix::sys::termios::FlowArg::TCOON);
+    }
+    let size = crate::sandbox_tty::window_size(&slave);
+    let (status, shown) = term.wait();
+    // Positive control: CMD did set the size, and output was stopped.
+    assert!(shown.contains("SIZE 3 5"), "{shown:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("ws/flow.txt")).unwrap(),
+        "stopped"
+    );
+    assert!(
+        ended.is_some(),
+        "netbox waited on stopped output: {shown:?}"
+    );
+    assert_eq!(status.code(), Some(0), "{shown:?}");
+    assert!(shown.contains(WARNING), "{shown:?}");
+    assert_eq!(size, (24, 80), "the size CMD set stayed");
 }
 
 /// netbox's standard output and error are a pipe and a file: not one escape byte of
@@ -192,32 +239,108 @@ fn a_terminal_emulator_shows_the_warning() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
-/// A tmux server of the test's own, with one 100x24 pane running netbox; killed when
-/// dropped.
+/// GNU screen between netbox and the terminal (tmux, read as above): screen hands the
+/// content of a DCS string to its own terminal as it is, past its own state, so CMD can
+/// leave conceal (or a line-drawing set, or left and right margins) on the terminal
+/// screen runs in, which netbox's reset of screen's own state does not touch. The
+/// warning shows there as plain text all the same. Control: the passthrough works here
+/// (a CMD whose own text follows it shows concealed).
+#[test]
+fn inside_gnu_screen_what_cmd_passes_through_cannot_hide_the_warning() {
+    let dir = TestDir::new("tty-reset-screen");
+    let passed_through: &[(&str, &str)] = &[
+        ("conceal", "\x1bP\x1b[8m\x1b\\"),
+        ("line-drawing set", "\x1bP\x1b(0\x1b\\"),
+        ("black on black", "\x1bP\x1b[30;40m\x1b\\"),
+    ];
+    let mut failed = Vec::new();
+    for (n, (attack, bytes)) in passed_through.iter().enumerate() {
+        let pane = Pane::run_between(&dir, n, &[], bytes, Between::Screen);
+        let screen = pane.tmux(&["capture-pane", "-p", "-e"]);
+        if !screen.contains(&format!("CMD-END{}", &WARNING[..40])) {
+            failed.push(format!("{attack}: {screen:?}"));
+        }
+    }
+    // Control: what CMD passes through reaches the terminal screen runs in.
+    let pane = Pane::run_between(
+        &dir,
+        passed_through.len(),
+        &[],
+        "\x1bP\x1b[8m\x1b\\SEEN-CONCEALED",
+        Between::Screen,
+    );
+    let screen = pane.tmux(&["capture-pane", "-p", "-e"]);
+    assert!(
+        screen.contains("CMD-END\x1b[8mSEEN-CONCEALED"),
+        "the passthrough did not work here: {screen:?}"
+    );
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// What stands between netbox and the terminal in a test pane.
+#[derive(Clone, Copy)]
+enum Between {
+    Nothing,
+    /// GNU screen, with its own settings only (`-c /dev/null`).
+    Screen,
+}
+
+/// A tmux server of the test's own, with one pane running netbox; killed when dropped.
 struct Pane {
     socket: std::path::PathBuf,
 }
 
 impl Pane {
-    /// Runs netbox in a new pane until it has exited: CMD leaves git metadata, then prints
-    /// `CMD-END` and `bytes`.
+    /// Runs netbox in a new 100x24 pane until it has exited: CMD leaves git metadata, then
+    /// prints `CMD-END` and `bytes`.
     fn run(dir: &TestDir, n: usize, args: &[&str], bytes: &str) -> Pane {
+        Pane::run_between(dir, n, args, bytes, Between::Nothing)
+    }
+
+    /// As `run`, with `between` between netbox and tmux (in a 250-column pane then, so
+    /// that the warning is one line of screen's).
+    fn run_between(dir: &TestDir, n: usize, args: &[&str], bytes: &str, between: Between) -> Pane {
         let done = dir.join(&format!("done-{n}"));
         let script = dir.join(&format!("pane-{n}.sh"));
         std::fs::create_dir_all(dir.join("ws")).unwrap();
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\ncd {ws}\n{netbox} --quiet --log {log} {args} -- sh -c 'mkdir -p \"$1/.git\" && printf \"$2\"' sh tmux-{n} '{format}'\ntouch {done}\nexec sleep 60\n",
-                ws = dir.join("ws").display(),
-                netbox = crate::support::netbox_bin().display(),
-                log = dir.join(&format!("events-{n}.jsonl")).display(),
-                args = args.join(" "),
-                format = printf_format(&format!("CMD-END{bytes}")),
-                done = done.display(),
-            ),
-        )
-        .unwrap();
+        let netbox = format!(
+            "cd {ws}\n{netbox} --quiet --log {log} {args} -- sh -c 'mkdir -p \"$1/.git\" && printf \"$2\"' sh tmux-{n} '{format}'\ntouch {done}\nexec sleep 60\n",
+            ws = dir.join("ws").display(),
+            netbox = crate::support::netbox_bin().display(),
+            log = dir.join(&format!("events-{n}.jsonl")).display(),
+            args = args.join(" "),
+            format = printf_format(&format!("CMD-END{bytes}")),
+            done = done.display(),
+        );
+        let (text, width) = match between {
+            Between::Nothing => (format!("#!/bin/sh\n{netbox}"), "100"),
+            Between::Screen => {
+                let inner = dir.join(&format!("in-screen-{n}.sh"));
+                std::fs::write(&inner, format!("#!/bin/sh\n{netbox}")).unwrap();
+                std::fs::set_permissions(
+                    &inner,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                )
+                .unwrap();
+                // screen's sockets in a directory of the test's (0700, as screen wants).
+                let sockets = dir.join(&format!("screen-{n}"));
+                std::fs::create_dir_all(&sockets).unwrap();
+                std::fs::set_permissions(
+                    &sockets,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o700),
+                )
+                .unwrap();
+                (
+                    format!(
+                        "#!/bin/sh\nSCREENDIR={} exec screen -c /dev/null {}\n",
+                        sockets.display(),
+                        inner.display()
+                    ),
+                    "250",
+                )
+            }
+        };
+        std::fs::write(&script, text).unwrap();
         std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
         let pane = Pane {
@@ -232,7 +355,7 @@ impl Pane {
                 "new-session",
                 "-d",
                 "-x",
-                "100",
+                width,
                 "-y",
                 "24",
             ])

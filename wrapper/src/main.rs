@@ -77,9 +77,9 @@ fn stop_on_panic() {
         supervise::kill_sandbox_now();
         // What CMD left on the terminal must not hide it.
         let reset = if terminal::owed_on_stderr() {
-            terminal::RESET
+            terminal::reset()
         } else {
-            ""
+            String::new()
         };
         let line = format!(
             "{reset}netbox: internal error, the run was stopped: {} (please report this)\n",

@@ -15,7 +15,7 @@
 
 mod reset;
 
-pub use reset::{before_writing, cmd_ended, handed_over, owed_on_stderr, RESET};
+pub use reset::{before_writing, cmd_ended, handed_over, owed_on_stderr, reset};
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
@@ -113,7 +113,12 @@ struct Saved {
     stream: Stream,
     terminal: u64,
     modes: Termios,
+    size: Option<Winsize>,
 }
+
+/// CMD has a pty of its own (`Session`): it never holds the caller's terminal, so the
+/// window size there is the caller's, which a resize during the run may have changed.
+static OWN_PTY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// netbox's side of CMD's terminal while it runs: the caller's terminal in raw mode, and
 /// the relay threads.
@@ -127,6 +132,7 @@ impl Session {
     /// input is one), then the relays: standard input into the pty, the pty out to
     /// standard output.
     pub fn start(master: OwnedFd, sandbox: nix::unistd::Pid) -> std::io::Result<Session> {
+        OWN_PTY.store(true, std::sync::atomic::Ordering::SeqCst);
         enter_raw_mode();
         let input = master.try_clone()?;
         let output = master.try_clone()?;
@@ -201,6 +207,7 @@ fn save_modes() {
                 stream,
                 terminal,
                 modes,
+                size: stream.with_fd(pty::window_size),
             });
         }
     }
@@ -208,21 +215,50 @@ fn save_modes() {
     install_panic_hook();
 }
 
-/// Puts the caller's terminal modes back (once; later calls do nothing), except on a
-/// terminal where another job has the foreground by now: the modes are that job's then.
+/// Puts the caller's terminal back (once; later calls do nothing), except on a terminal
+/// where another job has the foreground by now: it is that job's then. With `--no-tty` CMD
+/// held it and could have stopped its output (`tcflow(TCOOFF)`: netbox's next write would
+/// wait forever), changed its modes, or set its window size (TIOCSWINSZ): output is
+/// started again (TCOON), then the modes and the size are put back as they were when CMD
+/// started. A window resized during such a run is put back to its size at the start too:
+/// nothing tells that resize from CMD's. With a pty of CMD's own, the caller's size is
+/// left as it is.
 pub fn restore() {
     let saved = SAVED
         .lock()
         .map(|mut kept| std::mem::take(&mut *kept))
         .unwrap_or_default();
-    for Saved { stream, modes, .. } in saved {
+    let own_pty = OWN_PTY.load(std::sync::atomic::Ordering::SeqCst);
+    for Saved {
+        stream,
+        modes,
+        size,
+        ..
+    } in saved
+    {
         stream.with_fd(|fd| {
             let another_job =
                 nix::unistd::tcgetpgrp(fd).is_ok_and(|group| group != nix::unistd::getpgrp());
-            if !another_job && termios::tcgetattr(fd).ok().as_ref() != Some(&modes) {
-                // TCSADRAIN: what netbox already wrote is shown as it was meant (raw)
-                // first.
-                let _ = termios::tcsetattr(fd, SetArg::TCSADRAIN, &modes);
+            if another_job {
+                return;
+            }
+            let _ = termios::tcflow(fd, termios::FlowArg::TCOON);
+            if termios::tcgetattr(fd).ok().as_ref() != Some(&modes) {
+                // TCSANOW: TCSADRAIN would wait for output to drain, which a terminal
+                // whose output is stopped never does. Nothing written is lost or changed
+                // by it: the line discipline processes output as it is written (n_tty),
+                // so what netbox or CMD wrote has been processed under the modes then.
+                let _ = termios::tcsetattr(fd, SetArg::TCSANOW, &modes);
+            }
+            if let Some(size) = size.filter(|_| !own_pty) {
+                let now = pty::window_size(fd);
+                let same = now.is_some_and(|n| {
+                    (n.ws_row, n.ws_col, n.ws_xpixel, n.ws_ypixel)
+                        == (size.ws_row, size.ws_col, size.ws_xpixel, size.ws_ypixel)
+                });
+                if !same {
+                    let _ = pty::set_window_size(fd, &size);
+                }
             }
         });
     }

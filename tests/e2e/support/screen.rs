@@ -4,8 +4,9 @@
 //! VTE and tmux follow), and the state that hides or garbles text: SGR (conceal, colours),
 //! the character sets G0–G3 and the shifts that select them, the alternate screen and the
 //! cursor saved with it (1049 restores the pen DECSC saved, as xterm's `CursorRestore`
-//! does), the default colours (OSC 10 and 11), the scroll region, autowrap, cursor
-//! visibility and an open OSC 8 hyperlink.
+//! does), the default colours (OSC 10 and 11), the scroll region, the left and right
+//! margins (DECSLRM, which `CSI s` is while DECLRMM is on, and which resetting DECLRMM
+//! clears, as xterm does), autowrap, cursor visibility and an open OSC 8 hyperlink.
 //! Each printed character is kept with what, if anything, would hide it.
 
 /// A character set designated into G0–G3.
@@ -68,6 +69,9 @@ pub struct Screen {
     pub cursor_visible: bool,
     autowrap: bool,
     full_margins: bool,
+    /// DECLRMM: `CSI s` sets the left and right margins instead of saving the cursor.
+    lr_mode: bool,
+    full_lr_margins: bool,
     link: Option<String>,
     /// The default foreground and background, as OSC 10 and 11 may set them.
     colours_set: [bool; 2],
@@ -88,6 +92,8 @@ impl Screen {
             cursor_visible: true,
             autowrap: true,
             full_margins: true,
+            lr_mode: false,
+            full_lr_margins: true,
             link: None,
             colours_set: [false; 2],
             single_shift: None,
@@ -221,6 +227,9 @@ impl Screen {
         if !self.full_margins {
             hidden_by.push("scroll region");
         }
+        if !self.full_lr_margins {
+            hidden_by.push("left and right margins");
+        }
         if !self.autowrap {
             hidden_by.push("autowrap off");
         }
@@ -305,6 +314,12 @@ impl Screen {
                         47 | 1047 => self.alternate = on,
                         25 => self.cursor_visible = on,
                         7 => self.autowrap = on,
+                        69 => {
+                            self.lr_mode = on;
+                            if !on {
+                                self.full_lr_margins = true;
+                            }
+                        }
                         _ => {}
                     }
                 }
@@ -316,6 +331,13 @@ impl Screen {
                     .and_then(|p| number(p))
                     .unwrap_or(u32::from(self.rows));
                 self.full_margins = top <= 1 && bottom >= u32::from(self.rows);
+            }
+            (false, b's') if self.lr_mode => {
+                // The terminal's width is not modelled: margins that leave out any
+                // column of an 80-column screen count as set.
+                let left = params.first().and_then(|p| number(p)).unwrap_or(1);
+                let right = params.get(1).and_then(|p| number(p)).unwrap_or(u32::MAX);
+                self.full_lr_margins = left <= 1 && right >= 80;
             }
             (false, b's') => self.saved[usize::from(self.alternate)] = Some(self.pen.clone()),
             (false, b'u') => self.restore_pen(),
@@ -418,6 +440,7 @@ mod tests {
             "\x1b]8;;http://x.test/\x1b\\",
             "\x1b]10;#000000\x07",
             "\x1b]11;#000000\x1b\\",
+            "\x1b[?69h\x1b[1;2s",
         ] {
             assert!(
                 shows(&format!("{hiding}netbox"), "netbox").is_err(),
@@ -435,6 +458,9 @@ mod tests {
         assert!(shows("\x1b(0\x1b(Bnetbox", "netbox").is_ok());
         assert!(shows("\x1b)0\x0e\x0fnetbox", "netbox").is_ok());
         assert!(shows("\x1b[1;1r\x1b[rnetbox", "netbox").is_ok());
+        assert!(shows("\x1b[?69h\x1b[1;2s\x1b[?69lnetbox", "netbox").is_ok());
+        // Without DECLRMM, `CSI s` saves the cursor: no margins.
+        assert!(shows("\x1b[1;2snetbox", "netbox").is_ok());
         assert!(shows("\x1b]10;#000\x07\x1b]110\x07netbox", "netbox").is_ok());
         assert!(shows("\x1b]10;?\x07netbox", "netbox").is_ok());
     }

@@ -1,16 +1,16 @@
 //! The caller's terminal taken back from CMD. Whatever CMD's output ended with stays in
 //! force on the terminal after it, whether it came through CMD's own pty or went straight
 //! to netbox's standard output and error (`--no-tty`): conceal (SGR 8), a line-drawing
-//! character set, the alternate screen, a one-line scroll region, an OSC or DCS string
-//! left open (which swallows the text after it up to its end), or half an escape sequence
-//! (whose final byte would be the first of netbox's). Any of these would hide the lines
-//! netbox prints after the run: the git metadata check's warnings, errors, the timeout.
-//! So before netbox's first write to a terminal after CMD, it writes `RESET` there, as
-//! tmux does to a terminal it leaves; never to a pipe or a file, and nothing at all after
+//! character set, the alternate screen, a one-line scroll region, left and right margins,
+//! an OSC or DCS string left open (which swallows the text after it up to its end), or
+//! half an escape sequence (whose final byte would be the first of netbox's). Any of these
+//! would hide the lines netbox prints after the run: the git metadata check's warnings,
+//! errors, the timeout. So before netbox's first write to a terminal after CMD, it writes
+//! [`reset`] there, as tmux does to a terminal it leaves (and, inside GNU screen, through
+//! screen to the terminal beyond it); never to a pipe or a file, and nothing at all after
 //! a run netbox has nothing to say about. With `--no-tty` CMD holds the caller's terminal
 //! itself and can change its modes too (no echo, raw: tcsetattr needs no controlling
-//! terminal): they are put back as they were when CMD started, unless another job has
-//! the terminal's foreground by then.
+//! terminal), stop its output and set its window size: see `terminal::restore`.
 //!
 //! What netbox prints while CMD runs (each blocked attempt) is CMD's terminal's to show
 //! as it likes, as a remote session's output is under ssh: the event log has it.
@@ -26,6 +26,34 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::Stream;
 
+/// The margins: none left and right (DECLRMM off, which xterm resets them with; while it
+/// is on, `CSI s` sets them instead of saving the cursor), and the whole screen scrolls
+/// (DECSTBM homes the cursor, so it is saved and put back).
+macro_rules! reset_margins {
+    () => {
+        "\x1b[?69l\x1b7\x1b[r\x1b8"
+    };
+}
+
+/// Plain text, with `$st` ending each OSC string (ST for the terminal netbox writes to,
+/// BEL inside GNU screen's passthrough, whose DCS an ST would end): SGR 0, and ASCII in
+/// G0 to G3 with G0 shifted in (after any DECRC, which brings a saved pen and character
+/// sets back), default colours, no hyperlink open, autowrap on, replace mode, the cursor
+/// shown, the keyboard unlocked (KAM).
+macro_rules! reset_text {
+    ($st:literal) => {
+        concat!(
+            "\x1b[0m\x1b(B\x1b)B\x1b*B\x1b+B\x0f\x1b]110",
+            $st,
+            "\x1b]111",
+            $st,
+            "\x1b]8;;",
+            $st,
+            "\x1b[?7h\x1b[4l\x1b[?25h\x1b[2l",
+        )
+    };
+}
+
 /// What netbox writes to a terminal before its first line after CMD, in order.
 pub const RESET: &str = concat!(
     // CAN abandons an escape sequence or string left unfinished (the DEC parser's
@@ -35,19 +63,36 @@ pub const RESET: &str = concat!(
     // The main screen. DECSC first, so that where no alternate screen is on, the DECRC
     // that 1049 does restores where the cursor is, not an older position.
     "\x1b7\x1b[?1049l",
-    // The whole screen scrolls; DECSTBM homes the cursor, so it is saved and put back.
-    "\x1b7\x1b[r\x1b8",
-    // Plain text: SGR 0, and ASCII in G0 to G3 with G0 shifted in (after the DECRCs
-    // above, which bring a saved pen and character sets back), default colours.
-    "\x1b[0m\x1b(B\x1b)B\x1b*B\x1b+B\x0f\x1b]110\x1b\\\x1b]111\x1b\\",
-    // No hyperlink open, autowrap on, replace mode, the cursor shown, the keyboard
-    // unlocked (KAM).
-    "\x1b]8;;\x1b\\\x1b[?7h\x1b[4l\x1b[?25h\x1b[2l",
+    reset_margins!(),
+    reset_text!("\x1b\\"),
     // What keys and the mouse send, as tmux leaves it: no mouse reports, focus events or
     // bracketed paste; cursor keys and keypad in normal mode.
     "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1015l\x1b[?1004l\x1b[?2004l",
     "\x1b[?1l\x1b>",
 );
+
+/// The reset again, for the terminal GNU screen runs in: screen hands the content of a DCS
+/// string to its own terminal as it is (CMD's `ESC P ESC [8m ESC \` conceals what follows
+/// there, past screen's own state, which `RESET` resets). So inside screen what hides
+/// text is reset that way too: CAN first (screen keeps it in the string), the margins,
+/// plain text with OSC strings ended by BEL. Not the alternate screen, nor the keys and
+/// the mouse: screen itself runs on its terminal's alternate screen and sets those there.
+/// Measured with screen 4.09 in tmux 3.3a (sandbox_tty_reset.rs).
+pub const SCREEN_PASSTHROUGH: &str =
+    concat!("\x1bP\x18", reset_margins!(), reset_text!("\x07"), "\x1b\\");
+
+/// What to write before netbox's first line after CMD on a terminal: `RESET`, and inside
+/// GNU screen (`STY` set, or a `TERM` of screen's) the same passed through to screen's
+/// terminal. tmux sets such a `TERM` too, and drops a DCS it does not know.
+pub fn reset() -> String {
+    let in_screen = std::env::var_os("STY").is_some()
+        || std::env::var("TERM").is_ok_and(|term| term.starts_with("screen"));
+    if in_screen {
+        format!("{RESET}{SCREEN_PASSTHROUGH}")
+    } else {
+        RESET.to_owned()
+    }
+}
 
 /// The bit that says a reset is owed on `stream`.
 fn due(stream: Stream) -> u8 {
@@ -107,7 +152,7 @@ pub fn before_writing(stream: Stream) {
         return;
     }
     stream.with_fd(|fd| {
-        let _ = super::write_all_blocking(fd, RESET.as_bytes());
+        let _ = super::write_all_blocking(fd, reset().as_bytes());
     });
 }
 

@@ -215,3 +215,67 @@ fn a_learned_file_keeps_the_rules_it_was_given_and_replays_the_run() {
         stderr(&out)
     );
 }
+
+/// `-o DIR/FILE` where a sandbox could write on DIR's way: an earlier run in the workspace
+/// made `out` a link to a directory elsewhere on the host, and learn, asked to write
+/// `ws/out/allow.toml`, must not write there. It is refused with one line naming the link
+/// and where it points, and nothing is written anywhere. Control: with `out` a real
+/// directory, the same learn writes the file there.
+#[test]
+fn learn_does_not_write_through_a_link_planted_on_the_way_of_its_output() {
+    let dir = TestDir::new("learn-out-link");
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let run = Run::new(&dir);
+    let planted = run.sh(&format!("ln -s {} out", elsewhere.display()));
+    assert!(planted.status.success(), "{}", stderr(&planted));
+    let ws = dir.join("ws");
+    assert!(std::fs::symlink_metadata(ws.join("out"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let learn = |output: &std::path::Path, cwd: &std::path::Path| {
+        Command::new(netbox_bin())
+            .arg("learn")
+            .arg("--from-log")
+            .arg(&run.log)
+            .arg("-o")
+            .arg(output)
+            .current_dir(cwd)
+            .output()
+            .unwrap()
+    };
+    for (output, cwd) in [
+        (ws.join("out/allow.toml"), dir.path.as_path()),
+        (std::path::PathBuf::from("out/allow.toml"), ws.as_path()),
+    ] {
+        let out = learn(&output, cwd);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(125), "{output:?}: {said}");
+        assert!(
+            said.contains(&format!(
+                "out is a symbolic link (to {}), which netbox learn does not follow",
+                elsewhere.display()
+            )),
+            "{said}"
+        );
+        assert_eq!(
+            said.lines().filter(|l| l.starts_with("netbox:")).count(),
+            1,
+            "{said}"
+        );
+        assert_eq!(
+            std::fs::read_dir(&elsewhere).unwrap().count(),
+            0,
+            "learn wrote through the link"
+        );
+    }
+    // Control: a real directory there takes the file.
+    std::fs::remove_file(ws.join("out")).unwrap();
+    std::fs::create_dir(ws.join("out")).unwrap();
+    let out = learn(&ws.join("out/allow.toml"), &dir.path);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(std::fs::read_to_string(ws.join("out/allow.toml"))
+        .unwrap()
+        .contains("allow = ["));
+}

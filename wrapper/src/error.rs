@@ -42,8 +42,10 @@ pub enum WrapperError {
         link: PathBuf,
         root: PathBuf,
     },
-    #[error("{what} {}: {} is a symbolic link (to {target}), which netbox export does not follow: a sandbox that could write there could have pointed it anywhere", path.display(), link.display())]
-    ExportThroughSymlink {
+    #[error("{what} {}: {} is a symbolic link (to {target}), which netbox {command} does not follow: a sandbox that could write there could have pointed it anywhere", path.display(), link.display())]
+    WalkThroughSymlink {
+        /// The subcommand that walked (`export`, `learn`).
+        command: &'static str,
         what: &'static str,
         path: PathBuf,
         link: PathBuf,
@@ -147,7 +149,7 @@ impl WrapperError {
             WrapperError::HideThroughSymlink { .. } => Some(
                 "hide the real path (realpath PATH), or the directory that holds the link".into(),
             ),
-            WrapperError::ExportThroughSymlink { .. } => Some(
+            WrapperError::WalkThroughSymlink { .. } => Some(
                 "name the directory itself, with no link on the way, once you know the link is yours"
                     .into(),
             ),

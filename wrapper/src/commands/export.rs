@@ -37,8 +37,8 @@ pub enum Outcome {
 
 /// Runs `netbox export`; exit status 0 if every path was exported, 1 if any was refused.
 pub fn run(args: &ExportArgs) -> Result<u8, WrapperError> {
-    let from = open_walked(&args.from, "--from directory")?;
-    let to = open_walked(&args.to, "--to directory")?;
+    let from = open_walked(&args.from, "export", "--from directory")?;
+    let to = open_walked(&args.to, "export", "--to directory")?;
     let mut refused = 0;
     for path in &args.paths {
         match export_one(&from, &to, path, args.max_bytes) {
@@ -77,9 +77,15 @@ fn open_dir_at<Fd: AsFd>(dir: Fd, name: &Path) -> Result<OwnedFd, Errno> {
     )
 }
 
-/// Opens the directory `path` names (`--from`, `--to`), walked from `/` or the current
-/// directory one component at a time: no symlink in it is followed.
-fn open_walked(path: &Path, what: &'static str) -> Result<OwnedFd, WrapperError> {
+/// Opens the directory `path` names (`--from`, `--to`, learn's `-o`), walked from `/` or
+/// the current directory one component at a time: no symlink in it is followed, and one
+/// met is named, with where it points, in the error (`command` and `what` say whose path
+/// it was).
+pub fn open_walked(
+    path: &Path,
+    command: &'static str,
+    what: &'static str,
+) -> Result<OwnedFd, WrapperError> {
     let start = if path.has_root() { "/" } else { "." };
     let dir = open_dir_at(nix::fcntl::AT_FDCWD, Path::new(start))
         .map_err(|e| export_dir_error(path, what, e))?;
@@ -90,7 +96,8 @@ fn open_walked(path: &Path, what: &'static str) -> Result<OwnedFd, WrapperError>
     });
     let walked = if path.has_root() { "/" } else { "" };
     walk(dir, parts, PathBuf::from(walked)).map_err(|stop| match stop.link_to {
-        Some(target) => WrapperError::ExportThroughSymlink {
+        Some(target) => WrapperError::WalkThroughSymlink {
+            command,
             what,
             path: path.to_owned(),
             link: stop.at,

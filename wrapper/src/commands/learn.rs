@@ -283,16 +283,10 @@ impl OutputFile {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        let dir = nix::fcntl::open(
-            parent,
-            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| WrapperError::Path {
-            path: parent.to_owned(),
-            what: "directory for -o",
-            source: e.into(),
-        })?;
+        // Walked one component at a time, following no link: an earlier sandbox that
+        // could write on the way (`ws/out` made a link elsewhere) must not choose where
+        // the allowlist is written.
+        let dir = crate::commands::export::open_walked(parent, "learn", "directory for -o")?;
         Ok(OutputFile {
             dir,
             name,

@@ -1,6 +1,7 @@
 //! What netbox copies or sets for a tool inside the sandbox carries nothing `--hide` hides
 //! and no credential: cargo's settings seeded into netbox's `CARGO_HOME` (without their
-//! tokens, and not at all when hidden, in this workspace's home or another's), npm's,
+//! tokens, and not at all when hidden; another workspace's home, like every other cache
+//! in netbox's cache home, is out of the sandbox's view), npm's,
 //! pip's and maven's settings (never copied: read in place, where the cover holds), and
 //! netbox's own Java and maven options under `--clean-env` (built from nothing).
 
@@ -149,50 +150,83 @@ fn a_hidden_cargo_config_is_not_copied_and_a_shown_one_loses_its_tokens() {
     assert!(std::fs::read_to_string(&config).unwrap().contains(TOKEN));
 }
 
-/// Another workspace's cargo home is visible to CMD (read-only): a copy an older netbox
-/// made there, token and all, is cleaned at the next start, and one of a file this run
-/// hides is removed.
+/// netbox's cache home holds every workspace's caches, cargo's copy of the user's
+/// settings among them: a sandbox sees none of it but its own run's caches. Workspace B's
+/// run copies the user's cargo settings (a marker in them) into B's cargo home, and CMD
+/// there sees it (the control). A later run in workspace A that hides `~/.cargo` finds
+/// nothing of the hidden file anywhere in netbox's cache home: without `--allow-tool
+/// cargo`, with it, and with `--cache none`; nor another workspace's npm cache. A's own
+/// cache stays writable. And nothing B's CMD does to B's home (its settings rewritten, the
+/// home made 0500) stops A's run.
 #[test]
-fn other_workspaces_copies_lose_their_tokens_and_hidden_settings() {
-    TestDir::remove_leftovers_outside_tmp("seed-cargo-other");
-    let settings = cargo_config("https://index.mirror.test/index.git");
-    let home = home_with_cargo("seed-cargo-other", &settings);
-    let other = home.join(".cache/netbox/cargo/00000000000000aa");
-    std::fs::create_dir_all(&other).unwrap();
-    std::fs::write(other.join("config.toml"), &settings).unwrap();
-    // What another home's CMD made there that is no copy of netbox's is left alone, and
-    // holds up no start.
-    let planted = home.join(".cache/netbox/cargo/00000000000000bb/config.toml");
-    std::fs::create_dir_all(&planted).unwrap();
-    std::fs::write(planted.join("x"), "x").unwrap();
-    let dir = TestDir::new("seed-cargo-other-ws");
-    let look_other = format!(
-        "grep -rl -e \"$TOKEN\" \"$XDG_CACHE_HOME/netbox\"; echo \"grep=$?\"; \
-         cat {0}/config.toml 2>/dev/null || echo NO-COPY",
-        other.display()
+fn a_sandbox_sees_no_other_workspaces_caches_in_netboxs_cache_home() {
+    TestDir::remove_leftovers_outside_tmp("seed-cache-cover");
+    let settings = format!(
+        "{}\n[alias]\nmarker = \"build --features hidden-marker-c3\"\n",
+        cargo_config("https://index.mirror.test/index.git")
     );
-    let out = as_user(&dir, &home.path)
-        .env("TOKEN", TOKEN)
+    let home = home_with_cargo("seed-cache-cover", &settings);
+    let cache = home.join(".cache/netbox");
+    let (dir_a, dir_b) = (
+        TestDir::new("seed-cache-cover-a"),
+        TestDir::new("seed-cache-cover-b"),
+    );
+    // B: its copy of the user's settings, which its CMD sees and then spoils.
+    let out = as_user(&dir_b, &home.path)
         .args_from(&["--quiet", "--allow-tool", "cargo"])
-        .sh(&look_other);
-    let text = stdout(&out);
+        .sh("grep -c hidden-marker-c3 \"$CARGO_HOME/config.toml\"; \
+             printf 'a=1' > \"$CARGO_HOME/config.toml\"; chmod 500 \"$CARGO_HOME\"; \
+             echo \"$CARGO_HOME\"");
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(text.starts_with("grep=1\n"), "{text}");
-    assert!(!text.contains(TOKEN), "{text}");
-    // Positive control: the other home keeps its settings, but for the tokens.
-    assert!(text.contains("replace-with = \"mirror\""), "{text}");
-    // This run hides the file that copy was made of: the copy goes.
-    let out = as_user(&dir, &home.path)
-        .env("TOKEN", TOKEN)
-        .args_from(&["--quiet", "--allow-tool", "cargo", "--hide"])
-        .arg(home.join(".cargo/config.toml").display().to_string())
-        .sh(&look_other);
-    assert_eq!(stdout(&out), "grep=1\nNO-COPY\n", "{}", stderr(&out));
-    assert!(planted.join("x").exists());
+    let text = stdout(&out);
+    assert!(text.starts_with("1\n"), "{text}");
+    let home_b = PathBuf::from(text.lines().last().unwrap());
+    assert!(home_b.starts_with(&cache), "{text}");
+    // What B's CMD did to B's home does not stop A's run (as an unprivileged user, a 0500
+    // home is one netbox could not clean).
+    let out = as_user(&dir_a, &home.path)
+        .args_from(&["--quiet", "--allow-tool", "cargo"])
+        .sh("echo ran");
+    assert_eq!(stdout(&out), "ran\n", "{}", stderr(&out));
+    // Another workspace's npm cache, as its runs left it.
+    let npm_other = cache.join("npm/00000000000000aa");
+    std::fs::create_dir_all(&npm_other).unwrap();
+    std::fs::write(npm_other.join("index-v5"), "hidden-marker-c3").unwrap();
+    // B's copy as an older netbox left it: the settings whole (the hidden file's text).
+    std::fs::set_permissions(&home_b, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::write(home_b.join("config.toml"), &settings).unwrap();
+    std::fs::set_permissions(&home_b, std::os::unix::fs::PermissionsExt::from_mode(0o500)).unwrap();
+    // Positive control: on the host, the marker is in B's copy and the npm cache.
+    let holding = files_holding(&cache, "hidden-marker-c3");
+    assert!(holding.contains(&home_b.join("config.toml")), "{holding:?}");
+    assert!(holding.contains(&npm_other.join("index-v5")), "{holding:?}");
+    let look = "grep -rl hidden-marker-c3 \"$XDG_CACHE_HOME/netbox\" ~/.cargo; echo \"grep=$?\"; \
+                ls \"$XDG_CACHE_HOME/netbox\"; \
+                touch \"$CARGO_HOME/w\" 2>/dev/null && echo own-writable";
+    let hidden = home.join(".cargo").display().to_string();
+    for (extra, listed) in [
+        (&[][..], ""),
+        (&["--allow-tool", "cargo"][..], "cargo\nown-writable\n"),
+        (&["--allow-tool", "cargo", "--cache", "none"][..], ""),
+    ] {
+        let out = as_user(&dir_a, &home.path)
+            .args_from(&["--quiet", "--hide", &hidden])
+            .args_from(extra)
+            .sh(look);
+        assert_eq!(
+            stdout(&out),
+            format!("grep=1\n{listed}"),
+            "{extra:?}: {}",
+            stderr(&out)
+        );
+    }
+    // B's home is as B's CMD left it.
+    let mode = std::fs::metadata(&home_b).unwrap().permissions();
     assert_eq!(
-        files_holding(&home.join(".cache"), TOKEN),
-        Vec::<PathBuf>::new()
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o500
     );
+    std::fs::set_permissions(&home_b, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
 }
 
 /// The seeded settings still work: `cargo fetch` through source replacement to a local

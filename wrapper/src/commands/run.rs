@@ -428,13 +428,37 @@ fn child_plan(
             || !path.starts_with("/tmp")
             || config.write_roots.iter().any(|r| path.starts_with(r))
     };
-    let hidden: Vec<PathBuf> = config.hide.iter().filter(in_sandbox).cloned().collect();
-    let read_only: Vec<PathBuf> = config
-        .read_only
+    let covered: Vec<PathBuf> = config
+        .cache_covers
         .iter()
         .filter(in_sandbox)
         .cloned()
         .collect();
+    // Under a cover, but for the roots kept in it, nothing shows: nothing to hide or pin.
+    let shown = |path: &&PathBuf| {
+        !covered.iter().any(|c| path.starts_with(c))
+            || config.write_roots.iter().any(|r| path.starts_with(r))
+    };
+    let hidden: Vec<PathBuf> = config
+        .hide
+        .iter()
+        .filter(in_sandbox)
+        .filter(shown)
+        .cloned()
+        .collect();
+    let read_only: Vec<PathBuf> = config
+        .read_only
+        .iter()
+        .filter(in_sandbox)
+        .filter(shown)
+        .cloned()
+        .collect();
+    let protected: Vec<Protected> = protected
+        .iter()
+        .filter(|p| shown(&&p.path))
+        .cloned()
+        .collect();
+    let protected = protected.as_slice();
     // Whether each is a directory, as resolved (roots already are).
     for path in &hidden {
         resolved.identify(path)?;
@@ -446,6 +470,7 @@ fn child_plan(
             protected,
             read_only: &read_only,
             hidden: &hidden,
+            covered: &covered,
         },
         |path| resolved.is_dir(path),
     );
@@ -462,6 +487,15 @@ fn child_plan(
         resolved.identify(path)?;
     }
     mounts.identities = resolved.ids();
+    // Each cover with the roots kept in it, for the probe.
+    let covers_kept = mounts
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            mounts::MountOp::Cover { target, keep } => Some((target.clone(), keep.clone())),
+            _ => None,
+        })
+        .collect();
     let root_identities = config
         .write_roots
         .iter()
@@ -498,6 +532,7 @@ fn child_plan(
                 .collect(),
             host_sockets: Vec::new(),
             hidden,
+            covered: covers_kept,
             proxy: SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)),
             host_listener,
             canary: canary.to_owned(),
@@ -542,6 +577,7 @@ fn child_plan(
             write_roots: config.write_roots.clone(),
             private_tmp: config.tmp == crate::cli::TmpMode::Private,
             hide: config.hide.clone(),
+            covered: covered.clone(),
         },
         terminal: crate::terminal::plan(config.tty),
         capture: config.capture.clone(),

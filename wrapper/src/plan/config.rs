@@ -26,6 +26,9 @@ pub struct SandboxConfig {
     pub tmp: TmpMode,
     pub read_only: Vec<PathBuf>,
     pub hide: Vec<PathBuf>,
+    /// netbox's cache home (tools/cover.rs): covered in the sandbox but for the writable
+    /// roots inside it (this run's caches).
+    pub cache_covers: Vec<PathBuf>,
     pub protect: Vec<PathBuf>,
     /// Allowlists (includes too) and `--env-file` files that lie inside a writable root,
     /// canonical: pinned read-only, so CMD cannot rewrite the next run's policy.
@@ -159,6 +162,9 @@ impl SandboxConfig {
             refuse_symlinks_in_roots(file, &write_roots, "allowlist")?;
         }
         let env_extra = extra_env(&args.env_file, &args.env, &caches, &write_roots)?;
+        // netbox's cache home, every workspace's caches in it: covered in the sandbox but
+        // for this run's own caches (tools/cover.rs).
+        let cache_covers = crate::plan::tools::cache_homes_to_cover(&write_roots);
         write_roots.extend(caches.iter().filter_map(|c| c.dir.clone()));
         let bridge_files = [
             (&args.bridge_token_file, "--bridge-token-file"),
@@ -214,6 +220,7 @@ impl SandboxConfig {
             tmp: args.tmp,
             read_only: named.read_only,
             hide: named.hide,
+            cache_covers,
             protect: named.protect,
             policy_inputs,
             home_split,

@@ -66,6 +66,9 @@ pub struct SocketScan {
     pub private_tmp: bool,
     /// `--hide` paths: a socket under one is not there to cover.
     pub hide: Vec<PathBuf>,
+    /// Covered directories (netbox's cache home): a socket under one but outside every
+    /// writable root is not there either.
+    pub covered: Vec<PathBuf>,
 }
 
 impl SocketScan {
@@ -77,6 +80,7 @@ impl SocketScan {
             p.starts_with("/run")
                 || (self.private_tmp && p.starts_with("/tmp") && !in_root(p))
                 || self.hide.iter().any(|h| p.starts_with(h))
+                || (self.covered.iter().any(|c| p.starts_with(c)) && !in_root(p))
         };
         visible_host_sockets(hidden, &self.write_roots)
     }

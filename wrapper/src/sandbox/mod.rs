@@ -108,13 +108,14 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     // dumpable and never execs, so /proc/1/fd, ptrace and pidfd_getfd are all refused:
     // see set_up).
     // Pinned: every read-only bind, every `--hide` cover (a credential refresher's
-    // save-by-rename on the host would uncover it) and every covered host socket (a
-    // service that recreates its socket would).
+    // save-by-rename on the host would uncover it), every covered host socket (a
+    // service that recreates its socket would) and the cover of netbox's cache home.
     let pinned = probe_input
         .protected
         .iter()
         .chain(&probe_input.hidden)
-        .chain(&probe_input.host_sockets);
+        .chain(&probe_input.host_sockets)
+        .chain(probe_input.covered.iter().map(|(cover, _)| cover));
     let pins = crate::plan::pins::Pins::new(pinned.cloned().collect());
     let run = |cmd: &[OsString]| {
         let limits = &plan.probe.limits;

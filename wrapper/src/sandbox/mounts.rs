@@ -67,6 +67,10 @@ pub enum MountOp {
     ReadOnly { target: PathBuf },
     /// Cover a directory with an empty read-only tmpfs.
     HideDir { target: PathBuf },
+    /// Cover a directory (netbox's cache home) with a read-only tmpfs that holds only the
+    /// directories `keep` (each below `target`), empty: the mountpoints of the writable
+    /// roots that follow it in the plan.
+    Cover { target: PathBuf, keep: Vec<PathBuf> },
     /// Cover a file (or a socket) with a read-only `/dev/null`: reads are empty, writes
     /// fail, and a socket there can no longer be connected to.
     HideFile { target: PathBuf },
@@ -99,7 +103,8 @@ impl MountPlan {
             MountOp::Anchor { target }
             | MountOp::ReadOnly { target }
             | MountOp::HideDir { target }
-            | MountOp::HideFile { target } => Some(target.as_path()),
+            | MountOp::HideFile { target }
+            | MountOp::Cover { target, .. } => Some(target.as_path()),
             _ => None,
         });
         self.sources
@@ -118,10 +123,16 @@ pub struct Layout<'a> {
     pub read_only: &'a [PathBuf],
     /// Paths to make empty (`--hide`, host Unix sockets).
     pub hidden: &'a [PathBuf],
+    /// Directories no writable root holds, covered but for the writable roots inside them
+    /// (netbox's cache home, but for this run's caches).
+    pub covered: &'a [PathBuf],
 }
 
 /// Lays out the plan: temp root, writable roots, then protections and hidden paths on top.
-/// `is_dir` says which paths are directories (the one filesystem fact the plan needs).
+/// A covered directory goes on after the other roots and before the roots inside it,
+/// which are attached onto the cover's mountpoints: so they stay writable, and nothing
+/// else of it shows. `is_dir` says which paths are directories (the one filesystem fact
+/// the plan needs).
 pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
     let Layout {
         write_roots,
@@ -129,6 +140,7 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
         protected,
         read_only,
         hidden,
+        covered,
     } = *layout;
     let tmp_dir = Path::new("/tmp");
     let mut plan = MountPlan {
@@ -146,21 +158,29 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
     }
     let mut roots: Vec<&PathBuf> = write_roots.iter().collect();
     roots.sort_by_key(|r| r.components().count());
-    for root in roots {
-        if tmp == TmpMode::Private && root.starts_with(tmp_dir) {
-            // Under the fresh tmpfs the path does not exist yet; make it.
-            let target = root.clone();
-            plan.ops.push(if is_dir(root) {
-                MountOp::Mkdir { target }
-            } else {
-                MountOp::MakeFile { target }
-            });
-        }
-        plan.sources.push(root.clone());
-        plan.ops.push(MountOp::Writable {
-            source: plan.sources.len() - 1,
-            target: root.clone(),
+    // The cover a root lies inside, if any (none is a root itself: the caller leaves such a
+    // cover out).
+    let cover_of = |root: &Path| {
+        covered
+            .iter()
+            .position(|c| root.starts_with(c) && root != c.as_path())
+    };
+    for root in roots.iter().filter(|r| cover_of(r).is_none()) {
+        bind_root(&mut plan, root, tmp, &is_dir);
+    }
+    for (at, cover) in covered.iter().enumerate() {
+        let inside: Vec<&PathBuf> = roots
+            .iter()
+            .copied()
+            .filter(|r| cover_of(r) == Some(at))
+            .collect();
+        plan.ops.push(MountOp::Cover {
+            target: cover.clone(),
+            keep: inside.iter().map(|r| (*r).clone()).collect(),
         });
+        for root in inside {
+            bind_root(&mut plan, root, tmp, &is_dir);
+        }
     }
     // rename(2) refuses only a mountpoint itself, not a directory holding one: every
     // writable directory between a root and a pin becomes a mountpoint first, or CMD could
@@ -200,6 +220,24 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
         });
     }
     plan
+}
+
+/// The ops that attach writable root `root`: under a private /tmp its mountpoint is made
+/// first (it does not exist in the fresh tmpfs).
+fn bind_root(plan: &mut MountPlan, root: &Path, tmp: TmpMode, is_dir: &impl Fn(&Path) -> bool) {
+    if tmp == TmpMode::Private && root.starts_with("/tmp") {
+        let target = root.to_owned();
+        plan.ops.push(if is_dir(root) {
+            MountOp::Mkdir { target }
+        } else {
+            MountOp::MakeFile { target }
+        });
+    }
+    plan.sources.push(root.to_owned());
+    plan.ops.push(MountOp::Writable {
+        source: plan.sources.len() - 1,
+        target: root.to_owned(),
+    });
 }
 
 /// Where a step failed, for the error message.
@@ -315,9 +353,12 @@ pub fn apply(
         fresh: plan
             .ops
             .iter()
-            .filter_map(|op| match op {
-                MountOp::Mkdir { target } | MountOp::MakeFile { target } => Some(target.as_path()),
-                _ => None,
+            .flat_map(|op| match op {
+                MountOp::Mkdir { target } | MountOp::MakeFile { target } => {
+                    vec![target.as_path()]
+                }
+                MountOp::Cover { keep, .. } => keep.iter().map(PathBuf::as_path).collect(),
+                _ => Vec::new(),
             })
             .collect(),
         check,
@@ -444,6 +485,7 @@ impl Steps<'_> {
             }
             MountOp::ReadOnly { target } => self.read_only(target, Some(self.expected(target)?)),
             MountOp::HideDir { target } => self.hide_dir(target, Some(self.expected(target)?)),
+            MountOp::Cover { target, keep } => self.cover(target, keep),
             MountOp::HideFile { target } => {
                 let at = self.find(target, Some(self.expected(target)?))?;
                 self.cover_with_null(target, at.as_fd())
@@ -495,6 +537,70 @@ impl Steps<'_> {
             || format!("hide {}", target.display()),
             attach_tree_onto(tmpfs.as_fd(), at.as_fd()),
         )
+    }
+
+    /// Covers the directory `target` with a tmpfs holding only the directories `keep` (the
+    /// writable roots inside it, attached onto them next), made read-only before it is
+    /// attached: CMD sees nothing else of what `target` held, and can add nothing to it.
+    fn cover(&self, target: &Path, keep: &[PathBuf]) -> Result<()> {
+        let at = self.find(target, Some(self.expected(target)?))?;
+        let what = || format!("cover {}", target.display());
+        if !resolve::is_dir(&at).unwrap_or(false) {
+            return Err(MountError {
+                step: what(),
+                source: std::io::Error::from_raw_os_error(libc::ENOTDIR),
+            });
+        }
+        let tmpfs = step(
+            what,
+            new_tmpfs(
+                "0755",
+                libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOEXEC,
+            ),
+        )?;
+        for dir in keep {
+            let below = dir.strip_prefix(target).map_err(|_| MountError {
+                step: what(),
+                source: std::io::Error::other(format!("{} is not inside it", dir.display())),
+            })?;
+            // Made from the detached tmpfs's own root, which nothing else can reach.
+            let mut here = step(what, tmpfs.try_clone())?;
+            for part in below.components() {
+                let std::path::Component::Normal(name) = part else {
+                    continue;
+                };
+                match nix::sys::stat::mkdirat(
+                    here.as_fd(),
+                    name,
+                    nix::sys::stat::Mode::from_bits_truncate(0o755),
+                ) {
+                    Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+                    Err(e) => {
+                        return Err(MountError {
+                            step: what(),
+                            source: e.into(),
+                        })
+                    }
+                }
+                here = step(
+                    what,
+                    nix::fcntl::openat(
+                        here.as_fd(),
+                        name,
+                        nix::fcntl::OFlag::O_PATH
+                            | nix::fcntl::OFlag::O_DIRECTORY
+                            | nix::fcntl::OFlag::O_NOFOLLOW
+                            | nix::fcntl::OFlag::O_CLOEXEC,
+                        nix::sys::stat::Mode::empty(),
+                    ),
+                )?;
+            }
+        }
+        step(
+            what,
+            set_attributes_of(tmpfs.as_fd(), Depth::One, libc::MOUNT_ATTR_RDONLY, 0),
+        )?;
+        step(what, attach_tree_onto(tmpfs.as_fd(), at.as_fd()))
     }
 
     /// Covers a file (or a socket) with a read-only `/dev/null`: reads are empty, writes
@@ -722,6 +828,7 @@ mod tests {
                 protected: &protected,
                 read_only: &[],
                 hidden: &[],
+                covered: &[],
             },
             |_| true,
         );
@@ -767,6 +874,7 @@ mod tests {
                 protected: &protected,
                 read_only: &[p("/w/a/b/c")],
                 hidden: &[],
+                covered: &[],
             },
             |_| true,
         );
@@ -809,6 +917,7 @@ mod tests {
                 protected: &[],
                 read_only: &[],
                 hidden: &[],
+                covered: &[],
             },
             |_| false,
         );
@@ -833,6 +942,7 @@ mod tests {
                 protected: &protected,
                 read_only: &[p("/home/u/ws/secret")],
                 hidden: &[p("/srv/agent.sock")],
+                covered: &[],
             },
             |path| !path.ends_with("agent.sock"),
         );
@@ -874,6 +984,7 @@ mod tests {
                 protected: &protected,
                 read_only: &[p("/w/ro")],
                 hidden: &[p("/srv/secret"), p("/srv/agent.sock")],
+                covered: &[],
             },
             |path| !path.ends_with("agent.sock"),
         );
@@ -892,5 +1003,50 @@ mod tests {
             ]
             .map(Path::new)
         );
+    }
+
+    #[test]
+    fn a_cover_goes_on_after_the_other_roots_and_before_the_roots_it_keeps() {
+        let cache = p("/home/u/.cache/netbox");
+        let plan = plan(
+            &Layout {
+                write_roots: &[
+                    p("/home/u/ws"),
+                    p("/home/u/.cache/netbox/npm/ab"),
+                    p("/home/u/.cache/netbox/cargo/ab"),
+                ],
+                tmp: TmpMode::Host,
+                protected: &[],
+                read_only: &[],
+                hidden: &[],
+                covered: std::slice::from_ref(&cache),
+            },
+            |_| true,
+        );
+        assert_eq!(
+            plan.ops,
+            vec![
+                MountOp::Writable {
+                    source: 0,
+                    target: p("/home/u/ws")
+                },
+                MountOp::Cover {
+                    target: cache.clone(),
+                    keep: vec![
+                        p("/home/u/.cache/netbox/npm/ab"),
+                        p("/home/u/.cache/netbox/cargo/ab")
+                    ],
+                },
+                MountOp::Writable {
+                    source: 1,
+                    target: p("/home/u/.cache/netbox/npm/ab")
+                },
+                MountOp::Writable {
+                    source: 2,
+                    target: p("/home/u/.cache/netbox/cargo/ab")
+                },
+            ]
+        );
+        assert!(plan.paths_to_identify().contains(&cache.as_path()));
     }
 }

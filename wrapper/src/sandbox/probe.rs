@@ -53,6 +53,10 @@ pub struct ProbeInput {
     pub host_sockets: Vec<PathBuf>,
     /// `--hide` paths: each must read empty and be a mount of its own.
     pub hidden: Vec<PathBuf>,
+    /// Covered directories (netbox's cache home), each with the writable roots kept in
+    /// it: each must show those alone and be a mount of its own.
+    #[serde(default)]
+    pub covered: Vec<(PathBuf, Vec<PathBuf>)>,
     pub proxy: SocketAddr,
     /// A listener the parent bound on host loopback before the sandbox existed.
     pub host_listener: SocketAddr,
@@ -100,6 +104,9 @@ pub fn run(input: &ProbeInput, capture: Option<&crate::sys::rtnl::Rtnl>) -> Prob
     ];
     if !input.hidden.is_empty() {
         checks.push(hidden_paths(input));
+    }
+    if !input.covered.is_empty() {
+        checks.push(cache_home(input));
     }
     checks.push(finish_egress(input, egress));
     checks.push(privileges(input));
@@ -167,6 +174,9 @@ pub fn run_cut(input: &ProbeInput, proxy_v6: bool) -> ProbeReport {
     ];
     if !input.hidden.is_empty() {
         checks.push(hidden_paths(input));
+    }
+    if !input.covered.is_empty() {
+        checks.push(cache_home(input));
     }
     report(checks, watched_writes(input), started)
 }
@@ -456,6 +466,79 @@ fn hidden_paths(input: &ProbeInput) -> Check {
         })
         .collect();
     check("hidden paths", forbidden, control)
+}
+
+/// netbox's cache home: each covered directory shows nothing but this run's own caches,
+/// and is a mount of its own (pid 1 keeps checking that too); the directory holding it
+/// can be listed, so "nothing" is not a directory this probe cannot read.
+fn cache_home(input: &ProbeInput) -> Check {
+    let mut forbidden: Vec<Outcome> = input
+        .covered
+        .iter()
+        .map(|(cover, keep)| {
+            let shown = shows_only(cover, keep);
+            Outcome {
+                attempt: format!(
+                    "find what {} holds besides this run's own caches",
+                    cover.display()
+                ),
+                ok: shown.is_ok(),
+                result: match shown {
+                    Ok(()) => "nothing".into(),
+                    Err(found) => found,
+                },
+            }
+        })
+        .collect();
+    let pins = crate::plan::pins::Pins::new(input.covered.iter().map(|(c, _)| c.clone()).collect());
+    forbidden.push(Outcome {
+        attempt: "find netbox's cache home not covered by a mount of its own".into(),
+        ok: pins.lost().is_none(),
+        result: match pins.lost() {
+            Some(path) => format!("{} is not covered", path.display()),
+            None => "covered".into(),
+        },
+    });
+    let control = input
+        .covered
+        .iter()
+        .filter_map(|(cover, _)| cover.parent())
+        .map(|dir| {
+            succeeded(
+                format!("list {}", dir.display()),
+                std::fs::read_dir(dir).map(drop),
+            )
+        })
+        .collect();
+    check("netbox's cache home", forbidden, control)
+}
+
+/// Whether `dir` holds nothing but the directories on the way to each of `keep` (each
+/// below it), and those: what it found otherwise.
+fn shows_only(dir: &Path, keep: &[PathBuf]) -> Result<(), String> {
+    let mut wanted: Vec<PathBuf> = Vec::new();
+    for kept in keep {
+        for above in kept.ancestors() {
+            if above.starts_with(dir) && above != dir {
+                wanted.push(above.to_owned());
+            }
+        }
+    }
+    let mut to_list = vec![dir.to_owned()];
+    while let Some(here) = to_list.pop() {
+        let entries = std::fs::read_dir(&here).map_err(|e| format!("{}: {e}", here.display()))?;
+        for entry in entries {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            if !wanted.contains(&path) {
+                return Err(format!("{} is there", path.display()));
+            }
+            // A kept root's own entries are the run's.
+            if !keep.contains(&path) {
+                to_list.push(path);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The control is the probe's own connection to the bridge, made for the egress check: a

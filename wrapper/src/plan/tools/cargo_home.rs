@@ -18,8 +18,9 @@ use crate::plan::hidden::ToCopy;
 /// file is replaced by rename, so a link an earlier run left there is replaced, not
 /// followed; nothing is followed when removing. The downloaded crates stay: a cache one run
 /// could poison serves only later runs of the same workspace. The other workspaces' homes
-/// are visible to CMD (read-only), so their copies are cleaned too ([`clean_other_homes`]).
-/// Returns the notes for the start-up line.
+/// are left alone: no sandbox but their own workspace's sees them (cover.rs), and each is
+/// seeded afresh before its own workspace's CMD starts. Returns the notes for the start-up
+/// line.
 pub(super) fn seed_home(
     home: &super::owndir::OwnDir,
     hidden: &[PathBuf],
@@ -33,8 +34,6 @@ pub(super) fn seed_home(
         super::owndir::remove_at(dir, name)?;
     }
     let mut notes = Vec::new();
-    // What the hidden files would be as copies: another workspace's copy of one goes.
-    let mut hidden_copies: Vec<String> = Vec::new();
     let user = cargo_home().filter(|u| u != &home.path);
     for name in ["config.toml", "config"] {
         let Some(source) = user.as_ref().map(|u| u.join(name)) else {
@@ -72,9 +71,6 @@ pub(super) fn seed_home(
                      cargo in the sandbox runs without its settings",
                     by.display()
                 ));
-                if let Some(Ok((copy, _))) = super::read_small(&source).map(|t| cleaned(&t)) {
-                    hidden_copies.push(copy);
-                }
                 None
             }
             ToCopy::Absent => None,
@@ -88,72 +84,7 @@ pub(super) fn seed_home(
             None => super::owndir::remove_at(dir, name)?,
         }
     }
-    clean_other_homes(home, &hidden_copies)?;
     Ok(notes)
-}
-
-/// Other workspaces' cargo homes netbox cleans at most, in one start.
-const MAX_OTHER_HOMES: usize = 1024;
-
-/// Cleans the settings in the other workspaces' cargo homes beside `home` (CMD sees them,
-/// read-only): each `config.toml` and `config` loses its credentials (netbox before this
-/// copied them whole), and one that is a copy of a file this run hides (`hidden_copies`,
-/// as [`cleaned`] makes them) goes. A file that is no TOML goes too: that home's next run
-/// copies the user's afresh.
-fn clean_other_homes(
-    home: &super::owndir::OwnDir,
-    hidden_copies: &[String],
-) -> std::io::Result<()> {
-    use super::owndir;
-    use std::os::fd::AsFd;
-    // The directory holding every workspace's home: netbox's own (owndir.rs), which no
-    // sandbox may write, so `..` of this one is it.
-    let parent = home.path.parent().unwrap_or(&home.path);
-    let all = owndir::open_dir_at(home.fd.as_fd(), "..", parent)?;
-    let own = nix::sys::stat::fstat(home.fd.as_fd())?;
-    for name in owndir::names_in(all.as_fd(), MAX_OTHER_HOMES)? {
-        let Ok(stat) = nix::sys::stat::fstatat(
-            all.as_fd(),
-            name.as_str(),
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        ) else {
-            continue;
-        };
-        let is_dir = nix::sys::stat::SFlag::from_bits_truncate(stat.st_mode)
-            & nix::sys::stat::SFlag::S_IFMT
-            == nix::sys::stat::SFlag::S_IFDIR;
-        if !is_dir || (stat.st_dev, stat.st_ino) == (own.st_dev, own.st_ino) {
-            continue;
-        }
-        let other = owndir::open_dir_at(all.as_fd(), &name, &parent.join(&name))?;
-        for file in ["config.toml", "config"] {
-            // Only a regular file can be a copy of netbox's: what else that home's CMD
-            // made there (a link, a tree) is its own, and that home's next run removes it.
-            if !owndir::is_file_at(other.as_fd(), file) {
-                continue;
-            }
-            let text = owndir::read_at(other.as_fd(), file, 1 << 20).ok().flatten();
-            let copy = text.as_deref().and_then(|t| cleaned(t).ok());
-            match (text, copy) {
-                (Some(text), Some((copy, _))) if !hidden_copies.contains(&copy) => {
-                    if text != copy {
-                        owndir::replace_at(other.as_fd(), file, copy.as_bytes())?;
-                    }
-                }
-                // No TOML, too large, or a copy of what this run hides.
-                _ => nix::unistd::unlinkat(
-                    other.as_fd(),
-                    file,
-                    nix::unistd::UnlinkatFlags::NoRemoveDir,
-                )
-                .or_else(|e| match e {
-                    nix::errno::Errno::ENOENT => Ok(()),
-                    e => Err(e),
-                })?,
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A cargo configuration's text as netbox copies it: without its credentials, and the

@@ -12,6 +12,7 @@
 mod apt;
 mod cargo;
 mod cargo_home;
+mod cover;
 pub(crate) mod fetch;
 mod gem;
 mod git;
@@ -23,6 +24,8 @@ mod pip;
 mod query;
 
 use std::path::Path;
+
+pub use cover::cache_homes_to_cover;
 
 /// One rule a tool needs, and where it came from ("index-url in /etc/pip.conf").
 #[derive(Debug, Clone, PartialEq, Eq)]

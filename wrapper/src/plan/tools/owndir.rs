@@ -273,67 +273,6 @@ fn remove_within(
     Ok(())
 }
 
-/// Opens `name` in `dir` as a directory, following no link (`..` included: it is none).
-pub fn open_dir_at(dir: BorrowedFd<'_>, name: &str, shown: &Path) -> io::Result<OwnedFd> {
-    open_dir_nofollow(dir, std::ffi::OsStr::new(name), shown)
-}
-
-/// The names in the directory `dir` (but `.` and `..`), `max` at most.
-pub fn names_in(dir: BorrowedFd<'_>, max: usize) -> io::Result<Vec<String>> {
-    let fd = openat(
-        dir,
-        ".",
-        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut names = Vec::new();
-    for entry in nix::dir::Dir::from_fd(fd)?.into_iter() {
-        let name = entry?.file_name().to_string_lossy().into_owned();
-        if name != "." && name != ".." {
-            names.push(name);
-        }
-        if names.len() == max {
-            break;
-        }
-    }
-    Ok(names)
-}
-
-/// Whether `name` in `dir` is a regular file (a link is not followed).
-pub fn is_file_at(dir: BorrowedFd<'_>, name: &str) -> bool {
-    fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
-        .is_ok_and(|s| SFlag::from_bits_truncate(s.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG)
-}
-
-/// The text of `name` in `dir`, at most `max_bytes`, opened following no link; `None` if
-/// there is none. A link, a FIFO, a device or a larger file is an error.
-pub fn read_at(dir: BorrowedFd<'_>, name: &str, max_bytes: u64) -> io::Result<Option<String>> {
-    use std::io::Read;
-    let fd = match openat(
-        dir,
-        name,
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(nix::errno::Errno::ENOENT) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let file = std::fs::File::from(fd);
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::other(format!("{name} is not a regular file")));
-    }
-    let mut text = String::new();
-    file.take(max_bytes.saturating_add(1))
-        .read_to_string(&mut text)?;
-    if u64::try_from(text.len()).unwrap_or(u64::MAX) > max_bytes {
-        return Err(io::Error::other(format!(
-            "{name} is larger than {max_bytes} bytes"
-        )));
-    }
-    Ok(Some(text))
-}
-
 /// Makes `name` in `dir` a file of `text` (0600), by a staged file and a rename: a link
 /// or file an earlier run left at `name` is replaced, never written through.
 pub fn replace_at(dir: BorrowedFd<'_>, name: &str, text: &[u8]) -> io::Result<()> {

@@ -150,6 +150,72 @@ fn a_hidden_cargo_config_is_not_copied_and_a_shown_one_loses_its_tokens() {
     assert!(std::fs::read_to_string(&config).unwrap().contains(TOKEN));
 }
 
+/// What the copy of cargo's settings leaves out besides cargo's own credential keys, by
+/// the documented rule: `[env]` variables named as secrets, `--token`'s value in an
+/// alias, a secret-named `NAME=VALUE` in a runner's arguments and in an index's query,
+/// the user and password of every URL in a string (a password holding `#` too). And the
+/// start-up line names cargo's indexes by their hosts: nothing of a URL's user, path or
+/// query. Control: the rest is copied, a token in an index's path included (the rule does
+/// not reach it, as documented), and the registries are allowed.
+#[test]
+fn cargos_copy_leaves_out_the_secrets_the_rule_names_and_the_start_up_line_names_hosts() {
+    TestDir::remove_leftovers_outside_tmp("seed-cargo-rule");
+    let settings = "[registries.hosted]\n\
+        index = \"sparse+https://dl.hosted.test/PATHTOK-77/org/repo/cargo/\"\n\
+        [registries.query]\n\
+        index = \"sparse+https://index.corp.test/index/?private_token=SECRET-QUERY\"\n\
+        [registries.frag]\n\
+        index = \"sparse+https://u:SECRET#FRAG@index.frag.test/\"\n\
+        [env]\n\
+        GITHUB_TOKEN = \"SECRET-ENV\"\n\
+        NPM_TOKEN = { value = \"SECRET-ENV-TABLE\", force = true }\n\
+        MIRRORS = \"https://a:SECRET-FIRST@one.test/ https://b:SECRET-SECOND@two.test/\"\n\
+        OPENSSL_DIR = \"/opt/kept-ssl\"\n\
+        [alias]\n\
+        pub = \"publish --registry query --token SECRET-ALIAS\"\n\
+        [target.x86_64-unknown-linux-gnu]\n\
+        runner = [\"env\", \"AWS_SECRET_ACCESS_KEY=SECRET-RUNNER\", \"sh\", \"-c\"]\n";
+    let home = home_with_cargo("seed-cargo-rule", settings);
+    let dir = TestDir::new("seed-cargo-rule-ws");
+    let out = as_user(&dir, &home.path)
+        .args_from(&["--allow-tool", "cargo"])
+        .sh("cat \"$CARGO_HOME/config.toml\"");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (copy, said) = (stdout(&out), stderr(&out));
+    for secret in [
+        "SECRET-QUERY",
+        "SECRET#FRAG",
+        "SECRET-ENV",
+        "SECRET-FIRST",
+        "SECRET-SECOND",
+        "SECRET-ALIAS",
+        "SECRET-RUNNER",
+    ] {
+        assert!(!copy.contains(secret), "{secret} in the copy: {copy}");
+        assert!(
+            !said.contains(secret),
+            "{secret} on the start-up line: {said}"
+        );
+    }
+    assert!(!said.contains("PATHTOK"), "{said}");
+    // Positive control: the rest is there, as the rule leaves it.
+    for kept in [
+        "sparse+https://index.corp.test/index/?private_token=",
+        "sparse+https://index.frag.test/",
+        "https://one.test/ https://two.test/",
+        "/opt/kept-ssl",
+        "--token ",
+        "AWS_SECRET_ACCESS_KEY=",
+        "dl.hosted.test/PATHTOK-77/",
+    ] {
+        assert!(copy.contains(kept), "{kept} missing: {copy}");
+    }
+    for host in ["dl.hosted.test", "index.corp.test"] {
+        assert!(said.contains(host), "{host}: {said}");
+    }
+    assert!(said.contains("env.GITHUB_TOKEN, env.NPM_TOKEN"), "{said}");
+}
+
 /// netbox's cache home holds every workspace's caches, cargo's copy of the user's
 /// settings among them: a sandbox sees none of it but its own run's caches. Workspace B's
 /// run copies the user's cargo settings (a marker in them) into B's cargo home, and CMD

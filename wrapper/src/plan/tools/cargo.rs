@@ -135,7 +135,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
                 ctx,
                 ctx.private_ok && !*from_workspace && !cainfo_planted,
             )
-            .map(|doc| (doc, format!("{base}/config.json")))
+            .map(|doc| (doc, format!("the config.json of {}", super::host_of(base))))
             .map_err(|e| why = Some(e))
             .ok(),
         };
@@ -149,8 +149,11 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
                     );
                 }
             }
+            // Named by its host: an index URL's path or query may hold a token.
             None => out.note(format!(
-                "{base}/config.json was not read{}: where its crates download from is unknown (netbox learn finds it)",
+                "the config.json of the index at {} could not be read{}: where its crates \
+                 download from is unknown (netbox learn finds it)",
+                super::host_of(base),
                 why.map(|why| format!(" ({why})")).unwrap_or_default()
             )),
         }

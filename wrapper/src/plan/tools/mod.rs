@@ -11,6 +11,7 @@
 
 mod apt;
 mod cargo;
+mod cargo_clean;
 mod cargo_home;
 mod cover;
 pub(crate) mod fetch;
@@ -97,12 +98,9 @@ impl ToolRules {
                 });
             }
         } else if !url_or_host.trim().is_empty() && url_or_host.contains("://") {
-            // Not a URL netbox could read: what stands before its last `@` may be
-            // credentials, whatever it holds.
-            let shown = match url_or_host.trim().rsplit_once('@') {
-                Some((_, host_and_path)) => format!("…@{host_and_path}"),
-                None => url_or_host.trim().to_owned(),
-            };
+            // Not a URL netbox could read: its host alone (what stands before its last
+            // `@` may be credentials, and its path and query may hold a token).
+            let shown = host_of(url_or_host.trim());
             self.note(crate::printable::printable(&format!(
                 "{shown} is not a registry address netbox allows (a name and one port only)"
             )));
@@ -137,13 +135,25 @@ pub fn without_credentials(text: &str) -> String {
     while let Some(at) = rest.find("://") {
         out.push_str(&rest[..at + 3]);
         rest = &rest[at + 3..];
-        // The authority ends at the path, query or fragment only: a password may hold
-        // any other character.
+        // The user and password run to the last `@` before the path (or a blank),
+        // whatever they hold (`#` and `?` too); a query or fragment right after the host
+        // is cut as below.
         let authority_end = rest
-            .find(|c: char| c.is_whitespace() || matches!(c, '/' | '?' | '#'))
+            .find(|c: char| c.is_whitespace() || c == '/')
             .unwrap_or(rest.len());
         let host_from = rest[..authority_end].rfind('@').map_or(0, |i| i + 1);
-        out.push_str(&rest[host_from..authority_end]);
+        let host = &rest[host_from..authority_end];
+        if let Some(cut) = host.find(['?', '#', ';']) {
+            out.push_str(&host[..cut]);
+            out.push(host.as_bytes()[cut] as char);
+            out.push('…');
+            let end = rest
+                .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '>' | ')'))
+                .map_or(rest.len(), |e| e.max(authority_end));
+            rest = &rest[end..];
+            continue;
+        }
+        out.push_str(host);
         rest = &rest[authority_end..];
         // The path, up to where the URL ends; past `?`, `#` or `;` nothing is kept.
         let end = rest
@@ -187,6 +197,22 @@ pub fn without_credentials(text: &str) -> String {
         out.replace_range(from..end, "…");
     }
     out
+}
+
+/// A URL as the start-up line may name it: its scheme and host (and port), nothing of its
+/// user, path, query or fragment (`https://u:p@h.test:8443/t0k/x?a=b` →
+/// `https://…@h.test:8443`).
+pub fn host_of(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.split(['/', '?', '#']).next().unwrap_or("").to_owned();
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((_, host)) => ("…@", host),
+        None => ("", authority),
+    };
+    let host = host.split(['?', '#', ';']).next().unwrap_or("");
+    format!("{scheme}://{user}{host}")
 }
 
 /// One line for the start-up line: `pip: 2 hosts (pip's default index …)`, and what
@@ -719,6 +745,15 @@ mod tests {
             ),
             ("https://a.test/x;jsessionid=abc y", "https://a.test/x;… y"),
             (
+                "https://u:SECRET#FRAG@index.frag.test/ could not be read",
+                "https://index.frag.test/ could not be read",
+            ),
+            (
+                "https://a:S1@one.test/ https://b:S2?x@two.test",
+                "https://one.test/ https://two.test",
+            ),
+            ("https://a.test?token=S3 y", "https://a.test?… y"),
+            (
                 "//npm.test/:_authToken=SECRET in .npmrc",
                 "//npm.test/:_authToken=… in .npmrc",
             ),
@@ -733,13 +768,13 @@ mod tests {
     }
 
     #[test]
-    fn a_url_netbox_cannot_read_is_shown_without_what_precedes_its_last_at() {
+    fn a_url_netbox_cannot_read_is_shown_by_its_host_alone() {
         let mut found = ToolRules::default();
         found.add("https://eve:GIT SECRET2@bad host/r.git", "git remote");
         assert!(found.rules.is_empty());
         assert!(!found.notes[0].contains("SECRET"), "{:?}", found.notes);
         assert!(
-            found.notes[0].contains("…@bad host/r.git"),
+            found.notes[0].contains("bad host is not a registry address"),
             "{:?}",
             found.notes
         );

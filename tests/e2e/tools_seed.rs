@@ -408,6 +408,127 @@ fn clean_env_gives_cmd_netboxs_java_and_maven_options_only() {
     );
 }
 
+/// Every tool's discovery skips a settings file `--hide` hides, as the tool in the
+/// sandbox does not see it: a registry that only the hidden file names is not allowed.
+/// Each of pip's, npm's, go's, gem's and apt's settings names its own host (pinned to a
+/// local server); CMD asks each through the bridge. Control: with nothing hidden, each
+/// host answers (200). Hidden, each is refused, the refusal logged, and the start-up line
+/// says which file was skipped.
+#[test]
+fn every_tool_skips_the_settings_hide_hides() {
+    TestDir::remove_leftovers_outside_tmp("seed-hidden-discovery");
+    let home = TestDir::outside_tmp("seed-hidden-discovery");
+    let server = crate::support::upstream::HttpServer::start();
+    let port = server.port();
+    let url = |tool: &str| format!("http://{tool}.hid.test:{port}/");
+    std::fs::create_dir_all(home.join(".config/pip")).unwrap();
+    std::fs::create_dir_all(home.join(".config/go")).unwrap();
+    std::fs::create_dir_all(home.join("apt")).unwrap();
+    let files = [
+        (
+            "pip",
+            home.write(
+                ".config/pip/pip.conf",
+                &format!("[global]\nindex-url = {}simple/\n", url("pip")),
+            ),
+        ),
+        (
+            "npm",
+            home.write(".npmrc", &format!("registry={}\n", url("npm"))),
+        ),
+        (
+            "go",
+            home.write(".config/go/env", &format!("GOPROXY={}\n", url("go"))),
+        ),
+        (
+            "gem",
+            home.write(".gemrc", &format!(":sources:\n- {}\n", url("gem"))),
+        ),
+        (
+            "apt",
+            home.write("apt/sources.list", &format!("deb {} ./\n", url("apt"))),
+        ),
+    ];
+    let apt_conf = home.write(
+        "apt/apt.conf",
+        &format!(
+            "Dir::Etc::sourcelist \"{0}/apt/sources.list\";\nDir::Etc::sourceparts \"{0}/apt/none.d\";\n",
+            home.path.display()
+        ),
+    );
+    let pins: String = files
+        .iter()
+        .map(|(tool, _)| format!("\"{tool}.hid.test\" = \"127.0.0.1\"\n"))
+        .collect();
+    let dir = TestDir::new("seed-hidden-discovery-ws");
+    let pins = dir.write("pins.toml", &format!("[hosts]\n{pins}"));
+    let ask: String = files
+        .iter()
+        .map(|(tool, _)| {
+            format!(
+                "echo {tool} $(curl -s -o /dev/null -w '%{{http_code}}' --max-time 8 {}hello); ",
+                url(tool)
+            )
+        })
+        .collect();
+    let run = |hide: bool| {
+        let mut run = Run::new(&dir)
+            .env("HOME", home.path.display().to_string())
+            .env(
+                "XDG_CONFIG_HOME",
+                home.join(".config").display().to_string(),
+            )
+            .env("APT_CONFIG", apt_conf.display().to_string())
+            .args_from(&["--allowlist", pins.to_str().unwrap(), "--private-ok"])
+            .args_from(&["--cache", "none"]);
+        for (tool, _) in &files {
+            run = run.args_from(&["--allow-tool", tool]);
+        }
+        if hide {
+            for hidden in [
+                ".config/pip",
+                ".npmrc",
+                ".config/go",
+                ".gemrc",
+                "apt/sources.list",
+            ] {
+                run = run
+                    .arg("--hide")
+                    .arg(home.join(hidden).display().to_string());
+            }
+        }
+        (run.sh(&ask), run)
+    };
+    // Control: each settings file's host is allowed and answers.
+    let (out, _) = run(false);
+    assert_eq!(
+        stdout(&out),
+        "pip 200\nnpm 200\ngo 200\ngem 200\napt 200\n",
+        "{}",
+        stderr(&out)
+    );
+    let (out, hidden_run) = run(true);
+    let said = stderr(&out);
+    let answers = stdout(&out);
+    let events = hidden_run.events();
+    let mut failed = Vec::new();
+    for (tool, file) in &files {
+        let host = format!("{tool}.hid.test");
+        // Refused by the bridge (its refusal status), not answered by the server, and
+        // the refusal logged.
+        let refused = events
+            .iter()
+            .any(|e| e["type"] == "net" && e["host"] == host.as_str() && e["decision"] == "deny");
+        if !answers.contains(&format!("{tool} 502\n")) || !refused {
+            failed.push(format!("{host} was not refused"));
+        }
+        if !said.contains(&format!("{} is hidden (--hide", file.display())) {
+            failed.push(format!("{tool}: no note of {}", file.display()));
+        }
+    }
+    assert!(failed.is_empty(), "{failed:?}\n{answers}\n{said}");
+}
+
 /// npm's, pip's and maven's settings are never copied: the tools read them in place, where
 /// `--hide` covers them. With their settings hidden, nothing in CMD's environment, in
 /// netbox's caches or anywhere under HOME holds their secrets; shown, the same grep finds

@@ -22,7 +22,12 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         more.sort();
         files.extend(more);
     }
+    // apt-config itself reads apt.conf and apt.conf.d, hidden or not: they say only where
+    // the sources lie, which are the files checked here.
     for file in files {
+        if file.exists() && out.skip_hidden(&file, ctx) {
+            continue;
+        }
         let uris = match file.extension().and_then(|e| e.to_str()) {
             Some("sources") => super::read_small(&file).map(|t| deb822_uris(&t)),
             Some("list") => super::read_small(&file).map(|t| one_line_uris(&t)),

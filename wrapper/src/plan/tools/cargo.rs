@@ -32,13 +32,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut cainfo: Option<String> = std::env::var("CARGO_HTTP_CAINFO").ok();
     let mut cainfo_in_workspace = false;
     for file in files.iter().filter(|f| f.is_file()) {
-        // Hidden, it is no setting of cargo's in the sandbox: what it names is not allowed.
-        if let Some(by) = crate::plan::hidden::covering(file, ctx.hidden) {
-            out.note(format!(
-                "{} is hidden (--hide {}): the registries it names are not allowed",
-                file.display(),
-                by.display()
-            ));
+        if out.skip_hidden(file, ctx) {
             continue;
         }
         let Some(config) = super::read_small(file).and_then(|t| t.parse::<toml::Table>().ok())

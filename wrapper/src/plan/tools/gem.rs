@@ -14,10 +14,11 @@ use super::{query, Context, ToolRules};
 
 pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
-    // The last file that names sources wins.
+    // The last file that names sources wins; a hidden one names none (gem in the sandbox
+    // does not see it).
     let configured = gemrc_files().into_iter().rev().find_map(|file| {
         let sources = sources_in(&super::read_small(&file)?)?;
-        Some((file, sources))
+        (!out.skip_hidden(&file, ctx)).then_some((file, sources))
     });
     match configured {
         Some((file, sources)) => {
@@ -40,7 +41,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         },
     }
     let gemfile = ctx.cwd.join("Gemfile");
-    if let Some(text) = super::read_small(&gemfile) {
+    if let Some(text) = super::read_small(&gemfile).filter(|_| !out.skip_hidden(&gemfile, ctx)) {
         for url in gemfile_sources(&text) {
             out.add_from(&url, format!("source in {}", gemfile.display()), true);
         }
@@ -58,6 +59,9 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         let Some(text) = super::read_small(&file) else {
             continue;
         };
+        if out.skip_hidden(&file, ctx) {
+            continue;
+        }
         let from_workspace = query::is_untrusted(&file, ctx.untrusted);
         for url in bundle_mirrors(&text) {
             out.add_from(

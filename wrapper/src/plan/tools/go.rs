@@ -5,9 +5,17 @@ use super::{query, Context, ToolRules};
 
 pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
+    // The user's go settings (`go env -w` writes them): hidden, go in the sandbox does not
+    // see them, so go is asked without them. (`GOROOT/go.env` is the toolchain's own
+    // defaults, not the user's settings.)
+    let env: &[(&str, &str)] = match goenv_file() {
+        Some(file) if file.exists() && out.skip_hidden(&file, ctx) => &[("GOENV", "off")],
+        _ => &[],
+    };
     // Asked from `/` (query.rs): no go.mod or go.work of the workspace's (their toolchain
     // lines) comes into it.
-    let Some(text) = query::output("go", &["env", "GOPROXY", "GOSUMDB"], ctx.untrusted) else {
+    let Some(text) = query::output_with("go", &["env", "GOPROXY", "GOSUMDB"], env, ctx.untrusted)
+    else {
         out.note("go did not answer `go env` (is it installed?)");
         return out;
     };
@@ -31,4 +39,23 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         _ => out.note(format!("GOSUMDB {sumdb:?} not understood")),
     }
     out
+}
+
+/// The file go keeps the user's settings in: `GOENV` (none if `off`), else `go/env` in
+/// `XDG_CONFIG_HOME` or `~/.config` (os.UserConfigDir).
+fn goenv_file() -> Option<std::path::PathBuf> {
+    let absolute =
+        |v: std::ffi::OsString| Some(std::path::PathBuf::from(v)).filter(|p| p.is_absolute());
+    match std::env::var_os("GOENV") {
+        Some(value) if value == "off" => None,
+        Some(value) => absolute(value),
+        None => std::env::var_os("XDG_CONFIG_HOME")
+            .and_then(absolute)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .and_then(absolute)
+                    .map(|h| h.join(".config"))
+            })
+            .map(|config| config.join("go/env")),
+    }
 }

@@ -26,13 +26,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         let Some(text) = super::read_small(&file) else {
             continue;
         };
-        // Hidden, maven in the sandbox does not see it: what it names is not allowed.
-        if let Some(by) = crate::plan::hidden::covering(&file, ctx.hidden) {
-            out.note(format!(
-                "{} is hidden (--hide {}): the repositories it names are not allowed",
-                file.display(),
-                by.display()
-            ));
+        if out.skip_hidden(&file, ctx) {
             continue;
         }
         let from_workspace = query::is_untrusted(&file, ctx.untrusted);
@@ -51,7 +45,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         }
     }
     let pom = ctx.cwd.join("pom.xml");
-    if let Some(text) = super::read_small(&pom) {
+    if let Some(text) = super::read_small(&pom).filter(|_| !out.skip_hidden(&pom, ctx)) {
         match repositories_in(&text) {
             Ok(found) => {
                 for url in found.urls {

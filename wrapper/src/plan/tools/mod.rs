@@ -107,6 +107,22 @@ impl ToolRules {
         }
     }
 
+    /// Whether `file` lies in what `--hide` covers (plan/hidden.rs): the tool in the
+    /// sandbox does not see it, so nothing it names is allowed, and the start-up line says
+    /// so. Every tool's discovery asks this of each settings file it reads or has its tool
+    /// read.
+    fn skip_hidden(&mut self, file: &Path, ctx: &Context<'_>) -> bool {
+        let Some(by) = crate::plan::hidden::covering(file, ctx.hidden) else {
+            return false;
+        };
+        self.note(format!(
+            "{} is hidden (--hide {}): what it names is not allowed",
+            file.display(),
+            by.display()
+        ));
+        true
+    }
+
     fn note(&mut self, note: impl Into<String>) {
         let note = without_credentials(&note.into());
         if self.notes.len() < MAX_NOTES_PER_TOOL {

@@ -8,22 +8,46 @@ use super::{query, Context, ToolRules};
 
 pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
+    // The user's and the global .npmrc, where npm says they are: one `--hide` covers is
+    // given to npm as /dev/null (what npm in the sandbox reads there: nothing). npm's
+    // builtin npmrc, in its own installation, is no user's setting.
+    let mut without: Vec<String> = Vec::new();
+    if !ctx.hidden.is_empty() {
+        let files = query::output(
+            "npm",
+            &["config", "get", "userconfig", "globalconfig"],
+            ctx.untrusted,
+        )
+        .unwrap_or_default();
+        for (key, file) in files.lines().filter_map(|l| l.split_once('=')) {
+            let file = Path::new(file.trim());
+            let known = matches!(key, "userconfig" | "globalconfig");
+            if known && file.exists() && out.skip_hidden(file, ctx) {
+                without.push(format!("--{key}=/dev/null"));
+            }
+        }
+    }
+    let with = |args: &[&'static str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(without.iter().map(String::as_str));
+        query::output("npm", &all, ctx.untrusted)
+    };
     // npm's own settings (its default, the user's and the global .npmrc, npm_config_*),
     // asked from `/`: no project file comes into npm itself.
-    match query::output("npm", &["config", "get", "registry"], ctx.untrusted) {
+    match with(&["config", "get", "registry"]) {
         Some(registry) => out.add(registry.trim(), "npm config get registry"),
         None => {
             out.note("npm did not answer `npm config get registry` (is it installed?)");
             return out;
         }
     }
-    if let Some(json) = query::output("npm", &["config", "list", "--json"], ctx.untrusted) {
+    if let Some(json) = with(&["config", "list", "--json"]) {
         for (key, url) in scoped_registries(&json) {
             out.add(&url, format!("{key} in npm's configuration"));
         }
     }
     // The project's own .npmrc, read here (not by npm, which would act on all of it).
-    if let Some(npmrc) = project_npmrc(ctx.cwd) {
+    if let Some(npmrc) = project_npmrc(ctx.cwd).filter(|f| !out.skip_hidden(f, ctx)) {
         let from_workspace = query::is_untrusted(&npmrc, ctx.untrusted);
         let text = super::read_small(&npmrc).unwrap_or_default();
         for (key, url) in registries_in_npmrc(&text) {

@@ -15,12 +15,39 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     // pip's own interpreter, isolated (-I: no current directory on its path, no PYTHON*
     // variables, no user site): `python -I -m pip` reads only pip's files and PIP_*.
     let interpreter = interpreter(ctx.untrusted).unwrap_or_else(|| "python3".to_owned());
-    let Some(listed) = query::output(
-        &interpreter,
-        &["-I", "-m", "pip", "config", "list"],
-        ctx.untrusted,
-    ) else {
-        out.note("pip did not answer `pip config list` (is it installed?)");
+    // pip's files that `--hide` covers: pip in the sandbox does not see them, so pip is
+    // asked without them.
+    let hidden = if ctx.hidden.is_empty() {
+        Vec::new()
+    } else {
+        let debug = query::output(
+            &interpreter,
+            &["-I", "-m", "pip", "config", "debug"],
+            ctx.untrusted,
+        )
+        .unwrap_or_default();
+        files_in_config_debug(&debug)
+            .into_iter()
+            .filter(|file| out.skip_hidden(std::path::Path::new(file), ctx))
+            .collect::<Vec<String>>()
+    };
+    let listed = if hidden.is_empty() {
+        query::output(
+            &interpreter,
+            &["-I", "-m", "pip", "config", "list"],
+            ctx.untrusted,
+        )
+    } else {
+        let mut args = vec!["-I", "-c", LIST_WITHOUT];
+        args.extend(hidden.iter().map(String::as_str));
+        query::output(&interpreter, &args, ctx.untrusted)
+    };
+    let Some(listed) = listed else {
+        out.note(if hidden.is_empty() {
+            "pip did not answer `pip config list` (is it installed?)"
+        } else {
+            "pip's settings could not be read without the hidden files: none is allowed"
+        });
         return out;
     };
     let settings = parse_config_list(&listed);
@@ -63,6 +90,26 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     }
     add_file_hosts(&mut out, &indexes, cert.as_deref(), ctx);
     out
+}
+
+/// Prints what `pip config list` prints, but for the files named as its arguments (pip's
+/// own `Configuration`, with those left out of the files it loads).
+const LIST_WITHOUT: &str = "import sys\n\
+from pip._internal.configuration import Configuration\n\
+hidden = set(sys.argv[1:])\n\
+c = Configuration(isolated=False)\n\
+files = c.iter_config_files\n\
+c.iter_config_files = lambda: [(v, [f for f in fs if f not in hidden]) for v, fs in files()]\n\
+c.load()\n\
+for key, value in sorted(c.items()):\n    print('%s=%r' % (key, value))\n";
+
+/// The files `pip config debug` lists as existing (`  PATH, exists: True`).
+fn files_in_config_debug(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("  ")?.strip_suffix(", exists: True"))
+        .filter(|file| !file.starts_with(' '))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Indexes whose pages are read at most.
@@ -299,6 +346,16 @@ mod tests {
         for (link, want) in cases {
             assert_eq!(absolute(link, page).as_deref(), want, "{link}");
         }
+    }
+
+    #[test]
+    fn reads_the_files_pip_config_debug_lists() {
+        let text = "env_var:\n  PIP_CERT='/x'\nenv:\nglobal:\n  /etc/xdg/pip/pip.conf, exists: False\n  \
+                    /etc/pip.conf, exists: True\n    global.cert: /x\nuser:\n  /home/u/.config/pip/pip.conf, exists: True\n";
+        assert_eq!(
+            files_in_config_debug(text),
+            ["/etc/pip.conf", "/home/u/.config/pip/pip.conf"]
+        );
     }
 
     #[test]

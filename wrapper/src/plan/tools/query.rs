@@ -32,6 +32,7 @@ const KEPT: &[&str] = &[
     "XDG_DATA_HOME",
     "APT_CONFIG",
     "GEMRC",
+    "GOENV",
 ];
 
 /// Prefixes of the tools' own settings, passed as they are (pyenv's version choice and
@@ -56,6 +57,16 @@ const KEPT_PREFIXES: &[&str] = &[
 /// in time. `untrusted`: the writable roots, where the program (and anything on its
 /// `PATH`) must not come from.
 pub fn output(program: &str, args: &[&str], untrusted: &[PathBuf]) -> Option<String> {
+    output_with(program, args, &[], untrusted)
+}
+
+/// [`output`], with `env` set on top of what is passed (`GOENV=off`).
+pub fn output_with(
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    untrusted: &[PathBuf],
+) -> Option<String> {
     let program = trusted(program, untrusted)?;
     let mut command = Command::new(program);
     command
@@ -88,6 +99,7 @@ pub fn output(program: &str, args: &[&str], untrusted: &[PathBuf]) -> Option<Str
             command.env(&key, value);
         }
     }
+    command.envs(env.iter().copied());
     // npm asks its registry for a newer npm on its own (the update notifier), from the
     // host: a query makes no request, whatever the user's settings say.
     command.env("npm_config_update_notifier", "false");

@@ -642,9 +642,7 @@ mod tests {
         let team_value = team.display().to_string();
         let more = |name: &str| -> Option<String> {
             match name {
-                "GIT_CONFIG_PARAMETERS" => {
-                    Some("'alias.x'='!./x' 'core.pager'='./p -R'".into())
-                }
+                "GIT_CONFIG_PARAMETERS" => Some("'alias.x'='!./x' 'core.pager'='./p -R'".into()),
                 "GIT_CONFIG_COUNT" => Some("1".into()),
                 "GIT_CONFIG_KEY_0" => Some("include.path".into()),
                 "GIT_CONFIG_VALUE_0" => Some(team_value.clone()),

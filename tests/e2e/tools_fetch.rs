@@ -132,8 +132,9 @@ fn a_workspace_registry_at_this_machines_own_address_is_not_fetched_at_start_up(
     // The start-up line says why.
     assert!(
         said.contains(
-            "https://self.fetch.test/config.json was not read (refused as the bridge would \
-             refuse it: self.fetch.test resolves to 100.128.0.1, a this machine's own address"
+            "the config.json of the index at https://self.fetch.test could not be read \
+             (refused as the bridge would refuse it: self.fetch.test resolves to 100.128.0.1, \
+             a this machine's own address"
         ),
         "{said}"
     );
@@ -143,7 +144,7 @@ fn a_workspace_registry_at_this_machines_own_address_is_not_fetched_at_start_up(
         "{requests}\n{said}"
     );
     assert!(
-        said.contains("dl/api in https://good.fetch.test/config.json"),
+        said.contains("dl/api in the config.json of https://good.fetch.test"),
         "{said}"
     );
 }
@@ -254,7 +255,7 @@ fn a_bridge_looks_a_registrys_name_up_at_its_own_dns_servers() {
     assert!(
         said.contains(
             "netbox bridge: cargo: 2 hosts (CARGO_REGISTRIES_MIRROR_INDEX in the environment; \
-             dl/api in https://reg.fetch.test/config.json)"
+             dl/api in the config.json of https://reg.fetch.test)"
         ),
         "{said}"
     );

@@ -54,7 +54,7 @@ const KEPT_PREFIXES: &[&str] = &[
 ];
 
 /// Runs `program args` from `/` and returns its standard output, if it ran and exited 0
-/// in time. `untrusted`: the writable roots, where the program (and anything on its
+/// and its output ended in time (a child of it holding the output counts). `untrusted`: the writable roots, where the program (and anything on its
 /// `PATH`) must not come from.
 pub fn output(program: &str, args: &[&str], untrusted: &[PathBuf]) -> Option<String> {
     output_with(program, args, &[], untrusted)
@@ -103,31 +103,104 @@ pub fn output_with(
     // npm asks its registry for a newer npm on its own (the update notifier), from the
     // host: a query makes no request, whatever the user's settings say.
     command.env("npm_config_update_notifier", "false");
-    let mut child = command.spawn().ok()?;
-    let mut stdout = child.stdout.take()?;
-    let reader = std::thread::spawn(move || {
-        let mut text = Vec::new();
-        let _ = (&mut stdout).take(4 << 20).read_to_end(&mut text);
-        text
-    });
+    answer(command, DEADLINE)
+}
+
+/// The most a tool's answer may hold, in bytes.
+const MAX_ANSWER_BYTES: usize = 4 << 20;
+
+/// Runs `command` (its stdout piped) in a process group of its own and returns its
+/// standard output, if it exited 0 and its output ended within `deadline`.
+///
+/// The output is read on this thread, a non-blocking pipe polled beside the wait: netbox
+/// forks the sandbox after asking the tools (STYLE.md rule 13), and a reader thread left
+/// blocked on a pipe that a child of the tool still holds would be alive at that fork.
+/// Whatever the outcome, the group is killed once the tool is done or out of time, before
+/// the tool is reaped (so its group id is still its own): nothing it started in its group
+/// outlives the query (one that left the group with `setsid` is its own affair; its pipe is
+/// closed here all the same).
+fn answer(mut command: Command, deadline: Duration) -> Option<String> {
+    use std::os::unix::process::CommandExt;
+    command.process_group(0);
     let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() < DEADLINE => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    };
-    let text = reader.join().ok()?;
+    let mut child = command.spawn().ok()?;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).ok()?);
+    let collected = child.stdout.take().and_then(|stdout| {
+        let stdout = std::os::fd::OwnedFd::from(stdout);
+        nix::fcntl::fcntl(
+            &stdout,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .ok()?;
+        collect(pid, std::fs::File::from(stdout), started, deadline)
+    });
+    let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+    // The tool itself too, should it have moved to another group.
+    let _ = child.kill();
+    let status = child.wait().ok()?;
+    let text = collected?;
     status
         .success()
         .then(|| String::from_utf8_lossy(&text).into_owned())
+}
+
+/// What the tool `pid` writes to `stdout` (non-blocking), until it has exited and the
+/// output ended: `None` past `deadline` (counted from `started`) or past
+/// [`MAX_ANSWER_BYTES`]. The tool is not reaped here.
+fn collect(
+    pid: nix::unistd::Pid,
+    mut stdout: std::fs::File,
+    started: Instant,
+    deadline: Duration,
+) -> Option<Vec<u8>> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+    use std::os::fd::AsFd;
+    let mut text = Vec::new();
+    let mut buffer = vec![0u8; 64 << 10];
+    let (mut open, mut exited) = (true, false);
+    loop {
+        if !exited {
+            // WNOWAIT: seen, not reaped.
+            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+            exited = !matches!(waitid(Id::Pid(pid), flags), Ok(WaitStatus::StillAlive));
+        }
+        if exited && !open {
+            return Some(text);
+        }
+        let left = deadline.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return None;
+        }
+        // A short wait: the tool's exit is looked for between reads.
+        let wait = PollTimeout::from(u16::try_from(left.as_millis().min(10)).unwrap_or(10));
+        if !open {
+            std::thread::sleep(left.min(Duration::from_millis(10)));
+            continue;
+        }
+        let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::POLLIN)];
+        let _ = nix::poll::poll(&mut fds, wait);
+        loop {
+            match stdout.read(&mut buffer) {
+                Ok(0) => {
+                    open = false;
+                    break;
+                }
+                Ok(n) => {
+                    text.extend_from_slice(&buffer[..n]);
+                    if text.len() > MAX_ANSWER_BYTES {
+                        return None;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// The caller's `PATH` directories that are absolute, lie in no writable root, and hold
@@ -179,4 +252,139 @@ pub fn is_untrusted(path: &Path, untrusted: &[PathBuf]) -> bool {
     untrusted
         .iter()
         .any(|u| real.starts_with(u) || path.starts_with(u))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of its own under the system's temporary one, with `tool` in it: a
+    /// shell script given `body`.
+    fn script(name: &str, body: &str) -> (PathBuf, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("netbox-query-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tool = dir.join("tool");
+        std::fs::write(&tool, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (dir, tool)
+    }
+
+    fn command(tool: &Path) -> Command {
+        let mut command = Command::new(tool);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        command
+    }
+
+    /// Whether process `pid` still runs (a zombie, dead and not yet reaped, does not).
+    fn runs(pid: &str) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let state = stat.rsplit_once(") ")?.1.chars().next()?;
+                Some(state != 'Z' && state != 'X')
+            })
+            .unwrap_or(false)
+    }
+
+    /// Each pid written to `file` stops running within 2 s.
+    fn all_stopped(file: &Path) -> Vec<String> {
+        let pids = std::fs::read_to_string(file).unwrap();
+        let pids: Vec<&str> = pids.split_whitespace().collect();
+        assert!(!pids.is_empty());
+        let until = Instant::now() + Duration::from_secs(2);
+        while pids.iter().any(|p| runs(p)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        pids.iter()
+            .filter(|p| runs(p))
+            .map(|p| p.to_string())
+            .collect()
+    }
+
+    fn threads() -> usize {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    }
+
+    /// A tool that hangs while a child of its holds its output: at the deadline both are
+    /// killed, and the query leaves no thread behind (netbox forks next, STYLE.md rule 13).
+    /// Counted in a process of its own (this test binary again, this test alone).
+    #[test]
+    fn a_tool_out_of_time_leaves_no_thread_and_no_child_behind() {
+        const ALONE: &str = "NETBOX_TEST_QUERY_ALONE";
+        let name =
+            "plan::tools::query::tests::a_tool_out_of_time_leaves_no_thread_and_no_child_behind";
+        if std::env::var_os(ALONE).is_none() {
+            let out = Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", name, "--test-threads=1", "--nocapture"])
+                .env(ALONE, "1")
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success() && text.contains("1 passed"), "{text}");
+            return;
+        }
+        let (dir, tool) = script(
+            "hung",
+            "sleep 30 & echo $! >> \"$(dirname \"$0\")/pids\"\n\
+             echo $$ >> \"$(dirname \"$0\")/pids\"\n\
+             echo partial\n\
+             exec sleep 30",
+        );
+        let before = threads();
+        let started = Instant::now();
+        assert_eq!(answer(command(&tool), Duration::from_secs(1)), None);
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(3), "took {took:?}");
+        assert_eq!(threads(), before, "a thread outlived the query");
+        assert_eq!(all_stopped(&dir.join("pids")), Vec::<String>::new());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A tool that exits at once, leaving a child that holds its output open past the
+    /// deadline: not waited for beyond it, and the child is killed with the tool's group.
+    #[test]
+    fn an_answer_a_child_keeps_open_is_not_waited_for_past_the_deadline() {
+        let (dir, tool) = script(
+            "held",
+            "sleep 30 & echo $! >> \"$(dirname \"$0\")/pids\"\necho early",
+        );
+        let started = Instant::now();
+        assert_eq!(answer(command(&tool), Duration::from_secs(1)), None);
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(3), "took {took:?}");
+        assert_eq!(all_stopped(&dir.join("pids")), Vec::<String>::new());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Control: a tool that answers is read, whole, and what it left running in its group
+    /// (not holding its output) is stopped; one that fails gives nothing.
+    #[test]
+    fn a_tool_that_answers_is_read_and_nothing_of_it_stays() {
+        let (dir, tool) = script(
+            "answers",
+            "sleep 30 > /dev/null & echo $! >> \"$(dirname \"$0\")/pids\"\n\
+             i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done",
+        );
+        let text = answer(command(&tool), Duration::from_secs(5)).unwrap();
+        assert_eq!(text.lines().count(), 2000);
+        assert_eq!(text.lines().last(), Some("line 1999"));
+        assert_eq!(all_stopped(&dir.join("pids")), Vec::<String>::new());
+        let (failing_dir, failing) = script("fails", "echo no; exit 3");
+        assert_eq!(answer(command(&failing), Duration::from_secs(5)), None);
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&failing_dir);
+    }
 }

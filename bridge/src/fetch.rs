@@ -4,21 +4,25 @@
 //! request goes out as a sandboxed client's would through the bridge: the policy's
 //! decision on the target, the bridge's resolver (pins, then DNS as the bridge is told),
 //! each address classified by the routing table and admitted by the policy's address rules
-//! (`upstream::admit`), and the bridge's dialer. Then TLS, verified for the name
-//! against the CA given or else the system's, and one GET: HTTPS only, no redirect
-//! followed, no proxy, at most [`MAX_DOCUMENT_BYTES`], all within [`DEADLINE`].
+//! (`upstream::admit`, which never admits one of the bridge's own listeners), and the
+//! bridge's dialer; for a URL a workspace file chose, a public address only, whatever the
+//! policy opens. Then TLS, verified for the name against the CA given or else the system's,
+//! and one GET: HTTPS only, no redirect followed, no proxy, at most [`MAX_DOCUMENT_BYTES`],
+//! all within the time given (at most [`DEADLINE`]). Each fetch gives back its record, as
+//! the bridge records a client's request ([`Proto::Fetch`]), for the caller to log.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
 
-use crate::log::{Attempt, Proto};
-use crate::policy::{Policy, Reason};
+use crate::log::{Attempt, End, Event, Proto};
+use crate::policy::{Policy, Reason, Verdict};
 use crate::resolver::{DnsConfig, Resolver};
 use crate::target::{Host, Target};
 
-/// How long one fetch may take, lookup to last byte.
+/// How long one fetch may take at most, lookup to last byte.
 pub const DEADLINE: Duration = Duration::from_secs(3);
 /// A lookup's own deadline, within [`DEADLINE`].
 const DNS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -37,6 +41,10 @@ pub enum FetchError {
     /// What the bridge would refuse a sandboxed client, for the same reason.
     #[error("refused as the bridge would refuse it: {detail}")]
     Refused { reason: Reason, detail: String },
+    /// Only a public address may be read (a URL a workspace file chose), and the name has
+    /// none.
+    #[error("{0}")]
+    NotPublic(String),
     /// It was allowed, and failed (no connection, TLS, an answer other than 2xx).
     #[error("{0}")]
     Failed(String),
@@ -44,29 +52,79 @@ pub enum FetchError {
     Timeout(Duration),
 }
 
-/// Reads `url` (HTTPS, its host a name) as `policy` lets a sandboxed client reach it:
-/// `policy` is the caller's, holding the rule that would let the tool reach the host.
-/// Names are looked up as `dns` says (the bridge's own setting); `ca_pem` is the only CA
-/// trusted if given, else the system's. The text is the body, as UTF-8 (anything else
-/// replaced).
-pub async fn https_document(
-    url: &str,
-    policy: &Policy,
-    dns: &DnsConfig,
-    ca_pem: Option<&[u8]>,
-) -> Result<String, FetchError> {
-    let request = DocumentUrl::parse(url)?;
-    match tokio::time::timeout(DEADLINE, fetch(&request, policy, dns, ca_pem)).await {
+/// How a fetch goes out, beside the policy it is judged by.
+#[derive(Debug, Clone, Copy)]
+pub struct Dial<'a> {
+    /// How names are looked up: the bridge's own setting.
+    pub dns: &'a DnsConfig,
+    /// The bridge's own listeners (none before it listens): never dialed, as a client's
+    /// CONNECT never reaches one.
+    pub own_listeners: &'a [SocketAddr],
+    /// The only CA trusted, if given; else the system's.
+    pub ca_pem: Option<&'a [u8]>,
+    /// Only a public address is dialed, whatever the policy opens (an `allow_private` or
+    /// IP rule of the user's): for a URL a workspace file chose.
+    pub public_only: bool,
+    /// How long the fetch may take, lookup to last byte; at most [`DEADLINE`] is taken.
+    pub within: Duration,
+}
+
+/// What one fetch did.
+#[derive(Debug)]
+pub struct Fetched {
+    /// The body, as UTF-8 (anything else replaced), or why not.
+    pub document: Result<String, FetchError>,
+    /// Its record, as the bridge records a client's request (`proto` `fetch`, `method`
+    /// `GET`, no `path`: an index URL's path may hold a token). Its `session` is empty:
+    /// the caller that logs it names its own. `None` for a URL not read at all.
+    pub event: Option<Event>,
+}
+
+/// Reads `url` (HTTPS, its host a name) as `policy` lets a sandboxed client reach it,
+/// going out as `dial` says: `policy` is the caller's, holding the rule that would let
+/// the tool reach the host.
+pub async fn https_document(url: &str, policy: &Policy, dial: &Dial<'_>) -> Fetched {
+    let request = match DocumentUrl::parse(url) {
+        Ok(request) => request,
+        Err(e) => {
+            return Fetched {
+                document: Err(e),
+                event: None,
+            }
+        }
+    };
+    let mut attempt = Attempt::begin("".into(), Proto::Fetch);
+    attempt.method = Some("GET".to_owned());
+    attempt.target = Some(request.target.clone());
+    let within = dial.within.min(DEADLINE);
+    let mut read_bytes = 0;
+    let fetching = fetch(&request, policy, dial, &mut attempt, &mut read_bytes);
+    let document = match tokio::time::timeout(within, fetching).await {
         Ok(result) => result,
-        Err(_) => Err(FetchError::Timeout(DEADLINE)),
+        Err(_) => {
+            attempt.reason = Reason::UpstreamTimeout;
+            attempt.detail = Some(format!("no answer within {within:?}"));
+            Err(FetchError::Timeout(within))
+        }
+    };
+    let end = match (&document, attempt.dialed) {
+        (Ok(_), _) => End::Closed,
+        (Err(_), None) => End::Refused,
+        (Err(_), Some(_)) => End::UpstreamError,
+    };
+    Fetched {
+        document,
+        event: Some(attempt.finish(end, 0, read_bytes)),
     }
 }
 
+/// The steps of a fetch, each recorded in `attempt` as the bridge records a client's.
 async fn fetch(
     url: &DocumentUrl,
     policy: &Policy,
-    dns: &DnsConfig,
-    ca_pem: Option<&[u8]>,
+    dial: &Dial<'_>,
+    attempt: &mut Attempt,
+    read_bytes: &mut u64,
 ) -> Result<String, FetchError> {
     let refused = |refusal: crate::upstream::Refusal| FetchError::Refused {
         reason: refusal.reason,
@@ -77,35 +135,85 @@ async fn fetch(
             None => refusal.detail,
         },
     };
-    // Not logged: a record of the steps, as a client's attempt keeps them.
-    let mut attempt = Attempt::begin("netbox".into(), Proto::HttpForward);
-    let decision = crate::upstream::decide(policy, &url.target, &mut attempt).map_err(refused)?;
-    let resolver = Resolver::new(dns, DNS_TIMEOUT, None);
-    // No listener of a bridge is up yet at start-up; a running standalone bridge that
-    // reloads its policy has them, and they are loopback or this machine's own, refused
-    // to any rule that is not `allow_private` (which the user gives, never a workspace).
-    let mut admitted =
-        crate::upstream::admit(&resolver, policy, &decision, &url.target, &[], &mut attempt)
-            .await
-            .map_err(refused)?;
+    let decision = crate::upstream::decide(policy, &url.target, attempt).map_err(refused)?;
+    let resolver = Resolver::new(dial.dns, DNS_TIMEOUT, None);
+    let mut admitted = crate::upstream::admit(
+        &resolver,
+        policy,
+        &decision,
+        &url.target,
+        dial.own_listeners,
+        attempt,
+    )
+    .await
+    .map_err(refused)?;
+    if dial.public_only {
+        let first_other = admitted
+            .iter()
+            .map(|(addr, _)| (*addr, crate::local::classify_here(addr.ip())))
+            .find(|(_, class)| !class.is_public());
+        admitted.retain(|(addr, _)| crate::local::classify_here(addr.ip()).is_public());
+        if let (true, Some((addr, class))) = (admitted.is_empty(), first_other) {
+            let detail = format!(
+                "{} resolves to {}, a {} address, and a registry a workspace file names is \
+                 read only at a public address",
+                url.target.host,
+                addr.ip(),
+                class.describe()
+            );
+            attempt.reason = Reason::NonPublicAddress;
+            attempt.refused_class = Some(class);
+            attempt.detail = Some(detail.clone());
+            return Err(FetchError::NotPublic(detail));
+        }
+    }
     admitted.truncate(crate::upstream::MAX_DIAL_ADDRESSES);
     let candidates: Vec<_> = admitted.iter().map(|(addr, _)| *addr).collect();
-    let tcp = crate::dialer::dial(&candidates, CONNECT_TIMEOUT)
-        .await
-        .map_err(|e| FetchError::Failed(e.to_string()))?;
-    let tls = crate::upstream_proxy::ProxyTls::new(&url.target.host, ca_pem, None)
+    let tcp = match crate::dialer::dial(&candidates, CONNECT_TIMEOUT).await {
+        Ok(tcp) => tcp,
+        Err(e) => {
+            attempt.reason = Reason::UpstreamUnreachable;
+            attempt.detail = Some(e.to_string());
+            attempt.dialed = Some(e.addr);
+            return Err(FetchError::Failed(e.to_string()));
+        }
+    };
+    attempt.dialed = tcp.peer_addr().ok();
+    attempt.opened_by = admitted
+        .iter()
+        .find(|(addr, _)| Some(*addr) == attempt.dialed)
+        .and_then(|(_, rule)| rule.clone());
+    attempt.decision = Verdict::Allow;
+    let result = read(url, dial, tcp, attempt, read_bytes).await;
+    if let Err(e) = &result {
+        attempt.detail = Some(e.to_string());
+    }
+    result
+}
+
+/// TLS on `tcp`, then the GET.
+async fn read(
+    url: &DocumentUrl,
+    dial: &Dial<'_>,
+    tcp: tokio::net::TcpStream,
+    attempt: &mut Attempt,
+    read_bytes: &mut u64,
+) -> Result<String, FetchError> {
+    let tls = crate::upstream_proxy::ProxyTls::new(&url.target.host, dial.ca_pem, None)
         .map_err(|e| FetchError::Failed(format!("TLS to {}: {e}", url.target.host)))?;
     let stream = tls
         .handshake(tcp)
         .await
         .map_err(|e| FetchError::Failed(format!("TLS to {}: {e}", url.target.host)))?;
-    get(url, stream).await
+    get(url, stream, attempt, read_bytes).await
 }
 
 /// One GET on `stream`, its body if the answer is 2xx.
 async fn get(
     url: &DocumentUrl,
     stream: tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    attempt: &mut Attempt,
+    read_bytes: &mut u64,
 ) -> Result<String, FetchError> {
     let failed = |what: &str, e: &dyn std::fmt::Display| FetchError::Failed(format!("{what}: {e}"));
     let (mut sender, connection) =
@@ -130,6 +238,7 @@ async fn get(
         .await
         .map_err(|e| failed("HTTP", &e))?;
     let status = response.status();
+    attempt.status = Some(status.as_u16());
     if status.is_redirection() {
         return Err(FetchError::Failed(format!(
             "answered {status}, a redirect, which netbox does not follow"
@@ -149,6 +258,7 @@ async fn get(
             }
         })?
         .to_bytes();
+    *read_bytes = u64::try_from(body.len()).unwrap_or(u64::MAX);
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
@@ -245,4 +355,6 @@ fn percent_decoded(text: &str) -> Vec<u8> {
 }
 
 #[cfg(test)]
+// Test code: its servers are at loopback literals (clippy.toml).
+#[allow(clippy::disallowed_methods)]
 mod tests;

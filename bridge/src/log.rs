@@ -65,6 +65,9 @@ pub enum Proto {
     Captured,
     /// A lookup in the sandbox's DNS stub (only refused ones are logged).
     Dns,
+    /// A document netbox itself read from the host for `--allow-tool`, before any sandbox
+    /// (a registry's `config.json` or index page: [`crate::fetch`]).
+    Fetch,
 }
 
 /// How the attempt ended.
@@ -822,6 +825,7 @@ pub fn summary(e: &Event) -> String {
         (Proto::Socks5, _) => "SOCKS5".to_owned(),
         (Proto::Captured, _) => "captured".to_owned(),
         (Proto::Dns, _) => "DNS lookup of".to_owned(),
+        (Proto::Fetch, _) => "netbox's own GET of".to_owned(),
         (Proto::Inspected, Some(method)) => format!(
             "{} {}",
             printable_ascii(method),

@@ -44,6 +44,8 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
     // A registry's document read while the tools are asked (`tools = [...]`, now and at
     // each reload) is looked up as this bridge looks names up.
     crate::plan::tools::fetch::resolve_as(dns.clone());
+    // What is read meanwhile is logged once the log is open.
+    let fetches = crate::plan::tools::fetch::Fetches::new();
     let tenants = match &args.tenants {
         Some(path) => {
             refuse_policy_flags(&args.policy)?;
@@ -52,6 +54,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
                 args.max_connections,
                 None,
                 &cwd,
+                &fetches,
             )?)
         }
         None => None,
@@ -72,7 +75,8 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         // none.
         Some(_) => Policy::deny_all(),
         None => {
-            let (policy, tools, _) = load_policy_with_tools(&args.policy, &cwd, &untrusted, &[])?;
+            let (policy, tools, _) =
+                load_policy_with_tools(&args.policy, &cwd, &untrusted, &[], &fetches)?;
             for line in tools {
                 crate::output::say(&format!("netbox bridge: {line}"));
             }
@@ -121,6 +125,8 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             path: log_name.clone(),
             source,
         })?;
+    // Logged after the policies they were read for.
+    let fetched = (session_id.clone(), fetches.take_records());
     let mut config = BridgeConfig {
         connect_timeout: args.connect_timeout,
         header_timeout: args.header_timeout,
@@ -242,6 +248,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         }
         let log = Arc::new(log);
         reloader.record_start(&log);
+        crate::plan::tools::fetch::log_records(&log, &fetched.0, fetched.1);
         let admin = Arc::new(bridge::admin::Admin {
             metrics: metrics.unwrap_or_default(),
             sessions: Box::new(gauges(Arc::clone(&reloader), Arc::clone(&session))),
@@ -268,6 +275,12 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
             }
             None => None,
         };
+        // No client reaches a listener of this bridge through it (another tenant's own),
+        // and no registry a reload reads is fetched at one.
+        config
+            .own_listeners
+            .extend(listeners.iter().filter_map(|sl| tcp_address(&sl.listener)));
+        crate::plan::tools::fetch::listening_at(config.own_listeners.clone());
         let reloading = tokio::spawn(super::bridge_reload::reload_when_asked(
             reloader,
             Arc::clone(&log),
@@ -289,10 +302,6 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
                     .store(false, std::sync::atomic::Ordering::Relaxed);
             }
         };
-        // No client reaches a listener of this bridge through it (another tenant's own).
-        config
-            .own_listeners
-            .extend(listeners.iter().filter_map(|sl| tcp_address(&sl.listener)));
         bridge::serve(listeners, config, Arc::clone(&log), stop).await;
         reloading.abort();
         if let Some(task) = admin_task {

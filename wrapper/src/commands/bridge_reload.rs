@@ -136,7 +136,15 @@ impl Reloader {
     /// ones; either way logged and said on stderr. Blocking: files are read and tools
     /// may be asked.
     pub fn reload(&self, log: &EventLog, cause: &str) {
-        match self.load_next().and_then(|next| self.apply(next)) {
+        let fetches = crate::plan::tools::fetch::Fetches::new();
+        let outcome = self.load_next(&fetches).and_then(|next| self.apply(next));
+        // What the tools' registries were read for, whether or not it is in force now.
+        let session = match &*self.served() {
+            Served::Alone { session, .. } => Arc::clone(&session.id),
+            Served::Tenants { gate, .. } => Arc::clone(&gate.id),
+        };
+        crate::plan::tools::fetch::log_records(log, &session, fetches.take_records());
+        match outcome {
             Ok(()) => {
                 self.refused
                     .store(false, std::sync::atomic::Ordering::Relaxed);
@@ -174,8 +182,8 @@ impl Reloader {
         }
     }
 
-    /// The new policies, read and checked.
-    fn load_next(&self) -> Result<Next, String> {
+    /// The new policies, read and checked; the registry documents read go in `fetches`.
+    fn load_next(&self, fetches: &crate::plan::tools::fetch::Fetches) -> Result<Next, String> {
         let (alone_args, tenants_file) = match &*self.served() {
             Served::Alone { args, .. } => (Some(args.clone()), None),
             Served::Tenants {
@@ -188,9 +196,14 @@ impl Reloader {
         let next = match (alone_args, tenants_file) {
             (Some(args), _) => {
                 let untrusted = [self.cwd.clone()];
-                let (policy, _, _) =
-                    crate::plan::policy::load_policy_with_tools(&args, &self.cwd, &untrusted, &[])
-                        .map_err(|e| e.to_string())?;
+                let (policy, _, _) = crate::plan::policy::load_policy_with_tools(
+                    &args,
+                    &self.cwd,
+                    &untrusted,
+                    &[],
+                    fetches,
+                )
+                .map_err(|e| e.to_string())?;
                 if policy.inspects() && !self.can_inspect {
                     return Err(
                         "the new policy inspects tunnels, and inspection starts only \
@@ -201,9 +214,14 @@ impl Reloader {
                 Next::Alone(policy)
             }
             (None, Some((file, bridge_connections, share))) => {
-                let plans =
-                    crate::plan::tenants::load(&file, bridge_connections, Some(share), &self.cwd)
-                        .map_err(|e| e.to_string())?;
+                let plans = crate::plan::tenants::load(
+                    &file,
+                    bridge_connections,
+                    Some(share),
+                    &self.cwd,
+                    fetches,
+                )
+                .map_err(|e| e.to_string())?;
                 if !self.takes_certificates && plans.iter().any(|p| !p.client_names.is_empty()) {
                     return Err(
                         "the tenants file names tenants by client_names, and this bridge \

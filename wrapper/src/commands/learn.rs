@@ -146,8 +146,12 @@ fn read_records(log: &Path) -> Result<Vec<Event>, WrapperError> {
 /// trailing dot, IDNA, every spelling of an IP literal): a log is only text, and a line
 /// naming `127.1` must become the rule `127.0.0.1`, which is then left out as non-public,
 /// not an active rule the bridge would read as loopback. Network records of the probe's
-/// canary are the probe's, not the command's.
+/// canary are the probe's, not the command's, and netbox's own fetches for `--allow-tool`
+/// (`proto` `fetch`) are netbox's.
 fn destination(record: &Event) -> Option<(String, u16)> {
+    if record.proto == bridge::log::Proto::Fetch {
+        return None;
+    }
     let host = record.host.as_deref()?;
     let port = record.port?;
     let authority = if host.contains(':') && !host.starts_with('[') {
@@ -452,5 +456,38 @@ mod tests {
         }
         let file: File = toml::from_str(&text).expect("valid TOML");
         assert_eq!(file.allow, ["a.test:8443", "b.test:443"]);
+    }
+
+    /// netbox's own fetches for `--allow-tool` (a workspace registry it refused to read,
+    /// one it read) are not the command's attempts: nothing is learned of them. Control:
+    /// the command's own attempt beside them is.
+    #[test]
+    fn netboxs_own_fetches_are_not_learned() {
+        let mut fetched = net(
+            "ws-registry.test",
+            443,
+            Verdict::Deny,
+            Reason::NotAllowed,
+            0,
+        );
+        fetched.proto = bridge::log::Proto::Fetch;
+        let mut read = net(
+            "own-registry.test",
+            443,
+            Verdict::Allow,
+            Reason::Learning,
+            9,
+        );
+        read.proto = bridge::log::Proto::Fetch;
+        let records = vec![
+            fetched,
+            read,
+            net("cmd.test", 443, Verdict::Allow, Reason::Learning, 1),
+        ];
+        let learned = from_learning(&records);
+        let refused = from_refusals(&records);
+        let keys: Vec<&(String, u16)> = learned.keys().collect();
+        assert_eq!(keys, [&("cmd.test".to_owned(), 443)]);
+        assert!(refused.is_empty(), "{:?}", refused.keys());
     }
 }

@@ -62,7 +62,7 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
 
 /// [`run`], also handing back the live probe's report when there was one.
 pub fn run_reporting(
-    config: SandboxConfig,
+    mut config: SandboxConfig,
     probe_report: &mut Option<crate::sandbox::probe::ProbeReport>,
 ) -> Result<u8, WrapperError> {
     let started = std::time::Instant::now();
@@ -138,6 +138,12 @@ pub fn run_reporting(
     }
     let pinned: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
     crate::supervise::session::record_start(&log, &config, &pinned);
+    // What --allow-tool read from the host before the log could be opened.
+    crate::plan::tools::fetch::log_records(
+        &log,
+        &config.session_id,
+        std::mem::take(&mut config.tool_fetches),
+    );
     // A log that cannot be written stops the run before it starts (and, from supervise,
     // while it runs): nothing runs unrecorded.
     if let Some(reason) = log.failure() {

@@ -52,6 +52,9 @@ pub struct SandboxConfig {
     pub refusal_status: http::StatusCode,
     /// What each `--allow-tool` contributed, for the start-up line.
     pub tool_summary: Vec<String>,
+    /// The records of the registry documents `--allow-tool` read from the host, for the
+    /// event log once it is open.
+    pub tool_fetches: Vec<crate::plan::tools::fetch::FetchRecord>,
     /// Whether CMD gets a terminal of its own (terminal.rs).
     pub tty: crate::terminal::Choice,
     pub policy: Policy,
@@ -102,11 +105,13 @@ impl SandboxConfig {
         // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
         let mut policy_args = args.policy;
         policy_args.allowlist.extend(args.fetch_allowlist);
+        let fetches = crate::plan::tools::fetch::Fetches::new();
         let (mut policy, mut tool_summary, tools) = crate::plan::policy::load_policy_with_tools(
             &policy_args,
             &cwd,
             &write_roots,
             &named.hide,
+            &fetches,
         )?;
         // Each tool's cache: a directory of netbox's, writable in the sandbox (never the
         // tool's own cache, which runs outside the sandbox trust), or the private /tmp.
@@ -238,6 +243,7 @@ impl SandboxConfig {
                 ))
             })?,
             tool_summary,
+            tool_fetches: fetches.take_records(),
             tty: match (args.tty, args.no_tty) {
                 (true, _) => crate::terminal::Choice::Always,
                 (_, true) => crate::terminal::Choice::Never,

@@ -10,12 +10,14 @@ use crate::error::WrapperError;
 /// Loads the policy from files and flags, asking the tools named (`--allow-tool`,
 /// `tools = [...]`) for their registries as seen from `cwd`; every mistake is reported
 /// before anything runs. Returns the policy and, per tool, a summary for the start-up
-/// line.
+/// line. The registry documents read go in `fetches` (one deadline for all of them, and
+/// their records for the event log).
 pub fn load_policy_with_tools(
     args: &PolicyArgs,
     cwd: &std::path::Path,
     untrusted: &[std::path::PathBuf],
     hidden: &[std::path::PathBuf],
+    fetches: &crate::plan::tools::fetch::Fetches,
 ) -> Result<(Policy, Vec<String>, Vec<String>), WrapperError> {
     let mut policy = load_policy(args)?;
     let mut named: Vec<(String, String)> = args
@@ -46,6 +48,7 @@ pub fn load_policy_with_tools(
             hidden,
             policy: &policy,
             private_ok: args.private_ok,
+            fetches,
         };
         let found =
             crate::plan::tools::discover(&tool, &ctx).map_err(|reason| WrapperError::Rule {

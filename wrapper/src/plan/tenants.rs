@@ -80,6 +80,7 @@ pub fn load(
     bridge_connections: usize,
     share: Option<usize>,
     cwd: &Path,
+    fetches: &crate::plan::tools::fetch::Fetches,
 ) -> Result<Vec<TenantPlan>, WrapperError> {
     let mistake =
         |reason: String| WrapperError::Usage(format!("tenants file {}: {reason}", path.display()));
@@ -166,8 +167,9 @@ pub fn load(
             inspect: false,
             upstream_ca: Vec::new(),
         };
+        fetches.for_tenant(&name);
         let (policy, tool_lines, _) =
-            super::policy::load_policy_with_tools(&args, cwd, &[cwd.to_owned()], &[])
+            super::policy::load_policy_with_tools(&args, cwd, &[cwd.to_owned()], &[], fetches)
                 .map_err(|e| mistake(e.to_string()))?;
         if policy.inspects() {
             return Err(mistake(
@@ -261,7 +263,14 @@ mod tests {
         let dir = tempfile_dir();
         write(&dir, "a.toml", "allow = [\"a.test:443\"]\n");
         let path = write(&dir, "tenants.toml", text);
-        let loaded = load(&path, 16, None, &dir).map_err(|e| e.to_string());
+        let loaded = load(
+            &path,
+            16,
+            None,
+            &dir,
+            &crate::plan::tools::fetch::Fetches::new(),
+        )
+        .map_err(|e| e.to_string());
         std::fs::remove_dir_all(&dir).unwrap();
         loaded
     }

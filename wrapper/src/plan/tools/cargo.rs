@@ -8,9 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{query, Context, ToolRules};
+use super::{fetch, query, Context, ToolRules};
 
-/// Sparse indexes whose config.json is fetched at most, and how long all of it may take.
+/// Sparse indexes whose config.json is fetched at most (all of a start-up's fetches, pip's
+/// too, take at most [`fetch::ALL_FETCHES_DEADLINE`] together).
 const MAX_FETCHES: usize = 4;
 
 pub fn discover(ctx: &Context<'_>) -> ToolRules {
@@ -107,9 +108,18 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     }
     for (url, from_workspace) in sparse.into_iter().take(MAX_FETCHES) {
         let base = url.trim_start_matches("sparse+").trim_end_matches('/');
+        // As the bridge spells it (rule_of normalises: case, a final dot, IDNA), as the
+        // cache's names and the policy's pins are: `INDEX.test.` is `index.test`.
         let host = super::rule_of(url).and_then(|r| r.rsplit_once(':').map(|(h, _)| h.to_owned()));
         let from_cache = cached.iter().find(|c| host.is_some() && c.dir_host == host);
         let mut why = None;
+        let reach = if *from_workspace {
+            fetch::Reach::PublicOnly
+        } else if ctx.private_ok && !cainfo_planted {
+            fetch::Reach::Private
+        } else {
+            fetch::Reach::AsTheToolWould
+        };
         let document = match from_cache.and_then(|c| c.config.clone()) {
             Some(doc) => Some((doc, "cargo's cache of its config.json".to_owned())),
             // A name the user pinned (an internal host) is fetched from only for a
@@ -121,13 +131,16 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
                         .is_some()
                 }) =>
             {
+                why = Some(
+                    "its name is one the allowlist pins, and a workspace file names it".to_owned(),
+                );
                 None
             }
-            None => super::fetch::https_document(
+            None => fetch::https_document(
                 &format!("{base}/config.json"),
                 cainfo.as_deref(),
                 ctx,
-                ctx.private_ok && !*from_workspace && !cainfo_planted,
+                reach,
             )
             .map(|doc| (doc, format!("the config.json of {}", super::host_of(base))))
             .map_err(|e| why = Some(e))
@@ -209,10 +222,14 @@ fn cached_indexes(cargo_home: &Path) -> Vec<Cached> {
         .flatten()
         .map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
+            // Normalised as the bridge does, so that it compares with rule_of's hosts.
             let dir_host = name
                 .rsplit_once('-')
-                .map(|(host, _)| host.to_owned())
-                .filter(|h| h.contains('.'));
+                .filter(|(host, _)| host.contains('.'))
+                .and_then(|(host, _)| match bridge::target::normalise_host(host) {
+                    Ok(bridge::target::Host::Name(name)) => Some(name),
+                    _ => None,
+                });
             let config = super::read_small(&e.path().join("config.json"));
             Cached {
                 dir: e.path(),

@@ -50,6 +50,8 @@ pub struct Context<'a> {
     /// The user said the registries are internal (`--private-ok`): a registry document
     /// the user's own settings name may be read from a non-public address.
     pub private_ok: bool,
+    /// What the registry documents read share: one deadline, and their records.
+    pub fetches: &'a fetch::Fetches,
 }
 
 /// Rules one tool may add at most: a configuration listing thousands of registries is
@@ -266,12 +268,15 @@ pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperErro
     let policy = bridge::policy::Policy::deny_all();
     // As a run from here would see it: the current directory is the workspace.
     let untrusted = vec![std::fs::canonicalize(&cwd).unwrap_or_else(|_| cwd.clone())];
+    // No event log here: what was read is what this prints.
+    let fetches = fetch::Fetches::new();
     let ctx = Context {
         cwd: &cwd,
         untrusted: &untrusted,
         hidden: &[],
         policy: &policy,
         private_ok: args.private_ok,
+        fetches: &fetches,
     };
     for name in &args.names {
         let found = discover(name, &ctx).map_err(|reason| crate::error::WrapperError::Rule {
@@ -675,8 +680,9 @@ pub fn discover(name: &str, ctx: &Context<'_>) -> Result<ToolRules, String> {
 }
 
 /// `host:port` for a URL (`https://h:8443/x` → `h:8443`, `http://h/` → `h:80`), or a
-/// bare `host[:port]` (443 when no port is given); `None` for what is no network
-/// address (`file:`, a path).
+/// bare `host[:port]` (443 when no port is given), the host spelled as the bridge
+/// normalises it (`https://H.Test./` → `h.test:443`); `None` for what is no network
+/// address (`file:`, a path), an address, or this machine's own name.
 pub fn rule_of(url_or_host: &str) -> Option<String> {
     let text = url_or_host.trim();
     // Cargo's and others' prefixes: `sparse+https://…`, `git+https://…`, `registry+…`.
@@ -714,24 +720,23 @@ pub fn rule_of(url_or_host: &str) -> Option<String> {
     };
     // A name and one numeric port only: a tool's configuration (which an earlier command
     // may have written into the workspace) must not open an address, a wildcard, every
-    // port or a range (`127.0.0.1:*`, `*.com:*`, `[::1]:1-65535`).
-    let (host, port) = rule.rsplit_once(':')?;
+    // port or a range (`127.0.0.1:*`, `*.com:*`, `[::1]:1-65535`). The name as the bridge
+    // normalises it (case, a final dot, IDNA; an address in any spelling is an address),
+    // so that every check and comparison below and after sees what the bridge will.
+    let target = bridge::target::Target::parse_authority(&rule).ok()?;
+    let bridge::target::Host::Name(name) = target.host else {
+        return None;
+    };
     // `localhost` and its subdomains are this machine (RFC 6761), never a registry.
-    let lower = host.trim_end_matches('.').to_ascii_lowercase();
-    let is_localhost = lower == "localhost"
-        || lower.ends_with(".localhost")
-        || lower.starts_with("localhost.")
-        || lower.starts_with("ip6-localhost")
-        || lower.starts_with("ip6-loopback");
-    let is_name = !host.starts_with('[')
-        && !is_localhost
-        && host.parse::<std::net::IpAddr>().is_err()
-        && !host.contains('*')
-        && bridge::target::Target::parse_authority(&rule)
-            .is_ok_and(|t| matches!(t.host, bridge::target::Host::Name(_)));
-    if !is_name || port.parse::<u16>().map_or(true, |p| p == 0) {
+    let is_localhost = name == "localhost"
+        || name.ends_with(".localhost")
+        || name.starts_with("localhost.")
+        || name.starts_with("ip6-localhost")
+        || name.starts_with("ip6-loopback");
+    if is_localhost {
         return None;
     }
+    let rule = format!("{name}:{}", target.port);
     bridge::policy::RuleSpec::parse(&rule, bridge::policy::Action::Allow)
         .ok()
         .map(|_| rule)
@@ -830,6 +835,14 @@ mod tests {
             ("http://localhost./", None),
             ("http://localhost.localdomain/", None),
             ("http://ip6-localhost/", None),
+            // Spellings the bridge reads as the same host: one rule, in its one spelling.
+            ("https://Mirror.TEST./x", Some("mirror.test:443")),
+            ("https://ｍｉｒｒｏｒ.test/", Some("mirror.test:443")),
+            ("https://ｌｏｃａｌｈｏｓｔ/", None),
+            ("https://LOCALHOST./", None),
+            ("https://ａ.ｌｏｃａｌｈｏｓｔ:8443/", None),
+            ("https://0x7f000001/", None),
+            ("https://１２７.０.０.１/", None),
             ("file:///opt/wheels", None),
             ("/opt/wheels", None),
             ("", None),

@@ -150,11 +150,11 @@ fn add_file_hosts(out: &mut ToolRules, indexes: &[String], cert: Option<&str>, c
 /// `pypi.mirror.corp`; not `a.co.uk` and `b.co.uk`, nor two names under a hosting
 /// service's suffix), by the Public Suffix List.
 fn same_domain(a: &str, b: &str) -> bool {
+    // rule_of's host is spelled as the bridge normalises it (case, a final dot, IDNA).
     let domain = |url: &str| {
         let rule = super::rule_of(url)?;
         let (host, _) = rule.rsplit_once(':')?;
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        psl::domain_str(&host).map(str::to_owned)
+        psl::domain_str(host).map(str::to_owned)
     };
     domain(a).is_some_and(|d| Some(d) == domain(b))
 }
@@ -171,8 +171,14 @@ fn file_hosts(
 ) -> Result<(String, Vec<String>), String> {
     let index_rule = super::rule_of(index).ok_or("not an address netbox reads")?;
     let index_port = index_rule.rsplit_once(':').map_or("", |r| r.1).to_owned();
-    let get =
-        |url: &str| super::fetch::https_document(url, cert, ctx, ctx.private_ok && trusted_cert);
+    // pip's indexes are its own settings, asked only where no writable root holds them
+    // (`settings_elsewhere`): none is a workspace file's.
+    let reach = if ctx.private_ok && trusted_cert {
+        super::fetch::Reach::Private
+    } else {
+        super::fetch::Reach::AsTheToolWould
+    };
+    let get = |url: &str| super::fetch::https_document(url, cert, ctx, reach);
     let base = format!("{}/", index.trim_end_matches('/'));
     let pip_page = format!("{base}pip/");
     let (page_url, page) = match get(&pip_page) {

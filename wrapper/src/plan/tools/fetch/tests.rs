@@ -87,23 +87,24 @@ fn a_registry_is_read_only_where_the_bridge_would_let_its_tool_reach_it() {
         policy: &policy,
         private_ok: true,
         hidden: &[],
+        fetches: &Fetches::new(),
     };
     let url = format!("https://reg.test:{port}/config.json");
     let ca = ca.to_str().unwrap();
     // The user's own registry, said to be internal: its rule may reach 127.0.0.1.
     assert_eq!(
-        https_document(&url, Some(ca), &ctx, true).as_deref(),
+        https_document(&url, Some(ca), &ctx, Reach::Private).as_deref(),
         Ok("{\"dl\":\"https://dl.test/\"}")
     );
     // Anyone else's: a plain rule, which loopback (this machine's services) is not open to.
-    let refused = https_document(&url, Some(ca), &ctx, false).unwrap_err();
+    let refused = https_document(&url, Some(ca), &ctx, Reach::AsTheToolWould).unwrap_err();
     assert!(
         refused.contains("refused as the bridge would")
             && refused.contains("127.0.0.1, a loopback address"),
         "{refused}"
     );
     // A CA named by a relative path would be read from the workspace.
-    let relative = https_document(&url, Some("ca.pem"), &ctx, true).unwrap_err();
+    let relative = https_document(&url, Some("ca.pem"), &ctx, Reach::Private).unwrap_err();
     assert!(relative.contains("not an absolute path"), "{relative}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -144,16 +145,18 @@ fn a_fetch_leaves_no_thread_behind() {
         policy: &policy,
         private_ok: true,
         hidden: &[],
+        fetches: &Fetches::new(),
     };
     let before = threads();
     let read = https_document(
         &format!("https://reg.test:{port}/"),
         ca.to_str(),
         &ctx,
-        true,
+        Reach::Private,
     );
     assert_eq!(read.as_deref(), Ok("counted"));
-    let unresolved = https_document("https://nowhere.test/", None, &ctx, true).unwrap_err();
+    let unresolved =
+        https_document("https://nowhere.test/", None, &ctx, Reach::Private).unwrap_err();
     assert!(
         unresolved.contains("cannot resolve nowhere.test"),
         "{unresolved}"
@@ -179,13 +182,75 @@ fn a_fetch_runs_from_a_blocking_task_of_a_running_bridge() {
                 policy: &policy,
                 private_ok: true,
                 hidden: &[],
+                fetches: &Fetches::new(),
             };
             let url = format!("https://reg.test:{port}/");
-            https_document(&url, ca.to_str(), &ctx, true)
+            https_document(&url, ca.to_str(), &ctx, Reach::Private)
         })
         .await
         .unwrap()
     });
     assert_eq!(read.as_deref(), Ok("reloaded"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The user's own `allow_private` rule for a name lets its tool reach a registry there
+/// from the sandbox, and so a fetch for a registry the user's settings name; never one a
+/// workspace file names (read at a public address only). Each fetch made is recorded for
+/// the event log.
+#[test]
+fn a_registry_a_workspace_file_names_is_read_at_a_public_address_only() {
+    let dir = scratch("public-only");
+    let (port, ca) = serve("{\"dl\":\"https://dl.test/\"}", &dir);
+    let mut policy = pinned(&dir);
+    policy
+        .add_private_rule(&format!("reg.test:{port}"), "the user's allowlist")
+        .unwrap();
+    let fetches = Fetches::new();
+    let ctx = Context {
+        cwd: &dir,
+        untrusted: &[],
+        policy: &policy,
+        private_ok: false,
+        hidden: &[],
+        fetches: &fetches,
+    };
+    let url = format!("https://reg.test:{port}/config.json");
+    let ca = ca.to_str().unwrap();
+    let refused = https_document(&url, Some(ca), &ctx, Reach::PublicOnly).unwrap_err();
+    assert!(
+        refused.contains(
+            "reg.test resolves to 127.0.0.1, a loopback address, and a registry a workspace \
+             file names is read only at a public address"
+        ),
+        "{refused}"
+    );
+    // Control: the user's own registry, under the same rule.
+    assert_eq!(
+        https_document(&url, Some(ca), &ctx, Reach::AsTheToolWould).as_deref(),
+        Ok("{\"dl\":\"https://dl.test/\"}")
+    );
+    let records = fetches.take_records();
+    assert_eq!(records.len(), 2);
+    let log = dir.join("events.jsonl");
+    let events = bridge::EventLog::open(Some(&log), bridge::Stderr::Quiet).unwrap();
+    log_records(&events, "s1", records);
+    drop(events);
+    let written: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seen: Vec<(&str, &str, &str)> = written
+        .iter()
+        .map(|r| {
+            (
+                r["session"].as_str().unwrap(),
+                r["proto"].as_str().unwrap(),
+                r["decision"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(seen, [("s1", "fetch", "deny"), ("s1", "fetch", "allow")]);
     let _ = std::fs::remove_dir_all(&dir);
 }

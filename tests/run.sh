@@ -41,6 +41,8 @@ echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# The test hooks' code is built only with the feature: linted with it too.
+cargo clippy --workspace --all-targets --features netbox/test-hooks --quiet -- -D warnings
 echo "== cargo test (as $(id -un))"
 cargo test --workspace --features netbox/test-hooks
 # ~28 s against the debug netbox (a 500-connection flood of a shared bridge included);

@@ -71,6 +71,8 @@ impl ListenAddr {
         };
         match self {
             ListenAddr::Tcp(addr) => {
+                // A SocketAddr, parsed from --listen: nothing is looked up.
+                #[allow(clippy::disallowed_methods)]
                 let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
                 deepen_backlog(&listener).map_err(bind_error)?;
                 Ok(Listener::Tcp(listener))

@@ -30,6 +30,8 @@ pub fn classify_here(addr: IpAddr) -> IpClass {
 /// (a `local` route: one for each address on an interface, and any `ip route add local`),
 /// or, if that cannot be asked, whether a socket can be bound to it (which misses local
 /// routes of IPv6, and holds for any address where `ip_nonlocal_bind` is set).
+// Binds a SocketAddr (an IP address and port 0): nothing is looked up.
+#[allow(clippy::disallowed_methods)]
 pub(crate) fn is_local(addr: IpAddr) -> bool {
     routed_locally(addr).unwrap_or_else(|| UdpSocket::bind(SocketAddr::new(addr, 0)).is_ok())
 }

@@ -470,6 +470,8 @@ impl Drop for Pipe {
 }
 
 #[cfg(test)]
+// Test code: its sockets are at loopback literals (clippy.toml).
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

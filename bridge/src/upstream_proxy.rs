@@ -494,6 +494,8 @@ impl NoProxy {
 }
 
 #[cfg(test)]
+// Test code: its sockets are at loopback literals (clippy.toml).
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 

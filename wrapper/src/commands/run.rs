@@ -217,7 +217,9 @@ fn run_logged(
         resolved,
     } = paths;
     // A listener on host loopback that the sandbox must not reach (and that answers us).
-    let host_listener = TcpListener::bind("127.0.0.1:0").map_err(WrapperError::Spawn)?;
+    #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
+    let host_listener =
+        TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(WrapperError::Spawn)?;
     let host_addr = host_listener.local_addr().map_err(WrapperError::Spawn)?;
     // The cgroups the limits need (none for most runs), which the sandbox is born into
     // (netbox steps in for the clone only); the probe reads their limits back. Dropped

@@ -70,6 +70,7 @@ pub fn make_far_side(plan: &CapturePlan) -> Result<FarSide, (String, String)> {
     let mut listeners = Vec::with_capacity(plan.ports.len());
     for &port in &plan.ports {
         // Dual-stack where IPv6 is up: one listener takes both families.
+        #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
         let listener = if ipv6 {
             TcpListener::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)))
         } else {

@@ -286,6 +286,7 @@ fn watch_writes(channel: &Channel) -> Result<Vec<std::os::fd::OwnedFd>, String> 
     // pid 1 is in the sandbox's network namespace: so is this socket, wherever it is used.
     let diag = crate::sys::sockdiag::open();
     // Something netbox's UDP lookups through `diag` must find (held until CMD starts).
+    #[allow(clippy::disallowed_methods)] // An address and port: nothing is looked up (clippy.toml).
     let witness = std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0));
     let udp_witness = witness
         .as_ref()
@@ -479,7 +480,9 @@ fn set_up_network(
             let routes = !crate::testhooks::hooks().skip_capture_routes;
             capture::link(far, routes).map_err(|(step, detail)| (step, detail, hint()))?;
             let stub = SocketAddr::from((DNS_STUB, 53));
+            #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up.
             let udp = std::net::UdpSocket::bind(stub);
+            #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up.
             let tcp = TcpListener::bind(stub);
             let step = "listen for DNS on 127.0.0.53 (capture)";
             Some((
@@ -492,9 +495,11 @@ fn set_up_network(
 
     // The bridge's listeners live here, inside the new network namespace, and are handed
     // to netbox: CMD's connections reach the bridge directly, with no relay.
+    #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
     let v4 = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)))
         .map_err(failed("listen on 127.0.0.1"))?;
     bridge::listen::deepen_backlog(&v4).map_err(failed("listen on 127.0.0.1"))?;
+    #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
     let v6 = TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT)))
         .ok()
         .filter(|v6| bridge::listen::deepen_backlog(v6).is_ok());

@@ -656,6 +656,7 @@ fn capture_check(
     // at every address.
     if let Some(port) = capture.unprivileged_port {
         let every = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
+        #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
         let listened = std::net::TcpListener::bind(every)
             .or_else(|_| std::net::TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))));
         control.push(succeeded(
@@ -754,8 +755,10 @@ fn send_dns_query(name: &str) -> std::io::Result<std::net::UdpSocket> {
         query.extend_from_slice(label.as_bytes());
     }
     query.extend_from_slice(&[0, 0, 1, 0, 1]);
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
+    let socket = std::net::UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     socket.set_read_timeout(Some(PROBE_IO_TIMEOUT))?;
+    #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
     socket.connect(SocketAddr::from((crate::sandbox::DNS_STUB, 53)))?;
     socket.send(&query)?;
     Ok(socket)
@@ -836,11 +839,13 @@ fn network_cut(input: &ProbeInput, proxy_v6: bool) -> Check {
             &[libc::ECONNREFUSED],
         ));
     }
-    let answered = std::net::TcpListener::bind("127.0.0.1:0").and_then(|listener| {
-        let addr = listener.local_addr()?;
-        TcpStream::connect_timeout(&addr, PROBE_IO_TIMEOUT)?;
-        listener.accept().map(drop)
-    });
+    #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
+    let answered =
+        std::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).and_then(|listener| {
+            let addr = listener.local_addr()?;
+            TcpStream::connect_timeout(&addr, PROBE_IO_TIMEOUT)?;
+            listener.accept().map(drop)
+        });
     let control = vec![succeeded(
         "connect to a loopback listener of the probe's own".into(),
         answered,

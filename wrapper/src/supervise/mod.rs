@@ -38,6 +38,7 @@ const SETUP_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(60)
 
 pub(crate) fn check_host_listener_answers(listener: &TcpListener) -> Result<(), WrapperError> {
     let addr = listener.local_addr().map_err(WrapperError::Spawn)?;
+    #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
     let _client = std::net::TcpStream::connect(addr).map_err(|e| {
         WrapperError::ProbeFailed(format!(
             "host loopback listener {addr} does not answer: {e}"

@@ -7,8 +7,11 @@ use std::os::fd::AsRawFd;
 
 /// Sets IFF_UP on `lo`.
 pub fn bring_loopback_up() -> io::Result<()> {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0")
-        .or_else(|_| std::net::UdpSocket::bind("0.0.0.0:0"))?;
+    let bind = |ip: [u8; 4]| {
+        #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
+        std::net::UdpSocket::bind(std::net::SocketAddr::from((ip, 0)))
+    };
+    let socket = bind([127, 0, 0, 1]).or_else(|_| bind([0, 0, 0, 0]))?;
     // SAFETY: `ifreq` is plain old data; all-zero is a valid value for it.
     let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in request.ifr_name.iter_mut().zip(b"lo\0") {
@@ -33,6 +36,8 @@ pub fn bring_loopback_up() -> io::Result<()> {
 }
 
 /// Whether IPv6 is up in the calling thread's network namespace: ::1 can be bound.
+// An address and port: nothing is looked up (clippy.toml).
+#[allow(clippy::disallowed_methods)]
 pub fn ipv6_up() -> bool {
     std::net::UdpSocket::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_ok()
 }

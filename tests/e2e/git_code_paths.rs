@@ -779,21 +779,40 @@ fn a_rebase_left_under_way_is_reported() {
     );
 }
 
-/// A directory on PATH inside the workspace (an activated `.venv/bin`): a program CMD
-/// put there would run when git, or anything, runs it by name (git's pager). Pinned.
+/// A directory on PATH inside the workspace (an activated `.venv/bin`, a relative
+/// `./node_modules/.bin`): a program CMD puts there would run when git, or anything, runs
+/// it by name (git's pager). Watched, not pinned (`pip install` and `npm install` write
+/// there): said when the run ends. A relative entry whose directory is missing stops
+/// nothing.
 #[test]
-fn a_path_directory_inside_the_workspace_is_pinned() {
+fn a_path_directory_inside_the_workspace_is_watched() {
     let dir = TestDir::new("git-path-dir");
-    let run = Run::new(&dir).arg("--quiet");
+    let run = Run::new(&dir);
     let bin = run.workspace.join(".venv/bin");
     std::fs::create_dir_all(&bin).unwrap();
-    std::fs::create_dir_all(run.workspace.join(".venv/lib")).unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
-    let run = run.env("PATH", path);
-    let out = run.sh(
-        "echo x > .venv/bin/less 2>/dev/null && echo PLANTED; echo x > .venv/lib/x && echo CONTROL",
+    let path = format!(
+        "{}:./node_modules/.bin:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap()
     );
-    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    let run = run.env("PATH", path);
+    // Control: a run that leaves them alone says nothing, and CMD can install.
+    let out = run.sh("mkdir -p node_modules && echo x > node_modules/x && echo OK");
+    assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let out = Run::new(&dir)
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .log_at(dir.join("events-planted.jsonl"))
+        .sh("echo x > .venv/bin/less && chmod +x .venv/bin/less && echo PLANTED");
+    assert_eq!(stdout(&out), "PLANTED\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning") && stderr(&out).contains(".venv/bin"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// The repository a workspace lies in, whose `.git` is a link (git follows it): pinned
@@ -946,4 +965,78 @@ fn what_can_only_be_watched_is_reported() {
             stderr(&out)
         );
     }
+}
+
+/// A filter that runs a project venv's python (nbstripout's own install) runs that
+/// environment's modules too: a `.pth` file CMD drops in `site-packages` runs at the
+/// next `git add`. The environment is watched whole and said.
+#[test]
+fn the_environment_a_filter_runs_from_is_watched() {
+    let dir = TestDir::new("git-venv-filter");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    let ws = &run.workspace;
+    let venv = ws.join(".venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::fs::create_dir_all(venv.join("lib/python3/site-packages")).unwrap();
+    std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    std::os::unix::fs::symlink("/usr/bin/python3", venv.join("bin/python3")).unwrap();
+    let python = venv.join("bin/python3").display().to_string();
+    git_ok(
+        &home,
+        ws,
+        &[
+            "config",
+            "filter.nb.clean",
+            &format!("\"{python}\" -m nbstripout"),
+        ],
+    );
+    // Control: a run that leaves the environment alone says nothing.
+    let out = run.sh("echo x > notes");
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let out = Run::new(&dir)
+        .env("HOME", home.display().to_string())
+        .log_at(dir.join("events-pth.jsonl"))
+        .sh("echo 'import os' > .venv/lib/python3/site-packages/x.pth && echo PLANTED");
+    assert_eq!(stdout(&out), "PLANTED\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning") && stderr(&out).contains(".venv"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A path netbox watches because it is missing (`./node_modules/.bin/eslint` before an
+/// install) filled by renaming in an older directory whose times are all old: said,
+/// since it was missing at the start.
+#[test]
+fn a_watched_path_filled_by_a_rename_is_reported() {
+    let dir = TestDir::new("git-watched-rename");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join(".gitconfig"),
+        "[alias]\n\tlint = !./node_modules/.bin/eslint .\n",
+    )
+    .unwrap();
+    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    repository(&home, &run.workspace);
+    // A run stages the program where nothing watches it.
+    let out = run.sh(
+        "mkdir -p .cache/x/.bin && echo 'touch /tmp/owned' > .cache/x/.bin/eslint && echo STAGED",
+    );
+    assert_eq!(stdout(&out), "STAGED\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let out = Run::new(&dir)
+        .env("HOME", home.display().to_string())
+        .log_at(dir.join("events-rename.jsonl"))
+        .sh("mv .cache/x node_modules && echo MOVED");
+    assert_eq!(stdout(&out), "MOVED\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning") && stderr(&out).contains("node_modules/.bin/eslint"),
+        "{}",
+        stderr(&out)
+    );
 }

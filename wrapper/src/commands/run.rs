@@ -70,7 +70,7 @@ pub fn run_reporting(
         crate::output::say(&note);
     }
     // Before anything of the sandbox exists: whatever CMD creates is stamped later.
-    let since = crate::supervise::gitaudit::Stamp::now();
+    let since = crate::supervise::gitaudit::Stamp::now_for(&config.write_roots);
     // Each writable root, held from here on: everything below is reached through it.
     let mut resolved = Resolved::roots(&config.write_roots)?;
     let home = crate::plan::config::home_dir();

@@ -99,7 +99,7 @@ impl SandboxConfig {
         let homes = crate::plan::homesplit::homes();
         let (mut write_roots, home_split) =
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
-        let code_pins = code_inside(&write_roots, &homes, &cwd)?;
+        let code_pins = code_inside(&write_roots, &homes);
         let named = NamedPaths::check(&args, &write_roots)?;
 
         // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
@@ -609,44 +609,19 @@ fn split_homes(
     Ok((roots, splits))
 }
 
-/// The places under the homes that the environment names for code (homesplit.rs), and
-/// the directories on `PATH` anywhere, that lie inside a writable root the user named
-/// (`--write ~/tools` with `~/tools/bin` on PATH; an activated `.venv/bin` in the
-/// workspace, where a `less` CMD put would be git's pager): pinned there. A relative or
-/// empty `PATH` entry is taken against the current directory (where a shell started
-/// now would look). A `PATH` directory that is a writable root itself cannot be pinned
-/// and still be written: refused.
-fn code_inside(
-    roots: &[PathBuf],
-    homes: &[PathBuf],
-    cwd: &Path,
-) -> Result<Vec<PathBuf>, WrapperError> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let on_path: Vec<PathBuf> = std::env::split_paths(&path)
-        .map(|d| cwd.join(d))
-        .flat_map(|d| [crate::plan::homesplit::resolve_existing_prefix(&d), d])
-        .collect();
-    if let Some((dir, root)) = on_path
-        .iter()
-        .find_map(|d| roots.iter().find(|r| *r == d).map(|r| (d, r)))
-    {
-        return Err(WrapperError::Usage(format!(
-            "the writable root {} is on PATH ({}): a program CMD puts there would run when \
-             anything runs it by name after the run (git's pager, your shell); take it off \
-             PATH for the run, or write a directory inside it",
-            root.display(),
-            dir.display()
-        )));
-    }
+/// The places under the homes that the environment names for code (homesplit.rs) and
+/// that lie inside a writable root the user named (`--write ~/tools` with `~/tools/bin` on
+/// PATH): pinned there. (Other directories on PATH in a writable root are watched, not
+/// pinned: protect/mod.rs.)
+fn code_inside(roots: &[PathBuf], homes: &[PathBuf]) -> Vec<PathBuf> {
     let mut pins: Vec<PathBuf> = homes
         .iter()
         .flat_map(|h| crate::plan::homesplit::code_locations(h))
-        .chain(on_path)
         .filter(|c| roots.iter().any(|r| c.starts_with(r) && c != r))
         .collect();
     pins.sort();
     pins.dedup();
-    Ok(pins)
+    pins
 }
 
 /// The shared configuration or data directory that `root` is, or lies above (but for a

@@ -253,6 +253,12 @@ pub enum Role {
     Program,
     /// What an interpreter in a command line runs (`sh x`, `node ./tool`, `. ./env`).
     Script,
+    /// A program named without a slash, which the shell looks up on PATH.
+    Bare,
+    /// Any other word of a command line (an argument): not read as code, but watched
+    /// where it names a file in a writable root, so that a form the reader misreads is
+    /// said rather than missed.
+    Mentioned,
 }
 
 /// The paths a value of a setting used as `how` names (subsection for
@@ -328,10 +334,57 @@ fn command_paths(value: &str, how: Use, lookup: &dyn Fn(&str) -> Option<String>)
     let line = value.trim_start();
     // A `!` alias or helper runs a shell; without it an alias's value is git's arguments.
     let line = line.strip_prefix('!').unwrap_or(line);
-    read_line(&expand_shell(line, lookup), how, lookup, &mut found, 0);
-    let mut seen = std::collections::HashSet::new();
-    found.retain(|n| seen.insert(n.path.clone()));
-    found
+    // Commands run from the top of the work tree, so the top is `.` to them.
+    let line = line
+        .replace("$(git rev-parse --show-toplevel)", ".")
+        .replace("`git rev-parse --show-toplevel`", ".");
+    // Variables the line sets itself (`D=./scripts; $D/x`), then the environment's.
+    let local = assignments(&line);
+    let lookup_both = |name: &str| {
+        local
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| lookup(name))
+    };
+    read_line(
+        &expand_shell(&line, &lookup_both),
+        how,
+        lookup,
+        &mut found,
+        0,
+    );
+    // One entry a path, in the strongest role it was met in (a word first met as an
+    // argument may be the script an interpreter runs).
+    let strength = |role: Role| match role {
+        Role::Mentioned => 0,
+        Role::Bare => 1,
+        _ => 2,
+    };
+    let mut unique: Vec<Named> = Vec::new();
+    for named in found {
+        match unique.iter_mut().find(|u| u.path == named.path) {
+            Some(u) if strength(named.role) > strength(u.role) => *u = named,
+            Some(_) => {}
+            None => unique.push(named),
+        }
+    }
+    unique
+}
+
+/// `NAME=value` words a line sets (quotes dropped), in order.
+fn assignments(line: &str) -> Vec<(String, String)> {
+    shell_words(line)
+        .into_iter()
+        .filter_map(|w| match w {
+            Word::Text(w) => {
+                let (name, value) = w.split_once('=')?;
+                is_name(name).then(|| (name.to_owned(), value.to_owned()))
+            }
+            Word::Operator => None,
+        })
+        .collect()
 }
 
 /// Reads every simple command of a command line.
@@ -350,6 +403,8 @@ fn read_line(
         read_line(inner, how, lookup, found, depth + 1);
     }
     let tokens = shell_words(line);
+    // Where a `cd` earlier on the line went: relative paths after it are relative there.
+    let mut cd: Option<String> = None;
     for command in tokens.split(|t| matches!(t, Word::Operator)) {
         let words: Vec<&str> = command
             .iter()
@@ -358,7 +413,29 @@ fn read_line(
                 Word::Operator => None,
             })
             .collect();
+        if let (Some(&("cd" | "pushd")), Some(dir)) = (words.first(), words.get(1)) {
+            cd = Some(within(cd.as_deref(), dir));
+            continue;
+        }
+        let start = found.len();
         read_words(&words, how, lookup, found, depth);
+        if let Some(dir) = &cd {
+            for named in &mut found[start..] {
+                if !named.path.starts_with(['/', '~']) && named.role != Role::Bare {
+                    named.path = within(Some(dir), &named.path);
+                }
+            }
+        }
+    }
+}
+
+/// `path` seen from the directory `dir` (relative to where the line runs), if any.
+fn within(dir: Option<&str>, path: &str) -> String {
+    match dir {
+        Some(dir) if !path.starts_with(['/', '~']) => {
+            format!("{}/{path}", dir.trim_end_matches('/'))
+        }
+        _ => path.to_owned(),
     }
 }
 
@@ -393,9 +470,10 @@ fn read_words(
     if NOT_COMMANDS.contains(&program) {
         return;
     }
+    // An alias without `!` is git's arguments (`-c core.fsmonitor=./x status`, `rebase
+    // --exec ./check`): git's options that run commands count wherever they stand.
+    git_settings(&words[at..], lookup, found);
     if program.starts_with('-') {
-        // An alias's git arguments (`-c core.fsmonitor=./x status`).
-        git_settings(&words[at..], lookup, found);
         return;
     }
     let push = |found: &mut Vec<Named>, path: &str, role: Role| {
@@ -407,6 +485,12 @@ fn read_words(
     };
     if program.contains('/') || program.starts_with('~') {
         push(found, program, Role::Program);
+    } else {
+        push(found, program, Role::Bare);
+    }
+    // Every other word, watched where it names a file (a form misread below is said).
+    for word in rest.iter().filter(|w| !w.starts_with('-')) {
+        push(found, word, Role::Mentioned);
     }
     let base = program.rsplit('/').next().unwrap_or(program);
     let script = |found: &mut Vec<Named>, takes_value: &[&str], stops: &[&str]| {
@@ -438,6 +522,21 @@ fn read_words(
                 _ => &[],
             };
             let skip = options_end(rest, takes_value);
+            // env -C DIR: the command runs there.
+            if base == "env" {
+                if let Some(i) = rest.iter().position(|w| *w == "-C" || *w == "--chdir") {
+                    if let Some(dir) = rest.get(i + 1) {
+                        let start = found.len();
+                        read_words(rest.get(skip..).unwrap_or(&[]), how, lookup, found, depth);
+                        for named in &mut found[start..] {
+                            if !named.path.starts_with(['/', '~']) && named.role != Role::Bare {
+                                named.path = within(Some(dir), &named.path);
+                            }
+                        }
+                        return;
+                    }
+                }
+            }
             // env -S STRING runs a command string.
             if base == "env" {
                 if let Some(i) = rest.iter().position(|w| *w == "-S") {
@@ -450,6 +549,40 @@ fn read_words(
             let skip = skip + usize::from(matches!(base, "chrt" | "taskset"));
             read_words(rest.get(skip..).unwrap_or(&[]), how, lookup, found, depth);
         }
+        // Run the rest as a command, after their options (and, for some, `--`).
+        "xvfb-run" | "dotenv" | "op" | "mise" | "rtx" | "direnv" | "nix-shell" | "devbox"
+        | "with-contenv" | "catchsegv" | "strace" | "ltrace" | "valgrind" | "unbuffer" => {
+            let rest = match rest.iter().position(|w| *w == "--") {
+                Some(i) => &rest[i + 1..],
+                // `op run`, `mise exec`, `direnv exec DIR`: their subcommand first.
+                None => match rest.first() {
+                    Some(&("run" | "exec")) if base == "direnv" => rest.get(2..).unwrap_or(&[]),
+                    Some(&("run" | "exec" | "x")) => &rest[1..],
+                    _ => &rest[options_end(rest, &[])..],
+                },
+            };
+            read_words(rest, how, lookup, found, depth);
+        }
+        "trap" => {
+            if let Some(line) = rest.first() {
+                read_line(line, how, lookup, found, depth + 1);
+            }
+        }
+        "just" => {
+            for pair in rest.windows(2) {
+                if matches!(pair[0], "--justfile" | "-f") {
+                    push(found, pair[1], Role::Script);
+                }
+            }
+        }
+        "pwsh" | "powershell" => {
+            for pair in rest.windows(2) {
+                if pair[0].eq_ignore_ascii_case("-File") {
+                    push(found, pair[1], Role::Script);
+                }
+            }
+        }
+        "tsx" | "ts-node" | "zx" | "esno" | "vite-node" => script(found, &[], &["-e", "--eval"]),
         "timeout" => {
             let skip = options_end(rest, &["-s", "-k", "--signal", "--kill-after"]);
             read_words(
@@ -511,24 +644,27 @@ fn read_words(
                 }
             }
         }
-        "git" => git_settings(rest, lookup, found),
         "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" | "yash" | "fish" | "busybox" => {
             let rest = if base == "busybox" {
                 rest.get(1..).unwrap_or(&[])
             } else {
                 rest
             };
-            match rest.iter().position(|w| *w == "-c") {
-                Some(i) => {
-                    if let Some(line) = rest.get(i + 1) {
-                        read_line(line, how, lookup, found, depth + 1);
-                    }
+            // `-c`, alone or in a cluster (`-lc`, `-ec`): the first operand is a command
+            // string. `--rcfile FILE` and `--init-file FILE` are read as code too.
+            let options = options_end(rest, &["-o", "+o", "-O", "+O", "--rcfile", "--init-file"]);
+            let command_string = rest[..options.min(rest.len())]
+                .iter()
+                .any(|w| w.starts_with('-') && !w.starts_with("--") && w.contains('c'));
+            for pair in rest.windows(2) {
+                if matches!(pair[0], "--rcfile" | "--init-file") {
+                    push(found, pair[1], Role::Script);
                 }
-                None => {
-                    if let Some(script) = first_operand(rest, &["-o", "+o", "-O", "+O"], &[]) {
-                        push(found, script, Role::Script);
-                    }
-                }
+            }
+            match (command_string, rest.get(options)) {
+                (true, Some(line)) => read_line(line, how, lookup, found, depth + 1),
+                (false, Some(script)) => push(found, script, Role::Script),
+                _ => {}
             }
         }
         "node" | "nodejs" => {
@@ -536,6 +672,13 @@ fn read_words(
             for pair in rest.windows(2) {
                 if matches!(pair[0], "-r" | "--require" | "--import" | "--loader") {
                     push(found, pair[1], Role::Script);
+                }
+            }
+            for word in rest {
+                for option in ["--require=", "--import=", "--loader="] {
+                    if let Some(module) = word.strip_prefix(option) {
+                        push(found, module, Role::Script);
+                    }
                 }
             }
             script(
@@ -585,7 +728,10 @@ fn read_words(
                     w if w.starts_with("-o") => Some(&w[2..]),
                     _ => None,
                 };
-                if let Some((key, command)) = setting.and_then(|s| s.split_once('=')) {
+                if let Some((key, command)) = setting.and_then(|s| {
+                    s.split_once('=')
+                        .or_else(|| s.split_once(char::is_whitespace))
+                }) {
                     if key.eq_ignore_ascii_case("ProxyCommand")
                         || key.eq_ignore_ascii_case("LocalCommand")
                     {
@@ -654,6 +800,23 @@ fn first_operand<'a>(words: &[&'a str], takes_value: &[&str], stops: &[&str]) ->
 
 /// `-c key=value` pairs among git's arguments, read as those settings.
 fn git_settings(words: &[&str], lookup: &dyn Fn(&str) -> Option<String>, found: &mut Vec<Named>) {
+    // Options of git's own commands that run a command line: `rebase --exec`, `-x`,
+    // `difftool --extcmd`, `bisect run CMD...`.
+    for (i, word) in words.iter().enumerate() {
+        let command = match *word {
+            "--exec" | "-x" | "--extcmd" => words.get(i + 1).copied(),
+            w => w
+                .strip_prefix("--exec=")
+                .or_else(|| w.strip_prefix("--extcmd=")),
+        };
+        if let Some(command) = command {
+            found.extend(named_paths(Use::Command, command, None, lookup));
+        }
+        if *word == "bisect" && words.get(i + 1) == Some(&"run") {
+            let line = words[i + 2..].join(" ");
+            found.extend(named_paths(Use::Command, &line, None, lookup));
+        }
+    }
     for pair in words.windows(2) {
         if pair[0] != "-c" {
             continue;
@@ -924,9 +1087,11 @@ mod tests {
 
     #[test]
     fn finds_the_paths_a_command_names() {
+        // What is read as code (not the bare names and other words, which are watched).
         let paths = |value: &str| -> Vec<(String, Role)> {
             named_paths(Use::Command, value, None, &no_vars)
                 .into_iter()
+                .filter(|n| matches!(n.role, Role::Program | Role::Script))
                 .map(|n| (n.path, n.role))
                 .collect()
         };
@@ -1029,10 +1194,50 @@ mod tests {
             named_paths(Use::BangCommand, "!./update.sh", None, &no_vars)[0].path,
             "./update.sh"
         );
+        // After `cd`, relative paths are relative there; `-lc` is a command string; git's
+        // own options that run commands; a variable the line sets.
         assert_eq!(
-            named_paths(Use::ExtUrl, "ext::sh ./x %S", None, &no_vars)[0].path,
-            "./x"
+            paths("!cd tools && ./lint.sh"),
+            [("tools/./lint.sh".into(), Role::Program)]
         );
+        assert_eq!(
+            paths("!env -C scripts ./x"),
+            [("scripts/./x".into(), Role::Program)]
+        );
+        assert_eq!(paths("!bash -lc './x'"), [("./x".into(), Role::Program)]);
+        assert_eq!(
+            paths("rebase --exec ./check"),
+            [("./check".into(), Role::Program)]
+        );
+        assert_eq!(
+            paths("!git bisect run ./t.sh"),
+            [("./t.sh".into(), Role::Program)]
+        );
+        assert_eq!(
+            paths("!D=./scripts; $D/x"),
+            [("./scripts/x".into(), Role::Program)]
+        );
+        assert_eq!(
+            paths("!\"$(git rev-parse --show-toplevel)/bin/x\""),
+            [("./bin/x".into(), Role::Program)]
+        );
+        assert_eq!(
+            paths("!node --require=./hook.js y"),
+            [
+                ("y".into(), Role::Script),
+                ("./hook.js".into(), Role::Script)
+            ]
+        );
+        assert_eq!(paths("!mise exec -- ./x"), [("./x".into(), Role::Program)]);
+        // Other words are there to watch.
+        let words: Vec<Role> = named_paths(Use::Command, "!lint src/a.js", None, &no_vars)
+            .into_iter()
+            .map(|n| n.role)
+            .collect();
+        assert_eq!(words, [Role::Bare, Role::Mentioned]);
+        assert!(named_paths(Use::ExtUrl, "ext::sh ./x %S", None, &no_vars)
+            .iter()
+            .any(|n| n.path == "./x" && n.role == Role::Script));
         assert!(named_paths(Use::ExtUrl, "https://git.test/x", None, &no_vars).is_empty());
         assert_eq!(
             named_paths(

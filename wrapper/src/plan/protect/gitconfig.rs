@@ -325,20 +325,19 @@ impl ConfigSet {
             };
             let include = gitcode::use_of(&entry.section, entry.subsection.as_deref(), &entry.key)
                 == Some(Use::Include);
+            // `~/x` as git expands it, with the home netbox runs for.
+            let home = lookup("HOME").map(PathBuf::from);
             let included = include
-                .then(|| {
-                    entry
-                        .value
-                        .as_deref()
-                        .filter(|v| Path::new(v).is_absolute())
-                })
+                .then_some(entry.value.as_deref())
                 .flatten()
-                .map(PathBuf::from);
+                .filter(|v| v.starts_with(['/', '~']))
+                .and_then(|v| gitcode::resolve(v, Path::new("/"), home.as_deref()))
+                .filter(|p| p.is_absolute() && p != Path::new("/"));
             // An include given this way is relative to where git runs: no file.
             set.entries.push((entry, PathBuf::new()));
             // What an absolute include holds counts as this configuration.
             if let Some(file) = included {
-                let inner = ConfigSet::read(&file, None);
+                let inner = ConfigSet::read(&file, home.as_deref());
                 set.unreadable = set.unreadable.take().or(inner.unreadable);
                 set.entries.extend(inner.entries);
             }
@@ -385,8 +384,12 @@ impl ConfigSet {
                 continue;
             }
             for named in gitcode::named_paths(how, value, sub, &lookup) {
-                // Bytes that were not UTF-8: the path git would use cannot be named.
+                // Bytes that were not UTF-8: the path git would use cannot be named (a
+                // word that is only watched is passed over).
                 if named.path.contains('\u{fffd}') {
+                    if matches!(named.role, Role::Bare | Role::Mentioned) {
+                        continue;
+                    }
                     return Err(Unreadable {
                         path: file.clone(),
                         reason: format!("{} names a path that is not UTF-8", setting_name(entry)),
@@ -406,6 +409,16 @@ impl ConfigSet {
                 if named.role == Role::Program && path.is_dir() {
                     continue;
                 }
+                // A bare name runs what PATH finds; only one found in a place CMD could
+                // write matters (it is watched, like the words below).
+                let path = match named.role {
+                    Role::Bare => match on_path(&named.path) {
+                        Some(found) => found,
+                        None => continue,
+                    },
+                    Role::Mentioned if !path.is_file() => continue,
+                    _ => path,
+                };
                 let leaf = match how {
                     Use::HookDir | Use::TemplateDir => Placeholder::Dir,
                     _ => EMPTY_CONFIG,
@@ -451,6 +464,18 @@ fn parameters_of(text: &str) -> Vec<(String, String)> {
             Some((key.to_owned(), value.to_owned()))
         })
         .collect()
+}
+
+/// Where PATH (netbox's own, as the shell that runs git would have it) finds `name`.
+fn on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    let cwd = std::env::current_dir().ok()?;
+    std::env::split_paths(&path)
+        .map(|dir| cwd.join(dir).join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// `section[.subsection].key`, as a person reads it.
@@ -593,6 +618,7 @@ mod tests {
             set.code_paths(run_dir, None)
                 .unwrap()
                 .into_iter()
+                .filter(|c| !matches!(c.role, Role::Bare | Role::Mentioned))
                 .map(|c| c.path)
                 .collect()
         };

@@ -93,6 +93,46 @@ pub struct Watched {
     pub path: PathBuf,
     /// What names it (`core.fsmonitor`, or why it could not be pinned).
     pub why: String,
+    pub what: WatchedAs,
+    /// What was there at the start: a path filled later (an old directory renamed into
+    /// place keeps the old times of all it holds) is news whatever its times say.
+    #[serde(default)]
+    pub was: Option<Identity>,
+}
+
+/// How a watched path is looked at when the run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchedAs {
+    /// The path itself (and links on the way to it).
+    Path,
+    /// A directory of programs (one on PATH): each entry made or changed.
+    Programs,
+    /// An environment a program runs from (a Python venv, a `node_modules`): anything
+    /// in it made or changed.
+    Tree,
+}
+
+/// A file's identity at the start of the run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+    /// Where it pointed, if it was a link.
+    pub link: Option<PathBuf>,
+}
+
+impl Identity {
+    /// `path`'s, not following a final link; `None` where there is nothing.
+    pub fn of(path: &Path) -> Option<Identity> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        Some(Identity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            link: std::fs::read_link(path).ok(),
+        })
+    }
 }
 
 /// What protects the run: the paths pinned read-only, and those only watched.
@@ -161,6 +201,19 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Protection, WrapperEr
             // No repository yet: git run here (`git init`, `git clone`, or outside any
             // repository) takes relative paths from here.
             found.shared_relative(root, lay)?;
+        }
+    }
+    // Directories on PATH in a writable root (an activated `.venv/bin`, a relative
+    // `./node_modules/.bin`, an empty entry meaning the current directory): a program CMD
+    // puts there runs when anything runs it by name (git's pager, your shell). Pinning
+    // them would stop `pip install` and `npm install`; they are watched (a program git's
+    // configuration runs from one by name is watched with its environment: gitconfig.rs).
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let dir = crate::plan::homesplit::resolve_existing_prefix(&cwd.join(dir));
+        if found.writable.iter().any(|r| dir.starts_with(r)) {
+            found.watch_as(&dir, "a directory on PATH", WatchedAs::Programs);
         }
     }
     // The places under home that run code later, wherever a writable root holds one
@@ -288,7 +341,7 @@ impl Found<'_> {
     /// after the run, by the file's change time.
     fn watch_if_linked(&mut self, path: &Path) {
         use std::os::unix::fs::MetadataExt;
-        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.nlink() > 1) {
+        if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.nlink() > 1) {
             self.watch(
                 path,
                 "a file with another name (a hard link) CMD could write",
@@ -297,11 +350,40 @@ impl Found<'_> {
     }
 
     fn watch(&mut self, path: &Path, why: &str) {
-        if !self.watched.iter().any(|w| w.path == path) {
+        self.watch_as(path, why, WatchedAs::Path);
+    }
+
+    fn watch_as(&mut self, path: &Path, why: &str, what: WatchedAs) {
+        if !self
+            .watched
+            .iter()
+            .any(|w| w.path == path && w.what == what)
+        {
             self.watched.push(Watched {
                 path: path.to_owned(),
                 why: why.to_owned(),
+                what,
+                was: Identity::of(path),
             });
+        }
+    }
+
+    /// The environment (a Python venv: an ancestor holding `pyvenv.cfg`; a
+    /// `node_modules`) a program at `path` in a writable root runs from, watched whole:
+    /// its modules run with it (a `.pth` file in `site-packages`, a package's code).
+    fn watch_environment(&mut self, path: &Path, why: &str) {
+        let Some(root) = self.writable.iter().find(|r| path.starts_with(r)).cloned() else {
+            return;
+        };
+        for ancestor in path.ancestors().skip(1) {
+            if !ancestor.starts_with(&root) || ancestor == root {
+                break;
+            }
+            let node_modules = ancestor.file_name() == Some(std::ffi::OsStr::new("node_modules"));
+            if node_modules || ancestor.join("pyvenv.cfg").is_file() {
+                self.watch_as(ancestor, why, WatchedAs::Tree);
+                return;
+            }
         }
     }
 
@@ -384,22 +466,33 @@ impl Found<'_> {
         let real = std::fs::canonicalize(&code.path).unwrap_or_else(|_| code.path.clone());
         if self.writable.iter().any(|r| r.starts_with(&real)) {
             if code.leaf == Placeholder::Dir {
-                return Err(WrapperError::GitConfig {
-                    path: code.path.clone(),
-                    reason: format!(
-                        "{} names it, and it is (or holds) a writable root, which netbox cannot \
-                         keep read-only for git's hooks",
-                        code.setting
-                    ),
-                });
+                return Err(WrapperError::Usage(format!(
+                    "{} names {}, which is (or holds) a writable root: netbox cannot keep git's \
+                     hooks there read-only while CMD may write it; leave it out of the writable \
+                     roots (--write only the directories CMD needs)",
+                    code.setting,
+                    code.path.display()
+                )));
             }
             return Ok(());
         }
+        // Found on PATH, or a word that names a file: watched, never pinned (a venv's
+        // entry point, a file an argument names), with the environment it runs from.
+        if matches!(code.role, Role::Bare | Role::Mentioned) {
+            if self.writable(&real) {
+                self.watch(&code.path, &code.setting);
+                self.watch_environment(&real, &code.setting);
+            }
+            return Ok(());
+        }
+        // Named anywhere, a file with another name in a root changes with it.
+        self.watch_if_linked(&code.path);
         if code.role != Role::Value {
             // A program or script: reached through a link in a root (a venv's
             // `python3`, a package manager's `node_modules/.bin` link), or below a
             // missing directory, it is watched rather than refused or given a
             // placeholder directory that would stop CMD's own work (`npm install`).
+            self.watch_environment(&code.path, &code.setting);
             if refuse_symlinks_in_roots(&code.path, self.writable, "program").is_err() {
                 self.watch(&code.path, &code.setting);
                 return Ok(());
@@ -718,6 +811,16 @@ impl Found<'_> {
                 texts.push_str(&String::from_utf8_lossy(&bytes));
             }
         }
+        // pre-commit's hooks run `$INSTALL_PYTHON -mpre_commit`: the environment that
+        // python belongs to (a project venv) runs as the hook.
+        for line in texts.lines() {
+            if let Some(python) = line.trim().strip_prefix("INSTALL_PYTHON=") {
+                let python = Path::new(python.trim_matches(|c| c == '\'' || c == '"'));
+                if python.is_absolute() {
+                    self.watch_environment(python, "the python a hook runs");
+                }
+            }
+        }
         for (runner, files) in HOOK_RUNNERS {
             if !texts.contains(runner) {
                 continue;
@@ -988,7 +1091,14 @@ fn push_components(left: &mut Vec<std::ffi::OsString>, path: &Path) {
 fn shared_git_configs(home: Option<&Path>) -> Vec<PathBuf> {
     let from_env = |name: &str| std::env::var_os(name).map(PathBuf::from);
     let mut configs = Vec::new();
-    if std::env::var_os("GIT_CONFIG_NOSYSTEM").is_none() {
+    // git reads it as a boolean: `false`, `no`, `off`, `0` or empty still read the file.
+    let no_system = std::env::var("GIT_CONFIG_NOSYSTEM").is_ok_and(|v| {
+        !matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "" | "false" | "no" | "off" | "0"
+        )
+    });
+    if !no_system {
         match from_env("GIT_CONFIG_SYSTEM") {
             Some(system) => configs.push(system),
             None => configs.extend(system_configs()),

@@ -76,6 +76,25 @@ impl Stamp {
         }
     }
 
+    /// [`Stamp::now`], rounded down to the second where a root's filesystem keeps no
+    /// birth times (ext4 with small inodes, FAT, many network and FUSE filesystems):
+    /// those stamp files to the second, and a file made in the run's first second would
+    /// look older than its start.
+    pub fn now_for(roots: &[PathBuf]) -> Stamp {
+        let now = Stamp::now();
+        let coarse = roots
+            .iter()
+            .any(|r| crate::sys::mountid::times_of(r).is_ok_and(|t| t.birth.is_none()));
+        if coarse {
+            Stamp {
+                secs: now.secs,
+                nanos: 0,
+            }
+        } else {
+            now
+        }
+    }
+
     fn of((secs, nanos): (i64, u32)) -> Stamp {
         Stamp { secs, nanos }
     }
@@ -174,13 +193,13 @@ pub fn audit(scope: &Scope, cancelled: &dyn Fn() -> bool) -> Report {
         }
     }
     for watched in &scope.watch {
-        if let Some(how) = walk.repositories.watched_news(&watched.path) {
+        if let Some((how, why)) = walk.repositories.watched_news(watched) {
             if walk.reported.insert(watched.path.clone()) {
                 walk.report.findings.push(Finding {
                     path: watched.path.clone(),
                     kind: Kind::CodePath,
                     how,
-                    named_by: Some((PathBuf::new(), watched.why.clone())),
+                    named_by: Some((PathBuf::new(), why)),
                 });
             }
         }

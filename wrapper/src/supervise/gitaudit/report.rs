@@ -63,8 +63,8 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
         let path = printable(&finding.path.to_string_lossy());
         let line = match &finding.named_by {
             Some((git_dir, why)) if git_dir.as_os_str().is_empty() => format!(
-                "netbox: warning: {whose} {did} {path}, which git runs or reads as code and \
-                 netbox could not pin ({}); review it before running git",
+                "netbox: warning: {whose} {did} {path} ({}): netbox watched it, being unable to \
+                 pin it, and git or your shell may run it after the run; review it",
                 printable(why),
             ),
             Some((git_dir, setting)) => format!(

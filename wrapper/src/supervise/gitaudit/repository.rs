@@ -18,12 +18,20 @@ use std::path::{Path, PathBuf};
 
 use crate::plan::protect::gitcode::GIT_DIR_PARTS;
 use crate::plan::protect::gitconfig::{CodePath, ConfigSet};
+use crate::plan::protect::{Identity, Watched, WatchedAs};
 use crate::sys::mountid::times_of;
 
 use super::{How, Stamp};
 
 /// Entries looked at in one directory a setting names (a hooks path, a template dir).
 const MAX_DIR_ENTRIES: usize = 256;
+
+/// Entries looked at in one watched directory of programs.
+const MAX_WATCHED_ENTRIES: usize = 4096;
+
+/// A watched environment is read this far, at most.
+const MAX_TREE_ENTRIES: usize = 200_000;
+const TREE_TIME: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// What the walk knows that a repository's check needs.
 pub(super) struct Context<'a> {
@@ -88,21 +96,95 @@ impl Context<'_> {
         }
     }
 
-    /// Whether the run made or changed a path netbox could only watch (pinned or not:
-    /// a hard-linked file is pinned under one name and written under another), or a
-    /// link on the way to it inside a root.
-    pub fn watched_news(&self, path: &Path) -> Option<How> {
-        let mut at = PathBuf::new();
-        for component in path.components() {
-            at.push(component);
-            let in_root = self.roots.iter().any(|r| at.starts_with(r)) && at != *path;
-            if in_root && times_of(&at).is_ok_and(|t| t.is_symlink) {
-                if let Some(how) = self.news_of(&at) {
-                    return Some(how);
+    /// What the run did to a path netbox could only watch, if anything: how, and what
+    /// to say of it (the reason it was watched, with a count for a directory).
+    pub fn watched_news(&self, watched: &Watched) -> Option<(How, String)> {
+        let path = &watched.path;
+        let why = watched.why.clone();
+        let now = Identity::of(path);
+        // Filled, or replaced, since the start: news whatever its times say (an old
+        // directory renamed into place keeps the times of all it holds).
+        match (&watched.was, &now) {
+            (None, Some(_)) => return Some((How::Created, why)),
+            (Some(was), Some(now)) if was != now => return Some((How::Changed, why)),
+            (_, None) => return None,
+            _ => {}
+        }
+        match watched.what {
+            WatchedAs::Path => {
+                let mut at = PathBuf::new();
+                for component in path.components() {
+                    at.push(component);
+                    let in_root = self.roots.iter().any(|r| at.starts_with(r)) && at != *path;
+                    if in_root && times_of(&at).is_ok_and(|t| t.is_symlink) {
+                        if let Some(how) = self.news_of(&at) {
+                            return Some((how, why));
+                        }
+                    }
+                }
+                self.news_of(path).map(|how| (how, why))
+            }
+            WatchedAs::Programs => {
+                let changed = std::fs::read_dir(path)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .take(MAX_WATCHED_ENTRIES)
+                    .filter(|e| self.news_of(&e.path()).is_some())
+                    .count();
+                (changed > 0).then(|| {
+                    (
+                        How::Changed,
+                        format!("{why}: {changed} programs in it made or changed"),
+                    )
+                })
+            }
+            WatchedAs::Tree => {
+                let (changed, complete) = self.changed_in_tree(path);
+                let more = if complete {
+                    ""
+                } else {
+                    " (or more: not all of it was read)"
+                };
+                (changed > 0).then(|| {
+                    (
+                        How::Changed,
+                        format!("the environment {why} runs from: {changed} files in it made or changed{more}"),
+                    )
+                })
+            }
+        }
+    }
+
+    /// How many entries under `dir` the run made or changed, and whether all of it was
+    /// read (bounded in entries and time: an environment can be large).
+    fn changed_in_tree(&self, dir: &Path) -> (usize, bool) {
+        let deadline = std::time::Instant::now() + TREE_TIME;
+        let mut changed = 0;
+        let mut seen = 0;
+        let mut pending = vec![dir.to_owned()];
+        while let Some(at) = pending.pop() {
+            let Ok(entries) = std::fs::read_dir(&at) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                seen += 1;
+                if seen > MAX_TREE_ENTRIES || std::time::Instant::now() > deadline {
+                    return (changed, false);
+                }
+                let path = entry.path();
+                let Ok(times) = times_of(&path) else {
+                    continue;
+                };
+                if self.during_run(times.birth) || self.during_run(Some(times.change)) {
+                    changed += 1;
+                }
+                if times.is_directory {
+                    pending.push(path);
                 }
             }
         }
-        self.news_of(path)
+        (changed, true)
     }
 
     /// The repository whose git directory is `git_dir`, met as `shape`.

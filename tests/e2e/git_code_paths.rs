@@ -36,6 +36,19 @@ fn git_ok(home: &Path, dir: &Path, args: &[&str]) -> String {
     stdout(&out)
 }
 
+/// A test directory with an empty home in it (`dir/home`), for HOME.
+fn with_home(name: &str) -> (TestDir, PathBuf) {
+    let dir = TestDir::new(name);
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    (dir, home)
+}
+
+/// A run in `dir`'s workspace with `home` as HOME.
+fn run_with_home(dir: &TestDir, home: &Path) -> Run {
+    Run::new(dir).env("HOME", home.display().to_string())
+}
+
 /// A repository at `dir` with one commit.
 fn repository(home: &Path, dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
@@ -68,9 +81,7 @@ fn git_metadata_records(run: &Run) -> Vec<Value> {
 /// the host's next `git commit` or `git status` runs.
 #[test]
 fn the_global_configs_relative_paths_are_pinned_in_the_workspace() {
-    let dir = TestDir::new("git-global-relative");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
+    let (dir, home) = with_home("git-global-relative");
     std::fs::write(
         home.join(".gitconfig"),
         "[core]\n\thooksPath = .githooks\n\tfsmonitor = ./.fsmon\n",
@@ -186,10 +197,8 @@ fn a_home_entrys_repository_is_pinned_like_the_workspaces() {
 /// `git status` there would run it: the run's end says so.
 #[test]
 fn a_linked_worktrees_redirect_is_reported() {
-    let dir = TestDir::new("git-linked-worktree");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    let (dir, home) = with_home("git-linked-worktree");
+    let run = run_with_home(&dir, &home);
     repository(&home, &run.workspace);
     let app = run.workspace.join("app");
     repository(&home, &app);
@@ -213,9 +222,7 @@ fn a_linked_worktrees_redirect_is_reported() {
     ] {
         let _ = std::fs::remove_file(&mark);
         // A log of its own: the log is appended to.
-        let run = Run::new(&dir)
-            .env("HOME", home.display().to_string())
-            .log_at(dir.join(&format!("events-{file}.jsonl")));
+        let run = run_with_home(&dir, &home).log_at(dir.join(&format!("events-{file}.jsonl")));
         let out = run.sh(&format!(
             "mkdir -p evil/objects evil/refs && \
              printf '[core]\\n\\tfsmonitor = touch {mark}; false\\n' > evil/config && \
@@ -254,10 +261,8 @@ fn a_linked_worktrees_redirect_is_reported() {
 /// rewritten hook there is reported, naming the file, the repository and the setting.
 #[test]
 fn a_nested_repositorys_hooks_path_is_audited() {
-    let dir = TestDir::new("git-nested-hooks");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    let (dir, home) = with_home("git-nested-hooks");
+    let run = run_with_home(&dir, &home);
     repository(&home, &run.workspace);
     let app = run.workspace.join("src/app");
     repository(&home, &app);
@@ -449,9 +454,7 @@ fn plant_each(paths: &[(PathBuf, Shape)]) -> String {
 /// names cannot be written; `code/control`, which nothing names, can.
 #[test]
 fn every_documented_code_setting_is_pinned_wherever_the_repository_is() {
-    let dir = TestDir::new("git-table-pinned");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
+    let (dir, home) = with_home("git-table-pinned");
     let ws = dir.join("ws");
     repository(&home, &ws);
     let upstream = dir.join("upstream");
@@ -560,10 +563,8 @@ fn every_documented_code_setting_is_pinned_wherever_the_repository_is() {
 /// is reported after the run, with the setting that names it.
 #[test]
 fn every_documented_code_setting_of_a_nested_repository_is_audited() {
-    let dir = TestDir::new("git-table-audited");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    let (dir, home) = with_home("git-table-audited");
+    let run = run_with_home(&dir, &home);
     repository(&home, &run.workspace);
     let nested = run.workspace.join("vendor/tool");
     repository(&home, &nested);
@@ -593,9 +594,7 @@ fn every_documented_code_setting_of_a_nested_repository_is_audited() {
 /// tree. What they lead to is pinned too.
 #[test]
 fn what_links_in_a_pinned_git_directory_lead_to_is_pinned() {
-    let dir = TestDir::new("git-links-in-git-dir");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
+    let (dir, home) = with_home("git-links-in-git-dir");
     let run = Run::new(&dir)
         .arg("--quiet")
         .env("HOME", home.display().to_string());
@@ -628,9 +627,7 @@ fn what_links_in_a_pinned_git_directory_lead_to_is_pinned() {
 /// a path it names that netbox cannot spell stops the run.
 #[test]
 fn a_config_in_another_spelling_still_pins_what_it_names() {
-    let dir = TestDir::new("git-config-spellings");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
+    let (dir, home) = with_home("git-config-spellings");
     let run = Run::new(&dir)
         .arg("--quiet")
         .env("HOME", home.display().to_string());
@@ -683,10 +680,8 @@ fn a_config_in_another_spelling_still_pins_what_it_names() {
 /// runs nothing is not.
 #[test]
 fn an_old_git_directory_moved_in_is_reported() {
-    let dir = TestDir::new("git-moved-in");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    let (dir, home) = with_home("git-moved-in");
+    let run = run_with_home(&dir, &home);
     repository(&home, &run.workspace);
     let fixture = run.workspace.join("test/fixture.git");
     std::fs::create_dir_all(&fixture).unwrap();
@@ -726,9 +721,7 @@ fn an_old_git_directory_moved_in_is_reported() {
 /// the project's to review: docs/git.md.)
 #[test]
 fn the_scripts_husky_runs_are_pinned_with_its_hooks() {
-    let dir = TestDir::new("git-husky");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
+    let (dir, home) = with_home("git-husky");
     let run = Run::new(&dir)
         .arg("--quiet")
         .env("HOME", home.display().to_string());
@@ -758,9 +751,7 @@ fn the_scripts_husky_runs_are_pinned_with_its_hooks() {
 /// lines at the next `git rebase --continue`, is reported.
 #[test]
 fn a_rebase_left_under_way_is_reported() {
-    let dir = TestDir::new("git-rebase-todo");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
+    let (dir, home) = with_home("git-rebase-todo");
     let run = Run::new(&dir)
         .arg("--allow-git-writes")
         .env("HOME", home.display().to_string());
@@ -819,9 +810,7 @@ fn a_path_directory_inside_the_workspace_is_watched() {
 /// like any other, its hooks path inside the workspace included.
 #[test]
 fn an_enclosing_repository_behind_a_link_is_pinned() {
-    let dir = TestDir::new("git-enclosing-link");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
+    let (dir, home) = with_home("git-enclosing-link");
     let top = dir.join("top");
     repository(&home, &top);
     std::fs::rename(top.join(".git"), dir.join("top.git")).unwrap();
@@ -853,9 +842,7 @@ fn an_enclosing_repository_behind_a_link_is_pinned() {
 /// placeholder directory stopping `npm install`).
 #[test]
 fn common_configurations_do_not_stop_the_run_or_cmds_work() {
-    let dir = TestDir::new("git-common-setups");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
+    let (dir, home) = with_home("git-common-setups");
     std::fs::write(
         home.join(".gitconfig"),
         "[alias]\n\
@@ -903,8 +890,7 @@ fn common_configurations_do_not_stop_the_run_or_cmds_work() {
     );
     assert!(stdout(&out).ends_with("NPM\n"), "{}", stdout(&out));
     // The link the filter runs, re-pointed by CMD: reported.
-    let out = Run::new(&dir)
-        .env("HOME", home.display().to_string())
+    let out = run_with_home(&dir, &home)
         .log_at(dir.join("events-link.jsonl"))
         .sh("ln -sf /bin/sh .venv/bin/python3 && echo REPOINTED");
     assert_eq!(stdout(&out), "REPOINTED\n", "{}", stderr(&out));
@@ -920,10 +906,8 @@ fn common_configurations_do_not_stop_the_run_or_cmds_work() {
 /// cherry-pick left under way): reported when the run ends.
 #[test]
 fn what_can_only_be_watched_is_reported() {
-    let dir = TestDir::new("git-watched");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    let (dir, home) = with_home("git-watched");
+    let run = run_with_home(&dir, &home);
     repository(&home, &run.workspace);
     let ws = &run.workspace;
     std::fs::create_dir_all(ws.join("scripts")).unwrap();
@@ -954,8 +938,7 @@ fn what_can_only_be_watched_is_reported() {
             "lefthook-local.json",
         ),
     ] {
-        let out = Run::new(&dir)
-            .env("HOME", home.display().to_string())
+        let out = run_with_home(&dir, &home)
             .log_at(dir.join(&format!("events-{}.jsonl", named.replace('/', "-"))))
             .sh(script);
         assert!(out.status.success(), "{what}: {}", stderr(&out));
@@ -972,10 +955,8 @@ fn what_can_only_be_watched_is_reported() {
 /// next `git add`. The environment is watched whole and said.
 #[test]
 fn the_environment_a_filter_runs_from_is_watched() {
-    let dir = TestDir::new("git-venv-filter");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    let (dir, home) = with_home("git-venv-filter");
+    let run = run_with_home(&dir, &home);
     repository(&home, &run.workspace);
     let ws = &run.workspace;
     let venv = ws.join(".venv");
@@ -996,8 +977,7 @@ fn the_environment_a_filter_runs_from_is_watched() {
     // Control: a run that leaves the environment alone says nothing.
     let out = run.sh("echo x > notes");
     assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
-    let out = Run::new(&dir)
-        .env("HOME", home.display().to_string())
+    let out = run_with_home(&dir, &home)
         .log_at(dir.join("events-pth.jsonl"))
         .sh("echo 'import os' > .venv/lib/python3/site-packages/x.pth && echo PLANTED");
     assert_eq!(stdout(&out), "PLANTED\n", "{}", stderr(&out));
@@ -1013,15 +993,13 @@ fn the_environment_a_filter_runs_from_is_watched() {
 /// since it was missing at the start.
 #[test]
 fn a_watched_path_filled_by_a_rename_is_reported() {
-    let dir = TestDir::new("git-watched-rename");
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
+    let (dir, home) = with_home("git-watched-rename");
     std::fs::write(
         home.join(".gitconfig"),
         "[alias]\n\tlint = !./node_modules/.bin/eslint .\n",
     )
     .unwrap();
-    let run = Run::new(&dir).env("HOME", home.display().to_string());
+    let run = run_with_home(&dir, &home);
     repository(&home, &run.workspace);
     // A run stages the program where nothing watches it.
     let out = run.sh(
@@ -1029,8 +1007,7 @@ fn a_watched_path_filled_by_a_rename_is_reported() {
     );
     assert_eq!(stdout(&out), "STAGED\n", "{}", stderr(&out));
     assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
-    let out = Run::new(&dir)
-        .env("HOME", home.display().to_string())
+    let out = run_with_home(&dir, &home)
         .log_at(dir.join("events-rename.jsonl"))
         .sh("mv .cache/x node_modules && echo MOVED");
     assert_eq!(stdout(&out), "MOVED\n", "{}", stderr(&out));

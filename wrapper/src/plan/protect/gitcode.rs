@@ -207,6 +207,17 @@ pub fn use_of(section: &str, subsection: Option<&str>, key: &str) -> Option<Use>
         .map(|(_, how)| *how)
 }
 
+/// A setting's name as git's command line and environment give it
+/// (`section[.subsection].key`): the subsection is everything between the first dot and
+/// the last.
+pub fn split_name(name: &str) -> (&str, Option<&str>, &str) {
+    let (head, key) = name.rsplit_once('.').unwrap_or((name, ""));
+    match head.split_once('.') {
+        Some((section, sub)) => (section, Some(sub), key),
+        None => (head, None, key),
+    }
+}
+
 /// Whether the documented `name` stands for `section[.subsection].key`.
 fn matches(name: &str, section: &str, subsection: Option<&str>, key: &str) -> bool {
     let (head, last) = name.rsplit_once('.').unwrap_or((name, ""));
@@ -824,11 +835,7 @@ fn git_settings(words: &[&str], lookup: &dyn Fn(&str) -> Option<String>, found: 
         let Some((name, value)) = pair[1].split_once('=') else {
             continue;
         };
-        let (head, key) = name.rsplit_once('.').unwrap_or((name, ""));
-        let (section, sub) = match head.split_once('.') {
-            Some((s, sub)) => (s, Some(sub)),
-            None => (head, None),
-        };
+        let (section, sub, key) = split_name(name);
         if let Some(inner) = use_of(&section.to_ascii_lowercase(), sub, key) {
             found.extend(named_paths(inner, value, sub, lookup));
         }

@@ -312,14 +312,10 @@ impl ConfigSet {
             }
         }
         for (name, value) in pairs {
-            let (head, key) = name.rsplit_once('.').unwrap_or((&name, ""));
-            let (section, subsection) = match head.split_once('.') {
-                Some((s, sub)) => (s, Some(sub.to_owned())),
-                None => (head, None),
-            };
+            let (section, subsection, key) = gitcode::split_name(&name);
             let entry = Entry {
                 section: section.to_ascii_lowercase(),
-                subsection,
+                subsection: subsection.map(str::to_owned),
                 key: key.to_ascii_lowercase(),
                 value: Some(value),
             };

@@ -1179,8 +1179,9 @@ fn is_git_directory(dir: &Path) -> bool {
     dir.join("HEAD").is_file() && common.join("objects").is_dir() && common.join("refs").is_dir()
 }
 
-/// A git dir's common dir: where its `commondir` file points, or itself.
-fn common_dir_of(git_dir: &Path) -> PathBuf {
+/// A git dir's common dir: where its `commondir` file points, or itself (also where that
+/// is missing: there is nothing there to pin or look at).
+pub fn common_dir_of(git_dir: &Path) -> PathBuf {
     read_small_file(&git_dir.join("commondir"))
         .ok()
         .and_then(|common| std::fs::canonicalize(git_dir.join(common.trim())).ok())

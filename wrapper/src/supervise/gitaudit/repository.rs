@@ -193,7 +193,7 @@ impl Context<'_> {
         if self.inside(git_dir) {
             news.git_dir = self.git_dir_parts(git_dir, true);
         }
-        let common = common_dir_of(git_dir);
+        let common = crate::plan::protect::common_dir_of(git_dir);
         if common != git_dir && self.inside(&common) {
             // The common dir `commondir` leads to holds the config and hooks: what changed
             // there changed this repository.
@@ -350,17 +350,6 @@ fn runs_code(dir: &Path) -> bool {
         .iter()
         .any(|d| dir.join(d).exists());
     hook || setting || redirect || under_way
-}
-
-/// Where a `commondir` file in `git_dir` leads, or `git_dir` itself.
-pub(super) fn common_dir_of(git_dir: &Path) -> PathBuf {
-    crate::plan::read_small_file(&git_dir.join("commondir"), 64 << 10)
-        .ok()
-        .map(|text| {
-            let at = git_dir.join(text.trim());
-            std::fs::canonicalize(&at).unwrap_or(at)
-        })
-        .unwrap_or_else(|| git_dir.to_owned())
 }
 
 /// The work tree of a linked worktree's git directory: its `gitdir` file names the

@@ -353,6 +353,19 @@ pub struct DirectAttempt {
     pub reason: String,
 }
 
+/// `socket_allowed`: a connection CMD made to a host Unix socket the user allowed
+/// (`--allow-socket`, `sockets = [...]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SocketAllowed {
+    /// The caller's pid as netbox sees it (the host's pid namespace).
+    pub pid: u32,
+    pub executable: String,
+    /// The allowed path, as given (variables expanded).
+    pub path: String,
+    /// `connected`, or why the connect failed (the agent is gone: `Connection refused`).
+    pub result: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -168,9 +168,16 @@ pub struct RunArgs {
     pub allow_nested_userns: bool,
 
     /// Let CMD use io_uring (refused by default with ENOSYS: its operations bypass the
-    /// denied-write log, and it is a large kernel attack surface).
+    /// denied-write log and netbox's decision on each connect to a Unix socket, and it is a
+    /// large kernel attack surface).
     #[arg(long = "allow-io-uring")]
     pub allow_io_uring: bool,
+
+    /// Let CMD connect to this host Unix socket, e.g. an SSH agent: `--allow-socket
+    /// '$SSH_AUTH_SOCK'` (netbox expands the variable). Repeatable; each connection is
+    /// logged. Any other socket file but the sandbox's own is refused at connect.
+    #[arg(long = "allow-socket", value_name = "PATH")]
+    pub allow_socket: Vec<String>,
 
     /// Do not capture connections made without the proxy: programs that ignore the proxy
     /// settings then find no network at all (only loopback), as without capture, and the

@@ -58,6 +58,10 @@ struct AllowlistFile {
     /// tool: `--allow-tool`).
     #[serde(default)]
     tools: Vec<Spanned<String>>,
+    /// Host Unix sockets a sandboxed command may connect to (the wrapper's
+    /// `--allow-socket`); `$VAR` and `~/` are expanded by the wrapper.
+    #[serde(default)]
+    sockets: Vec<Spanned<String>>,
     #[serde(default)]
     hosts: BTreeMap<String, Spanned<HostAddrs>>,
     /// Ports, besides 443, whose tunnels must be TLS naming their own host.
@@ -225,6 +229,17 @@ impl Loader<'_> {
                     file: Arc::clone(&file),
                     line,
                     text: tool.get_ref().clone(),
+                },
+            ));
+        }
+        for socket in &parsed.sockets {
+            let line = at(socket.span().start);
+            self.policy.sockets.push((
+                socket.get_ref().clone(),
+                RuleRef {
+                    file: Arc::clone(&file),
+                    line,
+                    text: socket.get_ref().clone(),
                 },
             ));
         }

@@ -66,6 +66,9 @@ pub struct Policy {
     /// `tools = [...]` in the files, with where each was named: the wrapper asks each
     /// tool for its registries and adds them as rules.
     tools: Vec<(String, RuleRef)>,
+    /// `sockets = [...]` in the files, with where each was named: host Unix sockets the
+    /// wrapper lets a sandboxed command connect to. A bridge alone carries no Unix socket.
+    sockets: Vec<(String, RuleRef)>,
     /// Learn mode: a name no rule mentions is allowed too (deny rules still win, and
     /// addresses are still checked: only public ones, or ones an IP rule opens).
     learning: bool,
@@ -332,6 +335,12 @@ impl Policy {
     /// The tools the files name (`tools = ["pip"]`), with where.
     pub fn tools(&self) -> &[(String, RuleRef)] {
         &self.tools
+    }
+
+    /// The host Unix sockets the files let through (`sockets = ["$SSH_AUTH_SOCK"]`), as
+    /// written, with where.
+    pub fn sockets(&self) -> &[(String, RuleRef)] {
+        &self.sockets
     }
 
     /// The files this policy was read from, includes too, in load order.

@@ -241,6 +241,7 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
                 error: Some(failed.body.error.clone()),
             }),
             Record::NetCapped(_)
+            | Record::SocketAllowed(_)
             | Record::WriteDeniedSuppressed(_)
             | Record::GitAudit(_)
             | Record::GitMetadataCreated(_)

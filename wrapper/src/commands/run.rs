@@ -328,6 +328,7 @@ fn run_logged(
         protected: protected.iter().map(|p| p.path.clone()).collect(),
         read_only: config.read_only.clone(),
         allow_nested_userns: config.allow_nested_userns,
+        allowed_sockets: config.allowed_sockets.clone(),
         reap_pid1: !cgroups.is_empty(),
         cpus,
         tally,

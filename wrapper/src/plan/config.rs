@@ -44,6 +44,8 @@ pub struct SandboxConfig {
     pub allow_nested_userns: bool,
     /// CMD may use io_uring.
     pub allow_io_uring: bool,
+    /// Host Unix sockets CMD may connect to (`--allow-socket`, `sockets = [...]`).
+    pub allowed_sockets: Vec<crate::plan::sockets::AllowedSocket>,
     /// Capture: where connections made without the proxy are listened for.
     pub capture: Option<crate::plan::capture::CapturePlan>,
     /// Connections CMD may have open through the bridge at once.
@@ -197,6 +199,9 @@ impl SandboxConfig {
             }
         }
 
+        let allowed_sockets =
+            crate::plan::sockets::allowed(&args.allow_socket, &policy, &cwd, &write_roots)?;
+
         let log_path = match args.log {
             Some(path) => path,
             None => default_log_path(&session_id)?,
@@ -234,6 +239,7 @@ impl SandboxConfig {
             allow_git_writes: args.allow_git_writes,
             allow_nested_userns: args.allow_nested_userns,
             allow_io_uring: args.allow_io_uring,
+            allowed_sockets,
             capture: (!args.no_capture).then(|| crate::plan::capture::plan(&policy)),
             max_connections: args.max_connections,
             refusal_status: http::StatusCode::from_u16(args.refusal_status).map_err(|_| {

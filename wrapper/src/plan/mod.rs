@@ -16,6 +16,7 @@ pub mod pins;
 pub mod policy;
 pub mod protect;
 pub mod resolved;
+pub mod sockets;
 pub mod tenants;
 pub mod tools;
 pub mod upstream;

@@ -5,12 +5,14 @@
 //! signal or deadline is one of `Supervisor`'s transitions.
 
 mod bridge_task;
+mod connector;
 pub mod gitaudit;
 pub mod netwatch;
 mod sandbox_guard;
 pub mod session;
 mod stage;
 pub mod stdin_relay;
+pub mod unixsockets;
 pub mod writejudge;
 pub mod writewatch;
 
@@ -86,6 +88,8 @@ pub struct Supervised<'a> {
     pub read_only: Vec<std::path::PathBuf>,
     /// CMD may make user (and so mount) namespaces of its own.
     pub allow_nested_userns: bool,
+    /// Host Unix sockets CMD may connect to.
+    pub allowed_sockets: Vec<crate::plan::sockets::AllowedSocket>,
     /// pid 1 must be reaped before netbox goes on, even after it said it is done: the
     /// run's cgroups can be removed only once it has left them.
     pub reap_pid1: bool,
@@ -201,6 +205,7 @@ impl<'a> Supervisor<'a> {
             protected,
             read_only,
             allow_nested_userns,
+            allowed_sockets,
             reap_pid1,
             cpus,
             tally,
@@ -293,6 +298,7 @@ impl<'a> Supervisor<'a> {
             notices: stderr == Stderr::Summary,
             cpu_cgroup_tasks: cpu_cgroup_tasks.clone(),
             share_root: !allow_nested_userns,
+            allowed_sockets: allowed_sockets.clone(),
         })
         .ok();
         // netbox keeps to one CPU until the probe has reported, apart from pid 1's, so

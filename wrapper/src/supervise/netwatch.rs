@@ -148,7 +148,30 @@ pub fn judge(n: &Notification, context: &NetContext) -> Vec<Attempt> {
     if !names.iter().any(|name| may_be_internet(name)) {
         return Vec::new();
     }
-    let socket = look_at_socket(n);
+    let socket = copy_socket(n).and_then(|s| look_at_socket(&s));
+    judge_names(n, &names, socket, context)
+}
+
+/// [`judge`] for a connect whose address netbox has read (`name`) and whose socket it
+/// has copied: what it judges is what it then connects.
+pub fn judge_connect(
+    n: &Notification,
+    name: &[u8],
+    socket: &OwnedFd,
+    context: &NetContext,
+) -> Vec<Attempt> {
+    if !may_be_internet(name) {
+        return Vec::new();
+    }
+    judge_names(n, &[name.to_vec()], look_at_socket(socket), context)
+}
+
+fn judge_names(
+    n: &Notification,
+    names: &[Vec<u8>],
+    socket: Option<SocketSeen>,
+    context: &NetContext,
+) -> Vec<Attempt> {
     let domain = socket.as_ref().map(|s| s.domain);
     if domain.is_some_and(|d| d != libc::AF_INET && d != libc::AF_INET6) {
         // An internet name on a unix socket: EINVAL, nothing sent.
@@ -169,7 +192,7 @@ pub fn judge(n: &Notification, context: &NetContext) -> Vec<Attempt> {
         return Vec::new();
     }
     let mut destinations: Vec<SocketAddr> = Vec::new();
-    for name in &names {
+    for name in names {
         if let Some(to) = parse_sockaddr(name, domain, protocol, n.nr) {
             if !destinations.contains(&to) {
                 destinations.push(to);
@@ -198,6 +221,14 @@ pub fn judge(n: &Notification, context: &NetContext) -> Vec<Attempt> {
         .collect()
 }
 
+/// The Unix socket paths a send names (sendto's address, each message's name).
+pub fn unix_paths(n: &Notification) -> Vec<Vec<u8>> {
+    raw_names(n)
+        .iter()
+        .filter_map(|name| crate::supervise::unixsockets::path_of(name).map(<[u8]>::to_vec))
+        .collect()
+}
+
 /// MSG_FASTOPEN in a send's flags (linux/socket.h).
 const MSG_FASTOPEN: u64 = 0x2000_0000;
 
@@ -223,17 +254,16 @@ struct SocketSeen {
 /// What the call's socket is: a copy of the caller's fd, asked. An internet datagram
 /// socket is UDP: the other kind, ICMP's ping socket, is closed to every group in a new
 /// network namespace (net.ipv4.ping_group_range starts empty).
-fn look_at_socket(n: &Notification) -> Option<SocketSeen> {
+fn look_at_socket(socket: &OwnedFd) -> Option<SocketSeen> {
     use nix::sys::socket::{
         getsockname, getsockopt, sockopt, SockType, SockaddrLike, SockaddrStorage,
     };
-    let socket = copy_socket(n)?;
-    let protocol = match getsockopt(&socket, sockopt::SockType).ok()? {
+    let protocol = match getsockopt(socket, sockopt::SockType).ok()? {
         SockType::Stream => Protocol::Tcp,
         SockType::Datagram => Protocol::Udp,
         _ => Protocol::Other,
     };
-    let local = getsockname::<SockaddrStorage>(std::os::fd::AsRawFd::as_raw_fd(&socket)).ok()?;
+    let local = getsockname::<SockaddrStorage>(std::os::fd::AsRawFd::as_raw_fd(socket)).ok()?;
     let domain = local.family().map_or(-1, |f| f as i32);
     let local = local
         .as_sockaddr_in()
@@ -243,7 +273,7 @@ fn look_at_socket(n: &Notification) -> Option<SocketSeen> {
                 .as_sockaddr_in6()
                 .map(|a| SocketAddr::from(std::net::SocketAddrV6::from(*a)))
         });
-    let device = getsockopt(&socket, sockopt::BindToDevice)
+    let device = getsockopt(socket, sockopt::BindToDevice)
         .ok()
         .map(|name| name.to_string_lossy().into_owned())
         .filter(|name| !name.is_empty());
@@ -263,12 +293,30 @@ fn look_at_socket(n: &Notification) -> Option<SocketSeen> {
 /// sandbox lives, since that server is CMD's and ends with it, and only CMD's own calls
 /// wait meanwhile.
 fn copy_socket(n: &Notification) -> Option<OwnedFd> {
-    let fd = i32::try_from(n.args[0]).ok()?;
-    let ours = format!("/proc/{}/fd/{fd}", n.pid);
-    let link = std::fs::read_link(&ours).ok()?;
-    if !link.as_os_str().as_encoded_bytes().starts_with(b"socket:") {
-        return None;
+    copy_socket_or_errno(n).ok()
+}
+
+/// [`copy_socket`], or the errno the call would have failed with for its fd: EBADF for
+/// none, ENOTSOCK for a file that is not a socket, EACCES where netbox cannot copy it.
+pub fn copy_socket_or_errno(n: &Notification) -> Result<OwnedFd, i32> {
+    // The fd argument is an int: the kernel reads the low 32 bits.
+    let fd = crate::supervise::writejudge::int_arg(n.args[0]);
+    if fd < 0 {
+        return Err(libc::EBADF);
     }
+    let ours = format!("/proc/{}/fd/{fd}", n.pid);
+    let link = match std::fs::read_link(&ours) {
+        Ok(link) => link,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(libc::EBADF),
+        Err(_) => return Err(libc::EACCES),
+    };
+    if !link.as_os_str().as_encoded_bytes().starts_with(b"socket:") {
+        return Err(libc::ENOTSOCK);
+    }
+    copy_socket_file(n, fd, &ours).ok_or(libc::EACCES)
+}
+
+fn copy_socket_file(n: &Notification, fd: i32, ours: &str) -> Option<OwnedFd> {
     if let Ok(copy) = crate::sys::process::copy_fd_of_thread(n.pid, fd) {
         return Some(copy);
     }
@@ -283,7 +331,7 @@ fn copy_socket(n: &Notification) -> Option<OwnedFd> {
         _ => false,
     };
     let leaders = format!("/proc/{leader}/fd/{fd}");
-    if leader != n.pid && !same(&ours, &leaders) {
+    if leader != n.pid && !same(ours, &leaders) {
         return None;
     }
     crate::sys::process::copy_fd_of_thread(leader, fd).ok()

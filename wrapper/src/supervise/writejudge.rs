@@ -1544,7 +1544,7 @@ fn fd_read_only(fd: &OwnedFd) -> Option<bool> {
 }
 
 /// An `int` argument: the kernel reads the register's low 32 bits (AT_FDCWD is -100).
-fn int_arg(raw: u64) -> i32 {
+pub(crate) fn int_arg(raw: u64) -> i32 {
     i32::from_ne_bytes(uint_arg(raw).to_ne_bytes())
 }
 

@@ -23,7 +23,9 @@ use std::sync::{Arc, Mutex};
 use bridge::EventLog;
 
 use crate::sandbox::probe::{Outcome, ProbeReport};
+use crate::supervise::connector::{AfterConnect, Connector, Job};
 use crate::supervise::netwatch::{self, Attempt, NetContext};
+use crate::supervise::unixsockets::{self, Decision, UnixContext, Whose};
 use crate::supervise::writejudge::{judge, Verdict};
 use crate::sys::seccomp::{self, Notification};
 
@@ -39,6 +41,9 @@ const MAX_PATH_IN_RECORD: usize = 1024;
 /// Paths announced on stderr per session; past this, one line says the rest go only to
 /// the log.
 const MAX_NOTICES: usize = 1_000;
+
+/// Longest socket address a connect takes (sizeof(struct sockaddr_storage)).
+const SOCKADDR_MAX: usize = 128;
 
 /// What the watcher knows of the run.
 pub struct WatchContext {
@@ -63,6 +68,8 @@ pub struct WatchContext {
     /// without capabilities and without nested user namespaces none can chroot,
     /// pivot_root or unshare a mount namespace. Otherwise each caller's own is opened.
     pub share_root: bool,
+    /// Host Unix sockets CMD may connect to (unixsockets.rs).
+    pub allowed_sockets: Vec<crate::plan::sockets::AllowedSocket>,
 }
 
 /// What the watcher has seen so far.
@@ -79,6 +86,8 @@ struct Seen {
     direct: AtomicU64,
     /// Destinations announced on stderr so far.
     announced_direct: Mutex<std::collections::HashSet<(netwatch::Protocol, SocketAddr)>>,
+    /// Host Unix sockets announced on stderr so far.
+    announced_unix: Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 /// The paths announced on stderr so far, and whether the cap was reached.
@@ -156,14 +165,35 @@ impl WriteWatch {
                             root.or_else(|| crate::supervise::writejudge::open_root(context.pid1))
                         })
                         .flatten();
-                    serve(
-                        &listener,
-                        &stopped,
-                        &context,
-                        &net,
-                        shared_root.as_ref(),
-                        &seen,
-                    );
+                    let unix_diag = net
+                        .diag
+                        .as_ref()
+                        .map(AsFd::as_fd)
+                        .filter(|diag| crate::supervise::unixsockets::diag_answers(*diag));
+                    if unix_diag.is_none() && context.notices {
+                        crate::output::say(
+                            "netbox: warning: this kernel does not list the sandbox's Unix \
+                             sockets (sock_diag's unix_diag), so connections to socket files \
+                             are refused, the sandbox's own included",
+                        );
+                    }
+                    let unix = crate::supervise::unixsockets::UnixContext {
+                        root: shared_root.as_ref(),
+                        diag: unix_diag,
+                        allowed: &context.allowed_sockets,
+                        started: std::time::SystemTime::now(),
+                    };
+                    let Ok(connector) = Connector::new(&listener) else {
+                        return;
+                    };
+                    let watch = Watch {
+                        context: &context,
+                        net: &net,
+                        unix: &unix,
+                        connector: &connector,
+                        seen: &seen,
+                    };
+                    serve(&listener, &stopped, &watch, shared_root.as_ref());
                 })?
         };
         if joins {
@@ -361,14 +391,17 @@ fn watched_outcomes(
     (forbidden, control)
 }
 
-fn serve(
-    listener: &OwnedFd,
-    stop: &std::io::PipeReader,
-    context: &WatchContext,
-    net: &NetContext,
-    root: Option<&OwnedFd>,
-    seen: &Seen,
-) {
+/// What the watcher's thread answers with.
+struct Watch<'a> {
+    context: &'a WatchContext,
+    net: &'a NetContext,
+    unix: &'a UnixContext<'a>,
+    connector: &'a Connector,
+    seen: &'a Seen,
+}
+
+fn serve(listener: &OwnedFd, stop: &std::io::PipeReader, watch: &Watch, root: Option<&OwnedFd>) {
+    let (context, seen) = (watch.context, watch.seen);
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     loop {
         let mut fds = [
@@ -387,8 +420,11 @@ fn serve(
             return;
         }
         match seccomp::receive(listener.as_fd()) {
+            Ok(notification) if notification.nr == libc::SYS_connect => {
+                handle_connect(listener, watch, &notification);
+            }
             Ok(notification) if netwatch::is_net_syscall(notification.nr) => {
-                handle_net(listener, context, net, seen, &notification);
+                handle_send(listener, watch, &notification);
             }
             Ok(notification) => handle(listener, context, root, seen, &notification),
             // The caller died (ENOENT) or a signal interrupted us: go on.
@@ -443,48 +479,271 @@ fn callers_executable_then_let_run(listener: &OwnedFd, n: &Notification) -> Opti
     valid.then_some(executable)
 }
 
-fn handle_net(
+/// A connect: answered by netbox, never let run (a call let run could be pointed
+/// elsewhere after netbox looked: its address rewritten by another thread, a symlink on
+/// its path swapped, its fd replaced). The address is read once; a Unix socket's path is
+/// decided (unixsockets.rs); the connect is made on a copy of the caller's socket
+/// (connector.rs), to what was decided, and its result is the caller's.
+fn handle_connect(listener: &OwnedFd, watch: &Watch, n: &Notification) {
+    let answer = |result: Result<i64, i32>| {
+        let _ = seccomp::answer(listener.as_fd(), n.id, result);
+    };
+    // connect's length is an int: negative or past sockaddr_storage is EINVAL.
+    let len = crate::supervise::writejudge::int_arg(n.args[2]);
+    let Ok(len) = usize::try_from(len) else {
+        return answer(Err(libc::EINVAL));
+    };
+    if len > SOCKADDR_MAX {
+        return answer(Err(libc::EINVAL));
+    }
+    let address = if len == 0 {
+        Vec::new()
+    } else {
+        match seccomp::read_memory(n.pid, n.args[1], len) {
+            Ok(address) => address,
+            Err(_) => return answer(Err(libc::EFAULT)),
+        }
+    };
+    let socket = match netwatch::copy_socket_or_errno(n) {
+        Ok(socket) => socket,
+        Err(errno) => return answer(Err(errno)),
+    };
+    if let Some(path) = unixsockets::path_of(&address) {
+        return connect_unix(listener, watch, n, socket, path);
+    }
+    // An internet address: judged for the log as before, then connected as asked.
+    log_direct_attempts(
+        listener,
+        watch,
+        n,
+        netwatch::judge_connect(n, &address, &socket, watch.net),
+        false,
+    );
+    watch.connector.submit(Job {
+        id: n.id,
+        socket,
+        address,
+        hold: None,
+        after: None,
+    });
+}
+
+/// A connect to a Unix socket's path: decided, then made to the file decided on.
+fn connect_unix(listener: &OwnedFd, watch: &Watch, n: &Notification, socket: OwnedFd, path: &[u8]) {
+    let answer = |result: Result<i64, i32>| {
+        let _ = seccomp::answer(listener.as_fd(), n.id, result);
+    };
+    let Some(named) = unixsockets::as_named(n.pid, path) else {
+        return answer(Err(libc::ENOENT));
+    };
+    match unixsockets::decide(n.pid, &named, watch.unix) {
+        Decision::Connect { file, whose } => {
+            let Some(address) = crate::sys::socket::unix_address(
+                format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file)).as_bytes(),
+            ) else {
+                return answer(Err(libc::ENAMETOOLONG));
+            };
+            let after: Option<AfterConnect> = match whose {
+                Whose::Own => None,
+                Whose::Allowed(index) => {
+                    let record = AllowedUse {
+                        log: Arc::clone(&watch.context.log),
+                        session: watch.context.session.id.to_string(),
+                        pid: n.pid,
+                        executable: executable_of(n.pid),
+                        path: watch.unix.allowed[index].named.display().to_string(),
+                    };
+                    Some(Box::new(move |result| record.write(result)))
+                }
+            };
+            watch.connector.submit(Job {
+                id: n.id,
+                socket,
+                address,
+                hold: Some(file),
+                after,
+            });
+        }
+        Decision::Refuse { errno, host } => {
+            if host && n.pid != watch.context.pid1 {
+                let executable = executable_of(n.pid);
+                if seccomp::still_valid(listener.as_fd(), n.id) {
+                    record_unix(watch, n, &named, &executable);
+                }
+            }
+            answer(Err(errno));
+        }
+    }
+}
+
+/// A send: judged for the log (an internet address) and, where it names a Unix socket's
+/// path, decided like a connect. One to a socket that is not the sandbox's own is refused
+/// without running; the rest run as asked.
+fn handle_send(listener: &OwnedFd, watch: &Watch, n: &Notification) {
+    for path in netwatch::unix_paths(n) {
+        let Some(named) = unixsockets::as_named(n.pid, &path) else {
+            continue;
+        };
+        let refused = match unixsockets::decide(n.pid, &named, watch.unix) {
+            Decision::Connect {
+                whose: Whose::Own, ..
+            } => None,
+            // Only connections are carried to an allowed socket.
+            Decision::Connect { .. } => Some(true),
+            Decision::Refuse { host, .. } => host.then_some(true),
+        };
+        if refused.is_some() {
+            if n.pid != watch.context.pid1 {
+                let executable = executable_of(n.pid);
+                if seccomp::still_valid(listener.as_fd(), n.id) {
+                    record_unix(watch, n, &named, &executable);
+                }
+            }
+            let _ = seccomp::answer(listener.as_fd(), n.id, Err(libc::ECONNREFUSED));
+            return;
+        }
+    }
+    log_direct_attempts(listener, watch, n, netwatch::judge(n, watch.net), true);
+}
+
+/// The caller's executable, for a record.
+fn executable_of(pid: u32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// Records what a call would send past netbox's listeners; with `let_run`, lets the call
+/// run once the caller's executable is read.
+fn log_direct_attempts(
     listener: &OwnedFd,
-    context: &WatchContext,
-    net: &NetContext,
-    seen: &Seen,
+    watch: &Watch,
     n: &Notification,
+    attempts: Vec<Attempt>,
+    let_run: bool,
 ) {
+    let (context, seen) = (watch.context, watch.seen);
     // A test build can answer without looking, so the probe's check must fail.
     let attempts = if crate::testhooks::hooks().blind_net_watch {
         Vec::new()
     } else {
-        netwatch::judge(n, net)
+        attempts
+    };
+    let let_it_run = || {
+        if let_run {
+            let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+        }
     };
     if n.pid == context.pid1 {
         if let Ok(mut probe) = seen.probe_connects.lock() {
             probe.extend(attempts.iter().map(|a| (a.to, a.direct.is_some())));
         }
-        let _ = seccomp::let_it_run(listener.as_fd(), n.id);
-        return;
+        return let_it_run();
     }
     if !attempts.iter().any(|a| a.direct.is_some()) {
-        let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+        return let_it_run();
+    }
+    let executable = executable_of(n.pid);
+    let valid = seccomp::still_valid(listener.as_fd(), n.id);
+    let_it_run();
+    if !valid {
         return;
     }
-    let Some(executable) = callers_executable_then_let_run(listener, n) else {
-        return;
-    };
     for attempt in &attempts {
         if let Some(reason) = attempt.direct {
-            record_direct(context, seen, n, attempt, reason, &executable);
+            record_direct(watch, n, attempt, reason, &executable);
         }
     }
 }
 
+/// A connect to an allowed host socket, for the log.
+struct AllowedUse {
+    log: Arc<EventLog>,
+    session: String,
+    pid: u32,
+    executable: String,
+    path: String,
+}
+
+impl AllowedUse {
+    fn write(self, result: Result<(), i32>) {
+        self.log.record_as(
+            "socket_allowed",
+            &self.session,
+            &bridge::records::SocketAllowed {
+                pid: self.pid,
+                executable: bridge::log::bounded(self.executable, MAX_PATH_IN_RECORD),
+                path: bridge::log::bounded(self.path, MAX_PATH_IN_RECORD),
+                result: match result {
+                    Ok(()) => "connected".to_owned(),
+                    Err(errno) => std::io::Error::from_raw_os_error(errno).to_string(),
+                },
+            },
+        );
+    }
+}
+
+/// A connect or datagram to a host Unix socket, refused: a `direct_attempt` record with
+/// protocol `unix`, and a notice once per path.
+fn record_unix(watch: &Watch, n: &Notification, named: &std::path::Path, executable: &str) {
+    let (context, seen) = (watch.context, watch.seen);
+    let count = seen.direct.fetch_add(1, Ordering::Relaxed) + 1;
+    if count > MAX_RECORDS {
+        return;
+    }
+    let path = named.display().to_string();
+    context.log.record_as(
+        "direct_attempt",
+        &context.session.id,
+        &bridge::records::DirectAttempt {
+            pid: n.pid,
+            executable: bridge::log::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
+            syscall: netwatch::syscall_name(n.nr).to_owned(),
+            protocol: "unix".to_owned(),
+            address: bridge::log::bounded(path.clone(), MAX_PATH_IN_RECORD),
+            port: 0,
+            name: None,
+            reason: UNIX_REASON.to_owned(),
+        },
+    );
+    if !context.notices {
+        return;
+    }
+    let Ok(mut announced) = seen.announced_unix.lock() else {
+        return;
+    };
+    if announced.len() < MAX_NOTICES {
+        if announced.insert(named.to_owned()) {
+            let program = std::path::Path::new(executable)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            crate::output::say(&format!(
+                "netbox: refused a connection to the host socket {} by {} (not the \
+                 sandbox's own; --allow-socket PATH lets one through)",
+                crate::printable::printable(&path),
+                crate::printable::printable(&program),
+            ));
+        }
+    } else if !announced.contains(named) && announced.len() == MAX_NOTICES {
+        announced.insert(named.to_owned());
+        crate::output::say(
+            "netbox: more host sockets were refused; they are not announced, only logged",
+        );
+    }
+}
+
+/// A refused Unix socket's `reason`.
+const UNIX_REASON: &str = "host socket";
+
 fn record_direct(
-    context: &WatchContext,
-    seen: &Seen,
+    watch: &Watch,
     n: &Notification,
     attempt: &Attempt,
     reason: netwatch::Reason,
     executable: &str,
 ) {
+    let (context, seen) = (watch.context, watch.seen);
     let count = seen.direct.fetch_add(1, Ordering::Relaxed) + 1;
     if count > MAX_RECORDS {
         return;

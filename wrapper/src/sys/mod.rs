@@ -13,4 +13,6 @@ pub mod resolve;
 pub mod rtnl;
 pub mod seccomp;
 pub mod sockdiag;
+pub mod socket;
+pub mod unixdiag;
 pub mod xattr;

@@ -13,8 +13,21 @@ const AUDIT_ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
 const AUDIT_ARCH: u32 = 0xC000_00B7;
 
-/// x32 syscalls on x86_64 carry this bit; the filter leaves them alone (see `build`).
+/// x32 syscalls on x86_64 carry this bit.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// The other ABI a process of this architecture can call the kernel through (32-bit
+/// compat: `int 0x80` on x86_64, AArch32 on aarch64), and its calls that connect or send
+/// to an address (socketcall(2) included, which multiplexes them all). The filter refuses
+/// them (`build`): netbox judges those calls where they name a Unix socket's path, and
+/// reads their arguments in the native layout only.
+#[cfg(target_arch = "x86_64")]
+const COMPAT: (u32, &[u32]) = (0x4000_0003, &[102, 362, 369, 370, 345]);
+#[cfg(target_arch = "aarch64")]
+const COMPAT: (u32, &[u32]) = (0x4000_0028, &[283, 290, 296, 374]);
+
+/// x32's connect, sendto, sendmsg and sendmmsg (without the x32 bit), refused likewise.
+const X32_SENDS: [u32; 4] = [42, 44, 518, 538];
 
 /// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (linux/seccomp.h, 6.6+; not in libc yet).
 const SYNC_WAKE_UP: u64 = 1;
@@ -134,6 +147,8 @@ enum Target {
     Next,
     Allow,
     Notify,
+    /// Fail with ENOSYS.
+    Deny,
     Label(usize),
 }
 
@@ -161,8 +176,10 @@ enum Insn {
 }
 
 /// The filter: for this architecture's native syscalls, notify the write-intent ones and
-/// the ones that send to an address, and allow everything else in the kernel. Other ABIs (x32, 32-bit compat) are allowed
-/// unseen: the mounts refuse their writes all the same; only the log would miss them.
+/// the ones that send to an address, and allow everything else in the kernel. Other ABIs
+/// (x32, 32-bit compat) are refused the calls that connect or send to an address (ENOSYS,
+/// as a kernel without that ABI's networking would answer), and allowed the rest unseen:
+/// the mounts refuse their writes all the same; only the log would miss them.
 ///
 /// The syscall number is found by binary search rather than one comparison after another:
 /// the kernel runs the filter for every syscall number once when it is installed (to
@@ -175,13 +192,13 @@ pub fn build() -> Vec<libc::sock_filter> {
             test: Test::Eq,
             k: AUDIT_ARCH,
             yes: Target::Next,
-            no: Target::Allow,
+            no: Target::Label(FOREIGN),
         },
         Insn::Load(NR),
         Insn::Jump {
             test: Test::Ge,
             k: X32_SYSCALL_BIT,
-            yes: Target::Allow,
+            yes: Target::Label(X32),
             no: Target::Next,
         },
     ];
@@ -201,8 +218,22 @@ pub fn build() -> Vec<libc::sock_filter> {
     // is the one kept.
     entries.sort_unstable_by_key(|(nr, target)| (*nr, matches!(target, Target::Label(_))));
     entries.dedup_by_key(|(nr, _)| *nr);
-    let mut next_label = flagged.len();
+    let mut next_label = flagged.len().max(X32 + 1);
     search(&entries, &mut program, &mut next_label);
+    program.push(Insn::Label(FOREIGN));
+    program.push(Insn::Jump {
+        test: Test::Eq,
+        k: COMPAT.0,
+        yes: Target::Next,
+        no: Target::Allow,
+    });
+    program.push(Insn::Load(NR));
+    refuse_these(COMPAT.1.iter().copied(), &mut program);
+    program.push(Insn::Label(X32));
+    refuse_these(
+        X32_SENDS.iter().map(|nr| nr | X32_SYSCALL_BIT),
+        &mut program,
+    );
     for (label, (_, condition)) in flagged.iter().enumerate() {
         program.push(Insn::Label(label));
         match *condition {
@@ -230,6 +261,24 @@ pub fn build() -> Vec<libc::sock_filter> {
         }
     }
     assemble(&program)
+}
+
+/// Labels of the filter's two tails; the conditional syscalls' labels are numbered from 0
+/// and the search's after all of them (`build`).
+const FOREIGN: usize = 1_000;
+const X32: usize = 1_001;
+
+/// With the syscall number loaded: ENOSYS for each of `numbers`, ALLOW for the rest.
+fn refuse_these(numbers: impl Iterator<Item = u32>, program: &mut Vec<Insn>) {
+    for nr in numbers {
+        program.push(Insn::Jump {
+            test: Test::Eq,
+            k: nr,
+            yes: Target::Deny,
+            no: Target::Next,
+        });
+    }
+    program.push(Insn::Allow);
 }
 
 /// A binary search over `entries` (sorted by syscall number) for the accumulator: each
@@ -281,7 +330,8 @@ fn assemble(program: &[Insn]) -> Vec<libc::sock_filter> {
         jf: 0,
         k,
     };
-    // Final layout: the instructions (labels take no room), then RET ALLOW, RET NOTIFY.
+    // Final layout: the instructions (labels take no room), then RET ALLOW, RET NOTIFY,
+    // RET ERRNO(ENOSYS).
     let mut at = Vec::new();
     let mut labels = std::collections::HashMap::new();
     for insn in program {
@@ -294,6 +344,7 @@ fn assemble(program: &[Insn]) -> Vec<libc::sock_filter> {
     }
     let allow = at.len();
     let notify = allow + 1;
+    let deny = allow + 2;
     // Jumps are relative to the next instruction and at most 255 forward; the filter is
     // a few dozen instructions.
     let rel = |from: usize, to: Target| {
@@ -301,6 +352,7 @@ fn assemble(program: &[Insn]) -> Vec<libc::sock_filter> {
             Target::Next => from + 1,
             Target::Allow => allow,
             Target::Notify => notify,
+            Target::Deny => deny,
             Target::Label(label) => labels[&label],
         };
         u8::try_from(to - from - 1).expect("BPF jump in range")
@@ -325,6 +377,10 @@ fn assemble(program: &[Insn]) -> Vec<libc::sock_filter> {
     }
     out.push(stmt(RET_K, libc::SECCOMP_RET_ALLOW));
     out.push(stmt(RET_K, libc::SECCOMP_RET_USER_NOTIF));
+    out.push(stmt(
+        RET_K,
+        libc::SECCOMP_RET_ERRNO | u32::try_from(libc::ENOSYS).unwrap_or(38),
+    ));
     out
 }
 
@@ -504,6 +560,33 @@ pub fn receive(listener: BorrowedFd<'_>) -> io::Result<Notification> {
         nr: i64::from(req.data.nr),
         args: req.data.args,
     })
+}
+
+/// Answers the notified syscall without running it: it returns `result` (a value, or an
+/// errno) as if the kernel had.
+pub fn answer(listener: BorrowedFd<'_>, id: u64, result: Result<i64, i32>) -> io::Result<()> {
+    let (val, error) = match result {
+        Ok(val) => (val, 0),
+        Err(errno) => (0, -errno.abs()),
+    };
+    let mut resp = libc::seccomp_notif_resp {
+        id,
+        val,
+        error,
+        flags: 0,
+    };
+    // SAFETY: `resp` is a live, correctly sized seccomp_notif_resp the kernel reads.
+    let rc = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_SEND as _,
+            &mut resp as *mut libc::seccomp_notif_resp,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Lets the notified syscall run as if it had not been stopped: the kernel (the mounts)
@@ -692,11 +775,17 @@ mod tests {
         assert_eq!(with_address(0x7fff_1234_5678), notify);
         assert_eq!(with_address(0x7fff_0000_0000), notify, "a zero low half");
         assert_eq!(with_address(0x10), notify, "a zero high half");
-        // Other ABIs are left alone, as for writes.
-        assert_eq!(
-            run(&filter, 0x4000_0003, sendto, [3, 1, 1, 0, 16, 16]),
-            allow
-        );
+        // Other ABIs cannot send to an address at all: refused, not notified.
+        let enosys = libc::SECCOMP_RET_ERRNO | u32::try_from(libc::ENOSYS).unwrap();
+        for &nr in COMPAT.1 {
+            assert_eq!(run(&filter, COMPAT.0, nr, [3, 1, 1, 0, 16, 16]), enosys);
+        }
+        for nr in X32_SENDS {
+            assert_eq!(
+                run(&filter, AUDIT_ARCH, nr | X32_SYSCALL_BIT, [0; 6]),
+                enosys
+            );
+        }
     }
 
     #[test]
@@ -755,11 +844,25 @@ mod tests {
                     "syscall {nr}"
                 );
             }
-            // Another ABI, and x32 numbers: never notified.
-            assert_eq!(run(&filter, 0x4000_0003, nr, [0; 6]), allow);
+            // Another ABI, and x32 numbers: never notified; refused where they connect
+            // or send to an address.
+            let enosys = libc::SECCOMP_RET_ERRNO | u32::try_from(libc::ENOSYS).unwrap();
+            let compat = if COMPAT.1.contains(&nr) {
+                enosys
+            } else {
+                allow
+            };
+            assert_eq!(run(&filter, COMPAT.0, nr, [0; 6]), compat, "compat {nr}");
+            assert_eq!(run(&filter, 0x1234_5678, nr, [0; 6]), allow);
+            let x32 = if X32_SENDS.contains(&nr) {
+                enosys
+            } else {
+                allow
+            };
             assert_eq!(
                 run(&filter, AUDIT_ARCH, nr | X32_SYSCALL_BIT, [0; 6]),
-                allow
+                x32,
+                "x32 {nr}"
             );
         }
     }

@@ -222,15 +222,10 @@ fn a_file_can_be_a_writable_root_and_the_log_cannot_be_inside_one() {
 }
 
 #[test]
-fn host_unix_sockets_are_hidden() {
+fn host_unix_sockets_are_refused_at_connect() {
     use std::os::unix::net::UnixListener;
-    TestDir::remove_leftovers_outside_tmp("sockets");
     let dir = TestDir::new("sockets");
-    // Left in place when the test ends: a sandbox of another test started meanwhile has
-    // these listening sockets pinned, and removing one from under it would stop that
-    // run (a pin lost on the host). Closed, they are no longer pinned by later runs; the
-    // next test process removes the directory.
-    let outside = std::mem::ManuallyDrop::new(TestDir::outside_tmp("sockets"));
+    let outside = TestDir::outside_tmp("sockets");
     let path = outside.join("host.sock");
     let listener = UnixListener::bind(&path).unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -240,10 +235,13 @@ fn host_unix_sockets_are_hidden() {
     std::fs::create_dir(outside.join("my dir")).unwrap();
     let spaced = outside.join("my dir/agent.sock");
     let in_workspace = run.workspace.join("ide.sock");
-    let _others: Vec<UnixListener> = [&spaced, &in_workspace]
+    let others: Vec<UnixListener> = [&spaced, &in_workspace]
         .iter()
         .map(|p| UnixListener::bind(p).unwrap())
         .collect();
+    for other in &others {
+        other.set_nonblocking(true).unwrap();
+    }
     for other in [&spaced, &in_workspace] {
         let out = run.sh(&format!(
             "curl -sS --max-time 5 --unix-socket '{}' http://host/; echo curl=$?",
@@ -257,6 +255,8 @@ fn host_unix_sockets_are_hidden() {
             stderr(&out)
         );
     }
+    // The file is still the host's socket in the sandbox (nothing covers it): the connect
+    // is what is refused, and logged.
     let out = run.sh(&format!(
         "curl -sS --max-time 5 --unix-socket {} http://host/; echo curl=$?; test -S {} && echo STILL_A_SOCKET; echo done",
         path.display(),
@@ -264,20 +264,87 @@ fn host_unix_sockets_are_hidden() {
     ));
     let said = stdout(&out);
     assert!(said.contains("curl=7"), "{said} {}", stderr(&out));
-    assert!(!said.contains("STILL_A_SOCKET"), "{said}");
+    assert!(said.contains("STILL_A_SOCKET"), "{said}");
     assert!(
         listener.accept().is_err(),
         "the sandbox reached the host socket"
     );
-    let probe = run.probe();
-    assert!(
-        probe.to_string().contains(&path.display().to_string()),
-        "{probe}"
-    );
+    assert!(others.iter().all(|o| o.accept().is_err()));
+    let logged: Vec<String> = run
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "direct_attempt" && e["protocol"] == "unix")
+        .map(|e| e["address"].as_str().unwrap().to_owned())
+        .collect();
+    let mut expected: Vec<String> = [&spaced, &in_workspace, &path]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    expected.sort();
+    let mut logged = logged;
+    logged.sort();
+    assert_eq!(logged, expected);
     // Control: the socket answers from outside.
     let _client = std::os::unix::net::UnixStream::connect(&path).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert!(listener.accept().is_ok());
+}
+
+#[test]
+fn a_host_socket_restarted_during_the_run_neither_stops_it_nor_opens() {
+    use std::os::unix::net::UnixListener;
+    let dir = TestDir::new("socket-restart");
+    let outside = TestDir::outside_tmp("socket-restart");
+    let path = outside.join("svc.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let run = Run::new(&dir);
+    // CMD tries the socket once a second for 10 s, while the host removes and re-binds
+    // it three times (a service restarting): the run goes on to its end, and every try
+    // is refused.
+    let child = run
+        .command(&format!(
+            "for i in $(seq 10); do python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.settimeout(2)\ntry:\n    s.connect('{}'); print('REACHED')\nexcept OSError as e:\n    print('refused', e.errno)\"; sleep 1; done; echo finished",
+            path.display()
+        ))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut current = listener;
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(2500));
+        drop(current);
+        std::fs::remove_file(&path).unwrap();
+        current = UnixListener::bind(&path).unwrap();
+    }
+    current.set_nonblocking(true).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{said} {}", stderr(&out));
+    assert!(said.ends_with("finished\n"), "{said}");
+    assert!(!said.contains("REACHED"), "{said}");
+    assert_eq!(said.matches("refused 111").count(), 10, "{said}");
+    assert!(current.accept().is_err());
+    // Control: the restarted socket answers from outside.
+    let _client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(current.accept().is_ok());
+}
+
+/// With connects let run undecided (a test build's deliberate breakage), the probe's
+/// Unix socket row fails and CMD never runs. Control: the tests above.
+#[test]
+fn a_watcher_that_lets_connects_run_stops_cmd() {
+    let dir = TestDir::new("connects-undecided");
+    let run = Run::new(&dir).env("NETBOX_TEST_BREAK", "unix-sockets");
+    let out = run.sh("echo CMD-RAN");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("CMD-RAN"));
+    assert!(
+        stderr(&out).contains("unix sockets decided at connect"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -517,11 +584,9 @@ fn a_working_directory_the_sandbox_hides_is_one_clear_error() {
 /// `PrivateNetwork=` service's, another sandbox's) is listed only in that namespace's
 /// /proc/net/unix, yet any namespace can connect to it: it is covered too.
 #[test]
-fn sockets_bound_in_other_network_namespaces_are_hidden() {
-    TestDir::remove_leftovers_outside_tmp("netns-socket");
+fn sockets_bound_in_other_network_namespaces_are_refused() {
     let dir = TestDir::new("netns-socket");
-    // Kept when the test ends, like host_unix_sockets_are_hidden's.
-    let outside = std::mem::ManuallyDrop::new(TestDir::outside_tmp("netns-socket"));
+    let outside = TestDir::outside_tmp("netns-socket");
     let path = outside.join("other-netns.sock");
     let ready = outside.join("ready");
     // A listener in a network namespace of its own (a user namespace makes that possible
@@ -557,7 +622,10 @@ fn sockets_bound_in_other_network_namespaces_are_hidden() {
         "{said} {}",
         stderr(&out)
     );
-    assert!(run.probe().to_string().contains("other-netns.sock"));
+    assert!(run
+        .events()
+        .iter()
+        .any(|e| e["type"] == "direct_attempt" && e["address"] == path.display().to_string()));
     // Control: from outside the sandbox, the same socket answers.
     let mut client = std::os::unix::net::UnixStream::connect(&path).unwrap();
     let mut hello = [0u8; 5];

@@ -420,3 +420,136 @@ print("reached", reached, "refused", refused)
     assert_eq!(host_reached, 0, "the host socket was reached: {said}");
     assert!(!unix_attempts(&run).is_empty());
 }
+
+#[test]
+fn a_datagram_address_rewritten_while_sending_never_reaches_a_host_socket() {
+    let dir = TestDir::new("dgram-swap");
+    let host = host_dir("dgram-swap");
+    let run = Run::new(&dir);
+    let host_path = host.join("host.dgram");
+    // One thread sends datagrams with libc's sendto from one sockaddr_un buffer while
+    // another rewrites that buffer between the sandbox's own socket and the host's: each
+    // datagram must reach the sandbox's own socket or nothing.
+    let racer = format!(
+        r#"
+import ctypes, os, socket, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+own = os.path.abspath("own.dgram")
+receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); receiver.bind(own)
+receiver.setblocking(False)
+open("started", "w").close()
+while not os.path.exists("go"):
+    time.sleep(0.02)
+def address(path):
+    return socket.AF_UNIX.to_bytes(2, "little") + path.encode() + b"\0" * (108 - len(path))
+mine, theirs = address(own), address("{host}")
+buffer = ctypes.create_string_buffer(mine, 110)
+stop = False
+def flip():
+    while not stop:
+        ctypes.memmove(buffer, theirs, 110)
+        ctypes.memmove(buffer, mine, 110)
+threading.Thread(target=flip, daemon=True).start()
+sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+sender.setblocking(False)  # a full queue anywhere fails the send instead of waiting
+sent = failed = received = 0
+end = time.time() + 3
+while time.time() < end:
+    if libc.sendto(sender.fileno(), b"x", 1, 0, buffer, 110) == 1:
+        sent += 1
+    else:
+        failed += 1
+    try:
+        while receiver.recv(8):
+            received += 1
+    except BlockingIOError:
+        pass
+stop = True
+print("sent", sent, "failed", failed, "received", received)
+"#,
+        host = host_path.display()
+    );
+    std::fs::write(run.workspace.join("racer.py"), racer).unwrap();
+    let child = run
+        .command("python3 racer.py")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&run.workspace.join("started"));
+    let datagrams = UnixDatagram::bind(&host_path).unwrap();
+    datagrams.set_nonblocking(true).unwrap();
+    std::fs::write(run.workspace.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = stdout(&out);
+    let counts: Vec<u64> = said
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(counts.len(), 3, "{said} {}", stderr(&out));
+    // Control: datagrams reached the sandbox's own socket, many times.
+    assert!(counts[2] > 100, "{said}");
+    let mut host_received = 0;
+    while datagrams.recv(&mut [0u8; 8]).is_ok() {
+        host_received += 1;
+    }
+    assert_eq!(
+        host_received, 0,
+        "datagrams reached the host socket: {said}"
+    );
+}
+
+#[test]
+fn sends_made_by_netbox_keep_their_meaning() {
+    let dir = TestDir::new("sends");
+    let run = Run::new(&dir);
+    std::fs::write(run.workspace.join("secret.txt"), "passed by fd").unwrap();
+    // A file descriptor passed over a datagram socket of the sandbox's own (SCM_RIGHTS);
+    // a 100 KiB datagram arrives whole; an 8 MiB stream sendmsg sends a prefix intact;
+    // a send on a closed stream raises SIGPIPE in the sender and fails with EPIPE.
+    let script = r#"
+import array, os, signal, socket, threading, time
+path = "/tmp/fd.dgram"
+receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); receiver.bind(path)
+sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+fd = os.open("secret.txt", os.O_RDONLY)
+sender.sendmsg([b"fd"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))], 0, path)
+msg, ancdata, _, _ = receiver.recvmsg(16, socket.CMSG_SPACE(4))
+passed = array.array("i", ancdata[0][2])[0]
+print("FD", msg.decode(), os.read(passed, 100).decode())
+big = os.urandom(100 * 1024)
+receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+sender.sendto(big, path)
+print("DGRAM", receiver.recv(200 * 1024) == big)
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(1)
+client = socket.create_connection(server.getsockname()); peer, _ = server.accept()
+data = os.urandom(8 << 20)
+got = bytearray()
+def drain():
+    while True:
+        chunk = peer.recv(1 << 20)
+        if not chunk:
+            break
+        got.extend(chunk)
+reader = threading.Thread(target=drain); reader.start()
+n = client.sendmsg([data])
+client.close(); reader.join()
+print("STREAM", n > 0, bytes(got) == data[:n])
+raised = []
+signal.signal(signal.SIGPIPE, lambda *a: raised.append(1))
+a, b = socket.socketpair(); b.close()
+try:
+    a.sendmsg([b"x"])
+except BrokenPipeError:
+    time.sleep(0.05)  # Python runs a handler between bytecodes, not at once
+    print("EPIPE", bool(raised))
+"#;
+    let out = run.sh(&format!("python3 - <<'EOF'\n{script}\nEOF"));
+    assert_eq!(
+        stdout(&out),
+        "FD fd passed by fd\nDGRAM True\nSTREAM True True\nEPIPE True\n",
+        "{}",
+        stderr(&out)
+    );
+}

@@ -27,6 +27,9 @@ pub struct TestHooks {
     pub blind_write_watch: bool,
     /// Answer network notifications without judging them (netbox's side).
     pub blind_net_watch: bool,
+    /// Let every connect run as the kernel would, undecided (netbox's side): the probe's
+    /// Unix socket row must fail.
+    pub let_connects_run: bool,
     /// No denied-write filter at all, and no check of it: for benches/write_watch.sh's
     /// "the same run without the filter".
     pub no_write_watch: bool,
@@ -67,6 +70,7 @@ impl TestHooks {
         keep_bridge_at_cut: false,
         blind_write_watch: false,
         blind_net_watch: false,
+        let_connects_run: false,
         no_write_watch: false,
         skip_identity_checks: false,
         skip_io_uring_denial: false,
@@ -103,6 +107,7 @@ impl TestHooks {
             keep_bridge_at_cut: broken("cut"),
             blind_write_watch: broken("write-watch"),
             blind_net_watch: broken("net-watch"),
+            let_connects_run: broken("unix-sockets"),
             no_write_watch: broken("no-write-watch"),
             skip_identity_checks: broken("identity"),
             skip_io_uring_denial: broken("io-uring"),

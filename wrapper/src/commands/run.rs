@@ -13,7 +13,7 @@ use crate::error::WrapperError;
 use crate::plan::config::SandboxConfig;
 use crate::plan::protect::{self, ProtectInput, Protected};
 use crate::plan::resolved::Resolved;
-use crate::plan::{cgroup, env, hostsockets};
+use crate::plan::{cgroup, env};
 use crate::sandbox::handshake;
 use crate::sandbox::probe::ProbeInput;
 use crate::sandbox::{self, ChildPlan, PROXY_PORT};
@@ -539,7 +539,6 @@ fn child_plan(
                 .map(|p| p.path.clone())
                 .chain(read_only.iter().cloned())
                 .collect(),
-            host_sockets: Vec::new(),
             hidden,
             covered: covers_kept,
             proxy: SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)),
@@ -582,12 +581,6 @@ fn child_plan(
             &config.env_extra,
         ),
         cwd: config.cwd.clone(),
-        socket_scan: hostsockets::SocketScan {
-            write_roots: config.write_roots.clone(),
-            private_tmp: config.tmp == crate::cli::TmpMode::Private,
-            hide: config.hide.clone(),
-            covered: covered.clone(),
-        },
         terminal: crate::terminal::plan(config.tty),
         capture: config.capture.clone(),
         placeholders: protected

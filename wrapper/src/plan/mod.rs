@@ -10,7 +10,6 @@ pub mod config;
 pub mod env;
 pub mod hidden;
 pub mod homesplit;
-pub mod hostsockets;
 pub mod inspection;
 pub mod pins;
 pub mod policy;

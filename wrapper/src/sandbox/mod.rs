@@ -48,8 +48,6 @@ pub struct ChildPlan {
     pub fetch: Option<Vec<OsString>>,
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
-    /// What pid 1's mounting thread needs to find the host's sockets to cover.
-    pub socket_scan: crate::plan::hostsockets::SocketScan,
     /// The placeholders netbox laid, which pid 1 keeps open (see `hold_placeholders`).
     pub placeholders: Vec<PathBuf>,
     /// CMD's own terminal, when it gets one (terminal.rs).
@@ -64,7 +62,7 @@ pub const DNS_STUB: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 53);
 
 /// pid 1 of the sandbox: set up, prove, then run CMD. Returns the exit status.
 pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
-    let (network, host_sockets) = match set_up(plan, channel) {
+    let (network, foreign) = match set_up(plan, channel) {
         Ok(done) => done,
         Err((step, detail, hint)) => {
             let _ = channel.send(&SyncMsg::SetupFailed { step, detail, hint }, &[]);
@@ -72,13 +70,8 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
         }
     };
     hold_placeholders(&plan.placeholders);
-    // The probe's input, with the host sockets netbox found while the sandbox set up.
-    let probe_input = ProbeInput {
-        host_sockets,
-        ..plan.probe.clone()
-    };
-    let probe_input = &probe_input;
-    if !prove(probe_input, network.capture.as_ref(), channel) {
+    let probe_input = &plan.probe;
+    if !prove(probe_input, network.capture.as_ref(), foreign, channel) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
     // Capture's namespace lives as long as pid 1 (this socket is in it): after
@@ -108,13 +101,13 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     // dumpable and never execs, so /proc/1/fd, ptrace and pidfd_getfd are all refused:
     // see set_up).
     // Pinned: every read-only bind, every `--hide` cover (a credential refresher's
-    // save-by-rename on the host would uncover it), every covered host socket (a
-    // service that recreates its socket would) and the cover of netbox's cache home.
+    // save-by-rename on the host would uncover it) and the cover of netbox's cache home.
+    // Host sockets are not covered but decided at each connect (supervise/unixsockets.rs),
+    // so a service that recreates its socket changes nothing here.
     let pinned = probe_input
         .protected
         .iter()
         .chain(&probe_input.hidden)
-        .chain(&probe_input.host_sockets)
         .chain(probe_input.covered.iter().map(|(cover, _)| cover));
     let pins = crate::plan::pins::Pins::new(pinned.cloned().collect());
     let run = |cmd: &[OsString]| {
@@ -211,7 +204,12 @@ fn hold_placeholders(paths: &[PathBuf]) {
 /// goes on, so that netbox reads them while pid 1 installs it; then the writes made under
 /// the filter, with what was checked after them. Whether the command may start: the probe
 /// passed, and netbox, its own checks added, said so.
-fn prove(input: &ProbeInput, capture: Option<&crate::sys::rtnl::Rtnl>, channel: &Channel) -> bool {
+fn prove(
+    input: &ProbeInput,
+    capture: Option<&crate::sys::rtnl::Rtnl>,
+    foreign: Option<probe::ForeignSocket>,
+    channel: &Channel,
+) -> bool {
     let (watched, unreadable) = while_readable(|| {
         let report = probe::run(input, capture);
         let passed = report.passed;
@@ -225,7 +223,7 @@ fn prove(input: &ProbeInput, capture: Option<&crate::sys::rtnl::Rtnl>, channel: 
             Ok(handed) => (
                 probe::watched_writes(input),
                 probe::watched_connects(input),
-                Vec::new(),
+                vec![probe::unix_sockets_at_connect(input, foreign)],
                 handed,
             ),
             Err(e) => {
@@ -346,8 +344,12 @@ fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> StepError + '_ 
 }
 
 /// The setup steps, in order. Each must succeed; there is no weaker fallback. Returns
-/// what the network set-up leaves, and the host sockets it covered.
-fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(Network, Vec<PathBuf>), StepError> {
+/// what the network set-up leaves, and the probe's socket outside the sandbox's network
+/// namespace.
+fn set_up(
+    plan: &ChildPlan,
+    channel: &Channel,
+) -> Result<(Network, Option<probe::ForeignSocket>), StepError> {
     // First, keep nothing of netbox's but this end of the channel (netbox's own end, the
     // event log, the host listener, whatever netbox's caller passed): then netbox's end is
     // open exactly as long as netbox lives.
@@ -388,15 +390,15 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(Network, Vec<PathBuf>)
     // this thread is still netbox's: sound here because neither thread takes a lock that
     // records its owner's id (recursive or error-checking mutexes, dlopen, NSS).
     let mount = || {
-        mounts::apply(
-            &plan.mounts,
-            || plan.socket_scan.run(),
-            || match channel.recv()? {
-                SyncMsg::Trust { ca_pem } => Ok(ca_pem),
-                other => Err(format!("netbox sent {other:?} before the session CA")),
-            },
-        )
-        .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))
+        mounts::apply(&plan.mounts, || match channel.recv()? {
+            SyncMsg::Trust { ca_pem } => Ok(ca_pem),
+            other => Err(format!("netbox sent {other:?} before the session CA")),
+        })
+        .map_err(|e| (format!("mount: {}", e.step), e.source.to_string(), None))?;
+        // Still in the namespace netbox ran in (the other thread makes the sandbox's): a
+        // socket bound here is, to the sandbox, one of the host's, which the probe must
+        // find refused once the filter is on (probe::unix_sockets_at_connect).
+        Ok(probe::ForeignSocket::bind(&plan.probe.temp_dir))
     };
     crate::sys::memory::share_one_malloc_arena();
     let here = cpu::current();
@@ -434,7 +436,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(Network, Vec<PathBuf>)
     // microseconds to leave the kernel): nothing that needs an empty thread group (seccomp's
     // TSYNC, unshare(CLONE_NEWUSER)) comes next.
     let network = network?;
-    let host_sockets = mounted?;
+    let foreign = mounted?;
     // After the mounts, before the probe and CMD: no capability, no way to regain one.
     if !crate::testhooks::hooks().skip_capability_drop {
         caps::drop_all().map_err(failed("drop capabilities"))?;
@@ -444,7 +446,7 @@ fn set_up(plan: &ChildPlan, channel: &Channel) -> Result<(Network, Vec<PathBuf>)
         let denial = crate::sys::seccomp::io_uring_denial();
         crate::sys::seccomp::install_plain(&denial).map_err(failed("refuse io_uring"))?;
     }
-    Ok((network, host_sockets))
+    Ok((network, foreign))
 }
 
 /// What the network set-up leaves pid 1: whether the proxy also listens on ::1, and with

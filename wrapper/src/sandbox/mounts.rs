@@ -121,7 +121,7 @@ pub struct Layout<'a> {
     pub tmp: TmpMode,
     pub protected: &'a [Protected],
     pub read_only: &'a [PathBuf],
-    /// Paths to make empty (`--hide`, host Unix sockets).
+    /// Paths to make empty (`--hide`).
     pub hidden: &'a [PathBuf],
     /// Directories no writable root holds, covered but for the writable roots inside them
     /// (netbox's cache home, but for this run's caches).
@@ -265,16 +265,12 @@ fn in_root(path: &Path) -> PathBuf {
 
 /// Builds the sandbox filesystem and pivots into it. Runs in the sandbox's init process,
 /// inside its new user, mount and pid namespaces, with capabilities still held.
-/// `host_sockets` finds the host's socket files to cover (hostsockets.rs), run while the
-/// host's /proc and /tmp are still in view; returns those covered (one gone since it was
-/// seen has nothing to connect to).
 /// `session_ca` waits for the session CA's certificate (PEM) from netbox, when the plan
 /// lays a trust bundle.
 pub fn apply(
     plan: &MountPlan,
-    host_sockets: impl FnOnce() -> Vec<(PathBuf, FileId)>,
     session_ca: impl FnOnce() -> std::result::Result<String, String>,
-) -> Result<Vec<PathBuf>> {
+) -> Result<()> {
     let hooks = crate::testhooks::hooks();
     crate::testhooks::pause(hooks.mount_pause);
     let check = !hooks.skip_identity_checks;
@@ -308,8 +304,6 @@ pub fn apply(
         })
         .collect::<Result<_>>()?;
 
-    // Before the staging tmpfs covers the host's /tmp, where sockets are looked at.
-    let sockets = host_sockets();
     step(
         || "mount staging tmpfs".into(),
         mount(
@@ -366,22 +360,14 @@ pub fn apply(
     for op in &plan.ops {
         steps.apply(op)?;
     }
-    // Each socket the scan found, still there and still that socket: one swapped or moved
-    // since would stay connectable under its new name, so that stops the run.
-    let mut covered = Vec::with_capacity(sockets.len());
-    for (socket, id) in sockets {
-        let at = steps.find(&socket, Some(id))?;
-        steps.cover_with_null(&socket, at.as_fd())?;
-        covered.push(socket);
-    }
-
     mount_proc(
         &steps,
         plan.forbid_nested_userns && !hooks.keep_nested_userns,
     )?;
     mount_dev()?;
-    // Host service sockets live in /run; a host without one has nothing to cover. When
-    // the run inspects, the tmpfs laid over it holds the trust bundle.
+    // Host service sockets live in /run (netbox decides each connect to one all the same:
+    // supervise/unixsockets.rs); a host without one has nothing to hide. When the run
+    // inspects, the tmpfs laid over it holds the trust bundle.
     if plan.trust.is_some() || plan.resolver.is_some() {
         let ca = match &plan.trust {
             Some(_) => Some(session_ca().map_err(|e| MountError {
@@ -408,7 +394,7 @@ pub fn apply(
         umount2(".", MntFlags::MNT_DETACH),
     )?;
     step(|| "chdir /".into(), nix::unistd::chdir("/"))?;
-    Ok(covered)
+    Ok(())
 }
 
 /// What the plan's steps need: the new root to find targets from, the captured sources,

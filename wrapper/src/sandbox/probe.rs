@@ -49,8 +49,6 @@ pub struct ProbeInput {
     /// A path outside every write root where a create must fail.
     pub outside: Vec<PathBuf>,
     pub protected: Vec<PathBuf>,
-    /// Host socket files that were visible and are now covered.
-    pub host_sockets: Vec<PathBuf>,
     /// `--hide` paths: each must read empty and be a mount of its own.
     pub hidden: Vec<PathBuf>,
     /// Covered directories (netbox's cache home), each with the writable roots kept in
@@ -932,23 +930,13 @@ fn off_box_routes(capture: bool) -> std::io::Result<Vec<String>> {
 
 fn host_sockets(input: &ProbeInput) -> Check {
     use std::os::unix::net::{UnixListener, UnixStream};
-    let mut forbidden: Vec<Outcome> = input
-        .host_sockets
-        .iter()
-        .map(|path| {
-            refused(
-                format!("connect to host socket {}", path.display()),
-                UnixStream::connect(path).map(drop),
-                &[libc::ECONNREFUSED],
-            )
-        })
-        .collect();
-    // Abstract sockets belong to the network namespace: the host's are out of reach.
-    forbidden.push(refused(
+    // Abstract sockets belong to the network namespace: the host's are out of reach. (Host
+    // sockets with a path are decided at each connect: `unix_sockets_at_connect`.)
+    let forbidden = vec![refused(
         "connect to the host's abstract socket @/org/freedesktop/systemd1/private".into(),
         connect_abstract(b"/org/freedesktop/systemd1/private"),
         &[libc::ECONNREFUSED],
-    ));
+    )];
     // Control: a socket of the sandbox's own, in its temp root, works.
     let own = input.temp_dir.join(format!("{}.sock", probe_name()));
     let control = vec![succeeded(
@@ -961,6 +949,68 @@ fn host_sockets(input: &ProbeInput) -> Check {
         }),
     )];
     check("host unix sockets", forbidden, control)
+}
+
+/// A Unix socket listening at a path in the sandbox's temp root, bound outside the
+/// sandbox's network namespace (by pid 1's mounting thread, before it joins it): to the
+/// sandbox, a host socket, which the kernel alone would connect to.
+pub struct ForeignSocket {
+    path: PathBuf,
+    _listener: std::os::unix::net::UnixListener,
+}
+
+impl ForeignSocket {
+    pub fn bind(temp_dir: &Path) -> Option<ForeignSocket> {
+        let path = temp_dir.join(format!("{}-outside.sock", probe_name()));
+        let listener = std::os::unix::net::UnixListener::bind(&path).ok()?;
+        Some(ForeignSocket {
+            path,
+            _listener: listener,
+        })
+    }
+}
+
+impl Drop for ForeignSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Unix sockets decided at connect (supervise/unixsockets.rs), under the filter: a socket
+/// bound outside the sandbox's network namespace, listening, is refused; one the sandbox
+/// binds itself connects. Both are gone before CMD starts.
+pub fn unix_sockets_at_connect(input: &ProbeInput, foreign: Option<ForeignSocket>) -> Check {
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let forbidden = vec![match &foreign {
+        Some(foreign) => refused(
+            format!(
+                "connect to {}, a socket listening outside the sandbox's network namespace",
+                foreign.path.display()
+            ),
+            UnixStream::connect(&foreign.path).map(drop),
+            &[libc::ECONNREFUSED],
+        ),
+        None => Outcome {
+            attempt: "bind a socket outside the sandbox's network namespace".into(),
+            ok: false,
+            result: "could not be made".into(),
+        },
+    }];
+    drop(foreign);
+    let own = input.temp_dir.join(format!("{}-own.sock", probe_name()));
+    let control = vec![succeeded(
+        format!(
+            "connect to a socket of the sandbox's own at {}",
+            own.display()
+        ),
+        UnixListener::bind(&own).and_then(|listener| {
+            let connected = UnixStream::connect(&own).map(drop);
+            drop(listener);
+            let _ = std::fs::remove_file(&own);
+            connected
+        }),
+    )];
+    check("unix sockets decided at connect", forbidden, control)
 }
 
 fn connect_abstract(name: &[u8]) -> std::io::Result<()> {

@@ -1,11 +1,12 @@
-//! Connects made for CMD. netbox answers every notified `connect` itself (netwatch.rs
-//! says why: a call let run could be pointed elsewhere after netbox looked), so the
-//! connect runs here, on a copy of the caller's socket, and its result is the caller's.
-//! A connect can wait (a Unix listener whose backlog is full, a TCP handshake), and the
-//! watcher's one thread must not: it answers every other notified call of the sandbox,
-//! including the writes of the very server a connect may be waiting for. So each connect
-//! runs on a worker: idle ones are reused, and new ones are started up to a bound; past
-//! it connects queue, which slows only CMD's own connects.
+//! Connects and sends made for CMD. netbox answers every notified `connect` and every
+//! send that names an address itself (a call let run could be pointed elsewhere after
+//! netbox looked: writewatch.rs, sender.rs), so the call runs here, on a copy of the
+//! caller's socket, and its result is the caller's. Such a call can wait (a Unix listener
+//! whose backlog is full, a TCP handshake, a full receive queue), and the watcher's one
+//! thread must not: it answers every other notified call of the sandbox, including the
+//! writes of the very server a connect may be waiting for. So each runs on a worker: idle
+//! ones are reused, and new ones are started up to a bound; past it calls queue, which
+//! slows only CMD's own.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,24 +15,31 @@ use std::sync::{Arc, Mutex};
 
 use crate::sys::seccomp;
 
-/// Workers at most: a connect that waits forever holds one (only a command's own servers
+/// Workers at most: a call that waits forever holds one (only a command's own servers
 /// make one wait), and the queue behind them holds the rest.
 const MAX_WORKERS: usize = 64;
 
 /// Run once a connect has returned, with its errno if it failed.
 pub type AfterConnect = Box<dyn FnOnce(Result<(), i32>) + Send>;
 
-/// One connect to make and answer.
+/// What a job does on the caller's socket.
+pub enum Op {
+    /// Connect to the address, as bytes (a Unix path already replaced by
+    /// `/proc/self/fd/N` of a held file).
+    Connect(Vec<u8>),
+    /// Send the messages read (sender.rs).
+    Send(crate::supervise::sender::Send),
+}
+
+/// One call to make and answer.
 pub struct Job {
     /// The notification it answers.
     pub id: u64,
     /// A copy of the caller's socket.
     pub socket: OwnedFd,
-    /// The address to connect to, as bytes (a Unix path already replaced by
-    /// `/proc/self/fd/N` of `hold`).
-    pub address: Vec<u8>,
-    /// What `address` names and must stay open until the connect is done.
-    pub hold: Option<OwnedFd>,
+    pub op: Op,
+    /// What the call's addresses name, which must stay open until it is done.
+    pub hold: Vec<OwnedFd>,
     /// Run once the connect has returned (with its errno, if it failed), before the
     /// caller is answered: a record of a connection made.
     pub after: Option<AfterConnect>,
@@ -120,13 +128,18 @@ impl Shared {
     }
 }
 
-/// Makes the connect and answers the caller with its result.
+/// Makes the call and answers the caller with its result.
 fn run(listener: &OwnedFd, job: Job) {
-    let result = crate::sys::socket::connect_raw(job.socket.as_fd(), &job.address);
+    let result = match &job.op {
+        Op::Connect(address) => {
+            crate::sys::socket::connect_raw(job.socket.as_fd(), address).map(|()| 0)
+        }
+        Op::Send(send) => crate::supervise::sender::send(&job.socket, send),
+    };
     drop(job.hold);
     if let Some(after) = job.after {
-        after(result);
+        after(result.map(|_| ()));
     }
     // A caller killed meanwhile is answered with ENOENT: nothing to do.
-    let _ = seccomp::answer(listener.as_fd(), job.id, result.map(|()| 0));
+    let _ = seccomp::answer(listener.as_fd(), job.id, result);
 }

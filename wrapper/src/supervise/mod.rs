@@ -9,6 +9,7 @@ mod connector;
 pub mod gitaudit;
 pub mod netwatch;
 mod sandbox_guard;
+mod sender;
 pub mod session;
 mod stage;
 pub mod stdin_relay;

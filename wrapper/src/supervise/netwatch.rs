@@ -2,16 +2,13 @@
 //! straight to an address; the network namespace refuses it (no route out, or with capture
 //! no listener on that port), silently. The seccomp filter also hands netbox every
 //! `connect`, every `sendto` with an address, and every `sendmsg` and `sendmmsg`
-//! (sys/seccomp.rs); here the watcher's thread reads where each would go, from the
-//! caller's memory as the write log reads paths, and what kind of socket it is (a copy of
-//! the caller's fd), then lets the syscall run. One that no listener of netbox's takes,
-//! and that does not stay inside the sandbox, becomes a `direct_attempt` record and a
-//! one-line notice, both capped per session.
-//!
-//! Like a refused write, it is only ever a log line: the caller could change its memory
-//! between our read and the kernel's, which would only make the record wrong, never let
-//! anything out. netbox's own listeners are let through unlogged: the proxy's, the
-//! captured ports (the bridge logs those connections itself) and the DNS stub.
+//! (sys/seccomp.rs); netbox reads each call's addresses once and makes the call itself
+//! (writewatch.rs, sender.rs, connector.rs). Here what it read is judged, with what kind of
+//! socket it is (a copy of the caller's fd): one that no listener of netbox's takes, and
+//! that does not stay inside the sandbox, becomes a `direct_attempt` record and a one-line
+//! notice, both capped per session. netbox's own listeners are let through unlogged: the
+//! proxy's, the captured ports (the bridge logs those connections itself) and the DNS
+//! stub. The namespace refuses the traffic either way: the judgment is a log line.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
@@ -21,15 +18,6 @@ use std::sync::Arc;
 use crate::plan::capture::CapturePlan;
 use crate::sys::seccomp::{self, Notification};
 use crate::sys::sockdiag::{self, Transport};
-
-/// Longest socket address read (sizeof(struct sockaddr_storage)).
-const SOCKADDR_MAX: usize = 128;
-/// `struct msghdr` (64-bit): msg_name at 0, msg_namelen at 8; 56 bytes in all.
-const MSGHDR_LEN: usize = 56;
-/// `struct mmsghdr`: a msghdr, then msg_len, padded to 64 bytes.
-const MMSGHDR_LEN: usize = 64;
-/// Messages of one sendmmsg looked at (the kernel takes at most UIO_MAXIOV).
-const MAX_MESSAGES: u64 = 1024;
 
 /// What the watcher needs to tell netbox's listeners from the rest.
 pub struct NetContext {
@@ -140,19 +128,9 @@ pub struct Attempt {
     pub direct: Option<Reason>,
 }
 
-/// Where a notified call would send, judged; empty for a call to no internet address
-/// (a unix socket, netlink, a send with no address), which is most of them, and for one
-/// the kernel refuses before anything is sent (a name of the wrong family or length).
-pub fn judge(n: &Notification, context: &NetContext) -> Vec<Attempt> {
-    let names = raw_names(n);
-    if !names.iter().any(|name| may_be_internet(name)) {
-        return Vec::new();
-    }
-    let socket = copy_socket(n).and_then(|s| look_at_socket(&s));
-    judge_names(n, &names, socket, context)
-}
-
-/// [`judge`] for a connect whose address netbox has read (`name`) and whose socket it
+/// Where a connect would go, judged: empty for one to no internet address (a unix socket,
+/// netlink), which is most, and for one the kernel refuses before anything is sent (a name
+/// of the wrong family or length). For a connect whose address netbox has read (`name`) and whose socket it
 /// has copied: what it judges is what it then connects.
 pub fn judge_connect(
     n: &Notification,
@@ -164,6 +142,21 @@ pub fn judge_connect(
         return Vec::new();
     }
     judge_names(n, &[name.to_vec()], look_at_socket(socket), context)
+}
+
+/// The same for a send whose messages netbox has read (`names`, one per message, empty
+/// for none) and whose socket it has copied.
+pub fn judge_send(
+    n: &Notification,
+    names: &[Vec<u8>],
+    socket: &OwnedFd,
+    context: &NetContext,
+) -> Vec<Attempt> {
+    let names: Vec<Vec<u8>> = names.iter().filter(|n| n.len() >= 2).cloned().collect();
+    if !names.iter().any(|name| may_be_internet(name)) {
+        return Vec::new();
+    }
+    judge_names(n, &names, look_at_socket(socket), context)
 }
 
 fn judge_names(
@@ -218,14 +211,6 @@ fn judge_names(
             protocol,
             direct: reason(to, protocol, &sender, context),
         })
-        .collect()
-}
-
-/// The Unix socket paths a send names (sendto's address, each message's name).
-pub fn unix_paths(n: &Notification) -> Vec<Vec<u8>> {
-    raw_names(n)
-        .iter()
-        .filter_map(|name| crate::supervise::unixsockets::path_of(name).map(<[u8]>::to_vec))
         .collect()
 }
 
@@ -292,11 +277,7 @@ fn look_at_socket(socket: &OwnedFd) -> Option<SocketSeen> {
 /// copy, and then our close waits as long as the FUSE server lets it: no longer than the
 /// sandbox lives, since that server is CMD's and ends with it, and only CMD's own calls
 /// wait meanwhile.
-fn copy_socket(n: &Notification) -> Option<OwnedFd> {
-    copy_socket_or_errno(n).ok()
-}
-
-/// [`copy_socket`], or the errno the call would have failed with for its fd: EBADF for
+/// A copy of the caller's socket, or the errno the call would have failed with for its fd: EBADF for
 /// none, ENOTSOCK for a file that is not a socket, EACCES where netbox cannot copy it.
 pub fn copy_socket_or_errno(n: &Notification) -> Result<OwnedFd, i32> {
     // The fd argument is an int: the kernel reads the low 32 bits.
@@ -509,58 +490,6 @@ fn netbox_listens(
         || (protocol == Protocol::Tcp
             && routed_to_capture
             && capture.listens_at(SocketAddr::new(ip, port)))
-}
-
-/// The socket addresses a notified call names, as raw bytes (at most
-/// sizeof(sockaddr_storage) each), leaving out lengths the kernel refuses.
-fn raw_names(n: &Notification) -> Vec<Vec<u8>> {
-    let [_, a1, a2, _, a4, a5] = n.args;
-    // connect and sendto take an int length: past sockaddr_storage (or negative) it is
-    // EINVAL. A message header's length is an int too, refused when negative, cut to
-    // sockaddr_storage when longer.
-    let direct = |address: u64, len: u64| {
-        (len <= SOCKADDR_MAX as u64)
-            .then_some((address, len))
-            .into_iter()
-            .collect()
-    };
-    let addresses: Vec<(u64, u64)> = match n.nr {
-        libc::SYS_connect => direct(a1, a2),
-        libc::SYS_sendto => direct(a4, a5),
-        libc::SYS_sendmsg => message_names(n.pid, a1, 1, MSGHDR_LEN),
-        libc::SYS_sendmmsg => message_names(n.pid, a1, a2.min(MAX_MESSAGES), MMSGHDR_LEN),
-        _ => Vec::new(),
-    };
-    addresses
-        .into_iter()
-        .filter_map(|(address, len)| read_name(n.pid, address, len))
-        .collect()
-}
-
-/// The (msg_name, msg_namelen) of up to `count` message headers `stride` bytes apart: as
-/// many as can be read (the kernel sends the messages before one it cannot read).
-fn message_names(pid: u32, headers: u64, count: u64, stride: usize) -> Vec<(u64, u64)> {
-    let Ok(count) = usize::try_from(count) else {
-        return Vec::new();
-    };
-    let bytes = seccomp::read_memory_prefix(pid, headers, stride * count);
-    bytes
-        .chunks_exact(stride)
-        .filter_map(|header| {
-            let name = u64::from_ne_bytes(header.get(0..8)?.try_into().ok()?);
-            let len = i32::from_ne_bytes(header.get(8..12)?.try_into().ok()?);
-            let len = u64::try_from(len).ok()?.min(SOCKADDR_MAX as u64);
-            (name != 0).then_some((name, len))
-        })
-        .collect()
-}
-
-fn read_name(pid: u32, address: u64, len: u64) -> Option<Vec<u8>> {
-    let len = usize::try_from(len).ok()?;
-    if address == 0 || len < 2 {
-        return None;
-    }
-    seccomp::read_memory(pid, address, len).ok()
 }
 
 fn name_family(name: &[u8]) -> Option<i32> {

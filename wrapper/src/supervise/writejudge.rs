@@ -1549,7 +1549,7 @@ pub(crate) fn int_arg(raw: u64) -> i32 {
 }
 
 /// An `unsigned int` argument (flags): the register's low 32 bits.
-fn uint_arg(raw: u64) -> u32 {
+pub(crate) fn uint_arg(raw: u64) -> u32 {
     u32::try_from(raw & 0xffff_ffff).unwrap_or(0)
 }
 

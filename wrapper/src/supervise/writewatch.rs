@@ -23,8 +23,9 @@ use std::sync::{Arc, Mutex};
 use bridge::EventLog;
 
 use crate::sandbox::probe::{Outcome, ProbeReport};
-use crate::supervise::connector::{AfterConnect, Connector, Job};
+use crate::supervise::connector::{AfterConnect, Connector, Job, Op};
 use crate::supervise::netwatch::{self, Attempt, NetContext};
+use crate::supervise::sender;
 use crate::supervise::unixsockets::{self, Decision, UnixContext, Whose};
 use crate::supervise::writejudge::{judge, Verdict};
 use crate::sys::seccomp::{self, Notification};
@@ -485,6 +486,10 @@ fn callers_executable_then_let_run(listener: &OwnedFd, n: &Notification) -> Opti
 /// decided (unixsockets.rs); the connect is made on a copy of the caller's socket
 /// (connector.rs), to what was decided, and its result is the caller's.
 fn handle_connect(listener: &OwnedFd, watch: &Watch, n: &Notification) {
+    if crate::testhooks::hooks().let_connects_run {
+        let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+        return;
+    }
     let answer = |result: Result<i64, i32>| {
         let _ = seccomp::answer(listener.as_fd(), n.id, result);
     };
@@ -522,8 +527,8 @@ fn handle_connect(listener: &OwnedFd, watch: &Watch, n: &Notification) {
     watch.connector.submit(Job {
         id: n.id,
         socket,
-        address,
-        hold: None,
+        op: Op::Connect(address),
+        hold: Vec::new(),
         after: None,
     });
 }
@@ -559,8 +564,8 @@ fn connect_unix(listener: &OwnedFd, watch: &Watch, n: &Notification, socket: Own
             watch.connector.submit(Job {
                 id: n.id,
                 socket,
-                address,
-                hold: Some(file),
+                op: Op::Connect(address),
+                hold: vec![file],
                 after,
             });
         }
@@ -576,34 +581,82 @@ fn connect_unix(listener: &OwnedFd, watch: &Watch, n: &Notification, socket: Own
     }
 }
 
-/// A send: judged for the log (an internet address) and, where it names a Unix socket's
-/// path, decided like a connect. One to a socket that is not the sandbox's own is refused
-/// without running; the rest run as asked.
+/// A send that names an address (or may: sendmsg's and sendmmsg's names are behind a
+/// pointer): answered by netbox, never let run (sender.rs says why). Its messages are
+/// read once; a Unix socket's path is decided like a connect's, and one that is not the
+/// sandbox's own (nor allowed) is refused; internet addresses are judged for the log; then
+/// netbox sends the messages on a copy of the caller's socket.
 fn handle_send(listener: &OwnedFd, watch: &Watch, n: &Notification) {
-    for path in netwatch::unix_paths(n) {
-        let Some(named) = unixsockets::as_named(n.pid, &path) else {
+    let answer = |result: Result<i64, i32>| {
+        let _ = seccomp::answer(listener.as_fd(), n.id, result);
+    };
+    let socket = match netwatch::copy_socket_or_errno(n) {
+        Ok(socket) => socket,
+        Err(errno) => return answer(Err(errno)),
+    };
+    let mut send = match sender::read(n) {
+        Ok(send) => send,
+        Err(errno) => return answer(Err(errno)),
+    };
+    let mut hold: Vec<OwnedFd> = send
+        .messages
+        .iter_mut()
+        .flat_map(|m| std::mem::take(&mut m.passed))
+        .collect();
+    for (index, message) in send.messages.iter_mut().enumerate() {
+        let Some(path) = unixsockets::path_of(&message.name).map(<[u8]>::to_vec) else {
             continue;
         };
-        let refused = match unixsockets::decide(n.pid, &named, watch.unix) {
-            Decision::Connect {
-                whose: Whose::Own, ..
-            } => None,
-            // Only connections are carried to an allowed socket.
-            Decision::Connect { .. } => Some(true),
-            Decision::Refuse { host, .. } => host.then_some(true),
+        let decided = match unixsockets::as_named(n.pid, &path) {
+            Some(named) => Ok((unixsockets::decide(n.pid, &named, watch.unix), named)),
+            None => Err(libc::ENOENT),
         };
-        if refused.is_some() {
-            if n.pid != watch.context.pid1 {
-                let executable = executable_of(n.pid);
-                if seccomp::still_valid(listener.as_fd(), n.id) {
-                    record_unix(watch, n, &named, &executable);
+        let errno = match decided {
+            Ok((Decision::Connect { file, .. }, _)) => {
+                let ours = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
+                match crate::sys::socket::unix_address(ours.as_bytes()) {
+                    Some(name) => {
+                        message.name = name;
+                        hold.push(file);
+                        continue;
+                    }
+                    None => libc::ENAMETOOLONG,
                 }
             }
-            let _ = seccomp::answer(listener.as_fd(), n.id, Err(libc::ECONNREFUSED));
-            return;
+            Ok((Decision::Refuse { errno, host }, named)) => {
+                if host && n.pid != watch.context.pid1 {
+                    let executable = executable_of(n.pid);
+                    if seccomp::still_valid(listener.as_fd(), n.id) {
+                        record_unix(watch, n, &named, &executable);
+                    }
+                }
+                errno
+            }
+            Err(errno) => errno,
+        };
+        // The messages before it are sent (sendmmsg); the first one refused is the
+        // call's error.
+        if index == 0 {
+            return answer(Err(errno));
         }
+        send.messages.truncate(index);
+        break;
     }
-    log_direct_attempts(listener, watch, n, netwatch::judge(n, watch.net), true);
+    let names: Vec<Vec<u8>> = send.messages.iter().map(|m| m.name.clone()).collect();
+    log_direct_attempts(
+        listener,
+        watch,
+        n,
+        netwatch::judge_send(n, &names, &socket, watch.net),
+        false,
+    );
+    watch.connector.submit(Job {
+        id: n.id,
+        socket,
+        op: Op::Send(send),
+        hold,
+        after: None,
+    });
 }
 
 /// The caller's executable, for a record.

@@ -376,3 +376,15 @@ pub fn pidfd_send_signal(
     }
     Ok(())
 }
+
+/// Sends `signal` to one thread, `tid` of the thread group `tgid` (tgkill(2)): a signal
+/// the kernel would have raised in that thread itself (SIGPIPE for a send netbox made for
+/// it). The pair fails (ESRCH) rather than reach another process that reused the tid.
+pub fn tgkill(tgid: u32, tid: u32, signal: nix::sys::signal::Signal) -> io::Result<()> {
+    // SAFETY: all arguments are plain values; the syscall touches no memory of ours.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, signal as libc::c_int) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -636,12 +636,6 @@ pub fn read_memory(pid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Reads up to `len` bytes from another process's memory: as many as can be read from the
-/// start, stopping where its mapping ends.
-pub fn read_memory_prefix(pid: u32, address: u64, len: usize) -> Vec<u8> {
-    read_up_to(pid, address, len).unwrap_or_default()
-}
-
 /// One process_vm_readv(2) of `len` bytes, which reads up to the first page it cannot.
 fn read_up_to(pid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
     let mut out = vec![0u8; len];
@@ -661,6 +655,30 @@ fn read_up_to(pid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
     }
     out.truncate(usize::try_from(n).unwrap_or(0));
     Ok(out)
+}
+
+/// Writes `bytes` into another process's memory at `address` (process_vm_writev(2)): the
+/// answer to a call netbox made for it that reports back through memory (sendmmsg's
+/// msg_len).
+pub fn write_memory(pid: u32, address: u64, bytes: &[u8]) -> io::Result<()> {
+    let local = libc::iovec {
+        iov_base: bytes.as_ptr().cast_mut().cast(),
+        iov_len: bytes.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: address as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: `local` describes `bytes`, live for the call, which the kernel only reads;
+    // `remote` is only an address in the other process, which the kernel checks.
+    let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if usize::try_from(n).unwrap_or(0) != bytes.len() {
+        return Err(io::Error::other("a short write of the caller's memory"));
+    }
+    Ok(())
 }
 
 /// Reads a NUL-terminated string of at most `max` bytes from another process's memory

@@ -5,6 +5,9 @@
 #   bwrap --unshare-all ... true
 # Budget: netbox within 1.1x bwrap, and capture within 10% of a run without it. Needs hyperfine and bubblewrap
 # (apt-get install hyperfine bubblewrap).
+# Then the same two, alternating, with the host at ~100, ~1,000 and ~4,000 processes
+# (idle ones started for it; HOST_PROCESSES="100 1000 4000"): netbox looks at no other
+# process at start-up, so its growth beyond bwrap's own must stay under 1 ms.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in hyperfine bwrap; do
@@ -43,3 +46,28 @@ PY
 echo "== probe cost (from the event log, microseconds)"
 grep -o '"duration_us":[0-9]*' "$work/events.jsonl" | cut -d: -f2 | sort -n \
     | awk '{a[NR]=$1} END {printf "probe median %d us, p90 %d us over %d runs\n", a[int((NR+1)/2)], a[int(NR*0.9)], NR}'
+
+echo "== start-up as the host's process count grows (alternating, ${COUNT_RUNS:-60} runs each)"
+for target in ${HOST_PROCESSES:-100 1000 4000}; do
+    now=$(ls -d /proc/[0-9]* | wc -l)
+    idle=()
+    for _ in $(seq $((target - now))); do
+        sleep 600 & idle+=($!)
+    done
+    python3 - "${COUNT_RUNS:-60}" "$netbox --quiet --log $work/count.jsonl -- true" "$bwrap_cmd" <<'PY'
+import os, shutil, statistics, sys, time
+runs, commands = int(sys.argv[1]), [c.split() for c in sys.argv[2:]]
+commands = [[shutil.which(c[0]) or c[0]] + c[1:] for c in commands]
+times = [[] for _ in commands]
+for _ in range(runs):
+    for i, argv in enumerate(commands):
+        start = time.perf_counter()
+        pid = os.posix_spawn(argv[0], argv, os.environ)
+        os.waitpid(pid, 0)
+        times[i].append(time.perf_counter() - start)
+netbox, bwrap = (statistics.median(t) * 1000 for t in times)
+processes = len([p for p in os.listdir("/proc") if p.isdigit()])
+print(f"{processes:5d} processes: netbox {netbox:.2f} ms, bwrap {bwrap:.2f} ms, netbox - bwrap {netbox - bwrap:.2f} ms")
+PY
+    if [ ${#idle[@]} -gt 0 ]; then kill "${idle[@]}" 2>/dev/null; wait "${idle[@]}" 2>/dev/null || true; fi
+done

@@ -226,6 +226,8 @@ fn hidden_paths_are_probed_and_pinned() {
         "{}",
         stderr(&out)
     );
+    // It says what to do about it.
+    assert!(stderr(&out).contains("--hide DIR"), "{}", stderr(&out));
     // Control: untouched, the same run finishes.
     std::thread::sleep(Duration::from_millis(10));
     let out = run.sh("echo FINISHED");

@@ -84,7 +84,7 @@ pub enum WrapperError {
         detail: String,
         hint: Option<String>,
     },
-    #[error("pinned path {} was removed or replaced on the host during the run, which unpinned it; the run was stopped", path.display())]
+    #[error("pinned path {} was removed or replaced on the host during the run (a program outside the sandbox deleted it or saved over it by rename), which made it writable in the sandbox; the run was stopped. {}", path.display(), pin_lost_advice(path))]
     PinLost { path: PathBuf },
     #[error("cannot write the event log {}: {reason}; the run was stopped", path.display())]
     EventLogWrite { path: PathBuf, reason: String },
@@ -221,6 +221,24 @@ fn rule_from_url(url: &str) -> Option<String> {
     } else {
         format!("{host_port}:{port}")
     })
+}
+
+/// What to do when a pin was lost, by what the path is.
+fn pin_lost_advice(path: &std::path::Path) -> &'static str {
+    let in_git_dir = path.components().any(|c| c.as_os_str() == ".git");
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if in_git_dir && matches!(name, "index" | "config" | "HEAD" | "packed-refs") {
+        "A git command on the host (commit, add, checkout, config) rewrites it: with \
+         --allow-git-writes, run git in that repository after netbox finishes, or inside \
+         the run"
+    } else if in_git_dir || name == ".git" {
+        "A git command on the host replaced part of the repository: run it after netbox \
+         finishes"
+    } else {
+        "Leave it unchanged while netbox runs (an editor or a credential refresher that saves \
+         by rename replaces it; protect or hide its directory instead with --protect or \
+         --hide DIR), then run again"
+    }
 }
 
 #[cfg(test)]

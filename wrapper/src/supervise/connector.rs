@@ -16,8 +16,10 @@ use std::sync::{Arc, Mutex};
 use crate::sys::seccomp;
 
 /// Workers at most: a call that waits forever holds one (only a command's own servers
-/// make one wait), and the queue behind them holds the rest.
-const MAX_WORKERS: usize = 64;
+/// make one wait), and the queue behind them holds the rest. Many, so that calls waiting
+/// on each other (a sender blocked until a reader connects) are rarely queued behind one
+/// another; each is a thread with a 64 KiB stack.
+const MAX_WORKERS: usize = 512;
 
 /// Run once a connect has returned, with its errno if it failed.
 pub type AfterConnect = Box<dyn FnOnce(Result<(), i32>) + Send>;

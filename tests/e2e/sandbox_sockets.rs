@@ -280,6 +280,18 @@ fn allow_socket_lets_exactly_the_named_agent_through_and_logs_it() {
         .all(|u| u["path"] == allowed.display().to_string()
             && u["result"] == "connected"
             && u["executable"].as_str().unwrap().ends_with("ssh-add")));
+    // `netbox log` sums them up, and names the other agent as refused.
+    let summary = std::process::Command::new(crate::support::netbox_bin())
+        .arg("log")
+        .arg(&run.log)
+        .output()
+        .unwrap();
+    let summary = stdout(&summary);
+    assert!(
+        summary.contains("allowed sockets (--allow-socket)")
+            && summary.contains(&format!("{}", allowed.display())),
+        "{summary}"
+    );
     // The same from an allowlist's `sockets = [...]`; without either, refused.
     let policy = dir.write(
         "sockets.toml",

@@ -56,6 +56,16 @@ struct DirectDestination {
     executables: Vec<String>,
 }
 
+/// The connections to one allowed host socket.
+#[derive(Debug, Default, Serialize)]
+struct SocketUse {
+    path: String,
+    connections: u64,
+    /// Of those, how many failed (the socket's server was gone).
+    failed: u64,
+    executables: Vec<String>,
+}
+
 /// One session's summary.
 #[derive(Debug, Default, Serialize)]
 struct Summary {
@@ -72,6 +82,8 @@ struct Summary {
     direct_attempts: Vec<DirectDestination>,
     /// `direct_attempt` records past the log's cap: counted, not written.
     direct_attempts_not_shown: u64,
+    /// Connections to host sockets `--allow-socket` let through, by path.
+    sockets_allowed: Vec<SocketUse>,
     /// The `session_end` record; `None` while running or after a crash.
     end: Option<Stamped<SessionEnd>>,
     /// A standalone bridge's session: each policy it was held to (`policy_loaded`), and
@@ -240,8 +252,32 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
                 allow_rules: None,
                 error: Some(failed.body.error.clone()),
             }),
+            Record::SocketAllowed(used) => {
+                let body = &used.body;
+                let at = match summary
+                    .sockets_allowed
+                    .iter()
+                    .position(|u| u.path == body.path)
+                {
+                    Some(at) => at,
+                    None => {
+                        summary.sockets_allowed.push(SocketUse {
+                            path: body.path.clone(),
+                            ..SocketUse::default()
+                        });
+                        summary.sockets_allowed.len() - 1
+                    }
+                };
+                let entry = &mut summary.sockets_allowed[at];
+                entry.connections += 1;
+                if body.result != "connected" {
+                    entry.failed += 1;
+                }
+                if !body.executable.is_empty() && !entry.executables.contains(&body.executable) {
+                    entry.executables.push(body.executable.clone());
+                }
+            }
             Record::NetCapped(_)
-            | Record::SocketAllowed(_)
             | Record::WriteDeniedSuppressed(_)
             | Record::GitAudit(_)
             | Record::GitMetadataCreated(_)
@@ -529,7 +565,9 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
     if !summary.direct_attempts.is_empty() {
         line("  direct attempts (past the proxy, to nothing of netbox's)".into());
         for d in &summary.direct_attempts {
-            let to = if d.address.contains(':') {
+            let to = if d.protocol == "unix" {
+                d.address.clone()
+            } else if d.address.contains(':') {
                 format!("[{}]:{}", d.address, d.port)
             } else {
                 format!("{}:{}", d.address, d.port)
@@ -545,6 +583,23 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
                 d.attempts,
                 d.reasons.join(", "),
                 d.executables.join(", "),
+            ));
+        }
+    }
+    if !summary.sockets_allowed.is_empty() {
+        line("  allowed sockets (--allow-socket)".into());
+        for u in &summary.sockets_allowed {
+            let failed = if u.failed > 0 {
+                format!(" ({} failed)", u.failed)
+            } else {
+                String::new()
+            };
+            line(format!(
+                "    {:<40} {:>3}x{} by {}",
+                u.path,
+                u.connections,
+                failed,
+                u.executables.join(", "),
             ));
         }
     }

@@ -29,10 +29,11 @@ use crate::server::Listener;
 pub const METRICS_PATH: &str = "/__netbox/metrics";
 pub const READY_PATH: &str = "/__netbox/ready";
 
-/// Admin connections served at once; past it, the one open longest (a second at least,
-/// lobby.rs) is dropped for a new one. A scrape or a health check is answered in
-/// milliseconds: to push one out, a flood must open more than `CEILING_FACTOR` times this
-/// many connections while it asks.
+/// Admin connections served at once; past it, the oldest seat of the source that holds
+/// the most (once it has waited a second, lobby.rs) is dropped for a new one. A scrape or
+/// a health check is answered in milliseconds, and a client of another source than a
+/// flood's is never the one dropped for it (unless the flood comes from as many sources as
+/// the lobby has seats, `CEILING_FACTOR` times this many).
 const MAX_ADMIN_CONNECTIONS: usize = 64;
 
 /// A scraper that says nothing for this long is dropped.
@@ -85,17 +86,27 @@ pub async fn serve(listener: Listener, admin: Arc<Admin>) {
     let lobby = Arc::new(Lobby::new(MAX_ADMIN_CONNECTIONS));
     loop {
         let accepted = match &listener {
-            Listener::Tcp(l) => l.accept().await.map(|(s, _)| Io::Tcp(s)),
-            Listener::Unix(l, _) => l.accept().await.map(|(s, _)| Io::Unix(s)),
+            Listener::Tcp(l) => l.accept().await.map(|(s, peer)| (Io::Tcp(s), Some(peer))),
+            Listener::Unix(l, _) => l.accept().await.map(|(s, _)| (Io::Unix(s), None)),
             _ => return,
         };
-        let Ok(io) = accepted else {
-            // Out of descriptors, or a client gone mid-handshake: try again shortly.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
+        let (io, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors: the admin lobby's first to drop make room, as the
+                // proxy listeners' do (server.rs). Or a client gone mid-handshake: try
+                // again shortly.
+                if crate::server::out_of_fds(&e) {
+                    lobby.shed(MAX_ADMIN_CONNECTIONS / 4);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let admin = Arc::clone(&admin);
-        let seat = lobby.seat();
+        // Past its seats, the oldest seat of the source that holds the most is dropped
+        // for the newcomer (lobby.rs): one source cannot push out another's scrape.
+        let seat = lobby.seat(crate::lobby::Source::of(peer));
         tokio::spawn(async move {
             let dropped = seat.dropped();
             let service = service_fn(move |req| {

@@ -85,10 +85,10 @@ impl Default for BridgeConfig {
 pub const DEFAULT_SESSION_CONNECTIONS: usize = 1024;
 
 /// Connections of a shared bridge that have not named their tenant yet, at once
-/// (`--max-unidentified`): past it the one that has waited longest, a second at least, is
-/// dropped for a newcomer (lobby.rs). While all are younger, `CEILING_FACTOR` times as many
-/// are seated: a burst of a thousand clients, whose heads the bridge has not read yet, is
-/// seated whole.
+/// (`--max-unidentified`): past it the oldest seat of the source that holds the most,
+/// once it has waited a second, is dropped for a newcomer (lobby.rs). While those are
+/// younger, `CEILING_FACTOR` times as many are seated: a burst of a thousand clients, whose
+/// heads the bridge has not read yet, is seated whole.
 pub const DEFAULT_UNIDENTIFIED_CONNECTIONS: usize = 256;
 
 /// How long a client of a shared bridge has to name its tenant (`--identify-timeout`):
@@ -168,6 +168,22 @@ impl Session {
         }
     }
 
+    /// The most connections this session holds open at once: its limit, or on a listener
+    /// that serves tenants, its lobby's ceiling (`CEILING_FACTOR` times
+    /// `--max-unidentified`), which [`Session::open_connections`] never passes.
+    pub fn connection_ceiling(&self) -> usize {
+        self.lobby
+            .as_ref()
+            .map_or(self.max_connections, |lobby| lobby.ceiling())
+    }
+
+    /// On a listener that serves tenants: its lobby's capacity (`--max-unidentified`) and
+    /// the seats it has dropped for newer connections so far.
+    pub fn unidentified(&self) -> Option<(usize, u64)> {
+        let lobby = self.lobby.as_ref()?;
+        Some((lobby.capacity(), lobby.dropped_total()))
+    }
+
     /// The lobby of a listener that serves tenants.
     pub(crate) fn lobby(&self) -> Option<&Arc<crate::lobby::Lobby>> {
         self.lobby.as_ref()
@@ -245,6 +261,9 @@ pub struct Conn {
     /// The names of the certificate the client gave on a TLS listener (listener_tls.rs),
     /// verified against `--client-ca`; none otherwise.
     pub client_names: Arc<[String]>,
+    /// When the connection was accepted: what its first request's records measure from
+    /// (one dropped or timed out before it asked anything included).
+    pub accepted: std::time::Instant,
 }
 
 /// What a connection holds under the bridge's limits.
@@ -260,15 +279,36 @@ pub enum Slot {
         why: String,
         _refusing: OwnedSemaphorePermit,
     },
-    /// On a listener that serves tenants, until the client has named one: a seat in the
-    /// listener's lobby (taken out when it leaves), no place among the bridge's.
-    Unidentified(Mutex<Option<Seat>>),
+    /// On a listener that serves tenants, until the client's first request has named its
+    /// tenant: a seat in the listener's lobby, no place among the bridge's; or, once a
+    /// client certificate has named it, already that tenant's places (`Conn::as_tenant`
+    /// takes them out).
+    Unidentified(Mutex<Lobbied>),
     /// On a listener that serves tenants, once the client has named one: a place among
     /// that tenant's connections and among the bridge's.
     Tenant {
         _tenant: OwnedSemaphorePermit,
         _bridge: OwnedSemaphorePermit,
     },
+}
+
+/// Where a client of a listener that serves tenants stands before its first request is in.
+pub enum Lobbied {
+    /// In the lobby.
+    Seated(Seat),
+    /// Named by its certificate (listener_tls.rs): out of the lobby, in `tenant`'s places.
+    Placed {
+        tenant: Arc<Session>,
+        places: TenantPlaces,
+    },
+    /// Its places went to the connection as its tenant's.
+    Left,
+}
+
+/// A place among a tenant's connections and one among the bridge's.
+pub struct TenantPlaces {
+    tenant: OwnedSemaphorePermit,
+    bridge: OwnedSemaphorePermit,
 }
 
 impl Slot {
@@ -282,7 +322,17 @@ impl Slot {
 
     /// A client's slot while it has not named its tenant: its seat in the lobby.
     pub(crate) fn unidentified(seat: Seat) -> Slot {
-        Slot::Unidentified(Mutex::new(Some(seat)))
+        Slot::Unidentified(Mutex::new(Lobbied::Seated(seat)))
+    }
+
+    /// Whether the connection is still in the lobby (it has not named its tenant).
+    fn seated(&self) -> bool {
+        match self {
+            Slot::Unidentified(lobbied) => {
+                matches!(*lock(lobbied), Lobbied::Seated(_))
+            }
+            _ => false,
+        }
     }
 
     /// A place among the session's and the bridge's connections, if both have one free.
@@ -294,6 +344,11 @@ impl Slot {
             _bridge: bridge,
         })
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every change under these locks is one replacement: nothing half-done to see.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Drop for Slot {
@@ -339,19 +394,89 @@ impl Conn {
 
     /// This connection as the tenant `session`'s: it leaves its seat in the lobby and
     /// takes one of that tenant's places and one of the bridge's (waiting a moment for
-    /// one, as a connection past the limit at its accept does); `Err` with why when there
-    /// is none.
+    /// one, as a connection past the limit at its accept does), or takes the places its
+    /// certificate already took; `Err` with why when there is none (a connection still in
+    /// the lobby then keeps its seat there).
     pub async fn as_tenant(&self, session: Arc<Session>) -> Result<Conn, String> {
         // A connection past the listener's limit stays past it, whoever it names.
         if let Some(why) = self.over_limit() {
             return Err(why.to_owned());
         }
-        if let Slot::Unidentified(seat) = &*self.slot {
-            let seat = seat.lock().unwrap_or_else(PoisonError::into_inner).take();
-            if seat.is_some_and(|seat| !seat.leave()) {
-                return Err("dropped before it named its tenant, for a newer connection".into());
+        let places = match &*self.slot {
+            Slot::Unidentified(lobbied) => {
+                let was = std::mem::replace(&mut *lock(lobbied), Lobbied::Left);
+                match was {
+                    Lobbied::Placed { tenant, places } if Arc::ptr_eq(&tenant, &session) => places,
+                    Lobbied::Seated(seat) => match self.tenant_places(&session).await {
+                        Ok(places) => {
+                            if !seat.leave() {
+                                return Err(
+                                    "dropped before it named its tenant, for a newer connection"
+                                        .into(),
+                                );
+                            }
+                            places
+                        }
+                        Err(why) => {
+                            *lock(lobbied) = Lobbied::Seated(seat);
+                            return Err(why);
+                        }
+                    },
+                    // Another tenant's places (a reload moved the certificate's name
+                    // meanwhile) are given back first.
+                    Lobbied::Placed { .. } | Lobbied::Left => self.tenant_places(&session).await?,
+                }
             }
+            _ => self.tenant_places(&session).await?,
+        };
+        Ok(Conn {
+            policy: session.policy(),
+            session,
+            shared: Arc::clone(&self.shared),
+            slot: Arc::new(Slot::Tenant {
+                _tenant: places.tenant,
+                _bridge: places.bridge,
+            }),
+            client_names: Arc::clone(&self.client_names),
+            accepted: self.accepted,
+        })
+    }
+
+    /// A client whose certificate names its tenant `session` (right after its TLS
+    /// handshake) leaves the lobby at once for that tenant's places, so that nothing done
+    /// to the lobby reaches it while it sends its request. Without a place free it stays
+    /// seated, and its request is refused as any is once it comes.
+    pub async fn named_by_certificate(&self, session: Arc<Session>) {
+        let Slot::Unidentified(lobbied) = &*self.slot else {
+            return;
+        };
+        let seat = {
+            let mut lobbied = lock(lobbied);
+            match std::mem::replace(&mut *lobbied, Lobbied::Left) {
+                Lobbied::Seated(seat) => seat,
+                other => {
+                    *lobbied = other;
+                    return;
+                }
+            }
+        };
+        match self.tenant_places(&session).await {
+            Ok(places) => {
+                // Dropped meanwhile, it holds nothing: the accept loop ends it.
+                if seat.leave() {
+                    *lock(lobbied) = Lobbied::Placed {
+                        tenant: session,
+                        places,
+                    };
+                }
+            }
+            Err(_) => *lock(lobbied) = Lobbied::Seated(seat),
         }
+    }
+
+    /// One of `session`'s places and one of the bridge's (waiting up to [`PLACE_WAIT`]
+    /// for the bridge's); `Err` with why when there is none.
+    async fn tenant_places(&self, session: &Session) -> Result<TenantPlaces, String> {
         let tenant = Arc::clone(&session.connections)
             .try_acquire_owned()
             .map_err(|_| {
@@ -375,16 +500,7 @@ impl Conn {
                     )
                 })?,
         };
-        Ok(Conn {
-            policy: session.policy(),
-            session,
-            shared: Arc::clone(&self.shared),
-            slot: Arc::new(Slot::Tenant {
-                _tenant: tenant,
-                _bridge: bridge,
-            }),
-            client_names: Arc::clone(&self.client_names),
-        })
+        Ok(TenantPlaces { tenant, bridge })
     }
 
     /// How long this connection has for its first request head, from its accept: a client
@@ -392,9 +508,10 @@ impl Conn {
     /// deadlines.
     pub fn first_head_timeout(&self) -> Duration {
         let config = &self.shared.config;
-        match *self.slot {
-            Slot::Unidentified(_) => config.header_timeout.min(config.identify_timeout),
-            _ => config.header_timeout,
+        if self.slot.seated() {
+            config.header_timeout.min(config.identify_timeout)
+        } else {
+            config.header_timeout
         }
     }
 
@@ -406,6 +523,7 @@ impl Conn {
             shared,
             slot: Arc::new(slot),
             client_names: Arc::from([]),
+            accepted: std::time::Instant::now(),
         }
     }
 
@@ -418,6 +536,7 @@ impl Conn {
             shared: Arc::clone(&self.shared),
             slot: Arc::clone(&self.slot),
             client_names: Arc::clone(&self.client_names),
+            accepted: self.accepted,
         }
     }
 

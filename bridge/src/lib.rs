@@ -9,7 +9,9 @@
 //! - [`listen`]: parse `127.0.0.1:PORT` / `[::1]:PORT` / `unix:PATH` and bind (standalone use);
 //!   [`listener_tls`]: TLS on a shared bridge's listeners, and a client certificate's names
 //! - [`server`]: accept loops, one per listener, each tied to a [`server::Session`];
-//!   [`lobby`]: the seats of a shared bridge's clients until they name their tenant
+//!   [`lobby`]: the seats of a shared bridge's clients until they name their tenant, and
+//!   whom to drop, by source; [`turns`]: a TLS handshake's costly part, taken in turns
+//!   source by source
 //! - [`identity`]: on a shared bridge, the tenant a client's credentials name
 //! - `front`: tells HTTP from SOCKS5 by the first byte; `front::http`, `front::socks5`
 //! - [`target`]: the normalised destination every front end produces
@@ -63,6 +65,7 @@ pub mod target;
 pub mod terminal;
 mod tls_check;
 pub mod tunnel;
+pub mod turns;
 mod upstream;
 pub mod upstream_proxy;
 

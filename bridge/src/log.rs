@@ -151,8 +151,15 @@ pub struct Attempt {
 impl Attempt {
     /// A new attempt, denied until something allows it.
     pub fn begin(session: Arc<str>, proto: Proto) -> Attempt {
+        Attempt::since(session, proto, Instant::now())
+    }
+
+    /// [`Attempt::begin`] for an attempt that began at `started` (a connection's first
+    /// request: at its accept, so that one dropped or timed out before it asked anything
+    /// says how long it was held).
+    pub fn since(session: Arc<str>, proto: Proto, started: Instant) -> Attempt {
         Attempt {
-            started: Instant::now(),
+            started,
             session,
             proto,
             method: None,
@@ -253,6 +260,7 @@ pub enum Record {
     GitMetadataCreated(Box<Stamped<records::GitMetadataCreated>>),
     PolicyLoaded(Box<Stamped<records::PolicyLoaded>>),
     PolicyReloadFailed(Box<Stamped<records::PolicyReloadFailed>>),
+    UnidentifiedDropped(Box<Stamped<records::UnidentifiedDropped>>),
     /// A record of a type this version does not write, by name, with its fields.
     Other(String, serde_json::Value),
     /// A record of a newer layout than this reader knows (its `schema_version`): not
@@ -282,6 +290,7 @@ impl Record {
             Record::GitMetadataCreated(r) => &r.session,
             Record::PolicyLoaded(r) => &r.session,
             Record::PolicyReloadFailed(r) => &r.session,
+            Record::UnidentifiedDropped(r) => &r.session,
             Record::Other(_, fields) => fields["session"].as_str().unwrap_or(""),
             Record::Newer(_) | Record::Unreadable => return None,
         })
@@ -320,6 +329,7 @@ pub fn read_record(line: &[u8]) -> Record {
         Some("git_metadata_created") => typed(value, Record::GitMetadataCreated),
         Some("policy_loaded") => typed(value, Record::PolicyLoaded),
         Some("policy_reload_failed") => typed(value, Record::PolicyReloadFailed),
+        Some("unidentified_dropped") => typed(value, Record::UnidentifiedDropped),
         Some(kind) => Record::Other(kind.to_owned(), value),
         None => Record::Unreadable,
     }
@@ -351,9 +361,10 @@ pub struct EventLog {
     /// `net` records written at most, refused and allowed ones apart (`None`: no bound);
     /// past a cap they are counted.
     net_cap: Option<NetCap>,
-    /// Refused `net` records written per minute at most (`None`: no bound); past it in a
-    /// minute they are counted, and said in one `net_suppressed` record when it ends.
-    refusal_budget: Option<Mutex<RefusalWindow>>,
+    /// Refused `net` records each session writes per minute at most (`None`: no bound);
+    /// past it in a minute they are counted, and said in one `net_suppressed` record of
+    /// that session when it ends.
+    refusal_budget: Option<Mutex<RefusalBudgets>>,
     /// `net` records written: refused, allowed, requests inside inspected tunnels, and
     /// lookups the sandbox's DNS stub refused.
     net_written: [std::sync::atomic::AtomicU64; 4],
@@ -431,31 +442,42 @@ impl EventLog {
         self
     }
 
-    /// Bounds the refused `net` records this log takes in each minute: a long-running
-    /// bridge has no end of run to cap at, and a client looping on refused connections
-    /// (past the connection limit, say) must not fill the disk. Past `per_minute` in a
-    /// minute, refusals are counted; the minute's count is written as a `net_suppressed`
-    /// record with the next refusal after it ends, or by [`EventLog::flush_suppressed`].
+    /// Bounds the refused `net` records this log takes in each minute, session by
+    /// session: a long-running bridge has no end of run to cap at, and a client looping on
+    /// refused connections (past the connection limit, say) must not fill the disk. Past
+    /// `per_minute` in a minute, a session's refusals are counted; the minute's count is
+    /// written as a `net_suppressed` record of that session with its next refusal after
+    /// the minute ends, or by [`EventLog::flush_suppressed`]. Each session has a budget of
+    /// its own, so that no client of another (a tenant's neighbour, or a stranger who names
+    /// no tenant, logged under the bridge's own session) can push its refusals out of the
+    /// log.
     pub fn limit_refusals_per_minute(mut self, per_minute: u64) -> EventLog {
-        self.refusal_budget = Some(Mutex::new(RefusalWindow {
+        self.refusal_budget = Some(Mutex::new(RefusalBudgets {
             per_minute,
-            started: std::time::Instant::now(),
-            written: 0,
-            suppressed: 0,
-            session: String::new(),
+            windows: std::collections::HashMap::new(),
         }));
         self
     }
 
-    /// Writes the current minute's count of refusals past the budget, if any (as the
-    /// bridge stops).
+    /// Writes the current minute's count of refusals past the budget, if any, of every
+    /// session (as the bridge stops).
     pub fn flush_suppressed(&self) {
-        let pending = self.refusal_budget.as_ref().and_then(|budget| {
-            let mut window = budget.lock().ok()?;
-            let count = std::mem::take(&mut window.suppressed);
-            (count > 0).then(|| (window.session.clone(), count))
-        });
-        if let Some((session, count)) = pending {
+        let pending: Vec<(Arc<str>, u64)> = self
+            .refusal_budget
+            .as_ref()
+            .and_then(|budget| budget.lock().ok())
+            .map(|mut budgets| {
+                budgets
+                    .windows
+                    .iter_mut()
+                    .filter_map(|(session, window)| {
+                        let count = std::mem::take(&mut window.suppressed);
+                        (count > 0).then(|| (Arc::clone(session), count))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (session, count) in pending {
             self.record_as(
                 "net_suppressed",
                 &session,
@@ -464,36 +486,48 @@ impl EventLog {
         }
     }
 
-    /// Whether a refusal fits this minute's budget; closes the minute before when it
-    /// has ended (writing its `net_suppressed`).
-    fn refusal_fits(&self, session: &str) -> bool {
+    /// Whether a refusal of `session` fits its minute's budget; closes the minute before
+    /// when it has ended (writing its `net_suppressed`).
+    fn refusal_fits(&self, session: &Arc<str>) -> bool {
         let Some(budget) = &self.refusal_budget else {
             return true;
         };
-        let Ok(mut window) = budget.lock() else {
+        let Ok(mut budgets) = budget.lock() else {
             return true;
         };
+        let per_minute = budgets.per_minute;
+        if budgets.windows.len() >= MAX_REFUSAL_WINDOWS && !budgets.windows.contains_key(session) {
+            // Sessions come from the configuration, not from clients; a bridge that has
+            // seen this many forgets the minutes that ended with nothing to say.
+            budgets.windows.retain(|_, window| {
+                window.suppressed > 0 || window.started.elapsed() < REFUSAL_WINDOW
+            });
+        }
+        let window = budgets
+            .windows
+            .entry(Arc::clone(session))
+            .or_insert_with(|| RefusalWindow {
+                started: std::time::Instant::now(),
+                written: 0,
+                suppressed: 0,
+            });
         if window.started.elapsed() >= REFUSAL_WINDOW {
             let count = std::mem::take(&mut window.suppressed);
             if count > 0 {
-                let session = std::mem::take(&mut window.session);
                 self.record_as(
                     "net_suppressed",
-                    &session,
+                    session,
                     &crate::records::Suppressed { count },
                 );
             }
             window.started = std::time::Instant::now();
             window.written = 0;
         }
-        if window.written < window.per_minute {
+        if window.written < per_minute {
             window.written += 1;
             return true;
         }
         window.suppressed += 1;
-        if window.session.is_empty() {
-            session.clone_into(&mut window.session);
-        }
         false
     }
 
@@ -675,14 +709,20 @@ impl EventLog {
 /// The span a refusal budget counts over.
 const REFUSAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// One minute of a refusal budget.
-struct RefusalWindow {
+/// Sessions whose refusal minutes a log keeps before it forgets those with nothing to say.
+const MAX_REFUSAL_WINDOWS: usize = 65_536;
+
+/// Every session's refusal budget.
+struct RefusalBudgets {
     per_minute: u64,
+    windows: std::collections::HashMap<Arc<str>, RefusalWindow>,
+}
+
+/// One minute of one session's refusal budget.
+struct RefusalWindow {
     started: std::time::Instant,
     written: u64,
     suppressed: u64,
-    /// The session of the first refusal past the budget, for its `net_suppressed`.
-    session: String,
 }
 
 /// How many `net` records a log takes.

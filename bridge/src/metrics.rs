@@ -36,8 +36,19 @@ pub struct Metrics {
 pub struct SessionGauge {
     pub session: String,
     pub open_connections: usize,
+    /// The most it holds open at once (`open_connections` never passes it).
     pub max_connections: usize,
     pub policy_sha256: String,
+    /// On a shared bridge's own session, whose connections are those that have not named
+    /// a tenant: its lobby (lobby.rs).
+    pub lobby: Option<LobbyGauge>,
+}
+
+/// A lobby's figures: its capacity (`--max-unidentified`; it holds up to `CEILING_FACTOR`
+/// times as many while they are young) and the seats it has dropped so far.
+pub struct LobbyGauge {
+    pub capacity: usize,
+    pub dropped: u64,
 }
 
 impl Metrics {
@@ -153,6 +164,34 @@ impl Metrics {
                 "netbox_max_connections{{session=\"{}\"}} {}",
                 escaped(&s.session),
                 s.max_connections
+            );
+        }
+        family(
+            &mut out,
+            "netbox_max_unidentified",
+            "gauge",
+            "Connections that have not named a tenant past which one waiting a second is dropped for a newcomer (--max-unidentified).",
+        );
+        for (s, lobby) in sessions.iter().filter_map(|s| Some((s, s.lobby.as_ref()?))) {
+            let _ = writeln!(
+                out,
+                "netbox_max_unidentified{{session=\"{}\"}} {}",
+                escaped(&s.session),
+                lobby.capacity
+            );
+        }
+        family(
+            &mut out,
+            "netbox_unidentified_dropped_total",
+            "counter",
+            "Connections dropped before they named a tenant, for newer ones or to free descriptors.",
+        );
+        for (s, lobby) in sessions.iter().filter_map(|s| Some((s, s.lobby.as_ref()?))) {
+            let _ = writeln!(
+                out,
+                "netbox_unidentified_dropped_total{{session=\"{}\"}} {}",
+                escaped(&s.session),
+                lobby.dropped
             );
         }
         family(

@@ -23,6 +23,7 @@ pub const KNOWN_TYPES: &[&str] = &[
     "git_metadata_created",
     "policy_loaded",
     "policy_reload_failed",
+    "unidentified_dropped",
 ];
 
 /// A record as read back: the frame every record has, and its own fields.
@@ -154,6 +155,25 @@ pub struct Phase {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Suppressed {
     pub count: u64,
+}
+
+/// `unidentified_dropped`: a shared bridge dropped connections that had not named a tenant
+/// (lobby.rs), for newer ones or to free descriptors: one record per interval in which it
+/// did, apart from the refusal budgets (strangers who never ask anything could otherwise
+/// fill those), under the bridge's own session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnidentifiedDropped {
+    /// Connections dropped in the interval.
+    pub count: u64,
+    /// The interval, in milliseconds, that ends with this record.
+    pub interval_ms: u64,
+    /// `--max-unidentified`.
+    pub max_unidentified: usize,
+    /// The sources (an IPv4 address, an IPv6 /64, `local`) that lost the most of them,
+    /// with how many each: 16 at most, so that a flood from many sources still writes one
+    /// short record.
+    #[serde(default)]
+    pub from: std::collections::BTreeMap<String, u64>,
 }
 
 /// `net_capped`: the run reached its cap of `net` records of one decision; from here on
@@ -383,6 +403,7 @@ mod tests {
         let capped = r#"{"type":"net_capped","schema_version":1,"ts":"2026-12-01T00:00:00.700Z","session":"s1","decision":"deny","cap":10000}"#;
         let suppressed = r#"{"type":"net_suppressed","schema_version":1,"ts":"2026-12-01T00:00:00.800Z","session":"s1","count":501}"#;
         let created = r#"{"type":"git_metadata_created","schema_version":1,"ts":"2026-12-01T00:00:00.900Z","session":"s2","path":"/w/sub/.git","kind":"gitdir_file","how":"changed","audited_session":"s1"}"#;
+        let dropped = r#"{"type":"unidentified_dropped","schema_version":1,"ts":"2026-12-01T00:00:00.990Z","session":"s1","count":900,"interval_ms":5000,"max_unidentified":256,"from":{"192.0.2.7":880,"2001:db8::/64":20}}"#;
         let audit = r#"{"type":"git_audit","schema_version":1,"ts":"2026-12-01T00:00:00.950Z","session":"s1","complete":false,"stopped":"time_limit","directories":12,"unread":1,"unread_paths":["/w/hid"],"found":1,"took_ms":3}"#;
         fn round_trip<T: Serialize + serde::de::DeserializeOwned>(line: &str) -> Stamped<T> {
             let record: Stamped<T> = serde_json::from_str(line).expect(line);
@@ -420,6 +441,11 @@ mod tests {
         assert_eq!(
             round_trip::<GitAudit>(audit).body.stopped,
             Some(AuditStopped::TimeLimit)
+        );
+        let dropped = round_trip::<UnidentifiedDropped>(dropped).body;
+        assert_eq!(
+            (dropped.count, dropped.from.get("192.0.2.7")),
+            (900, Some(&880))
         );
     }
 

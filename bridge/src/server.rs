@@ -8,7 +8,9 @@
 //! is refused at once with a reason (never left waiting in the accept queue), and logged.
 //! On a listener that serves tenants a connection first holds only a seat in its lobby
 //! (lobby.rs), and takes its places once it has named its tenant: a client that names
-//! none, whoever can reach the listener, takes nothing a tenant is served in.
+//! none, whoever can reach the listener, takes nothing a tenant is served in. The seats
+//! the lobby drops are summed up in the log once per [`DROPS_SUMMED_EVERY`], apart from
+//! the refusal budgets; out of descriptors, the accept loop drops seats to make room.
 //! Shutdown stops accepting, lets connections finish until the drain deadline, then tells
 //! the rest to stop so that each is still logged.
 
@@ -54,25 +56,16 @@ pub struct SessionListener {
 }
 
 impl Listener {
-    async fn accept(&self) -> io::Result<Stream> {
+    /// A new client, and where it comes from (none for a Unix socket's).
+    async fn accept(&self) -> io::Result<(Stream, Option<std::net::SocketAddr>)> {
         match self {
-            Listener::Tcp(l) => {
-                let (s, _) = l.accept().await?;
-                s.set_nodelay(true).ok();
-                Ok(Stream::Tcp(s))
-            }
-            Listener::Unix(l, _) => Ok(Stream::Unix(l.accept().await?.0)),
             // The handshake is the connection's own task's (accept_loop), not this loop's.
-            Listener::Tls(l, _) => {
-                let (s, _) = l.accept().await?;
+            Listener::Tcp(l) | Listener::Tls(l, _) | Listener::Captured(l) => {
+                let (s, peer) = l.accept().await?;
                 s.set_nodelay(true).ok();
-                Ok(Stream::Tcp(s))
+                Ok((Stream::Tcp(s), Some(peer)))
             }
-            Listener::Captured(l) => {
-                let (s, _) = l.accept().await?;
-                s.set_nodelay(true).ok();
-                Ok(Stream::Tcp(s))
-            }
+            Listener::Unix(l, _) => Ok((Stream::Unix(l.accept().await?.0), None)),
             // Never accepted from here: served by `serve_dns` and `serve_dns_tcp`.
             Listener::Dns(..) | Listener::DnsTcp(..) => std::future::pending().await,
         }
@@ -124,10 +117,13 @@ pub async fn serve(
         .clamp(1, Semaphore::MAX_PERMITS);
     let permits = Arc::new(Semaphore::new(max));
     config.capacity.watch(Arc::clone(&permits), max);
-    let mut lobbies: Vec<Arc<crate::lobby::Lobby>> = Vec::new();
-    for lobby in listeners.iter().filter_map(|l| l.session.lobby()) {
-        if !lobbies.iter().any(|seen| Arc::ptr_eq(seen, lobby)) {
-            lobbies.push(Arc::clone(lobby));
+    // Each lobby once, with the session its drops are logged under.
+    let mut lobbies: Vec<(Arc<crate::lobby::Lobby>, Arc<str>)> = Vec::new();
+    for l in &listeners {
+        if let Some(lobby) = l.session.lobby() {
+            if !lobbies.iter().any(|(seen, _)| Arc::ptr_eq(seen, lobby)) {
+                lobbies.push((Arc::clone(lobby), Arc::clone(&l.session.id)));
+            }
         }
     }
     let refusing = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
@@ -147,6 +143,7 @@ pub async fn serve(
         let limits = Limits {
             bridge_max: max,
             refusing: Arc::clone(&refusing),
+            lobbies: lobbies.iter().map(|(lobby, _)| Arc::clone(lobby)).collect(),
         };
         let quit = quit_rx.clone();
         if let Listener::Dns(..) = sl.listener {
@@ -164,6 +161,20 @@ pub async fn serve(
         .config
         .trim_memory
         .map(|trim| tokio::spawn(crate::memory::return_freed_memory(trim)));
+    let summing = (!lobbies.is_empty()).then(|| {
+        let (lobbies, log) = (lobbies.clone(), Arc::clone(&shared.log));
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(DROPS_SUMMED_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // The first tick is at once: nothing to say yet.
+            every.tick().await;
+            loop {
+                every.tick().await;
+                log_drops(&lobbies, &log, DROPS_SUMMED_EVERY);
+            }
+        })
+    });
+    let summed_since = tokio::time::Instant::now();
     shutdown.await;
     if let Some(returning) = returning {
         returning.abort();
@@ -176,7 +187,7 @@ pub async fn serve(
     // The lobbies first: a client that names its tenant while the bridge drains takes a
     // place then, and is served as any open connection is.
     let drained = || async {
-        for lobby in &lobbies {
+        for (lobby, _) in &lobbies {
             lobby.emptied().await;
         }
         let _ = permits.acquire_many(all).await;
@@ -186,6 +197,38 @@ pub async fn serve(
         // Stopped connections log and exit promptly; give them a moment to do so.
         let _ = tokio::time::timeout(Duration::from_secs(2), drained()).await;
     }
+    if let Some(summing) = summing {
+        summing.abort();
+        // What was dropped since the last summary (its interval is at most this long).
+        let since = summed_since.elapsed().min(DROPS_SUMMED_EVERY);
+        log_drops(&lobbies, &shared.log, since);
+    }
+}
+
+/// How often the seats a lobby dropped are summed up in one `unidentified_dropped`
+/// record: a flood of connections that name no tenant writes one record per interval,
+/// whatever its rate, and takes nothing of any session's refusal budget.
+pub const DROPS_SUMMED_EVERY: Duration = Duration::from_secs(5);
+
+/// Writes one `unidentified_dropped` record for each lobby that dropped seats since the
+/// last, over `interval`.
+fn log_drops(lobbies: &[(Arc<crate::lobby::Lobby>, Arc<str>)], log: &EventLog, interval: Duration) {
+    for (lobby, session) in lobbies {
+        let Some(drops) = lobby.take_dropped() else {
+            continue;
+        };
+        let record = crate::records::UnidentifiedDropped {
+            count: drops.count,
+            interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+            max_unidentified: lobby.capacity(),
+            from: drops
+                .from
+                .into_iter()
+                .map(|(source, n)| (source.to_string(), n))
+                .collect(),
+        };
+        log.record_as("unidentified_dropped", session, &record);
+    }
 }
 
 /// Over-limit connections answered at once; past this many, one is cut off unanswered
@@ -193,10 +236,23 @@ pub async fn serve(
 const MAX_REFUSALS_IN_FLIGHT: usize = 256;
 
 /// The bridge's limit and the refusals' places (the connections' own places are in
-/// `Shared` and each `Session`).
+/// `Shared` and each `Session`), and every lobby of the bridge's listeners.
 struct Limits {
     bridge_max: usize,
     refusing: Arc<Semaphore>,
+    lobbies: Vec<Arc<crate::lobby::Lobby>>,
+}
+
+/// Seats dropped from each lobby each time an accept finds the bridge out of descriptors:
+/// enough for the clients queued behind a flood's to be accepted in a few rounds.
+const SHED_WHEN_OUT_OF_FDS: usize = 64;
+
+/// Whether an accept failed for want of a descriptor (the process's, or the system's).
+pub(crate) fn out_of_fds(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE
+    )
 }
 
 impl Limits {
@@ -327,18 +383,38 @@ async fn accept_loop(
             accepted = sl.listener.accept() => accepted,
             _ = quit.wait_for(|&q| q) => return,
         };
-        let stream = match stream {
-            Ok(stream) => stream,
+        let (stream, peer) = match stream {
+            Ok(accepted) => accepted,
             Err(e) => {
-                // Out of fds or a client that vanished mid-handshake: keep serving,
-                // after a short pause so an fd shortage does not spin; said once a
-                // second at most (stderr may be the user's terminal).
+                // Out of fds: whoever waits longest in a lobby, of the source that holds
+                // most of it, is dropped to make room (nobody is seated to be dropped for
+                // a newcomer that cannot even be accepted). A connection that waits to
+                // name its tenant holds a descriptor and nothing else.
+                let shed: usize = if out_of_fds(&e) {
+                    limits
+                        .lobbies
+                        .iter()
+                        .map(|lobby| lobby.shed(SHED_WHEN_OUT_OF_FDS))
+                        .sum()
+                } else {
+                    0
+                };
+                // Keep serving, after a short pause so an fd shortage does not spin;
+                // said once a second at most (stderr may be the user's terminal).
                 if last_said
                     .is_none_or(|at: tokio::time::Instant| at.elapsed() >= Duration::from_secs(1))
                 {
+                    let shed = if shed > 0 {
+                        format!(
+                            " (dropped {shed} connections that had not named a tenant to make \
+                             room)"
+                        )
+                    } else {
+                        String::new()
+                    };
                     let _ = writeln!(
                         std::io::stderr(),
-                        "netbox: bridge accept on {}: {e}",
+                        "netbox: bridge accept on {}: {e}{shed}",
                         sl.listener.describe()
                     );
                     last_said = Some(tokio::time::Instant::now());
@@ -347,11 +423,12 @@ async fn accept_loop(
                 continue;
             }
         };
-        // A client of a lobby has a seat there, never refused (the longest waiting is
-        // dropped for it), until it names its tenant.
+        let source = crate::lobby::Source::of(peer);
+        // A client of a lobby has a seat there, never refused (a seat of the source that
+        // holds the most is dropped for it), until it names its tenant.
         let (slot, dropped) = match sl.session.lobby() {
             Some(lobby) => {
-                let seat = lobby.seat();
+                let seat = lobby.seat(source);
                 let dropped = seat.dropped();
                 (Ok(Slot::unidentified(seat)), Some(dropped))
             }
@@ -386,61 +463,63 @@ async fn accept_loop(
         };
         let served = async move {
             match (tls, stream) {
-                (Some(tls), Stream::Tcp(tcp)) => serve_tls(tls, tcp, conn).await,
+                (Some(tls), Stream::Tcp(tcp)) => serve_tls(tls, tcp, source, conn).await,
                 (_, stream) => front::handle(ClientIo::new(stream), conn).await,
             }
         };
         match dropped {
             None => tokio::spawn(served),
-            Some(dropped) => {
-                let (session, log) = (Arc::clone(&sl.session.id), Arc::clone(&shared.log));
-                tokio::spawn(async move {
-                    tokio::select! {
-                        () = served => {}
-                        // Its seat went to a newer connection before it named its tenant:
-                        // ended (a reset, as every connection that has not sent a whole
-                        // request is), and logged.
-                        dropped = dropped => {
-                            let mut attempt = Attempt::begin(session, Proto::Http);
-                            attempt.reason = Reason::ConnectionLimit;
-                            attempt.detail = Some(format!(
-                                "dropped before it named a tenant, for a newer connection: \
-                                 all {} places for connections that have not named one were \
-                                 taken (--max-unidentified), and it had waited longest",
-                                dropped.capacity
-                            ));
-                            log.record(&attempt.finish(End::Refused, 0, 0));
-                        }
-                    }
-                })
-            }
+            Some(dropped) => tokio::spawn(async move {
+                tokio::select! {
+                    () = served => {}
+                    // Its seat went to a newer connection (or made room for one) before
+                    // it named its tenant: ended (a reset, as every connection that has
+                    // not sent a whole request is), and counted in the lobby's next
+                    // `unidentified_dropped` record.
+                    () = dropped => {}
+                }
+            }),
         };
     }
 }
 
 /// A client of a TLS listener: the handshake within the first head's deadline (a failed
-/// one is logged), then served as any other, with its certificate's names.
+/// one is logged), then served as any other, with its certificate's names. A client whose
+/// certificate names its tenant leaves the lobby for that tenant's places right away.
 async fn serve_tls(
     tls: crate::listener_tls::ListenerTls,
     tcp: tokio::net::TcpStream,
+    source: crate::lobby::Source,
     mut conn: Conn,
 ) {
+    use crate::listener_tls::HandshakeFailed;
     let deadline = conn.first_head_timeout();
     let started = tokio::time::Instant::now();
     let accepted = tokio::select! {
-        accepted = tls.accept(tcp, deadline) => accepted,
+        accepted = tls.accept(tcp, source, deadline) => accepted,
         () = conn.stopped() => return,
     };
     match accepted {
         Ok((stream, names)) => {
             conn.client_names = Arc::from(names);
+            let named = conn
+                .session
+                .tenants()
+                .and_then(|tenants| tenants.from_client_names(&conn.client_names).ok())
+                .flatten();
+            if let Some(tenant) = named {
+                conn.named_by_certificate(tenant).await;
+            }
             let io = ClientIo::new(Stream::Tls(Box::new(stream)));
             front::handle_from(io, conn, started).await;
         }
-        Err(why) => {
-            let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Http);
-            attempt.reason = Reason::BadRequest;
-            attempt.detail = Some(why);
+        Err(failed) => {
+            let mut attempt = Attempt::since(conn.session.id.clone(), Proto::Http, conn.accepted);
+            attempt.reason = match failed {
+                HandshakeFailed::TimedOut(_) => Reason::HeaderTimeout,
+                HandshakeFailed::Failed(_) => Reason::BadRequest,
+            };
+            attempt.detail = Some(failed.to_string());
             conn.shared.log.record(&attempt.finish(End::Refused, 0, 0));
         }
     }

@@ -550,10 +550,11 @@ pub struct BridgeArgs {
     pub max_connections: usize,
 
     /// With --tenants: clients of the --listen listeners that have not named their tenant
-    /// yet (TLS handshake, SOCKS5 greeting, request head), held apart from
-    /// --max-connections; past it, the one that has waited longest (a second at least) is
-    /// dropped for the newcomer, so that connections that never name one cannot keep
-    /// tenants out (while all are younger, up to 4 x N are held).
+    /// yet (by a client certificate, SOCKS5 credentials or Proxy-Authorization), held
+    /// apart from --max-connections; past it, the oldest connection of the source (IPv4
+    /// address, IPv6 /64) holding the most is dropped for the newcomer once it has waited
+    /// a second (while those are younger, up to 4 x N are held). A client is dropped for a
+    /// flood only if the flood comes from as many sources as there are seats.
     #[arg(long = "max-unidentified", value_name = "N", requires = "tenants",
           default_value_t = bridge::conn::DEFAULT_UNIDENTIFIED_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
@@ -563,14 +564,27 @@ pub struct BridgeArgs {
     /// tenant this long after it connected (TLS handshake included); --header-timeout, if
     /// shorter, still applies.
     #[arg(long = "identify-timeout", value_name = "DURATION", requires = "tenants",
-          default_value = "5s", value_parser = humantime::parse_duration)]
+          default_value = "5s", value_parser = longer_than_zero)]
     pub identify_timeout: std::time::Duration,
 
-    /// Refusals written to the event log per minute at most; past it they are counted,
-    /// and each minute's count is logged as one `net_suppressed` record.
+    /// Refusals each session (the bridge's own, each tenant's) writes to the event log
+    /// per minute at most; past it they are counted, and each minute's count is logged as
+    /// one `net_suppressed` record of that session.
     #[arg(long = "log-refusals-per-minute", value_name = "N", default_value_t = 6000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub log_refusals_per_minute: u64,
+}
+
+/// A duration that is not zero (`--identify-timeout 0s` would drop every client before
+/// it could name its tenant, at random as its bytes happen to be read).
+fn longer_than_zero(text: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if duration.is_zero() => {
+            Err("must be longer than zero (a client needs time to name its tenant)".into())
+        }
+        Ok(duration) => Ok(duration),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -609,6 +623,17 @@ mod tests {
             let parsed = Cli::try_parse_from(["netbox", "bridge", "--listen", "127.0.0.1:0", flag]);
             assert!(parsed.is_err(), "{flag} without --tenants");
         }
+        // A deadline of zero would drop every client before it could name its tenant.
+        let zero = Cli::try_parse_from([
+            "netbox",
+            "bridge",
+            "--tenants",
+            "t.toml",
+            "--identify-timeout",
+            "0s",
+        ]);
+        let said = zero.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(said.contains("longer than zero"), "{said}");
     }
 
     #[test]

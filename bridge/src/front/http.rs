@@ -162,7 +162,7 @@ async fn refuse_first_head(mut io: ClientIo, conn: &Conn, refusal: &Refusal) {
     // The client may be gone already; the refusal is logged either way.
     let _ = io.write_all(&response).await;
     let _ = io.flush().await;
-    let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Http);
+    let mut attempt = Attempt::since(conn.session.id.clone(), Proto::Http, conn.accepted);
     attempt.reason = refusal.reason;
     attempt.detail = Some(refusal.detail.clone());
     attempt.status = Some(status.as_u16());
@@ -171,7 +171,7 @@ async fn refuse_first_head(mut io: ClientIo, conn: &Conn, refusal: &Refusal) {
 
 /// Logs a first head that never came whole, and resets the connection.
 fn log_unanswered(io: ClientIo, conn: &Conn, reason: Reason, detail: String) {
-    let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Http);
+    let mut attempt = Attempt::since(conn.session.id.clone(), Proto::Http, conn.accepted);
     attempt.reason = reason;
     attempt.detail = Some(detail);
     conn.shared.log.record(&attempt.finish(End::Refused, 0, 0));

@@ -39,7 +39,7 @@ pub(crate) async fn handle_from(mut io: ClientIo, conn: Conn, started: tokio::ti
         // Closed or failed before saying anything: nothing was attempted.
         Ok(Ok(None)) | Ok(Err(_)) => {}
         Err(_) => {
-            let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Http);
+            let mut attempt = Attempt::since(conn.session.id.clone(), Proto::Http, conn.accepted);
             attempt.reason = Reason::HeaderTimeout;
             attempt.detail = Some(format!("client sent nothing for {timeout:?}"));
             conn.shared.log.record(&attempt.finish(End::Refused, 0, 0));

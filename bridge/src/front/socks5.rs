@@ -57,41 +57,54 @@ pub(crate) enum Request {
 }
 
 /// Serves one SOCKS5 client to the end of its tunnel.
-/// `header_timeout` is what is left of the head deadline after the first byte.
+/// `header_timeout` is what is left of the head deadline after the first byte: for the
+/// greeting, the credentials and the request.
 pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::Duration) {
-    let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::Socks5);
+    let deadline = tokio::time::Instant::now() + header_timeout;
+    let mut attempt = Attempt::since(conn.session.id.clone(), Proto::Socks5, conn.accepted);
     let listener_session = Arc::clone(&conn.session);
-    let mut tenant = None;
     let read = tokio::select! {
-        read = tokio::time::timeout(
-            header_timeout,
-            read_request(&mut io, Some(&listener_session), &conn.client_names, &mut tenant),
+        read = tokio::time::timeout_at(
+            deadline,
+            read_greeting(&mut io, Some(&listener_session), &conn.client_names),
         ) => read,
         // The bridge is stopping: a request still on its way will not be served.
         () = conn.stopped() => return,
     };
-    let request = match read {
-        Ok(Ok(request)) => request,
-        Ok(Err(e)) => Request::Refused(
-            Some(Reply::GeneralFailure),
-            Refusal::new(Reason::BadRequest, format!("malformed SOCKS5 request: {e}")),
-        ),
-        Err(_) => Request::Refused(
-            Some(Reply::GeneralFailure),
-            Refusal::new(Reason::HeaderTimeout, "SOCKS5 request timed out"),
-        ),
+    let (tenant, refused) = match read {
+        Ok(Ok(Greeted::Named(tenant))) => (tenant, None),
+        Ok(Ok(Greeted::Refused(refused))) => (None, Some(refused)),
+        Ok(Err(e)) => (None, Some(malformed(&e))),
+        Err(_) => (None, Some(timed_out())),
     };
-    // From here on the connection is its tenant's, in one of its places.
-    let mut request = request;
+    // From here on the connection is its tenant's, in one of its places: it left the
+    // lobby once its credentials checked out, before its request.
+    let mut over_limit = None;
     if let Some(session) = tenant {
         attempt.session = session.id.clone();
         match conn.as_tenant(session).await {
             Ok(tenant) => conn = tenant,
-            Err(why) => {
-                let refusal = Refusal::new(Reason::ConnectionLimit, why);
-                request = Request::Refused(Some(Reply::GeneralFailure), refusal);
+            // Refused once its request is in (still in the lobby meanwhile), as a
+            // connection past a limit at its accept is.
+            Err(why) => over_limit = Some(Refusal::new(Reason::ConnectionLimit, why)),
+        }
+    }
+    let mut request = match refused {
+        Some(refused) => refused,
+        None => {
+            let read = tokio::select! {
+                read = tokio::time::timeout_at(deadline, read_connect(&mut io)) => read,
+                () = conn.stopped() => return,
+            };
+            match read {
+                Ok(Ok(request)) => request,
+                Ok(Err(e)) => malformed(&e),
+                Err(_) => timed_out(),
             }
         }
+    };
+    if let Some(refusal) = over_limit {
+        request = Request::Refused(Some(Reply::GeneralFailure), refusal);
     }
     let target = match request {
         // Past a connection limit: the request is read only to be answered with why.
@@ -154,18 +167,62 @@ pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::
         .record(&attempt.finish(stats.end, stats.bytes_up, stats.bytes_down));
 }
 
-/// Reads the greeting (answering it), the credentials when the listener's `session`
-/// serves tenants (the tenant they name goes to `tenant`; the tenants are asked when the
-/// credentials have come, so a reload meanwhile applies), and the request; I/O errors mean
-/// the client spoke garbage or left. A client whose certificate (`client_names`) names a
-/// tenant needs no credentials; credentials it gives must name the same tenant. Generic
-/// over the stream so the fuzz target can drive it from memory (fuzzing.rs).
+fn malformed(e: &io::Error) -> Request {
+    Request::Refused(
+        Some(Reply::GeneralFailure),
+        Refusal::new(Reason::BadRequest, format!("malformed SOCKS5 request: {e}")),
+    )
+}
+
+fn timed_out() -> Request {
+    Request::Refused(
+        Some(Reply::GeneralFailure),
+        Refusal::new(Reason::HeaderTimeout, "SOCKS5 request timed out"),
+    )
+}
+
+/// What a greeting (and its credentials) came to.
+pub(crate) enum Greeted {
+    /// The request may follow: of this tenant (by its credentials or its certificate), or
+    /// on a listener that serves none.
+    Named(Option<Arc<Session>>),
+    /// Refused, answered already.
+    Refused(Request),
+}
+
+/// Reads the greeting, the credentials (when the listener's `session` serves tenants) and
+/// the request: [`read_greeting`], then [`read_connect`]. The tenant the credentials name
+/// goes to `tenant`. Generic over the stream so the fuzz target can drive it from memory
+/// (fuzzing.rs).
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) async fn read_request<S>(
     io: &mut S,
     session: Option<&Session>,
     client_names: &[String],
     tenant: &mut Option<Arc<Session>>,
 ) -> io::Result<Request>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    match read_greeting(io, session, client_names).await? {
+        Greeted::Named(named) => {
+            *tenant = named;
+            read_connect(io).await
+        }
+        Greeted::Refused(refused) => Ok(refused),
+    }
+}
+
+/// Reads the greeting (answering it) and the credentials when the listener's `session`
+/// serves tenants (the tenants are asked when the credentials have come, so a reload
+/// meanwhile applies); I/O errors mean the client spoke garbage or left. A client whose
+/// certificate (`client_names`) names a tenant needs no credentials; credentials it gives
+/// must name the same tenant.
+pub(crate) async fn read_greeting<S>(
+    io: &mut S,
+    session: Option<&Session>,
+    client_names: &[String],
+) -> io::Result<Greeted>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -180,7 +237,7 @@ where
         Some(Err(why)) => {
             io.write_all(&[VERSION, METHOD_NONE_ACCEPTABLE]).await?;
             let refusal = Refusal::new(Reason::ProxyAuthRequired, why.detail());
-            return Ok(Request::Refused(None, refusal));
+            return Ok(Greeted::Refused(Request::Refused(None, refusal)));
         }
         Some(Ok(named)) => named,
         None => None,
@@ -205,13 +262,14 @@ where
     };
     if !methods.contains(&method) {
         io.write_all(&[VERSION, METHOD_NONE_ACCEPTABLE]).await?;
-        return Ok(Request::Refused(None, refused));
+        return Ok(Greeted::Refused(Request::Refused(None, refused)));
     }
     io.write_all(&[VERSION, method]).await?;
     if method == METHOD_NO_AUTH {
         // Named by its certificate, or a listener that serves no tenants.
-        tenant.clone_from(&by_certificate);
-    } else if tenants.is_some() {
+        return Ok(Greeted::Named(by_certificate));
+    }
+    if tenants.is_some() {
         let [version] = read_array::<1, _>(io).await?;
         if version != USER_PASSWORD_VERSION {
             return Err(io::Error::new(
@@ -238,20 +296,27 @@ where
                 }
                 _ => Ok(named),
             });
-        match named {
+        return match named {
             Ok(session) => {
                 io.write_all(&[USER_PASSWORD_VERSION, 0]).await?;
-                *tenant = Some(session);
+                Ok(Greeted::Named(Some(session)))
             }
             Err(why) => {
                 io.write_all(&[USER_PASSWORD_VERSION, USER_PASSWORD_FAILED])
                     .await?;
                 let refusal = Refusal::new(Reason::ProxyAuthRequired, why.detail());
-                return Ok(Request::Refused(None, refusal));
+                Ok(Greeted::Refused(Request::Refused(None, refusal)))
             }
-        }
+        };
     }
+    Ok(Greeted::Named(None))
+}
 
+/// Reads the request that follows the greeting.
+pub(crate) async fn read_connect<S>(io: &mut S) -> io::Result<Request>
+where
+    S: tokio::io::AsyncRead + Unpin,
+{
     let [version, command, _reserved, address_type] = read_array::<4, _>(io).await?;
     if version != VERSION {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "bad version"));

@@ -104,8 +104,22 @@ impl Bridge {
     }
 
     pub fn start_args(dir: &TestDir, args: &[String]) -> Bridge {
+        Bridge::start_under(dir, &[], args)
+    }
+
+    /// [`Bridge::start_args`], the bridge started by `launcher` (a program and its
+    /// arguments, `prlimit --nofile=N:N` say) when it is not empty.
+    pub fn start_under(dir: &TestDir, launcher: &[&str], args: &[String]) -> Bridge {
         let log = dir.join("events.jsonl");
-        let mut child = Command::new(netbox_bin())
+        let mut command = match launcher.split_first() {
+            Some((program, rest)) => {
+                let mut command = Command::new(program);
+                command.args(rest).arg(netbox_bin());
+                command
+            }
+            None => Command::new(netbox_bin()),
+        };
+        let mut child = command
             .arg("bridge")
             .args(["--listen", "127.0.0.1:0", "--log"])
             .arg(&log)

@@ -422,8 +422,11 @@ fn gauges(
             .map(|s| bridge::metrics::SessionGauge {
                 session: s.id.to_string(),
                 open_connections: s.open_connections(),
-                max_connections: s.max_connections,
+                max_connections: s.connection_ceiling(),
                 policy_sha256: hashes.of(&s.id, s.policy()),
+                lobby: s
+                    .unidentified()
+                    .map(|(capacity, dropped)| bridge::metrics::LobbyGauge { capacity, dropped }),
             })
             .collect()
     }

@@ -84,6 +84,10 @@ struct Summary {
     direct_attempts_not_shown: u64,
     /// Connections to host sockets `--allow-socket` let through, by path.
     sockets_allowed: Vec<SocketUse>,
+    /// A shared bridge's connections dropped before they named a tenant
+    /// (`unidentified_dropped`).
+    #[serde(skip_serializing_if = "is_zero")]
+    unidentified_dropped: u64,
     /// The `session_end` record; `None` while running or after a crash.
     end: Option<Stamped<SessionEnd>>,
     /// A standalone bridge's session: each policy it was held to (`policy_loaded`), and
@@ -238,6 +242,9 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
             Record::NetSuppressed(suppressed) => {
                 summary.network_not_shown += suppressed.body.count;
             }
+            Record::UnidentifiedDropped(dropped) => {
+                summary.unidentified_dropped += dropped.body.count;
+            }
             Record::PolicyLoaded(loaded) => summary.policies.push(PolicyChange {
                 ts: loaded.ts.clone(),
                 cause: loaded.body.cause.clone(),
@@ -304,6 +311,10 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
         newer_schema_version,
         unknown_types: unknown_types.into_iter().collect(),
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn probe_summary(probe: &bridge::records::Probe) -> ProbeSummary {
@@ -543,6 +554,12 @@ fn render_session(summary: &Summary, line: &mut impl FnMut(String)) {
         line(format!(
             "    and {} more network records past the log's caps: counted, not written",
             summary.network_not_shown
+        ));
+    }
+    if summary.unidentified_dropped > 0 {
+        line(format!(
+            "    and {} connections dropped before they named a tenant (unidentified_dropped)",
+            summary.unidentified_dropped
         ));
     }
     if summary.refused_writes.is_empty() {

@@ -571,11 +571,8 @@ fn connect_unix(listener: &OwnedFd, watch: &Watch, n: &Notification, socket: Own
             });
         }
         Decision::Refuse { errno, host } => {
-            if host && n.pid != watch.context.pid1 {
-                let executable = executable_of(n.pid);
-                if seccomp::still_valid(listener.as_fd(), n.id) {
-                    record_unix(watch, n, &named, &executable);
-                }
+            if host {
+                record_refused_unix(listener, watch, n, &named);
             }
             answer(Err(errno));
         }
@@ -626,11 +623,8 @@ fn handle_send(listener: &OwnedFd, watch: &Watch, n: &Notification) {
                 }
             }
             Ok((Decision::Refuse { errno, host }, named)) => {
-                if host && n.pid != watch.context.pid1 {
-                    let executable = executable_of(n.pid);
-                    if seccomp::still_valid(listener.as_fd(), n.id) {
-                        record_unix(watch, n, &named, &executable);
-                    }
+                if host {
+                    record_refused_unix(listener, watch, n, &named);
                 }
                 errno
             }
@@ -667,6 +661,24 @@ fn handle_send(listener: &OwnedFd, watch: &Watch, n: &Notification) {
 /// and its calls are made by netbox like CMD's, which is what the probe proves.
 fn let_pid1_run(listener: &OwnedFd, n: &Notification) {
     let _ = seccomp::let_it_run(listener.as_fd(), n.id);
+}
+
+/// Records a refused host Unix socket, with the caller's executable read while it still
+/// waits (and nothing if it died meanwhile: the pid may be another's); pid 1's are the
+/// probe's own and not recorded.
+fn record_refused_unix(
+    listener: &OwnedFd,
+    watch: &Watch,
+    n: &Notification,
+    named: &std::path::Path,
+) {
+    if n.pid == watch.context.pid1 {
+        return;
+    }
+    let executable = executable_of(n.pid);
+    if seccomp::still_valid(listener.as_fd(), n.id) {
+        record_unix(watch, n, named, &executable);
+    }
 }
 
 /// The caller's executable, for a record.

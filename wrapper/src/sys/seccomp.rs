@@ -569,35 +569,33 @@ pub fn answer(listener: BorrowedFd<'_>, id: u64, result: Result<i64, i32>) -> io
         Ok(val) => (val, 0),
         Err(errno) => (0, -errno.abs()),
     };
-    let mut resp = libc::seccomp_notif_resp {
-        id,
-        val,
-        error,
-        flags: 0,
-    };
-    // SAFETY: `resp` is a live, correctly sized seccomp_notif_resp the kernel reads.
-    let rc = unsafe {
-        libc::ioctl(
-            listener.as_raw_fd(),
-            libc::SECCOMP_IOCTL_NOTIF_SEND as _,
-            &mut resp as *mut libc::seccomp_notif_resp,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    respond(
+        listener,
+        libc::seccomp_notif_resp {
+            id,
+            val,
+            error,
+            flags: 0,
+        },
+    )
 }
 
 /// Lets the notified syscall run as if it had not been stopped: the kernel (the mounts)
 /// decides its outcome.
 pub fn let_it_run(listener: BorrowedFd<'_>, id: u64) -> io::Result<()> {
-    let mut resp = libc::seccomp_notif_resp {
-        id,
-        val: 0,
-        error: 0,
-        flags: u32::try_from(libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE).unwrap_or(1),
-    };
+    respond(
+        listener,
+        libc::seccomp_notif_resp {
+            id,
+            val: 0,
+            error: 0,
+            flags: u32::try_from(libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE).unwrap_or(1),
+        },
+    )
+}
+
+/// Sends one answer to a notification (SECCOMP_IOCTL_NOTIF_SEND).
+fn respond(listener: BorrowedFd<'_>, mut resp: libc::seccomp_notif_resp) -> io::Result<()> {
     // SAFETY: `resp` is a live, correctly sized seccomp_notif_resp the kernel reads.
     let rc = unsafe {
         libc::ioctl(

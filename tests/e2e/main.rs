@@ -44,6 +44,7 @@ mod sandbox_limits;
 mod sandbox_pid1;
 mod sandbox_pins;
 mod sandbox_regressions;
+mod sandbox_sends;
 mod sandbox_sockets;
 mod sandbox_swaps;
 mod sandbox_tty;

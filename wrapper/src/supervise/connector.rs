@@ -7,12 +7,21 @@
 //! writes of the very server a connect may be waiting for. So each runs on a worker: idle
 //! ones are reused, and new ones are started up to a bound; past it calls queue, which
 //! slows only CMD's own.
+//!
+//! Two things keep CMD from holding workers it no longer waits on. A call whose caller is
+//! gone (killed while it waits: the kernel would have ended the call with it) is ended:
+//! a reaper looks at the running calls now and then and wakes each such worker with a
+//! signal, which interrupts the call. And pid 1's own calls (the live probe's, also the
+//! one after `--fetch`'s cut) never queue behind CMD's: each gets a thread of its own.
 
+use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
+use crate::supervise::sender::Budget;
 use crate::sys::seccomp;
 
 /// Workers at most: a call that waits forever holds one (only a command's own servers
@@ -20,6 +29,13 @@ use crate::sys::seccomp;
 /// on each other (a sender blocked until a reader connects) are rarely queued behind one
 /// another; each is a thread with a 64 KiB stack.
 const MAX_WORKERS: usize = 512;
+
+/// Bytes read from CMD that all workers hold at most (sender.rs): memory outside CMD's
+/// own limit, so a bound of its own.
+const SEND_BUDGET: usize = 32 << 20;
+
+/// How often the reaper looks for calls whose callers are gone.
+const REAP_EVERY: Duration = Duration::from_millis(100);
 
 /// Run once a connect has returned, with its errno if it failed.
 pub type AfterConnect = Box<dyn FnOnce(Result<(), i32>) + Send>;
@@ -29,7 +45,7 @@ pub enum Op {
     /// Connect to the address, as bytes (a Unix path already replaced by
     /// `/proc/self/fd/N` of a held file).
     Connect(Vec<u8>),
-    /// Send the messages read (sender.rs).
+    /// Send the messages (sender.rs).
     Send(crate::supervise::sender::Send),
 }
 
@@ -57,25 +73,39 @@ struct Shared {
     queue: Mutex<Receiver<Job>>,
     idle: AtomicUsize,
     workers: AtomicUsize,
+    budget: Budget,
+    /// The calls being made: notification id to the worker's thread id.
+    running: Mutex<HashMap<u64, u32>>,
+    started: Condvar,
+    /// The connector is gone: the reaper stops once no call runs.
+    closed: AtomicBool,
 }
 
 impl Connector {
     /// A connector answering on (a copy of) `listener`.
     pub fn new(listener: &OwnedFd) -> std::io::Result<Connector> {
+        crate::sys::process::install_wakeup()?;
         let (jobs, queue) = channel();
-        Ok(Connector {
-            jobs,
-            shared: Arc::new(Shared {
-                listener: listener.try_clone()?,
-                queue: Mutex::new(queue),
-                idle: AtomicUsize::new(0),
-                workers: AtomicUsize::new(0),
-            }),
-        })
+        let shared = Arc::new(Shared {
+            listener: listener.try_clone()?,
+            queue: Mutex::new(queue),
+            idle: AtomicUsize::new(0),
+            workers: AtomicUsize::new(0),
+            budget: Budget::new(SEND_BUDGET),
+            running: Mutex::new(HashMap::new()),
+            started: Condvar::new(),
+            closed: AtomicBool::new(false),
+        });
+        let reaper = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("netbox-reaper".into())
+            .stack_size(64 << 10)
+            .spawn(move || reaper.reap())?;
+        Ok(Connector { jobs, shared })
     }
 
     /// Queues `job`, starting a worker if none is idle (and the bound allows). If no
-    /// worker can run at all, the connect is made here rather than never.
+    /// worker can run at all, the call is made here rather than never.
     pub fn submit(&self, job: Job) {
         let shared = &self.shared;
         let idle = shared.idle.load(Ordering::Acquire);
@@ -95,23 +125,56 @@ impl Connector {
             }
         }
         if !started {
-            run(&shared.listener, job);
+            shared.run(job, Some(&shared.budget));
             return;
         }
         if let Err(returned) = self.jobs.send(job) {
-            run(&shared.listener, returned.0);
+            shared.run(returned.0, Some(&shared.budget));
+        }
+    }
+
+    /// Makes pid 1's call on a thread of its own, outside the bound and the budget: it is
+    /// netbox's own code, and what it proves must not wait on CMD's calls.
+    pub fn submit_own(&self, job: Job) {
+        let shared = Arc::clone(&self.shared);
+        // The job waits in a slot the thread empties, so a thread that cannot be started
+        // leaves it here to be made on this one.
+        let slot = Arc::new(Mutex::new(Some(job)));
+        let its = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name("netbox-connect1".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let job = its.lock().ok().and_then(|mut slot| slot.take());
+                if let Some(job) = job {
+                    block_signals();
+                    shared.run(job, None);
+                }
+            });
+        if spawned.is_err() {
+            let job = slot.lock().ok().and_then(|mut slot| slot.take());
+            if let Some(job) = job {
+                self.shared.run(job, None);
+            }
         }
     }
 }
 
+impl Drop for Connector {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.started.notify_all();
+    }
+}
+
+/// Blocks every signal but the wake-up one: the others are netbox's signal thread's.
+fn block_signals() {
+    let _ = crate::sys::process::block_all_but_wakeup();
+}
+
 impl Shared {
     fn work(&self) {
-        // Signals are netbox's signal thread's: none interrupts a connect made here.
-        let _ = nix::sys::signal::pthread_sigmask(
-            nix::sys::signal::SigmaskHow::SIG_BLOCK,
-            Some(&nix::sys::signal::SigSet::all()),
-            None,
-        );
+        block_signals();
         loop {
             self.idle.fetch_add(1, Ordering::AcqRel);
             let job = {
@@ -122,26 +185,86 @@ impl Shared {
             };
             self.idle.fetch_sub(1, Ordering::AcqRel);
             match job {
-                Ok(job) => run(&self.listener, job),
+                Ok(job) => self.run(job, Some(&self.budget)),
                 // The connector is gone: the run is over.
                 Err(_) => return,
             }
         }
     }
-}
 
-/// Makes the call and answers the caller with its result.
-fn run(listener: &OwnedFd, job: Job) {
-    let result = match &job.op {
-        Op::Connect(address) => {
-            crate::sys::socket::connect_raw(job.socket.as_fd(), address).map(|()| 0)
+    /// Makes the call and answers the caller with its result. Nothing read from the
+    /// caller is acted on unless the caller still waits once it is read: a caller killed
+    /// meanwhile could have had its pid given to another process, whose memory and fds
+    /// the same pid would then name.
+    fn run(&self, job: Job, budget: Option<&Budget>) {
+        let listener = self.listener.as_fd();
+        let caller_waits = || seccomp::still_valid(listener, job.id);
+        self.started_call(job.id);
+        let result = match &job.op {
+            // Gone before its connect was made: nothing was, nothing to record.
+            Op::Connect(_) if !caller_waits() => {
+                self.ended_call(job.id);
+                return;
+            }
+            Op::Connect(address) => {
+                crate::sys::socket::connect_raw(job.socket.as_fd(), address).map(|()| 0)
+            }
+            Op::Send(send) => {
+                crate::supervise::sender::send(&job.socket, send, budget, &caller_waits)
+            }
+        };
+        self.ended_call(job.id);
+        drop(job.hold);
+        if let Some(after) = job.after {
+            after(result.map(|_| ()));
         }
-        Op::Send(send) => crate::supervise::sender::send(&job.socket, send),
-    };
-    drop(job.hold);
-    if let Some(after) = job.after {
-        after(result.map(|_| ()));
+        // A caller killed meanwhile is answered with ENOENT: nothing to do.
+        let _ = seccomp::answer(listener, job.id, result);
     }
-    // A caller killed meanwhile is answered with ENOENT: nothing to do.
-    let _ = seccomp::answer(listener.as_fd(), job.id, result);
+
+    fn started_call(&self, id: u64) {
+        if let Ok(mut running) = self.running.lock() {
+            running.insert(id, crate::sys::process::thread_id());
+        }
+        self.started.notify_all();
+    }
+
+    fn ended_call(&self, id: u64) {
+        if let Ok(mut running) = self.running.lock() {
+            running.remove(&id);
+        }
+    }
+
+    /// Wakes, now and then, each worker whose caller is gone, until that call ends: a
+    /// signal that lands just before the call starts is missed, and the next one is not.
+    /// The lock is held while a worker is woken, so the worker is still on that call (it
+    /// takes the lock to leave it) and the signal cannot land in its next one.
+    fn reap(&self) {
+        let Ok(mut running) = self.running.lock() else {
+            return;
+        };
+        loop {
+            if running.is_empty() {
+                if self.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                running = match self.started.wait_timeout(running, Duration::from_secs(1)) {
+                    Ok((guard, _)) => guard,
+                    Err(_) => return,
+                };
+                continue;
+            }
+            drop(running);
+            std::thread::sleep(REAP_EVERY);
+            running = match self.running.lock() {
+                Ok(guard) => guard,
+                Err(_) => return,
+            };
+            for (&id, &tid) in running.iter() {
+                if !seccomp::still_valid(self.listener.as_fd(), id) {
+                    let _ = crate::sys::process::wake_thread(tid);
+                }
+            }
+        }
+    }
 }

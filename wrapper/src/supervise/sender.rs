@@ -2,24 +2,40 @@
 //! and `sendmmsg`, whose names the filter cannot see) is answered by netbox, never let
 //! run: the kernel would read the caller's fd table and memory again, and another thread
 //! could by then have put a Unix datagram socket on that fd and a host socket's path in
-//! the message (connector.rs says the same of connects). So netbox reads each message
-//! once (its name, its data, its ancillary data, with the fds it passes copied) and sends
-//! it on a copy of the caller's socket; the count or the errno is the caller's.
+//! the message (connector.rs says the same of connects). So netbox reads each message's
+//! name once, on the watcher's thread, where it is decided; a worker then reads the rest
+//! of each message (its data, its ancillary data, with the fds it passes copied), one
+//! message at a time, and sends it on a copy of the caller's socket; the count or the
+//! errno is the caller's.
+//!
+//! Memory: a command can ask for a thousand messages of megabytes in one `sendmmsg`, from
+//! many threads at once, and what netbox reads for it lies outside the command's memory
+//! limit. So a worker holds one message at a time, a stream's data in `CHUNK`s, and all
+//! workers together at most `Budget`'s bytes; a send that would pass it waits.
 //!
 //! What differs from the kernel's own: explicit credentials (`SCM_CREDENTIALS`) are left
 //! out (a receiver that asks for them gets netbox's, as it would from the kernel for an
-//! unmarked message); `MSG_ZEROCOPY` is dropped (the copy netbox sends from is its own);
-//! a stream send of more than `MAX_DATA` bytes sends that much (a partial send, which
-//! stream programs loop on); SIGPIPE is raised in the caller's thread as the kernel
-//! would.
+//! unmarked message; the kernel would refuse netbox the caller's, unless netbox is root,
+//! and then it would accept any the caller wrote); `MSG_ZEROCOPY` is dropped (the copy
+//! netbox sends from is its own); a stream send of more than `MAX_DATA` bytes sends that
+//! much (a partial send, which stream programs loop on); SIGPIPE is raised in the
+//! caller's thread as the kernel would.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 use crate::supervise::writejudge::{int_arg, uint_arg};
 use crate::sys::seccomp::{self, Notification};
 
-/// Data read for one call at most; a datagram this large is past any socket's limit.
+/// A stream's data sent for one message at most; a datagram this large is past any
+/// socket's limit.
 const MAX_DATA: usize = 4 << 20;
+/// A stream's data is read and sent in pieces of this size at most.
+const CHUNK: usize = 256 << 10;
+/// A datagram larger than the socket's send buffer and than this fails with EMSGSIZE
+/// unread (the kernel's limit is the send buffer for Unix datagrams, 64 KiB for UDP).
+const DATAGRAM_FLOOR: usize = 64 << 10;
 /// Ancillary data read for one message at most (the kernel's optmem_max is smaller).
 const MAX_CONTROL: usize = 64 << 10;
 /// `UIO_MAXIOV`: the kernel's limit on a message's buffers, and on sendmmsg's messages.
@@ -30,25 +46,29 @@ const MMSGHDR_LEN: u64 = 64;
 /// linux/socket.h.
 const MSG_ZEROCOPY: i32 = 0x0400_0000;
 
-/// One message, read.
+/// Where a message's data lies in the caller's memory.
+enum Data {
+    /// sendto's one buffer.
+    Buffer { at: u64, len: u64 },
+    /// A message header's array of `struct iovec`.
+    Vector { at: u64, count: u64 },
+}
+
+/// One message: its name, read and decided; the rest still in the caller's memory.
 pub struct Outgoing {
     /// Its address, as bytes (empty: none); a Unix path may be replaced by netbox's own
     /// name for the file it decided on.
     pub name: Vec<u8>,
-    pub data: Vec<u8>,
-    /// Ancillary data, with passed fds replaced by netbox's copies of them.
-    pub control: Vec<u8>,
-    /// The copies, held until sent.
-    pub passed: Vec<OwnedFd>,
-    /// Whether the data was cut at `MAX_DATA`.
-    cut: bool,
+    data: Data,
+    /// Its ancillary data: address and length.
+    control: (u64, u64),
     /// sendmmsg: where this message's `msg_len` goes in the caller's memory.
     len_at: Option<u64>,
 }
 
 /// One call's messages.
 pub struct Send {
-    /// The caller (its thread), for SIGPIPE and sendmmsg's counts.
+    /// The caller (its thread): its memory, its fds, SIGPIPE and sendmmsg's counts.
     pub pid: u32,
     pub flags: i32,
     pub messages: Vec<Outgoing>,
@@ -56,23 +76,21 @@ pub struct Send {
     pub many: bool,
 }
 
-/// Reads the call's messages, or the errno the kernel would fail it with.
+/// Reads the call's message headers and names, or the errno the kernel would fail it
+/// with.
 pub fn read(n: &Notification) -> Result<Send, i32> {
     let pid = n.pid;
     match n.nr {
         libc::SYS_sendto => {
             let [_, buffer, len, flags, address, address_len] = n.args;
             let name = read_name(pid, address, int_arg(address_len), true)?;
-            let (data, cut) = read_data(pid, &[(buffer, len)])?;
             Ok(Send {
                 pid,
                 flags: int_arg(flags),
                 messages: vec![Outgoing {
                     name,
-                    data,
-                    control: Vec::new(),
-                    passed: Vec::new(),
-                    cut,
+                    data: Data::Buffer { at: buffer, len },
+                    control: (0, 0),
                     len_at: None,
                 }],
                 many: false,
@@ -81,7 +99,7 @@ pub fn read(n: &Notification) -> Result<Send, i32> {
         libc::SYS_sendmsg => Ok(Send {
             pid,
             flags: int_arg(n.args[2]),
-            messages: vec![read_message(pid, n.args[1])?],
+            messages: vec![read_header(pid, n.args[1])?],
             many: false,
         }),
         libc::SYS_sendmmsg => {
@@ -89,9 +107,9 @@ pub fn read(n: &Notification) -> Result<Send, i32> {
             let mut messages = Vec::new();
             for i in 0..count {
                 let at = n.args[1].wrapping_add(i * MMSGHDR_LEN);
-                match read_message(pid, at) {
+                match read_header(pid, at) {
                     Ok(mut message) => {
-                        message.len_at = Some(at + MSGHDR_LEN);
+                        message.len_at = Some(at.wrapping_add(MSGHDR_LEN));
                         messages.push(message);
                     }
                     // The kernel sends the messages before one it cannot read.
@@ -124,79 +142,92 @@ fn read_name(pid: u32, address: u64, len: i32, strict: bool) -> Result<Vec<u8>, 
     seccomp::read_memory(pid, address, len.min(max)).map_err(|_| libc::EFAULT)
 }
 
-/// The buffers' bytes, in order, up to `MAX_DATA`.
-fn read_data(pid: u32, buffers: &[(u64, u64)]) -> Result<(Vec<u8>, bool), i32> {
-    let mut data = Vec::new();
-    let mut cut = false;
-    for &(at, len) in buffers {
-        let len = usize::try_from(len).map_err(|_| libc::EINVAL)?;
-        let room = MAX_DATA - data.len();
-        if len > room {
-            cut = true;
-        }
-        let take = len.min(room);
-        if take > 0 {
-            data.extend(seccomp::read_memory(pid, at, take).map_err(|_| libc::EFAULT)?);
-        }
-        if cut {
-            break;
-        }
-    }
-    Ok((data, cut))
-}
-
-/// One `struct msghdr` at `at`.
-fn read_message(pid: u32, at: u64) -> Result<Outgoing, i32> {
+/// One `struct msghdr` at `at`, with its name.
+fn read_header(pid: u32, at: u64) -> Result<Outgoing, i32> {
     let header = seccomp::read_memory(pid, at, usize::try_from(MSGHDR_LEN).unwrap_or(56))
         .map_err(|_| libc::EFAULT)?;
     let word =
         |offset: usize| u64::from_ne_bytes(header[offset..offset + 8].try_into().unwrap_or([0; 8]));
     let name_len = i32::from_ne_bytes(header[8..12].try_into().unwrap_or([0; 4]));
-    let (iov, iov_len, control, control_len) = (word(16), word(24), word(32), word(40));
-    let name = read_name(pid, word(0), name_len, false)?;
-    if iov_len > MAX_IOV {
-        return Err(libc::EMSGSIZE);
+    Ok(Outgoing {
+        name: read_name(pid, word(0), name_len, false)?,
+        data: Data::Vector {
+            at: word(16),
+            count: word(24),
+        },
+        control: (word(32), word(40)),
+        len_at: None,
+    })
+}
+
+impl Outgoing {
+    /// The message's buffers, as (address, length) in the caller's memory.
+    fn buffers(&self, pid: u32) -> Result<Vec<(u64, u64)>, i32> {
+        let (at, count) = match self.data {
+            Data::Buffer { at, len } => return Ok(vec![(at, len)]),
+            Data::Vector { at, count } => (at, count),
+        };
+        if count > MAX_IOV {
+            return Err(libc::EMSGSIZE);
+        }
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let vectors = seccomp::read_memory(pid, at, usize::try_from(count * 16).unwrap_or(0))
+            .map_err(|_| libc::EFAULT)?;
+        let buffers: Vec<(u64, u64)> = vectors
+            .chunks_exact(16)
+            .map(|v| {
+                (
+                    u64::from_ne_bytes(v[0..8].try_into().unwrap_or([0; 8])),
+                    u64::from_ne_bytes(v[8..16].try_into().unwrap_or([0; 8])),
+                )
+            })
+            .collect();
+        let total = buffers
+            .iter()
+            .try_fold(0u64, |sum, (_, len)| sum.checked_add(*len));
+        if total.is_none_or(|t| t > i64::MAX as u64) {
+            return Err(libc::EINVAL);
+        }
+        Ok(buffers)
     }
-    let vectors = if iov_len == 0 {
-        Vec::new()
-    } else {
-        seccomp::read_memory(pid, iov, usize::try_from(iov_len * 16).unwrap_or(0))
-            .map_err(|_| libc::EFAULT)?
-    };
-    let buffers: Vec<(u64, u64)> = vectors
-        .chunks_exact(16)
-        .map(|v| {
-            (
-                u64::from_ne_bytes(v[0..8].try_into().unwrap_or([0; 8])),
-                u64::from_ne_bytes(v[8..16].try_into().unwrap_or([0; 8])),
-            )
-        })
-        .collect();
-    let total = buffers
-        .iter()
-        .try_fold(0u64, |sum, (_, len)| sum.checked_add(*len));
-    if total.is_none_or(|t| t > i64::MAX as u64) {
-        return Err(libc::EINVAL);
-    }
-    let (data, cut) = read_data(pid, &buffers)?;
-    let (control, passed) = if control == 0 || control_len == 0 {
-        (Vec::new(), Vec::new())
-    } else {
-        let len = usize::try_from(control_len).unwrap_or(usize::MAX);
+
+    /// Its ancillary data, with the fds it passes copied (held in the second value).
+    fn read_control(&self, pid: u32) -> Result<(Vec<u8>, Vec<OwnedFd>), i32> {
+        let (at, len) = self.control;
+        if at == 0 || len == 0 {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
         if len > MAX_CONTROL {
             return Err(libc::ENOBUFS);
         }
-        let raw = seccomp::read_memory(pid, control, len).map_err(|_| libc::EFAULT)?;
-        translate_control(pid, &raw)?
-    };
-    Ok(Outgoing {
-        name,
-        data,
-        control,
-        passed,
-        cut,
-        len_at: None,
-    })
+        let raw = seccomp::read_memory(pid, at, len).map_err(|_| libc::EFAULT)?;
+        translate_control(pid, &raw)
+    }
+}
+
+/// `len` bytes of the buffers' concatenation from `offset` on.
+fn read_range(pid: u32, buffers: &[(u64, u64)], offset: usize, len: usize) -> Result<Vec<u8>, i32> {
+    let mut data = Vec::with_capacity(len);
+    let mut skip = offset as u64;
+    for &(at, size) in buffers {
+        if data.len() == len {
+            break;
+        }
+        if skip >= size {
+            skip -= size;
+            continue;
+        }
+        let room = (len - data.len()) as u64;
+        let take = (size - skip).min(room);
+        let start = at.wrapping_add(skip);
+        skip = 0;
+        let take = usize::try_from(take).map_err(|_| libc::EINVAL)?;
+        data.extend(seccomp::read_memory(pid, start, take).map_err(|_| libc::EFAULT)?);
+    }
+    Ok(data)
 }
 
 /// `struct cmsghdr`: cmsg_len (size_t), cmsg_level, cmsg_type; data 8-aligned after it.
@@ -248,37 +279,104 @@ fn translate_control(pid: u32, raw: &[u8]) -> Result<(Vec<u8>, Vec<OwnedFd>), i3
     Ok((out, passed))
 }
 
-/// Sends the messages on `socket` (the caller's, copied); the caller's answer.
-pub fn send(socket: &OwnedFd, send: &Send) -> Result<i64, i32> {
+/// The bytes all workers may hold read from callers at once.
+pub struct Budget {
+    left: Mutex<usize>,
+    freed: Condvar,
+    capacity: usize,
+}
+
+/// Bytes taken from a `Budget`, given back when dropped.
+struct Held<'a> {
+    budget: &'a Budget,
+    bytes: usize,
+}
+
+impl Budget {
+    pub fn new(capacity: usize) -> Budget {
+        Budget {
+            left: Mutex::new(capacity),
+            freed: Condvar::new(),
+            capacity,
+        }
+    }
+
+    /// Takes `bytes` once that many are left; `None` if the caller is gone meanwhile.
+    fn take(&self, bytes: usize, caller_waits: &dyn Fn() -> bool) -> Option<Held<'_>> {
+        let bytes = bytes.min(self.capacity);
+        let mut left = self.left.lock().ok()?;
+        while *left < bytes {
+            // Rechecked now and then: a caller killed while its send waits here ends it.
+            let (guard, _) = self
+                .freed
+                .wait_timeout(left, Duration::from_millis(100))
+                .ok()?;
+            left = guard;
+            if *left < bytes && !caller_waits() {
+                return None;
+            }
+        }
+        *left -= bytes;
+        Some(Held {
+            budget: self,
+            bytes,
+        })
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut left) = self.budget.left.lock() {
+            *left += self.bytes;
+        }
+        self.budget.freed.notify_all();
+    }
+}
+
+/// Sends the messages on `socket` (the caller's, copied); the caller's answer. What is
+/// read from the caller is used only once `caller_waits` says the caller is still the
+/// one waiting (its pid not yet another process's); `budget`, if any, bounds the bytes
+/// held.
+pub fn send(
+    socket: &OwnedFd,
+    send: &Send,
+    budget: Option<&Budget>,
+    caller_waits: &dyn Fn() -> bool,
+) -> Result<i64, i32> {
     let stream = nix::sys::socket::getsockopt(socket, nix::sys::socket::sockopt::SockType)
         .is_ok_and(|t| t == nix::sys::socket::SockType::Stream);
+    let sndbuf =
+        nix::sys::socket::getsockopt(socket, nix::sys::socket::sockopt::SndBuf).unwrap_or(0);
     let flags = (send.flags | libc::MSG_NOSIGNAL) & !MSG_ZEROCOPY;
+    let one = OneSend {
+        socket,
+        pid: send.pid,
+        flags,
+        budget,
+        caller_waits,
+    };
     let mut sent = 0i64;
     for message in &send.messages {
-        let result = if message.cut && !stream {
-            Err(libc::EMSGSIZE)
+        let result = if stream {
+            one.stream(message)
         } else {
-            crate::sys::socket::sendmsg_raw(
-                socket.as_fd(),
-                &message.name,
-                &message.data,
-                &message.control,
-                flags,
-            )
+            one.datagram(message, sndbuf.clamp(DATAGRAM_FLOOR, MAX_DATA))
         };
         match result {
             Ok(bytes) => {
                 if !send.many {
                     return Ok(i64::try_from(bytes).unwrap_or(i64::MAX));
                 }
-                if let Some(at) = message.len_at {
+                // Written only while the caller waits: its pid could otherwise be
+                // another process's by now.
+                if let Some(at) = message.len_at.filter(|_| caller_waits()) {
                     let len = u32::try_from(bytes).unwrap_or(u32::MAX);
                     let _ = seccomp::write_memory(send.pid, at, &len.to_ne_bytes());
                 }
                 sent += 1;
             }
             Err(errno) => {
-                if errno == libc::EPIPE && send.flags & libc::MSG_NOSIGNAL == 0 {
+                if errno == libc::EPIPE && send.flags & libc::MSG_NOSIGNAL == 0 && caller_waits() {
                     raise_sigpipe(send.pid);
                 }
                 return if sent > 0 { Ok(sent) } else { Err(errno) };
@@ -286,6 +384,93 @@ pub fn send(socket: &OwnedFd, send: &Send) -> Result<i64, i32> {
         }
     }
     Ok(sent)
+}
+
+/// What sending one message needs.
+struct OneSend<'a> {
+    socket: &'a OwnedFd,
+    pid: u32,
+    flags: i32,
+    budget: Option<&'a Budget>,
+    caller_waits: &'a dyn Fn() -> bool,
+}
+
+impl OneSend<'_> {
+    /// Bytes taken from the budget (none without one); ENOENT if the caller is gone.
+    fn hold(&self, bytes: usize) -> Result<Option<Held<'_>>, i32> {
+        match self.budget {
+            None => Ok(None),
+            Some(budget) => budget
+                .take(bytes, self.caller_waits)
+                .map(Some)
+                .ok_or(libc::ENOENT),
+        }
+    }
+
+    /// A stream's message: up to `MAX_DATA` bytes, a `CHUNK` at a time, the ancillary
+    /// data (and the fds it passes, closed right after) with the first; a piece sent in
+    /// part, or an error after some were sent, ends it with the bytes sent.
+    fn stream(&self, message: &Outgoing) -> Result<usize, i32> {
+        let buffers = message.buffers(self.pid)?;
+        let total: u64 = buffers.iter().map(|(_, len)| len).sum();
+        let want = usize::try_from(total).unwrap_or(usize::MAX).min(MAX_DATA);
+        let (control, mut passed) = message.read_control(self.pid)?;
+        let mut done = 0;
+        loop {
+            let take = (want - done).min(CHUNK);
+            let held = self.hold(take);
+            let result = held.and_then(|_held| {
+                let data = read_range(self.pid, &buffers, done, take)?;
+                if !(self.caller_waits)() {
+                    return Err(libc::ENOENT);
+                }
+                let control: &[u8] = if done == 0 { &control } else { &[] };
+                crate::sys::socket::sendmsg_raw(
+                    self.socket.as_fd(),
+                    &message.name,
+                    &data,
+                    control,
+                    self.flags,
+                )
+            });
+            passed.clear();
+            match result {
+                Ok(bytes) => {
+                    done += bytes;
+                    if bytes < take || done >= want {
+                        return Ok(done);
+                    }
+                }
+                Err(_) if done > 0 => return Ok(done),
+                Err(errno) => return Err(errno),
+            }
+        }
+    }
+
+    /// A datagram: whole, or EMSGSIZE unread past `limit`.
+    fn datagram(&self, message: &Outgoing, limit: usize) -> Result<usize, i32> {
+        let buffers = message.buffers(self.pid)?;
+        let total: u64 = buffers.iter().map(|(_, len)| len).sum();
+        let total = usize::try_from(total).unwrap_or(usize::MAX);
+        if total > limit {
+            return Err(libc::EMSGSIZE);
+        }
+        let (control, passed) = message.read_control(self.pid)?;
+        let _held = self.hold(total)?;
+        let data = read_range(self.pid, &buffers, 0, total)?;
+        if !(self.caller_waits)() {
+            return Err(libc::ENOENT);
+        }
+        let sent = crate::sys::socket::sendmsg_raw(
+            self.socket.as_fd(),
+            &message.name,
+            &data,
+            &control,
+            self.flags,
+        );
+        drop(passed);
+        sent
+    }
 }
 
 /// SIGPIPE in the caller's thread, as the kernel raises it for a send on a closed pipe.

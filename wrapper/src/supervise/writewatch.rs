@@ -88,7 +88,7 @@ struct Seen {
     /// Destinations announced on stderr so far.
     announced_direct: Mutex<std::collections::HashSet<(netwatch::Protocol, SocketAddr)>>,
     /// Host Unix sockets announced on stderr so far.
-    announced_unix: Mutex<std::collections::HashSet<PathBuf>>,
+    announced_local: Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 /// The paths announced on stderr so far, and whether the cap was reached.
@@ -509,6 +509,10 @@ fn handle_connect(listener: &OwnedFd, watch: &Watch, n: &Notification) {
             Err(_) => return answer(Err(libc::EFAULT)),
         }
     };
+    if let Some(vsock) = vsock_of(&address) {
+        record_vsock(listener, watch, n, vsock);
+        return answer(Err(libc::ENETUNREACH));
+    }
     let socket = match netwatch::copy_socket_or_errno(n) {
         Ok(socket) => socket,
         Err(_) if n.pid == watch.context.pid1 => return let_pid1_run(listener, n),
@@ -525,13 +529,17 @@ fn handle_connect(listener: &OwnedFd, watch: &Watch, n: &Notification) {
         netwatch::judge_connect(n, &address, &socket, watch.net),
         false,
     );
-    watch.connector.submit(Job {
-        id: n.id,
-        socket,
-        op: Op::Connect(address),
-        hold: Vec::new(),
-        after: None,
-    });
+    submit(
+        watch,
+        n,
+        Job {
+            id: n.id,
+            socket,
+            op: Op::Connect(address),
+            hold: Vec::new(),
+            after: None,
+        },
+    );
 }
 
 /// A connect to a Unix socket's path: decided, then made to the file decided on.
@@ -562,13 +570,17 @@ fn connect_unix(listener: &OwnedFd, watch: &Watch, n: &Notification, socket: Own
                     Some(Box::new(move |result| record.write(result)))
                 }
             };
-            watch.connector.submit(Job {
-                id: n.id,
-                socket,
-                op: Op::Connect(address),
-                hold: vec![file],
-                after,
-            });
+            submit(
+                watch,
+                n,
+                Job {
+                    id: n.id,
+                    socket,
+                    op: Op::Connect(address),
+                    hold: vec![file],
+                    after,
+                },
+            );
         }
         Decision::Refuse { errno, host } => {
             if host {
@@ -597,12 +609,16 @@ fn handle_send(listener: &OwnedFd, watch: &Watch, n: &Notification) {
         Ok(send) => send,
         Err(errno) => return answer(Err(errno)),
     };
-    let mut hold: Vec<OwnedFd> = send
-        .messages
-        .iter_mut()
-        .flat_map(|m| std::mem::take(&mut m.passed))
-        .collect();
+    let mut hold: Vec<OwnedFd> = Vec::new();
     for (index, message) in send.messages.iter_mut().enumerate() {
+        if let Some(vsock) = vsock_of(&message.name) {
+            record_vsock(listener, watch, n, vsock);
+            if index == 0 {
+                return answer(Err(libc::ENETUNREACH));
+            }
+            send.messages.truncate(index);
+            break;
+        }
         let Some(path) = unixsockets::path_of(&message.name).map(<[u8]>::to_vec) else {
             continue;
         };
@@ -646,13 +662,26 @@ fn handle_send(listener: &OwnedFd, watch: &Watch, n: &Notification) {
         netwatch::judge_send(n, &names, &socket, watch.net),
         false,
     );
-    watch.connector.submit(Job {
-        id: n.id,
-        socket,
-        op: Op::Send(send),
-        hold,
-        after: None,
-    });
+    submit(
+        watch,
+        n,
+        Job {
+            id: n.id,
+            socket,
+            op: Op::Send(send),
+            hold,
+            after: None,
+        },
+    );
+}
+
+/// Hands a call to the connector: pid 1's on a thread of its own (connector.rs).
+fn submit(watch: &Watch, n: &Notification, job: Job) {
+    if n.pid == watch.context.pid1 {
+        watch.connector.submit_own(job);
+    } else {
+        watch.connector.submit(job);
+    }
 }
 
 /// pid 1's own call, which netbox cannot copy from once pid 1 is no longer dumpable
@@ -761,12 +790,72 @@ impl AllowedUse {
 /// A connect or datagram to a host Unix socket, refused: a `direct_attempt` record with
 /// protocol `unix`, and a notice once per path.
 fn record_unix(watch: &Watch, n: &Notification, named: &std::path::Path, executable: &str) {
+    let path = named.display().to_string();
+    let program = program_of(executable);
+    record_refused_local(
+        watch,
+        n,
+        executable,
+        Refused {
+            protocol: "unix",
+            address: path.clone(),
+            port: 0,
+            reason: UNIX_REASON,
+            key: named.to_owned(),
+            notice: format!(
+                "netbox: refused a connection to the host socket {} by {} (not the \
+                 sandbox's own; --allow-socket PATH lets one through)",
+                crate::printable::printable(&path),
+                crate::printable::printable(&program),
+            ),
+        },
+    );
+}
+
+/// A connect or datagram to a vsock address, refused: a `direct_attempt` record with
+/// protocol `vsock`, and a notice once per context id.
+fn record_vsock(listener: &OwnedFd, watch: &Watch, n: &Notification, (cid, port): (u32, u32)) {
+    let executable = executable_of(n.pid);
+    if !seccomp::still_valid(listener.as_fd(), n.id) {
+        return;
+    }
+    let program = program_of(&executable);
+    record_refused_local(
+        watch,
+        n,
+        &executable,
+        Refused {
+            protocol: "vsock",
+            address: format!("cid {cid}"),
+            port: u16::try_from(port).unwrap_or(u16::MAX),
+            reason: VSOCK_REASON,
+            key: PathBuf::from(format!("vsock:{cid}")),
+            notice: format!(
+                "netbox: refused a vsock connection to context {cid} by {} (vsock reaches \
+                 the hypervisor past any network namespace)",
+                crate::printable::printable(&program),
+            ),
+        },
+    );
+}
+
+/// A refused attempt that never reaches the network namespace's interfaces.
+struct Refused {
+    protocol: &'static str,
+    address: String,
+    port: u16,
+    reason: &'static str,
+    /// What a notice is announced once for.
+    key: PathBuf,
+    notice: String,
+}
+
+fn record_refused_local(watch: &Watch, n: &Notification, executable: &str, refused: Refused) {
     let (context, seen) = (watch.context, watch.seen);
     let count = seen.direct.fetch_add(1, Ordering::Relaxed) + 1;
     if count > MAX_RECORDS {
         return;
     }
-    let path = named.display().to_string();
     context.log.record_as(
         "direct_attempt",
         &context.session.id,
@@ -774,39 +863,59 @@ fn record_unix(watch: &Watch, n: &Notification, named: &std::path::Path, executa
             pid: n.pid,
             executable: bridge::log::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
             syscall: netwatch::syscall_name(n.nr).to_owned(),
-            protocol: "unix".to_owned(),
-            address: bridge::log::bounded(path.clone(), MAX_PATH_IN_RECORD),
-            port: 0,
+            protocol: refused.protocol.to_owned(),
+            address: bridge::log::bounded(refused.address, MAX_PATH_IN_RECORD),
+            port: refused.port,
             name: None,
-            reason: UNIX_REASON.to_owned(),
+            reason: refused.reason.to_owned(),
         },
     );
     if !context.notices {
         return;
     }
-    let Ok(mut announced) = seen.announced_unix.lock() else {
+    let Ok(mut announced) = seen.announced_local.lock() else {
         return;
     };
     if announced.len() < MAX_NOTICES {
-        if announced.insert(named.to_owned()) {
-            let program = std::path::Path::new(executable)
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            crate::output::say(&format!(
-                "netbox: refused a connection to the host socket {} by {} (not the \
-                 sandbox's own; --allow-socket PATH lets one through)",
-                crate::printable::printable(&path),
-                crate::printable::printable(&program),
-            ));
+        if announced.insert(refused.key) {
+            crate::output::say(&refused.notice);
         }
-    } else if !announced.contains(named) && announced.len() == MAX_NOTICES {
-        announced.insert(named.to_owned());
+    } else if !announced.contains(&refused.key) && announced.len() == MAX_NOTICES {
+        announced.insert(refused.key);
         crate::output::say(
             "netbox: more host sockets were refused; they are not announced, only logged",
         );
     }
 }
+
+/// An executable's file name, for a notice.
+fn program_of(executable: &str) -> String {
+    std::path::Path::new(executable)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// A vsock address (`struct sockaddr_vm`: family, reserved, port, context id): the
+/// context id and port it names, if it is one. vsock reaches the hypervisor and other
+/// guests of the machine, and no network namespace confines it, so every connect and
+/// send to one is refused.
+fn vsock_of(address: &[u8]) -> Option<(u32, u32)> {
+    let family = i32::from(u16::from_ne_bytes(address.get(0..2)?.try_into().ok()?));
+    if family != libc::AF_VSOCK {
+        return None;
+    }
+    let word = |at: usize| {
+        address
+            .get(at..at + 4)
+            .and_then(|w| w.try_into().ok())
+            .map_or(0, u32::from_ne_bytes)
+    };
+    Some((word(8), word(4)))
+}
+
+/// A refused vsock attempt's `reason`.
+const VSOCK_REASON: &str = "vsock";
 
 /// A refused Unix socket's `reason`.
 const UNIX_REASON: &str = "host socket";

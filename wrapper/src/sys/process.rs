@@ -388,3 +388,63 @@ pub fn tgkill(tgid: u32, tid: u32, signal: nix::sys::signal::Signal) -> io::Resu
     }
     Ok(())
 }
+
+/// The signal that wakes one of netbox's own threads out of a call that should end (a
+/// connect or send made for a caller that is gone): a real-time one nothing else uses.
+fn wakeup_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 1
+}
+
+extern "C" fn on_wakeup(_: libc::c_int) {}
+
+/// Installs the wake-up signal's handler, which does nothing: its point is that it is
+/// installed without SA_RESTART, so the call the signal lands in fails with EINTR. Call
+/// before any thread unblocks the signal (its default action ends the process).
+pub fn install_wakeup() -> io::Result<()> {
+    // SAFETY: sigaction is zeroed (a valid empty mask, no flags) before its handler is
+    // set; the handler runs no code at all, so it is async-signal-safe; the kernel copies
+    // the struct during the call.
+    let rc = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_wakeup as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(wakeup_signal(), &action, std::ptr::null_mut())
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Blocks every signal in the calling thread but the wake-up signal.
+pub fn block_all_but_wakeup() -> io::Result<()> {
+    // SAFETY: `mask` is a sigset_t filled and edited by libc's own functions before use;
+    // pthread_sigmask reads it and writes no old mask (null).
+    let rc = unsafe {
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut mask);
+        libc::sigdelset(&mut mask, wakeup_signal());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// The calling thread's id.
+pub fn thread_id() -> u32 {
+    // SAFETY: gettid takes nothing and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    u32::try_from(tid).unwrap_or(0)
+}
+
+/// Sends the wake-up signal to thread `tid` of netbox itself.
+pub fn wake_thread(tid: u32) -> io::Result<()> {
+    // SAFETY: all arguments are plain values; the syscall touches no memory of ours.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, std::process::id(), tid, wakeup_signal()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

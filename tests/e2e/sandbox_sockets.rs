@@ -269,6 +269,21 @@ fn allow_socket_lets_exactly_the_named_agent_through_and_logs_it() {
         stderr(&out)
     );
     assert!(said.ends_with("rc=2\n"), "the other agent answered: {said}");
+    // The probe proved netbox lets it through, and refuses a socket from outside.
+    let probe = run.probe();
+    let row = probe["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "allowed sockets")
+        .unwrap_or_else(|| panic!("no allowed sockets check: {probe:#}"));
+    assert_eq!(row["passed"], true, "{row:#}");
+    assert_eq!(row["forbidden"][0]["result"], "refused as a host socket");
+    assert_eq!(
+        row["control"][0]["attempt"],
+        format!("connect to the allowed socket {}", allowed.display())
+    );
+    assert_eq!(row["control"][0]["result"], "let through");
     let used: Vec<Value> = run
         .events()
         .into_iter()

@@ -549,6 +549,11 @@ fn child_plan(
             cgroup_limits,
             nested_userns_forbidden: !config.allow_nested_userns,
             io_uring_forbidden: !config.allow_io_uring,
+            allowed_sockets: config
+                .allowed_sockets
+                .iter()
+                .map(|a| a.named.clone())
+                .collect(),
             capture: config.capture.as_ref().map(|capture| {
                 let ports = &capture.ports;
                 crate::sandbox::probe::CaptureProbe {

@@ -223,7 +223,11 @@ fn prove(
             Ok(handed) => (
                 probe::watched_writes(input),
                 probe::watched_connects(input),
-                vec![probe::unix_sockets_at_connect(input, foreign)],
+                {
+                    let checks = vec![probe::unix_sockets_at_connect(input, foreign)];
+                    probe::connect_allowed_sockets(input);
+                    checks
+                },
                 handed,
             ),
             Err(e) => {

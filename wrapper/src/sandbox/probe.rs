@@ -69,6 +69,10 @@ pub struct ProbeInput {
     pub nested_userns_forbidden: bool,
     /// Whether io_uring must be refused (ENOSYS).
     pub io_uring_forbidden: bool,
+    /// The sockets `--allow-socket` names, as CMD names them: each is connected to once
+    /// under the filter, for netbox to check that it let each through.
+    #[serde(default)]
+    pub allowed_sockets: Vec<PathBuf>,
     /// With capture: a port it listens on, and one it does not.
     #[serde(default)]
     pub capture: Option<CaptureProbe>,
@@ -1011,6 +1015,15 @@ pub fn unix_sockets_at_connect(input: &ProbeInput, foreign: Option<ForeignSocket
         }),
     )];
     check("unix sockets decided at connect", forbidden, control)
+}
+
+/// Connects to each allowed socket once, under the filter, and closes at once: what netbox
+/// decided is its own check ("allowed sockets"); the host's answer is the service's (it
+/// may not be running), so nothing is judged here.
+pub fn connect_allowed_sockets(input: &ProbeInput) {
+    for path in &input.allowed_sockets {
+        let _ = std::os::unix::net::UnixStream::connect(path);
+    }
 }
 
 fn connect_abstract(name: &[u8]) -> std::io::Result<()> {

@@ -80,6 +80,8 @@ struct Seen {
     probe: Mutex<Vec<(PathBuf, bool)>>,
     /// pid 1's connections: where to, and whether each was judged a direct attempt.
     probe_connects: Mutex<Vec<(SocketAddr, bool)>>,
+    /// pid 1's connects to Unix socket paths: the path, and what netbox decided.
+    probe_unix: Mutex<Vec<(PathBuf, ProbeUnix)>>,
     /// With `--cpus`, how joining the sandbox's cpu cgroup went.
     cpu_cgroup: Mutex<Option<Result<(), String>>>,
     denied: AtomicU64,
@@ -89,6 +91,17 @@ struct Seen {
     announced_direct: Mutex<std::collections::HashSet<(netwatch::Protocol, SocketAddr)>>,
     /// Host Unix sockets announced on stderr so far.
     announced_local: Mutex<std::collections::HashSet<PathBuf>>,
+}
+
+/// What netbox decided for one of pid 1's connects to a Unix socket path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ProbeUnix {
+    Own,
+    Allowed,
+    /// Refused as a host socket.
+    Host,
+    /// Refused otherwise (nothing there, ...).
+    Other,
 }
 
 /// The paths announced on stderr so far, and whether the cap was reached.
@@ -111,6 +124,8 @@ pub struct Attached {
 /// The watcher thread and what it has seen.
 pub struct WriteWatch {
     seen: Arc<Seen>,
+    /// The sockets `--allow-socket` names, as CMD names them: the probe connects to each.
+    allowed_sockets: Vec<PathBuf>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// Hands the thread the sandbox's listener (and what it judges with); dropped once
     /// used (or at the end).
@@ -125,6 +140,11 @@ impl WriteWatch {
     /// probe's first write waits for it.
     pub fn spawn(context: WatchContext) -> std::io::Result<WriteWatch> {
         let seen = Arc::new(Seen::default());
+        let allowed_sockets = context
+            .allowed_sockets
+            .iter()
+            .map(|a| a.named.clone())
+            .collect();
         let (give, take) = std::sync::mpsc::sync_channel::<Attached>(1);
         let (stopped, stop) = std::io::pipe()?;
         let (joined, join_result) = std::sync::mpsc::sync_channel::<()>(1);
@@ -203,6 +223,7 @@ impl WriteWatch {
         }
         Ok(WriteWatch {
             seen,
+            allowed_sockets,
             thread: Some(thread),
             listener: Some(give),
             stop: Some(stop),
@@ -303,6 +324,51 @@ impl WriteWatch {
         let (forbidden, control) = watched_outcomes(watched, "logged as a direct attempt");
         report.add_check(crate::sandbox::probe::check(
             crate::sandbox::probe::DIRECT_LOG_CHECK,
+            forbidden,
+            control,
+        ));
+        self.check_allowed_sockets(report);
+    }
+
+    /// With `--allow-socket`, the "allowed sockets" check, from what netbox decided for
+    /// pid 1's connects: the socket bound outside the sandbox's network namespace refused
+    /// as a host socket, and each allowed one let through (whatever the host's service
+    /// then answered: it may not be running).
+    fn check_allowed_sockets(&self, report: &mut ProbeReport) {
+        let decided = take_all(&self.seen.probe_unix);
+        if self.allowed_sockets.is_empty() {
+            return;
+        }
+        let describe = |verdict: Option<ProbeUnix>| match verdict {
+            Some(ProbeUnix::Own) => "taken for the sandbox's own",
+            Some(ProbeUnix::Allowed) => "let through",
+            Some(ProbeUnix::Host) => "refused as a host socket",
+            Some(ProbeUnix::Other) => "refused",
+            None => "not seen by netbox",
+        };
+        let host = decided
+            .iter()
+            .find(|(_, v)| *v == ProbeUnix::Host)
+            .map(|(_, v)| *v);
+        let forbidden = vec![crate::sandbox::probe::Outcome {
+            attempt: "connect to a socket listening outside the sandbox's network namespace".into(),
+            ok: host == Some(ProbeUnix::Host),
+            result: describe(host).into(),
+        }];
+        let control = self
+            .allowed_sockets
+            .iter()
+            .map(|path| {
+                let verdict = decided.iter().find(|(p, _)| p == path).map(|(_, v)| *v);
+                crate::sandbox::probe::Outcome {
+                    attempt: format!("connect to the allowed socket {}", path.display()),
+                    ok: verdict == Some(ProbeUnix::Allowed),
+                    result: describe(verdict).into(),
+                }
+            })
+            .collect();
+        report.add_check(crate::sandbox::probe::check(
+            "allowed sockets",
             forbidden,
             control,
         ));
@@ -550,7 +616,21 @@ fn connect_unix(listener: &OwnedFd, watch: &Watch, n: &Notification, socket: Own
     let Some(named) = unixsockets::as_named(n.pid, path) else {
         return answer(Err(libc::ENOENT));
     };
-    match unixsockets::decide(n.pid, &named, watch.unix) {
+    let decision = unixsockets::decide(n.pid, &named, watch.unix);
+    if n.pid == watch.context.pid1 {
+        let verdict = match &decision {
+            Decision::Connect {
+                whose: Whose::Own, ..
+            } => ProbeUnix::Own,
+            Decision::Connect { .. } => ProbeUnix::Allowed,
+            Decision::Refuse { host: true, .. } => ProbeUnix::Host,
+            Decision::Refuse { .. } => ProbeUnix::Other,
+        };
+        if let Ok(mut probe) = watch.seen.probe_unix.lock() {
+            probe.push((named.clone(), verdict));
+        }
+    }
+    match decision {
         Decision::Connect { file, whose } => {
             let Some(address) = crate::sys::socket::unix_address(
                 format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file)).as_bytes(),
@@ -558,7 +638,9 @@ fn connect_unix(listener: &OwnedFd, watch: &Watch, n: &Notification, socket: Own
                 return answer(Err(libc::ENAMETOOLONG));
             };
             let after: Option<AfterConnect> = match whose {
+                // pid 1's are the probe's own, not CMD's use.
                 Whose::Own => None,
+                Whose::Allowed(_) if n.pid == watch.context.pid1 => None,
                 Whose::Allowed(index) => {
                     let record = AllowedUse {
                         log: Arc::clone(&watch.context.log),

@@ -389,10 +389,16 @@ fn code_named_inside_a_writable_part_stays_read_only() {
     );
     // The directory it lies in is an anchor (a mountpoint, writable).
     assert_eq!(stdout(&out), "BESIDE\nCONTROL\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
     assert_eq!(
         std::fs::read_to_string(run.workspace.join(".git/refs/conf/extra.inc")).unwrap(),
         ""
     );
+    // The git directory is skipped by the check after the run, but not its writable
+    // parts: a repository made in one is reported.
+    let out = run.sh("git init -q --bare .git/objects/hidden && echo MADE");
+    assert_eq!(stdout(&out), "MADE\n", "{}", stderr(&out));
+    assert!(stderr(&out).contains("objects/hidden"), "{}", stderr(&out));
 }
 
 #[test]

@@ -162,10 +162,13 @@ pub fn run_reporting(
     // before this one starts.
     audit_orphans(&log, &config);
     let audit = crate::supervise::gitaudit::Scope {
-        // Directories: a file root holds no git metadata.
+        // Directories: a file root holds no git metadata. The parts of a pinned git
+        // directory left writable are walked too (a repository could hide in `objects/`),
+        // though the pin around them is skipped.
         roots: config
             .write_roots
             .iter()
+            .chain(protected.iter().filter(|p| p.writable).map(|p| &p.path))
             .filter(|r| r.is_dir())
             .cloned()
             .collect(),

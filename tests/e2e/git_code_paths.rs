@@ -543,8 +543,8 @@ fn every_documented_code_setting_is_pinned_wherever_the_repository_is() {
         std::fs::write(&place.config, before).unwrap();
         let _ = std::fs::remove_dir_all(place.worktree.join("code"));
     }
-    // Every hook, in the hooks directory of a repository whose .git is writable but for
-    // what runs code.
+    // Every hook, in the hooks directory of a repository whose data is writable
+    // (`--allow-git-writes`).
     let hooks: String = HOOKS
         .iter()
         .map(|h| format!("echo x > .git/hooks/{h} 2>/dev/null && echo {h}; "))
@@ -554,7 +554,7 @@ fn every_documented_code_setting_is_pinned_wherever_the_repository_is() {
         .arg("--allow-git-writes")
         .env("HOME", home.display().to_string())
         .sh(&format!(
-            "{hooks} echo x > .git/description && echo control"
+            "{hooks} echo x > .git/objects/control && echo control"
         ));
     assert_eq!(stdout(&out), "control\n", "{}", stderr(&out));
 }
@@ -747,27 +747,28 @@ fn the_scripts_husky_runs_are_pinned_with_its_hooks() {
     );
 }
 
-/// `--allow-git-writes`: a rebase CMD leaves under way, whose todo list runs `exec`
-/// lines at the next `git rebase --continue`, is reported.
+/// `--allow-git-writes`: CMD cannot leave a rebase under way, whose todo list would run
+/// `exec` lines at the next `git rebase --continue`: the top of the git directory is
+/// read-only.
 #[test]
-fn a_rebase_left_under_way_is_reported() {
+fn a_rebase_cannot_be_left_under_way() {
     let (dir, home) = with_home("git-rebase-todo");
     let run = Run::new(&dir)
+        .arg("--quiet")
         .arg("--allow-git-writes")
         .env("HOME", home.display().to_string());
     repository(&home, &run.workspace);
-    // Control: a run that starts no rebase says nothing.
-    let out = run.sh("echo x > control");
-    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
     let out = run.sh(
-        "r=.git/rebase-merge; mkdir $r && echo 'exec touch /tmp/owned' > $r/git-rebase-todo && echo STAGED",
+        "r=.git/rebase-merge; mkdir $r 2>/dev/null && echo 'exec touch /tmp/owned' > $r/git-rebase-todo && echo STAGED; \
+         r=.git/rebase-apply; mkdir $r 2>/dev/null && echo STAGED; \
+         echo x > .git/sequencer 2>/dev/null && echo STAGED; \
+         echo x > .git/objects/control && echo CONTROL",
     );
-    assert_eq!(stdout(&out), "STAGED\n", "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("warning") && stderr(&out).contains(".git"),
-        "{}",
-        stderr(&out)
-    );
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    for name in ["rebase-merge", "rebase-apply", "sequencer"] {
+        assert!(!run.workspace.join(".git").join(name).exists(), "{name}");
+    }
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
 }
 
 /// A directory on PATH inside the workspace (an activated `.venv/bin`, a relative

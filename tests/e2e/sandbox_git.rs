@@ -1,5 +1,6 @@
 //! Code planted through git metadata (issue 20, finding 1): a submodule's `.git` is pinned
-//! like the top one, `--allow-git-writes` keeps the index and submodules read-only, and
+//! like the top one, `--allow-git-writes` keeps the index and submodules read-only (and
+//! the host's own `git commit` meanwhile does not stop the run), and
 //! the git metadata a run does create is reported when it ends, or by the next run when
 //! netbox was killed first. Each with its control.
 
@@ -184,17 +185,19 @@ fn allow_git_writes_keeps_the_index_and_submodules_read_only() {
          mkdir .git/modules/other 2>/dev/null && echo MODULE_DIR; \
          mkdir .git/worktrees 2>/dev/null && echo WORKTREES; \
          echo '[core] fsmonitor = x' > .git/config.worktree 2>/dev/null && echo CONFIG_WORKTREE; \
+         export GIT_INDEX_FILE=/tmp/index && git read-tree HEAD && \
          blob=$(git hash-object -w lib/../.gitmodules) && tree=$(git write-tree) && \
          commit=$(git -c user.email=t@netbox.test -c user.name=t commit-tree $tree -p HEAD -m inside) && \
-         git update-ref refs/heads/main $commit && echo COMMITTED",
+         git update-ref refs/heads/inside $commit && echo COMMITTED",
     );
-    // Control: objects and refs are writable, so a commit made with plumbing lands.
+    // Control: objects and refs are writable, so a commit made with plumbing (and an
+    // index of its own) lands on a branch HEAD does not name.
     assert_eq!(stdout(&out), "COMMITTED\n", "{}", stderr(&out));
     assert_eq!(
         std::fs::read(run.workspace.join(".git/index")).unwrap(),
         index
     );
-    assert!(git(&run.workspace, &["log", "--oneline"]).contains("inside"));
+    assert!(git(&run.workspace, &["log", "--oneline", "inside"]).contains("inside"));
     for gone in [
         ".git/modules/other",
         ".git/worktrees",
@@ -202,6 +205,200 @@ fn allow_git_writes_keeps_the_index_and_submodules_read_only() {
     ] {
         assert!(!run.workspace.join(gone).exists(), "{gone} left behind");
     }
+}
+
+/// `--allow-git-writes` pins the git directory whole and leaves only its data writable:
+/// the user's own `git commit` and `git config` on the host, which replace `index` and
+/// `config` by rename, do not stop the run (a pin on each file would be lost), and after
+/// them CMD still cannot write either, nor a hook, nor move the data directories away.
+/// Control: a fetch from a local repository, and a commit made with plumbing on a branch
+/// of its own, land.
+#[test]
+fn host_commits_do_not_stop_a_run_with_allow_git_writes() {
+    // Outside the private /tmp: the upstream repository is read inside.
+    let dir = TestDir::outside_tmp("gitwrites-host-commits");
+    let upstream = crate::support::bare_repo(&dir.path, "upstream.git", "upstream\n");
+    let feature = dir.join("upstream.git.src");
+    git(&feature, &["checkout", "-q", "-b", "feature"]);
+    git(
+        &feature,
+        &["commit", "-q", "--allow-empty", "-m", "feature"],
+    );
+    git(
+        &feature,
+        &["push", "-q", upstream.to_str().unwrap(), "feature"],
+    );
+    let wanted = git(&feature, &["rev-parse", "HEAD"]);
+    let run = Run::new(&dir).arg("--quiet").arg("--allow-git-writes");
+    git(&run.workspace, &["init", "-q"]);
+    git(
+        &run.workspace,
+        &["commit", "-q", "--allow-empty", "-m", "first"],
+    );
+    git(
+        &run.workspace,
+        &["remote", "add", "up", upstream.to_str().unwrap()],
+    );
+    let child = run
+        .command(
+            "touch started; for i in $(seq 300); do [ -e host-done ] && break; sleep 0.05; done; \
+             echo x > .git/index 2>/dev/null && echo INDEX; \
+             echo '[core] fsmonitor = touch PWNED' >> .git/config 2>/dev/null && echo CONFIG; \
+             echo 'touch PWNED' > .git/hooks/x 2>/dev/null && echo HOOK; \
+             echo x > .git/HEAD 2>/dev/null && echo HEAD; \
+             mkdir .git/info/x 2>/dev/null && echo INFO; \
+             mv .git/objects .git/o2 2>/dev/null && echo MOVED; \
+             git fetch -q up && echo FETCHED; \
+             c=$(git -c user.email=t@netbox.test -c user.name=t commit-tree HEAD^{tree} -p HEAD -m inside) && \
+             git update-ref refs/heads/inside $c && echo COMMITTED",
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_path(&run.workspace.join("started"), "CMD never started");
+    // What a user does in another terminal meanwhile: each commit replaces the index by
+    // rename, the config change the config.
+    for n in 1..=3 {
+        std::fs::write(run.workspace.join("f.txt"), format!("{n}\n")).unwrap();
+        git(&run.workspace, &["add", "f.txt"]);
+        git(
+            &run.workspace,
+            &["commit", "-q", "-m", &format!("host {n}")],
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    git(&run.workspace, &["config", "user.name", "someone"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let index = std::fs::read(run.workspace.join(".git/index")).unwrap();
+    let config = std::fs::read_to_string(run.workspace.join(".git/config")).unwrap();
+    let host_head = git(&run.workspace, &["rev-parse", "HEAD"]);
+    std::fs::write(run.workspace.join("host-done"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "FETCHED\nCOMMITTED\n", "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read(run.workspace.join(".git/index")).unwrap(),
+        index
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.workspace.join(".git/config")).unwrap(),
+        config
+    );
+    assert!(!run.workspace.join(".git/hooks/x").exists());
+    assert!(!run.workspace.join(".git/o2").exists());
+    assert!(!run.workspace.join("PWNED").exists());
+    // The control, seen on the host: the fetched branch, FETCH_HEAD written in place, and
+    // the commit made inside on top of the host's last one.
+    assert_eq!(git(&run.workspace, &["rev-parse", "up/feature"]), wanted);
+    let fetch_head = std::fs::read_to_string(run.workspace.join(".git/FETCH_HEAD")).unwrap();
+    assert!(fetch_head.contains(wanted.trim()), "{fetch_head}");
+    assert_eq!(
+        git(&run.workspace, &["rev-parse", "inside^"]),
+        host_head,
+        "the commit made inside"
+    );
+    // The data directories are mountpoints in a read-only directory: CMD can empty them
+    // (as it could before) but not remove, move or replace them.
+    let out = run.sh("rm -rf .git/refs 2>/dev/null && echo REMOVED; \
+         mv .git/logs .git/l2 2>/dev/null && echo MOVED; \
+         ln -s /tmp .git/reftable 2>/dev/null && echo LINKED; \
+         test -d .git/refs && test -d .git/logs && echo STILL");
+    assert_eq!(stdout(&out), "STILL\n", "{}", stderr(&out));
+    assert!(run.workspace.join(".git/refs").is_dir());
+}
+
+/// Under `--allow-git-writes`, a part left writable that the host replaces (a
+/// `FETCH_HEAD` saved by rename) falls back to the read-only git directory's entry, and
+/// the run goes on; the git directory's own pin lost (the host removed `.git`, so CMD
+/// could make a new one) still stops it.
+#[test]
+fn a_lost_writable_part_is_read_only_and_a_lost_git_dir_stops_the_run() {
+    let dir = TestDir::new("gitwrites-lost");
+    let run = Run::new(&dir).arg("--quiet").arg("--allow-git-writes");
+    git(&run.workspace, &["init", "-q"]);
+    git(
+        &run.workspace,
+        &["commit", "-q", "--allow-empty", "-m", "first"],
+    );
+    let wait = "touch started; for i in $(seq 300); do [ -e host-done ] && break; sleep 0.05; done";
+    let child = run
+        .command(&format!(
+            "echo before >> .git/FETCH_HEAD && echo WRITABLE; {wait}; \
+             echo after >> .git/FETCH_HEAD 2>/dev/null && echo STILL_WRITABLE; echo RAN_ON"
+        ))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_path(&run.workspace.join("started"), "CMD never started");
+    let fetch_head = run.workspace.join(".git/FETCH_HEAD");
+    std::fs::write(run.workspace.join(".git/FETCH_HEAD.new"), "host\n").unwrap();
+    std::fs::rename(run.workspace.join(".git/FETCH_HEAD.new"), &fetch_head).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(run.workspace.join("host-done"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "WRITABLE\nRAN_ON\n", "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&fetch_head).unwrap(), "host\n");
+
+    std::fs::remove_file(run.workspace.join("started")).unwrap();
+    std::fs::remove_file(run.workspace.join("host-done")).unwrap();
+    let child = run
+        .command(&format!(
+            "{wait}; mkdir -p .git/hooks 2>/dev/null; echo 'touch PWNED' > .git/hooks/post-checkout 2>/dev/null && echo PLANTED; echo RAN_ON"
+        ))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_path(&run.workspace.join("started"), "CMD never started");
+    std::fs::remove_dir_all(run.workspace.join(".git")).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(run.workspace.join("host-done"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("/.git was removed"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stdout(&out), "", "{}", stderr(&out));
+    assert!(!run.workspace.join(".git/hooks/post-checkout").exists());
+}
+
+/// Under `--allow-git-writes`, what the configuration names as code inside a part left
+/// writable (an include file in `refs/`) stays read-only: its pin goes on after the
+/// writable bind, and the directory it lies in cannot be moved away.
+#[test]
+fn code_named_inside_a_writable_part_stays_read_only() {
+    let dir = TestDir::new("gitwrites-include");
+    let run = Run::new(&dir).arg("--quiet").arg("--allow-git-writes");
+    git(&run.workspace, &["init", "-q"]);
+    std::fs::create_dir_all(run.workspace.join(".git/refs/conf")).unwrap();
+    std::fs::write(run.workspace.join(".git/refs/conf/extra.inc"), "").unwrap();
+    git(
+        &run.workspace,
+        &["config", "include.path", "refs/conf/extra.inc"],
+    );
+    let out = run.sh(
+        "echo '[core] fsmonitor = touch PWNED' >> .git/refs/conf/extra.inc 2>/dev/null && echo INCLUDE; \
+         mv .git/refs/conf .git/refs/conf2 2>/dev/null && echo MOVED; \
+         echo x > .git/refs/conf/other 2>/dev/null && echo BESIDE; \
+         echo x > .git/refs/other && echo CONTROL",
+    );
+    // The directory it lies in is an anchor (a mountpoint, writable).
+    assert_eq!(stdout(&out), "BESIDE\nCONTROL\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(run.workspace.join(".git/refs/conf/extra.inc")).unwrap(),
+        ""
+    );
+    // The git directory is skipped by the check after the run, but not its writable
+    // parts: a repository made in one is reported.
+    let out = run.sh("git init -q --bare .git/objects/hidden && echo MADE");
+    assert_eq!(stdout(&out), "MADE\n", "{}", stderr(&out));
+    assert!(stderr(&out).contains("objects/hidden"), "{}", stderr(&out));
 }
 
 #[test]
@@ -406,7 +603,8 @@ fn a_workspace_made_a_bare_repository_is_reported_and_still_walked() {
 }
 
 /// The review: a split index (`core.splitIndex`) with replaced entries is read, its
-/// shared part is pinned under --allow-git-writes, and its gitlinks are pinned.
+/// shared part stays read-only under --allow-git-writes (with the top of the git
+/// directory), and its gitlinks are pinned.
 #[test]
 fn a_split_index_is_read_and_its_shared_part_pinned() {
     let dir = TestDir::new("git-split-index");

@@ -455,11 +455,12 @@ fn allow_git_writes_lets_objects_and_refs_through_but_not_code() {
     git_init(&run.workspace);
     std::fs::write(run.workspace.join("f.txt"), "one\n").unwrap();
     // Control: a commit from inside, made without the index (which stays read-only,
-    // see sandbox_git.rs), lands.
+    // see sandbox_git.rs), lands on a branch of its own (moving the one HEAD names takes
+    // HEAD's lock, at the read-only top of the git directory).
     let out = run.sh(
         "blob=$(git hash-object -w f.txt) && tree=$(printf '100644 blob %s\\tf.txt\\n' $blob | git mktree) && \
          commit=$(git -c user.email=t@test -c user.name=t commit-tree $tree -m inside) && \
-         git update-ref HEAD $commit && echo COMMITTED",
+         git update-ref refs/heads/inside $commit && echo COMMITTED",
     );
     assert_eq!(stdout(&out), "COMMITTED\n", "{}", stderr(&out));
     // What runs code, or redirects git to code, stays out of reach.
@@ -475,7 +476,7 @@ fn allow_git_writes_lets_objects_and_refs_through_but_not_code() {
     );
     assert!(!run.workspace.join(".git/hooks/pre-commit").exists());
     let log = std::process::Command::new("git")
-        .args(["log", "--oneline"])
+        .args(["log", "--oneline", "inside"])
         .current_dir(&run.workspace)
         .output()
         .unwrap();

@@ -143,8 +143,8 @@ pub struct RunArgs {
     #[arg(long = "protect", value_name = "PATH")]
     pub protect: Vec<PathBuf>,
 
-    /// Let CMD write .git objects, refs and logs; hooks, config, index, modules and
-    /// worktrees stay read-only.
+    /// Let CMD write .git's objects, refs, logs and FETCH_HEAD (git fetch, commit-tree,
+    /// update-ref of a branch HEAD does not name); the rest of .git stays read-only.
     #[arg(long = "allow-git-writes")]
     pub allow_git_writes: bool,
 

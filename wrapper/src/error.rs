@@ -227,13 +227,20 @@ fn rule_from_url(url: &str) -> Option<String> {
 fn pin_lost_advice(path: &std::path::Path) -> &'static str {
     let in_git_dir = path.components().any(|c| c.as_os_str() == ".git");
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    if in_git_dir && matches!(name, "index" | "config" | "HEAD" | "packed-refs") {
-        "A git command on the host (commit, add, checkout, config) rewrites it: with \
-         --allow-git-writes, run git in that repository after netbox finishes, or inside \
-         the run"
-    } else if in_git_dir || name == ".git" {
+    let git_part = matches!(
+        name,
+        "index" | "config" | "config.worktree" | "commondir" | "hooks"
+    );
+    if in_git_dir || name == ".git" {
+        // A `.git` directory is pinned whole (a commit replacing its index does not lose
+        // it): what was lost is the directory, a `.git` file, or what a link led to.
         "A git command on the host replaced part of the repository: run it after netbox \
          finishes"
+    } else if git_part {
+        // A bare repository that is a writable root: its parts that run code are pinned
+        // one by one, and `git config` on the host replaces one.
+        "A git command on the host (git config) rewrites it in this bare repository, whose \
+         parts that run code are pinned one by one: run it after netbox finishes"
     } else {
         "Leave it unchanged while netbox runs (an editor or a credential refresher that saves \
          by rename replaces it; protect or hide its directory instead with --protect or \

@@ -136,7 +136,13 @@ pub fn run_reporting(
         log.leave_one_uncounted(&bridge::capture::addresses::PROBE_ADDRESS.to_string());
         log.leave_one_uncounted(&bridge::capture::addresses::PROBE_ADDRESS_V6.to_string());
     }
-    let pinned: Vec<PathBuf> = protected.iter().map(|p| p.path.clone()).collect();
+    // What is pinned read-only (the parts of a git directory left writable inside its pin
+    // are not).
+    let pinned: Vec<PathBuf> = protected
+        .iter()
+        .filter(|p| !p.writable)
+        .map(|p| p.path.clone())
+        .collect();
     crate::supervise::session::record_start(&log, &config, &pinned);
     // What --allow-tool read from the host before the log could be opened.
     crate::plan::tools::fetch::log_records(
@@ -156,10 +162,13 @@ pub fn run_reporting(
     // before this one starts.
     audit_orphans(&log, &config);
     let audit = crate::supervise::gitaudit::Scope {
-        // Directories: a file root holds no git metadata.
+        // Directories: a file root holds no git metadata. The parts of a pinned git
+        // directory left writable are walked too (a repository could hide in `objects/`),
+        // though the pin around them is skipped.
         roots: config
             .write_roots
             .iter()
+            .chain(protected.iter().filter(|p| p.writable).map(|p| &p.path))
             .filter(|r| r.is_dir())
             .cloned()
             .collect(),
@@ -325,7 +334,11 @@ fn run_logged(
         host_listener,
         stderr,
         probe_report,
-        protected: protected.iter().map(|p| p.path.clone()).collect(),
+        protected: protected
+            .iter()
+            .filter(|p| !p.writable)
+            .map(|p| p.path.clone())
+            .collect(),
         read_only: config.read_only.clone(),
         allow_nested_userns: config.allow_nested_userns,
         allowed_sockets: config.allowed_sockets.clone(),
@@ -534,8 +547,11 @@ fn child_plan(
             root_identities,
             temp_dir: PathBuf::from("/tmp"),
             outside,
+            // Each proved read-only and watched while CMD runs; the parts left writable
+            // inside a pin are not (losing one leaves the pin's read-only entry).
             protected: protected
                 .iter()
+                .filter(|p| !p.writable)
                 .map(|p| p.path.clone())
                 .chain(read_only.iter().cloned())
                 .collect(),

@@ -11,6 +11,10 @@
 //! statx STATX_MNT_ID). When one is not, the run stops: pid 1 exits, and the kernel kills
 //! everything in the namespace. Event-driven, inside the sandbox, and free to tear down
 //! (an inotify watch from outside costs an SRCU grace period on close: 4–18 ms measured).
+//!
+//! The parts of a git directory left writable on top of its pin (`--allow-git-writes`:
+//! `objects/`, `FETCH_HEAD`) are not watched: a host that replaces one detaches only the
+//! writable bind, and the pin's read-only entry shows in its place.
 
 use std::path::{Path, PathBuf};
 

@@ -14,7 +14,10 @@
 //! 3. The root clone is attached at the staging root and made read-only in one recursive
 //!    `mount_setattr` (mount_setattr(2); this also covers hidden stacked mounts).
 //! 4. The plan's operations run in order: the private temp root (tmpfs), writable roots,
-//!    then read-only binds of protected paths on top (so no writable alias is left).
+//!    then read-only binds of protected paths on top (so no writable alias is left), with
+//!    the parts of a pinned git directory left writable bound on top of its pin, outer
+//!    binds before inner ones (clearing `MOUNT_ATTR_RDONLY` on a clone of the pin is
+//!    allowed: netbox set it, so the kernel has not locked it).
 //! 5. A fresh `/proc` (the new pid namespace) with `/proc/sys` and the other kernel knobs
 //!    read-only (as kuid 0 a capability-less process can still open `/proc/sys/...` for
 //!    writing: measured), a minimal `/dev`, an empty read-only `/run` (host service sockets
@@ -65,6 +68,9 @@ pub enum MountOp {
     Anchor { target: PathBuf },
     /// Bind `target` over itself and make it read-only, recursively.
     ReadOnly { target: PathBuf },
+    /// Bind `target`, inside a read-only pin, over itself writable (a git directory's
+    /// `objects/` under `--allow-git-writes`), with the pins inside it that follow.
+    Opened { target: PathBuf },
     /// Cover a directory with an empty read-only tmpfs.
     HideDir { target: PathBuf },
     /// Cover a directory (netbox's cache home) with a read-only tmpfs that holds only the
@@ -102,6 +108,7 @@ impl MountPlan {
         let targets = self.ops.iter().filter_map(|op| match op {
             MountOp::Anchor { target }
             | MountOp::ReadOnly { target }
+            | MountOp::Opened { target }
             | MountOp::HideDir { target }
             | MountOp::HideFile { target }
             | MountOp::Cover { target, .. } => Some(target.as_path()),
@@ -185,7 +192,14 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
     // rename(2) refuses only a mountpoint itself, not a directory holding one: every
     // writable directory between a root and a pin becomes a mountpoint first, or CMD could
     // move it aside with the pins inside (.git under --allow-git-writes) and build a new one.
-    let pins: Vec<&PathBuf> = protected.iter().map(|p| &p.path).chain(read_only).collect();
+    // (The parts of a pin left writable are not among them: each lies in its git
+    // directory's pin, read-only, which no rename gets past.)
+    let pins: Vec<&PathBuf> = protected
+        .iter()
+        .filter(|p| !p.writable)
+        .map(|p| &p.path)
+        .chain(read_only)
+        .collect();
     let mut anchors: Vec<PathBuf> = Vec::new();
     for pin in &pins {
         let Some(root) = write_roots
@@ -206,11 +220,28 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
     anchors.dedup();
     plan.ops
         .extend(anchors.into_iter().map(|target| MountOp::Anchor { target }));
-    for target in pins {
-        plan.ops.push(MountOp::ReadOnly {
-            target: target.clone(),
+    // The parts of a pin left writable, bound on top of it; but none a `--ro` path holds.
+    let opened = protected
+        .iter()
+        .filter(|p| p.writable && !read_only.iter().any(|r| p.path.starts_with(r)))
+        .map(|p| MountOp::Opened {
+            target: p.path.clone(),
         });
-    }
+    let mut binds: Vec<MountOp> = pins
+        .into_iter()
+        .map(|target| MountOp::ReadOnly {
+            target: target.clone(),
+        })
+        .chain(opened)
+        .collect();
+    // Outer ones first: a writable part goes on after the pin it lies in, and before the
+    // pins inside it (an include file a config names in `objects/`), which it would
+    // otherwise make writable again.
+    binds.sort_by_key(|op| match op {
+        MountOp::ReadOnly { target } | MountOp::Opened { target } => target.components().count(),
+        _ => 0,
+    });
+    plan.ops.extend(binds);
     for target in hidden {
         let target = target.clone();
         plan.ops.push(if is_dir(&target) {
@@ -470,6 +501,23 @@ impl Steps<'_> {
                 )
             }
             MountOp::ReadOnly { target } => self.read_only(target, Some(self.expected(target)?)),
+            MountOp::Opened { target } => {
+                let at = self.find(target, Some(self.expected(target)?))?;
+                let tree = step(
+                    || format!("bind {} over itself", target.display()),
+                    clone_tree_of(at.as_fd(), Depth::Recursive),
+                )?;
+                // Recursively: the anchors below it were made read-only with the pin
+                // above it; the pins below it are laid after it.
+                step(
+                    || format!("make {} writable", target.display()),
+                    set_attributes_of(tree.as_fd(), Depth::Recursive, 0, libc::MOUNT_ATTR_RDONLY),
+                )?;
+                step(
+                    || format!("bind {} over itself", target.display()),
+                    attach_tree_onto(tree.as_fd(), at.as_fd()),
+                )
+            }
             MountOp::HideDir { target } => self.hide_dir(target, Some(self.expected(target)?)),
             MountOp::Cover { target, keep } => self.cover(target, keep),
             MountOp::HideFile { target } => {
@@ -806,6 +854,7 @@ mod tests {
         let protected = [Protected {
             path: p("/tmp/demo/.git"),
             placeholder: None,
+            writable: false,
         }];
         let plan = plan(
             &Layout {
@@ -843,14 +892,17 @@ mod tests {
             Protected {
                 path: p("/w/.git/hooks"),
                 placeholder: None,
+                writable: false,
             },
             Protected {
                 path: p("/w/.git/config"),
                 placeholder: None,
+                writable: false,
             },
             Protected {
                 path: p("/w/.envrc"),
                 placeholder: None,
+                writable: false,
             },
         ];
         let plan = plan(
@@ -895,6 +947,63 @@ mod tests {
     }
 
     #[test]
+    fn writable_parts_go_on_after_their_pin_and_before_the_pins_inside_them() {
+        let pin = |path: &str, writable| Protected {
+            path: p(path),
+            placeholder: None,
+            writable,
+        };
+        // Listed inner first, as protect may find them.
+        let protected = [
+            pin("/w/.git/objects/x.inc", false),
+            pin("/w/.git/objects", true),
+            pin("/w/.git/refs", true),
+            pin("/w/.git", false),
+            pin("/w/.git/lfs", true),
+        ];
+        let plan = plan(
+            &Layout {
+                write_roots: &[p("/w")],
+                tmp: TmpMode::Host,
+                protected: &protected,
+                read_only: &[p("/w/.git/lfs")],
+                hidden: &[],
+                covered: &[],
+            },
+            |_| true,
+        );
+        assert_eq!(
+            plan.ops[1..],
+            [
+                // Only for the pin inside a writable part: a writable part itself lies
+                // in a read-only pin.
+                MountOp::Anchor {
+                    target: p("/w/.git")
+                },
+                MountOp::Anchor {
+                    target: p("/w/.git/objects")
+                },
+                MountOp::ReadOnly {
+                    target: p("/w/.git")
+                },
+                // `--ro` wins over the part left writable.
+                MountOp::ReadOnly {
+                    target: p("/w/.git/lfs")
+                },
+                MountOp::Opened {
+                    target: p("/w/.git/objects")
+                },
+                MountOp::Opened {
+                    target: p("/w/.git/refs")
+                },
+                MountOp::ReadOnly {
+                    target: p("/w/.git/objects/x.inc")
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn a_file_root_under_private_tmp_gets_a_file_mountpoint() {
         let plan = plan(
             &Layout {
@@ -920,6 +1029,7 @@ mod tests {
         let protected = [Protected {
             path: p("/home/u/ws/.git"),
             placeholder: Some(crate::plan::protect::Placeholder::Dir),
+            writable: false,
         }];
         let plan = plan(
             &Layout {
@@ -962,6 +1072,7 @@ mod tests {
         let protected = [Protected {
             path: p("/w/.git/config"),
             placeholder: None,
+            writable: false,
         }];
         let plan = plan(
             &Layout {

@@ -77,12 +77,17 @@ pub fn protected_names() -> impl Iterator<Item = &'static str> {
     PROJECT_NAMES.iter().chain(HOME_NAMES).copied()
 }
 
-/// A path to pin read-only.
+/// A path to pin read-only, or a part of one left writable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Protected {
     pub path: PathBuf,
     /// Netbox creates (or adopts) it for the run and removes it after.
     pub placeholder: Option<Placeholder>,
+    /// Left writable inside the read-only pin of its git directory (`objects/`, `refs/`,
+    /// `FETCH_HEAD` under `--allow-git-writes`): bound writable on top of that pin. Not
+    /// watched while CMD runs: a host that replaces it leaves the read-only pin's entry
+    /// in its place, which is safe.
+    pub writable: bool,
 }
 
 /// A path netbox could not pin (a link CMD could re-point, a path below a missing
@@ -327,13 +332,32 @@ impl Found<'_> {
         self.writable.iter().any(|r| path.starts_with(r))
     }
 
-    /// Adds a path, once, if it lies inside a writable root (elsewhere it is read-only
-    /// already).
+    /// Adds a path to pin read-only, once, if it lies inside a writable root (elsewhere
+    /// it is read-only already).
     fn push(&mut self, path: PathBuf, placeholder: Option<Placeholder>) {
-        if self.writable(&path) && self.listed.insert(path.clone()) {
-            self.watch_if_linked(&path);
-            self.out.push(Protected { path, placeholder });
+        self.push_as(path, placeholder, false);
+    }
+
+    /// Adds a path, read-only or (`writable`) left writable inside its git directory's
+    /// pin. One named both ways stays read-only (`core.hooksPath = .git/refs`).
+    fn push_as(&mut self, path: PathBuf, placeholder: Option<Placeholder>, writable: bool) {
+        if !self.writable(&path) {
+            return;
         }
+        if !self.listed.insert(path.clone()) {
+            if !writable {
+                if let Some(listed) = self.out.iter_mut().find(|p| p.path == path) {
+                    listed.writable = false;
+                }
+            }
+            return;
+        }
+        self.watch_if_linked(&path);
+        self.out.push(Protected {
+            path,
+            placeholder,
+            writable,
+        });
     }
 
     /// A regular file with more than one name: a mount pins this name, not the others
@@ -620,11 +644,16 @@ impl Found<'_> {
             return Ok(());
         }
         // A bare repository that is a writable root itself keeps only its code-bearing
-        // parts read-only: all of it would leave the root nothing writable.
-        let whole = !self.allow_git_writes && repo.worktree.is_some();
-        self.push_git_dir(&repo.git_dir, whole)?;
+        // parts read-only: all of it would leave the root nothing writable (a push to
+        // the branch HEAD names takes HEAD's lock at its top).
+        let shape = match (&repo.worktree, self.allow_git_writes) {
+            (None, _) => GitDirPin::Parts,
+            (Some(_), false) => GitDirPin::Whole,
+            (Some(_), true) => GitDirPin::WholeButData,
+        };
+        self.push_git_dir(&repo.git_dir, shape)?;
         if repo.common_dir != repo.git_dir {
-            self.push_git_dir(&repo.common_dir, whole)?;
+            self.push_git_dir(&repo.common_dir, shape)?;
         }
         let own = [
             ConfigSet::read(&repo.common_dir.join("config"), self.home),
@@ -703,11 +732,8 @@ impl Found<'_> {
                     reason: e.to_string(),
                 }
             })?;
-        // A split index reads most of its entries from the shared one: a gitlink added
-        // there is one in the index (the whole git dir is pinned otherwise).
-        if let Some(shared) = scan.shared_index.filter(|_| self.allow_git_writes) {
-            self.push(shared, None);
-        }
+        // A split index reads most of its entries from the shared one (read with it
+        // above): it lies at the top of the git dir, read-only with it.
         let links = scan.gitlinks;
         if !links.is_empty() && depth >= MAX_SUBMODULE_DEPTH {
             return Err(WrapperError::GitIndex {
@@ -846,18 +872,17 @@ impl Found<'_> {
         Ok(())
     }
 
-    /// A git directory: all of it (`whole`), or only what runs code or leads git to
-    /// code. A code-bearing part that is a link is followed to what it leads to (pinned
-    /// too) where the git directory is pinned whole, and refused where it is not (CMD
-    /// could replace the link).
-    fn push_git_dir(&mut self, dir: &Path, whole: bool) -> Result<(), WrapperError> {
+    /// A git directory, pinned as `shape` says. A code-bearing part that is a link is
+    /// followed to what it leads to (pinned too) where the directory's top is read-only,
+    /// and refused where it is not (CMD could replace the link).
+    fn push_git_dir(&mut self, dir: &Path, shape: GitDirPin) -> Result<(), WrapperError> {
         for part in CODE_PARTS {
             let path = dir.join(part);
             if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
                 self.watch_if_linked(&path);
                 continue;
             }
-            if !whole && self.writable(&path) {
+            if shape == GitDirPin::Parts && self.writable(&path) {
                 return Err(WrapperError::ProtectedSymlink { path });
             }
             if let Ok(target) = std::fs::read_link(&path) {
@@ -867,9 +892,17 @@ impl Found<'_> {
         // The hooks, wherever the hooks directory really is.
         let hooks = std::fs::canonicalize(dir.join("hooks")).unwrap_or_else(|_| dir.join("hooks"));
         self.pin_link_targets(&hooks, 0)?;
-        if whole {
-            self.push(dir.to_owned(), None);
-            return Ok(());
+        match shape {
+            GitDirPin::Whole => {
+                self.push(dir.to_owned(), None);
+                return Ok(());
+            }
+            GitDirPin::WholeButData => {
+                self.push(dir.to_owned(), None);
+                self.open_git_data(dir);
+                return Ok(());
+            }
+            GitDirPin::Parts => {}
         }
         let index = match gitindex::object_name_len(&common_dir_of(dir)) {
             32 => placeholders::EMPTY_INDEX_SHA256,
@@ -920,7 +953,60 @@ impl Found<'_> {
         }
         Ok(())
     }
+
+    /// What `git fetch`, `git commit-tree` and `git update-ref` write in a git directory
+    /// pinned whole, left writable on top of its pin: the data directories that exist
+    /// (an allow-list: one git adds later stays read-only), `logs/` made if missing (git
+    /// would make it at the top), and `FETCH_HEAD`, which git writes in place (made
+    /// empty if missing). A link stays read-only with the top (git writes through it,
+    /// to what it leads to); so does a `FETCH_HEAD` with another name (a hard link to a
+    /// hook would make the hook writable).
+    fn open_git_data(&mut self, dir: &Path) {
+        use std::os::unix::fs::MetadataExt;
+        for name in GIT_DATA_DIRS {
+            let path = dir.join(name);
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.is_dir() => {
+                    let placeholder = is_placeholder(&path).then_some(Placeholder::Dir);
+                    self.push_as(path, placeholder, true);
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound && *name == "logs" => {
+                    self.push_as(path, Some(Placeholder::Dir), true);
+                }
+                _ => {}
+            }
+        }
+        let fetch_head = dir.join("FETCH_HEAD");
+        match std::fs::symlink_metadata(&fetch_head) {
+            Ok(meta) if meta.is_file() && meta.nlink() == 1 => {
+                let placeholder = is_placeholder(&fetch_head).then_some(EMPTY_CONFIG);
+                self.push_as(fetch_head, placeholder, true);
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                self.push_as(fetch_head, Some(EMPTY_CONFIG), true);
+            }
+            _ => {}
+        }
+    }
 }
+
+/// How a git directory is pinned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GitDirPin {
+    /// All of it read-only.
+    Whole,
+    /// All of it read-only, with its data left writable on top (`--allow-git-writes`):
+    /// a host `git commit` replaces files at its top (`index`, `config`), which would
+    /// detach a pin on each, but never the directory itself.
+    WholeButData,
+    /// Only what runs code or leads git elsewhere (a bare repository that is a writable
+    /// root itself).
+    Parts,
+}
+
+/// The directories of a git directory that hold only data git writes as it fetches and
+/// commits: objects, refs and their logs, a reftable, git-lfs's objects.
+const GIT_DATA_DIRS: &[&str] = &["objects", "refs", "logs", "reftable", "lfs"];
 
 /// The parts of a git directory whose link, if one is a link, git follows to code.
 const CODE_PARTS: &[&str] = &[
@@ -1249,20 +1335,24 @@ mod tests {
         let got = protected_in(&roots).unwrap();
         assert!(got.contains(&Protected {
             path: ws.join(".git"),
-            placeholder: Some(Placeholder::Dir)
+            placeholder: Some(Placeholder::Dir),
+            writable: false,
         }));
         assert!(got.contains(&Protected {
             path: ws.join(".bashrc"),
-            placeholder: None
+            placeholder: None,
+            writable: false,
         }));
         assert!(got.contains(&Protected {
             path: ws.join(".vscode"),
-            placeholder: None
+            placeholder: None,
+            writable: false,
         }));
         // A user's own empty directory is protected, not taken for a placeholder...
         assert!(got.contains(&Protected {
             path: ws.join(".idea"),
-            placeholder: None
+            placeholder: None,
+            writable: false,
         }));
         // ...while one carrying netbox's mark (a killed run's) is adopted as one.
         std::fs::create_dir(ws.join(".envrc")).unwrap();
@@ -1270,7 +1360,8 @@ mod tests {
         let marked = protected_in(&roots).unwrap();
         assert!(marked.contains(&Protected {
             path: ws.join(".envrc"),
-            placeholder: Some(Placeholder::Dir)
+            placeholder: Some(Placeholder::Dir),
+            writable: false,
         }));
         std::fs::remove_dir(ws.join(".envrc")).unwrap();
         // Missing home-only files get no placeholder outside the home directory...
@@ -1365,13 +1456,10 @@ mod tests {
         std::fs::remove_dir_all(&ws).unwrap();
     }
 
-    #[test]
-    fn allow_git_writes_keeps_hooks_and_config_protected() {
-        let ws = tempdir("gitwrites");
-        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
-        std::fs::write(ws.join(".git/config"), "").unwrap();
-        let roots = [ws.clone()];
-        let got = protected_paths(&ProtectInput {
+    /// What `--allow-git-writes` pins in `ws`'s repository.
+    fn protected_writing_git(ws: &Path) -> Vec<Protected> {
+        let roots = [ws.to_owned()];
+        protected_paths(&ProtectInput {
             write_roots: &roots,
             writable: &roots,
             home_entries: &[],
@@ -1381,15 +1469,90 @@ mod tests {
             allow_git_writes: true,
         })
         .map(|p| p.pinned)
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn allow_git_writes_pins_the_git_dir_whole_but_its_data() {
+        let ws = tempdir("gitwrites");
+        for dir in ["hooks", "objects", "refs/heads", "lfs", "unknown"] {
+            std::fs::create_dir_all(ws.join(".git").join(dir)).unwrap();
+        }
+        std::fs::write(ws.join(".git/config"), "").unwrap();
+        // A link where git keeps code: its top cannot change, so it is followed.
+        std::fs::write(ws.join("shared.gitconfig"), "").unwrap();
+        std::os::unix::fs::symlink("../shared.gitconfig", ws.join(".git/config.worktree")).unwrap();
+        let got = protected_writing_git(&ws);
+        let find = |name: &str| got.iter().find(|p| p.path == ws.join(name)).cloned();
+        let read_only = |path: &str, placeholder| Protected {
+            path: ws.join(path),
+            placeholder,
+            writable: false,
+        };
+        let writable = |path: &str, placeholder| Protected {
+            path: ws.join(path),
+            placeholder,
+            writable: true,
+        };
+        assert_eq!(find(".git"), Some(read_only(".git", None)));
+        assert_eq!(find(".git/objects"), Some(writable(".git/objects", None)));
+        assert_eq!(find(".git/refs"), Some(writable(".git/refs", None)));
+        assert_eq!(find(".git/lfs"), Some(writable(".git/lfs", None)));
+        // Missing: logs/ and FETCH_HEAD made for the run; a reftable is not.
+        assert_eq!(
+            find(".git/logs"),
+            Some(writable(".git/logs", Some(Placeholder::Dir)))
+        );
+        assert_eq!(
+            find(".git/FETCH_HEAD"),
+            Some(writable(".git/FETCH_HEAD", Some(EMPTY_CONFIG)))
+        );
+        assert_eq!(find(".git/reftable"), None);
+        // Read-only with the top: what is not on the list, and every part that runs code
+        // (no pin of its own for a host's rename to detach).
+        for name in [".git/unknown", ".git/hooks", ".git/config", ".git/index"] {
+            assert_eq!(find(name), None, "{name}");
+        }
+        assert_eq!(
+            find("shared.gitconfig"),
+            Some(read_only("shared.gitconfig", None))
+        );
+
+        // A data directory that is a link, or a FETCH_HEAD with another name, stays
+        // read-only; a data directory the configuration names as code is read-only.
+        std::fs::remove_dir_all(ws.join(".git/lfs")).unwrap();
+        std::os::unix::fs::symlink("objects", ws.join(".git/lfs")).unwrap();
+        std::fs::write(ws.join("notes"), "").unwrap();
+        std::fs::hard_link(ws.join("notes"), ws.join(".git/FETCH_HEAD")).unwrap();
+        std::fs::write(ws.join(".git/config"), "[core]\n\thooksPath = .git/refs\n").unwrap();
+        let got = protected_writing_git(&ws);
+        let find = |name: &str| got.iter().find(|p| p.path == ws.join(name)).cloned();
+        assert_eq!(find(".git/lfs"), None);
+        assert_eq!(find(".git/FETCH_HEAD"), None);
+        assert_eq!(find(".git/refs"), Some(read_only(".git/refs", None)));
+        assert_eq!(find(".git/objects"), Some(writable(".git/objects", None)));
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn a_bare_repository_root_keeps_its_code_parts_pinned() {
+        let ws = tempdir("gitwrites-bare");
+        for dir in ["hooks", "objects", "refs"] {
+            std::fs::create_dir_all(ws.join(dir)).unwrap();
+        }
+        std::fs::write(ws.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(ws.join("config"), "[core]\n\tbare = true\n").unwrap();
+        let got = protected_writing_git(&ws);
         let paths: Vec<_> = got.iter().map(|p| p.path.clone()).collect();
-        assert!(paths.contains(&ws.join(".git/hooks")));
-        assert!(paths.contains(&ws.join(".git/config")));
-        assert!(!paths.contains(&ws.join(".git")));
+        assert!(paths.contains(&ws.join("hooks")), "{paths:?}");
+        assert!(paths.contains(&ws.join("config")), "{paths:?}");
+        assert!(!paths.contains(&ws), "{paths:?}");
+        assert!(got.iter().all(|p| !p.writable), "{got:?}");
         // A missing commondir gets a (file) placeholder: CMD must not create one.
         assert!(got.contains(&Protected {
-            path: ws.join(".git/commondir"),
-            placeholder: Some(placeholders::COMMONDIR)
+            path: ws.join("commondir"),
+            placeholder: Some(placeholders::COMMONDIR),
+            writable: false,
         }));
         std::fs::remove_dir_all(&ws).unwrap();
     }

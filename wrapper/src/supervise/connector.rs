@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::supervise::sender::Budget;
@@ -76,7 +76,6 @@ struct Shared {
     budget: Budget,
     /// The calls being made: notification id to the worker's thread id.
     running: Mutex<HashMap<u64, u32>>,
-    started: Condvar,
     /// The connector is gone: the reaper stops once no call runs.
     closed: AtomicBool,
 }
@@ -93,7 +92,6 @@ impl Connector {
             workers: AtomicUsize::new(0),
             budget: Budget::new(SEND_BUDGET),
             running: Mutex::new(HashMap::new()),
-            started: Condvar::new(),
             closed: AtomicBool::new(false),
         });
         let reaper = Arc::clone(&shared);
@@ -163,7 +161,6 @@ impl Connector {
 impl Drop for Connector {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Release);
-        self.shared.started.notify_all();
     }
 }
 
@@ -226,7 +223,6 @@ impl Shared {
         if let Ok(mut running) = self.running.lock() {
             running.insert(id, crate::sys::process::thread_id());
         }
-        self.started.notify_all();
     }
 
     fn ended_call(&self, id: u64) {
@@ -238,28 +234,17 @@ impl Shared {
     /// Wakes, now and then, each worker whose caller is gone, until that call ends: a
     /// signal that lands just before the call starts is missed, and the next one is not.
     /// The lock is held while a worker is woken, so the worker is still on that call (it
-    /// takes the lock to leave it) and the signal cannot land in its next one.
+    /// takes the lock to leave it) and the signal cannot land in its next one. A timer
+    /// rather than a wake-up per call: calls start thousands of times a second.
     fn reap(&self) {
-        let Ok(mut running) = self.running.lock() else {
-            return;
-        };
         loop {
-            if running.is_empty() {
-                if self.closed.load(Ordering::Acquire) {
-                    return;
-                }
-                running = match self.started.wait_timeout(running, Duration::from_secs(1)) {
-                    Ok((guard, _)) => guard,
-                    Err(_) => return,
-                };
-                continue;
-            }
-            drop(running);
             std::thread::sleep(REAP_EVERY);
-            running = match self.running.lock() {
-                Ok(guard) => guard,
-                Err(_) => return,
+            let Ok(running) = self.running.lock() else {
+                return;
             };
+            if running.is_empty() && self.closed.load(Ordering::Acquire) {
+                return;
+            }
             for (&id, &tid) in running.iter() {
                 if !seccomp::still_valid(self.listener.as_fd(), id) {
                     let _ = crate::sys::process::wake_thread(tid);

@@ -11,6 +11,11 @@ tools' own definitions.
   check.py command DOCKERFILE            the image's command, a word per line
   check.py syscalls STRACE_SUMMARY...    every system call the bridge made is one
                                          the unit's SystemCallFilter lets through
+  check.py sandbox-pod MANIFEST          the pod that runs netbox's sandbox: schema
+                                         (strict), and the settings netbox needs
+  check.py seccomp PROFILE...            each profile allows netbox's calls outright
+                                         (deploy/seccomp/make-profile's list) and
+                                         leaves the rest to the engine's rules
 
 Each prints what it checked, and exits 1 with the reason on the first failure.
 """
@@ -20,6 +25,67 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+
+def sandbox_pod(manifest):
+    result = subprocess.run(
+        [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", manifest],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        fail(f"{manifest} does not validate:\n{result.stdout}{result.stderr}")
+    (pod,) = documents(manifest)
+    spec = pod["spec"]
+    if spec.get("hostUsers") is not False:
+        fail("the sandbox pod shares the node's users (hostUsers must be false)")
+    context = spec["securityContext"]
+    if context.get("runAsNonRoot") is not True:
+        fail("the sandbox pod may run as root (netbox as root needs CAP_SETFCAP)")
+    profile = context.get("seccompProfile", {})
+    if profile != {"type": "Localhost", "localhostProfile": "netbox.json"}:
+        fail(f"the sandbox pod's seccomp profile is {profile}, not netbox's")
+    for container in spec["containers"]:
+        csc = container.get("securityContext", {})
+        if csc.get("procMount") != "Unmasked":
+            fail(f"container {container['name']}: /proc stays masked")
+        if csc.get("capabilities", {}).get("drop") != ["ALL"]:
+            fail(f"container {container['name']} keeps capabilities it does not need")
+        if csc.get("privileged") is not False or csc.get("allowPrivilegeEscalation") is not False:
+            fail(f"container {container['name']} may be privileged")
+        if container["command"][0] != "netbox":
+            fail(f"container {container['name']} does not run netbox")
+    print(f"deploy/check.py: {manifest}: valid; user namespace, unmasked /proc, netbox's seccomp profile, no capability")
+
+
+def seccomp(profiles):
+    needed = None
+    for line in Path(__file__).with_name("seccomp").joinpath("make-profile").read_text().splitlines():
+        if line.startswith("NEEDED = ["):
+            needed = []
+        elif needed is not None and line.strip() == "]":
+            break
+        elif needed is not None:
+            needed.append(line.strip().strip(",").strip('"'))
+    if not needed:
+        fail("make-profile names no calls")
+    for path in profiles:
+        profile = json.loads(Path(path).read_text())
+        allow = [
+            r
+            for r in profile["syscalls"]
+            if set(needed) <= set(r.get("names", []))
+            and r["action"] == "SCMP_ACT_ALLOW"
+            and not r.get("args")
+            and not r.get("includes")
+            and not r.get("excludes")
+        ]
+        if len(allow) != 1:
+            fail(f"{path}: no one unconditional rule allows {needed}")
+        for rule in profile["syscalls"]:
+            if rule is not allow[0] and set(needed) & set(rule.get("names", [rule.get("name")])):
+                fail(f"{path}: another rule also decides {sorted(set(needed) & set(rule['names']))}")
+        print(f"deploy/check.py: {path}: netbox's {len(needed)} calls allowed by one rule, {len(profile['syscalls']) - 1} of the engine's rules kept")
 
 
 def fail(why):
@@ -309,4 +375,6 @@ if __name__ == "__main__":
         "dockerfile": lambda: dockerfile(*rest),
         "command": lambda: command(*rest),
         "syscalls": lambda: syscalls(rest[0], rest[1:]),
+        "sandbox-pod": lambda: sandbox_pod(*rest),
+        "seccomp": lambda: seccomp(rest),
     }[what]()

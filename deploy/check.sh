@@ -27,6 +27,26 @@ mkdir "$work/etc-netbox"
 "$python" deploy/check.py kubernetes deploy/kubernetes/netbox-bridge.yaml "$work/etc-netbox"
 "$python" deploy/check.py args deploy/kubernetes/netbox-bridge.yaml deploy/Dockerfile
 "$python" deploy/check.py dockerfile deploy/Dockerfile
+"$python" deploy/check.py sandbox-pod deploy/kubernetes/pod-sandboxed.yaml
+"$python" deploy/check.py seccomp deploy/seccomp/netbox-podman.json deploy/seccomp/netbox-docker.json
+
+# The AppArmor profile, parsed by AppArmor 4's own parser (the one Ubuntu 24.04 runs;
+# Debian 12's is 3.0, which knows no `userns` rule), in the test image's Debian root. The
+# control: the same profile with its rule misspelt must not parse.
+if [ "$(id -u)" = 0 ] && command -v debootstrap >/dev/null; then
+    root=$(bash tests/container-image.sh)
+    cp deploy/apparmor/netbox "$root/tmp/netbox.apparmor"
+    sed 's/^  userns,/  usernss,/' deploy/apparmor/netbox >"$root/tmp/broken.apparmor"
+    chroot "$root" apparmor_parser -Q -K /tmp/netbox.apparmor 2>"$work/aa.err" \
+        || { cat "$work/aa.err" >&2; say "deploy/apparmor/netbox does not parse"; exit 1; }
+    if chroot "$root" apparmor_parser -Q -K /tmp/broken.apparmor 2>/dev/null; then
+        say "apparmor_parser took a misspelt rule: the check proves nothing"; exit 1
+    fi
+    rm -f "$root/tmp/netbox.apparmor" "$root/tmp/broken.apparmor"
+    say "apparmor: deploy/apparmor/netbox parses with $(chroot "$root" apparmor_parser --version | head -1)"
+else
+    say "apparmor: not checked (needs root and debootstrap for AppArmor 4's parser)"
+fi
 
 # The ConfigMap's policies, as the pod mounts them, loaded by the real binary.
 "$netbox" bridge --listen 127.0.0.1:0 --tenants "$work/etc-netbox/tenants.toml" \

@@ -141,7 +141,9 @@ impl WrapperError {
                 Some("see allowlists/README.md for the file format".into())
             }
             WrapperError::UsernsUnavailable { hint, .. } => Some(hint.clone()),
-            WrapperError::Setup { hint, .. } => hint.clone(),
+            WrapperError::Setup { step, detail, hint } => hint
+                .clone()
+                .or_else(|| crate::sandbox::place::hint_for_setup(step, detail)),
             WrapperError::ProtectedSymlink { .. } => Some(
                 "replace the symlink with the file, or choose a workspace that does not contain it"
                     .into(),

@@ -58,6 +58,10 @@ pub fn run(args: Box<VerifyArgs>) -> Result<u8, WrapperError> {
 /// One block per control: what must not be possible, what must be, the verdict.
 fn table(report: &ProbeReport) -> String {
     let mut out = String::new();
+    // Where it ran: what a control that fails here, or a setting, is to be read against.
+    if let Some(place) = crate::sandbox::place::Place::detect().describe() {
+        out.push_str(&format!("running in {place}\n"));
+    }
     for check in &report.checks {
         out.push_str(&format!(
             "{:<8} {}\n",

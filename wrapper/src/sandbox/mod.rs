@@ -17,6 +17,7 @@ pub mod handshake;
 pub mod init;
 pub mod mounts;
 pub mod namespaces;
+pub mod place;
 pub mod probe;
 pub mod run_dir;
 
@@ -340,6 +341,9 @@ fn report_and_wait(channel: &Channel, report: probe::ProbeReport) -> bool {
         && matches!(channel.recv(), Ok(SyncMsg::Start))
 }
 
+/// The set-up step that enters the user namespace (its failure's hint is netbox's).
+pub const USERNS_STEP: &str = "user namespace";
+
 /// A failed step: which, why, and how to fix it when known.
 type StepError = (String, String, Option<String>);
 
@@ -374,11 +378,12 @@ fn set_up(
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(failed("setpgid"))?;
     namespaces::map_ids(plan.uid, plan.gid)
         .and_then(|()| namespaces::unshare_rest())
-        .map_err(|e| {
-            let hint = e.hint();
-            ("user namespace".to_owned(), crate::error::chain(&e), hint)
-        })?;
-    nix::unistd::sethostname("netbox").map_err(failed("set hostname"))?;
+        // The hint is netbox's to find (place.rs): here, in the new namespace, this
+        // process holds every capability and sees no uid of its own.
+        .map_err(|e| (USERNS_STEP.to_owned(), crate::error::chain(&e), None))?;
+    // The sandbox's own name hides the host's, and guards nothing: a container's seccomp
+    // profile that refuses sethostname (podman's default does) must not stop the run.
+    let _ = nix::unistd::sethostname("netbox");
     // Not dumpable, so CMD cannot reach into pid 1 through /proc/1 or ptrace (same uid):
     // that would take CAP_SYS_PTRACE in the user namespace pid 1's memory belongs to,
     // netbox's (the host's), since pid 1 never execs. Both halves matter.

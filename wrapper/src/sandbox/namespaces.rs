@@ -50,29 +50,24 @@ pub fn map_ids(uid: u32, gid: u32) -> Result<(), WrapperError> {
     Ok(())
 }
 
-/// Why user namespaces failed, with the host setting that explains it.
+/// Why user namespaces failed, with the host setting that explains it. Made where netbox
+/// runs (pid 1, already in its new namespace, would see its own capabilities there).
 pub fn userns_unavailable(source: io::Error) -> WrapperError {
-    let read = |path: &str| {
-        std::fs::read_to_string(path)
-            .map(|s| s.trim().to_owned())
-            .ok()
-    };
-    let hint = if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref()
-        == Some("1")
-    {
-        "AppArmor restricts unprivileged user namespaces (Ubuntu 24.04+): allow them for netbox \
-         with an AppArmor profile granting `userns`, or set \
-         kernel.apparmor_restrict_unprivileged_userns=0"
-    } else if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
-        "unprivileged user namespaces are disabled: sysctl -w kernel.unprivileged_userns_clone=1"
-    } else if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
-        "user namespaces are disabled: sysctl -w user.max_user_namespaces=15000"
-    } else {
-        "netbox needs unprivileged user namespaces; inside a container, run it with a seccomp \
-         profile that allows unshare(CLONE_NEWUSER)"
-    };
     WrapperError::UsernsUnavailable {
         source,
-        hint: format!("{hint} (netbox never falls back to running unsandboxed)"),
+        hint: userns_hint(),
     }
+}
+
+/// The setting that allows user namespaces here, as one sentence.
+pub fn userns_hint() -> String {
+    let place = crate::sandbox::place::Place::detect();
+    let hint = place
+        .fix(crate::sandbox::place::Need::UserNamespace)
+        .unwrap_or_else(|| {
+            "netbox needs unprivileged user namespaces; inside a container, run it with a \
+             seccomp profile that allows unshare(CLONE_NEWUSER) (deploy/seccomp)"
+                .to_owned()
+        });
+    format!("{hint} (netbox never falls back to running unsandboxed)")
 }

@@ -297,3 +297,248 @@ fn vsock_is_refused_and_logged() {
     assert_eq!(attempts[0]["port"], 5999);
     assert_eq!(attempts[0]["syscall"], "connect");
 }
+
+/// Threads that hold netbox's workers with sends that never end (a plain send fills the
+/// stream's small buffer first, so the send netbox makes waits for a reader): `pin(n, data)`
+/// starts n of them, each sending `data` bytes.
+const PINNERS: &str = r#"
+import array, os, resource, socket, threading, time
+keep = []
+def fill(a):
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    a.setblocking(False)
+    try:
+        while True:
+            a.send(b"x" * 4096)
+    except BlockingIOError:
+        pass
+    a.setblocking(True)
+def pinned(data, control=()):
+    a, b = socket.socketpair()
+    keep.append((a, b))
+    fill(a)
+    try:
+        a.sendmsg([b"x" * data], list(control))
+    except OSError:
+        pass
+def pin(n, data, control=()):
+    for _ in range(n):
+        threading.Thread(target=pinned, args=(data, control), daemon=True).start()
+"#;
+
+#[test]
+fn fds_passed_in_sends_that_wait_cannot_exhaust_netboxs_descriptors() {
+    let dir = TestDir::new("sends-fds");
+    let host = TestDir::outside_tmp("sends-fds-host");
+    let host_socket = host.join("host.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&host_socket).unwrap();
+    let run = Run::new(&dir);
+    // A child takes the byte budget with sends of 256 KiB that wait, then sends passing
+    // fd 0 250 times each (the kernel's bound is 253), enough together to fill netbox's
+    // descriptor table. Meanwhile a connect to a host socket must still be refused and
+    // logged, and the command's own connect answered (made, or refused with ENOBUFS: the
+    // bound); once the child is gone, its calls end and its descriptors come back, and the
+    // same connect is made.
+    let script = format!(
+        r#"python3 - <<'EOF'
+{PINNERS}
+import signal
+child = os.fork()
+if child == 0:
+    pin(140, 256 << 10)
+    time.sleep(3)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0] * 250))]
+    pin(hard // 250 + 10, 1, rights)
+    time.sleep(60)
+    os._exit(0)
+time.sleep(8)
+p = "/tmp/own-check.sock"
+l = socket.socket(socket.AF_UNIX); l.bind(p); l.listen()
+def own():
+    c = socket.socket(socket.AF_UNIX)
+    try:
+        c.connect(p); return "made"
+    except OSError as e:
+        return "ENOBUFS" if e.errno == 105 else str(e.errno)
+during = own()
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("{}"); print("HOST CONNECTED")
+except OSError as e:
+    print("HOST refused", e.errno)
+os.kill(child, signal.SIGKILL); os.waitpid(child, 0)
+time.sleep(1)
+print("OWN during", "answered" if during in ("made", "ENOBUFS") else during, "after", own(), flush=True)
+os._exit(0)
+EOF"#,
+        host_socket.display()
+    );
+    let mut child = run
+        .command(&script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start netbox");
+    let started = Instant::now();
+    let pid = child.id();
+    let mut peak_fds = None;
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            panic!("netbox still running after 90 s: the command's calls were never answered");
+        }
+        // netbox's open descriptors (readable where the test may look: as root).
+        if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            let open = fds.count();
+            peak_fds = Some(peak_fds.unwrap_or(0).max(open));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if nix::unistd::geteuid().is_root() {
+        let (soft, _) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+        let peak = peak_fds.expect("netbox's descriptors were never read");
+        // Before: the table filled up (19,999 of 20,000), and netbox's own work failed.
+        assert!(
+            (peak as u64) < soft * 6 / 10,
+            "netbox held {peak} descriptors of {soft}"
+        );
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        stdout(&out),
+        "HOST refused 111\nOWN during answered after made\n",
+        "{}",
+        stderr(&out)
+    );
+    let logged = run
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e["type"] == "direct_attempt"
+                && e["protocol"] == "unix"
+                && e["address"] == host_socket.display().to_string()
+        })
+        .count();
+    assert_eq!(logged, 1, "the refused host socket was not logged");
+}
+
+#[test]
+fn calls_queued_behind_busy_workers_leave_netbox_holding_little() {
+    let dir = TestDir::new("sends-queue");
+    let run = Run::new(&dir);
+    // Every worker is held by a send that never ends; then 2,000 threads each ask for a
+    // sendmmsg of 1,024 messages with 128-byte names (one shared array: it costs the
+    // command nothing). Before, every call was read and queued: ~240 KB each in netbox.
+    let script = format!(
+        r#"{SENDMMSG}
+{PINNERS}
+pin(520, 1)
+time.sleep(3)
+name = ctypes.create_string_buffer(b"\x01\x00" + b"\x00A" * 63, 128)
+one = ctypes.create_string_buffer(b"x", 1)
+m, v = messages([(ctypes.addressof(one), 1)] * 1024)
+for i in range(1024):
+    m[i].hdr.name = ctypes.addressof(name)
+    m[i].hdr.namelen = 128
+def queue():
+    d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    keep.append(d)
+    libc.sendmmsg(d.fileno(), m, 1024, 0)
+for _ in range(2000):
+    threading.Thread(target=queue, daemon=True).start()
+time.sleep(4)
+print("queued", flush=True)
+os._exit(0)
+"#
+    );
+    let mut child = run
+        .command(&format!("python3 - <<'EOF'\n{script}\nEOF"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start netbox");
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut peak = 0;
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "netbox did not finish in 90 s");
+        peak = peak.max(peak_kib(pid));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&out), "queued\n", "{}", stderr(&out));
+    assert!(peak > 0, "netbox's memory was never read");
+    assert!(
+        peak < 160 * 1024,
+        "netbox held {peak} KiB for calls queued behind busy workers; {}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn ancillary_data_needing_a_capability_is_refused_and_the_rest_sent() {
+    let dir = TestDir::new("sends-cmsg");
+    let run = Run::new(&dir);
+    // SO_MARK needs CAP_NET_ADMIN: the command may not set it on its socket (the control),
+    // nor through a message netbox sends for it (the kernel would check netbox's
+    // capabilities); an IP_TOS one, which any program may send, arrives.
+    let script = r#"
+import socket
+r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); r.bind(("127.0.0.1", 0))
+r.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, 7); print("setsockopt MARK set")
+except OSError as e:
+    print("setsockopt MARK", e.errno)
+try:
+    s.sendmsg([b"m"], [(socket.SOL_SOCKET, socket.SO_MARK, (7).to_bytes(4, "little"))], 0, r.getsockname())
+    print("cmsg MARK sent")
+except OSError as e:
+    print("cmsg MARK", e.errno)
+s.sendmsg([b"t"], [(socket.IPPROTO_IP, socket.IP_TOS, (0x10).to_bytes(4, "little"))], 0, r.getsockname())
+data, anc, _, _ = r.recvmsg(8, 64)
+print("TOS", data.decode(), anc[0][2][0] if anc else None)
+"#;
+    std::fs::write(run.workspace.join("cmsg.py"), script).unwrap();
+    let out = run.sh("python3 cmsg.py");
+    assert_eq!(
+        stdout(&out),
+        "setsockopt MARK 1\ncmsg MARK 1\nTOS t 16\n",
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_datagram_to_an_allowed_host_socket_is_logged_like_a_connect() {
+    let dir = TestDir::new("sends-allowed-dgram");
+    let host = TestDir::outside_tmp("sends-allowed-dgram-host");
+    let path = host.join("agent.dgram");
+    let receiver = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    receiver
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let run = Run::new(&dir)
+        .arg("--allow-socket")
+        .arg(path.display().to_string());
+    let out = run.sh(&format!(
+        "python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b\"hello\", \"{}\")'",
+        path.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut got = [0u8; 16];
+    let n = receiver.recv(&mut got).unwrap();
+    assert_eq!(&got[..n], b"hello");
+    let used: Vec<serde_json::Value> = run
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "socket_allowed")
+        .collect();
+    assert_eq!(used.len(), 1, "{used:#?}");
+    assert_eq!(used[0]["path"], path.display().to_string());
+    assert_eq!(used[0]["result"], "sent");
+    assert!(used[0]["executable"].as_str().unwrap().contains("python3"));
+}

@@ -21,7 +21,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::supervise::sender::Budget;
+use crate::supervise::budget::{Amount, Budget, Held};
 use crate::sys::seccomp;
 
 /// Workers at most: a call that waits forever holds one (only a command's own servers
@@ -33,6 +33,11 @@ const MAX_WORKERS: usize = 512;
 /// Bytes read from CMD that all workers hold at most (sender.rs): memory outside CMD's
 /// own limit, so a bound of its own.
 const SEND_BUDGET: usize = 32 << 20;
+
+/// Calls waiting for a worker at most: past it, a call fails at once with ENOBUFS (the
+/// kernel's answer when it is out of room for a socket's buffers) rather than make netbox
+/// hold what it read for it (its addresses, a copy of its socket, the files they name).
+const MAX_QUEUED: usize = 1024;
 
 /// How often the reaper looks for calls whose callers are gone.
 const REAP_EVERY: Duration = Duration::from_millis(100);
@@ -58,22 +63,30 @@ pub struct Job {
     pub op: Op,
     /// What the call's addresses name, which must stay open until it is done.
     pub hold: Vec<OwnedFd>,
-    /// Run once the connect has returned (with its errno, if it failed), before the
-    /// caller is answered: a record of a connection made.
+    /// Run once the call has returned (with its errno, if it failed), before the
+    /// caller is answered: a record of a connection made or a datagram sent.
     pub after: Option<AfterConnect>,
 }
 
+/// A job with what it holds of the budget (its socket's copy and the files it names).
+struct Queued {
+    job: Job,
+    _held: Option<Held>,
+}
+
 pub struct Connector {
-    jobs: Sender<Job>,
+    jobs: Sender<Queued>,
     shared: Arc<Shared>,
 }
 
 struct Shared {
     listener: OwnedFd,
-    queue: Mutex<Receiver<Job>>,
+    queue: Mutex<Receiver<Queued>>,
     idle: AtomicUsize,
     workers: AtomicUsize,
-    budget: Budget,
+    /// Jobs handed over and not yet taken by a worker.
+    queued: AtomicUsize,
+    budget: Arc<Budget>,
     /// The calls being made: notification id to the worker's thread id.
     running: Mutex<HashMap<u64, u32>>,
     /// The connector is gone: the reaper stops once no call runs.
@@ -90,7 +103,11 @@ impl Connector {
             queue: Mutex::new(queue),
             idle: AtomicUsize::new(0),
             workers: AtomicUsize::new(0),
-            budget: Budget::new(SEND_BUDGET),
+            queued: AtomicUsize::new(0),
+            budget: Budget::new(Amount {
+                bytes: SEND_BUDGET,
+                fds: fd_budget(),
+            }),
             running: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
         });
@@ -103,31 +120,42 @@ impl Connector {
     }
 
     /// Queues `job`, starting a worker if none is idle (and the bound allows). If no
-    /// worker can run at all, the call is made here rather than never.
+    /// worker can run at all, the call is made here rather than never. A call that would
+    /// pass the queue's bound, or the budget's descriptors, fails at once (ENOBUFS).
     pub fn submit(&self, job: Job) {
         let shared = &self.shared;
+        let fds = 1 + job.hold.len();
+        let held = shared.budget.try_take(Amount { bytes: 0, fds });
+        if held.is_none() || shared.queued.load(Ordering::Acquire) >= MAX_QUEUED {
+            let _ = seccomp::answer(shared.listener.as_fd(), job.id, Err(libc::ENOBUFS));
+            return;
+        }
+        let queued = Queued { job, _held: held };
+        // Counted as queued before the idle workers are: a worker leaving idle lowers idle
+        // first, then queued, so a job is never left to a worker that took another.
+        let waiting = shared.queued.fetch_add(1, Ordering::AcqRel) + 1;
         let idle = shared.idle.load(Ordering::Acquire);
         let workers = shared.workers.load(Ordering::Acquire);
-        let mut started = workers > 0;
-        if idle == 0 && workers < MAX_WORKERS {
+        if idle < waiting && workers < MAX_WORKERS {
             shared.workers.fetch_add(1, Ordering::AcqRel);
             let worker = Arc::clone(shared);
             let spawned = std::thread::Builder::new()
                 .name("netbox-connect".into())
                 .stack_size(64 << 10)
                 .spawn(move || worker.work());
-            if spawned.is_ok() {
-                started = true;
-            } else {
+            if spawned.is_err() {
                 shared.workers.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        if !started {
-            shared.run(job, Some(&shared.budget));
+        if shared.workers.load(Ordering::Acquire) == 0 {
+            // No worker could be started at all: made here rather than never.
+            shared.queued.fetch_sub(1, Ordering::AcqRel);
+            shared.run(queued.job, Some(&shared.budget));
             return;
         }
-        if let Err(returned) = self.jobs.send(job) {
-            shared.run(returned.0, Some(&shared.budget));
+        if let Err(returned) = self.jobs.send(queued) {
+            shared.queued.fetch_sub(1, Ordering::AcqRel);
+            shared.run(returned.0.job, Some(&shared.budget));
         }
     }
 
@@ -164,6 +192,14 @@ impl Drop for Connector {
     }
 }
 
+/// The descriptors the calls netbox makes for CMD may hold at once: half of what netbox
+/// may open, the rest being the proxy's and the log's.
+fn fd_budget() -> usize {
+    let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| soft);
+    usize::try_from(soft / 2).unwrap_or(512).max(256)
+}
+
 /// Blocks every signal but the wake-up one: the others are netbox's signal thread's.
 fn block_signals() {
     let _ = crate::sys::process::block_all_but_wakeup();
@@ -182,7 +218,13 @@ impl Shared {
             };
             self.idle.fetch_sub(1, Ordering::AcqRel);
             match job {
-                Ok(job) => self.run(job, Some(&self.budget)),
+                Ok(queued) => {
+                    // After idle (submit's order).
+                    self.queued.fetch_sub(1, Ordering::AcqRel);
+                    // What the job holds goes back to the budget once it is done.
+                    let Queued { job, _held } = queued;
+                    self.run(job, Some(&self.budget));
+                }
                 // The connector is gone: the run is over.
                 Err(_) => return,
             }
@@ -193,7 +235,7 @@ impl Shared {
     /// caller is acted on unless the caller still waits once it is read: a caller killed
     /// meanwhile could have had its pid given to another process, whose memory and fds
     /// the same pid would then name.
-    fn run(&self, job: Job, budget: Option<&Budget>) {
+    fn run(&self, job: Job, budget: Option<&Arc<Budget>>) {
         let listener = self.listener.as_fd();
         let caller_waits = || seccomp::still_valid(listener, job.id);
         self.started_call(job.id);

@@ -5,6 +5,7 @@
 //! signal or deadline is one of `Supervisor`'s transitions.
 
 mod bridge_task;
+mod budget;
 mod connector;
 pub mod gitaudit;
 pub mod netwatch;

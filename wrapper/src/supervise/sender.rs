@@ -22,9 +22,9 @@
 //! caller's thread as the kernel would.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::{Condvar, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
+use crate::supervise::budget::{Amount, Budget, Held};
 use crate::supervise::writejudge::{int_arg, uint_arg};
 use crate::sys::seccomp::{self, Notification};
 
@@ -38,8 +38,14 @@ const CHUNK: usize = 256 << 10;
 const DATAGRAM_FLOOR: usize = 64 << 10;
 /// Ancillary data read for one message at most (the kernel's optmem_max is smaller).
 const MAX_CONTROL: usize = 64 << 10;
-/// `UIO_MAXIOV`: the kernel's limit on a message's buffers, and on sendmmsg's messages.
+/// `UIO_MAXIOV`: the kernel's limit on a message's buffers.
 const MAX_IOV: u64 = 1024;
+/// sendmmsg's messages taken from one call: the rest are left for the caller's next call
+/// (sendmmsg answers with how many it sent, and callers loop on a short count), so that a
+/// call waiting in the queue holds little.
+const MAX_MESSAGES: u64 = 64;
+/// `SCM_MAX_FD`: the fds one message may pass (more is EINVAL from the kernel).
+const MAX_PASSED_FDS: usize = 253;
 /// `struct msghdr` and `struct mmsghdr` (64-bit).
 const MSGHDR_LEN: u64 = 56;
 const MMSGHDR_LEN: u64 = 64;
@@ -103,7 +109,7 @@ pub fn read(n: &Notification) -> Result<Send, i32> {
             many: false,
         }),
         libc::SYS_sendmmsg => {
-            let count = u64::from(uint_arg(n.args[2])).min(MAX_IOV);
+            let count = u64::from(uint_arg(n.args[2])).min(MAX_MESSAGES);
             let mut messages = Vec::new();
             for i in 0..count {
                 let at = n.args[1].wrapping_add(i * MMSGHDR_LEN);
@@ -193,18 +199,20 @@ impl Outgoing {
         Ok(buffers)
     }
 
-    /// Its ancillary data, with the fds it passes copied (held in the second value).
-    fn read_control(&self, pid: u32) -> Result<(Vec<u8>, Vec<OwnedFd>), i32> {
+    /// Its ancillary data as the caller wrote it (checked: see `check_control`), and how
+    /// many fds it passes.
+    fn read_control(&self, pid: u32) -> Result<(Vec<u8>, usize), i32> {
         let (at, len) = self.control;
         if at == 0 || len == 0 {
-            return Ok((Vec::new(), Vec::new()));
+            return Ok((Vec::new(), 0));
         }
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         if len > MAX_CONTROL {
             return Err(libc::ENOBUFS);
         }
         let raw = seccomp::read_memory(pid, at, len).map_err(|_| libc::EFAULT)?;
-        translate_control(pid, &raw)
+        let fds = check_control(&raw)?;
+        Ok((raw, fds))
     }
 }
 
@@ -237,11 +245,42 @@ fn aligned(len: usize) -> usize {
     (len + 7) & !7
 }
 
-/// The ancillary data with each `SCM_RIGHTS` fd replaced by netbox's copy of the caller's
-/// (held in the second value), `SCM_CREDENTIALS` left out, and the rest as it was.
-fn translate_control(pid: u32, raw: &[u8]) -> Result<(Vec<u8>, Vec<OwnedFd>), i32> {
+/// What ancillary data netbox sends for CMD: the kinds any program may send. The kernel
+/// checks a send's privileges against the thread that makes it, netbox's, which holds
+/// every capability over the sandbox's namespaces; so a kind that needs one (a packet
+/// mark, a priority, IPv6 extension headers, IP options) is refused (EPERM), as it would
+/// be from CMD, and so is any kind not known here.
+fn allowed_control(level: i32, kind: i32) -> bool {
+    /// linux/net_tstamp.h, linux/udp.h and asm-generic/socket.h numbers libc may lack.
+    const SCM_TIMESTAMPING_OLD: i32 = 37;
+    const SCM_TXTIME: i32 = 61;
+    const SCM_TIMESTAMPING_NEW: i32 = 65;
+    const UDP_SEGMENT: i32 = 103;
+    match level {
+        libc::SOL_SOCKET => matches!(
+            kind,
+            libc::SCM_RIGHTS
+                | libc::SCM_CREDENTIALS
+                | SCM_TIMESTAMPING_OLD
+                | SCM_TXTIME
+                | SCM_TIMESTAMPING_NEW
+        ),
+        libc::IPPROTO_IP => matches!(kind, libc::IP_TOS | libc::IP_TTL | libc::IP_PKTINFO),
+        libc::IPPROTO_IPV6 => matches!(
+            kind,
+            libc::IPV6_PKTINFO | libc::IPV6_HOPLIMIT | libc::IPV6_TCLASS | libc::IPV6_DONTFRAG
+        ),
+        libc::SOL_UDP => kind == UDP_SEGMENT,
+        _ => false,
+    }
+}
+
+/// One header of ancillary data: level, kind, data.
+type ControlMessage<'a> = (i32, i32, &'a [u8]);
+
+/// Each header of the ancillary data.
+fn control_messages(raw: &[u8]) -> Result<Vec<ControlMessage<'_>>, i32> {
     let mut out = Vec::new();
-    let mut passed = Vec::new();
     let mut at = 0;
     while at + CMSG_HEADER <= raw.len() {
         let len = usize::try_from(u64::from_ne_bytes(
@@ -253,7 +292,37 @@ fn translate_control(pid: u32, raw: &[u8]) -> Result<(Vec<u8>, Vec<OwnedFd>), i3
         }
         let level = i32::from_ne_bytes(raw[at + 8..at + 12].try_into().unwrap_or([0; 4]));
         let kind = i32::from_ne_bytes(raw[at + 12..at + 16].try_into().unwrap_or([0; 4]));
-        let data = &raw[at + CMSG_HEADER..at + len];
+        out.push((level, kind, &raw[at + CMSG_HEADER..at + len]));
+        at += aligned(len);
+    }
+    Ok(out)
+}
+
+/// Checks the ancillary data before anything of it is acted on: its kinds (see
+/// `allowed_control`) and the fds it passes, at most the kernel's `SCM_MAX_FD`. Returns
+/// how many fds it passes.
+fn check_control(raw: &[u8]) -> Result<usize, i32> {
+    let mut fds = 0;
+    for (level, kind, data) in control_messages(raw)? {
+        if !allowed_control(level, kind) {
+            return Err(libc::EPERM);
+        }
+        if (level, kind) == (libc::SOL_SOCKET, libc::SCM_RIGHTS) {
+            fds += data.len() / 4;
+        }
+    }
+    if fds > MAX_PASSED_FDS {
+        return Err(libc::EINVAL);
+    }
+    Ok(fds)
+}
+
+/// The ancillary data with each `SCM_RIGHTS` fd replaced by netbox's copy of the caller's
+/// (held in the second value), `SCM_CREDENTIALS` left out, and the rest as it was.
+fn translate_control(pid: u32, raw: &[u8]) -> Result<(Vec<u8>, Vec<OwnedFd>), i32> {
+    let mut out = Vec::new();
+    let mut passed = Vec::new();
+    for (level, kind, data) in control_messages(raw)? {
         let start = out.len();
         match (level, kind) {
             (libc::SOL_SOCKET, libc::SCM_RIGHTS) => {
@@ -271,66 +340,16 @@ fn translate_control(pid: u32, raw: &[u8]) -> Result<(Vec<u8>, Vec<OwnedFd>), i3
                 out.extend_from_slice(&ours);
             }
             (libc::SOL_SOCKET, libc::SCM_CREDENTIALS) => {}
-            _ => out.extend_from_slice(&raw[at..at + len]),
-        }
-        out.resize(start + aligned(out.len() - start), 0);
-        at += aligned(len);
-    }
-    Ok((out, passed))
-}
-
-/// The bytes all workers may hold read from callers at once.
-pub struct Budget {
-    left: Mutex<usize>,
-    freed: Condvar,
-    capacity: usize,
-}
-
-/// Bytes taken from a `Budget`, given back when dropped.
-struct Held<'a> {
-    budget: &'a Budget,
-    bytes: usize,
-}
-
-impl Budget {
-    pub fn new(capacity: usize) -> Budget {
-        Budget {
-            left: Mutex::new(capacity),
-            freed: Condvar::new(),
-            capacity,
-        }
-    }
-
-    /// Takes `bytes` once that many are left; `None` if the caller is gone meanwhile.
-    fn take(&self, bytes: usize, caller_waits: &dyn Fn() -> bool) -> Option<Held<'_>> {
-        let bytes = bytes.min(self.capacity);
-        let mut left = self.left.lock().ok()?;
-        while *left < bytes {
-            // Rechecked now and then: a caller killed while its send waits here ends it.
-            let (guard, _) = self
-                .freed
-                .wait_timeout(left, Duration::from_millis(100))
-                .ok()?;
-            left = guard;
-            if *left < bytes && !caller_waits() {
-                return None;
+            _ => {
+                out.extend_from_slice(&((CMSG_HEADER + data.len()) as u64).to_ne_bytes());
+                out.extend_from_slice(&level.to_ne_bytes());
+                out.extend_from_slice(&kind.to_ne_bytes());
+                out.extend_from_slice(data);
             }
         }
-        *left -= bytes;
-        Some(Held {
-            budget: self,
-            bytes,
-        })
+        out.resize(start + aligned(out.len() - start), 0);
     }
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut left) = self.budget.left.lock() {
-            *left += self.bytes;
-        }
-        self.budget.freed.notify_all();
-    }
+    Ok((out, passed))
 }
 
 /// Sends the messages on `socket` (the caller's, copied); the caller's answer. What is
@@ -340,7 +359,7 @@ impl Drop for Held<'_> {
 pub fn send(
     socket: &OwnedFd,
     send: &Send,
-    budget: Option<&Budget>,
+    budget: Option<&Arc<Budget>>,
     caller_waits: &dyn Fn() -> bool,
 ) -> Result<i64, i32> {
     let stream = nix::sys::socket::getsockopt(socket, nix::sys::socket::sockopt::SockType)
@@ -386,25 +405,55 @@ pub fn send(
     Ok(sent)
 }
 
+/// A message's ancillary data as netbox sends it, with the copies of the fds it passes
+/// and what they hold of the budget (given back when dropped).
+struct Control {
+    bytes: Vec<u8>,
+    /// Held open until sent: `bytes` names them by number.
+    _passed: Vec<OwnedFd>,
+    _held: Option<Held>,
+}
+
 /// What sending one message needs.
 struct OneSend<'a> {
     socket: &'a OwnedFd,
     pid: u32,
     flags: i32,
-    budget: Option<&'a Budget>,
+    budget: Option<&'a Arc<Budget>>,
     caller_waits: &'a dyn Fn() -> bool,
 }
 
 impl OneSend<'_> {
-    /// Bytes taken from the budget (none without one); ENOENT if the caller is gone.
-    fn hold(&self, bytes: usize) -> Result<Option<Held<'_>>, i32> {
+    /// Bytes and fds taken from the budget (none without one); ENOENT if the caller is
+    /// gone.
+    fn hold(&self, bytes: usize, fds: usize) -> Result<Option<Held>, i32> {
         match self.budget {
             None => Ok(None),
             Some(budget) => budget
-                .take(bytes, self.caller_waits)
+                .take(Amount { bytes, fds }, self.caller_waits)
                 .map(Some)
                 .ok_or(libc::ENOENT),
         }
+    }
+
+    /// The message's ancillary data with the fds it passes copied, the copies held
+    /// against the budget first.
+    fn control(&self, message: &Outgoing) -> Result<Control, i32> {
+        let (raw, fds) = message.read_control(self.pid)?;
+        if raw.is_empty() {
+            return Ok(Control {
+                bytes: raw,
+                _passed: Vec::new(),
+                _held: None,
+            });
+        }
+        let held = self.hold(0, fds)?;
+        let (bytes, passed) = translate_control(self.pid, &raw)?;
+        Ok(Control {
+            bytes,
+            _passed: passed,
+            _held: held,
+        })
     }
 
     /// A stream's message: up to `MAX_DATA` bytes, a `CHUNK` at a time, the ancillary
@@ -414,26 +463,27 @@ impl OneSend<'_> {
         let buffers = message.buffers(self.pid)?;
         let total: u64 = buffers.iter().map(|(_, len)| len).sum();
         let want = usize::try_from(total).unwrap_or(usize::MAX).min(MAX_DATA);
-        let (control, mut passed) = message.read_control(self.pid)?;
+        let mut control = Some(self.control(message)?);
         let mut done = 0;
         loop {
             let take = (want - done).min(CHUNK);
-            let held = self.hold(take);
+            let held = self.hold(take, 0);
             let result = held.and_then(|_held| {
                 let data = read_range(self.pid, &buffers, done, take)?;
                 if !(self.caller_waits)() {
                     return Err(libc::ENOENT);
                 }
-                let control: &[u8] = if done == 0 { &control } else { &[] };
+                let bytes: &[u8] = control.as_ref().map_or(&[], |c| &c.bytes);
                 crate::sys::socket::sendmsg_raw(
                     self.socket.as_fd(),
                     &message.name,
                     &data,
-                    control,
+                    bytes,
                     self.flags,
                 )
             });
-            passed.clear();
+            // The fds it passed go with the first piece: closed (and given back) now.
+            control.take();
             match result {
                 Ok(bytes) => {
                     done += bytes;
@@ -455,8 +505,8 @@ impl OneSend<'_> {
         if total > limit {
             return Err(libc::EMSGSIZE);
         }
-        let (control, passed) = message.read_control(self.pid)?;
-        let _held = self.hold(total)?;
+        let control = self.control(message)?;
+        let _held = self.hold(total, 0)?;
         let data = read_range(self.pid, &buffers, 0, total)?;
         if !(self.caller_waits)() {
             return Err(libc::ENOENT);
@@ -465,10 +515,10 @@ impl OneSend<'_> {
             self.socket.as_fd(),
             &message.name,
             &data,
-            &control,
+            &control.bytes,
             self.flags,
         );
-        drop(passed);
+        drop(control);
         sent
     }
 }

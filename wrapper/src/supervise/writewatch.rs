@@ -641,16 +641,7 @@ fn connect_unix(listener: &OwnedFd, watch: &Watch, n: &Notification, socket: Own
                 // pid 1's are the probe's own, not CMD's use.
                 Whose::Own => None,
                 Whose::Allowed(_) if n.pid == watch.context.pid1 => None,
-                Whose::Allowed(index) => {
-                    let record = AllowedUse {
-                        log: Arc::clone(&watch.context.log),
-                        session: watch.context.session.id.to_string(),
-                        pid: n.pid,
-                        executable: executable_of(n.pid),
-                        path: watch.unix.allowed[index].named.display().to_string(),
-                    };
-                    Some(Box::new(move |result| record.write(result)))
-                }
+                Whose::Allowed(index) => Some(allowed_use(watch, n, index, "connected")),
             };
             submit(
                 watch,
@@ -692,6 +683,7 @@ fn handle_send(listener: &OwnedFd, watch: &Watch, n: &Notification) {
         Err(errno) => return answer(Err(errno)),
     };
     let mut hold: Vec<OwnedFd> = Vec::new();
+    let mut after: Option<AfterConnect> = None;
     for (index, message) in send.messages.iter_mut().enumerate() {
         if let Some(vsock) = vsock_of(&message.name) {
             record_vsock(listener, watch, n, vsock);
@@ -709,12 +701,19 @@ fn handle_send(listener: &OwnedFd, watch: &Watch, n: &Notification) {
             None => Err(libc::ENOENT),
         };
         let errno = match decided {
-            Ok((Decision::Connect { file, .. }, _)) => {
+            Ok((Decision::Connect { file, whose }, _)) => {
                 let ours = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
                 match crate::sys::socket::unix_address(ours.as_bytes()) {
                     Some(name) => {
                         message.name = name;
                         hold.push(file);
+                        // A datagram to an allowed socket is a use of it, logged like a
+                        // connect (once per call, with the call's result).
+                        if let Whose::Allowed(index) = whose {
+                            if after.is_none() && n.pid != watch.context.pid1 {
+                                after = Some(allowed_use(watch, n, index, "sent"));
+                            }
+                        }
                         continue;
                     }
                     None => libc::ENAMETOOLONG,
@@ -752,7 +751,7 @@ fn handle_send(listener: &OwnedFd, watch: &Watch, n: &Notification) {
             socket,
             op: Op::Send(send),
             hold,
-            after: None,
+            after,
         },
     );
 }
@@ -842,8 +841,24 @@ fn log_direct_attempts(
     }
 }
 
+/// The record of a use of allowed socket `index` (a connect, or a datagram sent), written
+/// once the call has returned.
+fn allowed_use(watch: &Watch, n: &Notification, index: usize, done: &'static str) -> AfterConnect {
+    let record = AllowedUse {
+        done,
+        log: Arc::clone(&watch.context.log),
+        session: watch.context.session.id.to_string(),
+        pid: n.pid,
+        executable: executable_of(n.pid),
+        path: watch.unix.allowed[index].named.display().to_string(),
+    };
+    Box::new(move |result| record.write(result))
+}
+
 /// A connect to an allowed host socket, for the log.
 struct AllowedUse {
+    /// What the call did when it succeeded: `connected`, `sent`.
+    done: &'static str,
     log: Arc<EventLog>,
     session: String,
     pid: u32,
@@ -861,7 +876,7 @@ impl AllowedUse {
                 executable: bridge::log::bounded(self.executable, MAX_PATH_IN_RECORD),
                 path: bridge::log::bounded(self.path, MAX_PATH_IN_RECORD),
                 result: match result {
-                    Ok(()) => "connected".to_owned(),
+                    Ok(()) => self.done.to_owned(),
                     Err(errno) => std::io::Error::from_raw_os_error(errno).to_string(),
                 },
             },

@@ -68,6 +68,7 @@ fn new_and_changed_git_metadata_is_found_and_old_or_pinned_is_not() {
         roots: vec![root.clone()],
         skip: vec![root.join("pinned/.git")],
         watch: Vec::new(),
+        git_data: Default::default(),
         since,
     };
     let report = audit(&scope, &|| false);
@@ -96,6 +97,7 @@ fn a_cancelled_audit_says_so() {
         roots: vec![root.clone()],
         skip: Vec::new(),
         watch: Vec::new(),
+        git_data: Default::default(),
         since: Stamp::now(),
     };
     let report = audit(&scope, &|| true);
@@ -136,6 +138,7 @@ fn every_hook_and_every_redirect_of_an_unpinned_repository_is_found() {
         roots: vec![root.clone()],
         skip: Vec::new(),
         watch: Vec::new(),
+        git_data: Default::default(),
         since,
     };
     let report = audit(&scope, &|| false);
@@ -191,6 +194,7 @@ fn a_linked_worktree_and_what_a_config_names_are_found() {
         roots: vec![root.clone()],
         skip: Vec::new(),
         watch: Vec::new(),
+        git_data: Default::default(),
         since,
     };
     let report = audit(&scope, &|| false);

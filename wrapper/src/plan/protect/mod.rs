@@ -1660,6 +1660,11 @@ mod tests {
             Some(writable(".git/FETCH_HEAD", Some(EMPTY_CONFIG)))
         );
         assert_eq!(find(".git/reftable"), None);
+        // Within refs/, replace refs stay read-only (a placeholder where missing).
+        assert_eq!(
+            find(".git/refs/replace"),
+            Some(read_only(".git/refs/replace", Some(Placeholder::Dir)))
+        );
         // Read-only with the top: what is not on the list, and every part that runs code
         // (no pin of its own for a host's rename to detach).
         for name in [".git/unknown", ".git/hooks", ".git/config", ".git/index"] {
@@ -1687,6 +1692,49 @@ mod tests {
     }
 
     #[test]
+    fn allow_git_writes_refuses_shared_objects_and_keeps_a_reftable_read_only() {
+        let ws = tempdir("gitwrites-shared");
+        for dir in ["objects/ab", "refs/heads"] {
+            std::fs::create_dir_all(ws.join(".git").join(dir)).unwrap();
+        }
+        std::fs::write(ws.join(".git/config"), "").unwrap();
+        std::fs::write(ws.join("elsewhere"), "x").unwrap();
+        std::fs::hard_link(ws.join("elsewhere"), ws.join(".git/objects/ab/cdef")).unwrap();
+        let input = ProtectInput {
+            write_roots: std::slice::from_ref(&ws),
+            writable: std::slice::from_ref(&ws),
+            home_entries: &[],
+            home: None,
+            homes: &[],
+            extra: &[],
+            allow_git_writes: true,
+        };
+        match protected_paths(&input) {
+            Err(WrapperError::GitDataHardLink { path, links, .. }) => {
+                assert_eq!(path, ws.join(".git/objects/ab/cdef"));
+                assert_eq!(links, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        // One name only: accepted.
+        std::fs::remove_file(ws.join("elsewhere")).unwrap();
+        assert!(protected_paths(&input).is_ok());
+        // A reftable: refs/, reftable/ and logs/ stay read-only with the top.
+        std::fs::write(
+            ws.join(".git/config"),
+            "[extensions]\n\trefStorage = reftable\n",
+        )
+        .unwrap();
+        let got = protected_writing_git(&ws);
+        let writable: Vec<_> = got.iter().filter(|p| p.writable).map(|p| &p.path).collect();
+        assert_eq!(
+            writable,
+            [&ws.join(".git/objects"), &ws.join(".git/FETCH_HEAD")]
+        );
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
     fn a_bare_repository_root_keeps_its_code_parts_pinned() {
         let ws = tempdir("gitwrites-bare");
         for dir in ["hooks", "objects", "refs"] {
@@ -1699,7 +1747,30 @@ mod tests {
         assert!(paths.contains(&ws.join("hooks")), "{paths:?}");
         assert!(paths.contains(&ws.join("config")), "{paths:?}");
         assert!(!paths.contains(&ws), "{paths:?}");
-        assert!(got.iter().all(|p| !p.writable), "{got:?}");
+        // Only FETCH_HEAD is bound writable (over itself: no link can take its place).
+        let writable: Vec<_> = got.iter().filter(|p| p.writable).collect();
+        assert_eq!(
+            writable,
+            [&Protected {
+                path: ws.join("FETCH_HEAD"),
+                placeholder: Some(EMPTY_CONFIG),
+                writable: true,
+            }]
+        );
+        // What git rewrites through a link at the top is pinned: HEAD as it is, a
+        // missing packed-refs or shallow as an empty placeholder.
+        assert!(got.contains(&Protected {
+            path: ws.join("HEAD"),
+            placeholder: None,
+            writable: false,
+        }));
+        for part in ["packed-refs", "shallow"] {
+            assert!(got.contains(&Protected {
+                path: ws.join(part),
+                placeholder: Some(EMPTY_CONFIG),
+                writable: false,
+            }));
+        }
         // A missing commondir gets a (file) placeholder: CMD must not create one.
         assert!(got.contains(&Protected {
             path: ws.join("commondir"),

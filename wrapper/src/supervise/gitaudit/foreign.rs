@@ -77,9 +77,14 @@ impl Sweep<'_> {
     /// A git directory whose top CMD could write: its top (but the names that lead git
     /// to code), and its data directories whole.
     pub fn git_dir(&mut self, git_dir: &Path) {
-        let Ok(mut dir) = Dir::open(git_dir, OPEN_DIR, Mode::empty()) else {
-            self.swept.unread.push(git_dir.to_owned());
-            return;
+        let mut dir = match Dir::open(git_dir, OPEN_DIR, Mode::empty()) {
+            Ok(dir) => dir,
+            // Gone (a placeholder removed when the run ended): nothing to sweep.
+            Err(nix::errno::Errno::ENOENT) => return,
+            Err(_) => {
+                self.swept.unread.push(git_dir.to_owned());
+                return;
+            }
         };
         for (name, kind) in self.entries_of(&mut dir, git_dir) {
             let path = git_dir.join(OsStr::from_bytes(name.to_bytes()));
@@ -100,9 +105,15 @@ impl Sweep<'_> {
         if self.skip.contains(top) {
             return;
         }
-        let Ok(dir) = Dir::open(top, OPEN_DIR, Mode::empty()) else {
-            self.swept.unread.push(top.to_owned());
-            return;
+        let dir = match Dir::open(top, OPEN_DIR, Mode::empty()) {
+            Ok(dir) => dir,
+            // Gone (a `logs/` made for the run and left empty is removed with the other
+            // placeholders before the sweep): nothing to sweep.
+            Err(nix::errno::Errno::ENOENT) => return,
+            Err(_) => {
+                self.swept.unread.push(top.to_owned());
+                return;
+            }
         };
         let mut stack = vec![(dir, top.to_owned())];
         while let Some((mut dir, path)) = stack.pop() {

@@ -74,6 +74,9 @@ fn links_and_fifos_planted_in_git_data_are_removed_after_the_run() {
     // The user's own link, made before the run.
     let own = run.workspace.join(".git/logs/refs/mine");
     std::os::unix::fs::symlink("/dev/null", &own).unwrap();
+    // Older than the run's start, which is taken to the second where the filesystem
+    // keeps no birth times.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     assert!(!run.workspace.join(".git/FETCH_HEAD").exists());
     let out = run.sh(&format!(
         "ln -s {bashrc} .git/logs/HEAD.new && mv -f .git/logs/HEAD.new .git/logs/HEAD && echo LINKED; \

@@ -283,9 +283,25 @@ pub struct GitMetadataCreated {
     pub repository: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setting: Option<String>,
+    /// For a `foreign_entry`: what it is (`symlink`, `fifo`, `socket`, `device`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<ForeignEntry>,
+    /// For a `foreign_entry`: netbox removed it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
     /// For a record of an earlier session that ended without its check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audited_session: Option<String>,
+}
+
+/// An entry git never makes in its data, as found there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForeignEntry {
+    Symlink,
+    Fifo,
+    Socket,
+    Device,
 }
 
 /// What a piece of git metadata is.
@@ -305,6 +321,9 @@ pub enum GitMetadataKind {
     /// A file or directory a repository's configuration names for git to run or read
     /// as code (a hooks path, a program, an included file).
     CodePath,
+    /// An entry git never makes (a symlink, FIFO, socket or device file) where CMD could
+    /// write a git directory's data (`logs/`, `refs/`, `objects/`, a writable top).
+    ForeignEntry,
 }
 
 /// How it came to be reported.
@@ -313,6 +332,8 @@ pub enum GitMetadataKind {
 pub enum GitMetadataHow {
     Created,
     Changed,
+    /// There before the run (reported, never removed).
+    BeforeRun,
 }
 
 /// `git_audit`: what the check for git metadata read, and whether it read everything.
@@ -338,6 +359,8 @@ pub enum AuditStopped {
     TimeLimit,
     DirectoryLimit,
     Cancelled,
+    /// The sweep of git's data for entries git never makes read its limit of entries.
+    EntryLimit,
 }
 
 /// `write_denied`: one write the mounts refused, as the denied-write log saw it.

@@ -459,7 +459,9 @@ fn every_documented_code_setting_is_pinned_wherever_the_repository_is() {
     repository(&home, &ws);
     let upstream = dir.join("upstream");
     repository(&home, &upstream);
-    let upstream_arg = upstream.display().to_string();
+    // A file:// URL: a plain path would hard-link the submodule's objects to the
+    // upstream's, which --allow-git-writes refuses.
+    let upstream_arg = format!("file://{}", upstream.display());
     git_ok(
         &home,
         &ws,

@@ -58,6 +58,15 @@ pub enum WrapperError {
     SubmoduleSymlink { path: PathBuf, submodule: PathBuf },
     #[error("cannot tell which submodules {} records: {reason}", path.display())]
     GitIndex { path: PathBuf, reason: String },
+    #[error("{} has {links} names (hard links, as a local `git clone` makes): with --allow-git-writes CMD could rewrite it, and with it the file's other names, which may lie outside every writable root", path.display())]
+    GitDataHardLink {
+        path: PathBuf,
+        links: u64,
+        /// The git directory it belongs to.
+        repository: PathBuf,
+    },
+    #[error("cannot check {} for hard links to files outside it: it holds more than {limit} entries", path.display())]
+    GitDataUnchecked { path: PathBuf, limit: usize },
     #[error("cannot tell what the git config {} makes git run: {reason}", path.display())]
     GitConfig { path: PathBuf, reason: String },
     #[error("cannot create the read-only placeholder {}", path.display())]
@@ -108,6 +117,17 @@ pub enum WrapperError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// `path` as a shell word for a hint: bare where that is safe, else single-quoted.
+fn shell_quote(path: &std::path::Path) -> String {
+    let text = crate::printable::printable(&path.to_string_lossy());
+    let safe = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c);
+    if !text.is_empty() && text.chars().all(safe) {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
 }
 
 impl WrapperError {
@@ -179,6 +199,15 @@ impl WrapperError {
                 "check the repository with `git status`; netbox pins every submodule's .git and must read the index to find them"
                     .into(),
             ),
+            WrapperError::GitDataHardLink { repository, .. } => Some(format!(
+                "give the repository objects of its own: git -C {} repack -a -d && git -C {} prune-packed (or clone with --no-hardlinks); or run without --allow-git-writes",
+                shell_quote(repository),
+                shell_quote(repository),
+            )),
+            WrapperError::GitDataUnchecked { path, .. } => Some(format!(
+                "pack its loose objects (git gc in the repository of {}), or run without --allow-git-writes",
+                path.display()
+            )),
             WrapperError::GitConfig { .. } => Some(
                 "make the file readable (and its paths UTF-8), or remove it; netbox pins what git's configuration names and must read it to know what that is"
                     .into(),

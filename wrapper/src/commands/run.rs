@@ -174,6 +174,7 @@ pub fn run_reporting(
             .collect(),
         skip: pinned.iter().chain(&config.read_only).cloned().collect(),
         watch: protection.watched,
+        git_data: protection.git_data,
         since,
     };
     // From here on every outcome, failures included, closes the log with session_end.

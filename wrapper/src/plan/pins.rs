@@ -30,11 +30,14 @@ impl Pins {
         Pins { paths }
     }
 
-    /// The first pinned path that is no longer a mount of its own, if any.
+    /// The outermost pinned path that is no longer a mount of its own, if any: a pin
+    /// inside another (`.git/refs/replace` in `.git`) goes with it, and the one the host
+    /// removed is the one to name.
     pub fn lost(&self) -> Option<&Path> {
         self.paths
             .iter()
-            .find(|path| !is_own_mount(path))
+            .filter(|path| !is_own_mount(path))
+            .min_by_key(|path| path.components().count())
             .map(PathBuf::as_path)
     }
 }

@@ -79,3 +79,16 @@ pub fn has_on(fd: std::os::fd::BorrowedFd<'_>, name: &str) -> bool {
     let rc = unsafe { libc::fgetxattr(fd.as_raw_fd(), name.as_ptr(), std::ptr::null_mut(), 0) };
     rc >= 0
 }
+
+/// Removes `name` from the file `fd` holds (open for reading, not `O_PATH`).
+pub fn remove_on(fd: std::os::fd::BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let name = CString::new(name).map_err(|_| io::Error::other("xattr name contains NUL"))?;
+    // SAFETY: `name` is NUL-terminated and outlives the call; `fd` is open for the call;
+    // the kernel only reads the name.
+    let rc = unsafe { libc::fremovexattr(fd.as_raw_fd(), name.as_ptr()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

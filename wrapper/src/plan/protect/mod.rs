@@ -145,6 +145,20 @@ impl Identity {
 pub struct Protection {
     pub pinned: Vec<Protected>,
     pub watched: Vec<Watched>,
+    /// Where CMD can write git's data (supervise/gitaudit/foreign.rs sweeps them after
+    /// the run for entries git never makes).
+    pub git_data: GitData,
+}
+
+/// The places CMD can write a git directory's data.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GitData {
+    /// Data directories left writable inside a pinned git directory (`objects/`, `refs/`,
+    /// `logs/`, `reftable/`, `lfs/` under `--allow-git-writes`): all of each.
+    pub dirs: Vec<PathBuf>,
+    /// Git directories whose top is writable (a bare repository that is a writable
+    /// root): their top, and their data directories whole.
+    pub git_dirs: Vec<PathBuf>,
 }
 
 /// What the protection needs to know about the run.
@@ -182,6 +196,7 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Protection, WrapperEr
         gitlinks: 0,
         shared: shared_configs(input.home),
         repositories: HashSet::new(),
+        git_data: GitData::default(),
     };
     // What the global and system configs (and git's environment) make every git run or
     // read wherever it runs: their absolute and `~` paths. Their relative paths are
@@ -247,6 +262,7 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Protection, WrapperEr
     Ok(Protection {
         pinned: found.out,
         watched: found.watched,
+        git_data: found.git_data,
     })
 }
 
@@ -325,6 +341,8 @@ struct Found<'a> {
     shared: Vec<ConfigSet>,
     /// The git directories pinned so far: each once, however many roots lie in it.
     repositories: HashSet<PathBuf>,
+    /// Where CMD can write git's data.
+    git_data: GitData,
 }
 
 impl Found<'_> {
@@ -899,10 +917,13 @@ impl Found<'_> {
             }
             GitDirPin::WholeButData => {
                 self.push(dir.to_owned(), None);
-                self.open_git_data(dir);
+                self.open_git_data(dir)?;
                 return Ok(());
             }
             GitDirPin::Parts => {}
+        }
+        if self.writable(dir) {
+            self.pin_bare_top(dir)?;
         }
         let index = match gitindex::object_name_len(&common_dir_of(dir)) {
             32 => placeholders::EMPTY_INDEX_SHA256,
@@ -960,22 +981,51 @@ impl Found<'_> {
     /// would make it at the top), and `FETCH_HEAD`, which git writes in place (made
     /// empty if missing). A link stays read-only with the top (git writes through it,
     /// to what it leads to); so does a `FETCH_HEAD` with another name (a hard link to a
-    /// hook would make the hook writable).
-    fn open_git_data(&mut self, dir: &Path) {
-        use std::os::unix::fs::MetadataExt;
+    /// hook would make the hook writable). Within `refs/`, `refs/replace/` stays
+    /// read-only (a placeholder where missing): a replace ref makes git read CMD's object
+    /// wherever the original is named, so `git diff` would not show CMD's change and a
+    /// checkout would bring it back. A repository whose refs are a reftable (one file
+    /// for every ref, replace refs too) keeps `refs/`, `reftable/` and `logs/` read-only:
+    /// ref updates fail inside.
+    fn open_git_data(&mut self, dir: &Path) -> Result<(), WrapperError> {
+        let reftable = uses_reftable(dir);
         for name in GIT_DATA_DIRS {
+            if reftable && matches!(*name, "refs" | "reftable" | "logs") {
+                continue;
+            }
             let path = dir.join(name);
             match std::fs::symlink_metadata(&path) {
-                Ok(meta) if meta.is_dir() => {
+                Ok(meta) if meta.is_dir() && self.writable(&path) => {
+                    refuse_hard_links(&path, dir)?;
                     let placeholder = is_placeholder(&path).then_some(Placeholder::Dir);
-                    self.push_as(path, placeholder, true);
+                    self.push_as(path.clone(), placeholder, true);
+                    self.git_data.dirs.push(path);
                 }
                 Err(e) if e.kind() == ErrorKind::NotFound && *name == "logs" => {
-                    self.push_as(path, Some(Placeholder::Dir), true);
+                    self.push_as(path.clone(), Some(Placeholder::Dir), true);
+                    self.git_data.dirs.push(path);
                 }
                 _ => {}
             }
         }
+        let refs = dir.join("refs");
+        if !reftable && self.listed.contains(&refs) {
+            self.pin_named(
+                &refs.join("replace"),
+                Placeholder::Dir,
+                "replace refs",
+                Lay::Placeholders,
+            )?;
+        }
+        self.open_fetch_head(dir);
+        Ok(())
+    }
+
+    /// `FETCH_HEAD`, which git writes in place (never by rename), bound writable over
+    /// itself (made empty if missing), so that no link can take its place; one with
+    /// another name stays as it is.
+    fn open_fetch_head(&mut self, dir: &Path) {
+        use std::os::unix::fs::MetadataExt;
         let fetch_head = dir.join("FETCH_HEAD");
         match std::fs::symlink_metadata(&fetch_head) {
             Ok(meta) if meta.is_file() && meta.nlink() == 1 => {
@@ -988,6 +1038,108 @@ impl Found<'_> {
             _ => {}
         }
     }
+
+    /// The top of a git directory that is itself writable (a bare repository that is a
+    /// writable root): the files at its top that git rewrites through a link (its lock
+    /// file follows one: `git pack-refs` would write the packed refs, branch names CMD
+    /// chose, into whatever `packed-refs` leads to) are pinned, with an empty placeholder
+    /// where missing (an empty `packed-refs` or `shallow` reads as none), and `FETCH_HEAD`
+    /// is bound writable over itself; whatever else CMD leaves there that git never
+    /// makes (a link in `logs/`, a FIFO in `objects/`) is removed after the run.
+    fn pin_bare_top(&mut self, dir: &Path) -> Result<(), WrapperError> {
+        for (part, placeholder) in [
+            ("HEAD", None),
+            ("packed-refs", Some(EMPTY_CONFIG)),
+            ("shallow", Some(EMPTY_CONFIG)),
+        ] {
+            let path = dir.join(part);
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Err(WrapperError::ProtectedSymlink { path })
+                }
+                Ok(_) => {
+                    let placeholder = placeholder.filter(|_| is_placeholder(&path));
+                    self.push(path, placeholder);
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    if let Some(placeholder) = placeholder {
+                        self.push(path, Some(placeholder));
+                    }
+                }
+                Err(source) => return Err(path_error(path, source)),
+            }
+        }
+        self.open_fetch_head(dir);
+        for name in GIT_DATA_DIRS {
+            let path = dir.join(name);
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+                refuse_hard_links(&path, dir)?;
+            }
+        }
+        self.git_data.git_dirs.push(dir.to_owned());
+        Ok(())
+    }
+}
+
+/// Whether the repository whose git directory is `dir` keeps its refs in a reftable
+/// (`reftable/` present, or `extensions.refStorage = reftable` in its config).
+fn uses_reftable(dir: &Path) -> bool {
+    let common = common_dir_of(dir);
+    if dir.join("reftable").is_dir() || common.join("reftable").is_dir() {
+        return true;
+    }
+    gitconfig::read(&common.join("config")).is_some_and(|entries| {
+        entries.iter().any(|e| {
+            e.section == "extensions"
+                && e.subsection.is_none()
+                && e.key == "refstorage"
+                && e.value
+                    .as_deref()
+                    .is_some_and(|v| v.eq_ignore_ascii_case("reftable"))
+        })
+    })
+}
+
+/// Entries a check for hard links reads under one data directory, at most: a repository
+/// of loose objects that large is refused rather than half-checked (`git gc` packs it).
+const MAX_HARD_LINK_ENTRIES: usize = 200_000;
+
+/// Refuses a data directory (`objects/`, `lfs/`, …) about to be left writable that holds
+/// a regular file with more than one name: a local `git clone` hard-links its objects to
+/// the source repository's, and CMD, owning the file, could `chmod u+w` it and rewrite
+/// the object there too, outside every writable root (git does not check a loose
+/// object's content against its name when it reads it). Nothing is followed.
+fn refuse_hard_links(data: &Path, git_dir: &Path) -> Result<(), WrapperError> {
+    use std::os::unix::fs::MetadataExt;
+    let mut pending = vec![data.to_owned()];
+    let mut seen = 0;
+    while let Some(dir) = pending.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|source| path_error(dir.clone(), source))?;
+        for entry in entries {
+            let entry = entry.map_err(|source| path_error(dir.clone(), source))?;
+            seen += 1;
+            if seen > MAX_HARD_LINK_ENTRIES {
+                return Err(WrapperError::GitDataUnchecked {
+                    path: data.to_owned(),
+                    limit: MAX_HARD_LINK_ENTRIES,
+                });
+            }
+            let path = entry.path();
+            let meta = entry
+                .metadata()
+                .map_err(|source| path_error(path.clone(), source))?;
+            if meta.is_dir() {
+                pending.push(path);
+            } else if meta.is_file() && meta.nlink() > 1 {
+                return Err(WrapperError::GitDataHardLink {
+                    path,
+                    links: meta.nlink(),
+                    repository: git_dir.to_owned(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How a git directory is pinned.
@@ -1006,10 +1158,10 @@ enum GitDirPin {
 
 /// The directories of a git directory that hold only data git writes as it fetches and
 /// commits: objects, refs and their logs, a reftable, git-lfs's objects.
-const GIT_DATA_DIRS: &[&str] = &["objects", "refs", "logs", "reftable", "lfs"];
+pub(crate) const GIT_DATA_DIRS: &[&str] = &["objects", "refs", "logs", "reftable", "lfs"];
 
 /// The parts of a git directory whose link, if one is a link, git follows to code.
-const CODE_PARTS: &[&str] = &[
+pub(crate) const CODE_PARTS: &[&str] = &[
     "hooks",
     "config",
     "config.worktree",
@@ -1508,6 +1660,11 @@ mod tests {
             Some(writable(".git/FETCH_HEAD", Some(EMPTY_CONFIG)))
         );
         assert_eq!(find(".git/reftable"), None);
+        // Within refs/, replace refs stay read-only (a placeholder where missing).
+        assert_eq!(
+            find(".git/refs/replace"),
+            Some(read_only(".git/refs/replace", Some(Placeholder::Dir)))
+        );
         // Read-only with the top: what is not on the list, and every part that runs code
         // (no pin of its own for a host's rename to detach).
         for name in [".git/unknown", ".git/hooks", ".git/config", ".git/index"] {
@@ -1535,6 +1692,49 @@ mod tests {
     }
 
     #[test]
+    fn allow_git_writes_refuses_shared_objects_and_keeps_a_reftable_read_only() {
+        let ws = tempdir("gitwrites-shared");
+        for dir in ["objects/ab", "refs/heads"] {
+            std::fs::create_dir_all(ws.join(".git").join(dir)).unwrap();
+        }
+        std::fs::write(ws.join(".git/config"), "").unwrap();
+        std::fs::write(ws.join("elsewhere"), "x").unwrap();
+        std::fs::hard_link(ws.join("elsewhere"), ws.join(".git/objects/ab/cdef")).unwrap();
+        let input = ProtectInput {
+            write_roots: std::slice::from_ref(&ws),
+            writable: std::slice::from_ref(&ws),
+            home_entries: &[],
+            home: None,
+            homes: &[],
+            extra: &[],
+            allow_git_writes: true,
+        };
+        match protected_paths(&input) {
+            Err(WrapperError::GitDataHardLink { path, links, .. }) => {
+                assert_eq!(path, ws.join(".git/objects/ab/cdef"));
+                assert_eq!(links, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        // One name only: accepted.
+        std::fs::remove_file(ws.join("elsewhere")).unwrap();
+        assert!(protected_paths(&input).is_ok());
+        // A reftable: refs/, reftable/ and logs/ stay read-only with the top.
+        std::fs::write(
+            ws.join(".git/config"),
+            "[extensions]\n\trefStorage = reftable\n",
+        )
+        .unwrap();
+        let got = protected_writing_git(&ws);
+        let writable: Vec<_> = got.iter().filter(|p| p.writable).map(|p| &p.path).collect();
+        assert_eq!(
+            writable,
+            [&ws.join(".git/objects"), &ws.join(".git/FETCH_HEAD")]
+        );
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
     fn a_bare_repository_root_keeps_its_code_parts_pinned() {
         let ws = tempdir("gitwrites-bare");
         for dir in ["hooks", "objects", "refs"] {
@@ -1547,7 +1747,30 @@ mod tests {
         assert!(paths.contains(&ws.join("hooks")), "{paths:?}");
         assert!(paths.contains(&ws.join("config")), "{paths:?}");
         assert!(!paths.contains(&ws), "{paths:?}");
-        assert!(got.iter().all(|p| !p.writable), "{got:?}");
+        // Only FETCH_HEAD is bound writable (over itself: no link can take its place).
+        let writable: Vec<_> = got.iter().filter(|p| p.writable).collect();
+        assert_eq!(
+            writable,
+            [&Protected {
+                path: ws.join("FETCH_HEAD"),
+                placeholder: Some(EMPTY_CONFIG),
+                writable: true,
+            }]
+        );
+        // What git rewrites through a link at the top is pinned: HEAD as it is, a
+        // missing packed-refs or shallow as an empty placeholder.
+        assert!(got.contains(&Protected {
+            path: ws.join("HEAD"),
+            placeholder: None,
+            writable: false,
+        }));
+        for part in ["packed-refs", "shallow"] {
+            assert!(got.contains(&Protected {
+                path: ws.join(part),
+                placeholder: Some(EMPTY_CONFIG),
+                writable: false,
+            }));
+        }
         // A missing commondir gets a (file) placeholder: CMD must not create one.
         assert!(got.contains(&Protected {
             path: ws.join("commondir"),

@@ -428,19 +428,27 @@ fn remove_if_last(held: Held) {
     }
     let ours = created || crate::sys::xattr::has_on(lock.as_fd(), PLACEHOLDER_XATTR);
     if names_held(&parent, &name, &lock) && ours {
-        if lock.metadata().is_ok_and(|m| m.is_dir()) {
-            let _ = nix::unistd::unlinkat(
+        let removed = if lock.metadata().is_ok_and(|m| m.is_dir()) {
+            nix::unistd::unlinkat(
                 &parent,
                 name.as_os_str(),
                 nix::unistd::UnlinkatFlags::RemoveDir,
-            );
-        } else if holds_placeholder_content(&lock) {
+            )
+            .is_ok()
+        } else {
             // Only if unchanged: a file placeholder cannot refuse like rmdir.
-            let _ = nix::unistd::unlinkat(
-                &parent,
-                name.as_os_str(),
-                nix::unistd::UnlinkatFlags::NoRemoveDir,
-            );
+            holds_placeholder_content(&lock)
+                && nix::unistd::unlinkat(
+                    &parent,
+                    name.as_os_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                )
+                .is_ok()
+        };
+        // One the run filled (a `FETCH_HEAD` or `logs/` left writable, which git wrote
+        // to) is the user's now: it stays, without netbox's mark.
+        if !removed {
+            let _ = crate::sys::xattr::remove_on(lock.as_fd(), PLACEHOLDER_XATTR);
         }
     }
     // The lock's file closes here, after the removal. Unless the sandbox's pid 1 still

@@ -22,6 +22,7 @@
 //! change). A run that ends without its audit (netbox killed) leaves a record behind
 //! (pending.rs), and the next run audits it.
 
+pub mod foreign;
 pub mod pending;
 mod report;
 mod repository;
@@ -109,6 +110,9 @@ pub struct Scope {
     /// Paths that could not be pinned: reported if the run made or changed them.
     #[serde(default)]
     pub watch: Vec<crate::plan::protect::Watched>,
+    /// Where CMD could write git's data: swept for entries git never makes (foreign.rs).
+    #[serde(default)]
+    pub git_data: crate::plan::protect::GitData,
     pub since: Stamp,
 }
 
@@ -124,6 +128,7 @@ fn describe(kind: Kind) -> &'static str {
         Kind::BareRepository => "a bare repository",
         Kind::LinkedGitDir => "a linked worktree's git directory",
         Kind::CodePath => "a path git runs or reads as code",
+        Kind::ForeignEntry => "an entry git never makes",
     }
 }
 
@@ -150,12 +155,17 @@ pub struct Report {
     /// The first few of them.
     pub unread_paths: Vec<PathBuf>,
     pub stopped: Option<Stopped>,
+    /// Entries git never makes, found where CMD could write git's data.
+    pub foreign: foreign::Swept,
     pub took: Duration,
 }
 
 impl Report {
     pub fn complete(&self) -> bool {
-        self.stopped.is_none() && self.unread == 0
+        self.stopped.is_none()
+            && self.unread == 0
+            && !self.foreign.stopped
+            && self.foreign.unread.is_empty()
     }
 }
 
@@ -181,6 +191,7 @@ pub fn audit(scope: &Scope, cancelled: &dyn Fn() -> bool) -> Report {
         cancelled,
         report: Report::default(),
         reported: std::collections::HashSet::new(),
+        git_dirs: Vec::new(),
     };
     for root in &scope.roots {
         if let Some(stop) = walk.should_stop() {
@@ -204,7 +215,30 @@ pub fn audit(scope: &Scope, cancelled: &dyn Fn() -> bool) -> Report {
             }
         }
     }
+    // Then what CMD could write of git's data: the parts left writable, the git
+    // directories whose top is writable, and the repositories the walk met unpinned.
+    let met = std::mem::take(&mut walk.git_dirs);
     let mut report = walk.report;
+    if report.stopped != Some(Stopped::Cancelled) {
+        let mut sweep = foreign::Sweep {
+            since: scope.since,
+            skip: &skip,
+            swept: foreign::Swept::default(),
+        };
+        for dir in &scope.git_data.dirs {
+            sweep.tree(dir);
+        }
+        let mut git_dirs: Vec<&PathBuf> = scope.git_data.git_dirs.iter().chain(&met).collect();
+        git_dirs.sort();
+        git_dirs.dedup();
+        for dir in git_dirs {
+            sweep.git_dir(dir);
+        }
+        report.foreign = sweep.swept;
+        if report.foreign.stopped && report.stopped.is_none() {
+            report.stopped = Some(Stopped::EntryLimit);
+        }
+    }
     report.findings.sort_by(|a, b| a.path.cmp(&b.path));
     report.took = started.elapsed();
     report
@@ -226,6 +260,8 @@ struct Walk<'a> {
     report: Report,
     /// Paths reported so far: each once, however many repositories lead to it.
     reported: std::collections::HashSet<PathBuf>,
+    /// The git directories met that netbox did not pin, in a root: swept after the walk.
+    git_dirs: Vec<PathBuf>,
 }
 
 impl Walk<'_> {
@@ -426,6 +462,7 @@ impl Walk<'_> {
 
     /// Reports what the run did to the repository whose git directory is `git_dir`.
     fn repository(&mut self, git_dir: &Path, kind: Kind, shape: repository::Shape<'_>) {
+        self.met(git_dir);
         let news = self.repositories.news(git_dir, shape);
         for path in news.unread {
             self.unread(path);
@@ -449,7 +486,20 @@ impl Walk<'_> {
         birth.is_some_and(|b| Stamp::of(b) >= self.since)
     }
 
+    /// A git directory met, to sweep if it lies in a root and was not pinned.
+    fn met(&mut self, git_dir: &Path) {
+        if self.repositories.inside(git_dir) && !self.git_dirs.iter().any(|d| d == git_dir) {
+            self.git_dirs.push(git_dir.to_owned());
+        }
+    }
+
     fn found(&mut self, path: PathBuf, kind: Kind, how: How) {
+        if matches!(
+            kind,
+            Kind::GitDir | Kind::BareRepository | Kind::LinkedGitDir
+        ) {
+            self.met(&path);
+        }
         if self.reported.insert(path.clone()) {
             self.report.findings.push(Finding {
                 path,

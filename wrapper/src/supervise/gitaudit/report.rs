@@ -11,6 +11,9 @@ const MAX_RECORDS: usize = 1_000;
 /// Findings said on stderr per audit; the rest are in the event log.
 const MAX_WARNINGS: usize = 20;
 
+/// Unread directories of the sweep of git's data named on stderr.
+const MAX_UNREAD_NAMED: usize = 5;
+
 /// Writes an audit's findings to the event log (and a summary record), and warns on
 /// stderr about each (up to a few) and about an audit that could not finish.
 pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, report: &Report) {
@@ -26,6 +29,21 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
                 .filter(|(git_dir, _)| !git_dir.as_os_str().is_empty())
                 .map(|(git_dir, _)| git_dir.to_string_lossy().into_owned()),
             setting: finding.named_by.as_ref().map(|(_, s)| s.clone()),
+            entry: None,
+            removed: false,
+            audited_session: audited.map(str::to_owned),
+        };
+        log.record_as("git_metadata_created", session, &record);
+    }
+    for foreign in report.foreign.found.iter().take(MAX_RECORDS) {
+        let record = GitMetadataCreated {
+            path: foreign.path.to_string_lossy().into_owned(),
+            kind: super::Kind::ForeignEntry,
+            how: foreign.how,
+            repository: None,
+            setting: None,
+            entry: Some(foreign.entry),
+            removed: foreign.removed,
             audited_session: audited.map(str::to_owned),
         };
         log.record_as("git_metadata_created", session, &record);
@@ -43,7 +61,8 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
                 .iter()
                 .map(|p| p.to_string_lossy().into_owned())
                 .collect(),
-            found: u64::try_from(report.findings.len()).unwrap_or(u64::MAX),
+            found: u64::try_from(report.findings.len() + report.foreign.found.len())
+                .unwrap_or(u64::MAX),
             took_ms: u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
             audited_session: audited.map(str::to_owned),
         },
@@ -58,7 +77,7 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
     for finding in report.findings.iter().take(MAX_WARNINGS) {
         let did = match finding.how {
             How::Created => "created",
-            How::Changed => "changed",
+            How::Changed | How::BeforeRun => "changed",
         };
         let path = printable(&finding.path.to_string_lossy());
         let line = match &finding.named_by {
@@ -79,7 +98,7 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
                  running git",
                 match finding.how {
                     How::Created => "created",
-                    How::Changed => "changed the config or hooks of",
+                    How::Changed | How::BeforeRun => "changed the config or hooks of",
                 },
                 describe(finding.kind),
             ),
@@ -92,6 +111,61 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
             report.findings.len() - MAX_WARNINGS
         ));
     }
+    for foreign in report.foreign.found.iter().take(MAX_WARNINGS) {
+        let path = printable(&foreign.path.to_string_lossy());
+        let what = super::foreign::describe(foreign.entry);
+        let line =
+            match (foreign.how, foreign.removed) {
+                (How::BeforeRun, _) => format!(
+                    "netbox: warning: {path} is {what}, where git never makes one (it was there \
+                 before the run, and is left): git writes through a link there, and blocks \
+                 on a FIFO; remove it unless you made it"
+                ),
+                (how, true) => {
+                    format!(
+                "netbox: warning: removed {path}: {whose} {} {what} there, where git never \
+                 makes one (git would have written through it, or blocked on it)",
+                if how == How::Created { "made" } else { "changed" },
+            )
+                }
+                (how, false) => {
+                    format!(
+                "netbox: warning: {whose} {} {what} at {path}, where git never makes one, and \
+                 netbox could not remove it: git would write through it, or block on it; \
+                 remove it before running git there",
+                if how == How::Created { "made" } else { "changed" },
+            )
+                }
+            };
+        crate::output::say(&line);
+    }
+    if report.foreign.found.len() > MAX_WARNINGS {
+        crate::output::say(&format!(
+            "netbox: warning: and {} more entries git never makes (see the event log)",
+            report.foreign.found.len() - MAX_WARNINGS
+        ));
+    }
+    if report.foreign.stopped {
+        crate::output::say(&format!(
+            "netbox: warning: the check of git's data for links, FIFOs and sockets stopped \
+             after {} entries; entries beyond that are not reported or removed",
+            report.foreign.entries
+        ));
+    }
+    if !report.foreign.unread.is_empty() {
+        let named: Vec<String> = report
+            .foreign
+            .unread
+            .iter()
+            .take(MAX_UNREAD_NAMED)
+            .map(|p| printable(&p.to_string_lossy()))
+            .collect();
+        crate::output::say(&format!(
+            "netbox: warning: the check of git's data for links, FIFOs and sockets could not \
+             read {}: entries there are not reported or removed",
+            named.join(", ")
+        ));
+    }
     match report.stopped {
         Some(Stopped::Cancelled) => crate::output::say(
             "netbox: the check for git metadata was cancelled; the next netbox run finishes it",
@@ -101,6 +175,7 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
              git metadata beyond that is not reported",
             match why {
                 Stopped::TimeLimit => "time limit",
+                Stopped::EntryLimit => "entry limit of git's data",
                 _ => "directory limit",
             },
             report.directories

@@ -69,7 +69,7 @@ pub(super) struct News {
 }
 
 impl Context<'_> {
-    fn inside(&self, path: &Path) -> bool {
+    pub(super) fn inside(&self, path: &Path) -> bool {
         self.roots.iter().any(|r| path.starts_with(r))
             && !path.ancestors().any(|a| self.skip.contains(a))
     }

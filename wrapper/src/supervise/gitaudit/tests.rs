@@ -68,6 +68,7 @@ fn new_and_changed_git_metadata_is_found_and_old_or_pinned_is_not() {
         roots: vec![root.clone()],
         skip: vec![root.join("pinned/.git")],
         watch: Vec::new(),
+        git_data: Default::default(),
         since,
     };
     let report = audit(&scope, &|| false);
@@ -96,6 +97,7 @@ fn a_cancelled_audit_says_so() {
         roots: vec![root.clone()],
         skip: Vec::new(),
         watch: Vec::new(),
+        git_data: Default::default(),
         since: Stamp::now(),
     };
     let report = audit(&scope, &|| true);
@@ -136,6 +138,7 @@ fn every_hook_and_every_redirect_of_an_unpinned_repository_is_found() {
         roots: vec![root.clone()],
         skip: Vec::new(),
         watch: Vec::new(),
+        git_data: Default::default(),
         since,
     };
     let report = audit(&scope, &|| false);
@@ -191,6 +194,7 @@ fn a_linked_worktree_and_what_a_config_names_are_found() {
         roots: vec![root.clone()],
         skip: Vec::new(),
         watch: Vec::new(),
+        git_data: Default::default(),
         since,
     };
     let report = audit(&scope, &|| false);
@@ -217,5 +221,81 @@ fn a_linked_worktree_and_what_a_config_names_are_found() {
         !report.findings.iter().any(|f| f.path.ends_with("other")),
         "{report:?}"
     );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn entries_git_never_makes_are_removed_when_new_and_reported_when_old() {
+    use std::os::unix::fs::symlink;
+    let root = tempdir("foreign");
+    let data = root.join("ws/.git/logs");
+    std::fs::create_dir_all(data.join("refs/heads")).unwrap();
+    let bare = root.join("b.git");
+    git_dir_at(&bare);
+    symlink("/dev/null", data.join("refs/old")).unwrap();
+    symlink("../elsewhere", bare.join("hooks.old")).unwrap();
+    let since = next_tick();
+    symlink("/nowhere/.bashrc", data.join("HEAD")).unwrap();
+    nix::unistd::mkfifo(&data.join("refs/heads/fifo"), Mode::S_IRWXU).unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(bare.join("objects/sock")).unwrap();
+    symlink("/nowhere/.bash_profile", bare.join("packed-refs")).unwrap();
+    // A code part that is a link is judged by what it leads to, not here.
+    std::fs::remove_dir(bare.join("hooks")).unwrap();
+    symlink("../hooks-elsewhere", bare.join("hooks")).unwrap();
+    // A regular file and a directory are git's own.
+    std::fs::write(data.join("refs/heads/main"), "").unwrap();
+    let scope = Scope {
+        roots: Vec::new(),
+        skip: Vec::new(),
+        watch: Vec::new(),
+        git_data: crate::plan::protect::GitData {
+            dirs: vec![data.clone(), root.join("ws/.git/missing")],
+            git_dirs: vec![bare.clone()],
+        },
+        since,
+    };
+    let report = audit(&scope, &|| false);
+    let mut got: Vec<(String, foreign::Entry, How, bool)> = report
+        .foreign
+        .found
+        .iter()
+        .map(|f| {
+            (
+                f.path.strip_prefix(&root).unwrap().display().to_string(),
+                f.entry,
+                f.how,
+                f.removed,
+            )
+        })
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    use foreign::Entry::*;
+    assert_eq!(
+        got,
+        [
+            ("b.git/hooks.old".into(), Symlink, How::BeforeRun, false),
+            ("b.git/objects/sock".into(), Socket, How::Created, true),
+            ("b.git/packed-refs".into(), Symlink, How::Created, true),
+            ("ws/.git/logs/HEAD".into(), Symlink, How::Created, true),
+            (
+                "ws/.git/logs/refs/heads/fifo".into(),
+                Fifo,
+                How::Created,
+                true
+            ),
+            (
+                "ws/.git/logs/refs/old".into(),
+                Symlink,
+                How::BeforeRun,
+                false
+            ),
+        ]
+    );
+    assert!(report.complete(), "{report:?}");
+    assert!(std::fs::symlink_metadata(data.join("HEAD")).is_err());
+    assert!(std::fs::symlink_metadata(bare.join("packed-refs")).is_err());
+    assert!(std::fs::symlink_metadata(data.join("refs/old")).is_ok());
+    assert!(std::fs::symlink_metadata(bare.join("hooks")).is_ok());
+    assert!(data.join("refs/heads/main").exists());
     std::fs::remove_dir_all(&root).unwrap();
 }

@@ -39,6 +39,7 @@ mod readme;
 mod sandbox_escapes;
 mod sandbox_fetch;
 mod sandbox_git;
+mod sandbox_git_changes;
 mod sandbox_git_data;
 mod sandbox_home;
 mod sandbox_lifecycle;

@@ -95,6 +95,21 @@ pub enum WrapperError {
     },
     #[error("pinned path {} was removed or replaced on the host during the run (a program outside the sandbox deleted it or saved over it by rename), which made it writable in the sandbox; the run was stopped. {}", path.display(), pin_lost_advice(path))]
     PinLost { path: PathBuf },
+    #[error("{setting} {} now names {}, which the sandbox can write{}: git's configuration changed on the host during the run, so the run was stopped. Make such changes (git config, npm install running husky, git submodule add) after netbox finishes, or start the run again to have the new path pinned", repository.as_ref().map_or("in the shared git configuration".to_owned(), |r| format!("for the repository {}", r.display())), named.display(), if path == named { String::new() } else { format!(" at {}", path.display()) })]
+    PinsOutgrown {
+        /// Where the repository is (its work tree's top), if the path is named for one.
+        repository: Option<PathBuf>,
+        setting: String,
+        /// What the setting names.
+        named: PathBuf,
+        /// What must be read-only for it: the path, or its first missing directory.
+        path: PathBuf,
+    },
+    #[error("git's configuration, index or hooks changed on the host during the run, and netbox cannot tell what they now name; the run was stopped")]
+    Recheck {
+        #[source]
+        source: Box<WrapperError>,
+    },
     #[error("cannot write the event log {}: {reason}; the run was stopped", path.display())]
     EventLogWrite { path: PathBuf, reason: String },
     #[error("live probe failed: {0}")]
@@ -161,9 +176,7 @@ impl WrapperError {
                 Some("see allowlists/README.md for the file format".into())
             }
             WrapperError::UsernsUnavailable { hint, .. } => Some(hint.clone()),
-            WrapperError::Setup { step, detail, hint } => hint
-                .clone()
-                .or_else(|| crate::sandbox::place::hint_for_setup(step, detail)),
+            WrapperError::Setup { hint, .. } => hint.clone(),
             WrapperError::ProtectedSymlink { .. } => Some(
                 "replace the symlink with the file, or choose a workspace that does not contain it"
                     .into(),

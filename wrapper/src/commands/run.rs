@@ -86,7 +86,7 @@ pub fn run_reporting(
         .iter()
         .flat_map(|s| s.entries.iter().cloned())
         .collect();
-    let protection = protect::protected_paths(&ProtectInput {
+    let protect_input = ProtectInput {
         write_roots: &config.requested_roots,
         writable: &config.write_roots,
         home_entries: &home_entries,
@@ -94,7 +94,21 @@ pub fn run_reporting(
         homes: &config.homes,
         extra: &extra,
         allow_git_writes: config.allow_git_writes,
-    })?;
+    };
+    let protection = protect::protected_paths(&protect_input)?;
+    // Chosen again if what they were chosen from changes on the host during the run.
+    let git_watch = crate::supervise::gitwatch::GitWatch::new(protect::recheck::Recheck::new(
+        protect::recheck::ProtectRequest::of(&protect_input),
+        &protection.pinned,
+        &protection.watched,
+        protection.basis,
+        &config
+            .read_only
+            .iter()
+            .chain(&config.hide)
+            .cloned()
+            .collect::<Vec<_>>(),
+    ));
     let protected = protection.pinned;
     // The canary must be one the policy refuses; relaying, one it passes on, so that the
     // remote bridge judges it (a local deny rule's refusal would prove nothing of it).
@@ -186,6 +200,7 @@ pub fn run_reporting(
         Paths {
             protected: &protected,
             resolved: &mut resolved,
+            git_watch,
         },
         canary,
         &log,
@@ -211,6 +226,8 @@ pub fn run_reporting(
 struct Paths<'a> {
     protected: &'a [Protected],
     resolved: &'a mut Resolved,
+    /// The pins, to be checked again if git's configuration changes during the run.
+    git_watch: crate::supervise::gitwatch::GitWatch,
 }
 
 fn run_logged(
@@ -218,14 +235,16 @@ fn run_logged(
     paths: Paths<'_>,
     canary: &str,
     log: &Arc<EventLog>,
-    audit: crate::supervise::gitaudit::Scope,
+    mut audit: crate::supervise::gitaudit::Scope,
     probe_report: &mut Option<crate::sandbox::probe::ProbeReport>,
     tally: &mut crate::supervise::session::Tally,
 ) -> Result<u8, WrapperError> {
     let Paths {
         protected,
         resolved,
+        git_watch,
     } = paths;
+    let mut grown = Vec::new();
     // A listener on host loopback that the sandbox must not reach (and that answers us).
     #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
     let host_listener =
@@ -348,6 +367,8 @@ fn run_logged(
         tally,
         cpu_cgroup_tasks: cgroups.cpu_tasks(),
         capture: config.capture.clone(),
+        git_watch: Some(git_watch),
+        grown: &mut grown,
     }));
     // The bridge's thread may have joined the sandbox's cpu cgroup (--cpus): back out of
     // it, so that the cgroup can be removed, and the check below is not held to CMD's
@@ -355,7 +376,9 @@ fn run_logged(
     if cgroups.cpu_tasks().is_some() {
         let _ = cgroups.leave();
     }
-    // Everything of the sandbox is gone: what did it leave for git to find?
+    // Everything of the sandbox is gone: what did it leave for git to find? Paths that
+    // became needed during the run are looked at too: CMD may have been there first.
+    audit.watch.extend(grown);
     let report = audit_interruptible(&audit);
     crate::supervise::gitaudit::report(log, &session_id, None, &report);
     // A check whose findings could not be written stays owed (the next run does it).

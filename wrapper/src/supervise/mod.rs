@@ -1,6 +1,7 @@
 //! Following a started sandbox from netbox's side: receive its listeners and serve the
 //! bridge on them, log the probe report, forward signals (or cancel a start that is not
-//! proven yet), stop the run if a pin is lost on the host, and turn the sandbox's end into
+//! proven yet), stop the run if a pin is lost on the host or git's configuration there
+//! comes to name a path no pin covers (gitwatch.rs), and turn the sandbox's end into
 //! netbox's exit status. Where the run stands is one `Stage` (stage.rs); each message,
 //! signal or deadline is one of `Supervisor`'s transitions.
 
@@ -8,6 +9,7 @@ mod bridge_task;
 mod budget;
 mod connector;
 pub mod gitaudit;
+pub mod gitwatch;
 pub mod netwatch;
 mod sandbox_guard;
 mod sender;
@@ -104,6 +106,11 @@ pub struct Supervised<'a> {
     pub cpu_cgroup_tasks: Option<std::path::PathBuf>,
     /// Where capture listens, when the run captures.
     pub capture: Option<CapturePlan>,
+    /// The pins, checked again when git's configuration changes on the host.
+    pub git_watch: Option<gitwatch::GitWatch>,
+    /// Where the paths that became needed or watched during the run are handed back, for
+    /// the check after it.
+    pub grown: &'a mut Vec<crate::plan::protect::Watched>,
 }
 
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.
@@ -118,6 +125,12 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
     // Set-up and probe take milliseconds; a sandbox that has not reported by then is stuck
     // (on something another process planted where it looks, say) and never will.
     let setup_deadline = Some(tokio::time::Instant::now() + SETUP_TIME_LIMIT);
+    let mut git_looks = s.git_watch.as_ref().map(|_| {
+        let period = gitwatch::POLL_PERIOD;
+        let mut looks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        looks
+    });
     loop {
         tokio::select! {
             // Messages first: a probe report that arrived with a signal decides whether
@@ -134,6 +147,7 @@ pub async fn supervise(run: Supervised<'_>) -> Result<u8, WrapperError> {
             () = sleep_until_some(setup_deadline),
                 if !s.stage.probed() && s.failure.is_none() => s.on_setup_time_limit(),
             () = sleep_until_some(deadline), if !s.timed_out => s.on_timeout(),
+            () = tick_if_some(&mut git_looks) => s.look_at_git(),
             _ = s.exited.readable() => break,
         }
         // CMD's status is pid 1's last word: unless pid 1 must be reaped first, netbox
@@ -183,6 +197,8 @@ struct Supervisor<'a> {
     probe_report: &'a mut Option<ProbeReport>,
     reap_pid1: bool,
     tally: &'a mut crate::supervise::session::Tally,
+    git_watch: Option<gitwatch::GitWatch>,
+    grown: &'a mut Vec<crate::plan::protect::Watched>,
 }
 
 impl<'a> Supervisor<'a> {
@@ -213,6 +229,8 @@ impl<'a> Supervisor<'a> {
             tally,
             cpu_cgroup_tasks,
             capture,
+            git_watch,
+            grown,
         } = run;
         let channel = handshake::AsyncChannel::new(channel).map_err(WrapperError::Spawn)?;
         let exited = sandbox
@@ -240,7 +258,7 @@ impl<'a> Supervisor<'a> {
             }
             Ok(Some((SyncMsg::SetupFailed { step, detail, hint }, _))) => {
                 sandbox.reap();
-                return Err(WrapperError::Setup { step, detail, hint });
+                return Err(setup_failed(step, detail, hint));
             }
             other => {
                 return Err(WrapperError::Handshake(format!(
@@ -351,6 +369,8 @@ impl<'a> Supervisor<'a> {
             probe_report,
             reap_pid1,
             tally,
+            git_watch,
+            grown,
         })
     }
 
@@ -456,7 +476,7 @@ impl<'a> Supervisor<'a> {
             (Stage::Running, SyncMsg::Done { status }) => self.stage = Stage::Done { status },
             (_, SyncMsg::SetupFailed { step, detail, hint }) => {
                 self.failure
-                    .get_or_insert(WrapperError::Setup { step, detail, hint });
+                    .get_or_insert(setup_failed(step, detail, hint));
             }
             // pid 1 saw a pin go (removed or replaced on the host) and stopped the run.
             (stage, SyncMsg::PinLost { path }) if stage.probed() => {
@@ -637,6 +657,14 @@ impl<'a> Supervisor<'a> {
         });
     }
 
+    /// git's configuration, index or hooks changed on the host: a path now needed
+    /// read-only that no pin covers stops the run.
+    fn look_at_git(&mut self) {
+        if let Some(Err(e)) = self.git_watch.as_mut().map(gitwatch::GitWatch::look) {
+            self.fail(e);
+        }
+    }
+
     /// `--timeout`: the whole sandbox, as pid 1's death takes everything in it.
     fn on_timeout(&mut self) {
         self.sandbox.signal(Signal::SIGKILL);
@@ -681,6 +709,14 @@ impl<'a> Supervisor<'a> {
             }
         };
         *self.probe_report = self.first_report.take();
+        // Once more, with CMD gone: it may have used a path that became needed, and
+        // exited, between two looks. The run is then failed as if stopped.
+        if let Some(mut git_watch) = self.git_watch.take() {
+            if let Err(e) = git_watch.look() {
+                self.failure.get_or_insert(e);
+            }
+            *self.grown = git_watch.into_grown();
+        }
         // Every process the filter could stop is gone: the watcher has logged its last.
         if let Some(watch) = self.watch.take() {
             (self.tally.writes_denied, self.tally.direct_attempts) =
@@ -842,10 +878,27 @@ impl Signals {
     }
 }
 
+/// The next tick of `interval`, or never if there is none.
+async fn tick_if_some(interval: &mut Option<tokio::time::Interval>) {
+    match interval {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// Sleeps until `deadline`, or forever if there is none.
 async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
     }
+}
+
+/// A step pid 1 could not take, with the setting that allows it here when netbox knows one
+/// (sandbox/place.rs: a container's seccomp profile, its masked /proc, ...).
+fn setup_failed(step: String, detail: String, hint: Option<String>) -> WrapperError {
+    let hint = hint.or_else(|| crate::sandbox::place::hint_for_setup(&step, &detail));
+    WrapperError::Setup { step, detail, hint }
 }

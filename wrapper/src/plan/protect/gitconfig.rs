@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use super::gitcode::{self, Role, Use};
 use super::placeholders::{Placeholder, EMPTY_CONFIG};
+use super::sources::Sources;
 
 /// A config file larger than this is not read.
 const MAX_CONFIG_BYTES: u64 = 4 << 20;
@@ -220,6 +221,9 @@ pub struct ConfigSet {
     /// The first file that is there but could not be read, and why: what it names is
     /// unknown, so nothing may be taken from this configuration as complete.
     unreadable: Option<(PathBuf, String)>,
+    /// Every file read (or looked for), as it was just before: a change to one may
+    /// change what this configuration names.
+    pub sources: Sources,
 }
 
 /// What could not be told of a configuration: the file, and why.
@@ -255,6 +259,7 @@ impl ConfigSet {
                     .get_or_insert((file, format!("it includes more than {MAX_INCLUDES} files")));
                 break;
             }
+            set.sources.record(&file);
             let entries = match read_file(&file) {
                 Ok(Some(entries)) => entries,
                 Ok(None) => continue,
@@ -335,6 +340,7 @@ impl ConfigSet {
             if let Some(file) = included {
                 let inner = ConfigSet::read(&file, home.as_deref());
                 set.unreadable = set.unreadable.take().or(inner.unreadable);
+                set.sources.extend(inner.sources);
                 set.entries.extend(inner.entries);
             }
         }

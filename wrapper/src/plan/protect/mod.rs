@@ -8,7 +8,8 @@
 //! gitconfig.rs finds in its configuration and the shared one (system, global,
 //! environment), relative paths taken against where git runs for that repository.
 //! Repositories it does not pin (nested ones, new ones) are audited after the run
-//! (supervise/gitaudit).
+//! (supervise/gitaudit). What the pins were chosen from is kept (sources.rs), and they are
+//! chosen again if it changes on the host during the run (recheck.rs).
 //!
 //! Measured on kernel 6.18 (2026-11-29): a read-only bind
 //! over `.git` makes writes, unlinks and chmods inside it EROFS, renaming or removing the
@@ -34,6 +35,8 @@ pub mod gitconfig;
 mod gitindex;
 mod home;
 mod placeholders;
+pub mod recheck;
+pub mod sources;
 
 use std::collections::HashSet;
 use std::io::ErrorKind;
@@ -43,6 +46,7 @@ use crate::error::WrapperError;
 use gitcode::Role;
 use gitconfig::{CodePath, ConfigSet};
 use placeholders::EMPTY_CONFIG;
+use sources::Sources;
 
 pub use placeholders::{is_placeholder, remove_orphaned_placeholders, Placeholder, Placeholders};
 
@@ -148,6 +152,8 @@ pub struct Protection {
     /// Where CMD can write git's data (supervise/gitaudit/foreign.rs sweeps them after
     /// the run for entries git never makes).
     pub git_data: GitData,
+    /// What the pins were chosen from (checked again while the run goes on: recheck.rs).
+    pub basis: Basis,
 }
 
 /// The places CMD can write a git directory's data.
@@ -159,6 +165,42 @@ pub struct GitData {
     /// Git directories whose top is writable (a bare repository that is a writable
     /// root): their top, and their data directories whole.
     pub git_dirs: Vec<PathBuf>,
+}
+
+/// What the pins were chosen from, and what git's configuration named.
+#[derive(Debug, Default)]
+pub struct Basis {
+    /// The files read: git config files (missing ones too), indexes, hooks directories.
+    pub sources: Sources,
+    /// Every path a setting, an index, a hook runner or a link in a hooks directory
+    /// named, pinned or not (a path only watched, or missing under a home entry).
+    pub named: HashSet<PathBuf>,
+    /// The git directories of the repositories pinned.
+    pub repositories: HashSet<PathBuf>,
+    /// Each read-only pin made for something named, with what named it (only when asked
+    /// for: [`pins_now`]).
+    pub needs: Vec<(PathBuf, Naming)>,
+}
+
+/// What names a path that must stay read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Naming {
+    /// The repository it is named for; `None` for the shared configuration's paths that
+    /// count wherever git runs.
+    pub repository: Option<RepositoryName>,
+    /// The setting (`core.hookspath`), or what else names it (`a submodule in the
+    /// index`).
+    pub setting: String,
+    /// The path named (what is pinned may be its first missing directory).
+    pub named: PathBuf,
+}
+
+/// A repository, as netbox keys it and as the user knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepositoryName {
+    pub git_dir: PathBuf,
+    /// The top of its work tree, or a bare repository's own directory.
+    pub shown: PathBuf,
 }
 
 /// What the protection needs to know about the run.
@@ -186,6 +228,24 @@ pub struct ProtectInput<'a> {
 /// which exist, what `.git` files point at, what git's configuration names, and which
 /// submodules each index records) but changing nothing.
 pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Protection, WrapperError> {
+    choose(input, Needs::Untold)
+}
+
+/// [`protected_paths`] as they would be chosen now, each pin made for something named
+/// told with what named it (`basis.needs`): what recheck.rs compares with the pins the
+/// run has.
+pub fn pins_now(input: &ProtectInput<'_>) -> Result<Protection, WrapperError> {
+    choose(input, Needs::Told)
+}
+
+/// Whether the pins made for something named are listed with what named them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    Untold,
+    Told,
+}
+
+fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperError> {
     let mut found = Found {
         out: Vec::new(),
         watched: Vec::new(),
@@ -197,7 +257,14 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Protection, WrapperEr
         shared: shared_configs(input.home),
         repositories: HashSet::new(),
         git_data: GitData::default(),
+        basis: Basis::default(),
+        needs,
+        repository: None,
+        naming: None,
     };
+    for set in &found.shared {
+        found.basis.sources.extend(set.sources.clone());
+    }
     // What the global and system configs (and git's environment) make every git run or
     // read wherever it runs: their absolute and `~` paths. Their relative paths are
     // relative to each repository's work tree: pinned with each (pin_repository).
@@ -259,10 +326,13 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Protection, WrapperEr
         let placeholder = (missing || is_placeholder(path)).then_some(Placeholder::Dir);
         found.push(path.clone(), placeholder);
     }
+    let mut basis = found.basis;
+    basis.repositories = found.repositories;
     Ok(Protection {
         pinned: found.out,
         watched: found.watched,
         git_data: found.git_data,
+        basis,
     })
 }
 
@@ -343,6 +413,12 @@ struct Found<'a> {
     repositories: HashSet<PathBuf>,
     /// Where CMD can write git's data.
     git_data: GitData,
+    basis: Basis,
+    needs: Needs,
+    /// The repository whose configuration, index and hooks are being read.
+    repository: Option<RepositoryName>,
+    /// What names the paths being pinned, if something does.
+    naming: Option<Naming>,
 }
 
 impl Found<'_> {
@@ -362,6 +438,9 @@ impl Found<'_> {
         if !self.writable(&path) {
             return;
         }
+        if let (Needs::Told, Some(naming), false) = (self.needs, &self.naming, writable) {
+            self.basis.needs.push((path.clone(), naming.clone()));
+        }
         if !self.listed.insert(path.clone()) {
             if !writable {
                 if let Some(listed) = self.out.iter_mut().find(|p| p.path == path) {
@@ -376,6 +455,28 @@ impl Found<'_> {
             placeholder,
             writable,
         });
+    }
+
+    /// From here on, what is pinned is named by `setting` (for the repository being
+    /// read, if any), and `named` counts as named. Returns what named pins before, to be
+    /// put back.
+    fn name(&mut self, setting: &str, named: &Path) -> Option<Naming> {
+        self.basis.named.insert(named.to_owned());
+        self.naming.replace(Naming {
+            repository: self.repository.clone(),
+            setting: setting.to_owned(),
+            named: named.to_owned(),
+        })
+    }
+
+    /// The same setting now names `named` too (what a link it led to leads to).
+    fn name_further(&mut self, named: &Path) -> Option<Naming> {
+        self.basis.named.insert(named.to_owned());
+        let further = self.naming.as_ref().map(|n| Naming {
+            named: named.to_owned(),
+            ..n.clone()
+        });
+        std::mem::replace(&mut self.naming, further)
     }
 
     /// A regular file with more than one name: a mount pins this name, not the others
@@ -498,6 +599,13 @@ impl Found<'_> {
     }
 
     fn pin_code(&mut self, code: &CodePath, lay: Lay) -> Result<(), WrapperError> {
+        let outer = self.name(&code.setting, &code.path);
+        let pinned = self.pin_code_path(code, lay);
+        self.naming = outer;
+        pinned
+    }
+
+    fn pin_code_path(&mut self, code: &CodePath, lay: Lay) -> Result<(), WrapperError> {
         // A word that can be no file's name (an awk program's text slipped through) is
         // no path at all.
         if !could_be_a_file(&code.path) {
@@ -561,6 +669,8 @@ impl Found<'_> {
     /// hooks, a hooks path): a link cannot change, but what it leads to in a writable
     /// root could (`.git/hooks/pre-commit -> ../../scripts/pre-commit`, a tracked file).
     fn pin_link_targets(&mut self, dir: &Path, depth: usize) -> Result<(), WrapperError> {
+        // A link added there later leads git elsewhere.
+        self.basis.sources.record(dir);
         let Ok(entries) = std::fs::read_dir(dir) else {
             return Ok(());
         };
@@ -581,17 +691,23 @@ impl Found<'_> {
     /// Pins what a link in a pinned place leads to (`target`, as the link names it,
     /// relative to the link's directory), and what links in it lead to, a level or two.
     fn pin_link_target(&mut self, target: &Path, depth: usize) -> Result<(), WrapperError> {
-        self.pin_named(
-            target,
-            EMPTY_CONFIG,
-            "target of a link git follows",
-            Lay::Placeholders,
-        )?;
-        if depth < 2 && target.is_dir() {
-            let real = std::fs::canonicalize(target).unwrap_or_else(|_| target.to_owned());
-            self.pin_link_targets(&real, depth + 1)?;
-        }
-        Ok(())
+        let outer = self.name_further(target);
+        let pinned = self
+            .pin_named(
+                target,
+                EMPTY_CONFIG,
+                "target of a link git follows",
+                Lay::Placeholders,
+            )
+            .and_then(|()| {
+                if depth < 2 && target.is_dir() {
+                    let real = std::fs::canonicalize(target).unwrap_or_else(|_| target.to_owned());
+                    self.pin_link_targets(&real, depth + 1)?;
+                }
+                Ok(())
+            });
+        self.naming = outer;
+        pinned
     }
 
     /// The repository a root lies inside, if its top is above the root: `git status`
@@ -661,6 +777,25 @@ impl Found<'_> {
         if !self.repositories.insert(repo.git_dir.clone()) {
             return Ok(());
         }
+        let this = RepositoryName {
+            git_dir: repo.git_dir.clone(),
+            shown: repo
+                .worktree
+                .clone()
+                .unwrap_or_else(|| repo.git_dir.clone()),
+        };
+        // Its git directory is named by what led here (a submodule's by the index that
+        // records it); a top one's by itself, for what links in its hooks lead to.
+        let outer_naming = self.naming.clone();
+        if self.naming.is_none() {
+            let hooks = repo.common_dir.join("hooks");
+            self.basis.named.insert(hooks.clone());
+            self.naming = Some(Naming {
+                repository: Some(this.clone()),
+                setting: "a link in its hooks directory".into(),
+                named: hooks,
+            });
+        }
         // A bare repository that is a writable root itself keeps only its code-bearing
         // parts read-only: all of it would leave the root nothing writable (a push to
         // the branch HEAD names takes HEAD's lock at its top).
@@ -673,10 +808,15 @@ impl Found<'_> {
         if repo.common_dir != repo.git_dir {
             self.push_git_dir(&repo.common_dir, shape)?;
         }
+        self.naming = None;
+        let outer_repository = self.repository.replace(this);
         let own = [
             ConfigSet::read(&repo.common_dir.join("config"), self.home),
             ConfigSet::read(&repo.git_dir.join("config.worktree"), self.home),
         ];
+        for set in &own {
+            self.basis.sources.extend(set.sources.clone());
+        }
         let run_dir = own
             .iter()
             .rev()
@@ -705,6 +845,8 @@ impl Found<'_> {
         if repo.worktree.is_some() {
             self.submodules_of(&run_dir, &repo.git_dir, &repo.common_dir, depth)?;
         }
+        self.repository = outer_repository;
+        self.naming = outer_naming;
         Ok(())
     }
 
@@ -743,6 +885,7 @@ impl Found<'_> {
         depth: usize,
     ) -> Result<(), WrapperError> {
         let index = git_dir.join("index");
+        self.basis.sources.record(&index);
         let scan =
             gitindex::gitlinks(&index, gitindex::object_name_len(common_dir)).map_err(|e| {
                 WrapperError::GitIndex {
@@ -769,7 +912,10 @@ impl Found<'_> {
             }
             let path = worktree.join(&link);
             if self.writable(&path) {
-                self.submodule(worktree, &path, depth)?;
+                let outer = self.name("a submodule in the index", &path);
+                let pinned = self.submodule(worktree, &path, depth);
+                self.naming = outer;
+                pinned?;
             }
         }
         Ok(())
@@ -833,15 +979,21 @@ impl Found<'_> {
     fn pin_hook_runners(&mut self, hooks: &Path, run_dir: &Path) -> Result<(), WrapperError> {
         if hooks.file_name() == Some(std::ffi::OsStr::new("_")) {
             if let Some(parent) = hooks.parent() {
-                self.pin_named(
-                    parent,
-                    Placeholder::Dir,
-                    "hook runner's scripts",
-                    Lay::Placeholders,
-                )?;
-                self.pin_link_targets(parent, 0)?;
+                let outer = self.name("husky's scripts beside its hooks", parent);
+                let pinned = self
+                    .pin_named(
+                        parent,
+                        Placeholder::Dir,
+                        "hook runner's scripts",
+                        Lay::Placeholders,
+                    )
+                    .and_then(|()| self.pin_link_targets(parent, 0));
+                self.naming = outer;
+                pinned?;
             }
         }
+        // A hook installed later may be a runner's.
+        self.basis.sources.record(hooks);
         let Ok(entries) = std::fs::read_dir(hooks) else {
             return Ok(());
         };
@@ -851,6 +1003,7 @@ impl Found<'_> {
             if name.to_string_lossy().ends_with(".sample") {
                 continue;
             }
+            self.basis.sources.record(&entry.path());
             if let Ok(bytes) = bridge::small_file::read_small_bytes(&entry.path(), 64 << 10) {
                 texts.push_str(&String::from_utf8_lossy(&bytes));
             }
@@ -875,13 +1028,18 @@ impl Found<'_> {
             for file in files {
                 let path = run_dir.join(file.trim_end_matches('/'));
                 if path.symlink_metadata().is_ok() {
-                    self.pin_named(
+                    let outer = self.name(&format!("{runner}'s configuration"), &path);
+                    let pinned = self.pin_named(
                         &path,
                         EMPTY_CONFIG,
                         "hook runner's configuration",
                         Lay::Placeholders,
-                    )?;
+                    );
+                    self.naming = outer;
+                    pinned?;
                 } else if self.writable(&path) {
+                    // Named all the same: one that appears later was looked for.
+                    self.basis.named.insert(path.clone());
                     // One a runner would pick up if it appeared: said if CMD makes it.
                     self.watch(&path, &format!("a configuration {runner} reads"));
                 }

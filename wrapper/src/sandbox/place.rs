@@ -142,10 +142,20 @@ impl Place {
         }
     }
 
+    /// The engine and the CI service, in a few words, if any (what a fix is said for).
+    fn engine_and_ci(&self) -> Option<String> {
+        Place {
+            apparmor_restricts_userns: false,
+            userns_switched_off: None,
+            ..self.clone()
+        }
+        .describe()
+    }
+
     /// The setting that grants `need` here, as one sentence, when netbox knows it.
     pub fn fix(&self, need: Need) -> Option<String> {
         let here = self
-            .describe()
+            .engine_and_ci()
             .map_or_else(String::new, |d| format!("in {d}: "));
         let said = |fix: &str| Some(format!("{here}{fix}"));
         match need {
@@ -159,11 +169,15 @@ impl Place {
                  (deploy/apparmor/netbox, `apparmor_parser -r`), or set \
                  kernel.apparmor_restrict_unprivileged_userns=0",
             ),
-            Need::UserNamespace if self.userns_switched_off.is_some() => said(&format!(
-                "user namespaces are switched off ({}): set it back with sysctl \
-                 (kernel.unprivileged_userns_clone=1, or user.max_user_namespaces=15000)",
-                self.userns_switched_off.unwrap_or_default()
-            )),
+            Need::UserNamespace if self.userns_switched_off.is_some() => {
+                said(match self.userns_switched_off {
+                    Some("kernel.unprivileged_userns_clone=0") => {
+                        "unprivileged user namespaces are disabled: sysctl -w \
+                         kernel.unprivileged_userns_clone=1"
+                    }
+                    _ => "user namespaces are disabled: sysctl -w user.max_user_namespaces=15000",
+                })
+            }
             Need::UserNamespace | Need::Syscalls => match self.engine {
                 Some(Engine::Podman) => said(
                     "the container's seccomp profile refuses it: run the container with \

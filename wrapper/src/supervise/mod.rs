@@ -475,8 +475,7 @@ impl<'a> Supervisor<'a> {
             (Stage::Cutting { told: true }, SyncMsg::Probe(report)) => self.cut_probe(report),
             (Stage::Running, SyncMsg::Done { status }) => self.stage = Stage::Done { status },
             (_, SyncMsg::SetupFailed { step, detail, hint }) => {
-                self.failure
-                    .get_or_insert(setup_failed(step, detail, hint));
+                self.failure.get_or_insert(setup_failed(step, detail, hint));
             }
             // pid 1 saw a pin go (removed or replaced on the host) and stopped the run.
             (stage, SyncMsg::PinLost { path }) if stage.probed() => {
@@ -803,6 +802,7 @@ impl<'a> Supervisor<'a> {
     /// for). Otherwise nothing is sent and the sandbox is stopped.
     fn start_if_passed(&mut self, report: &ProbeReport) {
         if report.passed {
+            crate::supervise::gitaudit::wait_past_start();
             // From now on CMD may write to the caller's terminal.
             crate::terminal::handed_over();
             if let Err(e) = self.channel.send(&SyncMsg::Start) {

@@ -61,13 +61,32 @@ pub struct Stamp {
     pub nanos: u32,
 }
 
+/// When the run started, on the precise clock ([`Stamp::now_for`]).
+static STARTED: std::sync::OnceLock<Stamp> = std::sync::OnceLock::new();
+
+/// Waits until the coarse clock has reached the run's start (at most one tick: netbox's
+/// start-up usually takes longer), so that whatever the command makes from then on is
+/// stamped at or after it, on either clock.
+pub fn wait_past_start() {
+    if let Some(start) = STARTED.get() {
+        while Stamp::read(nix::time::ClockId::CLOCK_REALTIME_COARSE) < *start {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+}
+
 impl Stamp {
-    /// Now, as file timestamps would record it: the coarse clock (`current_time()` in the
-    /// kernel), which can lag the precise one by a tick; against the precise clock a file
-    /// created right after the start could look older than it.
+    /// Now, on the precise clock. The kernel stamps a file from the coarse clock (the last
+    /// tick), or, since Linux 6.13's multigrain timestamps, from the precise one when the
+    /// file's times were just looked at: either way never later than the moment it was
+    /// made. So a file made before this moment is stamped before it; and once the coarse
+    /// clock has passed it ([`wait_past_start`]), every file is stamped after it.
     pub fn now() -> Stamp {
-        use nix::time::{clock_gettime, ClockId};
-        match clock_gettime(ClockId::CLOCK_REALTIME_COARSE) {
+        Stamp::read(nix::time::ClockId::CLOCK_REALTIME)
+    }
+
+    fn read(clock: nix::time::ClockId) -> Stamp {
+        match nix::time::clock_gettime(clock) {
             Ok(t) => Stamp {
                 secs: t.tv_sec(),
                 nanos: u32::try_from(t.tv_nsec()).unwrap_or(0),
@@ -83,6 +102,7 @@ impl Stamp {
     /// look older than its start.
     pub fn now_for(roots: &[PathBuf]) -> Stamp {
         let now = Stamp::now();
+        let _ = STARTED.set(now);
         let coarse = roots
             .iter()
             .any(|r| crate::sys::mountid::times_of(r).is_ok_and(|t| t.birth.is_none()));

@@ -32,6 +32,8 @@ struct Row {
     args: Vec<String>,
     user: Option<&'static str>,
     expect: Expect,
+    /// netbox's own options for the row (`--cpus 1`).
+    netbox: &'static [&'static str],
 }
 
 /// podman with the settings these machines need (crun refuses this kernel's hybrid
@@ -119,13 +121,25 @@ fn run_row(row: &Row, stage: &Path) -> Result<String, String> {
     }
     walk.args(["-v", &volume, "-w", "/nb/ws", "-e", "HOME=/nb/home", IMAGE]);
     verify.args(["/nb/netbox", "verify", "--log", "/tmp/events.jsonl"]);
+    verify.args(row.netbox);
     let out: Output = verify.output().map_err(|e| format!("podman: {e}"))?;
     let said = format!("{}{}", stdout(&out), stderr(&out));
     match row.expect {
         Expect::Refuses(setting) => {
-            let hint = said.lines().find(|l| l.starts_with("hint: ")).unwrap_or("");
-            if out.status.code() == Some(125) && hint.contains(setting) {
-                Ok(format!("refuses: {}", hint.trim_start_matches("hint: ")))
+            // On the hint line, or (a limit refused before the sandbox is built) the
+            // error's own.
+            let line = said
+                .lines()
+                .find(|l| {
+                    (l.starts_with("hint: ") || l.starts_with("netbox: ")) && l.contains(setting)
+                })
+                .unwrap_or("");
+            if out.status.code() == Some(125) && !line.is_empty() {
+                Ok(format!(
+                    "refuses: {}",
+                    line.trim_start_matches("hint: ")
+                        .trim_start_matches("netbox: ")
+                ))
             } else {
                 Err(format!(
                     "expected a refusal naming {setting}, got exit {:?}: {said}",
@@ -208,54 +222,70 @@ fn inside_podman_each_setting_runs_with_the_probe_holding_or_names_its_fix() {
             args: vec![],
             user: None,
             expect: Expect::Refuses("--security-opt systempaths=unconfined"),
+            netbox: &[],
         },
         Row {
             name: "podman's defaults, uid 65534",
             args: vec![],
             user: Some("65534:65534"),
             expect: Expect::Refuses("--security-opt systempaths=unconfined"),
+            netbox: &[],
         },
         Row {
             name: "--cap-drop ALL, systempaths=unconfined, root",
             args: with(cap_drop.clone(), unmasked.clone()),
             user: None,
             expect: Expect::Refuses("CAP_SETFCAP"),
+            netbox: &[],
         },
         Row {
             name: "--cap-drop ALL, systempaths=unconfined, uid 65534",
             args: with(cap_drop.clone(), unmasked.clone()),
             user: Some("65534:65534"),
             expect: Expect::Runs,
+            netbox: &[],
         },
         Row {
             name: "systempaths=unconfined (the documented setting), root",
             args: unmasked.clone(),
             user: None,
             expect: Expect::Runs,
+            netbox: &[],
         },
         Row {
             name: "systempaths=unconfined (the documented setting), uid 65534",
             args: unmasked.clone(),
             user: Some("65534:65534"),
             expect: Expect::Runs,
+            netbox: &[],
         },
         Row {
             name: "deploy/seccomp/netbox-podman.json, systempaths=unconfined, uid 65534",
             args: with(opt(&seccomp("netbox-podman.json")), unmasked.clone()),
             user: Some("65534:65534"),
             expect: Expect::Runs,
+            netbox: &[],
         },
         Row {
             name: "deploy/seccomp/netbox-docker.json, systempaths=unconfined, root",
             args: with(opt(&seccomp("netbox-docker.json")), unmasked.clone()),
             user: None,
             expect: Expect::Runs,
+            netbox: &[],
         },
         Row {
             name: "deploy/seccomp/netbox-docker.json, systempaths=unconfined, uid 65534",
             args: with(opt(&seccomp("netbox-docker.json")), unmasked.clone()),
             user: Some("65534:65534"),
             expect: Expect::Runs,
+            netbox: &[],
+        },
+        Row {
+            name: "--cpus 1 inside the container, systempaths=unconfined, root",
+            args: unmasked.clone(),
+            user: None,
+            expect: Expect::Refuses("set them on the container (--cpus, --memory, --pids-limit)"),
+            netbox: &["--cpus", "1"],
         },
     ];
     if Path::new(DOCKER_DEFAULT).exists() {
@@ -274,6 +304,7 @@ fn inside_podman_each_setting_runs_with_the_probe_holding_or_names_its_fix() {
                 args: with(opt(&format!("seccomp={DOCKER_DEFAULT}")), unmasked.clone()),
                 user,
                 expect: Expect::Refuses("seccomp="),
+                netbox: &[],
             });
         }
     } else {

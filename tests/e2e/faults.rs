@@ -399,5 +399,8 @@ fn host_mounts() -> Vec<String> {
         .unwrap()
         .lines()
         .map(|l| l.split(' ').nth(4).unwrap_or("").to_owned())
+        // A container engine's own (containers.rs runs podman meanwhile, which mounts
+        // its storage once on first use): never netbox's.
+        .filter(|at| !at.starts_with("/var/lib/containers/") && !at.starts_with("/run/containers/"))
         .collect()
 }

@@ -14,6 +14,7 @@ const LAYERS: &[&[&str]] = &[
         "terminal",
         "limits",
         "cpu",
+        "place",
         "testhooks",
         "cli",
     ],

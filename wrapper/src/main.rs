@@ -25,6 +25,7 @@ mod cpu;
 mod error;
 mod limits;
 mod output;
+mod place;
 mod plan;
 mod printable;
 mod sandbox;

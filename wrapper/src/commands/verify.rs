@@ -59,7 +59,7 @@ pub fn run(args: Box<VerifyArgs>) -> Result<u8, WrapperError> {
 fn table(report: &ProbeReport) -> String {
     let mut out = String::new();
     // Where it ran: what a control that fails here, or a setting, is to be read against.
-    if let Some(place) = crate::sandbox::place::Place::detect().describe() {
+    if let Some(place) = crate::place::Place::detect().describe() {
         out.push_str(&format!("running in {place}\n"));
     }
     for check in &report.checks {

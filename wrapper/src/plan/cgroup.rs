@@ -63,18 +63,26 @@ struct Wanted {
     unenforceable: Option<String>,
 }
 
+/// `why`, and inside a container the setting that does the same there (its cgroup tree
+/// is the engine's, read-only to netbox, even as root).
+fn with_place(why: &str) -> String {
+    match crate::place::Place::detect().fix(crate::place::Need::Limits) {
+        Some(fix) => format!("{why}; {fix}"),
+        None => why.to_owned(),
+    }
+}
+
 fn wanted(limits: &Limits, root: bool) -> Vec<Wanted> {
     let mut wanted = Vec::new();
     if let (true, Some(max)) = (root, limits.sandbox_pids()) {
         wanted.push(Wanted {
             controller: "pids",
             settings: vec![("pids.max", max.to_string())],
-            unenforceable: Some(
+            unenforceable: Some(with_place(
                 "--pids cannot be enforced here: netbox runs as root, which RLIMIT_NPROC \
                  does not bind, and there is no cgroup v1 pids hierarchy to use instead; \
-                 run netbox as an ordinary user"
-                    .into(),
-            ),
+                 run netbox as an ordinary user",
+            )),
         });
     }
     if let Some(millis) = limits.cpu_millis {
@@ -87,12 +95,11 @@ fn wanted(limits: &Limits, root: bool) -> Vec<Wanted> {
                     (millis * CPU_PERIOD_US / 1000).to_string(),
                 ),
             ],
-            unenforceable: Some(
+            unenforceable: Some(with_place(
                 "--cpus cannot be enforced here: it needs a cgroup v1 cpu hierarchy netbox \
                  may write to (no rlimit shares out CPU time), which usually takes root; \
-                 drop --cpus, or run netbox as root"
-                    .into(),
-            ),
+                 drop --cpus, or run netbox as root",
+            )),
         });
     }
     if let (true, Some(bytes)) = (root, limits.memory) {

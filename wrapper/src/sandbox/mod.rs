@@ -17,7 +17,6 @@ pub mod handshake;
 pub mod init;
 pub mod mounts;
 pub mod namespaces;
-pub mod place;
 pub mod probe;
 pub mod run_dir;
 
@@ -540,4 +539,22 @@ fn set_up_network(
         proxy_v6,
         capture: far.map(|far| far.rtnl),
     })
+}
+
+/// The setting that would let a failed set-up step through here, for its hint: a /proc of
+/// the sandbox's own, or a call a container's seccomp profile refused (EPERM).
+pub fn hint_for_setup(step: &str, detail: &str) -> Option<String> {
+    if step == USERNS_STEP {
+        return Some(crate::sandbox::namespaces::userns_hint());
+    }
+    let refused = detail.contains("Operation not permitted") || detail.contains("EPERM");
+    if !refused {
+        return None;
+    }
+    let place = crate::place::Place::detect();
+    if step.contains("/proc") || detail.contains("mount /proc") {
+        place.fix(crate::place::Need::OwnProc)
+    } else {
+        place.fix(crate::place::Need::Syscalls)
+    }
 }

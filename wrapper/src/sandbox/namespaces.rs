@@ -61,9 +61,9 @@ pub fn userns_unavailable(source: io::Error) -> WrapperError {
 
 /// The setting that allows user namespaces here, as one sentence.
 pub fn userns_hint() -> String {
-    let place = crate::sandbox::place::Place::detect();
+    let place = crate::place::Place::detect();
     let hint = place
-        .fix(crate::sandbox::place::Need::UserNamespace)
+        .fix(crate::place::Need::UserNamespace)
         .unwrap_or_else(|| {
             "netbox needs unprivileged user namespaces; inside a container, run it with a \
              seccomp profile that allows unshare(CLONE_NEWUSER) (deploy/seccomp)"

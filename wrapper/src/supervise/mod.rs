@@ -899,6 +899,6 @@ async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
 /// A step pid 1 could not take, with the setting that allows it here when netbox knows one
 /// (sandbox/place.rs: a container's seccomp profile, its masked /proc, ...).
 fn setup_failed(step: String, detail: String, hint: Option<String>) -> WrapperError {
-    let hint = hint.or_else(|| crate::sandbox::place::hint_for_setup(&step, &detail));
+    let hint = hint.or_else(|| crate::sandbox::hint_for_setup(&step, &detail));
     WrapperError::Setup { step, detail, hint }
 }

@@ -48,6 +48,8 @@ pub enum Need {
     OwnProc,
     /// Any other mount or namespace call a seccomp profile refused.
     Syscalls,
+    /// A resource limit (`--cpus`, `--pids`) that needs a cgroup netbox may not write.
+    Limits,
 }
 
 impl Place {
@@ -226,25 +228,23 @@ impl Place {
                 ),
             },
             Need::OwnProc => None,
+            Need::Limits => match self.engine {
+                Some(Engine::Podman | Engine::Docker) => said(
+                    "the container's own limits bind netbox and the command alike: set them \
+                     on the container (--cpus, --memory, --pids-limit) and drop netbox's",
+                ),
+                Some(Engine::Kubernetes) => said(
+                    "the pod's own limits bind netbox and the command alike: set the \
+                     container's resources.limits and drop netbox's",
+                ),
+                Some(Engine::Lxc) => said(
+                    "the container's own limits bind netbox and the command alike: set them \
+                     on the container (limits.cpu, limits.memory, limits.processes) and drop \
+                     netbox's",
+                ),
+                _ => None,
+            },
         }
-    }
-}
-
-/// The setting that would let a failed set-up step through here, for its hint: a /proc of
-/// the sandbox's own, or a call a container's seccomp profile refused (EPERM).
-pub fn hint_for_setup(step: &str, detail: &str) -> Option<String> {
-    if step == crate::sandbox::USERNS_STEP {
-        return Some(crate::sandbox::namespaces::userns_hint());
-    }
-    let refused = detail.contains("Operation not permitted") || detail.contains("EPERM");
-    if !refused {
-        return None;
-    }
-    let place = Place::detect();
-    if step.contains("/proc") || detail.contains("mount /proc") {
-        place.fix(Need::OwnProc)
-    } else {
-        place.fix(Need::Syscalls)
     }
 }
 

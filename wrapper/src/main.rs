@@ -42,6 +42,8 @@ use std::process::ExitCode;
 use crate::error::{WrapperError, EXIT_NETBOX_FAILURE};
 
 fn main() -> ExitCode {
+    // First: every file made before this moment is older than the run (gitaudit).
+    supervise::gitaudit::note_start();
     stop_on_panic();
     testhooks::init();
     raise_open_file_limit();

@@ -802,7 +802,7 @@ impl<'a> Supervisor<'a> {
     /// for). Otherwise nothing is sent and the sandbox is stopped.
     fn start_if_passed(&mut self, report: &ProbeReport) {
         if report.passed {
-            crate::supervise::gitaudit::wait_past_start();
+            crate::supervise::gitaudit::command_starts();
             // From now on CMD may write to the caller's terminal.
             crate::terminal::handed_over();
             if let Err(e) = self.channel.send(&SyncMsg::Start) {

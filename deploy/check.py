@@ -42,11 +42,13 @@ def sandbox_pod(manifest):
     context = spec["securityContext"]
     if context.get("runAsNonRoot") is not True:
         fail("the sandbox pod may run as root (netbox as root needs CAP_SETFCAP)")
-    profile = context.get("seccompProfile", {})
-    if profile != {"type": "Localhost", "localhostProfile": "netbox.json"}:
-        fail(f"the sandbox pod's seccomp profile is {profile}, not netbox's")
+    if "seccompProfile" in context or "appArmorProfile" in context:
+        fail("the sandbox pod widens every container's profiles, not the job's alone")
     for container in spec["containers"]:
         csc = container.get("securityContext", {})
+        profile = csc.get("seccompProfile", {})
+        if profile != {"type": "Localhost", "localhostProfile": "netbox.json"}:
+            fail(f"container {container['name']}: seccomp profile {profile}, not netbox's")
         if csc.get("procMount") != "Unmasked":
             fail(f"container {container['name']}: /proc stays masked")
         if csc.get("capabilities", {}).get("drop") != ["ALL"]:

@@ -216,6 +216,11 @@ fn inside_podman_each_setting_runs_with_the_probe_holding_or_names_its_fix() {
     let unmasked = opt("systempaths=unconfined");
     let with = |a: Vec<String>, b: Vec<String>| a.into_iter().chain(b).collect::<Vec<_>>();
     let cap_drop = vec!["--cap-drop".to_owned(), "ALL".to_owned()];
+    // The container's root in a user namespace of its own, as the documented setting
+    // asks: unmasked, a root that is the host's could write the host's /proc/sys.
+    let userns: Vec<String> = ["--uidmap", "0:200000:65536", "--gidmap", "0:200000:65536"]
+        .map(String::from)
+        .to_vec();
     let mut rows = vec![
         Row {
             name: "podman's defaults, root",
@@ -246,8 +251,8 @@ fn inside_podman_each_setting_runs_with_the_probe_holding_or_names_its_fix() {
             netbox: &[],
         },
         Row {
-            name: "systempaths=unconfined (the documented setting), root",
-            args: unmasked.clone(),
+            name: "systempaths=unconfined in a user namespace (the documented setting), root",
+            args: with(unmasked.clone(), userns.clone()),
             user: None,
             expect: Expect::Runs,
             netbox: &[],
@@ -267,8 +272,11 @@ fn inside_podman_each_setting_runs_with_the_probe_holding_or_names_its_fix() {
             netbox: &[],
         },
         Row {
-            name: "deploy/seccomp/netbox-docker.json, systempaths=unconfined, root",
-            args: with(opt(&seccomp("netbox-docker.json")), unmasked.clone()),
+            name: "deploy/seccomp/netbox-docker.json, systempaths=unconfined, root in a user namespace",
+            args: with(
+                with(opt(&seccomp("netbox-docker.json")), unmasked.clone()),
+                userns.clone(),
+            ),
             user: None,
             expect: Expect::Runs,
             netbox: &[],

@@ -210,7 +210,9 @@ impl Place {
                 Some(Engine::Podman | Engine::Docker) => said(
                     "the container masks paths in /proc, so the kernel refuses the sandbox a \
                      /proc of its own: run the container with --security-opt \
-                     systempaths=unconfined",
+                     systempaths=unconfined, and in a user namespace (--userns=auto, rootless \
+                     podman, Docker's userns-remap) or as a user other than root: unmasked, a \
+                     rootful container's root could write the host's /proc/sys",
                 ),
                 Some(Engine::Kubernetes) => said(
                     "the pod masks paths in /proc, so the kernel refuses the sandbox a /proc \

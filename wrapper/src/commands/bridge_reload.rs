@@ -375,7 +375,9 @@ pub async fn reload_when_asked(
         };
         // Taken before the reload reads anything: a file changed while it reads is a change
         // the next look sees (review 38). A broken file is reported once, not every second.
-        let before = fingerprint(&reloader.files());
+        // Their directories too: a refused reload adds them to the list, and one taken only
+        // after the reload would miss a file created while it ran (the missing include).
+        let before = fingerprint(&with_directories(reloader.files()));
         let (r, l) = (Arc::clone(&reloader), Arc::clone(&log));
         // A task that panicked reloaded nothing: the policies before it stay.
         let _ = tokio::task::spawn_blocking(move || r.reload(&l, cause)).await;
@@ -392,6 +394,18 @@ pub async fn reload_when_asked(
             )
             .collect();
     }
+}
+
+/// `files` and the directories holding them.
+fn with_directories(mut files: Vec<PathBuf>) -> Vec<PathBuf> {
+    let directories: Vec<PathBuf> = files
+        .iter()
+        .filter_map(|f| f.parent().map(PathBuf::from))
+        .collect();
+    files.extend(directories);
+    files.sort();
+    files.dedup();
+    files
 }
 
 /// What identifies each file's content cheaply: its identity and size and change time,

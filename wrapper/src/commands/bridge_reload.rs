@@ -121,11 +121,7 @@ impl Reloader {
             files.push(file.clone());
         }
         if self.refused.load(std::sync::atomic::Ordering::Relaxed) {
-            let directories: Vec<PathBuf> = files
-                .iter()
-                .filter_map(|f| f.parent().map(PathBuf::from))
-                .collect();
-            files.extend(directories);
+            return with_directories(files);
         }
         files.sort();
         files.dedup();

@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 
 
-def sandbox_pod(manifest):
+def validate(manifest):
+    """The manifest against the Kubernetes API's schema, strictly (unknown fields fail)."""
     result = subprocess.run(
         [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", manifest],
         capture_output=True,
@@ -35,6 +36,10 @@ def sandbox_pod(manifest):
     )
     if result.returncode != 0:
         fail(f"{manifest} does not validate:\n{result.stdout}{result.stderr}")
+
+
+def sandbox_pod(manifest):
+    validate(manifest)
     (pod,) = documents(manifest)
     spec = pod["spec"]
     if spec.get("hostUsers") is not False:
@@ -102,13 +107,7 @@ def documents(manifest):
 
 
 def kubernetes(manifest, out_dir):
-    result = subprocess.run(
-        [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", manifest],
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        fail(f"{manifest} does not validate:\n{result.stdout}{result.stderr}")
+    validate(manifest)
     docs = documents(manifest)
     kinds = sorted(d["kind"] for d in docs)
     want = ["ConfigMap", "Deployment", "NetworkPolicy", "NetworkPolicy", "Service"]

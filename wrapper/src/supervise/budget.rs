@@ -48,15 +48,10 @@ impl Budget {
     pub fn try_take(self: &Arc<Self>, want: Amount) -> Option<Held> {
         let want = self.clamp(want);
         let mut left = self.left.lock().ok()?;
-        if left.bytes < want.bytes || left.fds < want.fds {
+        if !covers(&left, want) {
             return None;
         }
-        left.bytes -= want.bytes;
-        left.fds -= want.fds;
-        Some(Held {
-            budget: Arc::clone(self),
-            amount: want,
-        })
+        Some(self.held(&mut left, want))
     }
 
     /// Takes `want` once that much is left; `None` if the caller is gone meanwhile
@@ -64,23 +59,33 @@ impl Budget {
     pub fn take(self: &Arc<Self>, want: Amount, caller_waits: &dyn Fn() -> bool) -> Option<Held> {
         let want = self.clamp(want);
         let mut left = self.left.lock().ok()?;
-        while left.bytes < want.bytes || left.fds < want.fds {
+        while !covers(&left, want) {
             let (guard, _) = self
                 .freed
                 .wait_timeout(left, Duration::from_millis(100))
                 .ok()?;
             left = guard;
-            if (left.bytes < want.bytes || left.fds < want.fds) && !caller_waits() {
+            if !covers(&left, want) && !caller_waits() {
                 return None;
             }
         }
+        Some(self.held(&mut left, want))
+    }
+
+    /// Takes `want` out of `left` (which covers it).
+    fn held(self: &Arc<Self>, left: &mut Amount, want: Amount) -> Held {
         left.bytes -= want.bytes;
         left.fds -= want.fds;
-        Some(Held {
+        Held {
             budget: Arc::clone(self),
             amount: want,
-        })
+        }
     }
+}
+
+/// Whether `left` holds `want`.
+fn covers(left: &Amount, want: Amount) -> bool {
+    left.bytes >= want.bytes && left.fds >= want.fds
 }
 
 impl Drop for Held {

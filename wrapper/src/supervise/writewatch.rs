@@ -608,6 +608,13 @@ fn handle_connect(listener: &OwnedFd, watch: &Watch, n: &Notification) {
     );
 }
 
+/// The Unix address by which netbox reaches a socket file it holds (`/proc/self/fd/N`):
+/// the file decided on, whatever its path names by the time the call is made.
+fn address_of_held(file: &OwnedFd) -> Option<Vec<u8>> {
+    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(file));
+    crate::sys::socket::unix_address(path.as_bytes())
+}
+
 /// A connect to a Unix socket's path: decided, then made to the file decided on.
 fn connect_unix(listener: &OwnedFd, watch: &Watch, n: &Notification, socket: OwnedFd, path: &[u8]) {
     let answer = |result: Result<i64, i32>| {
@@ -632,9 +639,7 @@ fn connect_unix(listener: &OwnedFd, watch: &Watch, n: &Notification, socket: Own
     }
     match decision {
         Decision::Connect { file, whose } => {
-            let Some(address) = crate::sys::socket::unix_address(
-                format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file)).as_bytes(),
-            ) else {
+            let Some(address) = address_of_held(&file) else {
                 return answer(Err(libc::ENAMETOOLONG));
             };
             let after: Option<AfterConnect> = match whose {
@@ -702,8 +707,7 @@ fn handle_send(listener: &OwnedFd, watch: &Watch, n: &Notification) {
         };
         let errno = match decided {
             Ok((Decision::Connect { file, whose }, _)) => {
-                let ours = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
-                match crate::sys::socket::unix_address(ours.as_bytes()) {
+                match address_of_held(&file) {
                     Some(name) => {
                         message.name = name;
                         hold.push(file);

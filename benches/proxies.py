@@ -664,7 +664,7 @@ def scenarios(names, r):
 
 
 def targets(r):
-    """Each target of issue 18, its figure from this run, and PASS or MISS."""
+    """Each target of the proxy benchmark, its figure from this run, and PASS or MISS."""
     out = []
     def check(what, figure, ok):
         out.append((what, figure, "PASS" if ok else "MISS"))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load and soak of `netbox bridge` (issue 14, item 4), loopback only: benches/soak.rs
+# Load and soak of `netbox bridge`, loopback only: benches/soak/
 # starts its own upstream and bridge, runs idle -> load -> after -> slowloris, then a
 # shared bridge (--tenants) under a flood of connections that name no tenant, prints a
 # summary table (invariants ok/FAIL, targets PASS/MISS) and exits 1 if an invariant fails.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cost of the TLS check, or of inspection (issue 15): tunnels through two bridges side
+# The cost of the TLS check, or of inspection: tunnels through two bridges side
 # by side in one run, against one local HTTPS server (Python's ssl, a certificate made
 # here with openssl). Reports the median time of a new connection (CONNECT + TLS
 # handshake + a 1-byte GET) through each, and the throughput of a 256 MiB download

@@ -386,9 +386,9 @@ fn the_log_goes_to_standard_output_or_a_collectors_datagram_socket() {
     assert!(!said.contains("panicked"), "{said}");
 }
 
-/// Review 38: a reader that takes nothing, an admin client that never reads, a socket path
-/// another bridge listens on.
-mod review38 {
+/// What a stuck peer cannot hold: a log reader that takes nothing, an admin client that
+/// never reads, a socket path another bridge listens on.
+mod stuck_peers_and_taken_paths {
     use super::*;
 
     #[test]

@@ -187,7 +187,7 @@ fn a_client_certificate_names_its_tenant_on_a_tls_listener() {
         "407"
     );
     // A name of one type never stands for the other (a CA constrained to DNS names still
-    // signs any URI; review 41): team-a's DNS name as a URI is no one's.
+    // signs any URI): team-a's DNS name as a URI is no one's.
     let uri_not_dns = client_ca.issue(&dir, "uri-not-dns", &["uri:runner-a.ci.test"]);
     assert_eq!(
         fetch(&bridge, ca, Some(&uri_not_dns), None, &a_url, false).0,

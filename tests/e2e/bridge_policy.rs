@@ -399,7 +399,7 @@ fn invalid_allowlist_is_refused_with_file_and_line() {
     assert!(stderr(&out).contains("only loopback"), "{}", stderr(&out));
 }
 
-/// `allow_private` (issue 12): a name allowed that way reaches the non-public address its
+/// `allow_private`: a name allowed that way reaches the non-public address its
 /// DNS gives (here pinned to loopback), without an IP rule that would open the address for
 /// every name. Another name pinned to the same address, allowed the ordinary way, stays
 /// refused, and its refusal says the exact flag and allowlist line that would open it.

@@ -205,8 +205,9 @@ fn tenants_reload_their_policies_and_secrets_and_not_what_needs_a_restart() {
     assert_eq!(status(&bridge, Some("team-a:new-secret-2"), &b), "200");
 }
 
-/// Review 38: what a reload reaches, and what `--watch` sees.
-mod review38 {
+/// What a reload reaches (kept connections, SOCKS5 requests, tokens), and what `--watch`
+/// sees.
+mod what_a_reload_reaches {
     use super::*;
 
     fn wait_loaded(bridge: &Bridge, n: usize) {

@@ -363,8 +363,8 @@ fn a_tenant_past_its_own_connection_limit_is_refused_and_others_are_not() {
     assert!(limited >= 1);
 }
 
-/// Review 37: places, limits and what a refusal says.
-mod review37 {
+/// Tenants kept apart: places, limits, and what a refusal says.
+mod places_limits_and_refusals {
     use super::*;
 
     fn connect(bridge: &Bridge, user: &str, secret: &str, target: &str) -> (String, TcpStream) {

@@ -1,4 +1,4 @@
-//! A tunnel to a TLS port goes where it claims (issue 15): the ClientHello's server name
+//! A tunnel to a TLS port goes where it claims: the ClientHello's server name
 //! must be the tunnel's host, read without terminating TLS. One HTTPS server holds a
 //! certificate for both `a.test` and `b.test`, as a CDN does for its customers; only
 //! `a.test` is allowed. Each refusal beside a control that passes.

@@ -197,7 +197,7 @@ fn programs_that_ignore_the_proxy_reach_allowed_hosts_and_nothing_else() {
     assert!(ms < 1000, "{text}");
     // Another host by the Host header, or by the ClientHello, through a.test's address.
     assert!(lines[7] == "403 Host b.test", "{text}");
-    // A second request on the same connection is judged as the first was (review 30).
+    // A second request on the same connection is judged as the first was.
     assert_eq!(lines[8], "1 1 kept alive", "{text}");
     // The stub answers over TCP too, with the same session address.
     assert_eq!(lines[9], "dns over tcp 0 True", "{text}");
@@ -220,7 +220,7 @@ fn programs_that_ignore_the_proxy_reach_allowed_hosts_and_nothing_else() {
         net(&|r| r["proto"] == "captured" && r["decision"] == "allow" && r["host"] == "a.test")
             >= 3
     );
-    // Each lookup asks for A and AAAA, twice here: the name is one record (review 30).
+    // Each lookup asks for A and AAAA, twice here: the name is one record.
     assert_eq!(
         net(&|r| r["proto"] == "dns" && r["host"] == "b.test"),
         1,

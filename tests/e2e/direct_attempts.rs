@@ -1,4 +1,4 @@
-//! Direct attempts on record (issue 16, part 3): a connection or datagram CMD sends past
+//! Direct attempts on record: a connection or datagram CMD sends past
 //! the proxy to where nothing of netbox's listens is one `direct_attempt` record and one
 //! notice, with or without capture; traffic that stays in the sandbox (its own servers,
 //! the proxy, the DNS stub, unix sockets, captured ports) is not. Everything runs in a
@@ -36,7 +36,7 @@ attempt("udp sendto out", lambda: udp_sendto(("192.0.2.1", 53)))
 attempt("udp sendmsg out", lambda: udp_sendmsg(("2001:db8::1", 5353)))
 attempt("tcp loopback, nothing there", lambda: tcp(("127.0.0.1", 5432)))
 attempt("udp connect to a nameserver", lambda: udp_connect(("192.0.2.9", 53)))
-# What libc lets through that Python does not (review 31): an AF_UNSPEC name, which an
+# What libc lets through that Python does not: an AF_UNSPEC name, which an
 # IPv4 UDP socket's send takes as AF_INET; and sendmmsg whose second header is on a page
 # that cannot be read (the kernel still sends the first message).
 import ctypes, mmap, struct
@@ -74,7 +74,7 @@ attempt("tcp to the proxy", lambda: tcp(("127.0.0.1", 3128)))
 a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
 a.sendmsg([b"x"])
 print("unix", b.recv(8))
-# A reply to a UDP socket connected to its sender reaches it (review 31).
+# A reply to a UDP socket connected to its sender reaches it.
 client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 client.bind(("127.0.0.1", 0))
 replier = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -293,7 +293,7 @@ fn captured_runs_name_the_host_an_attempt_was_for() {
 /// Other spellings of the sandbox's own addresses (0.0.0.0, ::) reach CMD's own server,
 /// unlogged, and one where nothing listens is logged as such; an IPv6 link-local address
 /// goes to capture like any other address: refused at once on a port capture does not
-/// carry (logged), taken and judged by the bridge on one it carries (review 34). The
+/// carry (logged), taken and judged by the bridge on one it carries. The
 /// allowlist names the proxy's own port too: CMD runs all the same.
 #[test]
 fn unspecified_and_link_local_addresses_are_judged_where_they_go() {
@@ -336,7 +336,7 @@ fn unspecified_and_link_local_addresses_are_judged_where_they_go() {
     assert!(!attempts.iter().any(|r| r["port"] == 9999), "{attempts:#?}");
     // Sent where nothing receives it: a socket tied to lo for an address capture would
     // take (it waits in vain), a multicast address (refused): logged as unroutable
-    // (review 35), not left to a bridge that never sees them.
+    // not left to a bridge that never sees them.
     assert!(
         text.contains("tied to lo: None") || text.contains("tied to lo: 110"),
         "{text}"

@@ -169,7 +169,7 @@ fn walk(root: &std::path::Path) -> Vec<String> {
     found
 }
 
-/// Issue 20, finding 10: the names the sandbox chose are printed escaped, so an escape
+/// The names the sandbox chose are printed escaped, so an escape
 /// sequence or a carriage return in one cannot forge or erase a line on the terminal.
 #[test]
 fn names_are_printed_escaped() {

@@ -1,4 +1,4 @@
-//! Inspection (issue 15): a tunnel an `[[http]]` rule covers is opened up by the bridge,
+//! Inspection: a tunnel an `[[http]]` rule covers is opened up by the bridge,
 //! with a certificate from a session CA made in memory, which CMD trusts only through
 //! the trust bundle netbox lays in the sandbox. Requests inside are judged by method,
 //! path and Host; a refusal is a 403 inside TLS, and every request is logged. Every
@@ -482,7 +482,7 @@ fn plain_http_to_a_host_with_http_rules_is_judged_too() {
          {code} -p http://a.test:{p}/hello\n{code} -p -X POST --data x http://a.test:{p}/sha256\n"
     ));
     assert_eq!(stdout(&out), "200\n403\n200\n403\n", "{}", stderr(&out));
-    // A request with a body is the last on its upstream connection (review 29: forwarded
+    // A request with a body is the last on its upstream connection (forwarded
     // ones too), so a server that reads the body otherwise cannot find a request in it.
     let out = run.sh(&format!(
         "curl -sS --max-time 8 --data x http://a.test:{p}/headers | grep -i '^connection:'; \
@@ -653,7 +653,7 @@ fn a_standalone_bridge_inspects_with_its_ca_written_for_clients() {
     assert_eq!(fetch(&[]), "200 ");
     assert_eq!(fetch(&["-X", "DELETE"]), "403 http-rule");
 
-    // An allowed request the upstream does not answer in time (review 29): 504 inside
+    // An allowed request the upstream does not answer in time: 504 inside
     // the tunnel, recorded as allowed and timed out (it reached the upstream), not as a
     // refusal; the tunnel's own idleness does not cut it short first.
     let slow_dir = TestDir::new("inspect-standalone-slow");
@@ -766,7 +766,7 @@ fn pip_installs_through_inspection_and_python_is_refused_a_post() {
     }
 }
 
-/// Review 28: what a server could read otherwise than the bridge judged it. A body on a
+/// What a server could read otherwise than the bridge judged it. A body on a
 /// GET (a server that ignores it would take it for the next request) is refused; a
 /// request with a body is the last on its upstream connection, so the client's next one
 /// comes on a new tunnel; a `Connection: host` cannot strip the Host that was judged, and
@@ -804,7 +804,7 @@ fn a_request_cannot_hide_another_or_lose_its_host() {
     assert_eq!(tunnels.len(), 6, "{tunnels:#?}");
 }
 
-/// Review 28: a request the client leaves before its answer is still recorded (hyper
+/// A request the client leaves before its answer is still recorded (hyper
 /// drops the request's handler; the record goes with it, written).
 #[test]
 fn a_request_whose_client_leaves_before_the_answer_is_recorded() {

@@ -148,7 +148,7 @@ fn learn_refuses_what_makes_no_sense() {
 
 /// What the learn run was given on its command line (an address opened with `--allow`, a
 /// mirror on a private address allowed with `--allow-private`) goes into the learned
-/// file, so replaying the file runs the same command with no refusal (issue 12).
+/// file, so replaying the file runs the same command with no refusal.
 #[test]
 fn a_learned_file_keeps_the_rules_it_was_given_and_replays_the_run() {
     let dir = TestDir::new("learn-given");

@@ -1,4 +1,4 @@
-//! The event log is bounded and never silently lost (issue 20, finding 6): a command
+//! The event log is bounded and never silently lost: a command
 //! flooding the bridge with refused requests cannot grow the log or netbox's memory
 //! without bound, and a log that cannot be written stops the run. Each with its control.
 

@@ -1,4 +1,4 @@
-//! Code planted through git metadata (issue 20, finding 1): a submodule's `.git` is pinned
+//! Code planted through git metadata: a submodule's `.git` is pinned
 //! like the top one, `--allow-git-writes` keeps the index and submodules read-only (and
 //! the host's own `git commit` meanwhile does not stop the run), and
 //! the git metadata a run does create is reported when it ends, or by the next run when
@@ -571,7 +571,7 @@ fn the_check_can_be_cancelled_and_is_finished_later() {
     );
 }
 
-/// The review of finding 1: three names at the top of the workspace (HEAD, objects,
+/// Three names at the top of the workspace (HEAD, objects,
 /// refs) made the check take the whole workspace for a bare repository it did not enter.
 #[test]
 fn a_workspace_made_a_bare_repository_is_reported_and_still_walked() {

@@ -397,7 +397,7 @@ fn cpu_ticks(stat: &str) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
-/// Issue 20's review: the bridge's work for CMD (refusing its requests) is done inside
+/// The bridge's work for CMD (refusing its requests) is done inside
 /// CMD's `--cpus` quota too, once CMD runs.
 #[test]
 fn the_bridge_cannot_be_used_to_escape_cpus() {
@@ -423,7 +423,7 @@ fn the_bridge_cannot_be_used_to_escape_cpus() {
     assert!(refused > 50, "{refused}");
 }
 
-/// Issue 20, finding 9: the write watcher's work for CMD is done inside CMD's `--cpus`
+/// The write watcher's work for CMD is done inside CMD's `--cpus`
 /// quota (its thread joins the sandbox's cpu cgroup), and a long symlink chain is not
 /// followed to its end on every call.
 #[test]

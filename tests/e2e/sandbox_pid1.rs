@@ -1,4 +1,4 @@
-//! The sandbox's pid 1 (issue 20, finding 11): it keeps no handler of netbox's for
+//! The sandbox's pid 1: it keeps no handler of netbox's for
 //! faults, and CMD is found and started the way a shell would, from CMD's working
 //! directory, by a child that builds nothing of its own before exec.
 

@@ -1,4 +1,4 @@
-//! What the user names on the command line stays what it names (issue 20, findings 3-5):
+//! What the user names on the command line stays what it names:
 //! allowlists and env files inside the workspace are pinned for the run, a user-given
 //! path through a symlink CMD could replace is refused, and `--hide` covers are pinned,
 //! probed, and stop the run when lost. Each with its control.

@@ -1,5 +1,5 @@
-//! Regressions for escapes and failures an independent review of the sandbox found
-//! (issue 3), each with the control that shows the test can tell the difference.
+//! Regressions for escapes and failures independent reviews of the sandbox found, each
+//! with the control that shows the test can tell the difference.
 
 use std::time::Duration;
 
@@ -582,7 +582,7 @@ fn a_working_directory_the_sandbox_hides_is_one_clear_error() {
     assert!(marker.exists());
 }
 
-/// Issue 20, finding 7: a socket bound in another network namespace (a container's, a
+/// A socket bound in another network namespace (a container's, a
 /// `PrivateNetwork=` service's, another sandbox's) is listed only in that namespace's
 /// /proc/net/unix, yet any namespace can connect to it: it is covered too.
 #[test]
@@ -637,7 +637,7 @@ fn sockets_bound_in_other_network_namespaces_are_refused() {
     let _ = other.wait();
 }
 
-/// The review of issue 20's fixes: a host file given as standard input could be opened
+/// A host file given as standard input could be opened
 /// again for writing through /proc/self/fd/0 (the host's writable mount), whatever the
 /// sandbox's mounts say. It now reaches CMD through a pipe.
 #[test]

@@ -1,4 +1,4 @@
-//! A path swapped by another process while netbox starts (issue 20, finding 2). netbox
+//! A path swapped by another process while netbox starts. netbox
 //! resolves each writable root, pin and hidden path once, following no symlink, and the
 //! sandbox mounts only what is still that very file: a directory swapped for a symlink (or
 //! for another directory) stops the run before CMD starts, instead of redirecting its

@@ -1,4 +1,4 @@
-//! A terminal of CMD's own (issue 13, part 2), met as a user meets it: netbox runs on a
+//! A terminal of CMD's own, met as a user meets it: netbox runs on a
 //! real pty this test makes (its controlling terminal, in the foreground), the test types
 //! into the pty's master and reads what shows. Inside, `tty`, `/dev/tty`, job control,
 //! window sizes and Ctrl-C work; the caller's terminal modes are as before the run,

@@ -237,7 +237,7 @@ fn each_kind_of_write_is_judged_as_the_kernel_decides_it() {
     assert!(run.workspace.join("made-by-dangling").exists());
 }
 
-/// Issue 20, finding 12: opening a file for writing without O_TRUNC checks the caller's
+/// Opening a file for writing without O_TRUNC checks the caller's
 /// permission before the mount, so a file it may not write is EACCES, not a write the
 /// read-only root refused, and is not logged as one.
 #[test]
@@ -336,7 +336,7 @@ fn a_watcher_that_does_not_judge_stops_cmd() {
     assert_eq!(check["passed"], true, "{check:#}");
 }
 
-/// Issue 20, finding 8: writes through /proc's magic links (the caller's root, cwd, an
+/// Writes through /proc's magic links (the caller's root, cwd, an
 /// open directory; /dev/fd/N; another process's by its pid) are refused as before, and
 /// now logged, with the path they lead to and the reason that path has.
 #[test]

@@ -1,0 +1,111 @@
+//! npm: a local registry that npm's own configuration names, and nothing else.
+
+use std::process::Command;
+
+use crate::support::upstream::HttpServer;
+use crate::support::{stderr, stdout, Run, TestDir};
+
+/// A package `demo-pkg@1.0.0` in an npm registry laid out under `root`, served at
+/// `https://npm.test:PORT/`: its packument and its tarball (with its integrity).
+fn npm_registry(dir: &TestDir) -> HttpServer {
+    let root = dir.join("registry");
+    std::fs::create_dir_all(root.join("demo-pkg/-")).unwrap();
+    let server = HttpServer::start_tls_files(&dir.path, &["npm.test"], root.clone());
+    let package = dir.join("package-src/package");
+    std::fs::create_dir_all(&package).unwrap();
+    std::fs::write(
+        package.join("package.json"),
+        r#"{"name":"demo-pkg","version":"1.0.0","main":"index.js"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        package.join("index.js"),
+        "module.exports = 'demo says hi';\n",
+    )
+    .unwrap();
+    let tarball = root.join("demo-pkg/-/demo-pkg-1.0.0.tgz");
+    let packed = Command::new("tar")
+        .arg("czf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(dir.join("package-src"))
+        .arg("package")
+        .status()
+        .unwrap();
+    assert!(packed.success());
+    let integrity = Command::new("python3")
+        .args([
+            "-c",
+            "import base64, hashlib, sys; \
+             print('sha512-' + base64.b64encode(hashlib.sha512(open(sys.argv[1], 'rb').read()).digest()).decode())",
+        ])
+        .arg(&tarball)
+        .output()
+        .unwrap();
+    let integrity = stdout(&integrity).trim().to_owned();
+    let port = server.port();
+    std::fs::write(
+        root.join("demo-pkg/index.json"),
+        format!(
+            r#"{{"name":"demo-pkg","dist-tags":{{"latest":"1.0.0"}},"versions":{{"1.0.0":{{"name":"demo-pkg","version":"1.0.0","main":"index.js","dist":{{"tarball":"https://npm.test:{port}/demo-pkg/-/demo-pkg-1.0.0.tgz","integrity":"{integrity}"}}}}}}}}"#
+        ),
+    )
+    .unwrap();
+    server
+}
+
+#[test]
+fn npm_installs_from_the_registry_its_configuration_names_and_nothing_else() {
+    let dir = TestDir::new("tool-npm");
+    let registry = npm_registry(&dir);
+    let pins = dir.write("pins.toml", "[hosts]\n\"npm.test\" = \"127.0.0.1\"\n");
+    let run = Run::new(&dir);
+    std::fs::write(
+        run.workspace.join("package.json"),
+        r#"{"name":"app","version":"1.0.0","dependencies":{"demo-pkg":"1.0.0"}}"#,
+    )
+    .unwrap();
+    // The test CA inside the workspace: the host's /tmp is not in the sandbox.
+    let ca = run.workspace.join("test-ca.pem");
+    std::fs::copy(registry.ca.as_ref().unwrap(), &ca).unwrap();
+    // The registry is the user's setting (the environment): one a workspace file named
+    // would not be taken as internal (an earlier command may have written it).
+    let registry_url = format!("https://npm.test:{}/", registry.port());
+    let cache_home = dir.join("cache-home");
+    let with_tool = |extra: &[&str]| {
+        let mut args = vec!["--quiet", "--allowlist", pins.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Run::new(&dir)
+            .args_from(&args)
+            .env("XDG_CACHE_HOME", cache_home.display().to_string())
+            .env("npm_config_registry", registry_url.clone())
+            .env("npm_config_cafile", ca.display().to_string())
+    };
+    let install = "npm install --no-audit --no-fund --loglevel=error \
+                   && node -e \"console.log(require('demo-pkg'))\"";
+    let out = with_tool(&["--allow-tool", "npm", "--private-ok"]).sh(install);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("demo says hi"), "{}", stdout(&out));
+    // Its cache is netbox's, not the home's, and it holds what was fetched.
+    assert!(
+        std::fs::read_dir(cache_home.join("netbox/npm"))
+            .unwrap()
+            .next()
+            .is_some(),
+        "npm's cache is empty"
+    );
+
+    // Control: without --allow-tool the registry is refused, and fast (403: npm gives up
+    // at once), and logged.
+    std::fs::remove_dir_all(run.workspace.join("node_modules")).unwrap();
+    let started = std::time::Instant::now();
+    let out = with_tool(&["--refusal-status", "403"]).sh(install);
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let refused = Run::new(&dir)
+        .events()
+        .into_iter()
+        .any(|e| e["type"] == "net" && e["host"] == "npm.test" && e["decision"] == "deny");
+    assert!(refused, "no refusal of npm.test in the log");
+    assert!(!run.workspace.join("node_modules/demo-pkg").exists());
+}

@@ -19,6 +19,10 @@
 //! `main` is synchronous on purpose: the sandbox forks before any runtime or thread exists,
 //! so a tokio runtime is only ever built by the subcommand that needs one.
 
+// Every unsafe call goes through `sys/`, where each block says which invariant makes it
+// sound; anywhere else `unsafe` is an error (the bridge forbids it outright).
+#![deny(unsafe_code)]
+
 mod cli;
 mod commands;
 mod cpu;
@@ -30,6 +34,7 @@ mod plan;
 mod printable;
 mod sandbox;
 mod supervise;
+#[allow(unsafe_code)]
 mod sys;
 mod terminal;
 mod testhooks;

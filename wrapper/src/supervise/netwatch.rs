@@ -450,6 +450,8 @@ fn arrives(to: SocketAddr, ip: IpAddr, local: bool, sender: &Sender) -> bool {
     if local {
         return sender.device != Some(crate::sandbox::capture::LINK_NAME);
     }
+    // Not an address class: an fe80:: address scoped to lo (index 1) is a way to reach lo.
+    #[allow(clippy::disallowed_methods)]
     let scoped_to_lo =
         matches!(to, SocketAddr::V6(v6) if v6.ip().is_unicast_link_local() && v6.scope_id() == 1);
     let own_source = sender.from.is_none_or(|from| {
@@ -465,7 +467,7 @@ fn arrives(to: SocketAddr, ip: IpAddr, local: bool, sender: &Sender) -> bool {
 
 /// Whether `ip` is the sandbox's own address on capture's link.
 fn is_link_address(ip: IpAddr) -> bool {
-    use bridge::capture::addresses::{LINK_ADDRESS, LINK_ADDRESS_V6};
+    use bridge::session::addresses::{LINK_ADDRESS, LINK_ADDRESS_V6};
     ip == IpAddr::V4(LINK_ADDRESS) || ip == IpAddr::V6(LINK_ADDRESS_V6)
 }
 

@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use crate::slowloris::NORMAL_CLIENTS;
+/// Clients making normal requests while the slowloris runs (and a tenant's under the flood).
+pub(crate) const NORMAL_CLIENTS: usize = 4;
 
 /// What to run, from the environment (defaults: the full run).
 pub(crate) struct Knobs {

@@ -48,13 +48,11 @@ use crate::bridge::Bridge;
 use crate::checks::Checks;
 use crate::clients::{load, Ctx};
 use crate::knobs::Knobs;
-use crate::slowloris::{slowloris, NORMAL_CLIENTS};
+use crate::knobs::NORMAL_CLIENTS;
+use crate::slowloris::slowloris;
 use crate::tenant_flood::tenant_flood;
 use crate::upstream::start_upstream;
-use crate::usage::{
-    listen_overflows, log_len, mib, rss_bound, settle, LogCount, Peak, Usage, FD_MARGIN,
-    RSS_SLACK_KIB,
-};
+use crate::usage::{check_usage, listen_overflows, log_len, settle, LogCount, Peak, Usage};
 
 /// Requests made before the idle reading, so that it is of a bridge that has served.
 const WARM_UP: u64 = 200;
@@ -256,25 +254,4 @@ async fn run(k: &Knobs, fd_limit: u64) -> bool {
         println!("kept for a look: {}", dir.display());
     }
     passed
-}
-
-pub(crate) fn check_usage(checks: &mut Checks, phase: &str, idle: Usage, after: Usage) {
-    checks.check(
-        &format!("no fd growth after the {phase} (<= idle + {FD_MARGIN})"),
-        after.fds <= idle.fds + FD_MARGIN,
-        format!("{} -> {} fds", idle.fds, after.fds),
-    );
-    checks.check(
-        &format!(
-            "RSS back after the {phase} (<= 2x idle + {} MiB)",
-            RSS_SLACK_KIB >> 10
-        ),
-        after.rss_kib <= rss_bound(idle),
-        format!(
-            "{:.1} -> {:.1} MiB (bound {:.1})",
-            mib(idle.rss_kib),
-            mib(after.rss_kib),
-            mib(rss_bound(idle))
-        ),
-    );
 }

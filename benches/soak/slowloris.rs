@@ -5,16 +5,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::check_usage;
 use crate::checks::Checks;
 use crate::clients::{
     ms, normal_client, percentile, slow_client, slow_head, Ctx, SlowStats, Tally,
 };
-use crate::knobs::Knobs;
-use crate::usage::{listen_overflows, log_len, settle, LogCount, Peak, Usage};
-
-/// Clients making normal requests while the slowloris runs.
-pub(crate) const NORMAL_CLIENTS: usize = 4;
+use crate::knobs::{Knobs, NORMAL_CLIENTS};
+use crate::usage::{check_usage, listen_overflows, log_len, settle, LogCount, Peak, Usage};
 
 /// A slow connection must be dropped within the head deadline plus this.
 pub(crate) const DROP_GRACE: Duration = Duration::from_secs(5);

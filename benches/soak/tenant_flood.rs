@@ -10,7 +10,7 @@ use crate::bridge::{Bridge, TENANT_TOKEN};
 use crate::checks::Checks;
 use crate::clients::{ms, normal_client, percentile, slow_client, Ctx, SlowStats, Tally};
 use crate::knobs::Knobs;
-use crate::slowloris::NORMAL_CLIENTS;
+use crate::knobs::NORMAL_CLIENTS;
 use crate::usage::Peak;
 
 /// A slow head that names no tenant, as the attack on a shared bridge was written.

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::checks::Checks;
+
 /// fds the bridge may hold after a phase beyond its idle count before that is a leak.
 pub(crate) const FD_MARGIN: usize = 4;
 
@@ -190,3 +192,24 @@ pub(crate) fn log_len(log: &Path) -> u64 {
 }
 
 // ---- the run ----
+
+pub(crate) fn check_usage(checks: &mut Checks, phase: &str, idle: Usage, after: Usage) {
+    checks.check(
+        &format!("no fd growth after the {phase} (<= idle + {FD_MARGIN})"),
+        after.fds <= idle.fds + FD_MARGIN,
+        format!("{} -> {} fds", idle.fds, after.fds),
+    );
+    checks.check(
+        &format!(
+            "RSS back after the {phase} (<= 2x idle + {} MiB)",
+            RSS_SLACK_KIB >> 10
+        ),
+        after.rss_kib <= rss_bound(idle),
+        format!(
+            "{:.1} -> {:.1} MiB (bound {:.1})",
+            mib(idle.rss_kib),
+            mib(after.rss_kib),
+            mib(rss_bound(idle))
+        ),
+    );
+}

@@ -9,7 +9,7 @@
 //! the client has the 502 in its receive queue before the RST arrives.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -44,10 +44,10 @@ pub struct ClientIo {
 impl Stream {
     /// The socket, for a relay that waits on it and moves bytes by syscalls; none for TLS,
     /// whose bytes only its library can read.
-    pub(crate) fn socket(&self) -> Option<crate::tunnel::Socket<'_>> {
+    pub(crate) fn socket(&self) -> Option<Socket<'_>> {
         match self {
-            Stream::Tcp(tcp) => Some(crate::tunnel::Socket::Tcp(tcp)),
-            Stream::Unix(unix) => Some(crate::tunnel::Socket::Unix(unix)),
+            Stream::Tcp(tcp) => Some(Socket::Tcp(tcp)),
+            Stream::Unix(unix) => Some(Socket::Unix(unix)),
             Stream::Tls(_) => None,
         }
     }
@@ -274,4 +274,67 @@ impl AsyncWrite for ClientIo {
             Err(e) => Poll::Ready(Err(e)),
         }
     }
+}
+
+/// One side of a tunnel as a socket: waited on for readiness and moved through by
+/// syscalls on its descriptor.
+#[derive(Clone, Copy)]
+pub(crate) enum Socket<'a> {
+    Tcp(&'a TcpStream),
+    Unix(&'a UnixStream),
+}
+
+impl Socket<'_> {
+    /// Runs `io` once the socket is ready for `interest`, again each time it would block.
+    pub(crate) async fn when_ready<R>(
+        self,
+        interest: Interest,
+        mut io: impl FnMut() -> io::Result<R>,
+    ) -> io::Result<R> {
+        loop {
+            let result = match self {
+                Socket::Tcp(tcp) => {
+                    tcp.ready(interest).await?;
+                    tcp.try_io(interest, &mut io)
+                }
+                Socket::Unix(unix) => {
+                    unix.ready(interest).await?;
+                    unix.try_io(interest, &mut io)
+                }
+            };
+            match result {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Writes all of `buf`, waiting whenever the socket's buffer is full.
+    pub(crate) async fn write_all(self, buf: &[u8]) -> io::Result<()> {
+        let mut sent = 0;
+        while sent < buf.len() {
+            sent += self
+                .when_ready(Interest::WRITABLE, || write(self.fd(), &buf[sent..]))
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Socket::Tcp(tcp) => tcp.as_fd(),
+            Socket::Unix(unix) => unix.as_fd(),
+        }
+    }
+
+    /// No more bytes this way (the half-close).
+    pub(crate) fn shutdown_write(self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = self.fd().as_raw_fd();
+        nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Write).map_err(io::Error::from)
+    }
+}
+
+fn write(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    nix::unistd::write(fd, buf).map_err(io::Error::from)
 }

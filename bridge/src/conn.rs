@@ -4,17 +4,18 @@
 //! that use it, so neither imports the other to reach it.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use http::StatusCode;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::identity::Tenants;
-use crate::lobby::Seat;
+use crate::egress::resolver::{DnsConfig, Resolver};
+use crate::egress::Egress;
 use crate::log::EventLog;
 use crate::policy::Policy;
-use crate::resolver::{DnsConfig, Resolver};
+use crate::session::lobby::Seat;
+use crate::session::Session;
 
 /// Tunables, with defaults that suit a sandboxed build.
 #[derive(Debug, Clone)]
@@ -39,7 +40,7 @@ pub struct BridgeConfig {
     /// that it has a seat in its listener's lobby (lobby.rs).
     pub max_connections: usize,
     /// Where readiness (admin.rs) reads whether a new client can be served.
-    pub capacity: Arc<crate::admin::Capacity>,
+    pub capacity: Arc<crate::conn::Capacity>,
     /// How long shutdown waits for open connections before stopping them.
     pub drain_timeout: Duration,
     /// Returns the memory the allocator holds free to the system (memory.rs); called once
@@ -50,13 +51,13 @@ pub struct BridgeConfig {
     pub panic_on_host: Option<String>,
     /// The session CA and upstream trust for tunnels the policy inspects; without it such
     /// a tunnel is refused.
-    pub inspector: Option<Arc<crate::inspect::Inspector>>,
+    pub inspector: Option<Arc<crate::tls::inspector::Inspector>>,
     /// Where this bridge listens (a standalone bridge's listeners, admin too): never
     /// dialled.
     pub own_listeners: Vec<std::net::SocketAddr>,
     /// The proxy connections go out through (`--upstream-proxy`, `netbox --bridge`), with
     /// the targets that go direct.
-    pub upstream_proxy: Option<Arc<crate::upstream_proxy::UpstreamProxy>>,
+    pub upstream_proxy: Option<Arc<crate::egress::upstream_proxy::UpstreamProxy>>,
 }
 
 impl Default for BridgeConfig {
@@ -81,16 +82,6 @@ impl Default for BridgeConfig {
     }
 }
 
-/// Connections one session may have open at once, unless it says otherwise.
-pub const DEFAULT_SESSION_CONNECTIONS: usize = 1024;
-
-/// Connections of a shared bridge that have not named their tenant yet, at once
-/// (`--max-unidentified`): past it the oldest seat of the source that holds the most,
-/// once it has waited a second, is dropped for a newcomer (lobby.rs). While those are
-/// younger, `CEILING_FACTOR` times as many are seated: a burst of a thousand clients, whose
-/// heads the bridge has not read yet, is seated whole.
-pub const DEFAULT_UNIDENTIFIED_CONNECTIONS: usize = 256;
-
 /// How long a client of a shared bridge has to name its tenant (`--identify-timeout`):
 /// several round trips across a continent for the TLS handshake, a SOCKS5 greeting and its
 /// credentials, half `--header-timeout`'s default.
@@ -100,137 +91,30 @@ pub const DEFAULT_IDENTIFY_TIMEOUT: Duration = Duration::from_secs(5);
 /// that closes one connection and opens the next at once is not refused for the overlap.
 pub(crate) const PLACE_WAIT: Duration = Duration::from_millis(500);
 
-/// One sandboxed run (or one standalone bridge, or one of its tenants): an id, the policy
-/// it is held to, and its connection budget. A standalone bridge's policy can be replaced
-/// while it runs (a reload): each connection, and each request of a keep-alive one, is
-/// judged under the policy it started with ([`Conn::policy`]).
-#[derive(Debug)]
-pub struct Session {
-    pub id: Arc<str>,
-    policy: RwLock<Arc<Policy>>,
-    /// Connections this session may have open at once (`--max-connections`).
-    pub max_connections: usize,
-    /// Where that limit is set, for the refusal that says it was reached.
-    pub limit_named: &'static str,
-    /// Its places, one per open connection.
-    pub(crate) connections: Arc<Semaphore>,
-    /// The addresses its DNS stub handed out, by name (capture).
-    pub addresses: crate::capture::SessionAddresses,
-    /// On a shared bridge's listener: the tenants a client must name (identity.rs); each
-    /// request is then served under its tenant's session, and this one's policy (which
-    /// refuses everything) is never used for it.
-    tenants: Option<RwLock<Arc<Tenants>>>,
-    /// With `tenants`: the seats of the clients that have not named one yet (lobby.rs),
-    /// which take none of the bridge's places.
-    lobby: Option<Arc<crate::lobby::Lobby>>,
+/// Whether the bridge can take a new client now: a place free among its connections
+/// (`--max-connections`), once it serves. A client that has not named its tenant yet needs
+/// none (it has a seat in the lobby, which is never full to a newcomer); once it names one
+/// it does.
+#[derive(Debug, Default)]
+pub struct Capacity {
+    places: OnceLock<(Arc<Semaphore>, usize)>,
 }
 
-impl Session {
-    pub fn new(id: impl Into<Arc<str>>, policy: Arc<Policy>, max_connections: usize) -> Session {
-        let max_connections = max_connections.clamp(1, Semaphore::MAX_PERMITS);
-        Session {
-            id: id.into(),
-            policy: RwLock::new(policy),
-            max_connections,
-            limit_named: "--max-connections",
-            connections: Arc::new(Semaphore::new(max_connections)),
-            addresses: crate::capture::SessionAddresses::default(),
-            tenants: None,
-            lobby: None,
-        }
+impl Capacity {
+    /// Watches the bridge's places, `max` of them (server.rs, as it starts serving).
+    pub(crate) fn watch(&self, places: Arc<Semaphore>, max: usize) {
+        // Set once: a second `serve` with the same config reports on the first.
+        let _ = self.places.set((places, max));
     }
 
-    /// The session of a listener that serves `tenants`: refusals of clients that named
-    /// none are logged under its id. Its connections are those that have not named a
-    /// tenant yet, in a lobby of `unidentified` seats (lobby.rs).
-    pub fn serving_tenants(
-        id: impl Into<Arc<str>>,
-        tenants: Arc<Tenants>,
-        unidentified: usize,
-    ) -> Session {
-        let base = Session::new(id, Arc::new(Policy::deny_all()), unidentified);
-        Session {
-            tenants: Some(RwLock::new(tenants)),
-            lobby: Some(Arc::new(crate::lobby::Lobby::new(base.max_connections))),
-            limit_named: "--max-unidentified",
-            ..base
-        }
-    }
-
-    /// Connections of this session open now (on a listener that serves tenants, those
-    /// that have not named one yet).
-    pub fn open_connections(&self) -> usize {
-        match &self.lobby {
-            Some(lobby) => lobby.len(),
-            None => self
-                .max_connections
-                .saturating_sub(self.connections.available_permits()),
-        }
-    }
-
-    /// The most connections this session holds open at once: its limit, or on a listener
-    /// that serves tenants, its lobby's ceiling (`CEILING_FACTOR` times
-    /// `--max-unidentified`), which [`Session::open_connections`] never passes.
-    pub fn connection_ceiling(&self) -> usize {
-        self.lobby
-            .as_ref()
-            .map_or(self.max_connections, |lobby| lobby.ceiling())
-    }
-
-    /// On a listener that serves tenants: its lobby's capacity (`--max-unidentified`) and
-    /// the seats it has dropped for newer connections so far.
-    pub fn unidentified(&self) -> Option<(usize, u64)> {
-        let lobby = self.lobby.as_ref()?;
-        Some((lobby.capacity(), lobby.dropped_total()))
-    }
-
-    /// The lobby of a listener that serves tenants.
-    pub(crate) fn lobby(&self) -> Option<&Arc<crate::lobby::Lobby>> {
-        self.lobby.as_ref()
-    }
-
-    /// The session of a tenant of a shared bridge: its limit is set in the tenants file.
-    pub fn of_tenant(
-        id: impl Into<Arc<str>>,
-        policy: Arc<Policy>,
-        max_connections: usize,
-    ) -> Session {
-        Session {
-            limit_named: "max_connections in the tenants file",
-            ..Session::new(id, policy, max_connections)
-        }
-    }
-
-    /// The policy new connections are judged under.
-    pub fn policy(&self) -> Arc<Policy> {
-        // A panic while the lock was held cannot have left half a pointer: the value is
-        // only ever replaced whole.
-        Arc::clone(&self.policy.read().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// Replaces the policy for connections and requests that start from now on; those
-    /// under way keep theirs.
-    pub fn replace_policy(&self, policy: Arc<Policy>) {
-        *self.policy.write().unwrap_or_else(PoisonError::into_inner) = policy;
-    }
-
-    /// The tenants its clients must name, if it serves tenants.
-    pub fn tenants(&self) -> Option<Arc<Tenants>> {
-        let tenants = self.tenants.as_ref()?;
-        Some(Arc::clone(
-            &tenants.read().unwrap_or_else(PoisonError::into_inner),
-        ))
-    }
-
-    /// Replaces the tenants (a reload); `false` if this session serves none.
-    pub fn replace_tenants(&self, new: Arc<Tenants>) -> bool {
-        match &self.tenants {
-            Some(tenants) => {
-                *tenants.write().unwrap_or_else(PoisonError::into_inner) = new;
-                true
-            }
-            None => false,
-        }
+    /// Why the bridge cannot serve a new client now, if it cannot.
+    pub fn full(&self) -> Option<String> {
+        let (places, max) = self.places.get()?;
+        (places.available_permits() == 0).then(|| {
+            format!(
+                "every one of the bridge's {max} connection places is taken (--max-connections)"
+            )
+        })
     }
 }
 
@@ -358,6 +242,20 @@ impl Drop for Slot {
 }
 
 impl Conn {
+    /// What the egress pipeline needs of this connection to dial for it.
+    pub fn egress(&self) -> Egress<'_> {
+        let config = &self.shared.config;
+        Egress {
+            policy: &self.policy,
+            resolver: &self.shared.resolver,
+            addresses: &self.session.addresses,
+            own_listeners: &config.own_listeners,
+            connect_timeout: config.connect_timeout,
+            upstream_proxy: config.upstream_proxy.as_ref(),
+            panic_on_host: config.panic_on_host.as_deref(),
+        }
+    }
+
     /// A connection past a limit waits up to `wait` for a place to free up, and is served
     /// if one does; any other is returned as it is.
     pub async fn wait_for_place(self, wait: Duration) -> Conn {

@@ -69,7 +69,7 @@ pub fn socks5_request(data: &[u8]) {
 /// A tunnel's first bytes: a ClientHello read from them lies within them, and reads the
 /// same from exactly its own bytes.
 pub fn client_hello(data: &[u8]) {
-    use crate::client_hello::{read, Hello};
+    use crate::tls::client_hello::{read, Hello};
     if let Hello::ClientHello {
         server_name,
         consumed,

@@ -64,7 +64,7 @@ impl IpClass {
 
 /// Classifies one address by the special-purpose tables alone. Pure; no I/O: it cannot
 /// know which public addresses are this machine's own, so it is not a check on its own.
-/// Everything that judges an address to connect to asks [`crate::local::classify_here`],
+/// Everything that judges an address to connect to asks [`crate::local_routes::classify_here`],
 /// through the upstream pipeline; hence crate-private, and a disallowed method (clippy.toml)
 /// anywhere else in the crate.
 pub(crate) fn classify(ip: IpAddr) -> IpClass {

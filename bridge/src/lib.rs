@@ -5,73 +5,61 @@
 //! checked, relays the bytes, and logs each attempt as one JSON line. It knows nothing about
 //! namespaces: it serves listeners handed to it, each bound to a session and its policy.
 //!
-//! Modules, in data-flow order:
-//! - [`listen`]: parse `127.0.0.1:PORT` / `[::1]:PORT` / `unix:PATH` and bind (standalone use);
-//!   [`listener_tls`]: TLS on a shared bridge's listeners, and a client certificate's names
-//! - [`server`]: accept loops, one per listener, each tied to a [`server::Session`];
-//!   [`lobby`]: the seats of a shared bridge's clients until they name their tenant, and
-//!   whom to drop, by source; [`turns`]: a TLS handshake's costly part, taken in turns
-//!   source by source
-//! - [`identity`]: on a shared bridge, the tenant a client's credentials name
-//! - `front`: tells HTTP from SOCKS5 by the first byte; `front::http`, `front::socks5`
-//! - [`target`]: the normalised destination every front end produces
+//! Layers, from the top down: a module uses its own layer and those below, never one above
+//! (`architecture.rs` checks every `crate::` path in `cargo test`). Read them in this order:
+//!
+//! - [`serve`]: listeners (bound for a standalone bridge, or handed over), TLS on a shared
+//!   bridge's listeners and its handshakes taken in turns, the accept loop that gives each
+//!   connection its context, the admin listener
+//! - `front`: turns a client into a request: HTTP (CONNECT and the forward path) and SOCKS5,
+//!   told apart by the first byte; capture's connections made without a proxy, and the
+//!   sandbox's DNS stub
+//! - [`carry`]: what an opened tunnel carries: bytes ([`carry::tunnel`]), TLS checked to
+//!   name its host (`tls_check`), or HTTP inspected request by request ([`carry::inspect`])
+//! - [`conn`]: one connection's context (its session, the policy it is judged under, its
+//!   place under the limits) and what every connection shares: plain data and handles
+//! - [`egress`]: the one pipeline every request runs: policy → resolve → classify → dial, or
+//!   through an upstream proxy; netbox's own fetches take it too
+//! - [`session`]: who a connection serves: a session and its policy, a shared bridge's
+//!   tenants and the lobby of clients that have named none yet, the DNS stub's addresses
+//! - [`log`]: the JSON-lines event log, its record types, the stderr summary, the metrics
 //! - [`policy`]: allowlist files and the pure allow/deny decision
-//! - [`resolver`]: pinned hosts, then DNS, with a deadline
-//! - [`ipclass`]: public or not, for every resolved address
-//! - `upstream`: the pipeline policy → resolve → classify → dial; `dialer` dials, or
-//!   [`upstream_proxy`] goes out through another proxy; [`fetch`]: a document netbox reads
-//!   itself (a registry's, at start-up), through the same steps
-//! - `http_relay`: one HTTP request sent on and its response back, logged when it ends
-//!   (the forward path's and an inspected tunnel's)
-//! - `carry`: what an opened tunnel carries: bytes, TLS checked for its host
-//!   (`tls_check`), or HTTP inspected request by request ([`inspect`])
-//! - `tunnel`: the byte relay with half-close and idle timeout
-//! - [`log`]: the JSON-lines event log and the stderr summary
-//! - [`capture`]: connections made without the proxy, and the sandbox's DNS stub
+//! - the bottom: [`target`] (the normalised destination), [`ipclass`] and [`local_routes`]
+//!   (public or not; this machine's own), [`client_io`], [`outbound`], `counting`, [`tls`]
+//!   (the ClientHello's name, the session CA), [`text`], [`small_file`], `memory`,
+//!   [`terminal`]
 
 #![forbid(unsafe_code)]
 
-pub mod admin;
-pub mod capture;
-mod carry;
-pub mod client_hello;
+#[cfg(test)]
+mod architecture;
+pub mod carry;
 mod client_io;
 pub mod conn;
-mod counted;
-mod dialer;
-mod error;
-pub mod fetch;
+mod counting;
+pub mod egress;
 mod front;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
-mod http_relay;
-pub mod identity;
-pub mod inspect;
 pub mod ipclass;
-pub mod listen;
-pub mod listener_tls;
-pub mod lobby;
-pub mod local;
+pub mod local_routes;
 pub mod log;
 mod memory;
-pub mod metrics;
 pub mod outbound;
 pub mod policy;
-pub mod records;
-pub mod resolver;
-pub mod server;
+pub mod serve;
+pub mod session;
 pub mod small_file;
 pub mod target;
 pub mod terminal;
-mod tls_check;
-pub mod tunnel;
-pub mod turns;
-mod upstream;
-pub mod upstream_proxy;
+pub mod text;
+pub mod tls;
 
-pub use error::BridgeError;
+pub use conn::BridgeConfig;
+pub use egress::resolver::DnsConfig;
 pub use front::http::HEALTH_PATH;
 pub use log::{EventLog, NetCap, Stderr};
 pub use policy::Policy;
-pub use resolver::DnsConfig;
-pub use server::{serve, BridgeConfig, Listener, Session, SessionListener};
+pub use serve::error::BridgeError;
+pub use serve::server::{serve, Listener, SessionListener};
+pub use session::Session;

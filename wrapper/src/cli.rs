@@ -189,7 +189,7 @@ pub struct RunArgs {
     /// refused at once (503, or a SOCKS5 failure reply) and logged. At least 2: the live
     /// probe opens two at once.
     #[arg(long = "max-connections", value_name = "N",
-          default_value_t = bridge::server::DEFAULT_SESSION_CONNECTIONS,
+          default_value_t = bridge::session::DEFAULT_SESSION_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(2..=1_000_000).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
     pub max_connections: usize,
 
@@ -545,7 +545,7 @@ pub struct BridgeArgs {
     /// SOCKS5 failure reply) and logged. With --tenants, a client of the --listen
     /// listeners takes its place once it has named its tenant.
     #[arg(long = "max-connections", value_name = "N",
-          default_value_t = bridge::server::DEFAULT_SESSION_CONNECTIONS,
+          default_value_t = bridge::session::DEFAULT_SESSION_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
     pub max_connections: usize,
 
@@ -556,7 +556,7 @@ pub struct BridgeArgs {
     /// a second (while those are younger, up to 4 x N are held). A client is dropped for a
     /// flood only if the flood comes from as many sources as there are seats.
     #[arg(long = "max-unidentified", value_name = "N", requires = "tenants",
-          default_value_t = bridge::conn::DEFAULT_UNIDENTIFIED_CONNECTIONS,
+          default_value_t = bridge::session::DEFAULT_UNIDENTIFIED_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
     pub max_unidentified: usize,
 
@@ -616,7 +616,7 @@ mod tests {
         );
         assert_eq!(
             args.max_unidentified,
-            bridge::conn::DEFAULT_UNIDENTIFIED_CONNECTIONS
+            bridge::session::DEFAULT_UNIDENTIFIED_CONNECTIONS
         );
         // Only with --tenants: without it every client is the bridge's own.
         for flag in ["--identify-timeout=1s", "--max-unidentified=8"] {

@@ -53,10 +53,12 @@ impl Limits {
 /// to `CEILING_FACTOR` times), the admin listener's one each (64, as many times), and
 /// netbox needs a few of its own.
 pub fn open_file_note(max_connections: usize, unidentified: usize) -> Option<String> {
-    use bridge::lobby::CEILING_FACTOR;
+    use bridge::session::lobby::CEILING_FACTOR;
     use nix::sys::resource::{getrlimit, Resource};
-    const OWN_FDS: u64 =
-        64 + 256 + 64 * CEILING_FACTOR as u64 + 2 * bridge::tunnel::MAX_SPLICING_DIRECTIONS as u64;
+    const OWN_FDS: u64 = 64
+        + 256
+        + 64 * CEILING_FACTOR as u64
+        + 2 * bridge::carry::tunnel::MAX_SPLICING_DIRECTIONS as u64;
     let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
     let lobby = unidentified.saturating_mul(CEILING_FACTOR);
     let own = OWN_FDS.saturating_add(u64::try_from(lobby).ok()?);

@@ -22,16 +22,16 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::{Connection, SendRequest};
 use hyper_util::rt::TokioIo;
 
-use crate::conn::{Conn, Slot};
-use crate::counted::{Counted, Counters};
-use crate::http_relay::{
+use crate::carry::http_relay::{
     body_on_bodiless, carries_body, closes, host_header_names, origin_request, resendable,
     strip_hop_by_hop, CountedBody, Pending,
 };
+use crate::conn::{Conn, Slot};
+use crate::counting::{Counted, Counters};
+use crate::egress::{self, Refusal, ViaProxy};
 use crate::log::{Attempt, End, Proto};
 use crate::policy::{Reason, Verdict};
 use crate::target::Target;
-use crate::upstream::{self, Refusal, ViaProxy};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -64,7 +64,7 @@ struct Upstream {
     /// Why the bridge ended the connection, if it did (`drive`).
     fate: Arc<OnceLock<End>>,
     /// The policy it was dialled under: after a reload no request takes it, as the
-    /// address it dialled was admitted by the old policy (review 38).
+    /// address it dialled was admitted by the old policy.
     policy: Arc<crate::policy::Policy>,
     /// The upstream proxy it is a connection to, if it is: requests go to it in absolute
     /// form, with its credentials.
@@ -94,6 +94,8 @@ impl KeptUpstream {
 
 /// Forwards one request, judged first; the client connection's kept upstream is used if
 /// it fits, and a new one is kept if the response leaves it open.
+// Whole: one request's steps in the order they happen (judge, reuse or dial, send, record),
+// each taking up what the one before left.
 pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpstream) -> Forwarded {
     let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::HttpForward);
     attempt.method = Some(req.method().to_string());
@@ -225,7 +227,7 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
         .and_then(|via| via.proxy.refusal_in(parts.status.as_u16(), &parts.headers));
     strip_hop_by_hop(&mut parts.headers);
     if refused.is_none() {
-        crate::http_relay::strip_bridge_headers(&mut parts.headers);
+        crate::carry::http_relay::strip_bridge_headers(&mut parts.headers);
     }
     let status = parts.status.as_u16();
     pending.update(|attempt| {
@@ -268,7 +270,7 @@ async fn dial_for(
 /// Runs the pipeline for `target` (policy, resolve, classify, dial) and opens an HTTP/1.1
 /// connection on what it dialed, driven by a task of its own.
 async fn dial(conn: &Conn, attempt: &mut Attempt, target: &Target) -> Result<Upstream, Refusal> {
-    let (stream, via) = upstream::open_for_requests(conn, attempt, target).await?;
+    let (stream, via) = egress::open_for_requests(&conn.egress(), attempt, target).await?;
     let counters = Counters::default();
     let io = TokioIo::new(Counted::new(stream, counters.clone()));
     let handshake = hyper::client::conn::http1::Builder::new()

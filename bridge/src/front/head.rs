@@ -12,8 +12,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use crate::client_io::ClientIo;
+use crate::egress::Refusal;
 use crate::policy::Reason;
-use crate::upstream::Refusal;
 
 /// What the first look at a connection found.
 pub enum FirstHead {

@@ -31,15 +31,15 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::forward::{self, Forwarded, KeptUpstream};
 use super::head::FirstHead;
+use crate::carry::http_relay::{host_header_names, one_line};
+use crate::carry::tls_check;
+use crate::carry::tunnel;
 use crate::client_io::ClientIo;
 use crate::conn::Conn;
-use crate::http_relay::{host_header_names, one_line};
+use crate::egress::{self, Refusal};
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
 use crate::target::Target;
-use crate::tls_check;
-use crate::tunnel;
-use crate::upstream::{self, Refusal};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -273,7 +273,7 @@ async fn identify(req: &Request<Incoming>, state: &ConnState) -> Result<Conn, (R
         return Ok(state.conn.renewed());
     };
     let gate = || Arc::clone(&state.conn.session.id);
-    let refused = |why: crate::identity::Unidentified| {
+    let refused = |why: crate::session::tenants::Unidentified| {
         let refusal = Refusal::new(Reason::ProxyAuthRequired, why.detail());
         (refusal, gate())
     };
@@ -333,7 +333,7 @@ async fn connect(
         Ok(target) => target,
         Err(refusal) => return refuse(state, attempt, &refusal),
     };
-    let upstream = match upstream::open(conn, &mut attempt, &target).await {
+    let upstream = match egress::open(&conn.egress(), &mut attempt, &target).await {
         Ok(upstream) => upstream,
         Err(refusal) => return refuse(state, attempt, &refusal),
     };

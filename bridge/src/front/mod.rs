@@ -1,6 +1,8 @@
 //! The front end: one listener speaks both HTTP/1.1 proxy and SOCKS5, told apart by the
 //! first byte (SOCKS5 greetings start with version byte 0x05; no HTTP method does).
 
+pub mod capture;
+pub mod dns;
 mod forward;
 pub(crate) mod head;
 pub mod http;

@@ -15,12 +15,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::client_io::ClientIo;
 use std::sync::Arc;
 
-use crate::conn::{Conn, Session};
+use crate::carry::tunnel;
+use crate::conn::Conn;
+use crate::egress::{self, Refusal};
 use crate::log::{Attempt, End, Proto};
 use crate::policy::Reason;
+use crate::session::Session;
 use crate::target::{normalise_host, Host, Target};
-use crate::tunnel;
-use crate::upstream::{self, Refusal};
 
 const VERSION: u8 = 0x05;
 const METHOD_NO_AUTH: u8 = 0x00;
@@ -59,6 +60,8 @@ pub(crate) enum Request {
 /// Serves one SOCKS5 client to the end of its tunnel.
 /// `header_timeout` is what is left of the head deadline after the first byte: for the
 /// greeting, the credentials and the request.
+// Whole: the protocol in the order it is spoken (greeting, credentials, request, reply,
+// tunnel), under one deadline.
 pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::Duration) {
     let deadline = tokio::time::Instant::now() + header_timeout;
     let mut attempt = Attempt::since(conn.session.id.clone(), Proto::Socks5, conn.accepted);
@@ -120,9 +123,9 @@ pub async fn serve(mut io: ClientIo, mut conn: Conn, header_timeout: std::time::
         }
     };
     // Judged under the policy of now, not of when the client connected: a reload while it
-    // sat in its handshake applies (review 38).
+    // sat in its handshake applies.
     let conn = conn.renewed();
-    let upstream = match upstream::open(&conn, &mut attempt, &target).await {
+    let upstream = match egress::open(&conn.egress(), &mut attempt, &target).await {
         Ok(upstream) => upstream,
         Err(refusal) => {
             let reply = reply_for(&refusal);
@@ -280,7 +283,7 @@ where
         let user = read_field(io).await?;
         let password = read_field(io).await?;
         // The tenants of now, not of the greeting: a reload meanwhile (a revoked token, a
-        // certificate's name moved) applies (review 38).
+        // certificate's name moved) applies.
         let tenants = session.and_then(Session::tenants).unwrap_or_default();
         let named = tenants
             .from_client_names(client_names)
@@ -290,7 +293,7 @@ where
             })
             .and_then(|(certified, named)| match &certified {
                 Some(certified) if !Arc::ptr_eq(certified, &named) => {
-                    Err(crate::identity::Unidentified::Unknown(
+                    Err(crate::session::tenants::Unidentified::Unknown(
                         "the credentials name another tenant than the client certificate",
                     ))
                 }

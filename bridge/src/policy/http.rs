@@ -285,7 +285,7 @@ fn parse_method(text: &str) -> Result<String, String> {
 
 /// Text from the client, safe for a log detail and a one-line response.
 fn printable(text: &str) -> String {
-    format!("{:?}", crate::log::bounded(text.to_owned(), 200))
+    format!("{:?}", crate::text::bounded(text.to_owned(), 200))
 }
 
 /// The rules among `rules` that cover `target`.

@@ -108,6 +108,8 @@ pub(super) fn load_file(path: &Path, policy: &mut Policy) -> Result<(), PolicyEr
 }
 
 impl Loader<'_> {
+    // Whole: the file read, then each of its tables taken in the file's order, an include
+    // loaded at its place; the tables share the loader's state and the file's line map.
     fn load(&mut self, path: &Path, included_at: Option<(&str, u32)>) -> Result<(), PolicyError> {
         let shown = path.display().to_string();
         let canonical = std::fs::canonicalize(path).map_err(|source| match included_at {
@@ -303,5 +305,5 @@ fn line_of(text: &str, offset: usize) -> u32 {
 
 /// Largest allowlist file read, in bytes. A running bridge reads its files again at each
 /// reload: `/dev/zero` in a file's place must not eat its memory, nor a FIFO hold the
-/// reload and the bridge's exit forever (review 38; `small_file` refuses both).
+/// reload and the bridge's exit forever (`small_file` refuses both).
 const MAX_POLICY_FILE_BYTES: u64 = 16 << 20;

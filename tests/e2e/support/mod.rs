@@ -402,7 +402,7 @@ pub fn is_probe_attempt(record: &Value) -> bool {
 }
 
 /// One line of a real event log, which must read back as the type that wrote it (the
-/// schema in bridge::records, as `netbox log` and `netbox learn` read it): a writer and
+/// schema in bridge::log::records, as `netbox log` and `netbox learn` read it): a writer and
 /// its reader that drift apart fail every test that reads a log.
 pub fn read_typed_record(line: &str) -> Value {
     use bridge::log::Record;

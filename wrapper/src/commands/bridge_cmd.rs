@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bridge::listen::ListenAddr;
+use bridge::serve::listen::ListenAddr;
 use bridge::{BridgeConfig, EventLog, Policy, Session, SessionListener, Stderr};
 
 use super::bridge_reload::{Reloader, Served, TenantState};
@@ -32,7 +32,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
     // Counted only for an admin listener to report: otherwise nothing reads them.
     let metrics = admin_addr
         .as_ref()
-        .map(|_| Arc::new(bridge::metrics::Metrics::default()));
+        .map(|_| Arc::new(bridge::log::metrics::Metrics::default()));
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let untrusted = vec![cwd.clone()];
     let session_id = args.session.clone().unwrap_or_else(new_session_id);
@@ -249,7 +249,7 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
         let log = Arc::new(log);
         reloader.record_start(&log);
         crate::plan::tools::fetch::log_records(&log, &fetched.0, fetched.1);
-        let admin = Arc::new(bridge::admin::Admin {
+        let admin = Arc::new(bridge::serve::admin::Admin {
             metrics: metrics.unwrap_or_default(),
             sessions: Box::new(gauges(Arc::clone(&reloader), Arc::clone(&session))),
             ready: std::sync::atomic::AtomicBool::new(true),
@@ -265,10 +265,10 @@ pub fn run(args: BridgeArgs) -> Result<(), WrapperError> {
                 crate::output::say(&format!(
                     "netbox bridge: admin on {} ({} and {})",
                     listener.describe(),
-                    bridge::admin::METRICS_PATH,
-                    bridge::admin::READY_PATH
+                    bridge::serve::admin::METRICS_PATH,
+                    bridge::serve::admin::READY_PATH
                 ));
-                Some(tokio::spawn(bridge::admin::serve(
+                Some(tokio::spawn(bridge::serve::admin::serve(
                     listener,
                     Arc::clone(&admin),
                 )))
@@ -334,7 +334,7 @@ fn listener_tls(
     args: &BridgeArgs,
     addrs: &[ListenAddr],
     tenants: Option<&[TenantPlan]>,
-) -> Result<Option<bridge::listener_tls::ListenerTls>, WrapperError> {
+) -> Result<Option<bridge::serve::listener_tls::ListenerTls>, WrapperError> {
     let by_certificate = tenants
         .iter()
         .flat_map(|t| t.iter())
@@ -376,7 +376,7 @@ fn listener_tls(
         Some(path) => Some(read(path, "--client-ca")?),
         None => None,
     };
-    bridge::listener_tls::ListenerTls::new(
+    bridge::serve::listener_tls::ListenerTls::new(
         &read(cert, "--tls-cert")?,
         &read(key, "--tls-key")?,
         client_ca.as_deref(),
@@ -397,7 +397,7 @@ fn tcp_address(listener: &bridge::Listener) -> Option<std::net::SocketAddr> {
 fn gauges(
     reloader: Arc<Reloader>,
     session: Arc<Session>,
-) -> impl Fn() -> Vec<bridge::metrics::SessionGauge> + Send + Sync {
+) -> impl Fn() -> Vec<bridge::log::metrics::SessionGauge> + Send + Sync {
     // Each policy's hash, kept while the session holds that policy: a scrape of a bridge
     // with a thousand tenants hashes only the policies reloaded since the last one.
     let hashes: std::sync::Mutex<HashedPolicies> = Default::default();
@@ -419,14 +419,14 @@ fn gauges(
             .retain(|id, _| sessions.iter().any(|s| s.id == *id));
         sessions
             .iter()
-            .map(|s| bridge::metrics::SessionGauge {
+            .map(|s| bridge::log::metrics::SessionGauge {
                 session: s.id.to_string(),
                 open_connections: s.open_connections(),
                 max_connections: s.connection_ceiling(),
                 policy_sha256: hashes.of(&s.id, s.policy()),
-                lobby: s
-                    .unidentified()
-                    .map(|(capacity, dropped)| bridge::metrics::LobbyGauge { capacity, dropped }),
+                lobby: s.unidentified().map(|(capacity, dropped)| {
+                    bridge::log::metrics::LobbyGauge { capacity, dropped }
+                }),
             })
             .collect()
     }
@@ -524,7 +524,7 @@ fn inspector(
     policy: &bridge::Policy,
     args: &BridgeArgs,
     session: &str,
-) -> Result<Option<Arc<bridge::inspect::Inspector>>, WrapperError> {
+) -> Result<Option<Arc<bridge::tls::inspector::Inspector>>, WrapperError> {
     let inspection = crate::plan::inspection::prepare(policy, &args.policy)?;
     let (inspection, out) = match (inspection, &args.ca_cert) {
         (None, None) => return Ok(None),

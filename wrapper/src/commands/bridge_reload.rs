@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bridge::identity::Tenants;
-use bridge::records::{PolicyLoaded, PolicyReloadFailed};
+use bridge::log::records::{PolicyLoaded, PolicyReloadFailed};
+use bridge::session::tenants::Tenants;
 use bridge::{EventLog, Policy, Session};
 
 use crate::cli::PolicyArgs;

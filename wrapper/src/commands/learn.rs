@@ -50,7 +50,7 @@ struct Seen {
 /// rule, whatever the log says of it.
 fn non_public_ip(host: &str) -> bool {
     host.parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| !bridge::local::classify_here(ip).is_public())
+        .is_ok_and(|ip| !bridge::local_routes::classify_here(ip).is_public())
 }
 
 pub fn run(args: Box<LearnArgs>) -> Result<u8, WrapperError> {

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use bridge::log::records::{SessionEnd, SessionStart, Stamped, WriteDenied};
 use bridge::log::{Event, Record};
-use bridge::records::{SessionEnd, SessionStart, Stamped, WriteDenied};
 use serde::Serialize;
 
 use crate::cli::LogArgs;
@@ -197,7 +197,7 @@ fn summarise<'a>(file: &'a Path, bytes: &[u8]) -> Report<'a> {
     let mut writes: Vec<BTreeMap<String, RefusedPath>> = Vec::new();
     let mut direct: Vec<BTreeMap<(String, String, u16), DirectDestination>> = Vec::new();
     for line in whole_lines(bytes) {
-        // Every record as the type that wrote it (bridge::records).
+        // Every record as the type that wrote it (bridge::log::records).
         let record = bridge::log::read_record(line);
         let id = match &record {
             Record::Unreadable => {
@@ -317,7 +317,7 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-fn probe_summary(probe: &bridge::records::Probe) -> ProbeSummary {
+fn probe_summary(probe: &bridge::log::records::Probe) -> ProbeSummary {
     ProbeSummary {
         phase: probe.phase.clone(),
         passed: probe.report.passed,
@@ -393,7 +393,7 @@ fn add_write(writes: &mut BTreeMap<String, RefusedPath>, record: &WriteDenied) {
 
 fn add_direct(
     direct: &mut BTreeMap<(String, String, u16), DirectDestination>,
-    record: &bridge::records::DirectAttempt,
+    record: &bridge::log::records::DirectAttempt,
 ) {
     let key = (record.protocol.clone(), record.address.clone(), record.port);
     let entry = direct.entry(key).or_insert_with(|| DirectDestination {

@@ -47,8 +47,8 @@ pub const CANARIES: &[&str] = &[
 /// command's.
 pub fn is_canary(host: &str, port: u64) -> bool {
     let probe_addresses = [
-        bridge::capture::addresses::PROBE_ADDRESS.to_string(),
-        bridge::capture::addresses::PROBE_ADDRESS_V6.to_string(),
+        bridge::session::addresses::PROBE_ADDRESS.to_string(),
+        bridge::session::addresses::PROBE_ADDRESS_V6.to_string(),
     ];
     CANARIES.contains(&format!("{host}:{port}").as_str())
         || (port == 0 && CANARIES.iter().any(|c| c.split(':').next() == Some(host)))
@@ -147,8 +147,8 @@ pub fn run_reporting(
     log.leave_uncounted(canary.rsplit_once(':').map_or(*canary, |(host, _)| host));
     if config.capture.is_some() {
         // The capture row's connection, which the bridge refuses.
-        log.leave_one_uncounted(&bridge::capture::addresses::PROBE_ADDRESS.to_string());
-        log.leave_one_uncounted(&bridge::capture::addresses::PROBE_ADDRESS_V6.to_string());
+        log.leave_one_uncounted(&bridge::session::addresses::PROBE_ADDRESS.to_string());
+        log.leave_one_uncounted(&bridge::session::addresses::PROBE_ADDRESS_V6.to_string());
     }
     // What is pinned read-only (the parts of a git directory left writable inside its pin
     // are not).
@@ -396,9 +396,9 @@ fn run_logged(
 /// trust bundle.
 fn start_inspection(
     session: &str,
-    upstream: bridge::inspect::UpstreamTrust,
+    upstream: bridge::tls::inspector::UpstreamTrust,
     channel: &handshake::Channel,
-) -> Result<Arc<bridge::inspect::Inspector>, WrapperError> {
+) -> Result<Arc<bridge::tls::inspector::Inspector>, WrapperError> {
     let inspector = crate::plan::inspection::session_ca(session, upstream)?;
     let ca_pem = inspector.ca_pem().to_owned();
     channel

@@ -61,7 +61,7 @@ pub struct SandboxConfig {
     pub tty: crate::terminal::Choice,
     pub policy: Policy,
     /// `--bridge URL`: the netbox bridge every connection goes to, which judges it.
-    pub upstream: Option<std::sync::Arc<bridge::upstream_proxy::UpstreamProxy>>,
+    pub upstream: Option<std::sync::Arc<bridge::egress::upstream_proxy::UpstreamProxy>>,
     /// What inspecting needs before the clone, when the policy inspects (inspection.rs).
     pub inspection: Option<crate::plan::inspection::Inspection>,
     pub session_id: String,

@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use bridge::inspect::UpstreamTrust;
 use bridge::policy::Policy;
+use bridge::tls::inspector::UpstreamTrust;
 
 use crate::cli::PolicyArgs;
 use crate::error::WrapperError;
@@ -62,19 +62,20 @@ pub struct Inspection {
 pub fn session_ca(
     session: &str,
     upstream: UpstreamTrust,
-) -> Result<bridge::inspect::Inspector, WrapperError> {
+) -> Result<bridge::tls::inspector::Inspector, WrapperError> {
     use nix::sys::resource::{setrlimit, Resource};
     setrlimit(Resource::RLIMIT_CORE, 0, 0)
         .map_err(|e| WrapperError::Spawn(std::io::Error::from(e)))?;
     nix::sys::prctl::set_dumpable(false)
         .map_err(|e| WrapperError::Spawn(std::io::Error::from(e)))?;
-    let inspector = bridge::inspect::Inspector::new(session, upstream).map_err(|detail| {
-        WrapperError::Setup {
-            step: "session CA".into(),
-            detail,
-            hint: None,
-        }
-    })?;
+    let inspector =
+        bridge::tls::inspector::Inspector::new(session, upstream).map_err(|detail| {
+            WrapperError::Setup {
+                step: "session CA".into(),
+                detail,
+                hint: None,
+            }
+        })?;
     if crate::testhooks::hooks().show_ca_key {
         show_key_for_tests(&inspector);
     }
@@ -83,7 +84,7 @@ pub fn session_ca(
 
 /// The test that searches the disk for the CA's key learns it here, on stderr.
 #[cfg(feature = "test-hooks")]
-fn show_key_for_tests(inspector: &bridge::inspect::Inspector) {
+fn show_key_for_tests(inspector: &bridge::tls::inspector::Inspector) {
     let key: String = inspector
         .ca_key_der_for_tests()
         .iter()
@@ -94,7 +95,7 @@ fn show_key_for_tests(inspector: &bridge::inspect::Inspector) {
 
 /// A release build has no way to show the key.
 #[cfg(not(feature = "test-hooks"))]
-fn show_key_for_tests(_: &bridge::inspect::Inspector) {}
+fn show_key_for_tests(_: &bridge::tls::inspector::Inspector) {}
 
 /// The inspection `policy` asks for, if any. `--upstream-ca` without inspection is a
 /// mistake (it would change nothing), said as one.
@@ -116,7 +117,8 @@ pub fn prepare(policy: &Policy, args: &PolicyArgs) -> Result<Option<Inspection>,
             |why: String| WrapperError::Usage(format!("--upstream-ca {}: {why}", file.display()));
         let text = crate::plan::read_small_file(file, MAX_CA_FILE_BYTES)
             .map_err(|e| bad(e.to_string()))?;
-        let certificates = bridge::inspect::read_pem_certificates(text.as_bytes()).map_err(bad)?;
+        let certificates =
+            bridge::tls::inspector::read_pem_certificates(text.as_bytes()).map_err(bad)?;
         // The certificates alone go to the sandbox's bundle, written afresh: the file may
         // hold a private key beside them, or anything else around them.
         for certificate in &certificates {

@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use bridge::identity::{parse_digest, SecretDigest};
-use bridge::listen::ListenAddr;
+use bridge::serve::listen::ListenAddr;
+use bridge::session::tenants::{parse_digest, SecretDigest};
 use bridge::Policy;
 use serde::Deserialize;
 
@@ -216,7 +216,7 @@ fn check_name(name: &str) -> Result<(), String> {
 const MAX_CLIENT_NAME_BYTES: usize = 253;
 
 /// A client certificate's name as it is compared, with its type (as
-/// `bridge::listener_tls::client_names` gives a certificate's): a URI (it has a scheme:
+/// `bridge::serve::listener_tls::client_names` gives a certificate's): a URI (it has a scheme:
 /// `spiffe://corp.test/ci`) as written, else a DNS name in lower case and without a final
 /// dot; printable ASCII, no spaces, no wildcard.
 fn client_name(name: &str) -> Result<String, String> {
@@ -233,7 +233,7 @@ fn client_name(name: &str) -> Result<String, String> {
     if !fits {
         return Err(invalid());
     }
-    if bridge::listener_tls::has_scheme(name) {
+    if bridge::serve::listener_tls::has_scheme(name) {
         return Ok(format!("uri:{name}"));
     }
     let dns = name.trim_end_matches('.').to_ascii_lowercase();

@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use base64::Engine;
+use bridge::egress::upstream_proxy::{NoProxy, ProxyTls, UpstreamProxy};
 use bridge::target::Target;
-use bridge::upstream_proxy::{NoProxy, ProxyTls, UpstreamProxy};
 use http::HeaderValue;
 
 use crate::error::WrapperError;

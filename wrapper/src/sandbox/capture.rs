@@ -17,7 +17,7 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
 
-use bridge::capture::addresses::{LINK_ADDRESS, LINK_ADDRESS_V6};
+use bridge::session::addresses::{LINK_ADDRESS, LINK_ADDRESS_V6};
 use netlink_packet_route::route::RouteType;
 
 use crate::plan::capture::CapturePlan;
@@ -77,7 +77,7 @@ pub fn make_far_side(plan: &CapturePlan) -> Result<FarSide, (String, String)> {
             TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port)))
         }
         .map_err(failed("listen for captured connections"))?;
-        bridge::listen::deepen_backlog(&listener)
+        bridge::serve::listen::deepen_backlog(&listener)
             .map_err(failed("listen for captured connections"))?;
         listeners.push(listener);
     }

@@ -508,11 +508,11 @@ fn set_up_network(
     #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
     let v4 = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)))
         .map_err(failed("listen on 127.0.0.1"))?;
-    bridge::listen::deepen_backlog(&v4).map_err(failed("listen on 127.0.0.1"))?;
+    bridge::serve::listen::deepen_backlog(&v4).map_err(failed("listen on 127.0.0.1"))?;
     #[allow(clippy::disallowed_methods)] // A SocketAddr: nothing is looked up (clippy.toml).
     let v6 = TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT)))
         .ok()
-        .filter(|v6| bridge::listen::deepen_backlog(v6).is_ok());
+        .filter(|v6| bridge::serve::listen::deepen_backlog(v6).is_ok());
     let mut fds = vec![v4.as_raw_fd()];
     fds.extend(v6.as_ref().map(AsRawFd::as_raw_fd));
     let proxies = fds.len();

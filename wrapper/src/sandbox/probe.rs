@@ -24,7 +24,7 @@ pub const DIRECT_LOG_CHECK: &str = "direct attempts logged (seccomp)";
 /// How long a probe connection may take; everything it talks to is local.
 const PROBE_IO_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub use bridge::records::{Check, Outcome, ProbeReport, WatchedConnect, WatchedWrite};
+pub use bridge::log::records::{Check, Outcome, ProbeReport, WatchedConnect, WatchedWrite};
 
 /// A report of `checks` and `watched_writes`, timed from `started`.
 fn report(checks: Vec<Check>, watched_writes: Vec<WatchedWrite>, started: Instant) -> ProbeReport {
@@ -152,7 +152,7 @@ pub fn watched_writes(input: &ProbeInput) -> Vec<WatchedWrite> {
 /// proxy, which must not.
 pub fn watched_connects(input: &ProbeInput) -> Vec<WatchedConnect> {
     let closed = input.capture.map_or(1, |c| c.closed_port);
-    let nowhere = SocketAddr::from((bridge::capture::addresses::PROBE_ADDRESS, closed));
+    let nowhere = SocketAddr::from((bridge::session::addresses::PROBE_ADDRESS, closed));
     let proxy = SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, crate::sandbox::PROXY_PORT));
     [(nowhere, true), (proxy, false)]
         .into_iter()
@@ -556,7 +556,7 @@ fn capture_check(
     pending: PendingCapture,
     namespace: Option<&crate::sys::rtnl::Rtnl>,
 ) -> Check {
-    use bridge::capture::addresses::PROBE_ADDRESS;
+    use bridge::session::addresses::PROBE_ADDRESS;
     let captured = SocketAddr::from((PROBE_ADDRESS, capture.port));
     // Taken and reset so soon that the connect itself may see the reset: as good.
     let reached = match pending.v4 {
@@ -584,7 +584,7 @@ fn capture_check(
     // IPv6 too, where it is up (the stub hands out IPv6 addresses then).
     if let Some(v6) = pending.v6 {
         let captured =
-            SocketAddr::from((bridge::capture::addresses::PROBE_ADDRESS_V6, capture.port));
+            SocketAddr::from((bridge::session::addresses::PROBE_ADDRESS_V6, capture.port));
         let reached = match v6 {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == ErrorKind::ConnectionReset => Ok(()),
@@ -640,7 +640,7 @@ fn capture_check(
         },
     };
     forbidden.extend([closed_port, dns, capture_namespace_leads_nowhere(namespace)]);
-    let probe_name = bridge::capture::addresses::PROBE_NAME;
+    let probe_name = bridge::session::addresses::PROBE_NAME;
     let answered = pending
         .probe_name
         .and_then(read_dns_answer)
@@ -710,7 +710,7 @@ struct PendingCapture {
 }
 
 fn start_capture(input: &ProbeInput, capture: CaptureProbe) -> PendingCapture {
-    use bridge::capture::addresses::{PROBE_ADDRESS, PROBE_ADDRESS_V6, PROBE_NAME};
+    use bridge::session::addresses::{PROBE_ADDRESS, PROBE_ADDRESS_V6, PROBE_NAME};
     let connect = |ip: std::net::IpAddr| {
         TcpStream::connect_timeout(&SocketAddr::new(ip, capture.port), PROBE_IO_TIMEOUT)
     };
@@ -815,7 +815,7 @@ fn network_cut(input: &ProbeInput, proxy_v6: bool) -> Check {
     // what it carried is refused there at once (IPv6 too, where it is up); and the DNS
     // stub is closed.
     if let Some(capture) = input.capture {
-        use bridge::capture::addresses::{PROBE_ADDRESS, PROBE_ADDRESS_V6};
+        use bridge::session::addresses::{PROBE_ADDRESS, PROBE_ADDRESS_V6};
         let mut carried = vec![SocketAddr::from((PROBE_ADDRESS, capture.port))];
         if crate::sys::netdev::ipv6_up() {
             carried.push(SocketAddr::from((PROBE_ADDRESS_V6, capture.port)));
@@ -830,7 +830,7 @@ fn network_cut(input: &ProbeInput, proxy_v6: bool) -> Check {
         let stub = SocketAddr::from((crate::sandbox::DNS_STUB, 53));
         forbidden.push(refused(
             format!("ask the DNS stub at {stub}, closed with the bridge"),
-            send_dns_query(bridge::capture::addresses::PROBE_NAME)
+            send_dns_query(bridge::session::addresses::PROBE_NAME)
                 .and_then(read_dns_answer)
                 .map(drop),
             &[libc::ECONNREFUSED],

@@ -70,9 +70,9 @@ pub struct Supervised<'a> {
     /// The HTTP status of a refused request.
     pub refusal_status: http::StatusCode,
     /// The session CA and upstream trust, when the run inspects.
-    pub inspector: Option<Arc<bridge::inspect::Inspector>>,
+    pub inspector: Option<Arc<bridge::tls::inspector::Inspector>>,
     /// `--bridge URL`: the bridge every connection goes to.
-    pub upstream_proxy: Option<Arc<bridge::upstream_proxy::UpstreamProxy>>,
+    pub upstream_proxy: Option<Arc<bridge::egress::upstream_proxy::UpstreamProxy>>,
     pub sandbox: SandboxGuard,
     /// `--timeout`: the whole sandbox is killed when it runs out.
     pub timeout: Option<std::time::Duration>,
@@ -769,7 +769,7 @@ impl<'a> Supervisor<'a> {
         self.log.record_as(
             "phase",
             &self.session.id,
-            &bridge::records::Phase {
+            &bridge::log::records::Phase {
                 phase: phase.to_owned(),
                 command: command.map(str::to_owned),
                 fetch_status,
@@ -816,7 +816,7 @@ impl<'a> Supervisor<'a> {
 fn record_probe(log: &EventLog, session: &str, phase: Option<&'static str>, report: &ProbeReport) {
     // A copy, so the record is the type `netbox log` reads it as (a few KiB, once or
     // twice a run).
-    let record = bridge::records::Probe {
+    let record = bridge::log::records::Probe {
         phase: phase.map(str::to_owned),
         report: report.clone(),
     };

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bridge::records::{Limits, SessionEnd, SessionStart};
+use bridge::log::records::{Limits, SessionEnd, SessionStart};
 use bridge::EventLog;
 
 use crate::error::WrapperError;
@@ -96,7 +96,7 @@ pub fn record_end(
         log.record_as(
             "net_suppressed",
             session,
-            &bridge::records::Suppressed { count: suppressed },
+            &bridge::log::records::Suppressed { count: suppressed },
         );
     }
     let end = SessionEnd {

@@ -397,7 +397,7 @@ impl WriteWatch {
             log.record_as(
                 "write_denied_suppressed",
                 session,
-                &bridge::records::Suppressed {
+                &bridge::log::records::Suppressed {
                     count: denied - MAX_RECORDS,
                 },
             );
@@ -407,7 +407,7 @@ impl WriteWatch {
             log.record_as(
                 "direct_attempt_suppressed",
                 session,
-                &bridge::records::Suppressed {
+                &bridge::log::records::Suppressed {
                     count: direct - MAX_RECORDS,
                 },
             );
@@ -875,10 +875,10 @@ impl AllowedUse {
         self.log.record_as(
             "socket_allowed",
             &self.session,
-            &bridge::records::SocketAllowed {
+            &bridge::log::records::SocketAllowed {
                 pid: self.pid,
-                executable: bridge::log::bounded(self.executable, MAX_PATH_IN_RECORD),
-                path: bridge::log::bounded(self.path, MAX_PATH_IN_RECORD),
+                executable: bridge::text::bounded(self.executable, MAX_PATH_IN_RECORD),
+                path: bridge::text::bounded(self.path, MAX_PATH_IN_RECORD),
                 result: match result {
                     Ok(()) => self.done.to_owned(),
                     Err(errno) => std::io::Error::from_raw_os_error(errno).to_string(),
@@ -960,12 +960,12 @@ fn record_refused_local(watch: &Watch, n: &Notification, executable: &str, refus
     context.log.record_as(
         "direct_attempt",
         &context.session.id,
-        &bridge::records::DirectAttempt {
+        &bridge::log::records::DirectAttempt {
             pid: n.pid,
-            executable: bridge::log::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
+            executable: bridge::text::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
             syscall: netwatch::syscall_name(n.nr).to_owned(),
             protocol: refused.protocol.to_owned(),
-            address: bridge::log::bounded(refused.address, MAX_PATH_IN_RECORD),
+            address: bridge::text::bounded(refused.address, MAX_PATH_IN_RECORD),
             port: refused.port,
             name: None,
             reason: refused.reason.to_owned(),
@@ -1038,9 +1038,9 @@ fn record_direct(
     context.log.record_as(
         "direct_attempt",
         &context.session.id,
-        &bridge::records::DirectAttempt {
+        &bridge::log::records::DirectAttempt {
             pid: n.pid,
-            executable: bridge::log::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
+            executable: bridge::text::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
             syscall: netwatch::syscall_name(n.nr).to_owned(),
             protocol: attempt.protocol.name().to_owned(),
             address: ip.to_string(),
@@ -1108,11 +1108,11 @@ fn record(
     context.log.record_as(
         "write_denied",
         &context.session.id,
-        &bridge::records::WriteDenied {
+        &bridge::log::records::WriteDenied {
             pid: n.pid,
             syscall: syscall_name(n.nr).to_owned(),
-            executable: bridge::log::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
-            path: bridge::log::bounded(verdict.path.display().to_string(), MAX_PATH_IN_RECORD),
+            executable: bridge::text::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
+            path: bridge::text::bounded(verdict.path.display().to_string(), MAX_PATH_IN_RECORD),
             reason: reason.to_owned(),
         },
     );

@@ -3,7 +3,7 @@
 //!
 //! This is a request from the host, before the sandbox, to a URL a workspace file may name
 //! (one an earlier command may have written). So it is made as the bridge would make it
-//! for a sandboxed client ([`bridge::fetch`]): judged by the run's policy with the rule
+//! for a sandboxed client ([`bridge::egress::fetch`]): judged by the run's policy with the rule
 //! the tool would get, the name looked up by the bridge's resolver (pins, then DNS as the
 //! bridge is told: never the host's getaddrinfo), every address classified by the routing
 //! table (this machine's own public addresses are not public) and admitted by the
@@ -56,7 +56,7 @@ const RULE_ORIGIN: &str = "--allow-tool (the registry it names)";
 const MAX_CA_BYTES: u64 = 4 << 20;
 
 /// How long all the fetches of one start-up (or one reload) may take together, from the
-/// first one's start: each takes at most [`bridge::fetch::DEADLINE`] of what is left.
+/// first one's start: each takes at most [`bridge::egress::fetch::DEADLINE`] of what is left.
 pub const ALL_FETCHES_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Where a registry's document may be read.
@@ -171,7 +171,7 @@ pub fn https_document(
         ));
     }
     let dns = DNS.get().cloned().unwrap_or_default();
-    let dial = bridge::fetch::Dial {
+    let dial = bridge::egress::fetch::Dial {
         dns: &dns,
         own_listeners: OWN_LISTENERS.get().map_or(&[], Vec::as_slice),
         ca_pem: ca.as_deref().map(str::as_bytes),
@@ -184,7 +184,11 @@ pub fn https_document(
         .enable_time()
         .build()
         .map_err(|e| format!("cannot start the fetch: {e}"))?;
-    let fetched = runtime.block_on(bridge::fetch::https_document(url.trim(), &judged, &dial));
+    let fetched = runtime.block_on(bridge::egress::fetch::https_document(
+        url.trim(),
+        &judged,
+        &dial,
+    ));
     drop(runtime);
     if let Some(event) = fetched.event {
         let tenant = ctx.fetches.tenant.borrow().clone();

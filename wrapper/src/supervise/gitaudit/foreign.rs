@@ -31,7 +31,7 @@ use crate::sys::mountid::times_at;
 
 use super::{How, Stamp};
 
-pub use bridge::records::ForeignEntry as Entry;
+pub use bridge::log::records::ForeignEntry as Entry;
 
 /// Entries the sweep reads at most, in all: past this it stops and says so (a huge
 /// `objects/` must not hold up the end of a run. Measured 2026-12-04, debug build,

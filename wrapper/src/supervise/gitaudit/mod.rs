@@ -167,7 +167,7 @@ pub struct Scope {
 }
 
 /// What a finding is, and how it came to be reported: the event log's own types.
-pub use bridge::records::{GitMetadataHow as How, GitMetadataKind as Kind};
+pub use bridge::log::records::{GitMetadataHow as How, GitMetadataKind as Kind};
 
 /// A finding's kind, for a person.
 fn describe(kind: Kind) -> &'static str {
@@ -193,7 +193,7 @@ pub struct Finding {
 }
 
 /// Why an audit stopped before it had read everything (the event log's type).
-pub use bridge::records::AuditStopped as Stopped;
+pub use bridge::log::records::AuditStopped as Stopped;
 
 /// What an audit found, and how much it read.
 #[derive(Debug, Default)]

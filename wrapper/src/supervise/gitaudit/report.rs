@@ -1,7 +1,7 @@
 //! An audit's findings, said: one `git_metadata_created` record each (up to a bound)
 //! and a `git_audit` record in the event log, and warnings on stderr.
 
-use bridge::records::{GitAudit, GitMetadataCreated};
+use bridge::log::records::{GitAudit, GitMetadataCreated};
 
 use super::{describe, How, Report, Stopped};
 

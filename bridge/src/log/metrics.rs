@@ -88,6 +88,8 @@ impl Metrics {
     }
 
     /// Everything, as Prometheus's text format.
+    // Whole: the families in the order a scraper reads them, a few lines each; split, that
+    // order would be spread over as many functions.
     pub fn render(&self, sessions: &[SessionGauge]) -> String {
         let mut out = String::new();
         family(

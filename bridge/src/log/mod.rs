@@ -3,230 +3,38 @@
 //!
 //! Field names are defined once, here, by [`Event`]; the golden test at the bottom pins the
 //! schema so a rename cannot slip through unnoticed.
+//!
+//! The event and the attempt it is built from are in `event`, the writer ([`EventLog`]) here,
+//! its targets in `sink`, the stderr line in `summary`, reading a line back in `read`; the
+//! other record types in `records`, and the counters every event feeds in `metrics`.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::net::{IpAddr, SocketAddr};
+mod event;
+pub mod metrics;
+mod read;
+pub mod records;
+mod sink;
+mod summary;
+
+pub use event::{Attempt, End, Event, Proto, SCHEMA_VERSION};
+pub use read::{read_record, Record};
+pub use sink::LogTarget;
+pub use summary::{describe, summary};
+
+use std::fs::File;
+use std::io::{self};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::ipclass::IpClass;
-use crate::policy::{Reason, RuleRef, Verdict};
-use crate::records::{self, Stamped};
-use crate::target::Target;
-
-/// Version of the record layout; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
-
-/// Longest `detail` a record (and a refusal's body) carries: a detail can quote what the
-/// client sent (a Host header of 60 KB), and the log is the client's to fill otherwise.
-pub const MAX_DETAIL_BYTES: usize = 512;
-
-/// Longest `method` a record carries (an extension method is any token).
-const MAX_METHOD_BYTES: usize = 32;
-
-/// Longest `path` a record carries (a request target can be 60 KB).
-const MAX_PATH_BYTES: usize = 1024;
+use crate::policy::Verdict;
+use sink::{open_after_whole_lines, Sink, LOG_WRITE_DEADLINE};
 
 /// Distinct refusals announced on stderr; past this, one line says the rest are only in
 /// the log (each one announced is kept to say it once).
 const MAX_ANNOUNCED: usize = 1_000;
-
-/// `text`, cut at a character boundary to at most `max` bytes, with "…" if it was cut.
-pub fn bounded(text: String, max: usize) -> String {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
-/// How the client spoke to the bridge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Proto {
-    /// `CONNECT host:port`.
-    HttpConnect,
-    /// Absolute-form `GET http://host/path`, forwarded.
-    HttpForward,
-    /// A request the HTTP parser could not read far enough to classify.
-    Http,
-    Socks5,
-    /// One request inside a tunnel the bridge inspects (TLS terminated, or plain HTTP).
-    Inspected,
-    /// A connection a program made without the proxy, captured inside the sandbox.
-    Captured,
-    /// A lookup in the sandbox's DNS stub (only refused ones are logged).
-    Dns,
-    /// A document netbox itself read from the host for `--allow-tool`, before any sandbox
-    /// (a registry's `config.json` or index page: [`crate::fetch`]).
-    Fetch,
-}
-
-/// How the attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum End {
-    /// Refused before any upstream connection.
-    Refused,
-    /// Both directions finished (EOF each way, or the forwarded exchange completed).
-    Closed,
-    IdleTimeout,
-    ClientError,
-    UpstreamError,
-    /// The bridge was shutting down.
-    Shutdown,
-}
-
-/// One attempt, as logged, and as `netbox log` and `netbox learn` read it back: the one
-/// definition of a `net` record (see [`read_record`]).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Event {
-    #[serde(rename = "type")]
-    pub kind: std::borrow::Cow<'static, str>,
-    pub schema_version: u32,
-    pub ts: String,
-    pub session: Arc<str>,
-    pub proto: Proto,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub method: Option<String>,
-    /// An inspected request's path (with its query), as the client sent it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    pub host: Option<String>,
-    pub port: Option<u16>,
-    pub decision: Verdict,
-    pub reason: Reason,
-    pub rule: Option<RuleRef>,
-    pub resolved: Vec<IpAddr>,
-    /// The class of the address that was refused, when an address was.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub refused_class: Option<IpClass>,
-    pub dialed: Option<SocketAddr>,
-    /// The upstream proxy the connection went out through (`dialed` is its address).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub via: Option<String>,
-    /// The IP/CIDR rule that opened a non-public dialed address.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub opened_by: Option<RuleRef>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<u16>,
-    pub bytes_up: u64,
-    pub bytes_down: u64,
-    pub duration_ms: u64,
-    pub end: End,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
-
-/// An attempt in progress; becomes an [`Event`] when it ends.
-#[derive(Debug, Clone)]
-pub struct Attempt {
-    started: Instant,
-    pub session: Arc<str>,
-    pub proto: Proto,
-    pub method: Option<String>,
-    pub path: Option<String>,
-    pub target: Option<Target>,
-    pub decision: Verdict,
-    pub reason: Reason,
-    pub rule: Option<RuleRef>,
-    pub resolved: Vec<IpAddr>,
-    pub refused_class: Option<IpClass>,
-    pub dialed: Option<SocketAddr>,
-    /// The upstream proxy's name, when the connection goes out through one.
-    pub via: Option<String>,
-    pub opened_by: Option<RuleRef>,
-    pub status: Option<u16>,
-    pub detail: Option<String>,
-}
-
-impl Attempt {
-    /// A new attempt, denied until something allows it.
-    pub fn begin(session: Arc<str>, proto: Proto) -> Attempt {
-        Attempt::since(session, proto, Instant::now())
-    }
-
-    /// [`Attempt::begin`] for an attempt that began at `started` (a connection's first
-    /// request: at its accept, so that one dropped or timed out before it asked anything
-    /// says how long it was held).
-    pub fn since(session: Arc<str>, proto: Proto, started: Instant) -> Attempt {
-        Attempt {
-            started,
-            session,
-            proto,
-            method: None,
-            path: None,
-            target: None,
-            decision: Verdict::Deny,
-            reason: Reason::BadRequest,
-            rule: None,
-            resolved: Vec::new(),
-            refused_class: None,
-            dialed: None,
-            via: None,
-            opened_by: None,
-            status: None,
-            detail: None,
-        }
-    }
-
-    /// This request goes on the connection `opened` was dialed for: its decision, rule and
-    /// addresses are this request's too.
-    pub fn goes_on(&mut self, opened: &Attempt) {
-        self.target.clone_from(&opened.target);
-        self.decision = opened.decision;
-        self.reason = opened.reason;
-        self.rule.clone_from(&opened.rule);
-        self.resolved.clone_from(&opened.resolved);
-        self.dialed = opened.dialed;
-        self.via.clone_from(&opened.via);
-        self.opened_by.clone_from(&opened.opened_by);
-    }
-
-    pub fn finish(self, end: End, bytes_up: u64, bytes_down: u64) -> Event {
-        let (host, port) = match &self.target {
-            Some(t) => (Some(t.host.to_string()), Some(t.port)),
-            None => (None, None),
-        };
-        Event {
-            kind: std::borrow::Cow::Borrowed("net"),
-            schema_version: SCHEMA_VERSION,
-            ts: timestamp(),
-            session: self.session,
-            proto: self.proto,
-            method: self.method.map(|m| bounded(m, MAX_METHOD_BYTES)),
-            path: self.path.map(|p| bounded(p, MAX_PATH_BYTES)),
-            host,
-            port,
-            decision: self.decision,
-            reason: self.reason,
-            rule: self.rule,
-            resolved: self.resolved,
-            refused_class: self.refused_class,
-            dialed: self.dialed,
-            via: self.via,
-            opened_by: self.opened_by,
-            status: self.status,
-            bytes_up,
-            bytes_down,
-            duration_ms: millis(self.started.elapsed()),
-            end,
-            detail: self.detail.map(|d| bounded(d, MAX_DETAIL_BYTES)),
-        }
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
 
 /// A record's common fields, then its body's, flattened.
 #[derive(Serialize)]
@@ -238,101 +46,6 @@ struct Framed<'a, T: Serialize> {
     session: &'a str,
     #[serde(flatten)]
     body: &'a T,
-}
-
-/// A log line read back.
-#[derive(Debug)]
-pub enum Record {
-    /// A network attempt, as [`Event`] wrote it.
-    Net(Box<Event>),
-    SessionStart(Box<Stamped<records::SessionStart>>),
-    SessionEnd(Box<Stamped<records::SessionEnd>>),
-    Phase(Box<Stamped<records::Phase>>),
-    WriteDenied(Box<Stamped<records::WriteDenied>>),
-    DirectAttempt(Box<Stamped<records::DirectAttempt>>),
-    Probe(Box<Stamped<records::Probe>>),
-    NetCapped(Box<Stamped<records::NetCapped>>),
-    NetSuppressed(Box<Stamped<records::Suppressed>>),
-    WriteDeniedSuppressed(Box<Stamped<records::Suppressed>>),
-    DirectAttemptSuppressed(Box<Stamped<records::Suppressed>>),
-    SocketAllowed(Box<Stamped<records::SocketAllowed>>),
-    GitAudit(Box<Stamped<records::GitAudit>>),
-    GitMetadataCreated(Box<Stamped<records::GitMetadataCreated>>),
-    PolicyLoaded(Box<Stamped<records::PolicyLoaded>>),
-    PolicyReloadFailed(Box<Stamped<records::PolicyReloadFailed>>),
-    UnidentifiedDropped(Box<Stamped<records::UnidentifiedDropped>>),
-    /// A record of a type this version does not write, by name, with its fields.
-    Other(String, serde_json::Value),
-    /// A record of a newer layout than this reader knows (its `schema_version`): not
-    /// guessed at.
-    Newer(u64),
-    /// Not a record: not JSON, no type, or a record of a known type that is not one.
-    Unreadable,
-}
-
-impl Record {
-    /// The session that wrote it, if it is a record at all.
-    pub fn session(&self) -> Option<&str> {
-        Some(match self {
-            Record::Net(r) => &r.session,
-            Record::SessionStart(r) => &r.session,
-            Record::SessionEnd(r) => &r.session,
-            Record::Phase(r) => &r.session,
-            Record::WriteDenied(r) => &r.session,
-            Record::DirectAttempt(r) => &r.session,
-            Record::Probe(r) => &r.session,
-            Record::NetCapped(r) => &r.session,
-            Record::NetSuppressed(r) => &r.session,
-            Record::WriteDeniedSuppressed(r) => &r.session,
-            Record::DirectAttemptSuppressed(r) => &r.session,
-            Record::SocketAllowed(r) => &r.session,
-            Record::GitAudit(r) => &r.session,
-            Record::GitMetadataCreated(r) => &r.session,
-            Record::PolicyLoaded(r) => &r.session,
-            Record::PolicyReloadFailed(r) => &r.session,
-            Record::UnidentifiedDropped(r) => &r.session,
-            Record::Other(_, fields) => fields["session"].as_str().unwrap_or(""),
-            Record::Newer(_) | Record::Unreadable => return None,
-        })
-    }
-}
-
-/// Reads one line of an event log.
-pub fn read_record(line: &[u8]) -> Record {
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
-        return Record::Unreadable;
-    };
-    let version = value["schema_version"].as_u64().unwrap_or(0);
-    if version > u64::from(SCHEMA_VERSION) {
-        return Record::Newer(version);
-    }
-    fn typed<T: serde::de::DeserializeOwned>(
-        value: serde_json::Value,
-        wrap: impl FnOnce(Box<T>) -> Record,
-    ) -> Record {
-        serde_json::from_value::<T>(value).map_or(Record::Unreadable, |r| wrap(Box::new(r)))
-    }
-    match value["type"].as_str() {
-        Some("net") => typed(value, Record::Net),
-        Some("session_start") => typed(value, Record::SessionStart),
-        Some("session_end") => typed(value, Record::SessionEnd),
-        Some("phase") => typed(value, Record::Phase),
-        Some("write_denied") => typed(value, Record::WriteDenied),
-        Some("direct_attempt") => typed(value, Record::DirectAttempt),
-        Some("direct_attempt_suppressed") => typed(value, Record::DirectAttemptSuppressed),
-        Some("socket_allowed") => typed(value, Record::SocketAllowed),
-        Some("probe") => typed(value, Record::Probe),
-        Some("net_capped") => typed(value, Record::NetCapped),
-        Some("net_suppressed") => typed(value, Record::NetSuppressed),
-        Some("write_denied_suppressed") => typed(value, Record::WriteDeniedSuppressed),
-        Some("git_audit") => typed(value, Record::GitAudit),
-        Some("git_metadata_created") => typed(value, Record::GitMetadataCreated),
-        Some("policy_loaded") => typed(value, Record::PolicyLoaded),
-        Some("policy_reload_failed") => typed(value, Record::PolicyReloadFailed),
-        Some("unidentified_dropped") => typed(value, Record::UnidentifiedDropped),
-        Some(kind) => Record::Other(kind.to_owned(), value),
-        None => Record::Unreadable,
-    }
 }
 
 /// Now, as every record's `ts`: RFC 3339 UTC with milliseconds.
@@ -376,7 +89,7 @@ pub struct EventLog {
     /// A host whose attempts are logged but not counted (the live probe's canary).
     uncounted: Mutex<Vec<(String, Option<u32>)>>,
     /// A standalone bridge's counters (metrics.rs): every attempt, before caps and limits.
-    metrics: Option<Arc<crate::metrics::Metrics>>,
+    metrics: Option<Arc<crate::log::metrics::Metrics>>,
 }
 
 impl EventLog {
@@ -423,12 +136,12 @@ impl EventLog {
     }
 
     /// Counts every attempt in `metrics` too, as it is recorded.
-    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> EventLog {
+    pub fn with_metrics(mut self, metrics: Arc<crate::log::metrics::Metrics>) -> EventLog {
         self.metrics = Some(metrics);
         self
     }
 
-    pub fn metrics(&self) -> Option<&Arc<crate::metrics::Metrics>> {
+    pub fn metrics(&self) -> Option<&Arc<crate::log::metrics::Metrics>> {
         self.metrics.as_ref()
     }
 
@@ -481,7 +194,7 @@ impl EventLog {
             self.record_as(
                 "net_suppressed",
                 &session,
-                &crate::records::Suppressed { count },
+                &crate::log::records::Suppressed { count },
             );
         }
     }
@@ -517,7 +230,7 @@ impl EventLog {
                 self.record_as(
                     "net_suppressed",
                     session,
-                    &crate::records::Suppressed { count },
+                    &crate::log::records::Suppressed { count },
                 );
             }
             window.started = std::time::Instant::now();
@@ -561,7 +274,7 @@ impl EventLog {
                     self.record_as(
                         "net_capped",
                         &event.session,
-                        &crate::records::NetCapped {
+                        &crate::log::records::NetCapped {
                             decision: event.decision,
                             cap,
                             inspected,
@@ -763,190 +476,10 @@ impl Announced {
     }
 }
 
-/// Where a log's records go (`--log`): a file, standard output (`-`), or a Unix datagram
-/// socket (`unix:PATH`), one record per datagram, for a collector such as Vector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LogTarget {
-    File(std::path::PathBuf),
-    Stdout,
-    Datagram(std::path::PathBuf),
-}
-
-impl LogTarget {
-    /// `-`, `unix:PATH`, or a file's path.
-    pub fn parse(text: &std::ffi::OsStr) -> LogTarget {
-        use std::os::unix::ffi::OsStrExt;
-        let bytes = text.as_bytes();
-        if bytes == b"-" {
-            LogTarget::Stdout
-        } else if let Some(path) = bytes.strip_prefix(b"unix:") {
-            LogTarget::Datagram(std::ffi::OsStr::from_bytes(path).into())
-        } else {
-            LogTarget::File(text.into())
-        }
-    }
-}
-
-impl std::fmt::Display for LogTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LogTarget::File(path) => write!(f, "{}", path.display()),
-            LogTarget::Stdout => write!(f, "standard output"),
-            LogTarget::Datagram(path) => write!(f, "unix:{}", path.display()),
-        }
-    }
-}
-
-/// How long a record may wait for a reader that takes nothing (a collector that stopped
-/// reading, a pipe nobody drains) before the log counts as one that cannot be written,
-/// which stops what it records rather than holding every connection that logs (review 38).
-const LOG_WRITE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// An open log target.
-enum Sink {
-    File(File),
-    /// Standard output: a pipe or a terminal, which a stalled reader can keep full.
-    Stream(File),
-    Datagram(std::os::unix::net::UnixDatagram),
-}
-
-impl Sink {
-    /// One record, whole: one write to a file (O_APPEND keeps it in one piece), one
-    /// datagram to a socket (a short send is an error: the record would be cut).
-    fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
-        match self {
-            Sink::File(f) => f.write_all(line).and_then(|()| f.flush()),
-            Sink::Stream(f) => {
-                use std::os::fd::AsFd;
-                let mut fds = [nix::poll::PollFd::new(
-                    f.as_fd(),
-                    nix::poll::PollFlags::POLLOUT,
-                )];
-                let deadline = nix::poll::PollTimeout::try_from(LOG_WRITE_DEADLINE)
-                    .unwrap_or(nix::poll::PollTimeout::MAX);
-                match nix::poll::poll(&mut fds, deadline) {
-                    Ok(0) => Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "the log's reader took nothing for 5 s",
-                    )),
-                    Ok(_) => f.write_all(line).and_then(|()| f.flush()),
-                    Err(e) => Err(io::Error::from(e)),
-                }
-            }
-            Sink::Datagram(socket) => match socket.send(line)? {
-                sent if sent == line.len() => Ok(()),
-                _ => Err(io::Error::other("a record did not fit one datagram")),
-            },
-        }
-    }
-}
-
-/// Opens a log for appending. A crash can leave its last line half written: a newline
-/// first then keeps the next record from being glued onto it (and lost with it).
-fn open_after_whole_lines(path: &Path) -> io::Result<File> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut file = OpenOptions::new()
-        .create(true)
-        .read(true)
-        .append(true)
-        .open(path)?;
-    if file.seek(SeekFrom::End(0))? > 0 {
-        file.seek(SeekFrom::End(-1))?;
-        let mut last = [0u8; 1];
-        file.read_exact(&mut last)?;
-        if last[0] != b'\n' {
-            file.write_all(b"\n")?;
-        }
-    }
-    Ok(file)
-}
-
-/// The stderr line for an event.
-pub fn summary(e: &Event) -> String {
-    let verb = match (e.proto, e.method.as_deref()) {
-        (Proto::HttpConnect, _) => "CONNECT".to_owned(),
-        (Proto::Socks5, _) => "SOCKS5".to_owned(),
-        (Proto::Captured, _) => "captured".to_owned(),
-        (Proto::Dns, _) => "DNS lookup of".to_owned(),
-        (Proto::Fetch, _) => "netbox's own GET of".to_owned(),
-        (Proto::Inspected, Some(method)) => format!(
-            "{} {}",
-            printable_ascii(method),
-            printable_ascii(e.path.as_deref().unwrap_or("?"))
-        ),
-        (_, Some(method)) => method.to_owned(),
-        (_, None) => "request".to_owned(),
-    };
-    let target = match (&e.host, e.port) {
-        (Some(host), Some(port)) if host.contains(':') => format!("[{host}]:{port}"),
-        (Some(host), Some(port)) => format!("{host}:{port}"),
-        (Some(host), None) => host.clone(),
-        _ => "(unparsed)".to_owned(),
-    };
-    let rule = e
-        .rule
-        .as_ref()
-        .map(|r| format!(" [{r}]"))
-        .unwrap_or_default();
-    match e.decision {
-        Verdict::Allow => format!(
-            "netbox: allowed {verb} {target}{} ({} B up, {} B down, {} ms){rule}",
-            e.dialed.map(|d| format!(" via {d}")).unwrap_or_default(),
-            e.bytes_up,
-            e.bytes_down,
-            e.duration_ms,
-        ),
-        Verdict::Deny => format!(
-            "netbox: blocked {verb} {target} ({}){rule}",
-            e.detail.as_deref().unwrap_or(describe(e.reason)),
-        ),
-    }
-}
-
-/// Prose for a reason, for people.
-pub fn describe(reason: Reason) -> &'static str {
-    match reason {
-        Reason::AllowedByRule => "allowed by rule",
-        Reason::Learning => "learn mode",
-        Reason::PublicAddress => "public address",
-        Reason::OpenedByRule => "address opened by rule",
-        Reason::DeniedByRule => "denied by rule",
-        Reason::NotAllowed => "not on allowlist",
-        Reason::NonPublicAddress => "resolves to a non-public address",
-        Reason::ResolveFailed => "name did not resolve",
-        Reason::UpstreamUnreachable => "upstream unreachable",
-        Reason::UpstreamTimeout => "upstream did not answer in time",
-        Reason::BadRequest => "malformed request",
-        Reason::HeaderTooLarge => "request header too large",
-        Reason::HeaderTimeout => "request header timed out",
-        Reason::Unsupported => "unsupported request",
-        Reason::ConnectionLimit => "too many connections open",
-        Reason::ServerNameMismatch => "TLS asks for another host",
-        Reason::NoServerName => "TLS names no host",
-        Reason::NotTls => "not TLS on a TLS port",
-        Reason::MethodNotAllowed => "method not allowed by the HTTP rules",
-        Reason::PathNotAllowed => "path not allowed by the HTTP rules",
-        Reason::HostMismatch => "request names another host than its tunnel",
-        Reason::UpstreamNotTrusted => "upstream certificate not trusted",
-        Reason::ProxyAuthRequired => "names no tenant of this bridge",
-        Reason::Relayed => "relayed to the bridge that judges",
-        Reason::UpstreamProxy => "the upstream proxy refused or failed",
-    }
-}
-
-/// Text a client chose, for a terminal line: no control characters, at most 120 bytes.
-fn printable_ascii(text: &str) -> String {
-    let shown: String = text
-        .chars()
-        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
-        .take(120)
-        .collect();
-    shown
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::{Reason, RuleRef};
     use crate::target::Target;
 
     #[test]

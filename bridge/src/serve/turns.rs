@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::lobby::Source;
+use crate::session::lobby::Source;
 
 /// The turns, and each source's place in the queue for them.
 #[derive(Debug)]

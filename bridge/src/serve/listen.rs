@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use tokio::net::{TcpListener, UnixListener};
 
-use crate::error::BridgeError;
-use crate::server::Listener;
+use crate::serve::error::BridgeError;
+use crate::serve::server::Listener;
 
 /// Where a standalone bridge listens.
 #[derive(Debug, Clone, PartialEq, Eq)]

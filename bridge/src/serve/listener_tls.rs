@@ -17,8 +17,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 
-use crate::lobby::Source;
-use crate::turns::Turns;
+use crate::serve::turns::Turns;
+use crate::session::lobby::Source;
 
 /// What the bridge needs to serve TLS on a listener.
 #[derive(Clone)]
@@ -168,7 +168,7 @@ impl ListenerTls {
 
 /// A certificate's DNS and URI subject alternative names, each with its type
 /// (`dns:runner.ci.corp.test`, `uri:spiffe://corp.test/ci`) so that one type never stands
-/// for the other: a CA constrained to DNS names still signs any URI (review 41). No
+/// for the other: a CA constrained to DNS names still signs any URI. No
 /// wildcard (a name that stands for many clients names no one tenant), no URI without a
 /// scheme, every name (a cut list could hide a second tenant's).
 pub fn client_names(cert: &CertificateDer<'_>) -> Vec<String> {

@@ -24,19 +24,20 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
 
 use crate::client_io::{ClientIo, Stream};
-pub use crate::conn::{BridgeConfig, Session, DEFAULT_SESSION_CONNECTIONS};
+use crate::conn::BridgeConfig;
 use crate::conn::{Conn, Shared, Slot};
+use crate::egress::resolver::Resolver;
 use crate::front;
 use crate::log::{Attempt, End, EventLog, Proto};
 use crate::policy::Reason;
-use crate::resolver::Resolver;
+use crate::session::Session;
 
 /// A bound listening socket.
 #[derive(Debug)]
 pub enum Listener {
     Tcp(TcpListener),
     /// A shared bridge's listener whose clients speak TLS (listener_tls.rs).
-    Tls(TcpListener, crate::listener_tls::ListenerTls),
+    Tls(TcpListener, crate::serve::listener_tls::ListenerTls),
     Unix(UnixListener, PathBuf),
     /// Capture (capture.rs): connections made without the proxy, to any address, on this
     /// listener's port.
@@ -99,6 +100,7 @@ impl Listener {
 }
 
 /// Serves every listener until `shutdown` resolves, then drains.
+// Whole: start every listener, wait for the end, drain, in that order, on shared state.
 pub async fn serve(
     listeners: Vec<SessionListener>,
     config: BridgeConfig,
@@ -118,7 +120,7 @@ pub async fn serve(
     let permits = Arc::new(Semaphore::new(max));
     config.capacity.watch(Arc::clone(&permits), max);
     // Each lobby once, with the session its drops are logged under.
-    let mut lobbies: Vec<(Arc<crate::lobby::Lobby>, Arc<str>)> = Vec::new();
+    let mut lobbies: Vec<(Arc<crate::session::lobby::Lobby>, Arc<str>)> = Vec::new();
     for l in &listeners {
         if let Some(lobby) = l.session.lobby() {
             if !lobbies.iter().any(|(seen, _)| Arc::ptr_eq(seen, lobby)) {
@@ -212,12 +214,16 @@ pub const DROPS_SUMMED_EVERY: Duration = Duration::from_secs(5);
 
 /// Writes one `unidentified_dropped` record for each lobby that dropped seats since the
 /// last, over `interval`.
-fn log_drops(lobbies: &[(Arc<crate::lobby::Lobby>, Arc<str>)], log: &EventLog, interval: Duration) {
+fn log_drops(
+    lobbies: &[(Arc<crate::session::lobby::Lobby>, Arc<str>)],
+    log: &EventLog,
+    interval: Duration,
+) {
     for (lobby, session) in lobbies {
         let Some(drops) = lobby.take_dropped() else {
             continue;
         };
-        let record = crate::records::UnidentifiedDropped {
+        let record = crate::log::records::UnidentifiedDropped {
             count: drops.count,
             interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
             max_unidentified: lobby.capacity(),
@@ -240,7 +246,7 @@ const MAX_REFUSALS_IN_FLIGHT: usize = 256;
 struct Limits {
     bridge_max: usize,
     refusing: Arc<Semaphore>,
-    lobbies: Vec<Arc<crate::lobby::Lobby>>,
+    lobbies: Vec<Arc<crate::session::lobby::Lobby>>,
 }
 
 /// Seats dropped from each lobby each time an accept finds the bridge out of descriptors:
@@ -289,7 +295,7 @@ async fn serve_dns(sl: SessionListener, shared: Arc<Shared>, mut quit: watch::Re
     let Listener::Dns(socket, ports) = &sl.listener else {
         return;
     };
-    let mut buf = vec![0u8; crate::capture::dns::MAX_UDP_MESSAGE];
+    let mut buf = vec![0u8; crate::front::dns::MAX_UDP_MESSAGE];
     loop {
         let received = tokio::select! {
             received = socket.recv_from(&mut buf) => received,
@@ -299,7 +305,7 @@ async fn serve_dns(sl: SessionListener, shared: Arc<Shared>, mut quit: watch::Re
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        let answer = crate::capture::dns::answer(&buf[..n], &sl.session, ports, &shared.log);
+        let answer = crate::front::dns::answer(&buf[..n], &sl.session, ports, &shared.log);
         if let Some(answer) = answer {
             // A lost answer is the client's to ask again, as over any UDP.
             let _ = socket.send_to(&answer, from).await;
@@ -320,7 +326,7 @@ async fn serve_dns_tcp(sl: SessionListener, shared: Arc<Shared>, mut quit: watch
     };
     let places = Arc::new(Semaphore::new(MAX_DNS_TCP_CONNECTIONS));
     loop {
-        // Waiting for a place watches for the end too (review 32): with every place held,
+        // Waiting for a place watches for the end too: with every place held,
         // the bridge must still stop at once.
         let place = tokio::select! {
             place = Arc::clone(&places).acquire_owned() => place,
@@ -354,7 +360,7 @@ async fn serve_dns_tcp(sl: SessionListener, shared: Arc<Shared>, mut quit: watch
                 if !matches!(read, Ok(Ok(_))) {
                     return;
                 }
-                let answered = crate::capture::dns::answer(&query, &session, &ports, &shared.log);
+                let answered = crate::front::dns::answer(&query, &session, &ports, &shared.log);
                 let Some(answer) = answered else {
                     return;
                 };
@@ -371,6 +377,8 @@ async fn serve_dns_tcp(sl: SessionListener, shared: Arc<Shared>, mut quit: watch
     }
 }
 
+// Whole: one select over accepting, the limits and the stop, whose arms share the loop's
+// state.
 async fn accept_loop(
     sl: SessionListener,
     shared: Arc<Shared>,
@@ -423,7 +431,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let source = crate::lobby::Source::of(peer);
+        let source = crate::session::lobby::Source::of(peer);
         // A client of a lobby has a seat there, never refused (a seat of the source that
         // holds the most is dropped for it), until it names its tenant.
         let (slot, dropped) = match sl.session.lobby() {
@@ -451,7 +459,11 @@ async fn accept_loop(
         if let Listener::Captured(_) = sl.listener {
             match stream.local_addr() {
                 Some(dialled) => {
-                    tokio::spawn(crate::capture::serve(ClientIo::new(stream), conn, dialled));
+                    tokio::spawn(crate::front::capture::serve(
+                        ClientIo::new(stream),
+                        conn,
+                        dialled,
+                    ));
                 }
                 None => ClientIo::new(stream).reset_on_close(),
             }
@@ -487,12 +499,12 @@ async fn accept_loop(
 /// one is logged), then served as any other, with its certificate's names. A client whose
 /// certificate names its tenant leaves the lobby for that tenant's places right away.
 async fn serve_tls(
-    tls: crate::listener_tls::ListenerTls,
+    tls: crate::serve::listener_tls::ListenerTls,
     tcp: tokio::net::TcpStream,
-    source: crate::lobby::Source,
+    source: crate::session::lobby::Source,
     mut conn: Conn,
 ) {
-    use crate::listener_tls::HandshakeFailed;
+    use crate::serve::listener_tls::HandshakeFailed;
     let deadline = conn.first_head_timeout();
     let started = tokio::time::Instant::now();
     let accepted = tokio::select! {

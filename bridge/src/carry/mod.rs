@@ -1,6 +1,12 @@
 //! What an opened tunnel (CONNECT's or SOCKS5's) carries, as its policy says: HTTP the
 //! bridge inspects request by request (inspect), TLS checked to name the tunnel's host
-//! (tls_check), or other bytes as they are.
+//! (tls_check), or other bytes as they are (tunnel). `http_relay` sends one HTTP request on
+//! and its response back, for an inspected tunnel and the forward path alike.
+
+pub(crate) mod http_relay;
+pub mod inspect;
+pub(crate) mod tls_check;
+pub mod tunnel;
 
 use bytes::Bytes;
 
@@ -8,8 +14,8 @@ use crate::client_io::Stream;
 use crate::conn::Conn;
 use crate::log::Attempt;
 use crate::target::Target;
-use crate::tls_check::{self, HelloRefusal};
-use crate::tunnel::TunnelStats;
+use tls_check::HelloRefusal;
+use tunnel::TunnelStats;
 
 /// Carries an opened tunnel to `target` to its end, `prefix` (what the client sent before
 /// it opened) first. `opened`: the tunnel's attempt so far. On a refusal the client has
@@ -36,7 +42,7 @@ pub async fn carry(
         )
         .await;
     };
-    crate::inspect::serve(
+    crate::carry::inspect::serve(
         conn,
         config.inspector.as_deref(),
         check,

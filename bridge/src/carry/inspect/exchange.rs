@@ -19,15 +19,15 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::Io;
-use crate::counted::Counters;
-use crate::http_relay::{
+use crate::carry::http_relay::{
     body_on_bodiless, carries_body, closes, host_header_names, one_line, origin_request,
     strip_hop_by_hop, CountedBody, Pending,
 };
+use crate::counting::Counters;
+use crate::egress::Refusal;
 use crate::log::{Attempt, End, EventLog, Proto};
 use crate::policy::{HttpCheck, Reason, Verdict};
 use crate::target::Target;
-use crate::upstream::Refusal;
 
 type ResponseBody = UnsyncBoxBody<Bytes, hyper::Error>;
 
@@ -199,7 +199,7 @@ impl Exchange {
                 let closing = carries_body || closes(response.version(), response.headers());
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
-                crate::http_relay::strip_bridge_headers(&mut parts.headers);
+                crate::carry::http_relay::strip_bridge_headers(&mut parts.headers);
                 if closing {
                     parts
                         .headers
@@ -272,7 +272,7 @@ impl Exchange {
                     Reason::HostMismatch,
                     format!(
                         "the request names {:?} inside the tunnel to {}",
-                        crate::log::bounded(req.uri().to_string(), 200),
+                        crate::text::bounded(req.uri().to_string(), 200),
                         self.target
                     ),
                 ));

@@ -13,13 +13,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::client_hello::{self, Hello, MAX_HELLO_BYTES};
+use crate::carry::tunnel::{self, TunnelStats};
 use crate::client_io::Stream;
 use crate::conn::BridgeConfig;
 use crate::log::Attempt;
 use crate::policy::{Policy, Reason, Verdict};
 use crate::target::{Host, Target};
-use crate::tunnel::{self, TunnelStats};
+use crate::tls::client_hello::{self, Hello, MAX_HELLO_BYTES};
 
 /// Bytes buffered while a ClientHello is incomplete, at most: its records' headers come
 /// on top of the message (a hello cut into tiny records is still refused past this).
@@ -85,6 +85,7 @@ pub async fn relay(
 /// ClientHello is whole, and checks the name it asks for against `target`. Returns every
 /// byte read, to be sent upstream first. `plain_ok`: a tunnel that is not TLS, or whose
 /// hello names no host, passes.
+// Whole: read until the hello is whole, then each check in the order a refusal must come.
 pub(crate) async fn check(
     client: &mut Stream,
     prefix: Bytes,

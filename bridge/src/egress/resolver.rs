@@ -35,7 +35,7 @@ pub struct Resolver {
     dns: std::sync::OnceLock<Result<TokioResolver, String>>,
     timeout: Duration,
     /// A standalone bridge's counters: each lookup's latency.
-    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    metrics: Option<std::sync::Arc<crate::log::metrics::Metrics>>,
 }
 
 /// Why a host has no address.
@@ -57,7 +57,7 @@ impl Resolver {
     pub fn new(
         config: &DnsConfig,
         timeout: Duration,
-        metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+        metrics: Option<std::sync::Arc<crate::log::metrics::Metrics>>,
     ) -> Resolver {
         Resolver {
             config: config.clone(),

@@ -55,8 +55,8 @@ const MAX_REFUSED_NAMES: usize = 10_000;
 
 /// Names a session hands addresses out for, at most. A wildcard rule lets CMD ask for as
 /// many names as it likes, and each is kept for the session (an address never comes to
-/// name another host), in netbox's memory: a few hundred bytes each (review 32: the
-/// whole range, 131,070, took ~70 MB). Past it the stub answers SERVFAIL.
+/// name another host), in netbox's memory: a few hundred bytes each (the
+/// whole range, 131,070, would take ~70 MB). Past it the stub answers SERVFAIL.
 pub const MAX_NAMES: u32 = 16_384;
 
 #[derive(Debug, Default)]

@@ -21,15 +21,14 @@ use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 use bytes::Bytes;
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
-use tokio::net::{TcpStream, UnixStream};
 use tokio::time::Instant;
 
-use crate::client_io::Stream;
+use crate::client_io::{Socket, Stream};
 use crate::log::End;
 
 /// First read buffer per direction, in bytes: enough for a request or a small response,
@@ -261,68 +260,9 @@ where
         writer.write_all(&buf[..n]).await.map_err(|_| to)?;
         // A TLS writer may hold what it took (its records wait for a full socket to
         // drain): without a flush, a request's last bytes could wait for a next write
-        // that never comes (review 42). A socket's flush does nothing.
+        // that never comes. A socket's flush does nothing.
         writer.flush().await.map_err(|_| to)?;
         flow.moved(from, n);
-    }
-}
-
-/// One side of a tunnel as a socket: waited on for readiness and moved through by
-/// syscalls on its descriptor.
-#[derive(Clone, Copy)]
-pub(crate) enum Socket<'a> {
-    Tcp(&'a TcpStream),
-    Unix(&'a UnixStream),
-}
-
-impl Socket<'_> {
-    /// Runs `io` once the socket is ready for `interest`, again each time it would block.
-    async fn when_ready<R>(
-        self,
-        interest: Interest,
-        mut io: impl FnMut() -> io::Result<R>,
-    ) -> io::Result<R> {
-        loop {
-            let result = match self {
-                Socket::Tcp(tcp) => {
-                    tcp.ready(interest).await?;
-                    tcp.try_io(interest, &mut io)
-                }
-                Socket::Unix(unix) => {
-                    unix.ready(interest).await?;
-                    unix.try_io(interest, &mut io)
-                }
-            };
-            match result {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                other => return other,
-            }
-        }
-    }
-
-    /// Writes all of `buf`, waiting whenever the socket's buffer is full.
-    async fn write_all(self, buf: &[u8]) -> io::Result<()> {
-        let mut sent = 0;
-        while sent < buf.len() {
-            sent += self
-                .when_ready(Interest::WRITABLE, || write(self.fd(), &buf[sent..]))
-                .await?;
-        }
-        Ok(())
-    }
-
-    fn fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Socket::Tcp(tcp) => tcp.as_fd(),
-            Socket::Unix(unix) => unix.as_fd(),
-        }
-    }
-
-    /// No more bytes this way (the half-close).
-    fn shutdown_write(self) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
-        let fd = self.fd().as_raw_fd();
-        nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Write).map_err(io::Error::from)
     }
 }
 
@@ -415,10 +355,6 @@ fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     nix::unistd::read(fd, buf).map_err(io::Error::from)
 }
 
-fn write(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
-    nix::unistd::write(fd, buf).map_err(io::Error::from)
-}
-
 /// The pipe one splicing direction moves its bytes through.
 struct Pipe {
     read: OwnedFd,
@@ -476,10 +412,11 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+    use tokio::net::TcpStream;
 
     /// A side that holds what it is given until flushed (as a TLS stream may, its records
     /// waiting for a full socket) passes on a request's bytes without a next write to
-    /// push them (review 42).
+    /// push them.
     #[tokio::test]
     async fn a_writer_that_buffers_is_flushed_after_each_write() {
         let (client, mut client_peer) = tokio::io::duplex(64 * 1024);

@@ -22,11 +22,11 @@ use ipnet::IpNet;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::egress::resolver::Resolver;
+use crate::egress::Refusal;
 use crate::outbound::Outbound;
 use crate::policy::Reason;
-use crate::resolver::Resolver;
 use crate::target::{Host, Target};
-use crate::upstream::Refusal;
 
 /// A CONNECT answer's head, at most: a proxy's refusal page is not read past this.
 const MAX_ANSWER_HEAD: usize = 16 * 1024;
@@ -106,11 +106,13 @@ impl UpstreamProxy {
             .into_iter()
             .map(|ip| SocketAddr::new(ip, self.port))
             .collect();
-        let tcp = crate::dialer::dial(&addrs, timeout).await.map_err(|e| {
-            let mut refusal = self.failed(e.to_string());
-            refusal.io_kind = Some(e.source.kind());
-            refusal
-        })?;
+        let tcp = crate::egress::dialer::dial(&addrs, timeout)
+            .await
+            .map_err(|e| {
+                let mut refusal = self.failed(e.to_string());
+                refusal.io_kind = Some(e.source.kind());
+                refusal
+            })?;
         let Some(tls) = &self.tls else {
             return Ok(Outbound::Tcp(tcp));
         };

@@ -4,7 +4,7 @@
 //! request goes out as a sandboxed client's would through the bridge: the policy's
 //! decision on the target, the bridge's resolver (pins, then DNS as the bridge is told),
 //! each address classified by the routing table and admitted by the policy's address rules
-//! (`upstream::admit`, which never admits one of the bridge's own listeners), and the
+//! (`egress::admit`, which never admits one of the bridge's own listeners), and the
 //! bridge's dialer; for a URL a workspace file chose, a public address only, whatever the
 //! policy opens. Then TLS, verified for the name against the CA given or else the system's,
 //! and one GET: HTTPS only, no redirect followed, no proxy, at most [`MAX_DOCUMENT_BYTES`],
@@ -17,9 +17,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 
+use crate::egress::resolver::{DnsConfig, Resolver};
 use crate::log::{Attempt, End, Event, Proto};
 use crate::policy::{Policy, Reason, Verdict};
-use crate::resolver::{DnsConfig, Resolver};
 use crate::target::{Host, Target};
 
 /// How long one fetch may take at most, lookup to last byte.
@@ -126,7 +126,7 @@ async fn fetch(
     attempt: &mut Attempt,
     read_bytes: &mut u64,
 ) -> Result<String, FetchError> {
-    let refused = |refusal: crate::upstream::Refusal| FetchError::Refused {
+    let refused = |refusal: crate::egress::Refusal| FetchError::Refused {
         reason: refusal.reason,
         // The first clause: what follows is how to open it for CMD, which is said where
         // the connection is refused.
@@ -135,9 +135,9 @@ async fn fetch(
             None => refusal.detail,
         },
     };
-    let decision = crate::upstream::decide(policy, &url.target, attempt).map_err(refused)?;
+    let decision = crate::egress::decide(policy, &url.target, attempt).map_err(refused)?;
     let resolver = Resolver::new(dial.dns, DNS_TIMEOUT, None);
-    let mut admitted = crate::upstream::admit(
+    let mut admitted = crate::egress::admit(
         &resolver,
         policy,
         &decision,
@@ -150,9 +150,9 @@ async fn fetch(
     if dial.public_only {
         let first_other = admitted
             .iter()
-            .map(|(addr, _)| (*addr, crate::local::classify_here(addr.ip())))
+            .map(|(addr, _)| (*addr, crate::local_routes::classify_here(addr.ip())))
             .find(|(_, class)| !class.is_public());
-        admitted.retain(|(addr, _)| crate::local::classify_here(addr.ip()).is_public());
+        admitted.retain(|(addr, _)| crate::local_routes::classify_here(addr.ip()).is_public());
         if let (true, Some((addr, class))) = (admitted.is_empty(), first_other) {
             let detail = format!(
                 "{} resolves to {}, a {} address, and a registry a workspace file names is \
@@ -167,9 +167,9 @@ async fn fetch(
             return Err(FetchError::NotPublic(detail));
         }
     }
-    admitted.truncate(crate::upstream::MAX_DIAL_ADDRESSES);
+    admitted.truncate(crate::egress::MAX_DIAL_ADDRESSES);
     let candidates: Vec<_> = admitted.iter().map(|(addr, _)| *addr).collect();
-    let tcp = match crate::dialer::dial(&candidates, CONNECT_TIMEOUT).await {
+    let tcp = match crate::egress::dialer::dial(&candidates, CONNECT_TIMEOUT).await {
         Ok(tcp) => tcp,
         Err(e) => {
             attempt.reason = Reason::UpstreamUnreachable;
@@ -199,7 +199,7 @@ async fn read(
     attempt: &mut Attempt,
     read_bytes: &mut u64,
 ) -> Result<String, FetchError> {
-    let tls = crate::upstream_proxy::ProxyTls::new(&url.target.host, dial.ca_pem, None)
+    let tls = crate::egress::upstream_proxy::ProxyTls::new(&url.target.host, dial.ca_pem, None)
         .map_err(|e| FetchError::Failed(format!("TLS to {}: {e}", url.target.host)))?;
     let stream = tls
         .handshake(tcp)

@@ -11,9 +11,9 @@ use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{DNSClass, RData, Record, RecordType};
 
-use crate::conn::Session;
 use crate::log::{Attempt, End, EventLog, Proto};
 use crate::policy::Reason;
+use crate::session::Session;
 use crate::target::{normalise_host, Host, Target};
 
 /// How long a client may keep a session address: the session's, really; short, so that a
@@ -46,10 +46,10 @@ pub fn answer(query: &[u8], session: &Session, ports: &[u16], log: &EventLog) ->
         // An address spelled as a name, or no name at all: nothing to hand out.
         _ => return reply(response, ResponseCode::NXDomain),
     };
-    if name == crate::capture::addresses::PROBE_NAME {
+    if name == crate::session::addresses::PROBE_NAME {
         let address = match question.query_type() {
-            RecordType::A => RData::A(A(crate::capture::addresses::PROBE_ADDRESS)),
-            RecordType::AAAA => RData::AAAA(AAAA(crate::capture::addresses::PROBE_ADDRESS_V6)),
+            RecordType::A => RData::A(A(crate::session::addresses::PROBE_ADDRESS)),
+            RecordType::AAAA => RData::AAAA(AAAA(crate::session::addresses::PROBE_ADDRESS_V6)),
             _ => return reply(response, ResponseCode::NoError),
         };
         response.add_answer(Record::from_rdata(
@@ -146,7 +146,7 @@ mod tests {
     fn the_probe_name_is_answered_whatever_the_policy_and_hands_out_nothing() {
         let session = Session::new("s", Arc::new(crate::policy::Policy::default()), 8);
         let log = EventLog::open(None, crate::log::Stderr::Quiet).unwrap();
-        let name = format!("{}.", crate::capture::addresses::PROBE_NAME);
+        let name = format!("{}.", crate::session::addresses::PROBE_NAME);
         for (kind, want) in [
             (RecordType::A, "198.18.0.0"),
             (RecordType::AAAA, "2001:2::"),

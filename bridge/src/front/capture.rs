@@ -2,14 +2,11 @@
 //! address is local (pid 1's catch-all routes), so a program that ignores the proxy
 //! settings and dials an address lands on the bridge's listener for that port, and the
 //! accepted socket's local address is the one it dialled. That is the target: the name a
-//! session address was handed out for by the DNS stub (dns.rs, addresses.rs), or the
+//! session address was handed out for by the DNS stub (dns.rs, session/addresses.rs), or the
 //! address itself. From there it is a tunnel like CONNECT's: policy, resolution, the
 //! address checks, the dial, and what the tunnel carries (a TLS port's ClientHello must
 //! name the target; on port 80 each request's Host must, answered with a 403 otherwise).
 //! A refusal before the tunnel opens is a reset.
-
-pub mod addresses;
-pub mod dns;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -19,8 +16,6 @@ use crate::conn::Conn;
 use crate::log::{Attempt, End, Proto};
 use crate::policy::{HttpCheck, Reason};
 use crate::target::{canonical_ip, Host, Target};
-
-pub use addresses::SessionAddresses;
 
 /// The port whose captured connections must carry HTTP naming their target.
 const HTTP_PORT: u16 = 80;
@@ -45,7 +40,7 @@ pub async fn serve(io: ClientIo, conn: Conn, dialled: SocketAddr) {
         io.reset_on_close();
         return;
     }
-    let upstream = match crate::upstream::open(&conn, &mut attempt, &target).await {
+    let upstream = match crate::egress::open(&conn.egress(), &mut attempt, &target).await {
         Ok(upstream) => upstream,
         Err(_) => {
             // The attempt carries the refusal's reason and detail.
@@ -68,7 +63,7 @@ pub async fn serve(io: ClientIo, conn: Conn, dialled: SocketAddr) {
     let carried = if target.port == HTTP_PORT {
         let check = policy.http_check(&target).unwrap_or(HttpCheck::Any);
         let inspector = conn.shared.config.inspector.as_deref();
-        crate::inspect::serve(
+        crate::carry::inspect::serve(
             &conn,
             inspector,
             check,

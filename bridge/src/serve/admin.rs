@@ -10,7 +10,7 @@
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,11 +20,11 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::sync::Semaphore;
 
-use crate::lobby::Lobby;
-use crate::metrics::{Metrics, SessionGauge};
-use crate::server::Listener;
+use crate::conn::Capacity;
+use crate::log::metrics::{Metrics, SessionGauge};
+use crate::serve::server::Listener;
+use crate::session::lobby::Lobby;
 
 pub const METRICS_PATH: &str = "/__netbox/metrics";
 pub const READY_PATH: &str = "/__netbox/ready";
@@ -40,7 +40,7 @@ const MAX_ADMIN_CONNECTIONS: usize = 64;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The most one admin connection is served for, whatever it does: one that asks and never
-/// reads cannot hold a place for longer (review 38).
+/// reads cannot hold a place for longer.
 const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
 
 /// What the admin listener reports.
@@ -52,33 +52,6 @@ pub struct Admin {
     pub ready: AtomicBool,
     /// Whether the bridge has a place for a new client.
     pub capacity: Arc<Capacity>,
-}
-
-/// Whether the bridge can take a new client now: a place free among its connections
-/// (`--max-connections`), once it serves. A client that has not named its tenant yet needs
-/// none (it has a seat in the lobby, which is never full to a newcomer); once it names one
-/// it does.
-#[derive(Debug, Default)]
-pub struct Capacity {
-    places: OnceLock<(Arc<Semaphore>, usize)>,
-}
-
-impl Capacity {
-    /// Watches the bridge's places, `max` of them (server.rs, as it starts serving).
-    pub(crate) fn watch(&self, places: Arc<Semaphore>, max: usize) {
-        // Set once: a second `serve` with the same config reports on the first.
-        let _ = self.places.set((places, max));
-    }
-
-    /// Why the bridge cannot serve a new client now, if it cannot.
-    pub fn full(&self) -> Option<String> {
-        let (places, max) = self.places.get()?;
-        (places.available_permits() == 0).then(|| {
-            format!(
-                "every one of the bridge's {max} connection places is taken (--max-connections)"
-            )
-        })
-    }
 }
 
 /// Serves the admin listener until the task is aborted.
@@ -96,7 +69,7 @@ pub async fn serve(listener: Listener, admin: Arc<Admin>) {
                 // Out of descriptors: the admin lobby's first to drop make room, as the
                 // proxy listeners' do (server.rs). Or a client gone mid-handshake: try
                 // again shortly.
-                if crate::server::out_of_fds(&e) {
+                if crate::serve::server::out_of_fds(&e) {
                     lobby.shed(MAX_ADMIN_CONNECTIONS / 4);
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -106,7 +79,7 @@ pub async fn serve(listener: Listener, admin: Arc<Admin>) {
         let admin = Arc::clone(&admin);
         // Past its seats, the oldest seat of the source that holds the most is dropped
         // for the newcomer (lobby.rs): one source cannot push out another's scrape.
-        let seat = lobby.seat(crate::lobby::Source::of(peer));
+        let seat = lobby.seat(crate::session::lobby::Source::of(peer));
         tokio::spawn(async move {
             let dropped = seat.dropped();
             let service = service_fn(move |req| {

@@ -19,7 +19,7 @@ use base64::Engine;
 use http::header::{HeaderMap, PROXY_AUTHORIZATION};
 use sha2::{Digest, Sha256};
 
-use crate::conn::Session;
+use crate::session::Session;
 
 /// A secret's digest, as the tenants file gives it.
 pub type SecretDigest = [u8; 32];

@@ -4,21 +4,20 @@
 //! Each step records what it found in the [`Attempt`], so the log shows the rule, the
 //! resolved addresses and the address dialed. Any step can refuse; a refusal happens
 //! before anything is sent upstream, and the dialer only ever sees checked addresses.
-//! netbox's own fetches ([`crate::fetch`]) take the same steps ([`decide`], [`admit`],
+//! netbox's own fetches ([`crate::egress::fetch`]) take the same steps ([`decide`], [`admit`],
 //! then the dialer): nothing in netbox looks a name up or judges an address otherwise.
 
-use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::outbound::Outbound;
 
-use crate::conn::Conn;
+use super::{Egress, Refusal};
+use crate::egress::upstream_proxy::UpstreamProxy;
 use crate::ipclass::IpClass;
 use crate::log::Attempt;
 use crate::policy::{Reason, Verdict};
 use crate::target::{Host, Target};
-use crate::upstream_proxy::UpstreamProxy;
 
 /// Addresses tried per request at most: each can take the full connect timeout.
 pub(crate) const MAX_DIAL_ADDRESSES: usize = 8;
@@ -33,34 +32,14 @@ fn inner_ipv4(addr: std::net::IpAddr) -> Option<std::net::Ipv4Addr> {
     }
 }
 
-/// Why a request was refused, with prose for the client and the log.
-#[derive(Debug)]
-pub struct Refusal {
-    pub reason: Reason,
-    pub detail: String,
-    /// For dial failures: what the kernel said (SOCKS5 reply codes depend on it).
-    pub io_kind: Option<io::ErrorKind>,
-}
-
-impl Refusal {
-    pub fn new(reason: Reason, detail: impl Into<String>) -> Refusal {
-        Refusal {
-            reason,
-            // It goes into the response too: a client's 60 KB Host header is not echoed.
-            detail: crate::log::bounded(detail.into(), crate::log::MAX_DETAIL_BYTES),
-            io_kind: None,
-        }
-    }
-}
-
 /// Runs the pipeline for `target`, filling in `attempt` as it goes: a connection to
 /// `target` itself, or a tunnel to it through the upstream proxy.
 pub async fn open(
-    conn: &Conn,
+    egress: &Egress<'_>,
     attempt: &mut Attempt,
     target: &Target,
 ) -> Result<Outbound, Refusal> {
-    open_as(conn, attempt, target, Carrying::Tunnel)
+    open_as(egress, attempt, target, Carrying::Tunnel)
         .await
         .map(|(stream, _)| stream)
 }
@@ -68,11 +47,11 @@ pub async fn open(
 /// [`open`] for the forward path: through an upstream proxy, the connection is to the
 /// proxy itself, which is returned too (the requests go to it in absolute form).
 pub async fn open_for_requests(
-    conn: &Conn,
+    egress: &Egress<'_>,
     attempt: &mut Attempt,
     target: &Target,
 ) -> Result<(Outbound, Option<ViaProxy>), Refusal> {
-    open_as(conn, attempt, target, Carrying::Requests).await
+    open_as(egress, attempt, target, Carrying::Requests).await
 }
 
 /// A connection to an upstream proxy, for requests to a target it is to reach.
@@ -100,7 +79,7 @@ fn refuse(attempt: &mut Attempt, refusal: Refusal) -> Refusal {
 }
 
 async fn open_as(
-    conn: &Conn,
+    egress: &Egress<'_>,
     attempt: &mut Attempt,
     target: &Target,
     carrying: Carrying,
@@ -113,13 +92,13 @@ async fn open_as(
     attempt.dialed = None;
     attempt.via = None;
     attempt.opened_by = None;
-    if conn.shared.config.panic_on_host.as_deref() == Some(&target.host.to_string()) {
+    if egress.panic_on_host == Some(target.host.to_string().as_str()) {
         panic!("test hook: a request for {}", target.host);
     }
     // The DNS stub's addresses are the sandbox's own: never dialled, whatever a rule says
     // (capture maps one it handed out back to its name before this).
     if let Host::Ip(ip) = &target.host {
-        if conn.session.addresses.serving() && crate::capture::addresses::is_session_range(*ip) {
+        if egress.addresses.serving() && crate::session::addresses::is_session_range(*ip) {
             let detail = format!(
                 "{ip} is an address of the sandbox's DNS stub that names nothing: connect to \
                  the name"
@@ -127,34 +106,29 @@ async fn open_as(
             return Err(refuse(attempt, Refusal::new(Reason::NotAllowed, detail)));
         }
     }
-    let policy = &conn.policy;
+    let policy = egress.policy;
     let decision = decide(policy, target, attempt)?;
     // Through an upstream proxy, a name goes as it was given: the proxy resolves it. An IP
     // target, or a name this policy pins to addresses, is held to this policy's address
     // rules below first (and a pinned name goes as its address), unless the bridge it
     // relays to judges everything.
-    let proxy = conn
-        .shared
-        .config
-        .upstream_proxy
-        .as_ref()
-        .filter(|proxy| proxy.carries(target));
+    let proxy = egress.upstream_proxy.filter(|proxy| proxy.carries(target));
     if let Some(proxy) = proxy {
         let unpinned_name =
             matches!(target.host, Host::Name(_)) && policy.pinned(&target.host).is_none();
         if policy.is_relaying() || unpinned_name {
-            return through(proxy, conn, attempt, target.clone(), carrying)
+            return through(proxy, egress, attempt, target.clone(), carrying)
                 .await
                 .map_err(|refusal| refuse(attempt, refusal));
         }
     }
 
     let mut admitted = admit(
-        &conn.shared.resolver,
+        egress.resolver,
         policy,
         &decision,
         target,
-        &conn.shared.config.own_listeners,
+        egress.own_listeners,
         attempt,
     )
     .await?;
@@ -165,13 +139,13 @@ async fn open_as(
             host: Host::Ip(addr.ip()),
             port: target.port,
         };
-        return through(proxy, conn, attempt, named, carrying)
+        return through(proxy, egress, attempt, named, carrying)
             .await
             .map_err(|refusal| refuse(attempt, refusal));
     }
     admitted.truncate(MAX_DIAL_ADDRESSES);
     let candidates: Vec<SocketAddr> = admitted.iter().map(|(addr, _)| *addr).collect();
-    match crate::dialer::dial(&candidates, conn.shared.config.connect_timeout).await {
+    match super::dialer::dial(&candidates, egress.connect_timeout).await {
         Ok(stream) => {
             attempt.dialed = stream.peer_addr().ok();
             // A non-public address needed an IP/CIDR rule of its own: name it too.
@@ -213,12 +187,12 @@ pub(crate) fn decide(
 /// Resolve → classify → admit, for `target` allowed by `decision`: the addresses it may be
 /// dialed at, each with the rule that opened it (a non-public one needs one), in the
 /// resolver's order. Each address is classified by the routing table
-/// ([`crate::local::classify_here`]: the machine's own public addresses are its own, not
+/// ([`crate::local_routes::classify_here`]: the machine's own public addresses are its own, not
 /// public), and none of `own_listeners` is ever one. `attempt` records what was resolved
 /// and, on a refusal, why. Every connection the bridge makes for a client goes through
-/// this, and so does every fetch netbox makes itself ([`crate::fetch`]).
+/// this, and so does every fetch netbox makes itself ([`crate::egress::fetch`]).
 pub(crate) async fn admit(
-    resolver: &crate::resolver::Resolver,
+    resolver: &crate::egress::resolver::Resolver,
     policy: &crate::policy::Policy,
     decision: &crate::policy::Decision,
     target: &Target,
@@ -242,7 +216,7 @@ pub(crate) async fn admit(
         // destination, whatever a rule opens: through it a client would come back in as
         // someone else.
         let dialed = SocketAddr::new(addr, target.port);
-        let class = crate::local::classify_here(addr);
+        let class = crate::local_routes::classify_here(addr);
         if is_own_listener(own_listeners, dialed, class) {
             own_listener.get_or_insert(dialed);
             continue;
@@ -310,14 +284,14 @@ pub(crate) async fn admit(
 /// proxy for requests to it; `attempt` names the proxy and its address.
 async fn through(
     proxy: &Arc<UpstreamProxy>,
-    conn: &Conn,
+    egress: &Egress<'_>,
     attempt: &mut Attempt,
     named: Target,
     carrying: Carrying,
 ) -> Result<(Outbound, Option<ViaProxy>), Refusal> {
     attempt.via = Some(proxy.name.clone());
-    let timeout = conn.shared.config.connect_timeout;
-    let resolver = &conn.shared.resolver;
+    let timeout = egress.connect_timeout;
+    let resolver = egress.resolver;
     let stream = match carrying {
         Carrying::Tunnel => proxy.connect(resolver, &named, timeout).await?,
         Carrying::Requests => proxy.dial(resolver, timeout).await?,
@@ -334,7 +308,7 @@ async fn through(
 /// Whether `dialed` reaches one of this bridge's own listeners: one bound there, or one
 /// bound at every address (`0.0.0.0`, `[::]`, which takes IPv4 too) on that port, when
 /// `dialed` is an address of this machine, of any class (a pod's own 10.x is private, and
-/// reaches its listeners as loopback does; review 40).
+/// reaches its listeners as loopback does).
 fn is_own_listener(own: &[SocketAddr], dialed: SocketAddr, class: IpClass) -> bool {
     let this_machine = || {
         let ip = crate::target::canonical_ip(dialed.ip());
@@ -344,8 +318,8 @@ fn is_own_listener(own: &[SocketAddr], dialed: SocketAddr, class: IpClass) -> bo
         };
         matches!(class, IpClass::Loopback | IpClass::ThisMachine)
             || ip.is_unspecified()
-            || crate::local::is_local(ip)
-            || inner.is_some_and(|v4| crate::local::is_local(v4.into()))
+            || crate::local_routes::is_local(ip)
+            || inner.is_some_and(|v4| crate::local_routes::is_local(v4.into()))
     };
     own.iter().any(|listener| {
         *listener == dialed

@@ -57,10 +57,10 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     let result = match cli.command {
-        Some(cli::Command::Bridge(args)) => commands::bridge_cmd::run(*args).map(|()| 0),
+        Some(cli::Command::Bridge(args)) => commands::bridge::run(*args).map(|()| 0),
         Some(cli::Command::Export(args)) => commands::export::run(&args),
         Some(cli::Command::Verify(args)) => commands::verify::run(args),
-        Some(cli::Command::Log(args)) => commands::logview::run(&args),
+        Some(cli::Command::Log(args)) => commands::log::run(&args),
         Some(cli::Command::Learn(args)) => commands::learn::run(args),
         Some(cli::Command::Tools(args)) => plan::tools::run(&args),
         None if cli.run.disable_sandbox => commands::run::run_unsandboxed(&cli.run),

@@ -125,7 +125,7 @@ fn read_records(log: &Path) -> Result<Vec<Event>, WrapperError> {
     })?;
     let mut events = Vec::new();
     let mut newer = None;
-    for line in crate::commands::logview::whole_lines(&text) {
+    for line in crate::commands::log::whole_lines(&text) {
         match bridge::log::read_record(line) {
             Record::Net(event) => events.push(*event),
             Record::Newer(version) => newer = Some(version),

@@ -2,23 +2,29 @@
 //! exists, lay the placeholders, then hand over to `supervise` until CMD's status is known.
 
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bridge::policy::Verdict;
 use bridge::target::Target;
 use bridge::{EventLog, Session, Stderr};
 
+mod audit;
+mod child;
+mod unsandboxed;
+
 use crate::error::WrapperError;
+use crate::plan::cgroup;
 use crate::plan::config::SandboxConfig;
 use crate::plan::protect::{self, ProtectInput, Protected};
 use crate::plan::resolved::Resolved;
-use crate::plan::{cgroup, env};
 use crate::sandbox::handshake;
-use crate::sandbox::probe::ProbeInput;
-use crate::sandbox::{self, ChildPlan, PROXY_PORT};
-use crate::sandbox::{mounts, namespaces};
+use crate::sandbox::namespaces;
+use crate::sandbox::{self};
 use crate::supervise::{supervise, SandboxGuard, Supervised};
+use audit::{audit_interruptible, audit_orphans};
+use child::{child_plan, startup_line};
+pub use unsandboxed::run_unsandboxed;
 
 /// Refused `net` records one session writes at most; past this they are counted
 /// (`net_capped` when it is reached, `net_suppressed` at the end, and `net_denied` in
@@ -61,6 +67,8 @@ pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
 }
 
 /// [`run`], also handing back the live probe's report when there was one.
+// Whole: pins, the canary, the log, the audit's scope, then the run, whose every outcome
+// closes the log: one sequence on the config it takes apart.
 pub fn run_reporting(
     mut config: SandboxConfig,
     probe_report: &mut Option<crate::sandbox::probe::ProbeReport>,
@@ -110,46 +118,8 @@ pub fn run_reporting(
             .collect::<Vec<_>>(),
     ));
     let protected = protection.pinned;
-    // The canary must be one the policy refuses; relaying, one it passes on, so that the
-    // remote bridge judges it (a local deny rule's refusal would prove nothing of it).
-    let refuses_here = !config.policy.is_relaying();
-    let canary = CANARIES
-        .iter()
-        .find(|c| {
-            Target::parse_authority(c)
-                .map(|t| (config.policy.decide(&t).verdict == Verdict::Deny) == refuses_here)
-                .unwrap_or(false)
-        })
-        .ok_or_else(|| {
-            WrapperError::Usage(if refuses_here {
-                "the allowlist allows the probe's .invalid canaries".into()
-            } else {
-                "--deny rules cover the probe's .invalid canaries, which must reach the \
-                 bridge at the other end for the probe to prove it refuses them"
-                    .into()
-            })
-        })?;
-    // Quiet until the probe is done: its canary is logged, but is no news to the user,
-    // and no attempt of CMD's.
-    let log = EventLog::open(Some(&config.log_path), Stderr::Quiet).map_err(|source| {
-        bridge::BridgeError::OpenLog {
-            path: config.log_path.clone(),
-            source,
-        }
-    })?;
-    // Bounded: a command looping on refused requests must not fill the host's disk.
-    let log = Arc::new(log.cap_net_records(bridge::NetCap {
-        refused: MAX_REFUSED_RECORDS,
-        allowed: MAX_ALLOWED_RECORDS,
-        requests: MAX_REQUEST_RECORDS,
-        lookups: MAX_LOOKUP_RECORDS,
-    }));
-    log.leave_uncounted(canary.rsplit_once(':').map_or(*canary, |(host, _)| host));
-    if config.capture.is_some() {
-        // The capture row's connection, which the bridge refuses.
-        log.leave_one_uncounted(&bridge::session::addresses::PROBE_ADDRESS.to_string());
-        log.leave_one_uncounted(&bridge::session::addresses::PROBE_ADDRESS_V6.to_string());
-    }
+    let canary = pick_canary(&config)?;
+    let log = open_run_log(&config, canary)?;
     // What is pinned read-only (the parts of a git directory left writable inside its pin
     // are not).
     let pinned: Vec<PathBuf> = protected
@@ -220,6 +190,55 @@ pub fn run_reporting(
     }
 }
 
+/// The probe's canary: one the policy refuses; relaying, one it passes on, so that the
+/// remote bridge judges it (a local deny rule's refusal would prove nothing of it).
+fn pick_canary(config: &SandboxConfig) -> Result<&'static str, WrapperError> {
+    let refuses_here = !config.policy.is_relaying();
+    CANARIES
+        .iter()
+        .find(|c| {
+            Target::parse_authority(c)
+                .map(|t| (config.policy.decide(&t).verdict == Verdict::Deny) == refuses_here)
+                .unwrap_or(false)
+        })
+        .copied()
+        .ok_or_else(|| {
+            WrapperError::Usage(if refuses_here {
+                "the allowlist allows the probe's .invalid canaries".into()
+            } else {
+                "--deny rules cover the probe's .invalid canaries, which must reach the \
+                 bridge at the other end for the probe to prove it refuses them"
+                    .into()
+            })
+        })
+}
+
+/// The run's event log, bounded, with the probe's own attempts left uncounted.
+fn open_run_log(config: &SandboxConfig, canary: &str) -> Result<Arc<EventLog>, WrapperError> {
+    // Quiet until the probe is done: its canary is logged, but is no news to the user,
+    // and no attempt of CMD's.
+    let log = EventLog::open(Some(&config.log_path), Stderr::Quiet).map_err(|source| {
+        bridge::BridgeError::OpenLog {
+            path: config.log_path.clone(),
+            source,
+        }
+    })?;
+    // Bounded: a command looping on refused requests must not fill the host's disk.
+    let log = Arc::new(log.cap_net_records(bridge::NetCap {
+        refused: MAX_REFUSED_RECORDS,
+        allowed: MAX_ALLOWED_RECORDS,
+        requests: MAX_REQUEST_RECORDS,
+        lookups: MAX_LOOKUP_RECORDS,
+    }));
+    log.leave_uncounted(canary.rsplit_once(':').map_or(canary, |(host, _)| host));
+    if config.capture.is_some() {
+        // The capture row's connection, which the bridge refuses.
+        log.leave_one_uncounted(&bridge::session::addresses::PROBE_ADDRESS.to_string());
+        log.leave_one_uncounted(&bridge::session::addresses::PROBE_ADDRESS_V6.to_string());
+    }
+    Ok(log)
+}
+
 /// The run itself, once its log is open.
 /// What the sandbox's filesystem is built on: the paths to protect, and every path as
 /// netbox resolved it (resolved.rs).
@@ -230,6 +249,8 @@ struct Paths<'a> {
     git_watch: crate::supervise::gitwatch::GitWatch,
 }
 
+// Whole: the order is the point (cgroups, placeholders, the plan, the clone while no thread
+// exists, then the runtime, supervision, the audit); each step holds what the next needs.
 fn run_logged(
     config: SandboxConfig,
     paths: Paths<'_>,
@@ -405,321 +426,4 @@ fn start_inspection(
         .send(&handshake::SyncMsg::Trust { ca_pem }, &[])
         .map_err(WrapperError::Handshake)?;
     Ok(Arc::new(inspector))
-}
-
-/// Audits on this thread, stopping at Ctrl-C: SIGINT is blocked here meanwhile (the only
-/// other thread then, the stdin relay's, blocks every signal) and looked for between
-/// directories through a signalfd, so a Ctrl-C is taken as the cancel and consumed. A
-/// thread of its own would cost more than most walks (tens of µs, measured).
-fn audit_interruptible(
-    scope: &crate::supervise::gitaudit::Scope,
-) -> crate::supervise::gitaudit::Report {
-    use nix::sys::signal::{SigSet, Signal};
-    use nix::sys::signalfd::{SfdFlags, SignalFd};
-    let mut sigint = SigSet::empty();
-    sigint.add(Signal::SIGINT);
-    let Ok(previous) = sigint.thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK) else {
-        return crate::supervise::gitaudit::audit(scope, &|| false);
-    };
-    let pending = SignalFd::with_flags(&sigint, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
-    let cancelled = || {
-        pending
-            .as_ref()
-            .is_ok_and(|fd| matches!(fd.read_signal(), Ok(Some(_))))
-    };
-    let report = crate::supervise::gitaudit::audit(scope, &cancelled);
-    let _ = previous.thread_set_mask();
-    report
-}
-
-/// Runs whose check is done in one start's place at most.
-const MAX_ORPHAN_AUDITS: usize = 4;
-
-/// Checks, in this run's place, the runs whose record says their check never happened.
-fn audit_orphans(log: &EventLog, config: &SandboxConfig) {
-    use crate::supervise::gitaudit::pending;
-    let mut dirs = vec![pending::dir_beside(&config.log_path)];
-    if let Ok(sessions) = crate::plan::config::sessions_dir() {
-        let default = pending::dir_in(&sessions);
-        if !dirs.contains(&default) {
-            dirs.push(default);
-        }
-    }
-    // Records where this run's CMD can write are CMD's to plant: not read.
-    dirs.retain(|d| !config.write_roots.iter().any(|r| d.starts_with(r)));
-    // A few a start (each is bounded in time); the rest wait for the next runs.
-    for orphan in pending::orphans(&dirs).into_iter().take(MAX_ORPHAN_AUDITS) {
-        let report = crate::supervise::gitaudit::audit(&orphan.record.scope, &|| false);
-        let audited = orphan.record.session.as_str();
-        crate::supervise::gitaudit::report(log, &config.session_id, Some(audited), &report);
-        // What the killed run laid, if nobody uses it any more.
-        protect::remove_orphaned_placeholders(&orphan.record.placeholders);
-        orphan.finish();
-    }
-}
-
-fn child_plan(
-    config: &SandboxConfig,
-    protected: &[Protected],
-    resolved: &mut Resolved,
-    host_listener: SocketAddr,
-    canary: &str,
-    cgroup_limits: Vec<cgroup::CgroupLimit>,
-) -> Result<ChildPlan, WrapperError> {
-    // The host's sockets are not in the plan: pid 1 finds them while it sets up.
-    // A path under a private /tmp outside every root is not in the sandbox at all: nothing
-    // to hide or pin there.
-    let in_sandbox = |path: &&PathBuf| {
-        config.tmp == crate::cli::TmpMode::Host
-            || !path.starts_with("/tmp")
-            || config.write_roots.iter().any(|r| path.starts_with(r))
-    };
-    let covered: Vec<PathBuf> = config
-        .cache_covers
-        .iter()
-        .filter(in_sandbox)
-        .cloned()
-        .collect();
-    // Under a cover, but for the roots kept in it, nothing shows: nothing to hide or pin.
-    let shown = |path: &&PathBuf| {
-        !covered.iter().any(|c| path.starts_with(c))
-            || config.write_roots.iter().any(|r| path.starts_with(r))
-    };
-    let hidden: Vec<PathBuf> = config
-        .hide
-        .iter()
-        .filter(in_sandbox)
-        .filter(shown)
-        .cloned()
-        .collect();
-    let read_only: Vec<PathBuf> = config
-        .read_only
-        .iter()
-        .filter(in_sandbox)
-        .filter(shown)
-        .cloned()
-        .collect();
-    let protected: Vec<Protected> = protected
-        .iter()
-        .filter(|p| shown(&&p.path))
-        .cloned()
-        .collect();
-    let protected = protected.as_slice();
-    // Whether each is a directory, as resolved (roots already are).
-    for path in &hidden {
-        resolved.identify(path)?;
-    }
-    let mut mounts = mounts::plan(
-        &mounts::Layout {
-            write_roots: &config.write_roots,
-            tmp: config.tmp,
-            protected,
-            read_only: &read_only,
-            hidden: &hidden,
-            covered: &covered,
-        },
-        |path| resolved.is_dir(path),
-    );
-    mounts.forbid_nested_userns = !config.allow_nested_userns;
-    mounts.trust = config.inspection.as_ref().map(|i| i.extra_pem.clone());
-    mounts.resolver = config.capture.as_ref().map(|_| crate::sandbox::DNS_STUB);
-    // What each path the sandbox mounts from or onto is, for pid 1 to check.
-    let to_identify: Vec<PathBuf> = mounts
-        .paths_to_identify()
-        .into_iter()
-        .map(Path::to_owned)
-        .collect();
-    for path in &to_identify {
-        resolved.identify(path)?;
-    }
-    mounts.identities = resolved.ids();
-    // Each cover with the roots kept in it, for the probe.
-    let covers_kept = mounts
-        .ops
-        .iter()
-        .filter_map(|op| match op {
-            mounts::MountOp::Cover { target, keep } => Some((target.clone(), keep.clone())),
-            _ => None,
-        })
-        .collect();
-    let root_identities = config
-        .write_roots
-        .iter()
-        .filter_map(|r| Some((r.clone(), *mounts.identities.get(r)?)))
-        .collect();
-    let mut outside = vec![PathBuf::from("/")];
-    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
-        // Only where the sandbox can see it: under a private /tmp it does not exist at all.
-        // And where this user can look: a home it cannot search would fail with EACCES,
-        // which proves nothing about the mount.
-        let hidden = config.tmp == crate::cli::TmpMode::Private && home.starts_with("/tmp");
-        let searchable = nix::unistd::access(&home, nix::unistd::AccessFlags::X_OK).is_ok();
-        if home.is_dir()
-            && searchable
-            && !hidden
-            && !config.write_roots.iter().any(|r| home.starts_with(r))
-        {
-            outside.push(home);
-        }
-    }
-    Ok(ChildPlan {
-        uid: config.uid,
-        gid: config.gid,
-        mounts,
-        probe: ProbeInput {
-            write_roots: config.write_roots.clone(),
-            root_identities,
-            temp_dir: PathBuf::from("/tmp"),
-            outside,
-            // Each proved read-only and watched while CMD runs; the parts left writable
-            // inside a pin are not (losing one leaves the pin's read-only entry).
-            protected: protected
-                .iter()
-                .filter(|p| !p.writable)
-                .map(|p| p.path.clone())
-                .chain(read_only.iter().cloned())
-                .collect(),
-            hidden,
-            covered: covers_kept,
-            proxy: SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)),
-            host_listener,
-            canary: canary.to_owned(),
-            refusal_status: config.refusal_status.as_u16(),
-            limits: config.limits,
-            cgroup_limits,
-            nested_userns_forbidden: !config.allow_nested_userns,
-            io_uring_forbidden: !config.allow_io_uring,
-            allowed_sockets: config
-                .allowed_sockets
-                .iter()
-                .map(|a| a.named.clone())
-                .collect(),
-            capture: config.capture.as_ref().map(|capture| {
-                let ports = &capture.ports;
-                crate::sandbox::probe::CaptureProbe {
-                    // 443 is always among them; a port below 1024 that is not, for the
-                    // closed one (there is always one: at most 1,023 are named).
-                    port: 443,
-                    closed_port: (1..1024)
-                        .find(|p| !ports.contains(p) && *p != 53)
-                        .unwrap_or(1),
-                    // One CMD could listen on itself, if any.
-                    unprivileged_port: ports
-                        .iter()
-                        .copied()
-                        .find(|&p| p >= 1024 && p != PROXY_PORT),
-                }
-            }),
-        },
-        cmd: config.cmd.clone(),
-        fetch: config
-            .fetch
-            .as_ref()
-            .map(|cmd1| vec!["/bin/sh".into(), "-c".into(), cmd1.into()]),
-        env: env::sandbox_env(
-            PROXY_PORT,
-            config.env_base,
-            config
-                .inspection
-                .as_ref()
-                .map(|_| crate::plan::inspection::TRUST_BUNDLE),
-            &config.env_extra,
-        ),
-        cwd: config.cwd.clone(),
-        terminal: crate::terminal::plan(config.tty),
-        capture: config.capture.clone(),
-        placeholders: protected
-            .iter()
-            .filter(|p| p.placeholder.is_some())
-            .map(|p| p.path.clone())
-            .collect(),
-    })
-}
-
-fn startup_line(config: &SandboxConfig) -> String {
-    // A home split into its writable entries is said as one (homesplit.rs).
-    let in_split = |r: &Path| config.home_split.iter().any(|s| r.starts_with(&s.home));
-    let mut roots: Vec<String> = config
-        .write_roots
-        .iter()
-        .filter(|r| !in_split(r))
-        .map(|r| r.display().to_string())
-        .collect();
-    for split in &config.home_split {
-        roots.push(format!(
-            "{} ({} entries; its top level, hidden files and code read-only)",
-            split.home.display(),
-            split.writable
-        ));
-    }
-    if config.tmp == crate::cli::TmpMode::Private {
-        roots.push("/tmp (private)".into());
-    }
-    // With --fetch the allowlist is the fetch phase's; CMD itself gets no network.
-    let hosts = match (&config.fetch, config.policy.is_learning()) {
-        _ if config.policy.is_relaying() => format!(
-            "hosts the bridge at {} allows",
-            config.upstream.as_ref().map_or("?", |u| u.name.as_str())
-        ),
-        (_, true) => "any public host (learn mode)".to_owned(),
-        (Some(_), false) => format!("{} for --fetch, none after", allow_rules(&config.policy)),
-        (None, false) => allow_rules(&config.policy),
-    };
-    let mode = if config.policy.is_learning() {
-        "learning"
-    } else {
-        "normal"
-    };
-    let tools: String = config
-        .tool_summary
-        .iter()
-        .map(|t| format!(" | {}", crate::printable::printable(t)))
-        .collect();
-    format!(
-        "netbox: sandbox {mode} | workspace {} | write {} | {hosts}{tools} | log {}",
-        config.workspace.display(),
-        roots.join(", "),
-        config.log_path.display()
-    )
-}
-
-/// `--disable-sandbox`: CMD as it is, no protection, no probe, said loudly.
-pub fn run_unsandboxed(config: &crate::cli::RunArgs) -> Result<u8, WrapperError> {
-    if config.fetch.is_some() {
-        return Err(WrapperError::Usage(
-            "--fetch cuts the network between its two commands, which needs the sandbox; \
-             drop --disable-sandbox"
-                .into(),
-        ));
-    }
-    let Some((program, args)) = config.cmd.split_first() else {
-        return Err(WrapperError::Usage(
-            "nothing to run: use netbox [OPTIONS] -- CMD [ARGS...]".into(),
-        ));
-    };
-    crate::output::say(
-        "netbox: sandbox disabled: CMD runs with no network filter, no filesystem protection and no probe",
-    );
-    let status = std::process::Command::new(program)
-        .args(args)
-        .status()
-        .map_err(|source| WrapperError::Exec {
-            cmd: program.to_string_lossy().into_owned(),
-            source,
-        })?;
-    use std::os::unix::process::ExitStatusExt;
-    let code = status
-        .code()
-        .or_else(|| status.signal().map(|s| 128 + s))
-        .unwrap_or(i32::from(crate::error::EXIT_NETBOX_FAILURE));
-    Ok(u8::try_from(code).unwrap_or(crate::error::EXIT_NETBOX_FAILURE))
-}
-
-/// "N allow rules": what the policy counts is rules (one may name many hosts, as
-/// `*.test` does), and the tools' summaries count hosts apart.
-fn allow_rules(policy: &bridge::policy::Policy) -> String {
-    match policy.allow_count() {
-        1 => "1 allow rule".to_owned(),
-        n => format!("{n} allow rules"),
-    }
 }

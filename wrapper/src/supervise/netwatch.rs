@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::plan::capture::CapturePlan;
-use crate::sys::seccomp::{self, Notification};
+use crate::sys::notified;
+use crate::sys::seccomp::Notification;
 use crate::sys::sockdiag::{self, Transport};
 
 /// What the watcher needs to tell netbox's listeners from the rest.
@@ -36,17 +37,7 @@ pub struct NetContext {
 
 /// Which syscalls carry an address to look at.
 pub fn is_net_syscall(nr: i64) -> bool {
-    seccomp::ALWAYS_NOTIFIED_NET.contains(&nr) || nr == libc::SYS_sendto
-}
-
-pub fn syscall_name(nr: i64) -> &'static str {
-    match nr {
-        libc::SYS_connect => "connect",
-        libc::SYS_sendto => "sendto",
-        libc::SYS_sendmsg => "sendmsg",
-        libc::SYS_sendmmsg => "sendmmsg",
-        _ => "unknown",
-    }
+    notified::acts(nr, notified::Acts::Address)
 }
 
 /// The kind of socket an attempt is made on.

@@ -27,6 +27,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::sys::notified::{self, Call};
 use crate::sys::seccomp::{self, Notification};
 
 /// Longest path read from a caller (PATH_MAX).
@@ -132,48 +133,53 @@ fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
         empty_path: false,
     };
     let change = |follow| Op::Change { follow };
-    match n.nr {
-        libc::SYS_openat => vec![at(0, 1, Op::Open { flags: n.args[2] })],
-        libc::SYS_openat2 => vec![at(
+    let Some(row) = notified::of(n.nr) else {
+        return Vec::new();
+    };
+    // Every call of the table, by name: one added there without a reader here does not
+    // compile.
+    match row.call {
+        Call::Openat => vec![at(0, 1, Op::Open { flags: n.args[2] })],
+        Call::Openat2 => vec![at(
             0,
             1,
             Op::Open {
                 flags: openat2_flags,
             },
         )],
-        libc::SYS_mkdirat => vec![at(0, 1, Op::Create { dir: true })],
-        libc::SYS_mknodat => vec![at(0, 1, Op::Create { dir: false })],
-        libc::SYS_unlinkat => {
+        Call::Mkdirat => vec![at(0, 1, Op::Create { dir: true })],
+        Call::Mknodat => vec![at(0, 1, Op::Create { dir: false })],
+        Call::Unlinkat => {
             let dir = int_arg(n.args[2]) & libc::AT_REMOVEDIR != 0;
             vec![at(0, 1, Op::Remove { dir: Some(dir) })]
         }
-        libc::SYS_renameat | libc::SYS_renameat2 => {
+        Call::Renameat | Call::Renameat2 => {
             vec![at(0, 1, Op::Remove { dir: None }), at(2, 3, Op::RenameTo)]
         }
-        libc::SYS_linkat => {
+        Call::Linkat => {
             let follow = int_arg(n.args[4]) & libc::AT_SYMLINK_FOLLOW != 0;
             vec![
                 at(0, 1, Op::LinkSource { follow }).empty_path_flag(n, 4),
                 at(2, 3, Op::Create { dir: false }),
             ]
         }
-        libc::SYS_symlinkat => vec![at(1, 2, Op::Create { dir: false })],
+        Call::Symlinkat => vec![at(1, 2, Op::Create { dir: false })],
         // fchmodat has no flags argument (fchmodat2 does).
-        libc::SYS_fchmodat => vec![at(0, 1, change(true))],
-        libc::SYS_fchmodat2 | libc::SYS_utimensat => {
+        Call::Fchmodat => vec![at(0, 1, change(true))],
+        Call::Fchmodat2 | Call::Utimensat => {
             vec![at(0, 1, change(follows(n, 3))).empty_path_flag(n, 3)]
         }
-        libc::SYS_fchownat => vec![at(0, 1, change(follows(n, 4))).empty_path_flag(n, 4)],
-        seccomp::SYS_SETXATTRAT | seccomp::SYS_REMOVEXATTRAT => {
+        Call::Fchownat => vec![at(0, 1, change(follows(n, 4))).empty_path_flag(n, 4)],
+        Call::Setxattrat | Call::Removexattrat => {
             vec![at(0, 1, change(follows(n, 2))).empty_path_flag(n, 2)]
         }
-        libc::SYS_truncate => vec![plain(0, Op::Truncate)],
-        libc::SYS_setxattr | libc::SYS_removexattr => vec![plain(0, change(true))],
-        libc::SYS_lsetxattr | libc::SYS_lremovexattr => vec![plain(0, change(false))],
+        Call::Truncate => vec![plain(0, Op::Truncate)],
+        Call::Setxattr | Call::Removexattr => vec![plain(0, change(true))],
+        Call::Lsetxattr | Call::Lremovexattr => vec![plain(0, change(false))],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_open => vec![plain(0, Op::Open { flags: n.args[1] })],
+        Call::Open => vec![plain(0, Op::Open { flags: n.args[1] })],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_creat => {
+        Call::Creat => {
             let flags = (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC).unsigned_abs();
             vec![plain(
                 0,
@@ -183,40 +189,40 @@ fn path_args(n: &Notification, openat2_flags: u64) -> Vec<PathArg> {
             )]
         }
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_mkdir => vec![plain(0, Op::Create { dir: true })],
+        Call::Mkdir => vec![plain(0, Op::Create { dir: true })],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_mknod => vec![plain(0, Op::Create { dir: false })],
+        Call::Mknod => vec![plain(0, Op::Create { dir: false })],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_unlink => vec![plain(0, Op::Remove { dir: Some(false) })],
+        Call::Unlink => vec![plain(0, Op::Remove { dir: Some(false) })],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_rmdir => vec![plain(0, Op::Remove { dir: Some(true) })],
+        Call::Rmdir => vec![plain(0, Op::Remove { dir: Some(true) })],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_rename => vec![plain(0, Op::Remove { dir: None }), plain(1, Op::RenameTo)],
+        Call::Rename => vec![plain(0, Op::Remove { dir: None }), plain(1, Op::RenameTo)],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_link => vec![
+        Call::Link => vec![
             plain(0, Op::LinkSource { follow: false }),
             plain(1, Op::Create { dir: false }),
         ],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_symlink => vec![plain(1, Op::Create { dir: false })],
+        Call::Symlink => vec![plain(1, Op::Create { dir: false })],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_chmod | libc::SYS_chown | libc::SYS_utime | libc::SYS_utimes => {
+        Call::Chmod | Call::Chown | Call::Utime | Call::Utimes => {
             vec![plain(0, change(true))]
         }
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_lchown => vec![plain(0, change(false))],
+        Call::Lchown => vec![plain(0, change(false))],
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_futimesat => vec![at(0, 1, change(true))],
-        _ => Vec::new(),
+        Call::Futimesat => vec![at(0, 1, change(true))],
+        // Judged by the open file's mount (`judge`), not by a name.
+        Call::Fchmod | Call::Fchown | Call::Fsetxattr | Call::Fremovexattr => Vec::new(),
+        // Not writes: netwatch reads their addresses.
+        Call::Connect | Call::Sendto | Call::Sendmsg | Call::Sendmmsg => Vec::new(),
     }
 }
 
 /// The syscalls that act on the file open on args[0].
 fn is_fd_syscall(nr: i64) -> bool {
-    matches!(
-        nr,
-        libc::SYS_fchmod | libc::SYS_fchown | libc::SYS_fsetxattr | libc::SYS_fremovexattr
-    )
+    notified::acts(nr, notified::Acts::OpenFile)
 }
 
 /// Judges a notification. `root` is the sandbox's root, if netbox holds it for every
@@ -479,7 +485,7 @@ impl<'a> Caller<'a> {
             }
             return match (dirfd, arg.op) {
                 // removexattrat does not take the working directory for it: EBADF.
-                (Some(libc::AT_FDCWD), _) if n.nr == seccomp::SYS_REMOVEXATTRAT => {
+                (Some(libc::AT_FDCWD), _) if n.nr == notified::SYS_REMOVEXATTRAT => {
                     Some(Target::Empty)
                 }
                 (Some(libc::AT_FDCWD), Op::Change { .. }) => Some(Target::OpenFile(PathBuf::from(
@@ -1576,6 +1582,38 @@ fn openat2_how(n: &Notification) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_notified_call_has_its_reader() {
+        use crate::sys::notified::{Acts, TABLE};
+        for row in TABLE {
+            let n = Notification {
+                id: 0,
+                pid: 0,
+                nr: row.nr,
+                args: [0; 6],
+            };
+            let names = path_args(&n, 0);
+            match row.acts {
+                Acts::Names => assert!(!names.is_empty(), "{}: no name read", row.name),
+                Acts::OpenFile | Acts::Address => assert!(names.is_empty(), "{}", row.name),
+            }
+            assert_eq!(
+                is_fd_syscall(row.nr),
+                row.acts == Acts::OpenFile,
+                "{}",
+                row.name
+            );
+        }
+        // A syscall the filter never notifies has no reader: nothing is read for it.
+        let getpid = Notification {
+            id: 0,
+            pid: 0,
+            nr: libc::SYS_getpid,
+            args: [0; 6],
+        };
+        assert!(path_args(&getpid, 0).is_empty());
+    }
 
     #[test]
     fn a_names_shape_can_refuse_before_the_mount_does() {

@@ -28,6 +28,7 @@ use crate::supervise::netwatch::{self, Attempt, NetContext};
 use crate::supervise::sender;
 use crate::supervise::unixsockets::{self, Decision, UnixContext, Whose};
 use crate::supervise::writejudge::{judge, Verdict};
+use crate::sys::notified;
 use crate::sys::seccomp::{self, Notification};
 
 /// Refused writes logged one by one per session; past this they are only counted (a
@@ -963,7 +964,7 @@ fn record_refused_local(watch: &Watch, n: &Notification, executable: &str, refus
         &bridge::log::records::DirectAttempt {
             pid: n.pid,
             executable: bridge::text::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
-            syscall: netwatch::syscall_name(n.nr).to_owned(),
+            syscall: notified::name(n.nr).to_owned(),
             protocol: refused.protocol.to_owned(),
             address: bridge::text::bounded(refused.address, MAX_PATH_IN_RECORD),
             port: refused.port,
@@ -1041,7 +1042,7 @@ fn record_direct(
         &bridge::log::records::DirectAttempt {
             pid: n.pid,
             executable: bridge::text::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
-            syscall: netwatch::syscall_name(n.nr).to_owned(),
+            syscall: notified::name(n.nr).to_owned(),
             protocol: attempt.protocol.name().to_owned(),
             address: ip.to_string(),
             port: attempt.to.port(),
@@ -1110,7 +1111,7 @@ fn record(
         &context.session.id,
         &bridge::log::records::WriteDenied {
             pid: n.pid,
-            syscall: syscall_name(n.nr).to_owned(),
+            syscall: notified::name(n.nr).to_owned(),
             executable: bridge::text::bounded(executable.to_owned(), MAX_PATH_IN_RECORD),
             path: bridge::text::bounded(verdict.path.display().to_string(), MAX_PATH_IN_RECORD),
             reason: reason.to_owned(),
@@ -1133,65 +1134,5 @@ fn record(
                 "netbox: more writes were blocked; they are not announced, only logged",
             );
         }
-    }
-}
-
-fn syscall_name(nr: i64) -> &'static str {
-    match nr {
-        libc::SYS_openat => "openat",
-        libc::SYS_openat2 => "openat2",
-        libc::SYS_mkdirat => "mkdirat",
-        libc::SYS_mknodat => "mknodat",
-        libc::SYS_unlinkat => "unlinkat",
-        libc::SYS_renameat => "renameat",
-        libc::SYS_renameat2 => "renameat2",
-        libc::SYS_linkat => "linkat",
-        libc::SYS_symlinkat => "symlinkat",
-        libc::SYS_truncate => "truncate",
-        libc::SYS_fchmod => "fchmod",
-        libc::SYS_fchmodat => "fchmodat",
-        libc::SYS_fchmodat2 => "fchmodat2",
-        libc::SYS_fchown => "fchown",
-        libc::SYS_fchownat => "fchownat",
-        libc::SYS_utimensat => "utimensat",
-        libc::SYS_setxattr => "setxattr",
-        libc::SYS_lsetxattr => "lsetxattr",
-        libc::SYS_fsetxattr => "fsetxattr",
-        libc::SYS_removexattr => "removexattr",
-        libc::SYS_lremovexattr => "lremovexattr",
-        libc::SYS_fremovexattr => "fremovexattr",
-        seccomp::SYS_SETXATTRAT => "setxattrat",
-        seccomp::SYS_REMOVEXATTRAT => "removexattrat",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_open => "open",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_creat => "creat",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_mkdir => "mkdir",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_mknod => "mknod",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_unlink => "unlink",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_rmdir => "rmdir",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_rename => "rename",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_link => "link",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_symlink => "symlink",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_chmod => "chmod",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_chown => "chown",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_lchown => "lchown",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_utime => "utime",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_utimes => "utimes",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_futimesat => "futimesat",
-        _ => "unknown",
     }
 }

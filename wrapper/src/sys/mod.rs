@@ -7,6 +7,7 @@ pub mod memory;
 pub mod mount_api;
 pub mod mountid;
 pub mod netdev;
+pub mod notified;
 pub mod process;
 pub mod pty;
 pub mod resolve;

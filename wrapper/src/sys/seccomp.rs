@@ -7,6 +7,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
+use super::notified::{self, When};
+
 /// `AUDIT_ARCH_*` of the architecture netbox is built for (linux/audit.h).
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -48,75 +50,35 @@ fn arg_high(n: u32) -> u32 {
     arg_low(n) + 4
 }
 
-/// setxattrat(2) and removexattrat(2) (Linux 6.13; one number on every architecture,
-/// not in libc yet).
-pub const SYS_SETXATTRAT: i64 = 463;
-pub const SYS_REMOVEXATTRAT: i64 = 466;
-
-/// Syscalls notified whatever their arguments.
+/// Syscalls notified whatever their arguments (`sys::notified`'s table).
 pub fn always_notified() -> Vec<i64> {
-    let mut list = vec![
-        libc::SYS_openat2,
-        libc::SYS_mkdirat,
-        libc::SYS_mknodat,
-        libc::SYS_unlinkat,
-        libc::SYS_renameat,
-        libc::SYS_renameat2,
-        libc::SYS_linkat,
-        libc::SYS_symlinkat,
-        libc::SYS_truncate,
-        libc::SYS_fchmod,
-        libc::SYS_fchmodat,
-        libc::SYS_fchmodat2,
-        libc::SYS_fchown,
-        libc::SYS_fchownat,
-        libc::SYS_utimensat,
-        libc::SYS_setxattr,
-        libc::SYS_lsetxattr,
-        libc::SYS_fsetxattr,
-        libc::SYS_removexattr,
-        libc::SYS_lremovexattr,
-        libc::SYS_fremovexattr,
-        SYS_SETXATTRAT,
-        SYS_REMOVEXATTRAT,
-    ];
-    #[cfg(target_arch = "x86_64")]
-    list.extend([
-        libc::SYS_creat,
-        libc::SYS_mkdir,
-        libc::SYS_mknod,
-        libc::SYS_unlink,
-        libc::SYS_rmdir,
-        libc::SYS_rename,
-        libc::SYS_link,
-        libc::SYS_symlink,
-        libc::SYS_chmod,
-        libc::SYS_chown,
-        libc::SYS_lchown,
-        libc::SYS_utime,
-        libc::SYS_utimes,
-        libc::SYS_futimesat,
-    ]);
-    list
+    notified::TABLE
+        .iter()
+        .filter(|row| row.when == When::Always)
+        .map(|row| row.nr)
+        .collect()
 }
-
-/// Syscalls that may send to an address, notified whatever their arguments: the address
-/// is behind a pointer (sendmsg's and sendmmsg's inside their headers), which the filter
-/// cannot follow. netbox reads it and logs what goes anywhere but its own listeners
-/// (netwatch.rs). sendto is notified only with an address (`notified_with_address`):
-/// without one it is the plain `send` of a connected socket, the hot path.
-pub const ALWAYS_NOTIFIED_NET: [i64; 3] =
-    [libc::SYS_connect, libc::SYS_sendmsg, libc::SYS_sendmmsg];
-
-/// Syscalls notified only when a pointer argument is not NULL: (syscall, argument).
-const NOTIFIED_WITH_ADDRESS: [(i64, u32); 1] = [(libc::SYS_sendto, 4)];
 
 /// Syscalls notified only with write intent in their flags: (syscall, flags argument).
 fn notified_with_write_flags() -> Vec<(i64, u32)> {
-    let mut list = vec![(libc::SYS_openat, 2)];
-    #[cfg(target_arch = "x86_64")]
-    list.push((libc::SYS_open, 1));
-    list
+    notified::TABLE
+        .iter()
+        .filter_map(|row| match row.when {
+            When::WriteFlags(arg) => Some((row.nr, arg)),
+            When::Always | When::NotNull(_) => None,
+        })
+        .collect()
+}
+
+/// Syscalls notified only when a pointer argument is not NULL: (syscall, argument).
+fn notified_with_address() -> Vec<(i64, u32)> {
+    notified::TABLE
+        .iter()
+        .filter_map(|row| match row.when {
+            When::NotNull(arg) => Some((row.nr, arg)),
+            When::Always | When::WriteFlags(_) => None,
+        })
+        .collect()
 }
 
 /// What decides a syscall notified only under a condition.
@@ -134,9 +96,9 @@ fn conditional() -> Vec<(i64, Condition)> {
         .into_iter()
         .map(|(nr, arg)| (nr, Condition::WriteFlags(arg)))
         .chain(
-            NOTIFIED_WITH_ADDRESS
-                .iter()
-                .map(|&(nr, arg)| (nr, Condition::NotNull(arg))),
+            notified_with_address()
+                .into_iter()
+                .map(|(nr, arg)| (nr, Condition::NotNull(arg))),
         )
         .collect()
 }
@@ -205,7 +167,6 @@ pub fn build() -> Vec<libc::sock_filter> {
     let flagged = conditional();
     let mut entries: Vec<(u32, Target)> = always_notified()
         .into_iter()
-        .chain(ALWAYS_NOTIFIED_NET)
         .map(|nr| (nr32(nr), Target::Notify))
         .chain(
             flagged
@@ -781,7 +742,7 @@ mod tests {
         let filter = build();
         let notify = libc::SECCOMP_RET_USER_NOTIF;
         let allow = libc::SECCOMP_RET_ALLOW;
-        for nr in ALWAYS_NOTIFIED_NET {
+        for nr in [libc::SYS_connect, libc::SYS_sendmsg, libc::SYS_sendmmsg] {
             assert_eq!(run(&filter, AUDIT_ARCH, nr32(nr), [0; 6]), notify, "{nr}");
         }
         let sendto = nr32(libc::SYS_sendto);
@@ -819,18 +780,14 @@ mod tests {
         assert_eq!(u32::from(filter[n - 1].code) & 0x07, libc::BPF_RET);
         let notify = libc::SECCOMP_RET_USER_NOTIF;
         let allow = libc::SECCOMP_RET_ALLOW;
-        let always: Vec<u32> = always_notified()
-            .into_iter()
-            .chain(ALWAYS_NOTIFIED_NET)
-            .map(nr32)
-            .collect();
+        let always: Vec<u32> = always_notified().into_iter().map(nr32).collect();
         let flagged: Vec<(u32, u32)> = notified_with_write_flags()
             .into_iter()
             .map(|(nr, arg)| (nr32(nr), arg))
             .collect();
-        let with_address: Vec<u32> = NOTIFIED_WITH_ADDRESS
-            .iter()
-            .map(|&(nr, _)| nr32(nr))
+        let with_address: Vec<u32> = notified_with_address()
+            .into_iter()
+            .map(|(nr, _)| nr32(nr))
             .collect();
         for nr in 0..600 {
             let with_flags = |flags: u32| {

@@ -15,6 +15,7 @@ pub mod caps;
 pub mod capture;
 pub mod handshake;
 pub mod init;
+pub mod mount_error;
 pub mod mounts;
 pub mod namespaces;
 pub mod probe;

@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
+use super::mount_error::MountError;
 use crate::cli::TmpMode;
 use crate::plan::protect::Protected;
 use crate::sys::mount_api::{
@@ -269,13 +270,6 @@ fn bind_root(plan: &mut MountPlan, root: &Path, tmp: TmpMode, is_dir: &impl Fn(&
         source: plan.sources.len() - 1,
         target: root.to_owned(),
     });
-}
-
-/// Where a step failed, for the error message.
-#[derive(Debug)]
-pub struct MountError {
-    pub step: String,
-    pub source: std::io::Error,
 }
 
 type Result<T> = std::result::Result<T, MountError>;

@@ -20,8 +20,8 @@ use std::path::{Component, Path, PathBuf};
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
+use super::mount_error::MountError;
 use crate::plan::inspection::{TRUST_BUNDLE, TRUST_STORES};
-use crate::sandbox::mounts::MountError;
 use crate::sys::mount_api::{attach_tree_onto, clone_tree_of, new_tmpfs, set_attributes_of, Depth};
 use crate::sys::resolve::{self, FileId};
 

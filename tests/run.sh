@@ -40,6 +40,8 @@ done
 
 echo "== tracked files"
 bash tests/stray_files.sh
+echo "== documents"
+bash tests/docs_check.sh
 # Licences and duplicate versions of what netbox depends on (deny.toml says what is allowed).
 echo "== cargo deny"
 cargo deny --log-level error check licenses bans sources

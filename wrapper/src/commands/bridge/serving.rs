@@ -7,11 +7,10 @@ use std::sync::Arc;
 use bridge::serve::listen::ListenAddr;
 use bridge::{BridgeConfig, Policy, Session, SessionListener};
 
-use crate::error::WrapperError;
-
 use super::reload::{self, Reloader};
 use super::setup::TenantListener;
 use super::Prepared;
+use crate::error::WrapperError;
 
 /// Binds every listener, says where the bridge listens, serves until a signal or a log
 /// that cannot be written stops it, then removes its sockets' files.

@@ -7,11 +7,10 @@ use std::sync::Arc;
 use bridge::serve::listen::ListenAddr;
 use bridge::Session;
 
+use super::reload::{self, TenantState};
 use crate::cli::{BridgeArgs, PolicyArgs};
 use crate::error::WrapperError;
 use crate::plan::tenants::TenantPlan;
-
-use super::reload::{self, TenantState};
 
 /// `--tls-cert`, `--tls-key` and `--client-ca`, read and checked: TLS for the `--listen`
 /// listeners (TCP ones only), client certificates only where tenants can be named by them.

@@ -1,8 +1,6 @@
 //! The caller's view of a path: read from its memory, resolved in its own root and
 //! working directory, through the magic links of /proc as the kernel follows them.
 
-use crate::sys::notified::{self};
-use crate::sys::seccomp::{self, Notification};
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -13,6 +11,8 @@ use super::kernel_order::name_too_long_for_its_directory;
 use super::lookup::{open_in_sandbox, resolve_in_sandbox, RESOLVE_BENEATH, RESOLVE_IN_ROOT};
 use super::rules::refused_for_its_name;
 use super::{fd_link, is_futimesat, Verdict};
+use crate::sys::notified::{self};
+use crate::sys::seccomp::{self, Notification};
 
 /// What a path argument turns out to be, once read from the caller.
 pub(super) enum Target {

@@ -1,7 +1,6 @@
 //! Each operation's rule: what a create, remove, rename, open or change of a path the
 //! caller names would meet, and whether the mounts refuse it for being read-only.
 
-use crate::sys::seccomp::{self, Notification};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -19,6 +18,7 @@ use super::lookup::{
     RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS,
 };
 use super::{fd_link, Verdict};
+use crate::sys::seccomp::{self, Notification};
 
 /// `named` (a final "/" aside) as a mount point of its own: a rename onto it is EBUSY.
 pub(super) fn mount_point_verdict(root: &OwnedFd, named: &Path) -> Option<Verdict> {

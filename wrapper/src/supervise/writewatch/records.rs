@@ -1,16 +1,16 @@
 //! What the watch writes to the event log: each refused write, each direct attempt, each
 //! host socket used or refused, bounded and announced once.
 
-use crate::supervise::netwatch::{self, Attempt};
-use crate::supervise::writejudge::Verdict;
-use crate::sys::notified;
-use crate::sys::seccomp::{self, Notification};
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use super::{Seen, Watch, WatchContext, MAX_NOTICES, MAX_PATH_IN_RECORD, MAX_RECORDS};
+use crate::supervise::netwatch::{self, Attempt};
+use crate::supervise::writejudge::Verdict;
+use crate::sys::notified;
+use crate::sys::seccomp::{self, Notification};
 
 /// Records a refused host Unix socket, with the caller's executable read while it still
 /// waits (and nothing if it died meanwhile: the pid may be another's); pid 1's are the

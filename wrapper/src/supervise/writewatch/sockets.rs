@@ -1,17 +1,18 @@
 //! Connects and sends the filter hands over: each address read once from CMD's memory,
 //! judged, and the call made for CMD (or refused), on the workers of `connector`/`sender`.
 
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use bridge::EventLog;
+
+use super::records::{executable_of, log_direct_attempts, record_refused_unix, record_vsock};
+use super::{let_pid1_run, ProbeUnix, Watch, MAX_PATH_IN_RECORD};
 use crate::supervise::connector::{AfterConnect, Job, Op};
 use crate::supervise::netwatch::{self};
 use crate::supervise::sender;
 use crate::supervise::unixsockets::{self, Decision, Whose};
 use crate::sys::seccomp::{self, Notification};
-use bridge::EventLog;
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::Arc;
-
-use super::records::{executable_of, log_direct_attempts, record_refused_unix, record_vsock};
-use super::{let_pid1_run, ProbeUnix, Watch, MAX_PATH_IN_RECORD};
 
 /// Longest socket address a connect takes (sizeof(struct sockaddr_storage)).
 pub(super) const SOCKADDR_MAX: usize = 128;

@@ -1,0 +1,332 @@
+//! The validated run configuration: everything the sandbox needs, checked and resolved
+//! before any namespace exists, so a bad path or rule fails with one line and exit 125.
+
+mod files;
+mod roots;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use bridge::Policy;
+
+use crate::cli::{RunArgs, TmpMode};
+use crate::error::WrapperError;
+pub use files::sessions_dir;
+use files::{
+    default_log_path, extra_env, policy_inputs, refuse_bridge_files_cmd_could_read,
+    refuse_hidden_upstream_ca, refuse_log_inside_roots,
+};
+use roots::{
+    code_inside, existing, outermost, refuse_symlinks_in_roots, split_homes, writable_roots,
+    NamedPaths,
+};
+pub use roots::{home_dir, HomeSplit};
+
+/// A run, ready to set up.
+#[derive(Debug)]
+pub struct SandboxConfig {
+    pub cmd: Vec<OsString>,
+    /// `--fetch CMD1`: run first, with the network; then CMD with none.
+    pub fetch: Option<String>,
+    /// The current directory, where CMD starts.
+    pub cwd: PathBuf,
+    pub workspace: PathBuf,
+    /// Writable roots, workspace first, canonical, none nested in another.
+    pub write_roots: Vec<PathBuf>,
+    /// Every root asked for, nested ones included: protected names are looked for at the
+    /// top of each (a workspace inside a writable /tmp keeps its .git protected).
+    pub requested_roots: Vec<PathBuf>,
+    pub tmp: TmpMode,
+    pub read_only: Vec<PathBuf>,
+    pub hide: Vec<PathBuf>,
+    /// netbox's cache home (tools/cover.rs): covered in the sandbox but for the writable
+    /// roots inside it (this run's caches).
+    pub cache_covers: Vec<PathBuf>,
+    pub protect: Vec<PathBuf>,
+    /// Allowlists (includes too) and `--env-file` files that lie inside a writable root,
+    /// canonical: pinned read-only, so CMD cannot rewrite the next run's policy.
+    pub policy_inputs: Vec<PathBuf>,
+    /// Homes made writable on request (homesplit.rs): each, how many of its entries are
+    /// writable roots, and the places holding code inside those, pinned.
+    pub home_split: Vec<HomeSplit>,
+    /// The caller's homes (homesplit.rs): `$HOME` and the account's.
+    pub homes: Vec<PathBuf>,
+    /// Places the environment names for code inside a writable root: pinned.
+    pub code_pins: Vec<PathBuf>,
+    pub allow_git_writes: bool,
+    pub allow_nested_userns: bool,
+    /// CMD may use io_uring.
+    pub allow_io_uring: bool,
+    /// Host Unix sockets CMD may connect to (`--allow-socket`, `sockets = [...]`).
+    pub allowed_sockets: Vec<crate::plan::sockets::AllowedSocket>,
+    /// Capture: where connections made without the proxy are listened for.
+    pub capture: Option<crate::plan::capture::CapturePlan>,
+    /// Connections CMD may have open through the bridge at once.
+    pub max_connections: usize,
+    /// The HTTP status of a refused request.
+    pub refusal_status: http::StatusCode,
+    /// What each `--allow-tool` contributed, for the start-up line.
+    pub tool_summary: Vec<String>,
+    /// The records of the registry documents `--allow-tool` read from the host, for the
+    /// event log once it is open.
+    pub tool_fetches: Vec<crate::plan::tools::fetch::FetchRecord>,
+    /// Whether CMD gets a terminal of its own (terminal.rs).
+    pub tty: crate::terminal::Choice,
+    pub policy: Policy,
+    /// `--bridge URL`: the netbox bridge every connection goes to, which judges it.
+    pub upstream: Option<std::sync::Arc<bridge::egress::upstream_proxy::UpstreamProxy>>,
+    /// What inspecting needs before the clone, when the policy inspects (inspection.rs).
+    pub inspection: Option<crate::plan::inspection::Inspection>,
+    pub session_id: String,
+    pub env_base: crate::plan::env::EnvBase,
+    /// From `--env` and `--env-file`, applied last.
+    pub env_extra: Vec<(OsString, OsString)>,
+    pub timeout: Option<std::time::Duration>,
+    pub limits: crate::limits::Limits,
+    pub log_path: PathBuf,
+    pub quiet: bool,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl SandboxConfig {
+    /// The run's configuration, in the order its parts depend on each other: what can
+    /// run at all, the writable roots (home split off), the paths named read-only, hidden
+    /// or protected, the policy and the tools' caches, the environment, the event log.
+    /// Each step refuses a mistake with one line.
+    // Whole: the flags taken in the order each depends on the last (roots, then the policy
+    // and tools read from them, then what is checked against both), ending in one literal.
+    pub fn from_args(args: RunArgs) -> Result<SandboxConfig, WrapperError> {
+        refuse_what_cannot_run(&args)?;
+        let cwd = std::env::current_dir().map_err(|source| WrapperError::Path {
+            path: PathBuf::from("."),
+            what: "current directory",
+            source,
+        })?;
+        let workspace = existing(args.workspace.as_deref().unwrap_or(&cwd), "workspace")?;
+        if !workspace.is_dir() {
+            return Err(WrapperError::Usage(format!(
+                "workspace {} is not a directory",
+                workspace.display()
+            )));
+        }
+        let (requested_roots, write_roots) = writable_roots(&args, &workspace)?;
+        // A writable home lets CMD plant code that runs later, outside the sandbox: only
+        // on request, and then split into what may be written (homesplit.rs).
+        let homes = crate::plan::homesplit::homes();
+        let (mut write_roots, home_split) =
+            split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
+        let code_pins = code_inside(&write_roots, &homes);
+        let named = NamedPaths::check(&args, &write_roots)?;
+
+        // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
+        let mut policy_args = args.policy.clone();
+        policy_args
+            .allowlist
+            .extend(args.fetch_allowlist.iter().cloned());
+        let fetches = crate::plan::tools::fetch::Fetches::new();
+        let (mut policy, mut tool_summary, tools) = crate::plan::policy::load_policy_with_tools(
+            &policy_args,
+            &cwd,
+            &write_roots,
+            &named.hide,
+            &fetches,
+        )?;
+        // Each tool's cache: a directory of netbox's, writable in the sandbox (never the
+        // tool's own cache, which runs outside the sandbox trust), or the private /tmp.
+        // Nothing --hide covers is copied into one.
+        let caches = crate::plan::tools::caches(
+            &tools,
+            args.cache,
+            &crate::plan::tools::CacheFor {
+                workspace: &workspace,
+                write_roots: &write_roots,
+                hidden: &named.hide,
+                clean_env: args.clean_env,
+            },
+        )?;
+        tool_summary.extend(caches.iter().flat_map(|c| c.notes.iter().cloned()));
+        if args.learn {
+            policy.set_learning();
+        }
+        let upstream = bridge_upstream(&args, &mut policy)?;
+        let inspection = crate::plan::inspection::prepare(&policy, &policy_args)?;
+        refuse_hidden_upstream_ca(inspection.as_ref(), &named.hide)?;
+        let session_id = crate::plan::policy::new_session_id();
+        for file in policy.named_files() {
+            refuse_symlinks_in_roots(file, &write_roots, "allowlist")?;
+        }
+        let env_extra = extra_env(&args.env_file, &args.env, &caches, &write_roots)?;
+        // netbox's cache home, every workspace's caches in it: covered in the sandbox but
+        // for this run's own caches (tools/cover.rs).
+        let cache_covers = crate::plan::tools::cache_homes_to_cover(&write_roots);
+        write_roots.extend(caches.iter().filter_map(|c| c.dir.clone()));
+        refuse_bridge_files_cmd_could_read(&args, &write_roots)?;
+
+        let allowed_sockets =
+            crate::plan::sockets::allowed(&args.allow_socket, &policy, &cwd, &write_roots)?;
+
+        let log_path = match args.log {
+            Some(path) => path,
+            None => default_log_path(&session_id)?,
+        };
+        refuse_log_inside_roots(&log_path, &write_roots)?;
+        let mut policy_inputs = policy_inputs(&policy, &args.env_file, &write_roots);
+        if let Some(inspection) = &inspection {
+            // A CA file CMD could rewrite would decide what the next run trusts.
+            policy_inputs.extend(
+                inspection
+                    .files
+                    .iter()
+                    .filter(|f| write_roots.iter().any(|r| f.starts_with(r)))
+                    .cloned(),
+            );
+            policy_inputs.sort();
+            policy_inputs.dedup();
+        }
+        Ok(SandboxConfig {
+            cmd: args.cmd,
+            fetch: args.fetch,
+            cwd,
+            workspace,
+            write_roots,
+            requested_roots,
+            tmp: args.tmp,
+            read_only: named.read_only,
+            hide: named.hide,
+            cache_covers,
+            protect: named.protect,
+            policy_inputs,
+            home_split,
+            homes,
+            code_pins,
+            allow_git_writes: args.allow_git_writes,
+            allow_nested_userns: args.allow_nested_userns,
+            allow_io_uring: args.allow_io_uring,
+            allowed_sockets,
+            capture: (!args.no_capture).then(|| crate::plan::capture::plan(&policy)),
+            max_connections: args.max_connections,
+            refusal_status: http::StatusCode::from_u16(args.refusal_status).map_err(|_| {
+                WrapperError::Usage(format!(
+                    "--refusal-status {} is not an HTTP status",
+                    args.refusal_status
+                ))
+            })?,
+            tool_summary,
+            tool_fetches: fetches.take_records(),
+            tty: match (args.tty, args.no_tty) {
+                (true, _) => crate::terminal::Choice::Always,
+                (_, true) => crate::terminal::Choice::Never,
+                _ => crate::terminal::Choice::Auto,
+            },
+            policy,
+            upstream,
+            inspection,
+            session_id,
+            env_base: if args.clean_env {
+                crate::plan::env::EnvBase::Clean
+            } else {
+                crate::plan::env::EnvBase::Inherit
+            },
+            env_extra,
+            timeout: args.timeout,
+            limits: crate::limits::Limits {
+                memory: args.memory,
+                file_size: args.fsize,
+                pids: args.pids,
+                cpu_millis: args.cpus,
+            },
+            log_path,
+            quiet: args.quiet,
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+        })
+    }
+}
+
+/// `--bridge URL`: the remote bridge every name is relayed to, whose answer decides (its
+/// refusal is this run's refusal; the probe proves it refuses the canary).
+fn bridge_upstream(
+    args: &RunArgs,
+    policy: &mut Policy,
+) -> Result<Option<std::sync::Arc<bridge::egress::upstream_proxy::UpstreamProxy>>, WrapperError> {
+    let Some(url) = &args.bridge else {
+        return Ok(None);
+    };
+    policy.set_relaying();
+    let proxy = crate::plan::upstream::upstream_proxy(
+        "--bridge",
+        url,
+        &crate::plan::upstream::ProxyFiles {
+            credentials: args.bridge_token_file.as_deref(),
+            ca: args.bridge_ca.as_deref(),
+            cert: args.bridge_cert.as_deref(),
+            key: args.bridge_key.as_deref(),
+        },
+        None,
+        true,
+    )?;
+    Ok(Some(std::sync::Arc::new(proxy)))
+}
+
+/// Mistakes that leave nothing to run, or nothing safe to run.
+fn refuse_what_cannot_run(args: &RunArgs) -> Result<(), WrapperError> {
+    if args.cmd.is_empty() {
+        return Err(WrapperError::Usage(
+            "nothing to run: use netbox [OPTIONS] -- CMD [ARGS...]".into(),
+        ));
+    }
+    if args.bridge.is_some() {
+        // The remote bridge judges by the tenant's policy: rules here would only seem to.
+        let p = &args.policy;
+        let local = [
+            (!p.allow.is_empty(), "--allow"),
+            (
+                !p.allowlist.is_empty() || !args.fetch_allowlist.is_empty(),
+                "--allowlist",
+            ),
+            (!p.allow_private.is_empty(), "--allow-private"),
+            (args.learn, "netbox learn"),
+        ];
+        if let Some((_, flag)) = local.iter().find(|(given, _)| *given) {
+            return Err(WrapperError::Usage(format!(
+                "{flag} does not go with --bridge: the bridge at the other end judges every \
+                 connection by its tenant's allowlist; change that allowlist instead"
+            )));
+        }
+    }
+    // As host root, CMD's processes own every cgroup file of the host; from a nested user +
+    // cgroup namespace it could mount the hierarchies and kill, freeze or limit host
+    // processes in netbox's cgroups. Only without nested namespaces is that shut.
+    if args.allow_nested_userns && crate::plan::cgroup::is_host_root() {
+        return Err(WrapperError::Usage(
+            "--allow-nested-userns is refused when netbox runs as root: CMD would own the \
+             host's cgroup files from inside; run netbox as an ordinary user"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_roots_collapse_into_the_outer_one() {
+        let roots = outermost(vec![
+            PathBuf::from("/tmp/ws"),
+            PathBuf::from("/tmp"),
+            PathBuf::from("/srv/data"),
+            PathBuf::from("/srv/database"),
+        ]);
+        assert_eq!(
+            roots,
+            vec![
+                PathBuf::from("/tmp"),
+                PathBuf::from("/srv/data"),
+                PathBuf::from("/srv/database")
+            ]
+        );
+    }
+}

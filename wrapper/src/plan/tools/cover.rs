@@ -21,7 +21,10 @@ pub fn cache_homes_to_cover(write_roots: &[PathBuf]) -> Vec<PathBuf> {
         .filter(|h| h.is_absolute())
         .map(|h| h.join(".cache"));
     let mut covers: Vec<PathBuf> = Vec::new();
-    for base in [super::cache_home(), home_cache].into_iter().flatten() {
+    for base in [super::caches::cache_home(), home_cache]
+        .into_iter()
+        .flatten()
+    {
         let Ok(real) = std::fs::canonicalize(base.join("netbox")) else {
             continue;
         };

@@ -75,6 +75,7 @@ pub fn share_of(bridge_connections: usize, tenants: usize) -> usize {
 /// tenant may have more. A tenant that names no budget gets `share`, or the share of this
 /// file's tenants when `None` (at start; a reload keeps the share it started with, so that
 /// a tenant added does not change the others' budgets).
+// Whole: the file read, then each tenant's table checked field by field in the file's order.
 pub fn load(
     path: &Path,
     bridge_connections: usize,

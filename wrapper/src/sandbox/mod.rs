@@ -62,6 +62,8 @@ pub struct ChildPlan {
 pub const DNS_STUB: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 53);
 
 /// pid 1 of the sandbox: set up, prove, then run CMD. Returns the exit status.
+// Whole: pid 1's life in order (set up, prove, wait for netbox's word, run CMD, reap),
+// each step using what the one before left, with no thread to hand work to.
 pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     let (network, foreign) = match set_up(plan, channel) {
         Ok(done) => done,
@@ -354,6 +356,7 @@ fn failed<E: std::fmt::Display>(step: &str) -> impl FnOnce(E) -> StepError + '_ 
 /// The setup steps, in order. Each must succeed; there is no weaker fallback. Returns
 /// what the network set-up leaves, and the probe's socket outside the sandbox's network
 /// namespace.
+// Whole: the steps in the order the kernel allows them (above), each refusing on failure.
 fn set_up(
     plan: &ChildPlan,
     channel: &Channel,

@@ -14,6 +14,8 @@ use super::{fetch, query, Context, ToolRules};
 /// too, take at most [`fetch::ALL_FETCHES_DEADLINE`] together).
 const MAX_FETCHES: usize = 4;
 
+// Whole: cargo's configuration read in cargo's own order (files, environment, sources,
+// each sparse index's config.json), each step refining what the last found.
 pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let (cwd, policy) = (ctx.cwd, ctx.policy);
     let mut out = ToolRules::default();

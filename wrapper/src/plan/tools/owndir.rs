@@ -34,6 +34,8 @@ const MAX_LINKS: usize = 8;
 /// text, walked by the same rule: anywhere else an earlier run given its parent to write
 /// could have planted it, to send the cache, and what netbox writes there, wherever it
 /// liked. Returns the directory's real path and an `O_PATH` fd of it.
+// Whole: one walk down from the home, a case per component, refusing at the first
+// component netbox cannot own.
 pub fn open_cache_home(
     path: &Path,
     home: Option<&Path>,

@@ -36,6 +36,8 @@ pub(super) fn in_root(path: &Path) -> PathBuf {
 /// inside its new user, mount and pid namespaces, with capabilities still held.
 /// `session_ca` waits for the session CA's certificate (PEM) from netbox, when the plan
 /// lays a trust bundle.
+// Whole: the mounts in the order they must happen (sources before the staging tmpfs hides
+// them, the tree, /proc, /dev, the pivot), on shared state.
 pub fn apply(
     plan: &MountPlan,
     session_ca: impl FnOnce() -> std::result::Result<String, String>,

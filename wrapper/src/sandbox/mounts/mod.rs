@@ -138,6 +138,7 @@ pub struct Layout<'a> {
 /// which are attached onto the cover's mountpoints: so they stay writable, and nothing
 /// else of it shows. `is_dir` says which paths are directories (the one filesystem fact
 /// the plan needs).
+// Whole: one pass over roots, covers and pins in the order their mounts must stack.
 pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
     let Layout {
         write_roots,

@@ -17,6 +17,8 @@ use super::{CaptureProbe, ProbeInput, PROBE_IO_TIMEOUT};
 /// answers the canary's name with NXDOMAIN. Nothing else could have answered: the
 /// namespace has only loopback, and the host's loopback stays unreachable (the network
 /// row).
+// Whole: one row's attempts in order (IPv4, IPv6, the DNS stub, a closed port), each
+// outcome pushed as it is made.
 pub(super) fn capture_check(
     capture: CaptureProbe,
     pending: PendingCapture,

@@ -17,7 +17,12 @@ const MAX_UNREAD_NAMED: usize = 5;
 /// Writes an audit's findings to the event log (and a summary record), and warns on
 /// stderr about each (up to a few) and about an audit that could not finish.
 pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, report: &Report) {
-    use crate::printable::printable;
+    write_records(log, session, audited, report);
+    warn(audited, report);
+}
+
+/// Each finding as a `git_metadata_created` record, then the audit's own `git_audit`.
+fn write_records(log: &bridge::EventLog, session: &str, audited: Option<&str>, report: &Report) {
     for finding in report.findings.iter().take(MAX_RECORDS) {
         let record = GitMetadataCreated {
             path: finding.path.to_string_lossy().into_owned(),
@@ -67,6 +72,11 @@ pub fn report(log: &bridge::EventLog, session: &str, audited: Option<&str>, repo
             audited_session: audited.map(str::to_owned),
         },
     );
+}
+
+/// The findings said on stderr (a few of each kind), and an audit that could not finish.
+fn warn(audited: Option<&str>, report: &Report) {
+    use crate::printable::printable;
     let whose = match audited {
         Some(id) => format!(
             "the run of session {} (which ended without its check)",

@@ -75,6 +75,7 @@ fn write_records(log: &bridge::EventLog, session: &str, audited: Option<&str>, r
 }
 
 /// The findings said on stderr (a few of each kind), and an audit that could not finish.
+// Whole: one warning per kind of finding in turn, each a line or two of its own wording.
 fn warn(audited: Option<&str>, report: &Report) {
     use crate::printable::printable;
     let whose = match audited {

@@ -1,4 +1,4 @@
-//! A terminal of CMD's own (issue 13): when netbox runs in a terminal, CMD gets a new
+//! A terminal of CMD's own: when netbox runs in a terminal, CMD gets a new
 //! pseudo-terminal made inside the sandbox as its controlling terminal, as `ssh -t`,
 //! `docker run -t` and `script` give one. netbox puts its own terminal in raw mode, relays
 //! bytes both ways and window-size changes in, and restores the terminal's modes however

@@ -391,7 +391,7 @@ mod tests {
             net("192.0.2.1", 443, Verdict::Deny, Reason::NotAllowed, 0),
             net("8.8.8.8", 443, Verdict::Deny, Reason::NotAllowed, 0),
             // Other spellings of loopback and metadata, and a name in another case: as
-            // the bridge reads them (issue 20, finding 12).
+            // the bridge reads them.
             net("127.1", 5432, Verdict::Deny, Reason::NotAllowed, 0),
             net("0x7f000001", 6380, Verdict::Deny, Reason::NotAllowed, 0),
             net(

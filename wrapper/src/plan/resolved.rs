@@ -1,4 +1,5 @@
-//! The paths a run mounts on, fixed once at start-up (issue 20, finding 2).
+//! The paths a run mounts on, fixed once at start-up, so a path another process swaps
+//! meanwhile changes nothing.
 //!
 //! netbox looks at paths on the host and the sandbox's pid 1 mounts them a little later. A
 //! process that can rename a directory on the way (a second sandbox whose workspace holds

@@ -92,7 +92,7 @@ pub fn listening(
             (AF_INET, padded(sender.octets()), padded(v4.octets()))
         }
         IpAddr::V6(v6) => {
-            // IPv6 sends from ::1 under capture's routes too (review 33).
+            // IPv6 sends from ::1 under capture's routes too.
             let sender = match sender_ip {
                 Some(IpAddr::V6(ip)) => ip,
                 _ => Ipv6Addr::LOCALHOST,
@@ -232,7 +232,7 @@ mod tests {
         let from = Some(sender.local_addr().unwrap());
         assert!(listening(diag.as_fd(), Transport::Udp, here, to.port(), from).unwrap());
         assert!(!listening(diag.as_fd(), Transport::Udp, here, to.port(), None).unwrap());
-        // A listener bound to lo (SO_BINDTODEVICE) is found too (review 33).
+        // A listener bound to lo (SO_BINDTODEVICE) is found too.
         let bound = nix::sys::socket::socket(
             AddressFamily::Inet,
             SockType::Stream,

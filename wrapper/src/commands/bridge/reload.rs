@@ -105,7 +105,7 @@ impl Reloader {
     /// Every file the policies were read from, as named (includes too), and the tenants
     /// file: what `--watch` looks at. After a refused reload, the directories holding them
     /// too, until a reload takes: a file created there (an include the refused reload could
-    /// not find) changes its directory (review 38).
+    /// not find) changes its directory.
     pub fn files(&self) -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = self
             .sessions()
@@ -370,7 +370,7 @@ pub async fn reload_when_asked(
             }
         };
         // Taken before the reload reads anything: a file changed while it reads is a change
-        // the next look sees (review 38). A broken file is reported once, not every second.
+        // the next look sees. A broken file is reported once, not every second.
         // Their directories too: a refused reload adds them to the list, and one taken only
         // after the reload would miss a file created while it ran (the missing include).
         let before = fingerprint(&with_directories(reloader.files()));

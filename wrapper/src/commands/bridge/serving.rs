@@ -258,7 +258,7 @@ const TENANT_LINES: usize = 10;
 
 /// A socket file left by an earlier bridge would make bind fail; only sockets are removed.
 /// One that a live process still listens on is not stale: taking its path would cut that
-/// process off without a word (a second bridge started on the same path, review 38).
+/// process off without a word (a second bridge started on the same path).
 fn remove_stale_socket(path: &std::path::Path) -> Result<(), WrapperError> {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {

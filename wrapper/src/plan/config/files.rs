@@ -148,7 +148,7 @@ pub(super) fn refuse_bridge_file_inside_roots(
     let given = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
     let real = std::fs::canonicalize(file).unwrap_or_else(|_| given.clone());
     // A second name (a hard link) could lie inside a root, where CMD could write the file
-    // through it or read it past the hiding, which goes by path (review 42).
+    // through it or read it past the hiding, which goes by path.
     if std::fs::metadata(file).is_ok_and(|m| m.nlink() > 1) {
         return Err(WrapperError::Usage(format!(
             "{flag} {} has other names (hard links), which CMD might reach; give it a \

@@ -1,5 +1,5 @@
 //! `--allow-tool NAME`: the hosts a package manager will reach, found in its own
-//! configuration at run time (issue 12). Nothing here names a public registry: where a
+//! configuration at run time. Nothing here names a public registry: where a
 //! tool's built-in default is in no configuration file, it is asked of the tool itself
 //! (its config query, its installed modules, what it cached of an index), and where a
 //! registry serves files from a host nothing names, that is said, pointing to learn mode.

@@ -420,7 +420,7 @@ pub(super) fn judge_confined_open(
         Err(nix::errno::Errno::ENOENT) if has(libc::O_CREAT) => {
             // A dangling symlink as the final name: O_CREAT creates its target, so its
             // body is followed (beneath the same directory, by the same rules) to the
-            // name that would be created (review 26).
+            // name that would be created.
             let mut raw = raw.clone();
             for hop in 0.. {
                 match lookup(&raw, OFlag::O_NOFOLLOW) {

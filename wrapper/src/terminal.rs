@@ -116,22 +116,22 @@ struct Saved {
     size: Option<Winsize>,
 }
 
-/// CMD has a pty of its own (`Session`): it never holds the caller's terminal, so the
+/// CMD has a pty of its own (`RelayedTerminal`): it never holds the caller's terminal, so the
 /// window size there is the caller's, which a resize during the run may have changed.
 static OWN_PTY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// netbox's side of CMD's terminal while it runs: the caller's terminal in raw mode, and
 /// the relay threads.
-pub struct Session {
+pub struct RelayedTerminal {
     master: OwnedFd,
     output: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Session {
+impl RelayedTerminal {
     /// Takes the master end from the sandbox: raw mode on netbox's terminal (if standard
     /// input is one), then the relays: standard input into the pty, the pty out to
     /// standard output.
-    pub fn start(master: OwnedFd, sandbox: nix::unistd::Pid) -> std::io::Result<Session> {
+    pub fn start(master: OwnedFd, sandbox: nix::unistd::Pid) -> std::io::Result<RelayedTerminal> {
         OWN_PTY.store(true, std::sync::atomic::Ordering::SeqCst);
         enter_raw_mode();
         let input = master.try_clone()?;
@@ -142,7 +142,7 @@ impl Session {
         let output = std::thread::Builder::new()
             .name("netbox-tty-out".into())
             .spawn(move || relay_output(output, sandbox))?;
-        Ok(Session {
+        Ok(RelayedTerminal {
             master,
             output: Some(output),
         })
@@ -168,7 +168,7 @@ impl Session {
     }
 }
 
-impl Drop for Session {
+impl Drop for RelayedTerminal {
     fn drop(&mut self) {
         restore();
     }

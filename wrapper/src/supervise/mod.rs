@@ -15,7 +15,7 @@ pub mod gitwatch;
 pub mod netwatch;
 mod sandbox_guard;
 mod sender;
-pub mod session;
+pub mod session_records;
 mod stage;
 pub mod stdin_relay;
 pub mod unixsockets;
@@ -101,7 +101,7 @@ pub struct Supervised<'a> {
     /// runs there, to another) until the probe has reported or the run has ended.
     pub cpus: Option<(nix::sched::CpuSet, usize)>,
     /// How the run ended, for the session_end record.
-    pub tally: &'a mut crate::supervise::session::Tally,
+    pub tally: &'a mut crate::supervise::session_records::Tally,
     /// With `--cpus`: the sandbox's cpu cgroup's `tasks`, for the write watcher's thread.
     pub cpu_cgroup_tasks: Option<std::path::PathBuf>,
     /// Where capture listens, when the run captures.

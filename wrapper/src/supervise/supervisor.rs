@@ -36,7 +36,7 @@ pub(super) struct Supervisor<'a> {
     /// Told the watcher the bridge is closed, at `--fetch`'s cut.
     pub(super) cut: Arc<std::sync::atomic::AtomicBool>,
     /// CMD's terminal, once pid 1 has handed it over (terminal.rs).
-    pub(super) terminal: Option<crate::terminal::Session>,
+    pub(super) terminal: Option<crate::terminal::RelayedTerminal>,
     /// The signal that cancelled an unproven start.
     pub(super) cancelled: Option<Signal>,
     pub(super) timed_out: bool,
@@ -67,7 +67,7 @@ pub(super) struct Pid1 {
 pub(super) struct Lent<'a> {
     pub(super) placeholders: &'a mut Option<Placeholders>,
     pub(super) probe_report: &'a mut Option<ProbeReport>,
-    pub(super) tally: &'a mut crate::supervise::session::Tally,
+    pub(super) tally: &'a mut crate::supervise::session_records::Tally,
     pub(super) grown: &'a mut Vec<crate::plan::protect::Watched>,
 }
 
@@ -151,7 +151,7 @@ impl<'a> Supervisor<'a> {
         match fds
             .into_iter()
             .next()
-            .map(|fd| crate::terminal::Session::start(fd, pid1))
+            .map(|fd| crate::terminal::RelayedTerminal::start(fd, pid1))
         {
             Some(Ok(session)) => self.terminal = Some(session),
             _ => self.fail(WrapperError::Handshake(

@@ -127,7 +127,7 @@ pub fn run_reporting(
         .filter(|p| !p.writable)
         .map(|p| p.path.clone())
         .collect();
-    crate::supervise::session::record_start(&log, &config, &pinned);
+    crate::supervise::session_records::record_start(&log, &config, &pinned);
     // What --allow-tool read from the host before the log could be opened.
     crate::plan::tools::fetch::log_records(
         &log,
@@ -164,7 +164,7 @@ pub fn run_reporting(
     // From here on every outcome, failures included, closes the log with session_end.
     let session_id = config.session_id.clone();
     let log_path = config.log_path.clone();
-    let mut tally = crate::supervise::session::Tally::default();
+    let mut tally = crate::supervise::session_records::Tally::default();
     let result = run_logged(
         config,
         Paths {
@@ -178,7 +178,13 @@ pub fn run_reporting(
         probe_report,
         &mut tally,
     );
-    crate::supervise::session::record_end(&log, &session_id, &result, tally, started.elapsed());
+    crate::supervise::session_records::record_end(
+        &log,
+        &session_id,
+        &result,
+        tally,
+        started.elapsed(),
+    );
     // Whatever was not written (the git metadata check's findings, session_end) makes the
     // run netbox's failure: nothing is left unrecorded in silence.
     match (result, log.failure()) {
@@ -258,7 +264,7 @@ fn run_logged(
     log: &Arc<EventLog>,
     mut audit: crate::supervise::gitaudit::Scope,
     probe_report: &mut Option<crate::sandbox::probe::ProbeReport>,
-    tally: &mut crate::supervise::session::Tally,
+    tally: &mut crate::supervise::session_records::Tally,
 ) -> Result<u8, WrapperError> {
     let Paths {
         protected,

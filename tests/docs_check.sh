@@ -32,7 +32,7 @@ for f in files:
         elif anchor and full.endswith(".md") and anchor not in anchors(full):
             bad.append(f"{f}: a link to {target}, whose heading does not exist")
     # A file of the repository named in code type (`bridge/src/egress/fetch.rs`) exists.
-    for named in re.findall(r"`((?:bridge|wrapper|tests|benches|deploy|fuzz|examples)/[\w./-]+)`", text):
+    for named in re.findall(r"`((?:bridge|netbox|tests|benches|deploy|fuzz|examples)/[\w./-]+)`", text):
         if not os.path.exists(named.rstrip("/")) and "*" not in named and not re.search(r"[A-Z]{3,}", named):
             bad.append(f"{f}: names {named}, which does not exist")
 if bad:

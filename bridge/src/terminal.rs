@@ -1,5 +1,5 @@
 //! Lines netbox writes to its standard error while its terminal is in raw mode (CMD has a
-//! terminal of its own: the wrapper's terminal.rs). Raw mode turns off the terminal's
+//! terminal of its own: netbox's terminal.rs). Raw mode turns off the terminal's
 //! own newline handling, so each line then ends in CR LF, or the next would start where
 //! this one ended.
 

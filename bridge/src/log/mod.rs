@@ -378,7 +378,7 @@ impl EventLog {
             .store(stderr == Stderr::Summary, Ordering::Relaxed);
     }
 
-    /// Writes a record of another type (the wrapper's probe, phase, write and session
+    /// Writes a record of another type (netbox's probe, phase, write and session
     /// records) with the fields every record starts with: `type`, `schema_version`, `ts`
     /// and `session`, then `body`'s own fields.
     pub fn record_as(&self, kind: &str, session: &str, body: &impl Serialize) {

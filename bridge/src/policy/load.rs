@@ -54,12 +54,12 @@ struct AllowlistFile {
     /// Allow rules whose names may reach the non-public address their DNS returns.
     #[serde(default)]
     allow_private: Vec<Spanned<String>>,
-    /// Package managers whose configured registries are allowed (the wrapper asks each
+    /// Package managers whose configured registries are allowed (netbox asks each
     /// tool: `--allow-tool`).
     #[serde(default)]
     tools: Vec<Spanned<String>>,
-    /// Host Unix sockets a sandboxed command may connect to (the wrapper's
-    /// `--allow-socket`); `$VAR` and `~/` are expanded by the wrapper.
+    /// Host Unix sockets a sandboxed command may connect to (netbox's
+    /// `--allow-socket`); `$VAR` and `~/` are expanded by netbox.
     #[serde(default)]
     sockets: Vec<Spanned<String>>,
     #[serde(default)]

@@ -63,11 +63,11 @@ pub struct Policy {
     files: Vec<PathBuf>,
     /// The same files as they were named (see [`Policy::named_files`]).
     named_files: Vec<PathBuf>,
-    /// `tools = [...]` in the files, with where each was named: the wrapper asks each
+    /// `tools = [...]` in the files, with where each was named: netbox asks each
     /// tool for its registries and adds them as rules.
     tools: Vec<(String, RuleRef)>,
-    /// `sockets = [...]` in the files, with where each was named: host Unix sockets the
-    /// wrapper lets a sandboxed command connect to. A bridge alone carries no Unix socket.
+    /// `sockets = [...]` in the files, with where each was named: host Unix sockets
+    /// netbox lets a sandboxed command connect to. A bridge alone carries no Unix socket.
     sockets: Vec<(String, RuleRef)>,
     /// Learn mode: a name no rule mentions is allowed too (deny rules still win, and
     /// addresses are still checked: only public ones, or ones an IP rule opens).

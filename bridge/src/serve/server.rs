@@ -1,7 +1,7 @@
 //! Accepts client connections on listeners that are already bound, each tied to one
 //! session and its policy, and hands each connection to the right front end.
 //!
-//! The listeners come from the caller: the wrapper creates its listener inside the
+//! The listeners come from the caller: netbox creates its listener inside the
 //! sandbox's network namespace and passes the fd out, and a standalone bridge binds its
 //! own. Every connection runs in its own task, and holds a place among its session's and
 //! the bridge's connections: one past either limit is accepted all the same, so that it

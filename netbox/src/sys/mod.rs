@@ -1,5 +1,5 @@
 //! Thin safe wrappers over the kernel interfaces nix does not cover. Every `unsafe` block in
-//! the wrapper lives here, one file per interface, each with the invariant that makes it
+//! netbox lives here, one file per interface, each with the invariant that makes it
 //! sound.
 
 pub mod fd;

@@ -1,4 +1,4 @@
-//! The wrapper's one error type, and the only place exit codes are chosen.
+//! netbox's one error type, and the only place exit codes are chosen.
 
 use std::path::PathBuf;
 

@@ -195,7 +195,7 @@ fn defines(text: &str, name: &str) -> bool {
 #[test]
 fn architecture_md_names_code_that_exists() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let modules = modules(&[repo.join("wrapper/src"), repo.join("bridge/src")]);
+    let modules = modules(&[repo.join("netbox/src"), repo.join("bridge/src")]);
     let text = std::fs::read_to_string(repo.join("ARCHITECTURE.md")).unwrap();
     let cited: Vec<&str> = text
         .split('`')

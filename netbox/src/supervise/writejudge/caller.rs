@@ -7,9 +7,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::args::{int_arg, Op, PathArg, PATH_MAX};
-use super::kernel_order::name_too_long_for_its_directory;
+use super::kernel_order::{name_too_long_for_its_directory, refused_for_its_name};
 use super::lookup::{open_in_sandbox, resolve_in_sandbox, RESOLVE_BENEATH, RESOLVE_IN_ROOT};
-use super::rules::refused_for_its_name;
 use super::{fd_link, is_futimesat, Verdict};
 use crate::sys::notified::{self};
 use crate::sys::seccomp::{self, Notification};
@@ -431,11 +430,4 @@ pub(super) fn lexically_normal(path: &Path) -> PathBuf {
         }
     }
     out
-}
-
-/// `path` without the "/"s that end it (but `/` itself).
-pub(super) fn without_final_slashes(path: &Path) -> PathBuf {
-    let bytes = path.as_os_str().as_bytes();
-    let end = bytes.iter().rposition(|b| *b != b'/').map_or(1, |i| i + 1);
-    PathBuf::from(OsStr::from_bytes(&bytes[..end.min(bytes.len())]))
 }

@@ -5,6 +5,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use super::args::Op;
 use super::lookup::open_dir_in_sandbox;
 
 /// Longest name in a path (NAME_MAX).
@@ -142,4 +143,33 @@ pub(super) fn kernel_at_least(major: u32, minor: u32) -> bool {
         (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0))
     });
     running >= (major, minor)
+}
+
+/// Whether the kernel refuses `op` on the name `raw` for its shape, before any read-only
+/// check; `Path` would hide both cases (it drops a trailing "/" and a final "."):
+/// - a final "." or ".." (or "/" alone): creating it is EEXIST, removing it EISDIR,
+///   EINVAL, ENOTEMPTY or EBUSY, renaming to or from it EBUSY, opening it with O_CREAT
+///   EISDIR;
+/// - a trailing "/": creating anything but a directory is ENOENT (or EEXIST), and
+///   opening with O_CREAT is EISDIR. (unlink, rmdir and rename check the mount first.)
+/// - a directory on the way named longer than NAME_MAX: ENAMETOOLONG where the walk meets
+///   it (a final name that long: `final_name_too_long`).
+pub(super) fn refused_for_its_name(op: Op, raw: &[u8]) -> bool {
+    let end = raw.iter().rposition(|b| *b != b'/').map_or(0, |i| i + 1);
+    let trimmed = &raw[..end];
+    let trailing_slash = trimmed.len() < raw.len();
+    let last = trimmed.rsplit(|b| *b == b'/').next().unwrap_or_default();
+    let dots = matches!(last, b"" | b"." | b"..");
+    let too_long = |name: &[u8]| name.len() > NAME_MAX;
+    let directories = &trimmed[..trimmed.len() - last.len()];
+    if directories.split(|b| *b == b'/').any(too_long) {
+        return true;
+    }
+    let creates = |flags: u64| flags & u64::from(libc::O_CREAT.unsigned_abs()) != 0;
+    match op {
+        Op::Create { dir } => dots || (trailing_slash && !dir),
+        Op::Remove { .. } | Op::RenameTo => dots,
+        Op::Open { flags } => creates(flags) && (dots || trailing_slash),
+        Op::Change { .. } | Op::Truncate | Op::LinkSource { .. } => false,
+    }
 }

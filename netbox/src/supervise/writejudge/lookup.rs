@@ -6,8 +6,6 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::caller::without_final_slashes;
-
 /// openat2's resolve flags (linux/openat2.h).
 pub(super) const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 
@@ -205,4 +203,11 @@ pub(super) fn fd_read_only(fd: &OwnedFd) -> Option<bool> {
     nix::sys::statvfs::fstatvfs(fd)
         .ok()
         .map(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+}
+
+/// `path` without the "/"s that end it (but `/` itself).
+pub(super) fn without_final_slashes(path: &Path) -> PathBuf {
+    let bytes = path.as_os_str().as_bytes();
+    let end = bytes.iter().rposition(|b| *b != b'/').map_or(1, |i| i + 1);
+    PathBuf::from(OsStr::from_bytes(&bytes[..end.min(bytes.len())]))
 }

@@ -198,7 +198,7 @@ fn fd_link(pid: u32, fd: i32) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use super::rules::refused_for_its_name;
+    use super::kernel_order::refused_for_its_name;
     use super::*;
 
     #[test]

@@ -7,11 +7,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::args::{int_arg, Op, PATH_MAX};
-use super::caller::{without_final_slashes, NamedPath};
+use super::caller::NamedPath;
 use super::kernel_order::{
     creat_directory_is_einval, name_too_long_for_its_directory, refused_for_permission,
-    truncate_checks_permission_first, NAME_MAX,
+    truncate_checks_permission_first,
 };
+use super::lookup::without_final_slashes;
 use super::lookup::{
     create_verdict, dangling_target, fd_path, fd_read_only, is_busy_mount_point, is_kind,
     is_procfs, is_symlink, landing, lookup, open_dir_in_sandbox, open_in_sandbox, MAX_SYMLINK_HOPS,
@@ -71,35 +72,6 @@ pub(super) fn rename_kinds_agree(
         Some((_, target_id)) if target_id == source_id => false,
         Some((target_is_dir, _)) if to.trailing_slash() && !target_is_dir => false,
         Some((target_is_dir, _)) => exchange || target_is_dir == source_is_dir,
-    }
-}
-
-/// Whether the kernel refuses `op` on the name `raw` for its shape, before any read-only
-/// check; `Path` would hide both cases (it drops a trailing "/" and a final "."):
-/// - a final "." or ".." (or "/" alone): creating it is EEXIST, removing it EISDIR,
-///   EINVAL, ENOTEMPTY or EBUSY, renaming to or from it EBUSY, opening it with O_CREAT
-///   EISDIR;
-/// - a trailing "/": creating anything but a directory is ENOENT (or EEXIST), and
-///   opening with O_CREAT is EISDIR. (unlink, rmdir and rename check the mount first.)
-/// - a directory on the way named longer than NAME_MAX: ENAMETOOLONG where the walk meets
-///   it (a final name that long: `final_name_too_long`).
-pub(super) fn refused_for_its_name(op: Op, raw: &[u8]) -> bool {
-    let end = raw.iter().rposition(|b| *b != b'/').map_or(0, |i| i + 1);
-    let trimmed = &raw[..end];
-    let trailing_slash = trimmed.len() < raw.len();
-    let last = trimmed.rsplit(|b| *b == b'/').next().unwrap_or_default();
-    let dots = matches!(last, b"" | b"." | b"..");
-    let too_long = |name: &[u8]| name.len() > NAME_MAX;
-    let directories = &trimmed[..trimmed.len() - last.len()];
-    if directories.split(|b| *b == b'/').any(too_long) {
-        return true;
-    }
-    let creates = |flags: u64| flags & u64::from(libc::O_CREAT.unsigned_abs()) != 0;
-    match op {
-        Op::Create { dir } => dots || (trailing_slash && !dir),
-        Op::Remove { .. } | Op::RenameTo => dots,
-        Op::Open { flags } => creates(flags) && (dots || trailing_slash),
-        Op::Change { .. } | Op::Truncate | Op::LinkSource { .. } => false,
     }
 }
 

@@ -1,49 +1,18 @@
-//! The layers of this crate, checked: a module may use what lies in its own layer or
-//! below, never above, and no two modules use each other, even through others (lib.rs
-//! gives the reading order). Read from the sources' `crate::` paths, so a new upward
-//! import fails `cargo test` with the file and the path.
+//! Reading a crate's own imports: every source file under `src/`, the top-level module
+//! each belongs to, and the `crate::` paths it uses (comments left out: they name paths
+//! without using them). Shared by both crates' architecture tests (the netbox crate's
+//! includes this file), so the two read their sources the same way.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Layers from the bottom up: the top-level module names each holds.
-const LAYERS: &[&[&str]] = &[
-    &[
-        "target",
-        "ipclass",
-        "local_routes",
-        "small_file",
-        "memory",
-        "terminal",
-        "outbound",
-        "counting",
-        "client_io",
-        "text",
-        "tls",
-    ],
-    &["policy"],
-    &["log"],
-    &["session"],
-    &["egress"],
-    &["conn"],
-    &["carry"],
-    &["front"],
-    &["serve"],
-    &["fuzzing", "lib", "architecture"],
-];
-
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|layer| layer.contains(&module))
-}
-
 /// The top-level module a source file belongs to (`egress/fetch/tests.rs` → `egress`).
-fn module_of(file: &Path, src: &Path) -> String {
+pub(crate) fn module_of(file: &Path, src: &Path) -> String {
     let relative = file.strip_prefix(src).unwrap();
     let first = relative.components().next().unwrap().as_os_str();
     first.to_string_lossy().trim_end_matches(".rs").to_owned()
 }
-
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let path = entry.path();
         if path.is_dir() {
@@ -53,10 +22,9 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
         }
     }
 }
-
 /// The first part of every `crate::NAME` in `text`, and of each path in a
 /// `crate::{A, B::C}` group.
-fn crate_paths(text: &str) -> Vec<String> {
+pub(crate) fn crate_paths(text: &str) -> Vec<String> {
     let mut found = Vec::new();
     for (at, _) in text.match_indices("crate::") {
         let rest = &text[at + "crate::".len()..];
@@ -78,10 +46,9 @@ fn crate_paths(text: &str) -> Vec<String> {
     found.retain(|n| !n.is_empty());
     found
 }
-
 /// Every module's uses of the others, from the sources under `src`, comments left out
 /// (they name paths without using them).
-fn uses(src: &Path) -> BTreeMap<String, BTreeSet<(String, PathBuf)>> {
+pub(crate) fn uses(src: &Path) -> BTreeMap<String, BTreeSet<(String, PathBuf)>> {
     let mut files = Vec::new();
     sources(src, &mut files);
     assert!(files.len() > 40, "the sources were not found");
@@ -106,9 +73,8 @@ fn uses(src: &Path) -> BTreeMap<String, BTreeSet<(String, PathBuf)>> {
     }
     uses
 }
-
 /// A module that reaches itself through the modules it uses, if there is one.
-fn a_circle(uses: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+pub(crate) fn a_circle(uses: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     fn visit(
         at: &str,
         uses: &BTreeMap<String, BTreeSet<String>>,
@@ -136,59 +102,4 @@ fn a_circle(uses: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     let mut done = BTreeSet::new();
     uses.keys()
         .find_map(|module| visit(module, uses, &mut Vec::new(), &mut done))
-}
-
-#[test]
-fn no_module_uses_a_layer_above_its_own() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut upward = Vec::new();
-    for (module, used) in uses(&src) {
-        let own = layer_of(&module)
-            .unwrap_or_else(|| panic!("{module} is in no layer: add it to LAYERS"));
-        for (theirs, file) in used {
-            let Some(layer) = layer_of(&theirs) else {
-                panic!("{}: crate::{theirs} is in no layer", file.display());
-            };
-            if layer > own {
-                upward.push(format!("{} uses crate::{theirs}", file.display()));
-            }
-        }
-    }
-    assert!(
-        upward.is_empty(),
-        "imports that run upward:\n{}",
-        upward.join("\n")
-    );
-}
-
-#[test]
-fn no_two_modules_use_each_other() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let uses: BTreeMap<String, BTreeSet<String>> = uses(&src)
-        .into_iter()
-        .map(|(module, used)| (module, used.into_iter().map(|(m, _)| m).collect()))
-        .collect();
-    assert_eq!(a_circle(&uses), None, "modules that use each other");
-}
-
-#[test]
-fn an_upward_import_and_a_circle_are_caught() {
-    // The same readings applied to made-up text: the bottom layer using `conn`.
-    let text = "use crate::conn::Conn;\nuse crate::{log::Attempt, policy};";
-    assert_eq!(crate_paths(text), ["conn", "log", "policy"]);
-    let own = layer_of("target").unwrap();
-    assert!(layer_of("conn").unwrap() > own);
-    let uses: BTreeMap<String, BTreeSet<String>> = [
-        ("a", &["b"][..]),
-        ("b", &["c"][..]),
-        ("c", &["a"][..]),
-        ("d", &[][..]),
-    ]
-    .into_iter()
-    .map(|(m, used)| (m.to_owned(), used.iter().map(|u| u.to_string()).collect()))
-    .collect();
-    assert_eq!(
-        a_circle(&uses).unwrap(),
-        ["a", "b", "c", "a"].map(String::from)
-    );
 }

@@ -3,14 +3,13 @@
 //! sources' `crate::` paths, so a new upward import fails `cargo test` with the file and
 //! the path. And ARCHITECTURE.md itself: every path it names is code that exists.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 // The bridge's reading of a crate's imports, compiled here too: one reading for both.
 #[path = "../../bridge/src/architecture/imports.rs"]
 mod imports;
 
-use imports::{a_circle, crate_paths, sources, uses};
+use imports::{circle_in, crate_paths, sources, upward_imports};
 
 /// Layers from the bottom up: the top-level module names each holds.
 const LAYERS: &[&[&str]] = &[
@@ -40,19 +39,7 @@ fn layer_of(module: &str) -> Option<usize> {
 #[test]
 fn no_module_uses_a_layer_above_its_own() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut upward = Vec::new();
-    for (module, used) in uses(&src) {
-        let own = layer_of(&module)
-            .unwrap_or_else(|| panic!("{module} is in no layer: add it to LAYERS"));
-        for (theirs, file) in used {
-            let Some(layer) = layer_of(&theirs) else {
-                panic!("{}: crate::{theirs} is in no layer", file.display());
-            };
-            if layer > own {
-                upward.push(format!("{} uses crate::{theirs}", file.display()));
-            }
-        }
-    }
+    let upward = upward_imports(&src, LAYERS);
     assert!(
         upward.is_empty(),
         "imports that run upward:\n{}",
@@ -174,11 +161,6 @@ fn architecture_md_names_code_that_exists() {
 
 #[test]
 fn no_two_modules_use_each_other() {
-    // Top-level modules: a folder and its own files count as one.
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let uses: BTreeMap<String, BTreeSet<String>> = uses(&src)
-        .into_iter()
-        .map(|(module, used)| (module, used.into_iter().map(|(m, _)| m).collect()))
-        .collect();
-    assert_eq!(a_circle(&uses), None, "modules that use each other");
+    assert_eq!(circle_in(&src), None, "modules that use each other");
 }

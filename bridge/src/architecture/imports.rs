@@ -103,3 +103,33 @@ pub(crate) fn a_circle(uses: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<
     uses.keys()
         .find_map(|module| visit(module, uses, &mut Vec::new(), &mut done))
 }
+
+/// Each import in the crate at `src` of a module in a layer above the importer's, as
+/// "FILE uses crate::MODULE". `layers` lists the top-level module names, bottom up.
+pub(crate) fn upward_imports(src: &Path, layers: &[&[&str]]) -> Vec<String> {
+    let layer_of = |module: &str| layers.iter().position(|layer| layer.contains(&module));
+    let mut upward = Vec::new();
+    for (module, used) in uses(src) {
+        let own = layer_of(&module)
+            .unwrap_or_else(|| panic!("{module} is in no layer: add it to LAYERS"));
+        for (theirs, file) in used {
+            let Some(layer) = layer_of(&theirs) else {
+                panic!("{}: crate::{theirs} is in no layer", file.display());
+            };
+            if layer > own {
+                upward.push(format!("{} uses crate::{theirs}", file.display()));
+            }
+        }
+    }
+    upward
+}
+
+/// A circle among the top-level modules of the crate at `src` (a folder and its own files
+/// count as one), if there is one.
+pub(crate) fn circle_in(src: &Path) -> Option<Vec<String>> {
+    let uses: BTreeMap<String, BTreeSet<String>> = uses(src)
+        .into_iter()
+        .map(|(module, used)| (module, used.into_iter().map(|(m, _)| m).collect()))
+        .collect();
+    a_circle(&uses)
+}

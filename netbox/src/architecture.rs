@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 #[path = "../../bridge/src/architecture/imports.rs"]
 mod imports;
 
-use imports::{circle_in, crate_paths, sources, upward_imports};
+use imports::{circle_in, crate_paths, layer_in, sources, upward_imports};
 
 /// Layers from the bottom up: the top-level module names each holds.
 const LAYERS: &[&[&str]] = &[
@@ -33,7 +33,7 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|layer| layer.contains(&module))
+    layer_in(LAYERS, module)
 }
 
 #[test]

@@ -104,10 +104,15 @@ pub(crate) fn a_circle(uses: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<
         .find_map(|module| visit(module, uses, &mut Vec::new(), &mut done))
 }
 
+/// The layer `module` is in, counted from the bottom of `layers`.
+pub(crate) fn layer_in(layers: &[&[&str]], module: &str) -> Option<usize> {
+    layers.iter().position(|layer| layer.contains(&module))
+}
+
 /// Each import in the crate at `src` of a module in a layer above the importer's, as
 /// "FILE uses crate::MODULE". `layers` lists the top-level module names, bottom up.
 pub(crate) fn upward_imports(src: &Path, layers: &[&[&str]]) -> Vec<String> {
-    let layer_of = |module: &str| layers.iter().position(|layer| layer.contains(&module));
+    let layer_of = |module: &str| layer_in(layers, module);
     let mut upward = Vec::new();
     for (module, used) in uses(src) {
         let own = layer_of(&module)

@@ -8,7 +8,7 @@ mod imports;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use imports::{a_circle, circle_in, crate_paths, upward_imports};
+use imports::{a_circle, circle_in, crate_paths, layer_in, upward_imports};
 
 /// Layers from the bottom up: the top-level module names each holds.
 const LAYERS: &[&[&str]] = &[
@@ -37,7 +37,7 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|layer| layer.contains(&module))
+    layer_in(LAYERS, module)
 }
 
 #[test]

@@ -97,6 +97,12 @@ pub struct PolicyArgs {
     /// through the sandbox's trust bundle: a private registry's CA (repeatable).
     #[arg(long = "upstream-ca", value_name = "FILE")]
     pub upstream_ca: Vec<PathBuf>,
+
+    /// A credential CMD never holds: NAME gets a placeholder, and the bridge puts the real
+    /// value (read from env:VAR, the default env:NAME, or file:PATH) in its place only in
+    /// requests to HOSTS, which it inspects (repeatable; as an allowlist's [[secret]]).
+    #[arg(long = "secret", value_name = "NAME[=SOURCE]@HOST[,HOST]")]
+    pub secret: Vec<String>,
 }
 
 /// Where tools' caches go (`--cache`).

@@ -55,6 +55,7 @@ mod sandbox_tty;
 mod sandbox_tty_reset;
 mod sandbox_walkthrough;
 mod sandbox_writelog;
+mod secrets;
 mod session_log;
 mod tools;
 mod tools_fetch;

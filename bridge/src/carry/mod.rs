@@ -5,6 +5,7 @@
 
 pub(crate) mod http_relay;
 pub mod inspect;
+pub(crate) mod secret_swap;
 pub(crate) mod tls_check;
 pub mod tunnel;
 

@@ -26,6 +26,7 @@ use crate::carry::http_relay::{
     body_on_bodiless, carries_body, closes, host_header_names, origin_request, resendable,
     strip_hop_by_hop, CountedBody, Pending,
 };
+use crate::carry::secret_swap::{swap_request, RedactedBody, Redactions};
 use crate::conn::{Conn, Slot};
 use crate::counting::{Counted, Counters};
 use crate::egress::{self, Refusal, ViaProxy};
@@ -104,6 +105,18 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
         Ok(target) => target,
         Err(refusal) => return Forwarded::Refused(attempt, refusal),
     };
+    // A placeholder going where its secret does not is refused before anything else is
+    // judged: the log then says what it was, not merely that the host is not allowed.
+    let (mut parts, body) = req.into_parts();
+    let secrets = conn.policy.secrets();
+    match swap_request(secrets, &target, &mut parts.headers, &mut parts.uri) {
+        Ok(used) => attempt.secrets = used,
+        Err(refused) => {
+            attempt.target = Some(target);
+            return Forwarded::Refused(attempt, Refusal::new(refused.reason, refused.detail));
+        }
+    }
+    let req = Request::from_parts(parts, body);
     // A host with HTTP rules: the request is judged by them, as inside a tunnel.
     if let Some(check) = conn.policy.http_check(&target) {
         let judged = check
@@ -242,7 +255,14 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
     if !closing {
         kept.keep(upstream);
     }
-    Forwarded::Response(Response::from_parts(parts, body.boxed()))
+    let redactions = Redactions::for_target(secrets, &target);
+    let body = if redactions.is_empty() {
+        body.boxed()
+    } else {
+        redactions.clean_headers(&mut parts.headers);
+        RedactedBody::new(body, redactions).boxed()
+    };
+    Forwarded::Response(Response::from_parts(parts, body))
 }
 
 /// `dial` for the request `pending` holds the record of; a refusal takes the record with it.

@@ -484,9 +484,10 @@ fn refusal_parts(
             config.refusal_status
         }
         Reason::BadRequest | Reason::Unsupported => StatusCode::BAD_REQUEST,
-        Reason::MethodNotAllowed | Reason::PathNotAllowed | Reason::HostMismatch => {
-            StatusCode::FORBIDDEN
-        }
+        Reason::MethodNotAllowed
+        | Reason::PathNotAllowed
+        | Reason::HostMismatch
+        | Reason::SecretMisdirected => StatusCode::FORBIDDEN,
         Reason::HeaderTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         Reason::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         Reason::ConnectionLimit => StatusCode::SERVICE_UNAVAILABLE,

@@ -99,6 +99,9 @@ pub struct Event {
     pub end: End,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The secrets whose values the bridge put in this request, by name (never a value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 /// An attempt in progress; becomes an [`Event`] when it ends.
@@ -121,6 +124,8 @@ pub struct Attempt {
     pub opened_by: Option<RuleRef>,
     pub status: Option<u16>,
     pub detail: Option<String>,
+    /// The secrets swapped into the request, by name.
+    pub secrets: Vec<String>,
 }
 
 impl Attempt {
@@ -150,6 +155,7 @@ impl Attempt {
             opened_by: None,
             status: None,
             detail: None,
+            secrets: Vec::new(),
         }
     }
 
@@ -195,6 +201,7 @@ impl Attempt {
             duration_ms: millis(self.started.elapsed()),
             end,
             detail: self.detail.map(|d| bounded(d, MAX_DETAIL_BYTES)),
+            secrets: self.secrets,
         }
     }
 }

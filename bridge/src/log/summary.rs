@@ -74,6 +74,7 @@ pub fn describe(reason: Reason) -> &'static str {
         Reason::ProxyAuthRequired => "names no tenant of this bridge",
         Reason::Relayed => "relayed to the bridge that judges",
         Reason::UpstreamProxy => "the upstream proxy refused or failed",
+        Reason::SecretMisdirected => "a secret's placeholder sent to a host it does not go to",
     }
 }
 

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::secrets::Secret;
 use super::{Action, HttpRule, Policy, Rule, RuleRef, RuleSpec};
 use crate::target::{canonical_ip, normalise_host, Host};
 
@@ -73,6 +74,18 @@ struct AllowlistFile {
     /// `[[http]]` tables: hosts allowed, whose requests are inspected (http.rs).
     #[serde(default)]
     http: Vec<Spanned<HttpTable>>,
+    /// `[[secret]]` tables: credentials swapped in on the wire (secrets.rs).
+    #[serde(default)]
+    secret: Vec<Spanned<SecretTable>>,
+}
+
+/// One `[[secret]]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretTable {
+    name: String,
+    from: String,
+    hosts: Vec<String>,
 }
 
 /// One `[[http]]` table.
@@ -204,6 +217,18 @@ impl Loader<'_> {
             let rule = HttpRule::parse(host, methods.as_deref(), paths.as_deref(), origin)
                 .map_err(|reason| invalid(line, format!("[[http]] {host:?}: {reason}")))?;
             self.policy.push_http_rule(rule);
+        }
+        for table in &parsed.secret {
+            let line = at(table.span().start);
+            let SecretTable { name, from, hosts } = table.get_ref();
+            let origin = RuleRef {
+                file: Arc::clone(&file),
+                line,
+                text: name.clone(),
+            };
+            Secret::parse(name, from, hosts, path.parent(), origin)
+                .and_then(|secret| self.policy.add_secret(secret))
+                .map_err(|reason| invalid(line, format!("[[secret]] {name:?}: {reason}")))?;
         }
         for port in &parsed.tls_ports {
             if *port.get_ref() == 0 {

@@ -13,6 +13,7 @@
 mod http;
 mod load;
 mod rule;
+pub mod secrets;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -85,6 +86,9 @@ pub struct Policy {
     http_rules: Vec<Arc<HttpRule>>,
     /// `--inspect`: every tunnel to a TLS port is inspected, and its requests logged.
     inspect_all: bool,
+    /// `[[secret]]` tables and `--secret`: tunnels to their hosts are inspected, so that
+    /// their placeholders can be swapped for their values.
+    secrets: Vec<secrets::Secret>,
 }
 
 /// The port whose tunnels are always checked for TLS naming their own host.
@@ -141,6 +145,8 @@ pub enum Reason {
     /// The upstream proxy (`--upstream-proxy`, `--bridge`) refused the request without a
     /// judging netbox bridge's reason (its own 403 or 407), or could not be reached.
     UpstreamProxy,
+    /// A request carried a secret's placeholder to a host that is not among the secret's.
+    SecretMisdirected,
 }
 
 impl Reason {
@@ -166,6 +172,7 @@ impl Reason {
             Reason::UpstreamNotTrusted => "upstream-not-trusted",
             Reason::ProxyAuthRequired => "proxy-auth",
             Reason::UpstreamProxy => "upstream-proxy",
+            Reason::SecretMisdirected => "secret-misdirected",
         }
     }
 }
@@ -293,7 +300,56 @@ impl Policy {
 
     /// Whether any tunnel may be inspected: the session then needs a CA.
     pub fn inspects(&self) -> bool {
-        self.inspect_all || !self.http_rules.is_empty()
+        self.inspect_all || !self.http_rules.is_empty() || !self.secrets.is_empty()
+    }
+
+    /// Adds a secret; refused if another has its name (one variable holds one placeholder).
+    pub fn add_secret(&mut self, secret: secrets::Secret) -> Result<(), String> {
+        if let Some(other) = self.secrets.iter().find(|s| s.name == secret.name) {
+            return Err(format!(
+                "secret {} is named twice (also at {})",
+                secret.name, other.origin
+            ));
+        }
+        self.secrets.push(secret);
+        Ok(())
+    }
+
+    /// The secrets, with their placeholders (and values, once read).
+    pub fn secrets(&self) -> &[secrets::Secret] {
+        &self.secrets
+    }
+
+    /// Reads every secret's value from its source. A sandboxed run calls this only once
+    /// the sandbox is a process of its own; a bridge, as it loads its policy.
+    pub fn read_secret_values(&mut self) -> Result<(), String> {
+        for secret in &mut self.secrets {
+            secret
+                .read_value()
+                .map_err(|e| format!("secret {} ({}): {e}", secret.name, secret.from))?;
+        }
+        Ok(())
+    }
+
+    /// A secret whose hosts no allow rule lets the bridge reach (checked by name, for the
+    /// hosts named one by one): the value could never be used, which is surely a mistake.
+    pub fn secret_host_not_allowed(&self) -> Option<(&secrets::Secret, String)> {
+        for secret in &self.secrets {
+            for spec in &secret.hosts {
+                let (rule::HostMatcher::Exact(name), Some(port)) = (&spec.hosts, first_port(spec))
+                else {
+                    continue;
+                };
+                let target = Target {
+                    host: Host::Name(name.clone()),
+                    port,
+                };
+                if !self.decide(&target).is_allow() {
+                    return Some((secret, target.to_string()));
+                }
+            }
+        }
+        None
     }
 
     /// How an allowed tunnel to `target` is inspected, if it is: by the `[[http]]` rules
@@ -304,7 +360,9 @@ impl Policy {
         if !rules.is_empty() {
             return Some(HttpCheck::Rules(rules));
         }
-        (self.inspect_all && self.checks_tls(target.port)).then_some(HttpCheck::Any)
+        let secret_host = self.secrets.iter().any(|s| s.goes_to(target));
+        (secret_host || (self.inspect_all && self.checks_tls(target.port)))
+            .then_some(HttpCheck::Any)
     }
 
     /// Pins a name; returns false (and changes nothing) if it is already pinned, so two
@@ -393,6 +451,9 @@ impl Policy {
         }
         if self.inspect_all {
             text.push_str("inspect all\n");
+        }
+        for secret in &self.secrets {
+            text.push_str(&secret.canonical());
         }
         let mut hosts: Vec<_> = self.hosts.iter().collect();
         hosts.sort();
@@ -595,6 +656,16 @@ pub fn private_service_class(class: IpClass) -> bool {
 }
 
 /// An `allow_private` rule names hosts: for an address, an IP/CIDR rule is the way.
+/// The port a secret's host is checked at: 443 if the rule covers it, else the first it
+/// names.
+fn first_port(spec: &RuleSpec) -> Option<u16> {
+    match &spec.ports {
+        _ if spec.ports.contains(HTTPS_PORT) => Some(HTTPS_PORT),
+        Ports::Any => Some(HTTPS_PORT),
+        Ports::List(ranges) => ranges.first().map(|r| *r.start()),
+    }
+}
+
 pub(crate) fn check_names_only(spec: &RuleSpec) -> Result<(), String> {
     if spec.hosts.is_address() {
         return Err("allow_private takes names (mirror.corp:443, *.corp.test); \

@@ -153,6 +153,31 @@ pub fn sandbox_env(
     env
 }
 
+/// `env` with each secret's variable holding its placeholder (whatever `--env` or the
+/// caller gave it), and the variable a secret is read from left out: CMD holds no value.
+pub fn with_placeholders(
+    mut env: Vec<(OsString, OsString)>,
+    secrets: &[bridge::policy::secrets::Secret],
+) -> Vec<(OsString, OsString)> {
+    use bridge::policy::secrets::SecretSource;
+    let sources: Vec<&str> = secrets
+        .iter()
+        .filter_map(|s| match &s.from {
+            SecretSource::Env(var) => Some(var.as_str()),
+            SecretSource::File(_) => None,
+        })
+        .collect();
+    env.retain(|(name, _)| {
+        !sources.iter().any(|s| name == *s) && !secrets.iter().any(|s| name == s.name.as_str())
+    });
+    env.extend(
+        secrets
+            .iter()
+            .map(|s| (OsString::from(&s.name), OsString::from(&s.placeholder))),
+    );
+    env
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

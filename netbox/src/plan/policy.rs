@@ -110,7 +110,60 @@ pub fn load_policy(args: &PolicyArgs) -> Result<Policy, WrapperError> {
                 reason,
             })?;
     }
+    for (index, flag) in args.secret.iter().enumerate() {
+        let secret = |reason| WrapperError::Rule {
+            flag: "--secret",
+            rule: flag.clone(),
+            reason,
+        };
+        policy
+            .add_secret(secret_flag(flag, index + 1).map_err(secret)?)
+            .map_err(secret)?;
+    }
+    if let Some((secret, host)) = policy.secret_host_not_allowed() {
+        return Err(WrapperError::Usage(format!(
+            "secret {} ({}) goes to {host}, which the policy does not allow: add an allow \
+             rule for it",
+            secret.name, secret.origin
+        )));
+    }
     Ok(policy)
+}
+
+/// `--secret NAME[=SOURCE]@HOST[,HOST]`: the source is `env:NAME` when left out.
+fn secret_flag(flag: &str, line: usize) -> Result<bridge::policy::secrets::Secret, String> {
+    let (named, hosts) = flag
+        .rsplit_once('@')
+        .ok_or("name the hosts it goes to: NAME[=SOURCE]@HOST[,HOST]")?;
+    let (name, from) = match named.split_once('=') {
+        Some((name, from)) => (name, from.to_owned()),
+        None => (named, format!("env:{named}")),
+    };
+    let hosts: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let origin = bridge::policy::RuleRef {
+        file: std::sync::Arc::from("--secret"),
+        line: u32::try_from(line).unwrap_or(u32::MAX),
+        text: flag.to_owned(),
+    };
+    let cwd = std::env::current_dir().ok();
+    bridge::policy::secrets::Secret::parse(name, &from, &hosts, cwd.as_deref(), origin)
+}
+
+/// A standalone bridge's policy, refused if it names secrets: their placeholders are made
+/// per sandboxed run, and a bridge has no run to hand them to.
+pub fn refuse_secrets_at_bridge(policy: Policy) -> Result<Policy, WrapperError> {
+    match policy.secrets().first() {
+        Some(secret) => Err(WrapperError::Usage(format!(
+            "secret {} ({}): netbox bridge does not hold secrets yet; give them to the run \
+             (netbox --secret or an allowlist's [[secret]] with netbox -- CMD)",
+            secret.name, secret.origin
+        ))),
+        None => Ok(policy),
+    }
 }
 
 /// A session id unique enough to tell runs apart in one log.

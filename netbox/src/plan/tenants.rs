@@ -167,6 +167,7 @@ pub fn load(
             private_ok: false,
             inspect: false,
             upstream_ca: Vec::new(),
+            secret: Vec::new(),
         };
         fetches.for_tenant(&name);
         let (policy, tool_lines, _) =
@@ -174,8 +175,8 @@ pub fn load(
                 .map_err(|e| mistake(e.to_string()))?;
         if policy.inspects() {
             return Err(mistake(
-                "its allowlist inspects tunnels ([[http]] rules): a bridge with tenants does \
-                 not inspect yet"
+                "its allowlist inspects tunnels ([[http]] or [[secret]] tables): a bridge \
+                 with tenants does not inspect yet"
                     .into(),
             ));
         }

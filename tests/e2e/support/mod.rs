@@ -2,6 +2,7 @@
 //! upstream servers on 127.0.0.1 (HTTP, TLS with a CA made per test, a raw TCP sink), and
 //! real clients (curl, raw sockets). Nothing here talks to anything but loopback.
 
+pub mod credentialed;
 pub mod screen;
 pub mod upstream;
 

@@ -206,60 +206,67 @@ fn serve_git<S: Read + Write>(stream: S, root: &Path) -> std::io::Result<()> {
         let Some(request) = read_request(&mut reader)? else {
             return Ok(());
         };
-        let header = |name: &str| request.header(name);
-        let body = &request.body;
-        let (method, target) = request.method_and_target();
-        let (path, query) = target.split_once('?').unwrap_or((target, ""));
-        let mut backend = std::process::Command::new("git")
-            .arg("http-backend")
-            .env("GIT_PROJECT_ROOT", root)
-            .env("GIT_HTTP_EXPORT_ALL", "1")
-            .env("REQUEST_METHOD", method)
-            .env("PATH_INFO", path)
-            .env("QUERY_STRING", query)
-            .env("CONTENT_TYPE", header("content-type").unwrap_or_default())
-            .env("CONTENT_LENGTH", body.len().to_string())
-            .env("GIT_PROTOCOL", header("git-protocol").unwrap_or_default())
-            .env("REMOTE_USER", "tester")
-            .env("REMOTE_ADDR", "127.0.0.1")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
-        let mut input = backend.stdin.take().unwrap();
-        let body = body.clone();
-        let writer = std::thread::spawn(move || input.write_all(&body));
-        let output = backend.wait_with_output()?;
-        let _ = writer.join();
-        let out = output.stdout;
-        let (cgi_head, reply) = match out.windows(4).position(|w| w == b"\r\n\r\n") {
-            Some(at) => (&out[..at], &out[at + 4..]),
-            None => match out.windows(2).position(|w| w == b"\n\n") {
-                Some(at) => (&out[..at], &out[at + 2..]),
-                None => (&out[..0], &out[..]),
-            },
-        };
-        let mut status = "200 OK".to_owned();
-        let mut fields = String::new();
-        for line in String::from_utf8_lossy(cgi_head).lines() {
-            match line.strip_prefix("Status:") {
-                Some(s) => status = s.trim().to_owned(),
-                None if !line.is_empty() => fields.push_str(&format!("{line}\r\n")),
-                None => {}
-            }
-        }
+        let reply = git_reply(&request, root)?;
         let stream = reader.get_mut();
-        write!(
-            stream,
-            "HTTP/1.1 {status}\r\n{fields}Content-Length: {}\r\n\r\n",
-            reply.len()
-        )?;
-        stream.write_all(reply)?;
+        stream.write_all(&reply)?;
         stream.flush()?;
     }
 }
 
-fn tls_config(names: &[&str]) -> (rustls::ServerConfig, String) {
+/// `git http-backend`'s answer to one request, as a whole HTTP/1.1 response.
+pub(super) fn git_reply(request: &ReadRequest, root: &Path) -> std::io::Result<Vec<u8>> {
+    let header = |name: &str| request.header(name);
+    let body = &request.body;
+    let (method, target) = request.method_and_target();
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let mut backend = std::process::Command::new("git")
+        .arg("http-backend")
+        .env("GIT_PROJECT_ROOT", root)
+        .env("GIT_HTTP_EXPORT_ALL", "1")
+        .env("REQUEST_METHOD", method)
+        .env("PATH_INFO", path)
+        .env("QUERY_STRING", query)
+        .env("CONTENT_TYPE", header("content-type").unwrap_or_default())
+        .env("CONTENT_LENGTH", body.len().to_string())
+        .env("GIT_PROTOCOL", header("git-protocol").unwrap_or_default())
+        .env("REMOTE_USER", "tester")
+        .env("REMOTE_ADDR", "127.0.0.1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut input = backend.stdin.take().unwrap();
+    let body = body.clone();
+    let writer = std::thread::spawn(move || input.write_all(&body));
+    let output = backend.wait_with_output()?;
+    let _ = writer.join();
+    let out = output.stdout;
+    let (cgi_head, reply) = match out.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(at) => (&out[..at], &out[at + 4..]),
+        None => match out.windows(2).position(|w| w == b"\n\n") {
+            Some(at) => (&out[..at], &out[at + 2..]),
+            None => (&out[..0], &out[..]),
+        },
+    };
+    let mut status = "200 OK".to_owned();
+    let mut fields = String::new();
+    for line in String::from_utf8_lossy(cgi_head).lines() {
+        match line.strip_prefix("Status:") {
+            Some(s) => status = s.trim().to_owned(),
+            None if !line.is_empty() => fields.push_str(&format!("{line}\r\n")),
+            None => {}
+        }
+    }
+    let mut response = format!(
+        "HTTP/1.1 {status}\r\n{fields}Content-Length: {}\r\n\r\n",
+        reply.len()
+    )
+    .into_bytes();
+    response.extend_from_slice(reply);
+    Ok(response)
+}
+
+pub(super) fn tls_config(names: &[&str]) -> (rustls::ServerConfig, String) {
     tls_config_with(names, Arc::new(rustls::crypto::ring::default_provider()))
 }
 
@@ -314,27 +321,27 @@ fn tls_config_with(
 
 /// One request read off a connection: its head's lines as sent (the request line first,
 /// the blank line last) and its body (by Content-Length, or chunked).
-struct ReadRequest {
-    head: Vec<String>,
-    body: Vec<u8>,
+pub(super) struct ReadRequest {
+    pub head: Vec<String>,
+    pub body: Vec<u8>,
 }
 
 impl ReadRequest {
-    fn header(&self, name: &str) -> Option<String> {
+    pub fn header(&self, name: &str) -> Option<String> {
         self.head.iter().skip(1).find_map(|l| {
             let (k, v) = l.split_once(':')?;
             k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
         })
     }
 
-    fn method_and_target(&self) -> (&str, &str) {
+    pub fn method_and_target(&self) -> (&str, &str) {
         let mut parts = self.head[0].trim_end().split(' ');
         (parts.next().unwrap_or(""), parts.next().unwrap_or(""))
     }
 }
 
 /// The next request on a connection, or `None` once the client is gone.
-fn read_request<R: BufRead>(reader: &mut R) -> std::io::Result<Option<ReadRequest>> {
+pub(super) fn read_request<R: BufRead>(reader: &mut R) -> std::io::Result<Option<ReadRequest>> {
     let mut head = Vec::new();
     loop {
         let mut line = String::new();

@@ -23,6 +23,7 @@ use crate::carry::http_relay::{
     body_on_bodiless, carries_body, closes, host_header_names, one_line, origin_request,
     strip_hop_by_hop, CountedBody, Pending,
 };
+use crate::carry::secret_swap::{swap_request, RedactedBody, Redactions};
 use crate::counting::Counters;
 use crate::egress::Refusal;
 use crate::log::{Attempt, End, EventLog, Proto};
@@ -49,6 +50,8 @@ pub(super) struct Exchange {
     /// Requests waiting for their answer (at most one: HTTP/1.1 answers in order).
     pub in_flight: std::sync::atomic::AtomicUsize,
     pub header_timeout: Duration,
+    /// The policy the tunnel was opened under: its secrets are swapped in here.
+    pub policy: Arc<crate::policy::Policy>,
 }
 
 /// Why a request is not sent on: status and reason for the client and the log.
@@ -170,6 +173,20 @@ impl Exchange {
             }),
             Err(refused) => return Ok(self.refuse(&mut pending, refused)),
         }
+        let (mut parts, body) = req.into_parts();
+        let secrets = self.policy.secrets();
+        match swap_request(secrets, &self.target, &mut parts.headers, &mut parts.uri) {
+            Ok(used) => pending.update(|attempt| attempt.secrets = used),
+            Err(refusal) => {
+                let refused = Refused {
+                    status: swap_refusal_status(refusal.reason),
+                    reason: refusal.reason,
+                    detail: refusal.detail,
+                };
+                return Ok(self.refuse(&mut pending, refused));
+            }
+        }
+        let req = Request::from_parts(parts, body);
         let mut sender = sender.lock().await;
         let sender = match &mut *sender {
             Ok(sender) => sender,
@@ -208,7 +225,14 @@ impl Exchange {
                 let status = parts.status.as_u16();
                 pending.update(|attempt| attempt.status = Some(status));
                 let body = pending.into_body(body, fate);
-                Ok(Response::from_parts(parts, body.boxed_unsync()))
+                let redactions = Redactions::for_target(secrets, &self.target);
+                let body = if redactions.is_empty() {
+                    body.boxed_unsync()
+                } else {
+                    redactions.clean_headers(&mut parts.headers);
+                    RedactedBody::new(body, redactions).boxed_unsync()
+                };
+                Ok(Response::from_parts(parts, body))
             }
             Ok(Err(e)) => {
                 let end = if client_body_failed.load(Ordering::Relaxed) {
@@ -329,6 +353,17 @@ fn answer_with(status: StatusCode, reason: Reason, detail: &str) -> Response<Res
     );
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
+}
+
+/// The status a request gets when its secrets cannot go with it: a misdirected one is the
+/// policy's refusal (403), one the bridge cannot carry the client's mistake (400), and a
+/// value never read the bridge's own failure (502).
+pub(crate) fn swap_refusal_status(reason: Reason) -> StatusCode {
+    match reason {
+        Reason::SecretMisdirected => StatusCode::FORBIDDEN,
+        Reason::BadRequest => StatusCode::BAD_REQUEST,
+        _ => StatusCode::BAD_GATEWAY,
+    }
 }
 
 fn default_port(scheme: &str) -> u16 {

@@ -162,6 +162,7 @@ pub(crate) async fn serve(
         idle: config.idle_timeout,
         in_flight: Default::default(),
         header_timeout: config.header_timeout,
+        policy: std::sync::Arc::clone(policy),
     };
     let end = exchange::serve(client, upstream, exchange, &counters, conn.stopped()).await;
     // Counted wraps the client: what it writes went down to the client.

@@ -124,7 +124,7 @@ fn prepare(args: BridgeArgs) -> Result<Prepared, WrapperError> {
             for line in tools {
                 crate::output::say(&format!("netbox bridge: {line}"));
             }
-            policy
+            crate::plan::policy::refuse_secrets_at_bridge(policy)?
         }
     };
     let inspector = inspector(&policy, &args, &session_id)?;

@@ -65,7 +65,7 @@ pub struct Reloader {
 
 /// A reload's new policies, checked, not yet in force.
 enum Next {
-    Alone(Policy),
+    Alone(Box<Policy>),
     Tenants(BTreeMap<String, TenantPlan>),
 }
 
@@ -192,13 +192,14 @@ impl Reloader {
         let next = match (alone_args, tenants_file) {
             (Some(args), _) => {
                 let untrusted = [self.cwd.clone()];
-                let (policy, _, _) = crate::plan::policy::load_policy_with_tools(
+                let policy = crate::plan::policy::load_policy_with_tools(
                     &args,
                     &self.cwd,
                     &untrusted,
                     &[],
                     fetches,
                 )
+                .and_then(|(policy, _, _)| crate::plan::policy::refuse_secrets_at_bridge(policy))
                 .map_err(|e| e.to_string())?;
                 if policy.inspects() && !self.can_inspect {
                     return Err(
@@ -207,7 +208,7 @@ impl Reloader {
                             .into(),
                     );
                 }
-                Next::Alone(policy)
+                Next::Alone(Box::new(policy))
             }
             (None, Some((file, bridge_connections, share))) => {
                 let plans = crate::plan::tenants::load(
@@ -238,7 +239,7 @@ impl Reloader {
         let mut served = self.served();
         match (&mut *served, next) {
             (Served::Alone { session, .. }, Next::Alone(policy)) => {
-                session.replace_policy(Arc::new(policy));
+                session.replace_policy(Arc::new(*policy));
                 Ok(())
             }
             (

@@ -173,14 +173,17 @@ pub(super) fn child_plan(
             .fetch
             .as_ref()
             .map(|cmd1| vec!["/bin/sh".into(), "-c".into(), cmd1.into()]),
-        env: env::sandbox_env(
-            PROXY_PORT,
-            config.env_base,
-            config
-                .inspection
-                .as_ref()
-                .map(|_| crate::plan::inspection::TRUST_BUNDLE),
-            &config.env_extra,
+        env: env::with_placeholders(
+            env::sandbox_env(
+                PROXY_PORT,
+                config.env_base,
+                config
+                    .inspection
+                    .as_ref()
+                    .map(|_| crate::plan::inspection::TRUST_BUNDLE),
+                &config.env_extra,
+            ),
+            config.policy.secrets(),
         ),
         cwd: config.cwd.clone(),
         terminal: crate::terminal::plan(config.tty),

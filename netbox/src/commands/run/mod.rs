@@ -258,7 +258,7 @@ struct Paths<'a> {
 // Whole: the order is the point (cgroups, placeholders, the plan, the clone while no thread
 // exists, then the runtime, supervision, the audit); each step holds what the next needs.
 fn run_logged(
-    config: SandboxConfig,
+    mut config: SandboxConfig,
     paths: Paths<'_>,
     canary: &str,
     log: &Arc<EventLog>,
@@ -320,6 +320,13 @@ fn run_logged(
     drop(theirs);
     let sandbox = SandboxGuard::new(pid)?;
     left?;
+    // The secrets' values, read now that the sandbox is a process of its own: not even
+    // pid 1's copy of netbox's memory holds one read from a file. (One read from netbox's
+    // environment is in pid 1's copy of it, which CMD cannot read: pid 1 is not dumpable.)
+    config
+        .policy
+        .read_secret_values()
+        .map_err(WrapperError::Usage)?;
     let inspector = match &config.inspection {
         Some(inspection) => Some(start_inspection(
             &config.session_id,

@@ -117,7 +117,7 @@ impl SandboxConfig {
         let (mut write_roots, home_split) =
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
         let code_pins = code_inside(&write_roots, &homes);
-        let named = NamedPaths::check(&args, &write_roots)?;
+        let mut named = NamedPaths::check(&args, &write_roots)?;
 
         // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
         let mut policy_args = args.policy.clone();
@@ -132,6 +132,7 @@ impl SandboxConfig {
             &named.hide,
             &fetches,
         )?;
+        hide_secret_files(&policy, &mut named.hide)?;
         // Each tool's cache: a directory of netbox's, writable in the sandbox (never the
         // tool's own cache, which runs outside the sandbox trust), or the private /tmp.
         // Nothing --hide covers is copied into one.
@@ -269,6 +270,27 @@ fn bridge_upstream(
     Ok(Some(std::sync::Arc::new(proxy)))
 }
 
+/// Each secret's source checked now (its value is read only once the sandbox exists:
+/// run/mod.rs), and each file a secret is read from hidden from CMD, under whatever name
+/// it tries (the path hidden is the file's own, every link resolved).
+fn hide_secret_files(policy: &Policy, hide: &mut Vec<PathBuf>) -> Result<(), WrapperError> {
+    for secret in policy.secrets() {
+        secret.check_source().map_err(|reason| {
+            WrapperError::Usage(format!(
+                "secret {} ({}): {reason}",
+                secret.name, secret.origin
+            ))
+        })?;
+        if let bridge::policy::secrets::SecretSource::File(path) = &secret.from {
+            let path = roots::existing(path, "a secret's file")?;
+            if !hide.contains(&path) {
+                hide.push(path);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Mistakes that leave nothing to run, or nothing safe to run.
 fn refuse_what_cannot_run(args: &RunArgs) -> Result<(), WrapperError> {
     if args.cmd.is_empty() {
@@ -287,6 +309,8 @@ fn refuse_what_cannot_run(args: &RunArgs) -> Result<(), WrapperError> {
             ),
             (!p.allow_private.is_empty(), "--allow-private"),
             (args.learn, "netbox learn"),
+            // The bridge that judges is the one that would have to swap: not yet.
+            (!p.secret.is_empty(), "--secret"),
         ];
         if let Some((_, flag)) = local.iter().find(|(given, _)| *given) {
             return Err(WrapperError::Usage(format!(

@@ -199,3 +199,206 @@ fn a_token_goes_to_its_host_alone_and_never_into_the_sandbox() {
     assert!(!stderr(&out).contains(&token));
     assert!(stderr(&out).contains("API_TOKEN"), "{}", stderr(&out));
 }
+
+/// git over HTTPS: netbox gives git a credential helper for the secret's host that answers
+/// with the placeholder; clone and push reach a server that takes the real token alone,
+/// and a push to a host the secret does not go to is refused with the server's repository
+/// untouched.
+#[test]
+fn git_clones_and_pushes_with_a_token_it_never_holds() {
+    let dir = TestDir::new("secret-git");
+    let token = real_token("git");
+    let root = dir.join("repos");
+    std::fs::create_dir_all(&root).unwrap();
+    crate::support::bare_repo(&dir.path, "repos/app.git", "one\n");
+    let server = CredentialedServer::start(&dir.path, &["a.test", "b.test"], root.clone(), &token);
+    let p = server.port();
+    let served_head = || crate::support::git(&root.join("app.git"), &["rev-parse", "HEAD"]);
+    let before = served_head();
+    let run = run_with(
+        &dir,
+        &server,
+        &allowlist(p, &secret_table("GIT_TOKEN", "NB_TEST_GIT_TOKEN", p)),
+        "NB_TEST_GIT_TOKEN",
+        &token,
+    )
+    .arg("--inspect");
+    let out = run.sh(&format!(
+        "export GIT_TERMINAL_PROMPT=0\n\
+         git clone -q https://a.test:{p}/app.git work && cd work && \
+         git -c user.name=t -c user.email=t@t.test commit -q --allow-empty -m two && \
+         git push -q origin HEAD 2>&1; echo \"push: $?\"\n\
+         git -c user.name=t -c user.email=t@t.test commit -q --allow-empty -m three\n\
+         git -c credential.helper= -c 'credential.helper=!f() {{ echo username=x; echo password=$GIT_TOKEN; }}; f' \
+             push -q https://b.test:{p}/app.git HEAD 2>&1; echo \"other: $?\"\n"
+    ));
+    let text = stdout(&out);
+    assert!(text.contains("push: 0\n"), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("other: 128") || text.contains("other: 1\n"),
+        "{text}"
+    );
+    assert!(text.contains("403"), "{text}");
+    let after = served_head();
+    assert_ne!(after, before, "the allowed push did not reach the server");
+    let log = crate::support::git(&root.join("app.git"), &["log", "--format=%s"]);
+    assert_eq!(log, "two\none\n", "the refused push reached the server");
+    for request in server.seen() {
+        assert!(!request.contains("netbox-secret-"), "{request}");
+    }
+    let records = records(&run, "inspected");
+    assert!(
+        records
+            .iter()
+            .any(|r| r["path"] == "/app.git/git-receive-pack"
+                && r["status"] == 200
+                && r["secrets"] == serde_json::json!(["GIT_TOKEN"])),
+        "{records:#?}"
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r["host"] == "b.test" && r["reason"] == "secret_misdirected"),
+        "{records:#?}"
+    );
+    assert!(!std::fs::read_to_string(&run.log).unwrap().contains(&token));
+}
+
+/// pip (credentials in its index URL), npm (`_authToken` in `.npmrc`) and cargo (a
+/// registry token in its variable) install from one registry that takes the real token
+/// alone, each with the placeholder only; the same client sent to another host with the
+/// placeholder is refused as misdirected.
+#[test]
+fn package_managers_install_with_tokens_they_never_hold() {
+    let dir = TestDir::new("secret-registries");
+    let token = real_token("registry");
+    let root = dir.join("registry");
+    std::fs::create_dir_all(root.join("simple/demopkg")).unwrap();
+    let server = CredentialedServer::start(&dir.path, &["a.test", "b.test"], root.clone(), &token);
+    let p = server.port();
+    let url = format!("https://a.test:{p}");
+    // pip: a simple index whose page links the wheel on the same host.
+    let wheel = crate::tools::build_wheel(&root);
+    let sha = crate::support::file_sha256(&wheel);
+    std::fs::write(
+        root.join("simple/demopkg/index.json"),
+        format!("<html><body><a href=\"{url}/demopkg-1.0-py3-none-any.whl#sha256={sha}\">demopkg-1.0-py3-none-any.whl</a></body></html>\n"),
+    )
+    .unwrap();
+    // npm: demo-pkg's packument and tarball.
+    crate::tools::npm_package(&dir, &root, &url);
+    // cargo: a sparse index that requires authentication, its downloads on the same host.
+    std::fs::create_dir_all(root.join("index")).unwrap();
+    std::fs::write(
+        root.join("index/config.json"),
+        format!(r#"{{"dl":"{url}/crates","api":"{url}","auth-required":true}}"#),
+    )
+    .unwrap();
+    crate::tools::cargo_crate(&dir, &root.join("index"), &root.join("crates"));
+
+    let secrets = format!(
+        "{}{}{}",
+        secret_table("PIP_TOKEN", "NB_TEST_REGISTRY_TOKEN", p),
+        secret_table("NPM_TOKEN", "NB_TEST_REGISTRY_TOKEN", p),
+        secret_table("CARGO_REGISTRIES_PRIV_TOKEN", "NB_TEST_REGISTRY_TOKEN", p),
+    );
+    let run = run_with(
+        &dir,
+        &server,
+        &allowlist(p, &secrets),
+        "NB_TEST_REGISTRY_TOKEN",
+        &token,
+    )
+    .arg("--inspect");
+    let ws = run.workspace.clone();
+    std::fs::write(
+        ws.join(".npmrc"),
+        format!("registry={url}/\n//a.test:{p}/:_authToken=${{NPM_TOKEN}}\n//b.test:{p}/:_authToken=${{NPM_TOKEN}}\n"),
+    )
+    .unwrap();
+    // pip: its own status is not used (pyenv's shim fails an install when it cannot
+    // rehash its read-only shims, after installing).
+    let pip = |host: &str| {
+        format!(
+            "PIP_NO_CACHE_DIR=1 PIP_RETRIES=0 pip install --quiet --no-deps --target deps-{host} \
+             --index-url \"https://user:$PIP_TOKEN@{host}:{p}/simple/\" demopkg >/dev/null 2>&1; \
+             PYTHONPATH=deps-{host} python3 -c 'import demopkg; print(\"pip\", demopkg.GREETING)' 2>/dev/null \
+             || echo 'pip failed'\n"
+        )
+    };
+    let npm = |registry: &str| {
+        format!(
+            "npm install --no-audit --no-fund --cache \"$PWD/.npm-cache\" --fetch-retries=0 \
+             --registry {registry}/ demo-pkg >/dev/null 2>&1; \
+             node -e 'console.log(\"npm\", require(\"demo-pkg\"))' 2>/dev/null || echo 'npm failed'\n\
+             rm -rf node_modules package.json package-lock.json\n"
+        )
+    };
+    let out = run.sh(&format!(
+        "{}{}{}{}",
+        pip("a.test"),
+        pip("b.test"),
+        npm(&url),
+        npm(&format!("https://b.test:{p}")),
+    ));
+    let text = stdout(&out);
+    assert_eq!(
+        text,
+        "pip demopkg says hi\npip failed\nnpm demo says hi\nnpm failed\n",
+        "{}",
+        stderr(&out)
+    );
+    let misdirected = |what: &str| {
+        records(&run, "inspected").iter().any(|r| {
+            r["host"] == "b.test"
+                && r["reason"] == "secret_misdirected"
+                && r["detail"].as_str().unwrap_or("").contains(what)
+        })
+    };
+    assert!(misdirected("PIP_TOKEN"), "{}", stderr(&out));
+    assert!(misdirected("NPM_TOKEN"), "{}", stderr(&out));
+
+    if crate::tools::cargo_runs() {
+        let cargo_run = run_with(
+            &dir,
+            &server,
+            &allowlist(p, &secrets),
+            "NB_TEST_REGISTRY_TOKEN",
+            &token,
+        )
+        .args_from(&["--env", &format!("CARGO_HOME={}/.cargo-home", ws.display())]);
+        std::fs::create_dir_all(ws.join("app/src")).unwrap();
+        std::fs::create_dir_all(ws.join(".cargo-home")).unwrap();
+        std::fs::write(ws.join("app/src/main.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(
+            ws.join("app/Cargo.toml"),
+            "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+             [dependencies]\ndemo = { version = \"1\", registry = \"priv\" }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            ws.join(".cargo-home/config.toml"),
+            format!(
+                "[registries.priv]\nindex = \"sparse+{url}/index/\"\n\n\
+                 [registry]\nglobal-credential-providers = [\"cargo:token\"]\n\n[net]\nretry = 0\n"
+            ),
+        )
+        .unwrap();
+        let out = cargo_run.sh("cd app && cargo fetch --quiet && echo FETCHED");
+        assert_eq!(stdout(&out), "FETCHED\n", "{}", stderr(&out));
+        let swapped = records(&cargo_run, "inspected").iter().any(|r| {
+            r["path"] == "/crates/demo/1.0.0/download"
+                && r["status"] == 200
+                && r["secrets"] == serde_json::json!(["CARGO_REGISTRIES_PRIV_TOKEN"])
+        });
+        assert!(swapped, "{}", stderr(&out));
+    }
+    for request in server.seen() {
+        assert!(!request.contains("netbox-secret-"), "{request}");
+        if request.starts_with("b.test") {
+            assert!(!request.contains(&token), "{request}");
+        }
+    }
+    assert_eq!(found_under(&ws, &token), Vec::<String>::new());
+    assert!(!std::fs::read_to_string(&run.log).unwrap().contains(&token));
+}

@@ -175,7 +175,71 @@ pub fn with_placeholders(
             .iter()
             .map(|s| (OsString::from(&s.name), OsString::from(&s.placeholder))),
     );
+    git_credential_helpers(&mut env, secrets);
     env
+}
+
+/// For git over HTTPS to each host a secret names one by one: a credential helper (in
+/// git's `GIT_CONFIG_*` variables, after any the caller set) that answers with the secret's
+/// placeholder, which the bridge swaps on the wire. A host's own helpers come first in git's
+/// order only if they are more specific; these are scoped to the host's URL.
+fn git_credential_helpers(
+    env: &mut Vec<(OsString, OsString)>,
+    secrets: &[bridge::policy::secrets::Secret],
+) {
+    use bridge::policy::{HostMatcher, Ports};
+    let mut entries = Vec::new();
+    for secret in secrets {
+        let helper = format!(
+            "!f() {{ test \"$1\" = get && printf 'username=netbox\\npassword=%s\\n' \"${}\"; }}; f",
+            secret.name
+        );
+        for spec in &secret.hosts {
+            let HostMatcher::Exact(name) = &spec.hosts else {
+                continue;
+            };
+            let ports: Vec<u16> = match &spec.ports {
+                Ports::Any => vec![443],
+                Ports::List(ranges) => ranges
+                    .iter()
+                    .filter(|r| r.end() - r.start() < 8)
+                    .flat_map(|r| r.clone())
+                    .collect(),
+            };
+            for port in ports {
+                let url = match port {
+                    443 => format!("https://{name}"),
+                    80 => format!("http://{name}"),
+                    _ => format!("https://{name}:{port}"),
+                };
+                entries.push((format!("credential.{url}.helper"), helper.clone()));
+            }
+        }
+    }
+    if entries.is_empty() {
+        return;
+    }
+    let count_at = env.iter().position(|(k, _)| k == "GIT_CONFIG_COUNT");
+    let first = count_at
+        .and_then(|i| env[i].1.to_str()?.parse::<usize>().ok())
+        .unwrap_or(0);
+    if let Some(i) = count_at {
+        env.remove(i);
+    }
+    for (index, (key, value)) in entries.iter().enumerate() {
+        env.push((
+            OsString::from(format!("GIT_CONFIG_KEY_{}", first + index)),
+            OsString::from(key),
+        ));
+        env.push((
+            OsString::from(format!("GIT_CONFIG_VALUE_{}", first + index)),
+            OsString::from(value),
+        ));
+    }
+    env.push((
+        OsString::from("GIT_CONFIG_COUNT"),
+        OsString::from((first + entries.len()).to_string()),
+    ));
 }
 
 #[cfg(test)]

@@ -19,7 +19,6 @@ pub(crate) fn cargo_runs() -> bool {
 /// index's own `config.json` says.
 pub(crate) fn cargo_registry(dir: &TestDir) -> HttpServer {
     let root = dir.join("registry");
-    std::fs::create_dir_all(root.join("de/mo")).unwrap();
     let server = HttpServer::start_tls_files(&dir.path, &["index.test", "dl.test"], root.clone());
     let port = server.port();
     std::fs::write(
@@ -27,6 +26,14 @@ pub(crate) fn cargo_registry(dir: &TestDir) -> HttpServer {
         format!(r#"{{"dl":"https://dl.test:{port}/crates"}}"#),
     )
     .unwrap();
+    cargo_crate(dir, &root, &root.join("crates"));
+    server
+}
+
+/// The crate `demo 1.0.0`: its entry in the sparse index at `index`, its download under
+/// `downloads` (as `{crate}/{version}/download`).
+pub(crate) fn cargo_crate(dir: &TestDir, index: &std::path::Path, downloads: &std::path::Path) {
+    std::fs::create_dir_all(index.join("de/mo")).unwrap();
     let src = dir.join("crate-src/demo-1.0.0");
     std::fs::create_dir_all(src.join("src")).unwrap();
     std::fs::write(
@@ -39,7 +46,7 @@ pub(crate) fn cargo_registry(dir: &TestDir) -> HttpServer {
         "pub fn hi() -> &'static str { \"hi\" }\n",
     )
     .unwrap();
-    let download = root.join("crates/demo/1.0.0");
+    let download = downloads.join("demo/1.0.0");
     std::fs::create_dir_all(&download).unwrap();
     let packed = Command::new("tar")
         .arg("czf")
@@ -52,13 +59,12 @@ pub(crate) fn cargo_registry(dir: &TestDir) -> HttpServer {
     assert!(packed.success());
     let cksum = crate::support::file_sha256(&download.join("download"));
     std::fs::write(
-        root.join("de/mo/demo"),
+        index.join("de/mo/demo"),
         format!(
             "{{\"name\":\"demo\",\"vers\":\"1.0.0\",\"deps\":[],\"cksum\":\"{cksum}\",\"features\":{{}},\"yanked\":false}}\n"
         ),
     )
     .unwrap();
-    server
 }
 
 /// `cargo fetch` from a local sparse registry set through source replacement in the

@@ -15,8 +15,9 @@ mod go;
 mod npm;
 mod pip;
 
-pub(crate) use cargo::{cargo_registry, cargo_runs};
-pub(crate) use pip::pip_registry;
+pub(crate) use cargo::{cargo_crate, cargo_registry, cargo_runs};
+pub(crate) use npm::npm_package;
+pub(crate) use pip::{build_wheel, pip_registry};
 
 use crate::support::{netbox_bin, stderr, stdout, Run, TestDir};
 

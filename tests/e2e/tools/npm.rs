@@ -9,8 +9,15 @@ use crate::support::{stderr, stdout, Run, TestDir};
 /// `https://npm.test:PORT/`: its packument and its tarball (with its integrity).
 fn npm_registry(dir: &TestDir) -> HttpServer {
     let root = dir.join("registry");
-    std::fs::create_dir_all(root.join("demo-pkg/-")).unwrap();
     let server = HttpServer::start_tls_files(&dir.path, &["npm.test"], root.clone());
+    npm_package(dir, &root, &format!("https://npm.test:{}", server.port()));
+    server
+}
+
+/// `demo-pkg@1.0.0` laid out under `root` for a registry at `url` (no trailing `/`): its
+/// packument and its tarball, with its integrity.
+pub(crate) fn npm_package(dir: &TestDir, root: &std::path::Path, url: &str) {
+    std::fs::create_dir_all(root.join("demo-pkg/-")).unwrap();
     let package = dir.join("package-src/package");
     std::fs::create_dir_all(&package).unwrap();
     std::fs::write(
@@ -43,15 +50,13 @@ fn npm_registry(dir: &TestDir) -> HttpServer {
         .output()
         .unwrap();
     let integrity = stdout(&integrity).trim().to_owned();
-    let port = server.port();
     std::fs::write(
         root.join("demo-pkg/index.json"),
         format!(
-            r#"{{"name":"demo-pkg","dist-tags":{{"latest":"1.0.0"}},"versions":{{"1.0.0":{{"name":"demo-pkg","version":"1.0.0","main":"index.js","dist":{{"tarball":"https://npm.test:{port}/demo-pkg/-/demo-pkg-1.0.0.tgz","integrity":"{integrity}"}}}}}}}}"#
+            r#"{{"name":"demo-pkg","dist-tags":{{"latest":"1.0.0"}},"versions":{{"1.0.0":{{"name":"demo-pkg","version":"1.0.0","main":"index.js","dist":{{"tarball":"{url}/demo-pkg/-/demo-pkg-1.0.0.tgz","integrity":"{integrity}"}}}}}}}}"#
         ),
     )
     .unwrap();
-    server
 }
 
 #[test]

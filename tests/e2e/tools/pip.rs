@@ -25,7 +25,7 @@ pub(crate) fn pip_registry(dir: &TestDir) -> (HttpServer, std::path::PathBuf, St
 
 /// A wheel `demopkg-1.0` (pure Python), built by hand: a zip with its module, METADATA,
 /// WHEEL and RECORD.
-fn build_wheel(dir: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn build_wheel(dir: &std::path::Path) -> std::path::PathBuf {
     let wheel = dir.join("demopkg-1.0-py3-none-any.whl");
     let script = r#"
 import sys, zipfile

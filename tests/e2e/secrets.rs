@@ -402,3 +402,144 @@ fn package_managers_install_with_tokens_they_never_hold() {
     assert_eq!(found_under(&ws, &token), Vec::<String>::new());
     assert!(!std::fs::read_to_string(&run.log).unwrap().contains(&token));
 }
+
+/// The live probe proves it: CMD holds each placeholder, the bridge refuses one sent to
+/// the probe's canary, and netbox finds no value in what it gives CMD. A value given to
+/// CMD anyway (typed on the command line, expanded by the host's shell, or passed under
+/// another name) fails the probe, and CMD never starts.
+#[test]
+fn the_probe_proves_the_values_stay_outside_and_stops_a_run_that_leaks_one() {
+    let dir = TestDir::new("secret-probe");
+    let token = real_token("probe");
+    let root = dir.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let server = CredentialedServer::start(&dir.path, &["a.test"], root, &token);
+    let p = server.port();
+    let policy = allowlist(p, &secret_table("API_TOKEN", "NB_TEST_PROBE_TOKEN", p));
+    let run = || run_with(&dir, &server, &policy, "NB_TEST_PROBE_TOKEN", &token);
+    let row = |run: &Run, name: &str| -> Value {
+        let probe = run.probe();
+        probe["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no row {name:?} in {probe:#}"))
+    };
+    // Control: a run that leaks nothing passes both rows and runs CMD.
+    let clean = run();
+    let out = clean.sh("echo started");
+    assert_eq!(stdout(&out), "started\n", "{}", stderr(&out));
+    for name in [
+        "secrets swapped in by the bridge alone",
+        "secret values kept outside the sandbox",
+    ] {
+        let row = row(&clean, name);
+        assert_eq!(row["passed"], true, "{row:#}");
+        assert!(!row["forbidden"].as_array().unwrap().is_empty());
+        assert!(!row["control"].as_array().unwrap().is_empty());
+    }
+    let canary = row(&clean, "secrets swapped in by the bridge alone");
+    assert!(
+        canary.to_string().contains("secret-misdirected"),
+        "{canary:#}"
+    );
+
+    // The value on CMD's command line, and under another variable's name: refused.
+    for (i, (leak, extra)) in [
+        ("found in CMD's command line", Vec::new()),
+        (
+            "found in CMD's environment (ALSO)",
+            vec!["--env".to_owned(), format!("ALSO=x{token}x")],
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let leaky = run()
+            .args_from(&extra.iter().map(String::as_str).collect::<Vec<_>>())
+            .log_at(dir.join(&format!("leak-{i}.jsonl")));
+        let script = if extra.is_empty() {
+            format!("echo started # {token}")
+        } else {
+            "echo started".to_owned()
+        };
+        let out = leaky.sh(&script);
+        assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+        assert_eq!(stdout(&out), "", "CMD started");
+        let err = stderr(&out);
+        assert!(err.contains("API_TOKEN"), "{err}");
+        assert!(!err.contains(&token), "the refusal shows the value: {err}");
+        let row = row(&leaky, "secret values kept outside the sandbox");
+        assert_eq!(row["passed"], false, "{row:#}");
+        assert!(row.to_string().contains(leak), "{row:#}");
+        assert!(!std::fs::read_to_string(&leaky.log)
+            .unwrap()
+            .contains(&token));
+    }
+}
+
+/// `--secret NAME=file:PATH@HOST`: the file is read by netbox and hidden from CMD, which
+/// reads it empty; the swap works as from a variable.
+#[test]
+fn a_secret_read_from_a_file_is_hidden_from_the_command() {
+    let dir = TestDir::new("secret-file");
+    let token = real_token("file");
+    let root = dir.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("hello.txt"), "hello\n").unwrap();
+    let server = CredentialedServer::start(&dir.path, &["a.test"], root, &token);
+    let p = server.port();
+    let allow = dir.write("allow.toml", &allowlist(p, ""));
+    let run = Run::new(&dir);
+    // In the workspace, where CMD could otherwise read (and write) it.
+    let secret_file = run.workspace.join("token.txt");
+    std::fs::write(&secret_file, format!("{token}\n")).unwrap();
+    let run = run.args_from(&[
+        "--allowlist",
+        allow.to_str().unwrap(),
+        "--upstream-ca",
+        server.ca.to_str().unwrap(),
+        "--secret",
+        &format!("API_TOKEN=file:{}@a.test:{p}", secret_file.display()),
+    ]);
+    let out = run.sh(&format!(
+        "wc -c < {}\n\
+         curl -sS --max-time 8 -o /dev/null -w '%{{http_code}}\\n' -H \"Authorization: Bearer $API_TOKEN\" https://a.test:{p}/hello.txt\n\
+         curl -sS --max-time 8 -o /dev/null -w '%{{http_code}}\\n' https://a.test:{p}/hello.txt\n",
+        secret_file.display()
+    ));
+    assert_eq!(stdout(&out), "0\n200\n401\n", "{}", stderr(&out));
+
+    // Mistakes are one line each, before anything runs.
+    let mistakes = [
+        (
+            format!("API_TOKEN=file:{}@a.test:{p}", dir.join("none").display()),
+            "No such file",
+        ),
+        (format!("API_TOKEN@a.test:{p}"), "NB_TEST_UNSET"),
+        (
+            format!("API_TOKEN=env:NB_TEST_UNSET@a.test:{p}"),
+            "is not set",
+        ),
+        ("API_TOKEN=env:X".to_owned(), "@HOST"),
+        (format!("API_TOKEN=env:HOME@10.0.0.1:{p}"), "names"),
+        (format!("API_TOKEN=env:HOME@c.test:{p}"), "does not allow"),
+    ];
+    for (flag, said) in mistakes {
+        let out = Run::new(&dir)
+            .args_from(&["--allowlist", allow.to_str().unwrap(), "--secret", &flag])
+            .sh("echo started");
+        assert_eq!(out.status.code(), Some(125), "{flag}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{flag}: {err}");
+        let said = if said == "NB_TEST_UNSET" {
+            "API_TOKEN is not set"
+        } else {
+            said
+        };
+        assert!(err.contains(said), "{flag}: {err}");
+    }
+}

@@ -111,11 +111,7 @@ pub fn load_policy(args: &PolicyArgs) -> Result<Policy, WrapperError> {
             })?;
     }
     for (index, flag) in args.secret.iter().enumerate() {
-        let secret = |reason| WrapperError::Rule {
-            flag: "--secret",
-            rule: flag.clone(),
-            reason,
-        };
+        let secret = |reason| WrapperError::Usage(format!("--secret {flag}: {reason}"));
         policy
             .add_secret(secret_flag(flag, index + 1).map_err(secret)?)
             .map_err(secret)?;

@@ -74,7 +74,13 @@ pub fn run(plan: &ChildPlan, channel: &Channel) -> i32 {
     };
     hold_placeholders(&plan.placeholders);
     let probe_input = &plan.probe;
-    if !prove(probe_input, network.capture.as_ref(), foreign, channel) {
+    if !prove(
+        probe_input,
+        &plan.env,
+        network.capture.as_ref(),
+        foreign,
+        channel,
+    ) {
         return crate::error::EXIT_NETBOX_FAILURE.into();
     }
     // Capture's namespace lives as long as pid 1 (this socket is in it): after
@@ -209,12 +215,13 @@ fn hold_placeholders(paths: &[PathBuf]) {
 /// passed, and netbox, its own checks added, said so.
 fn prove(
     input: &ProbeInput,
+    env: &[(OsString, OsString)],
     capture: Option<&crate::sys::rtnl::Rtnl>,
     foreign: Option<probe::ForeignSocket>,
     channel: &Channel,
 ) -> bool {
     let (watched, unreadable) = while_readable(|| {
-        let report = probe::run(input, capture);
+        let report = probe::run(input, env, capture);
         let passed = report.passed;
         // If netbox cannot be told, nothing will start.
         channel.send(&SyncMsg::ProbeChecks(report), &[]).ok()?;

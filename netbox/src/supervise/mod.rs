@@ -111,6 +111,9 @@ pub struct Supervised<'a> {
     /// Where the paths that became needed or watched during the run are handed back, for
     /// the check after it.
     pub grown: &'a mut Vec<crate::plan::protect::Watched>,
+    /// Rows of the first probe netbox itself checked before the sandbox could report
+    /// (where each secret's value is not: only netbox holds them).
+    pub own_checks: Vec<bridge::log::records::Check>,
 }
 
 /// Waits for the listeners, serves the bridge, and follows the sandbox until CMD exits.

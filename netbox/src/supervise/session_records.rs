@@ -13,6 +13,27 @@ use crate::error::WrapperError;
 use crate::plan::config::SandboxConfig;
 
 /// Writes `session_start`. `protected` is what the run pins read-only.
+/// `text` with each secret's value named instead, for a value read from netbox's own
+/// environment (typed on the host's command line, expanded by its shell): the record is
+/// written before any value is read, and one from a file is read only once the sandbox
+/// exists, so that one is not known here (the probe still stops the run).
+fn without_secrets(text: &str, policy: &bridge::Policy) -> String {
+    let mut text = text.to_owned();
+    for secret in policy.secrets() {
+        let bridge::policy::secrets::SecretSource::Env(var) = &secret.from else {
+            continue;
+        };
+        let Some(value) = std::env::var_os(var) else {
+            continue;
+        };
+        let value = zeroize::Zeroizing::new(value.to_string_lossy().into_owned());
+        if !value.is_empty() && text.contains(value.as_str()) {
+            text = text.replace(value.as_str(), &format!("<secret {}>", secret.name));
+        }
+    }
+    text
+}
+
 pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf]) {
     let policy_sha256 = config.policy.sha256_hex();
     let start = SessionStart {
@@ -26,9 +47,12 @@ pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf
         command: config
             .cmd
             .iter()
-            .map(|a| a.to_string_lossy().into_owned())
+            .map(|a| without_secrets(&a.to_string_lossy(), &config.policy))
             .collect(),
-        fetch_command: config.fetch.clone(),
+        fetch_command: config
+            .fetch
+            .as_ref()
+            .map(|f| without_secrets(f, &config.policy)),
         cwd: config.cwd.clone(),
         workspace: config.workspace.clone(),
         write_roots: config.write_roots.clone(),

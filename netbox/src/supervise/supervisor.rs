@@ -89,6 +89,8 @@ pub(super) struct StartUp {
     pub(super) pinned_from: Option<nix::sched::CpuSet>,
     pub(super) resolved_fds: Option<Vec<OwnedFd>>,
     pub(super) cpu_cgroup_tasks: Option<std::path::PathBuf>,
+    /// Rows netbox checked itself, added to the first probe's report.
+    pub(super) own_checks: Vec<bridge::log::records::Check>,
 }
 
 impl<'a> Supervisor<'a> {
@@ -211,6 +213,9 @@ impl<'a> Supervisor<'a> {
     /// only if everything passed, then logged.
     pub(super) fn first_probe(&mut self, mut report: ProbeReport) {
         self.check_writes(&mut report);
+        for check in std::mem::take(&mut self.start_up.own_checks) {
+            report.add_check(check);
+        }
         self.start_if_passed(&report);
         let phase = self.settings.fetch.as_ref().map(|_| "fetch");
         self.record_probe(phase, &report);

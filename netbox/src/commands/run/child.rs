@@ -167,6 +167,12 @@ pub(super) fn child_plan(
                         .find(|&p| p >= 1024 && p != PROXY_PORT),
                 }
             }),
+            secrets: config
+                .policy
+                .secrets()
+                .iter()
+                .map(|s| (s.name.clone(), s.placeholder.clone()))
+                .collect(),
         },
         cmd: config.cmd.clone(),
         fetch: config

@@ -327,6 +327,14 @@ fn run_logged(
         .policy
         .read_secret_values()
         .map_err(WrapperError::Usage)?;
+    let own_checks = if config.policy.secrets().is_empty() {
+        Vec::new()
+    } else {
+        vec![crate::sandbox::probe::secret_values(
+            config.policy.secrets(),
+            &plan,
+        )]
+    };
     let inspector = match &config.inspection {
         Some(inspection) => Some(start_inspection(
             &config.session_id,
@@ -403,6 +411,7 @@ fn run_logged(
         capture: config.capture.clone(),
         git_watch: Some(git_watch),
         grown: &mut grown,
+        own_checks,
     }));
     // The bridge's thread may have joined the sandbox's cpu cgroup (--cpus): back out of
     // it, so that the cgroup can be removed, and the check below is not held to CMD's

@@ -15,6 +15,8 @@ mod capture;
 mod filesystem;
 mod limits;
 mod network;
+mod secret_values;
+mod secrets;
 mod verdict;
 
 use std::net::{SocketAddr, TcpStream};
@@ -31,6 +33,7 @@ use filesystem::{
 use limits::{cgroup_limits, io_uring, privileges, resource_limits};
 pub use network::{connect_allowed_sockets, unix_sockets_at_connect, ForeignSocket};
 use network::{finish_egress, host_sockets, network_cut, network_namespace, start_egress};
+pub use secret_values::check_plan as secret_values;
 pub use verdict::{check, failed_check};
 
 /// The probe's row for the denied-write log (filled in by the sandbox and netbox's
@@ -93,6 +96,10 @@ pub struct ProbeInput {
     /// With capture: a port it listens on, and one it does not.
     #[serde(default)]
     pub capture: Option<CaptureProbe>,
+    /// Each secret's name and placeholder: CMD must hold the placeholder, and the bridge
+    /// must refuse it bound for the canary.
+    #[serde(default)]
+    pub secrets: Vec<(String, String)>,
 }
 
 /// What the capture row tries.
@@ -107,8 +114,13 @@ pub struct CaptureProbe {
 }
 
 /// Runs every check.
-/// `capture`: a netlink socket in capture's namespace, to read what it holds.
-pub fn run(input: &ProbeInput, capture: Option<&crate::sys::rtnl::Rtnl>) -> ProbeReport {
+/// `env`: CMD's environment. `capture`: a netlink socket in capture's namespace, to read
+/// what it holds.
+pub fn run(
+    input: &ProbeInput,
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+    capture: Option<&crate::sys::rtnl::Rtnl>,
+) -> ProbeReport {
     let started = Instant::now();
     // The bridge answers from netbox's process; its two requests go out first, so the
     // round trips overlap the local checks instead of following them.
@@ -128,6 +140,9 @@ pub fn run(input: &ProbeInput, capture: Option<&crate::sys::rtnl::Rtnl>) -> Prob
         checks.push(cache_home(input));
     }
     checks.push(finish_egress(input, egress));
+    if !input.secrets.is_empty() {
+        checks.push(secrets::secrets(input, env));
+    }
     checks.push(privileges(input));
     if let (Some(plan), Some(pending)) = (input.capture, pending_capture) {
         checks.push(capture_check(plan, pending, capture));

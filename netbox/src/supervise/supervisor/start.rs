@@ -46,6 +46,7 @@ impl<'a> Supervisor<'a> {
             capture,
             git_watch,
             grown,
+            own_checks,
         } = run;
         let channel = handshake::AsyncChannel::new(channel).map_err(WrapperError::Spawn)?;
         let exited = sandbox
@@ -132,6 +133,7 @@ impl<'a> Supervisor<'a> {
                 pinned_from,
                 resolved_fds: Some(resolved_fds),
                 cpu_cgroup_tasks,
+                own_checks,
             },
         })
     }

@@ -543,3 +543,86 @@ fn a_secret_read_from_a_file_is_hidden_from_the_command() {
         assert!(err.contains(said), "{flag}: {err}");
     }
 }
+
+/// `[[git]]`: a git host lets out pushes to the repositories its `push` lists alone, and
+/// fetches of those `fetch` lists; a push elsewhere is refused at its first request,
+/// before a byte of it goes upstream, and the server's repository is untouched, beside a
+/// push the table allows (with a token swapped in, as a real host would need).
+#[test]
+fn pushes_go_only_to_the_repositories_a_git_table_lists() {
+    let dir = TestDir::new("secret-git-scope");
+    let token = real_token("scope");
+    let root = dir.join("repos");
+    std::fs::create_dir_all(root.join("org")).unwrap();
+    std::fs::create_dir_all(root.join("else")).unwrap();
+    for repo in ["org/app.git", "org/other.git", "else/lib.git"] {
+        crate::support::bare_repo(&dir.path, &format!("repos/{repo}"), "one\n");
+    }
+    let server = CredentialedServer::start(&dir.path, &["a.test"], root.clone(), &token);
+    let p = server.port();
+    let log_of = |repo: &str| crate::support::git(&root.join(repo), &["log", "--format=%s"]);
+    let policy = format!(
+        "tls_ports = [{p}]\n[hosts]\n\"a.test\" = \"127.0.0.1\"\n\
+         [[git]]\nhost = \"a.test:{p}\"\nfetch = [\"org/*\"]\npush = [\"org/app\"]\n{}",
+        secret_table("GIT_TOKEN", "NB_TEST_SCOPE_TOKEN", p)
+    );
+    // The [[git]] table allows its host (by name: the pin is loopback, so the name must be
+    // let reach it).
+    let run = run_with(&dir, &server, &policy, "NB_TEST_SCOPE_TOKEN", &token)
+        .args_from(&["--allow-private", &format!("a.test:{p}")]);
+    let push = |repo: &str| {
+        format!(
+            "git clone -q https://a.test:{p}/{repo}.git w-{n} && cd w-{n} && \
+             git -c user.name=t -c user.email=t@t.test commit -q --allow-empty -m two && \
+             git push -q origin HEAD 2>&1 | tail -n 2; echo \"{repo}: ${{PIPESTATUS[0]}}\"; cd ..\n",
+            n = repo.replace('/', "-")
+        )
+    };
+    let out = run.sh(&format!(
+        "export GIT_TERMINAL_PROMPT=0\n{}{}\
+         git clone -q https://a.test:{p}/else/lib.git w-lib 2>&1 | tail -n 1; echo \"clone else/lib: ${{PIPESTATUS[0]}}\"\n\
+         git -C w-org-app push -q https://a.test:{p}/org/other.git HEAD 2>&1 | tail -n 1; echo \"into other: ${{PIPESTATUS[0]}}\"\n",
+        push("org/app"),
+        push("org/other"),
+    ));
+    let text = stdout(&out);
+    // Control: the listed repository takes the push.
+    assert!(text.contains("org/app: 0\n"), "{text}{}", stderr(&out));
+    assert_eq!(log_of("org/app.git"), "two\none\n");
+    // Another repository of the same organisation: cloned (fetch allows org/*), never
+    // pushed to, by its own remote or by a URL given to push.
+    assert!(text.contains("403"), "{text}");
+    assert!(!text.contains("org/other: 0\n"), "{text}");
+    assert!(!text.contains("into other: 0\n"), "{text}");
+    assert_eq!(
+        log_of("org/other.git"),
+        "one\n",
+        "the refused push reached the server"
+    );
+    // A repository outside fetch is not even cloned.
+    assert!(!text.contains("clone else/lib: 0\n"), "{text}");
+    // Nothing of a refused push reached the server: no request to org/other's
+    // receive-pack, and none to else/lib at all.
+    for request in server.seen() {
+        assert!(
+            !request.contains("org/other.git/git-receive-pack"),
+            "{request}"
+        );
+        assert!(
+            !request.contains("service=git-receive-pack") || request.contains("org/app"),
+            "{request}"
+        );
+        assert!(!request.contains("else/lib"), "{request}");
+    }
+    let refusals: Vec<Value> = records(&run, "inspected")
+        .into_iter()
+        .filter(|r| r["decision"] == "deny")
+        .collect();
+    assert!(
+        refusals.iter().any(|r| r["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("a push of \"org/other\"")),
+        "{refusals:#?}"
+    );
+}

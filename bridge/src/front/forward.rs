@@ -120,7 +120,11 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
     // A host with HTTP rules: the request is judged by them, as inside a tunnel.
     if let Some(check) = conn.policy.http_check(&target) {
         let judged = check
-            .judge(req.method().as_str(), req.uri().path())
+            .judge(
+                req.method().as_str(),
+                req.uri().path(),
+                req.uri().query().unwrap_or(""),
+            )
             .map_err(|refused| Refusal::new(refused.reason, refused.detail))
             .and_then(|_| match body_on_bodiless(req.method(), req.headers()) {
                 Some(detail) => Err(bad(detail)),

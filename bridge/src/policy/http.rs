@@ -29,6 +29,8 @@ pub struct HttpRule {
     pub methods: Option<Vec<String>>,
     /// `None`: any path.
     pub paths: Option<Vec<PathPattern>>,
+    /// A `[[git]]` table: only git's requests, for the repositories it lists.
+    pub git: Option<super::git::GitScope>,
     pub origin: RuleRef,
 }
 
@@ -87,12 +89,32 @@ impl HttpRule {
             spec,
             methods,
             paths,
+            git: None,
             origin,
         })
     }
 
-    /// Whether this rule lets `method` on `path` through; `Err` says why not.
-    fn allows(&self, method: &str, path: &str) -> Result<(), HttpRefusal> {
+    /// A `[[git]]` table's rule: its host, held to `scope`.
+    pub fn git(
+        host: &str,
+        scope: super::git::GitScope,
+        origin: RuleRef,
+    ) -> Result<HttpRule, String> {
+        Ok(HttpRule {
+            spec: RuleSpec::parse(host, super::Action::Allow)?,
+            methods: None,
+            paths: None,
+            git: Some(scope),
+            origin,
+        })
+    }
+
+    /// Whether this rule lets `method` on `path` (with `query`) through; `Err` says why
+    /// not.
+    fn allows(&self, method: &str, path: &str, query: &str) -> Result<(), HttpRefusal> {
+        if let Some(git) = &self.git {
+            return git.allows(method, path, query, &self.origin.to_string());
+        }
         if let Some(methods) = &self.methods {
             if !methods.iter().any(|m| m == method) {
                 return Err(HttpRefusal {
@@ -139,16 +161,22 @@ impl HttpCheck {
         }
     }
 
-    /// Whether `method` on `path` (the request's path, without its query) may pass: the
-    /// rule that let it, if a rule did. A refusal names the first rule's reason.
-    pub fn judge(&self, method: &str, path: &str) -> Result<Option<RuleRef>, HttpRefusal> {
+    /// Whether `method` on `path` (the request's path, without its query; `query` beside
+    /// it, which `[[git]]` rules read) may pass: the rule that let it, if a rule did. A
+    /// refusal names the first rule's reason.
+    pub fn judge(
+        &self,
+        method: &str,
+        path: &str,
+        query: &str,
+    ) -> Result<Option<RuleRef>, HttpRefusal> {
         let rules = match self {
             HttpCheck::Any => return Ok(None),
             HttpCheck::Rules(rules) => rules,
         };
         let mut first_refusal = None;
         for rule in rules {
-            match rule.allows(method, path) {
+            match rule.allows(method, path, query) {
                 Ok(()) => return Ok(Some(rule.origin.clone())),
                 Err(refusal) => {
                     first_refusal.get_or_insert(refusal);
@@ -200,7 +228,7 @@ impl PathPattern {
 /// `*` within one segment, `**` across them. Written here rather than taken from a glob
 /// crate because it is these two rules alone, over bytes; a table over (pattern, path)
 /// positions reads a hostile 60 KB path once per pattern byte, never more.
-fn glob_matches(pattern: &[u8], path: &[u8]) -> bool {
+pub(super) fn glob_matches(pattern: &[u8], path: &[u8]) -> bool {
     // reach[j]: the pattern so far can match path[..j].
     let mut reach = vec![false; path.len() + 1];
     reach[0] = true;
@@ -233,7 +261,7 @@ fn glob_matches(pattern: &[u8], path: &[u8]) -> bool {
 /// is non-ASCII), is refused; so are a raw `;` or `\` (servlet path parameters, Windows
 /// separators), and a segment of dots (and spaces) alone (`.`, `..`, `...`, `.. `), which
 /// servers resolve, strip or trim in their own ways.
-fn ambiguous_path(path: &str) -> Option<&'static str> {
+pub(super) fn ambiguous_path(path: &str) -> Option<&'static str> {
     let bytes = path.as_bytes();
     if bytes.iter().any(|b| matches!(b, b';' | b'\\')) {
         return Some("holds a ';' or a backslash");
@@ -374,9 +402,9 @@ mod tests {
         )
         .unwrap();
         let check = HttpCheck::Rules(vec![Arc::new(rule)]);
-        assert!(check.judge("GET", "/simple/pkg/").is_ok());
-        assert!(check.judge("HEAD", "/simple/").is_ok());
-        let refused = |method: &str, path: &str| check.judge(method, path).unwrap_err().reason;
+        assert!(check.judge("GET", "/simple/pkg/", "").is_ok());
+        assert!(check.judge("HEAD", "/simple/", "").is_ok());
+        let refused = |method: &str, path: &str| check.judge(method, path, "").unwrap_err().reason;
         assert_eq!(refused("POST", "/simple/pkg/"), Reason::MethodNotAllowed);
         assert_eq!(refused("get", "/simple/pkg/"), Reason::MethodNotAllowed);
         for path in [

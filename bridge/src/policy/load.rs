@@ -19,6 +19,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::git::GitScope;
 use super::secrets::Secret;
 use super::{Action, HttpRule, Policy, Rule, RuleRef, RuleSpec};
 use crate::target::{canonical_ip, normalise_host, Host};
@@ -77,6 +78,18 @@ struct AllowlistFile {
     /// `[[secret]]` tables: credentials swapped in on the wire (secrets.rs).
     #[serde(default)]
     secret: Vec<Spanned<SecretTable>>,
+    /// `[[git]]` tables: git hosts, held to the repositories listed (git.rs).
+    #[serde(default)]
+    git: Vec<Spanned<GitTable>>,
+}
+
+/// One `[[git]]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GitTable {
+    host: String,
+    fetch: Option<Vec<String>>,
+    push: Option<Vec<String>>,
 }
 
 /// One `[[secret]]` table.
@@ -216,6 +229,19 @@ impl Loader<'_> {
             };
             let rule = HttpRule::parse(host, methods.as_deref(), paths.as_deref(), origin)
                 .map_err(|reason| invalid(line, format!("[[http]] {host:?}: {reason}")))?;
+            self.policy.push_http_rule(rule);
+        }
+        for table in &parsed.git {
+            let line = at(table.span().start);
+            let GitTable { host, fetch, push } = table.get_ref();
+            let origin = RuleRef {
+                file: Arc::clone(&file),
+                line,
+                text: host.clone(),
+            };
+            let rule = GitScope::parse(fetch.as_deref(), push.as_deref())
+                .and_then(|scope| HttpRule::git(host, scope, origin))
+                .map_err(|reason| invalid(line, format!("[[git]] {host:?}: {reason}")))?;
             self.policy.push_http_rule(rule);
         }
         for table in &parsed.secret {

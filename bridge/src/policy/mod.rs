@@ -10,6 +10,7 @@
 //! loopback, carrier-grade NAT, documentation, benchmarking, reserved; never link-local,
 //! cloud metadata, multicast, broadcast or unspecified).
 
+pub mod git;
 mod http;
 mod load;
 mod rule;
@@ -445,8 +446,8 @@ impl Policy {
         }
         for rule in &self.http_rules {
             text.push_str(&format!(
-                "http {:?} methods {:?} paths {:?}\n",
-                rule.spec, rule.methods, rule.paths
+                "http {:?} methods {:?} paths {:?} git {:?}\n",
+                rule.spec, rule.methods, rule.paths, rule.git
             ));
         }
         if self.inspect_all {

@@ -314,7 +314,7 @@ impl Exchange {
         }
         let path = req.uri().path();
         self.check
-            .judge(req.method().as_str(), path)
+            .judge(req.method().as_str(), path, req.uri().query().unwrap_or(""))
             .map_err(|refusal| forbidden(refusal.reason, refusal.detail))
     }
 

@@ -185,6 +185,12 @@ pub struct RunArgs {
     #[arg(long = "allow-socket", value_name = "PATH")]
     pub allow_socket: Vec<String>,
 
+    /// Let CMD use your SSH agent ($SSH_AUTH_SOCK, as --allow-socket does) while the
+    /// private keys in ~/.ssh read empty: ssh and git over SSH sign through the agent,
+    /// which signs whatever CMD asks while the run lasts (use `ssh-add -c`).
+    #[arg(long = "ssh-agent")]
+    pub ssh_agent: bool,
+
     /// Do not capture connections made without the proxy: programs that ignore the proxy
     /// settings then find no network at all (only loopback), as without capture, and the
     /// sandbox's /etc/resolv.conf stays the host's.

@@ -626,3 +626,86 @@ fn pushes_go_only_to_the_repositories_a_git_table_lists() {
         "{refusals:#?}"
     );
 }
+
+/// `--ssh-agent`: CMD signs through the user's agent, while the private key in `~/.ssh`
+/// reads empty; without the flag the agent is refused (the control that the flag is what
+/// lets it through).
+#[test]
+fn the_ssh_agent_signs_while_the_keys_read_empty() {
+    let dir = TestDir::outside_tmp("secret-ssh-agent");
+    let home = dir.join("home");
+    let ssh = home.join(".ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    let key = ssh.join("id_ed25519");
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "netbox-test", "-f"])
+        .arg(&key)
+        .status()
+        .expect("ssh-keygen is needed for this test");
+    assert!(made.success());
+    let key_len = std::fs::metadata(&key).unwrap().len();
+    // The agent's socket under the host's /tmp, which the sandbox does not see: netbox
+    // reaches it on the host.
+    let agent_dir = TestDir::new("secret-ssh-agent-socket");
+    let socket = agent_dir.join("agent.sock");
+    let mut agent = std::process::Command::new("ssh-agent")
+        .args(["-D", "-a"])
+        .arg(&socket)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("ssh-agent is needed for this test");
+    crate::support::wait_for_path(&socket, "the agent's socket");
+    let added = std::process::Command::new("ssh-add")
+        .arg(&key)
+        .env("SSH_AUTH_SOCK", &socket)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(added.success());
+    let script = "ssh-add -l 2>&1 | cut -d' ' -f3\n\
+                  wc -c < ~/.ssh/id_ed25519\n\
+                  echo hello > msg && ssh-keygen -q -Y sign -U -f ~/.ssh/id_ed25519.pub -n file msg \
+                  >/dev/null 2>&1 && echo signed || echo 'not signed'\n";
+    let run = |flags: &[&str]| {
+        Run::new(&dir)
+            .args_from(flags)
+            .env("HOME", home.display().to_string())
+            .env("SSH_AUTH_SOCK", socket.display().to_string())
+            .sh(script)
+    };
+    let out = run(&["--ssh-agent"]);
+    let ws = dir.join("ws");
+    assert_eq!(stdout(&out), "netbox-test\n0\nsigned\n", "{}", stderr(&out));
+    // The signature is the key's: checked on the host.
+    let checked = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "printf 'x %s\\n' \"$(cat {pub_key})\" > allowed && \
+             ssh-keygen -q -Y verify -f allowed -I x -n file -s msg.sig < msg",
+            pub_key = ssh.join("id_ed25519.pub").display()
+        ))
+        .current_dir(&ws)
+        .status()
+        .unwrap();
+    assert!(checked.success(), "the signature does not verify");
+    // Control: without the flag the agent is refused, and the key file is what it is.
+    let out = run(&[]);
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_ne!(lines.first(), Some(&"netbox-test"), "{text}");
+    assert_eq!(lines.get(1), Some(&key_len.to_string().as_str()), "{text}");
+    assert_eq!(lines.get(2), Some(&"not signed"), "{text}");
+    // The probe proved the key hidden (the hidden-paths row) and the socket allowed.
+    let hidden = Run::new(&dir).probe()["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| {
+            c["name"] == "hidden paths"
+                && c["passed"] == true
+                && c.to_string().contains("id_ed25519")
+        });
+    assert!(hidden, "{:#}", Run::new(&dir).probe());
+}

@@ -16,6 +16,7 @@ pub mod policy;
 pub mod protect;
 pub mod resolved;
 pub mod sockets;
+pub mod ssh_agent;
 pub mod tenants;
 pub mod tools;
 pub mod upstream;

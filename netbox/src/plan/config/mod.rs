@@ -133,6 +133,13 @@ impl SandboxConfig {
             &fetches,
         )?;
         hide_secret_files(&policy, &mut named.hide)?;
+        if args.ssh_agent {
+            for key in crate::plan::ssh_agent::private_keys(home_dir().as_deref()) {
+                if !named.hide.contains(&key) {
+                    named.hide.push(key);
+                }
+            }
+        }
         // Each tool's cache: a directory of netbox's, writable in the sandbox (never the
         // tool's own cache, which runs outside the sandbox trust), or the private /tmp.
         // Nothing --hide covers is copied into one.
@@ -157,15 +164,25 @@ impl SandboxConfig {
         for file in policy.named_files() {
             refuse_symlinks_in_roots(file, &write_roots, "allowlist")?;
         }
-        let env_extra = extra_env(&args.env_file, &args.env, &caches, &write_roots)?;
+        let mut env_extra = extra_env(&args.env_file, &args.env, &caches, &write_roots)?;
+        if args.ssh_agent {
+            // Under --clean-env too: the agent is what --ssh-agent asked for.
+            if let Some(socket) = std::env::var_os("SSH_AUTH_SOCK") {
+                env_extra.push((OsString::from("SSH_AUTH_SOCK"), socket));
+            }
+        }
         // netbox's cache home, every workspace's caches in it: covered in the sandbox but
         // for this run's own caches (tools/cover.rs).
         let cache_covers = crate::plan::tools::cache_homes_to_cover(&write_roots);
         write_roots.extend(caches.iter().filter_map(|c| c.dir.clone()));
         refuse_bridge_files_cmd_could_read(&args, &write_roots)?;
 
+        let mut socket_flags = args.allow_socket.clone();
+        if args.ssh_agent {
+            socket_flags.push(crate::plan::ssh_agent::socket()?);
+        }
         let allowed_sockets =
-            crate::plan::sockets::allowed(&args.allow_socket, &policy, &cwd, &write_roots)?;
+            crate::plan::sockets::allowed(&socket_flags, &policy, &cwd, &write_roots)?;
 
         let log_path = match args.log {
             Some(path) => path,

@@ -47,6 +47,15 @@ pub(crate) fn swap_request(
     let mut changed = Vec::new();
     for (name, value) in headers.iter() {
         let bytes = value.as_bytes();
+        if FRAMING.contains(&name.as_str()) && holds_placeholder(bytes) {
+            return Err(SwapRefusal {
+                reason: Reason::BadRequest,
+                detail: format!(
+                    "a secret's placeholder in the {name} header, which says how the request \
+                     is framed or routed: a value never goes there"
+                ),
+            });
+        }
         let basic = (name == header::AUTHORIZATION)
             .then(|| basic_credentials(bytes))
             .flatten();
@@ -145,12 +154,28 @@ pub(crate) fn swap_request(
     Ok(used)
 }
 
-/// Every byte but the unreserved ones escaped: a value goes into a query as data.
+/// Every byte but letters, digits, `-`, `_` and `~` escaped: a value goes into a path or
+/// query as data, never as a separator or a segment of dots.
 const URL_ESCAPED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'-')
-    .remove(b'.')
     .remove(b'_')
     .remove(b'~');
+
+/// Headers that frame or route a request (or are the bridge's own): a placeholder there is
+/// refused rather than swapped, since what the bridge parsed and what the server parses
+/// must not come apart.
+const FRAMING: [&str; 10] = [
+    "content-length",
+    "transfer-encoding",
+    "host",
+    "connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-connection",
+];
 
 fn holds_placeholder(bytes: &[u8]) -> bool {
     memchr::memmem::find(bytes, PLACEHOLDER_PREFIX.as_bytes()).is_some()
@@ -449,6 +474,32 @@ mod tests {
         let mut uri: Uri = format!("/v1?token={}&x=1", s.placeholder).parse().unwrap();
         swap_request(&[s], &target("api.test:443"), &mut headers, &mut uri).unwrap();
         assert_eq!(uri.to_string(), "/v1?token=a%26b%3Dc%20d&x=1");
+        // A value of dots is no segment of dots once swapped in.
+        let s = secret("SWAP_T3B", "..", &["api.test"]);
+        let mut uri: Uri = format!("/a/{}/admin", s.placeholder).parse().unwrap();
+        swap_request(&[s], &target("api.test:443"), &mut headers, &mut uri).unwrap();
+        assert_eq!(uri.to_string(), "/a/%2E%2E/admin");
+    }
+
+    #[test]
+    fn a_placeholder_in_a_header_that_frames_the_request_is_refused() {
+        let s = secret("SWAP_T7", "7", &["git.test"]);
+        for name in ["host", "transfer-encoding", "connection", "content-length"] {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                http::HeaderName::from_static(name),
+                s.placeholder.parse().unwrap(),
+            );
+            let mut uri: Uri = "/".parse().unwrap();
+            let refused = swap_request(
+                std::slice::from_ref(&s),
+                &target("git.test:443"),
+                &mut headers,
+                &mut uri,
+            )
+            .unwrap_err();
+            assert_eq!(refused.reason, Reason::BadRequest, "{name}");
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub(crate) fn cargo_runs() -> bool {
 /// index's own `config.json` says.
 pub(crate) fn cargo_registry(dir: &TestDir) -> HttpServer {
     let root = dir.join("registry");
+    std::fs::create_dir_all(&root).unwrap();
     let server = HttpServer::start_tls_files(&dir.path, &["index.test", "dl.test"], root.clone());
     let port = server.port();
     std::fs::write(

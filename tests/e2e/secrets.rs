@@ -478,6 +478,21 @@ fn the_probe_proves_the_values_stay_outside_and_stops_a_run_that_leaks_one() {
             .unwrap()
             .contains(&token));
     }
+
+    // The value left in a credential file CMD could read (the workspace's .npmrc) fails
+    // the probe too, and hiding that file is the fix the row names.
+    let npmrc = clean.workspace.join(".npmrc");
+    std::fs::write(&npmrc, format!("//a.test/:_authToken={token}\n")).unwrap();
+    let leaky = run().log_at(dir.join("leak-npmrc.jsonl"));
+    let out = leaky.sh("echo started");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    let row_text = row(&leaky, "secret values kept outside the sandbox").to_string();
+    assert!(row_text.contains(".npmrc (hide it: --hide"), "{row_text}");
+    let hidden = run()
+        .args_from(&["--hide", npmrc.to_str().unwrap()])
+        .log_at(dir.join("hidden-npmrc.jsonl"));
+    let out = hidden.sh("wc -c < .npmrc");
+    assert_eq!(stdout(&out), "0\n", "{}", stderr(&out));
 }
 
 /// `--secret NAME=file:PATH@HOST`: the file is read by netbox and hidden from CMD, which

@@ -333,6 +333,8 @@ fn run_logged(
         vec![crate::sandbox::probe::secret_values(
             config.policy.secrets(),
             &plan,
+            crate::plan::config::home_dir().as_deref(),
+            &config.workspace,
         )]
     };
     let inspector = match &config.inspection {

@@ -1,11 +1,14 @@
 //! The row netbox checks itself, outside the sandbox, since only it holds the secrets'
 //! values: none is in what it hands CMD (its environment, as pid 1 will give it, and its
-//! command line, or `--fetch`'s), while each placeholder is (the control). A value typed
-//! on the host's command line (`netbox -- curl -H "Authorization: $TOKEN"`, expanded by
-//! the host's shell) is caught here, and CMD does not start.
+//! command line, or `--fetch`'s), nor in the files tools keep credentials in that CMD
+//! could read (in the home and the workspace, unless hidden), while each placeholder is
+//! in CMD's environment (the control). A value typed on the host's command line (`netbox
+//! -- curl -H "Authorization: $TOKEN"`, expanded by the host's shell) or left in
+//! `~/.npmrc` is caught here, and CMD does not start.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use bridge::policy::secrets::Secret;
 
@@ -15,8 +18,35 @@ use crate::sandbox::ChildPlan;
 /// The row's name in the report.
 pub const SECRET_VALUES_CHECK: &str = "secret values kept outside the sandbox";
 
-/// Searches `plan` for each secret's value (and its placeholder, the control).
-pub fn check_plan(secrets: &[Secret], plan: &ChildPlan) -> Check {
+/// Where tools keep credentials, under the home: npm, pip, git's store, curl and others'
+/// netrc, cargo, docker, GitHub's CLI.
+const HOME_CREDENTIAL_FILES: [&str; 10] = [
+    ".npmrc",
+    ".pypirc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".netrc",
+    ".cargo/credentials.toml",
+    ".cargo/credentials",
+    ".docker/config.json",
+    ".config/gh/hosts.yml",
+    ".config/pip/pip.conf",
+];
+
+/// The same in the workspace, and the dotenv file projects keep tokens in.
+const WORKSPACE_CREDENTIAL_FILES: [&str; 4] = [".npmrc", ".pypirc", ".netrc", ".env"];
+
+/// Largest credential file read.
+const MAX_CREDENTIAL_FILE_BYTES: u64 = 1 << 20;
+
+/// Searches `plan`, and the credential files CMD could read under `home` and `workspace`,
+/// for each secret's value (and `plan` for its placeholder, the control).
+pub fn check_plan(
+    secrets: &[Secret],
+    plan: &ChildPlan,
+    home: Option<&Path>,
+    workspace: &Path,
+) -> Check {
     let mut places: Vec<(String, Vec<u8>)> = plan
         .env
         .iter()
@@ -25,6 +55,21 @@ pub fn check_plan(secrets: &[Secret], plan: &ChildPlan) -> Check {
     places.push(("CMD's command line".into(), argv(&plan.cmd)));
     if let Some(fetch) = &plan.fetch {
         places.push(("--fetch's command line".into(), argv(fetch)));
+    }
+    let files = home
+        .into_iter()
+        .flat_map(|h| HOME_CREDENTIAL_FILES.iter().map(move |f| h.join(f)))
+        .chain(WORKSPACE_CREDENTIAL_FILES.iter().map(|f| workspace.join(f)));
+    for file in files {
+        if crate::plan::hidden::covering(&file, &plan.probe.hidden).is_some() {
+            continue;
+        }
+        if let Ok(bytes) = bridge::small_file::read_small_bytes(&file, MAX_CREDENTIAL_FILE_BYTES) {
+            places.push((
+                format!("{} (hide it: --hide {})", file.display(), file.display()),
+                bytes,
+            ));
+        }
     }
     let mut forbidden = Vec::new();
     let mut control = Vec::new();
@@ -55,9 +100,10 @@ pub fn check_plan(secrets: &[Secret], plan: &ChildPlan) -> Check {
                 )
             },
         });
-        let held = places
+        let held = plan
+            .env
             .iter()
-            .any(|(_, bytes)| contains(bytes, secret.placeholder.as_bytes()));
+            .any(|(k, v)| k == secret.name.as_str() && v == secret.placeholder.as_str());
         control.push(Outcome {
             attempt: format!("find {}'s placeholder in CMD's environment", secret.name),
             ok: held,

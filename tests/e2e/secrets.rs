@@ -724,3 +724,61 @@ fn the_ssh_agent_signs_while_the_keys_read_empty() {
         });
     assert!(hidden, "{:#}", Run::new(&dir).probe());
 }
+
+/// Go: a module proxy named with credentials in `GOPROXY` (go sends them as Basic),
+/// which takes the real token alone; the same URL naming another host is refused.
+#[test]
+fn go_fetches_from_a_module_proxy_with_a_token_it_never_holds() {
+    let dir = TestDir::new("secret-go");
+    let token = real_token("go");
+    let proxy = dir.join("proxy");
+    crate::tools::go_module(&proxy);
+    let server = CredentialedServer::start(&dir.path, &["a.test", "b.test"], proxy, &token);
+    let p = server.port();
+    let run = run_with(
+        &dir,
+        &server,
+        &allowlist(p, &secret_table("GO_TOKEN", "NB_TEST_GO_TOKEN", p)),
+        "NB_TEST_GO_TOKEN",
+        &token,
+    )
+    .arg("--inspect");
+    std::fs::write(
+        run.workspace.join("go.mod"),
+        "module app\n\ngo 1.19\n\nrequire demo.test/hello v1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        run.workspace.join("main.go"),
+        "package main\n\nimport (\n\t\"fmt\"\n\n\t\"demo.test/hello\"\n)\n\n\
+         func main() { fmt.Println(hello.Greeting) }\n",
+    )
+    .unwrap();
+    let go = |host: &str| {
+        format!(
+            "rm -rf \"$PWD/.gomod\"; GOPROXY=\"https://user:$GO_TOKEN@{host}:{p}\" GOSUMDB=off \
+             GOFLAGS=-mod=mod GOMODCACHE=\"$PWD/.gomod\" GOCACHE=\"$PWD/.gocache\" \
+             GOPATH=\"$PWD/.gopath\" go run . 2>/dev/null || echo 'go failed'\n"
+        )
+    };
+    let out = run.sh(&format!("{}{}", go("a.test"), go("b.test")));
+    assert_eq!(
+        stdout(&out),
+        "hello from the proxy\ngo failed\n",
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        records(&run, "inspected")
+            .iter()
+            .any(|r| r["host"] == "b.test" && r["reason"] == "secret_misdirected"),
+        "{}",
+        stderr(&out)
+    );
+    for request in server.seen() {
+        assert!(!request.contains("netbox-secret-"), "{request}");
+        if request.starts_with("b.test") {
+            assert!(!request.contains(&token), "{request}");
+        }
+    }
+}

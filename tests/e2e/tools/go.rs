@@ -13,32 +13,9 @@ use crate::support::{stderr, stdout, Run, TestDir};
 fn go_fetches_modules_from_the_proxy_its_settings_name() {
     let dir = TestDir::new("tool-go");
     let proxy = dir.join("proxy");
-    let versions = proxy.join("demo.test/hello/@v");
-    std::fs::create_dir_all(&versions).unwrap();
     let server = HttpServer::start_tls_files(&dir.path, &["goproxy.test"], proxy.clone());
     let port = server.port();
-    // The module proxy protocol, as files: a version list, its info, go.mod and zip.
-    let go_mod = "module demo.test/hello\n\ngo 1.19\n";
-    std::fs::write(versions.join("list"), "v1.0.0\n").unwrap();
-    std::fs::write(
-        versions.join("v1.0.0.info"),
-        "{\"Version\":\"v1.0.0\",\"Time\":\"2026-12-01T00:00:00Z\"}",
-    )
-    .unwrap();
-    std::fs::write(versions.join("v1.0.0.mod"), go_mod).unwrap();
-    let zipped = Command::new("python3")
-        .args([
-            "-c",
-            "import sys, zipfile\n\
-             with zipfile.ZipFile(sys.argv[1], 'w') as z:\n\
-             \x20   z.writestr('demo.test/hello@v1.0.0/go.mod', sys.argv[2])\n\
-             \x20   z.writestr('demo.test/hello@v1.0.0/hello.go', 'package hello\\n\\nconst Greeting = \"hello from the proxy\"\\n')\n",
-        ])
-        .arg(versions.join("v1.0.0.zip"))
-        .arg(go_mod)
-        .status()
-        .unwrap();
-    assert!(zipped.success());
+    go_module(&proxy);
     let pins = dir.write("pins.toml", "[hosts]\n\"goproxy.test\" = \"127.0.0.1\"\n");
     let run = Run::new(&dir);
     std::fs::write(
@@ -90,4 +67,32 @@ fn go_fetches_modules_from_the_proxy_its_settings_name() {
         stderr(&out)
     );
     assert_refused_and_logged(&dir, "goproxy.test", &out);
+}
+
+/// The module `demo.test/hello v1.0.0` laid out as a module proxy serves it, under `proxy`:
+/// its version list, info, go.mod and zip.
+pub(crate) fn go_module(proxy: &std::path::Path) {
+    let versions = proxy.join("demo.test/hello/@v");
+    std::fs::create_dir_all(&versions).unwrap();
+    let go_mod = "module demo.test/hello\n\ngo 1.19\n";
+    std::fs::write(versions.join("list"), "v1.0.0\n").unwrap();
+    std::fs::write(
+        versions.join("v1.0.0.info"),
+        "{\"Version\":\"v1.0.0\",\"Time\":\"2026-12-01T00:00:00Z\"}",
+    )
+    .unwrap();
+    std::fs::write(versions.join("v1.0.0.mod"), go_mod).unwrap();
+    let zipped = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile\n\
+             with zipfile.ZipFile(sys.argv[1], 'w') as z:\n\
+             \x20   z.writestr('demo.test/hello@v1.0.0/go.mod', sys.argv[2])\n\
+             \x20   z.writestr('demo.test/hello@v1.0.0/hello.go', 'package hello\\n\\nconst Greeting = \"hello from the proxy\"\\n')\n",
+        ])
+        .arg(versions.join("v1.0.0.zip"))
+        .arg(go_mod)
+        .status()
+        .unwrap();
+    assert!(zipped.success());
 }

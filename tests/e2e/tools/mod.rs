@@ -16,6 +16,7 @@ mod npm;
 mod pip;
 
 pub(crate) use cargo::{cargo_crate, cargo_registry, cargo_runs};
+pub(crate) use go::go_module;
 pub(crate) use npm::npm_package;
 pub(crate) use pip::{build_wheel, pip_registry};
 

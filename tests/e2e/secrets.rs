@@ -542,6 +542,21 @@ fn a_secret_read_from_a_file_is_hidden_from_the_command() {
         (format!("API_TOKEN=env:HOME@10.0.0.1:{p}"), "names"),
         (format!("API_TOKEN=env:HOME@c.test:{p}"), "does not allow"),
     ];
+    // With no sandbox there is no bridge to swap: refused, not run with the value.
+    let out = Run::new(&dir)
+        .args_from(&[
+            "--disable-sandbox",
+            "--secret",
+            &format!("API_TOKEN@a.test:{p}"),
+        ])
+        .sh("echo started");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).contains("--disable-sandbox"),
+        "{}",
+        stderr(&out)
+    );
     for (flag, said) in mistakes {
         let out = Run::new(&dir)
             .args_from(&["--allowlist", allow.to_str().unwrap(), "--secret", &flag])

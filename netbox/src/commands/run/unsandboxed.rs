@@ -11,6 +11,12 @@ pub fn run_unsandboxed(config: &crate::cli::RunArgs) -> Result<u8, WrapperError>
                 .into(),
         ));
     }
+    if let Some(secret) = config.policy.secret.first() {
+        return Err(WrapperError::Usage(format!(
+            "--secret {secret}: with --disable-sandbox no bridge swaps a placeholder, and CMD \
+             would hold the value itself; drop one of them"
+        )));
+    }
     let Some((program, args)) = config.cmd.split_first() else {
         return Err(WrapperError::Usage(
             "nothing to run: use netbox [OPTIONS] -- CMD [ARGS...]".into(),

@@ -21,7 +21,8 @@
 //! - [`egress`]: the one pipeline every request runs: policy → resolve → classify → dial, or
 //!   through an upstream proxy; netbox's own fetches take it too
 //! - [`session`]: who a connection serves: a session and its policy, a shared bridge's
-//!   tenants and the lobby of clients that have named none yet, the DNS stub's addresses
+//!   tenants and the lobby of clients that have named none yet, the DNS stub's addresses;
+//!   and [`offer`], what a bridge tells its own client (placeholders, its CA)
 //! - [`log`]: the JSON-lines event log, its record types, the stderr summary, the metrics
 //! - [`policy`]: allowlist files and the pure allow/deny decision
 //! - the bottom: [`target`] (the normalised destination), [`ipclass`] and [`local_routes`]
@@ -45,6 +46,7 @@ pub mod ipclass;
 pub mod local_routes;
 pub mod log;
 mod memory;
+pub mod offer;
 pub mod outbound;
 pub mod policy;
 pub mod serve;

@@ -101,6 +101,8 @@ pub struct PolicyArgs {
     /// A credential CMD never holds: NAME gets a placeholder, and the bridge puts the real
     /// value (read from env:VAR, the default env:NAME, or file:PATH) in its place only in
     /// requests to HOSTS, which it inspects (repeatable; as an allowlist's [[secret]]).
+    /// With --bridge, `--secret NAME` takes the placeholder of a secret the tenant's
+    /// policy holds at that bridge, whose value never reaches this machine.
     #[arg(long = "secret", value_name = "NAME[=SOURCE]@HOST[,HOST]")]
     pub secret: Vec<String>,
 }

@@ -797,3 +797,208 @@ fn go_fetches_from_a_module_proxy_with_a_token_it_never_holds() {
         }
     }
 }
+
+/// `netbox --bridge URL --secret NAME`: the value lives in the tenant's policy at a shared
+/// bridge (read there from a file), which inspects the secret's host with its own CA. The
+/// run takes the placeholder and the CA from it at start; CMD's request to the secret's
+/// host carries the real value past the bridge, a request elsewhere is refused there, and
+/// neither the run's side nor CMD ever holds the value. A secret of the tenant's the run
+/// did not name stays unknown to CMD, even by asking its own bridge.
+#[test]
+fn a_shared_bridge_swaps_in_a_secret_the_run_never_holds() {
+    let remote_dir = TestDir::new("secret-remote-bridge");
+    let token = real_token("remote");
+    let root = remote_dir.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("hello.txt"), "hello from behind the bridge\n").unwrap();
+    let server = CredentialedServer::start(&remote_dir.path, &["a.test", "b.test"], root, &token);
+    let p = server.port();
+    let value_file = remote_dir.write("api-token", &format!("{token}\n"));
+    let other_file = remote_dir.write("other-token", &real_token("other"));
+    let secrets = format!(
+        "[[secret]]\nname = \"API_TOKEN\"\nfrom = \"file:{}\"\nhosts = [\"a.test:{p}\"]\n\
+         [[secret]]\nname = \"OTHER_TOKEN\"\nfrom = \"file:{}\"\nhosts = [\"a.test:{p}\"]\n",
+        value_file.display(),
+        other_file.display()
+    );
+    remote_dir.write("a.toml", &allowlist(p, &secrets));
+    remote_dir.write("b.toml", &allowlist(p, ""));
+    let ca_cert = remote_dir.join("bridge-ca.pem");
+    let tenant_token = "remote-secret-tenant-Qz8Rw2Nv5Kt1";
+    let tenants = remote_dir.write(
+        "tenants.toml",
+        &format!(
+            "[tenants.team-a]\nallowlist = [\"a.toml\"]\nsecrets = [\"sha256:{}\"]\n\
+             [tenants.team-b]\nallowlist = [\"b.toml\"]\nsecrets = [\"sha256:{}\"]\n",
+            crate::support::sha256_hex(tenant_token.as_bytes()),
+            crate::support::sha256_hex(b"remote-secret-tenant-b-Lw4Hs9")
+        ),
+    );
+    let remote = crate::support::Bridge::start_args(
+        &remote_dir,
+        &[
+            "--tenants".into(),
+            tenants.display().to_string(),
+            "--ca-cert".into(),
+            ca_cert.display().to_string(),
+            "--upstream-ca".into(),
+            server.ca.display().to_string(),
+        ],
+    );
+
+    let dir = TestDir::new("secret-remote-run");
+    let outside = TestDir::outside_tmp("secret-remote-token");
+    let token_file = outside.write("bridge-token", tenant_token);
+    let run = |extra: &[&str]| {
+        Run::new(&dir)
+            .args_from(&[
+                "--bridge",
+                &remote.proxy_url(),
+                "--bridge-token-file",
+                token_file.to_str().unwrap(),
+            ])
+            .args_from(extra)
+    };
+    let planted = real_token("planted");
+    let good = run(&[
+        "--secret",
+        "API_TOKEN",
+        "--env",
+        &format!("PLANTED={planted}"),
+    ]);
+    let code = "curl -sS --max-time 8 -o /dev/null -w '%{http_code} %header{x-netbox-reason}\\n'";
+    let out = good.sh(&format!(
+        "echo \"$API_TOKEN\"; echo \"other:${{OTHER_TOKEN:-unset}}\"\n\
+         {code} -H \"Authorization: Bearer $API_TOKEN\" https://a.test:{p}/hello.txt\n\
+         {code} https://a.test:{p}/hello.txt\n\
+         {code} -H \"Authorization: Bearer $API_TOKEN\" http://b.test:{p}/hello.txt\n\
+         curl -sS --max-time 8 http://netbox-bridge.invalid/; echo\n\
+         curl -sS --max-time 8 -p -o /dev/null -w '%{{http_connect}}\\n' http://netbox-bridge.invalid/ 2>/dev/null\n\
+         mkdir seen && cat /proc/self/environ > seen/environ && cp -r /run/netbox seen/run-netbox\n"
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
+    let placeholder = &lines[0];
+    assert!(
+        placeholder.starts_with("netbox-secret-API_TOKEN-") && placeholder.len() > 40,
+        "{placeholder}"
+    );
+    // Only the secret the run named.
+    assert_eq!(lines[1], "other:unset");
+    // Control: the placeholder reaches the server as the real value (and CMD trusted the
+    // bridge's CA, or TLS would have failed); without it the server refuses.
+    assert_eq!(lines[2], "200 ", "{}", stderr(&out));
+    assert_eq!(lines[3], "401 ");
+    // Elsewhere, the bridge at the other end refuses it, and says why.
+    assert_eq!(lines[4], "403 secret-misdirected");
+    // Its own bridge answers CMD for itself: none of the tenant's placeholders.
+    let own: Value = serde_json::from_str(&lines[5]).unwrap();
+    assert_eq!(own["secrets"], serde_json::json!([]), "{own}");
+    assert!(!lines[5].contains("netbox-secret-"), "{}", lines[5]);
+    // Through a tunnel, the name is refused outright.
+    assert_eq!(lines[6], "400");
+    // What reached the server: the real value, never a placeholder.
+    let seen = server.seen();
+    assert!(seen.iter().any(|s| s.contains(&token)), "{seen:?}");
+    assert!(
+        seen.iter().all(|s| !s.contains("netbox-secret-")),
+        "{seen:?}"
+    );
+    // Nothing of the run's side holds the value: the sandbox's environment and /run (the
+    // control planted on purpose is found), the workspace, the local log.
+    let ws = &good.workspace;
+    assert!(
+        !found_under(&ws.join("seen"), &planted).is_empty(),
+        "the control"
+    );
+    assert!(!found_under(&ws.join("seen"), placeholder).is_empty());
+    assert_eq!(found_under(ws, &token), Vec::<String>::new());
+    assert!(!std::fs::read_to_string(&good.log).unwrap().contains(&token));
+    assert!(!stderr(&out).contains(&token));
+    // The probe's row: the placeholder held, and refused when misdirected.
+    let probe = good.probe();
+    let row = probe["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "secrets swapped in by the bridge alone")
+        .cloned()
+        .unwrap_or_else(|| panic!("{probe:#}"));
+    assert_eq!(row["passed"], true, "{row:#}");
+    // There: the swap logged under the tenant, naming the secret, never its value.
+    let there = remote.events(4);
+    assert!(
+        there.iter().any(|r| r["session"] == "e2e/team-a"
+            && r["proto"] == "inspected"
+            && r["secrets"] == serde_json::json!(["API_TOKEN"])
+            && r["status"] == 200),
+        "{there:#?}"
+    );
+    assert!(there
+        .iter()
+        .any(|r| r["reason"] == "secret_misdirected" && r["host"] == "b.test"));
+    let remote_log = std::fs::read_to_string(remote_dir.join("events.jsonl")).unwrap();
+    assert!(!remote_log.contains(&token));
+
+    // CMD trusts the bridge's CA through the bundle netbox lays, which says whose it is.
+    let bundle =
+        std::fs::read_to_string(ws.join("seen/run-netbox/ca-bundle.pem")).unwrap_or_default();
+    assert!(
+        bundle.starts_with(&format!(
+            "# netbox: the CA of the bridge at {}",
+            remote.proxy_url()
+        )),
+        "{}",
+        bundle.lines().next().unwrap_or("")
+    );
+
+    // A reload of the bridge keeps the placeholder of a secret it did not change: runs
+    // holding it go on working.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(remote.pid()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while remote
+        .records()
+        .iter()
+        .filter(|r| r["type"] == "policy_loaded")
+        .count()
+        < 4
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            remote.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let again = run(&["--secret", "API_TOKEN"])
+        .log_at(dir.join("again.jsonl"))
+        .sh(&format!(
+            "echo \"$API_TOKEN\"\n\
+         {code} -H \"Authorization: Bearer $API_TOKEN\" https://a.test:{p}/hello.txt\n"
+        ));
+    assert_eq!(
+        stdout(&again),
+        format!("{placeholder}\n200 \n"),
+        "{}",
+        stderr(&again)
+    );
+
+    // A secret the tenant does not have: one line naming those it has, and CMD never runs.
+    let missing = run(&["--secret", "NOPE"]).sh("echo started");
+    assert_eq!(missing.status.code(), Some(125), "{}", stderr(&missing));
+    assert_eq!(stdout(&missing), "");
+    let err = stderr(&missing);
+    assert!(
+        err.contains("--secret NOPE") && err.contains("it holds API_TOKEN, OTHER_TOKEN"),
+        "{err}"
+    );
+    // A value or hosts given here with --bridge: they are the bridge's to say.
+    let local = run(&["--secret", "API_TOKEN@a.test"]).sh("echo started");
+    assert_eq!(local.status.code(), Some(125), "{}", stderr(&local));
+    assert!(
+        stderr(&local).contains("name it alone"),
+        "{}",
+        stderr(&local)
+    );
+}

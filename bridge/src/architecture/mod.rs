@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
     ],
     &["policy"],
     &["log"],
-    &["session"],
+    &["session", "offer"],
     &["egress"],
     &["conn"],
     &["carry"],

@@ -106,6 +106,17 @@ async fn open_as(
             return Err(refuse(attempt, Refusal::new(Reason::NotAllowed, detail)));
         }
     }
+    // The bridge's own name is answered by the bridge itself (offer.rs), never dialled
+    // nor passed on to a bridge this one relays to, whatever a rule says: passed on, it
+    // would get CMD the placeholders of every secret the far bridge holds for the tenant.
+    if matches!(&target.host, Host::Name(name) if name == crate::offer::OFFER_HOST) {
+        let detail = format!(
+            "{} is this bridge's own name: it answers GET http://{}/ alone",
+            crate::offer::OFFER_HOST,
+            crate::offer::OFFER_HOST
+        );
+        return Err(refuse(attempt, Refusal::new(Reason::BadRequest, detail)));
+    }
     let policy = egress.policy;
     let decision = decide(policy, target, attempt)?;
     // Through an upstream proxy, a name goes as it was given: the proxy resolves it. An IP

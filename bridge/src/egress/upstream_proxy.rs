@@ -94,6 +94,60 @@ impl UpstreamProxy {
         }
     }
 
+    /// Asks a judging bridge what it holds for this client (offer.rs): the placeholders
+    /// of its tenant's secrets and the CA of the tunnels it inspects. A bridge that
+    /// answers otherwise (an older one, or not a netbox bridge) is said to, with its
+    /// answer's status and reason.
+    pub async fn ask_offer(
+        &self,
+        resolver: &Resolver,
+        timeout: Duration,
+    ) -> Result<crate::offer::Offer, Refusal> {
+        use crate::offer::{MAX_OFFER_BYTES, OFFER_HOST};
+        use tokio::io::AsyncReadExt;
+        let mut stream = self.dial(resolver, timeout).await?;
+        let mut head = format!(
+            "GET http://{OFFER_HOST}/ HTTP/1.1\r\nHost: {OFFER_HOST}\r\nConnection: close\r\n"
+        );
+        if let Some(value) = self.authorization.as_ref().and_then(|v| v.to_str().ok()) {
+            head.push_str(&format!("Proxy-Authorization: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        let limit = (MAX_ANSWER_HEAD + MAX_OFFER_BYTES) as u64;
+        let mut answer = Vec::new();
+        let answered = tokio::time::timeout(timeout, async {
+            stream.write_all(head.as_bytes()).await?;
+            (&mut stream).take(limit + 1).read_to_end(&mut answer).await
+        })
+        .await;
+        match answered {
+            Ok(Ok(_)) => {}
+            // A refusal ends in a reset, which may come before the end was read: what
+            // was read is the answer if its head is whole.
+            Ok(Err(_)) if find_head_end(&answer).is_some() => {}
+            Ok(Err(e)) => return Err(self.failed(format!("its answer for {OFFER_HOST}: {e}"))),
+            Err(_) => {
+                return Err(self.failed(format!("no answer for {OFFER_HOST} within {timeout:?}")))
+            }
+        }
+        if answer.len() as u64 > limit {
+            return Err(self.failed(format!("an answer for {OFFER_HOST} over {limit} bytes")));
+        }
+        let Some(end) = find_head_end(&answer) else {
+            return Err(self.failed(format!("its answer for {OFFER_HOST}: a head cut short")));
+        };
+        let parsed = parse_answer(&answer[..end])
+            .map_err(|e| self.failed(format!("its answer for {OFFER_HOST}: {e}")))?;
+        if parsed.status != 200 {
+            return Err(self.refused(&parsed));
+        }
+        serde_json::from_slice(&answer[end..]).map_err(|e| {
+            self.failed(format!(
+                "its answer for {OFFER_HOST} is not a netbox bridge's ({e})"
+            ))
+        })
+    }
+
     /// Dials the proxy itself (the forward path sends its requests on this).
     pub async fn dial(&self, resolver: &Resolver, timeout: Duration) -> Result<Outbound, Refusal> {
         // No pins: the proxy's name is this bridge's own, not one a policy maps. Nor an
@@ -282,6 +336,7 @@ fn judged_reason(value: &str) -> Option<Reason> {
         "connection-limit" => Reason::ConnectionLimit,
         "http-rule" => Reason::PathNotAllowed,
         "bad-request" => Reason::BadRequest,
+        "secret-misdirected" => Reason::SecretMisdirected,
         _ => return None,
     })
 }

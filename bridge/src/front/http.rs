@@ -38,6 +38,7 @@ use crate::client_io::ClientIo;
 use crate::conn::Conn;
 use crate::egress::{self, Refusal};
 use crate::log::{Attempt, End, Proto};
+use crate::offer::{Offer, OFFER_HOST};
 use crate::policy::Reason;
 use crate::target::Target;
 
@@ -227,6 +228,9 @@ async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body>
     if req.method() == Method::CONNECT {
         return connect(req, state, &conn).await;
     }
+    if names_this_bridge(&req) {
+        return offer(state, &conn, &req);
+    }
     if req.uri().scheme().is_some() {
         return match forward::forward(req, &conn, &state.upstream).await {
             Forwarded::Response(response) => response,
@@ -262,6 +266,64 @@ async fn route(req: Request<Incoming>, state: &Arc<ConnState>) -> Response<Body>
         "not a proxy request: use CONNECT host:port or an absolute http:// URI",
     );
     refuse(state, attempt, &refusal)
+}
+
+/// Whether a forwarded request names this bridge itself (offer.rs).
+fn names_this_bridge(req: &Request<Incoming>) -> bool {
+    req.uri().scheme().is_some()
+        && req
+            .uri()
+            .host()
+            .is_some_and(|host| host.trim_end_matches('.').eq_ignore_ascii_case(OFFER_HOST))
+}
+
+/// The answer to `GET http://netbox-bridge.invalid/`: what the connection's session lets
+/// its client know (a tenant's placeholders, the CA of inspected tunnels), logged as a
+/// request the bridge answered itself. Any other method is refused.
+fn offer(state: &ConnState, conn: &Conn, req: &Request<Incoming>) -> Response<Body> {
+    let mut attempt = Attempt::begin(conn.session.id.clone(), Proto::HttpForward);
+    attempt.method = Some(req.method().to_string());
+    attempt.path = req.uri().path_and_query().map(|p| p.as_str().to_owned());
+    attempt.target = Some(Target {
+        host: crate::target::Host::Name(OFFER_HOST.to_owned()),
+        port: 80,
+    });
+    if req.method() != Method::GET {
+        let refusal = bad(format!("{OFFER_HOST} answers GET alone"));
+        return refuse(state, attempt, &refusal);
+    }
+    let ca = conn.shared.config.inspector.as_ref().map(|i| i.ca_pem());
+    let offered = Offer::of(&conn.policy, ca);
+    let body = serde_json::to_vec(&offered).unwrap_or_default();
+    attempt.decision = crate::policy::Verdict::Allow;
+    attempt.reason = Reason::AllowedByRule;
+    attempt.status = Some(200);
+    attempt.detail = Some(format!(
+        "answered by the bridge: {} placeholder(s){}",
+        offered.secrets.len(),
+        if offered.ca.is_some() {
+            " and its CA"
+        } else {
+            ""
+        }
+    ));
+    attempt.secrets = offered.secrets.iter().map(|s| s.name.clone()).collect();
+    let length = body.len() as u64;
+    state
+        .conn
+        .shared
+        .log
+        .record(&attempt.finish(End::Closed, 0, length));
+    let mut response = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// The connection a request is served as: the listener's, or on a listener that serves

@@ -321,6 +321,16 @@ impl Policy {
         &self.secrets
     }
 
+    /// Keeps the placeholders of `before`'s secrets that are unchanged here (a shared
+    /// bridge's reload: see [`secrets::Secret::keep_placeholder_of`]).
+    pub fn keep_placeholders_of(&mut self, before: &Policy) {
+        for secret in &mut self.secrets {
+            if let Some(old) = before.secrets.iter().find(|s| s.name == secret.name) {
+                secret.keep_placeholder_of(old);
+            }
+        }
+    }
+
     /// Reads every secret's value from its source. A sandboxed run calls this only once
     /// the sandbox is a process of its own; a bridge, as it loads its policy.
     pub fn read_secret_values(&mut self) -> Result<(), String> {

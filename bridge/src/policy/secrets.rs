@@ -74,6 +74,9 @@ pub struct Secret {
     pub from: SecretSource,
     /// The hosts the real value may be sent to.
     pub hosts: Vec<RuleSpec>,
+    /// The same hosts as they were written, for what a client of a shared bridge is told
+    /// (bridge_offer.rs).
+    pub written_hosts: Vec<String>,
     pub origin: RuleRef,
     /// What CMD holds instead of the value.
     pub placeholder: String,
@@ -101,6 +104,7 @@ impl Secret {
         if hosts.is_empty() {
             return Err("hosts = []: name the hosts the value may be sent to".into());
         }
+        let hosts_written = hosts;
         let hosts = hosts
             .iter()
             .map(|h| {
@@ -115,10 +119,20 @@ impl Secret {
             name: name.to_owned(),
             from,
             hosts,
+            written_hosts: hosts_written.iter().map(|h| h.trim().to_owned()).collect(),
             origin,
             placeholder: new_placeholder(name),
             value: None,
         })
+    }
+
+    /// Keeps `before`'s placeholder if it is this very secret (its name, source and hosts
+    /// unchanged): a shared bridge's reload then leaves the runs that hold it working,
+    /// while a value read again takes effect.
+    pub fn keep_placeholder_of(&mut self, before: &Secret) {
+        if self.name == before.name && self.from == before.from && self.hosts == before.hosts {
+            self.placeholder.clone_from(&before.placeholder);
+        }
     }
 
     /// Whether the real value may be sent to `target`.
@@ -186,7 +200,21 @@ impl Secret {
     }
 }
 
-fn valid_name(name: &str) -> bool {
+/// Whether `text` is a placeholder as this bridge makes them for the secret `name`: what a
+/// run takes from a shared bridge is held to it, so that nothing else lands in CMD's
+/// environment under the secret's name.
+pub fn is_placeholder_for(name: &str, text: &str) -> bool {
+    text.strip_prefix(PLACEHOLDER_PREFIX)
+        .and_then(|rest| rest.strip_prefix(name))
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|hex| {
+            hex.len() == 2 * PLACEHOLDER_RANDOM_BYTES
+                && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
+}
+
+/// Whether `name` may name a secret: a variable name, at most 128 bytes.
+pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
         && !name.starts_with(|c: char| c.is_ascii_digit())
@@ -272,6 +300,26 @@ mod tests {
         assert_ne!(a.placeholder, b.placeholder);
         assert!(a.placeholder.starts_with("netbox-secret-TOKEN-"));
         assert_eq!(a.placeholder.len(), "netbox-secret-TOKEN-".len() + 32);
+        assert!(is_placeholder_for("TOKEN", &a.placeholder));
+        assert!(!is_placeholder_for("TOKE", &a.placeholder));
+        assert!(!is_placeholder_for("TOKEN", &format!("{}0", a.placeholder)));
+        assert!(!is_placeholder_for("TOKEN", &a.placeholder.to_uppercase()));
+    }
+
+    #[test]
+    fn a_reload_keeps_the_placeholder_of_the_same_secret_only() {
+        let hosts = ["git.test".to_owned()];
+        let before = Secret::parse("T", "env:T", &hosts, None, origin()).unwrap();
+        let mut same = Secret::parse("T", "env:T", &hosts, None, origin()).unwrap();
+        same.keep_placeholder_of(&before);
+        assert_eq!(same.placeholder, before.placeholder);
+        let other_hosts = ["git.test".to_owned(), "evil.test".to_owned()];
+        let mut widened = Secret::parse("T", "env:T", &other_hosts, None, origin()).unwrap();
+        widened.keep_placeholder_of(&before);
+        assert_ne!(widened.placeholder, before.placeholder);
+        let mut moved = Secret::parse("T", "env:U", &hosts, None, origin()).unwrap();
+        moved.keep_placeholder_of(&before);
+        assert_ne!(moved.placeholder, before.placeholder);
     }
 
     #[test]

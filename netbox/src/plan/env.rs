@@ -153,22 +153,41 @@ pub fn sandbox_env(
     env
 }
 
+/// A secret as CMD's environment carries it: its variable, the placeholder in it, the hosts
+/// its value goes to (for git's credential helpers), and the variable of netbox's own the
+/// value is read from, if it is (left out of CMD's). One a shared bridge holds has none.
+#[derive(Debug, Clone)]
+pub struct SecretVar {
+    pub name: String,
+    pub placeholder: String,
+    pub hosts: Vec<bridge::policy::RuleSpec>,
+    pub read_from: Option<String>,
+}
+
+impl SecretVar {
+    pub fn of(secret: &bridge::policy::secrets::Secret) -> SecretVar {
+        SecretVar {
+            name: secret.name.clone(),
+            placeholder: secret.placeholder.clone(),
+            hosts: secret.hosts.clone(),
+            read_from: match &secret.from {
+                bridge::policy::secrets::SecretSource::Env(var) => Some(var.clone()),
+                bridge::policy::secrets::SecretSource::File(_) => None,
+            },
+        }
+    }
+}
+
 /// `env` with each secret's variable holding its placeholder (whatever `--env` or the
 /// caller gave it), and the variable a secret is read from left out: CMD holds no value.
 pub fn with_placeholders(
     mut env: Vec<(OsString, OsString)>,
-    secrets: &[bridge::policy::secrets::Secret],
+    secrets: &[SecretVar],
 ) -> Vec<(OsString, OsString)> {
-    use bridge::policy::secrets::SecretSource;
-    let sources: Vec<&str> = secrets
-        .iter()
-        .filter_map(|s| match &s.from {
-            SecretSource::Env(var) => Some(var.as_str()),
-            SecretSource::File(_) => None,
-        })
-        .collect();
     env.retain(|(name, _)| {
-        !sources.iter().any(|s| name == *s) && !secrets.iter().any(|s| name == s.name.as_str())
+        !secrets
+            .iter()
+            .any(|s| name == s.name.as_str() || s.read_from.as_deref().is_some_and(|v| name == v))
     });
     env.extend(
         secrets
@@ -183,10 +202,7 @@ pub fn with_placeholders(
 /// git's `GIT_CONFIG_*` variables, after any the caller set) that answers with the secret's
 /// placeholder, which the bridge swaps on the wire. A host's own helpers come first in git's
 /// order only if they are more specific; these are scoped to the host's URL.
-fn git_credential_helpers(
-    env: &mut Vec<(OsString, OsString)>,
-    secrets: &[bridge::policy::secrets::Secret],
-) {
+fn git_credential_helpers(env: &mut Vec<(OsString, OsString)>, secrets: &[SecretVar]) {
     use bridge::policy::{HostMatcher, Ports};
     let mut entries = Vec::new();
     for secret in secrets {

@@ -100,7 +100,12 @@ fn show_key_for_tests(_: &bridge::tls::inspector::Inspector) {}
 /// The inspection `policy` asks for, if any. `--upstream-ca` without inspection is a
 /// mistake (it would change nothing), said as one.
 pub fn prepare(policy: &Policy, args: &PolicyArgs) -> Result<Option<Inspection>, WrapperError> {
-    if !policy.inspects() {
+    prepare_if(policy.inspects(), args)
+}
+
+/// [`prepare`] for a bridge whose policies (its tenants') inspect, or not.
+pub fn prepare_if(inspects: bool, args: &PolicyArgs) -> Result<Option<Inspection>, WrapperError> {
+    if !inspects {
         if let Some(file) = args.upstream_ca.first() {
             return Err(WrapperError::Usage(format!(
                 "--upstream-ca {}: nothing is inspected; add --inspect, or an [[http]] rule \
@@ -139,7 +144,7 @@ pub fn prepare(policy: &Policy, args: &PolicyArgs) -> Result<Option<Inspection>,
 }
 
 /// One certificate as PEM (RFC 7468: base64 in lines of 64 characters).
-fn pem_certificate(der: &[u8]) -> String {
+pub(crate) fn pem_certificate(der: &[u8]) -> String {
     use base64::Engine;
     let encoded = base64::engine::general_purpose::STANDARD.encode(der);
     let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");

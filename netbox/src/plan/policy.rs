@@ -154,8 +154,9 @@ fn secret_flag(flag: &str, line: usize) -> Result<bridge::policy::secrets::Secre
 pub fn refuse_secrets_at_bridge(policy: Policy) -> Result<Policy, WrapperError> {
     match policy.secrets().first() {
         Some(secret) => Err(WrapperError::Usage(format!(
-            "secret {} ({}): netbox bridge does not hold secrets yet; give them to the run \
-             (netbox --secret or an allowlist's [[secret]] with netbox -- CMD)",
+            "secret {} ({}): a bridge holds secrets for its tenants alone (--tenants, \
+             where each client names itself); or give them to the run (netbox --secret or \
+             an allowlist's [[secret]] with netbox -- CMD)",
             secret.name, secret.origin
         ))),
         None => Ok(policy),

@@ -170,16 +170,12 @@ pub fn load(
             secret: Vec::new(),
         };
         fetches.for_tenant(&name);
-        let (policy, tool_lines, _) =
+        let (mut policy, tool_lines, _) =
             super::policy::load_policy_with_tools(&args, cwd, &[cwd.to_owned()], &[], fetches)
                 .map_err(|e| mistake(e.to_string()))?;
-        if policy.inspects() {
-            return Err(mistake(
-                "its allowlist inspects tunnels ([[http]] or [[secret]] tables): a bridge \
-                 with tenants does not inspect yet"
-                    .into(),
-            ));
-        }
+        // A bridge holds the values of its tenants' secrets itself: read now, at each load,
+        // so that a value changed at its source takes effect with a reload.
+        policy.read_secret_values().map_err(mistake)?;
         plans.push(TenantPlan {
             name,
             policy,

@@ -69,7 +69,8 @@ pub fn lay(root: BorrowedFd<'_>, files: &RunFiles<'_>) -> Result<(), MountError>
     let run = Path::new("/run");
     let bundle_path = Path::new(TRUST_BUNDLE);
     if let Some((ca_pem, extra_pem)) = files.trust {
-        let mut bundle = format!("# netbox session CA (this run only)\n{ca_pem}");
+        // Headed by netbox with what it is (the session CA, or a shared bridge's).
+        let mut bundle = ca_pem.to_owned();
         if !bundle.ends_with('\n') {
             bundle.push('\n');
         }

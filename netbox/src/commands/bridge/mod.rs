@@ -127,7 +127,11 @@ fn prepare(args: BridgeArgs) -> Result<Prepared, WrapperError> {
             crate::plan::policy::refuse_secrets_at_bridge(policy)?
         }
     };
-    let inspector = inspector(&policy, &args, &session_id)?;
+    let inspects = match &tenants {
+        Some(plans) => plans.iter().any(|plan| plan.policy.inspects()),
+        None => policy.inspects(),
+    };
+    let inspector = inspector(inspects, &args, &session_id)?;
     let listener_tls = listener_tls(&args, &addrs, tenants.as_deref())?;
     let upstream_proxy = upstream_proxy(&args)?;
     let (log, log_name) = open_log(&args, metrics.as_ref())?;

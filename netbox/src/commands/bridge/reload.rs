@@ -227,6 +227,21 @@ impl Reloader {
                             .into(),
                     );
                 }
+                if !self.can_inspect && plans.iter().any(|p| p.policy.inspects()) {
+                    return Err(
+                        "a tenant's new policy inspects tunnels, and inspection starts only \
+                         with the bridge (its CA, --ca-cert): restart it"
+                            .into(),
+                    );
+                }
+                let mut plans = plans;
+                if let Served::Tenants { tenants, .. } = &*self.served() {
+                    for plan in &mut plans {
+                        if let Some(now) = tenants.get(&plan.name) {
+                            plan.policy.keep_placeholders_of(&now.session.policy());
+                        }
+                    }
+                }
                 Next::Tenants(plans.into_iter().map(|p| (p.name.clone(), p)).collect())
             }
             (None, None) => return Err("nothing to reload".into()),

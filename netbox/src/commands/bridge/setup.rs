@@ -80,7 +80,7 @@ pub(super) fn refuse_policy_flags(policy: &PolicyArgs) -> Result<(), WrapperErro
         ("--allow-tool", !policy.allow_tool.is_empty()),
         ("--private-ok", policy.private_ok),
         ("--inspect", policy.inspect),
-        ("--upstream-ca", !policy.upstream_ca.is_empty()),
+        ("--secret", !policy.secret.is_empty()),
     ];
     match given.iter().find(|(_, given)| *given) {
         Some((flag, _)) => Err(WrapperError::Usage(format!(
@@ -137,11 +137,11 @@ pub(super) fn served_tenants(
 /// The session CA, when the policy inspects, with its certificate written where
 /// `--ca-cert` says (clients must trust it, and have no sandbox to be given it in).
 pub(super) fn inspector(
-    policy: &bridge::Policy,
+    inspects: bool,
     args: &BridgeArgs,
     session: &str,
 ) -> Result<Option<Arc<bridge::tls::inspector::Inspector>>, WrapperError> {
-    let inspection = crate::plan::inspection::prepare(policy, &args.policy)?;
+    let inspection = crate::plan::inspection::prepare_if(inspects, &args.policy)?;
     let (inspection, out) = match (inspection, &args.ca_cert) {
         (None, None) => return Ok(None),
         (None, Some(out)) => {
@@ -153,9 +153,9 @@ pub(super) fn inspector(
         }
         (Some(_), None) => {
             return Err(WrapperError::Usage(
-                "the policy inspects tunnels (--inspect or [[http]] rules): give --ca-cert \
-                 FILE, where the bridge writes its session CA's certificate for clients to \
-                 trust"
+                "the policy inspects tunnels (--inspect, [[http]] or [[secret]] tables): give \
+                 --ca-cert FILE, where the bridge writes its session CA's certificate for \
+                 clients to trust"
                     .into(),
             ))
         }

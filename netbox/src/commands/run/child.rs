@@ -78,7 +78,13 @@ pub(super) fn child_plan(
         |path| resolved.is_dir(path),
     );
     mounts.forbid_nested_userns = !config.allow_nested_userns;
-    mounts.trust = config.inspection.as_ref().map(|i| i.extra_pem.clone());
+    // The bundle's first CA comes later, from netbox (run/mod.rs): the session CA, or the
+    // CA of a shared bridge that inspects the tenant's tunnels.
+    mounts.trust = match (&config.inspection, &config.from_bridge.ca_pem) {
+        (Some(inspection), _) => Some(inspection.extra_pem.clone()),
+        (None, Some(_)) => Some(String::new()),
+        (None, None) => None,
+    };
     mounts.resolver = config.capture.as_ref().map(|_| crate::sandbox::DNS_STUB);
     // What each path the sandbox mounts from or onto is, for pid 1 to check.
     let to_identify: Vec<PathBuf> = mounts
@@ -119,6 +125,18 @@ pub(super) fn child_plan(
             outside.push(home);
         }
     }
+    let trust_bundle = mounts
+        .trust
+        .as_ref()
+        .map(|_| crate::plan::inspection::TRUST_BUNDLE);
+    // The run's own secrets and those its shared bridge holds, alike to CMD.
+    let secrets: Vec<env::SecretVar> = config
+        .policy
+        .secrets()
+        .iter()
+        .map(env::SecretVar::of)
+        .chain(config.from_bridge.secrets.iter().cloned())
+        .collect();
     Ok(ChildPlan {
         uid: config.uid,
         gid: config.gid,
@@ -167,9 +185,7 @@ pub(super) fn child_plan(
                         .find(|&p| p >= 1024 && p != PROXY_PORT),
                 }
             }),
-            secrets: config
-                .policy
-                .secrets()
+            secrets: secrets
                 .iter()
                 .map(|s| (s.name.clone(), s.placeholder.clone()))
                 .collect(),
@@ -180,16 +196,8 @@ pub(super) fn child_plan(
             .as_ref()
             .map(|cmd1| vec!["/bin/sh".into(), "-c".into(), cmd1.into()]),
         env: env::with_placeholders(
-            env::sandbox_env(
-                PROXY_PORT,
-                config.env_base,
-                config
-                    .inspection
-                    .as_ref()
-                    .map(|_| crate::plan::inspection::TRUST_BUNDLE),
-                &config.env_extra,
-            ),
-            config.policy.secrets(),
+            env::sandbox_env(PROXY_PORT, config.env_base, trust_bundle, &config.env_extra),
+            &secrets,
         ),
         cwd: config.cwd.clone(),
         terminal: crate::terminal::plan(config.tty),

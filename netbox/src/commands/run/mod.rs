@@ -337,13 +337,28 @@ fn run_logged(
             &config.workspace,
         )]
     };
-    let inspector = match &config.inspection {
-        Some(inspection) => Some(start_inspection(
+    let inspector = match (&config.inspection, &config.from_bridge.ca_pem) {
+        (Some(inspection), _) => Some(start_inspection(
             &config.session_id,
             inspection.upstream.clone(),
             &ours,
         )?),
-        None => None,
+        // A shared bridge inspects the tenant's tunnels: its CA heads the trust bundle.
+        (None, Some(ca_pem)) => {
+            ours.send(
+                &handshake::SyncMsg::Trust {
+                    ca_pem: format!(
+                        "# netbox: the CA of the bridge at {} (it inspects this tenant's \
+                         tunnels)\n{ca_pem}",
+                        config.upstream.as_ref().map_or("?", |u| u.name.as_str())
+                    ),
+                },
+                &[],
+            )
+            .map_err(WrapperError::Handshake)?;
+            None
+        }
+        (None, None) => None,
     };
     // The record that gets this run's check of git metadata done even if netbox is
     // killed: written while the sandbox sets up (CMD cannot start before netbox says so).
@@ -445,7 +460,10 @@ fn start_inspection(
     channel: &handshake::Channel,
 ) -> Result<Arc<bridge::tls::inspector::Inspector>, WrapperError> {
     let inspector = crate::plan::inspection::session_ca(session, upstream)?;
-    let ca_pem = inspector.ca_pem().to_owned();
+    let ca_pem = format!(
+        "# netbox session CA (this run only)\n{}",
+        inspector.ca_pem()
+    );
     channel
         .send(&handshake::SyncMsg::Trust { ca_pem }, &[])
         .map_err(WrapperError::Handshake)?;

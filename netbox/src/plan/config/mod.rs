@@ -77,6 +77,9 @@ pub struct SandboxConfig {
     pub upstream: Option<std::sync::Arc<bridge::egress::upstream_proxy::UpstreamProxy>>,
     /// What inspecting needs before the clone, when the policy inspects (inspection.rs).
     pub inspection: Option<crate::plan::inspection::Inspection>,
+    /// With `--bridge`: the placeholders of the secrets `--secret NAME` takes from it, and
+    /// its CA when it inspects the tenant's tunnels (bridge_secrets.rs).
+    pub from_bridge: crate::plan::bridge_secrets::FromBridge,
     pub session_id: String,
     pub env_base: crate::plan::env::EnvBase,
     /// From `--env` and `--env-file`, applied last.
@@ -121,6 +124,13 @@ impl SandboxConfig {
 
         // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
         let mut policy_args = args.policy.clone();
+        // With --bridge, `--secret NAME` names one the bridge holds (bridge_secrets.rs).
+        let bridge_secret_names = match args.bridge {
+            Some(_) => {
+                crate::plan::bridge_secrets::names(&std::mem::take(&mut policy_args.secret))?
+            }
+            None => Vec::new(),
+        };
         policy_args
             .allowlist
             .extend(args.fetch_allowlist.iter().cloned());
@@ -158,6 +168,10 @@ impl SandboxConfig {
             policy.set_learning();
         }
         let upstream = bridge_upstream(&args, &mut policy)?;
+        let from_bridge = match &upstream {
+            Some(proxy) => crate::plan::bridge_secrets::ask(proxy, &bridge_secret_names)?,
+            None => crate::plan::bridge_secrets::FromBridge::default(),
+        };
         let inspection = crate::plan::inspection::prepare(&policy, &policy_args)?;
         refuse_hidden_upstream_ca(inspection.as_ref(), &named.hide)?;
         let session_id = crate::plan::policy::new_session_id();
@@ -240,6 +254,7 @@ impl SandboxConfig {
             policy,
             upstream,
             inspection,
+            from_bridge,
             session_id,
             env_base: if args.clean_env {
                 crate::plan::env::EnvBase::Clean
@@ -326,8 +341,6 @@ fn refuse_what_cannot_run(args: &RunArgs) -> Result<(), WrapperError> {
             ),
             (!p.allow_private.is_empty(), "--allow-private"),
             (args.learn, "netbox learn"),
-            // The bridge that judges is the one that would have to swap: not yet.
-            (!p.secret.is_empty(), "--secret"),
         ];
         if let Some((_, flag)) = local.iter().find(|(given, _)| *given) {
             return Err(WrapperError::Usage(format!(

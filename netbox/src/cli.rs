@@ -231,7 +231,7 @@ pub struct RunArgs {
     pub quiet: bool,
 
     /// Kill the whole sandbox after this long (e.g. 30s, 5m) and exit 124, like timeout(1).
-    #[arg(long = "timeout", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long = "timeout", value_name = "DURATION", value_parser = duration)]
     pub timeout: Option<std::time::Duration>,
 
     /// Cap CMD's address space (e.g. 512M, 2G; at least 32M): an allocation past it fails.
@@ -343,6 +343,17 @@ pub enum Command {
     Learn(Box<LearnArgs>),
     /// Show the rules `--allow-tool NAME` would add here, and where each comes from.
     Tools(ToolsArgs),
+    /// Print one of netbox's documents (allowlist, running, secrets, bridge, git, logs,
+    /// event-log); without a topic, the list.
+    Docs(DocsArgs),
+}
+
+/// `netbox docs`: the documents the binary carries.
+#[derive(Debug, Args)]
+pub struct DocsArgs {
+    /// The document to print.
+    #[arg(value_name = "TOPIC")]
+    pub topic: Option<String>,
 }
 
 /// `netbox tools`: what `--allow-tool` finds.
@@ -445,7 +456,7 @@ pub struct BridgeArgs {
     /// On SIGTERM or SIGINT: stop accepting, let open connections finish for this long,
     /// then end them (each still logged).
     #[arg(long = "drain-timeout", value_name = "DURATION", default_value = "5s",
-          value_parser = humantime::parse_duration)]
+          value_parser = duration)]
     pub drain_timeout: std::time::Duration,
 
     /// Reload the policies when a file they were read from changes (looked at every
@@ -542,17 +553,17 @@ pub struct BridgeArgs {
 
     /// Close a tunnel after this long with no traffic (e.g. 300s, 5m).
     #[arg(long = "idle-timeout", value_name = "DURATION", default_value = "300s",
-          value_parser = humantime::parse_duration)]
+          value_parser = duration)]
     pub idle_timeout: std::time::Duration,
 
     /// Give up on an upstream address after this long.
     #[arg(long = "connect-timeout", value_name = "DURATION", default_value = "10s",
-          value_parser = humantime::parse_duration)]
+          value_parser = duration)]
     pub connect_timeout: std::time::Duration,
 
     /// Drop a client that has not sent a full request head after this long.
     #[arg(long = "header-timeout", value_name = "DURATION", default_value = "10s",
-          value_parser = humantime::parse_duration)]
+          value_parser = duration)]
     pub header_timeout: std::time::Duration,
 
     /// Connections open at once; past it each new one is refused at once (503, or a
@@ -589,15 +600,24 @@ pub struct BridgeArgs {
     pub log_refusals_per_minute: u64,
 }
 
+/// A duration as humantime reads it (`30s`, `5m`, `1h30m`), with a message that says so:
+/// humantime's own (`expected number at 0`) names neither the form nor a way out.
+fn duration(text: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(text).map_err(|_| {
+        "a duration is a number and a unit, such as 30s, 5m or 1h30m (for no limit, leave \
+         the option out)"
+            .into()
+    })
+}
+
 /// A duration that is not zero (`--identify-timeout 0s` would drop every client before
 /// it could name its tenant, at random as its bytes happen to be read).
 fn longer_than_zero(text: &str) -> Result<std::time::Duration, String> {
-    match humantime::parse_duration(text) {
+    match duration(text) {
         Ok(duration) if duration.is_zero() => {
             Err("must be longer than zero (a client needs time to name its tenant)".into())
         }
-        Ok(duration) => Ok(duration),
-        Err(e) => Err(e.to_string()),
+        other => other,
     }
 }
 

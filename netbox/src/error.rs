@@ -168,12 +168,19 @@ impl WrapperError {
                     None => "rules are HOST[:PORT], not URLs (host.test:443)".into(),
                 })
             }
+            WrapperError::Rule {
+                flag: "--allow-tool",
+                ..
+            } => Some(
+                "--allow-tool takes a tool's name; `netbox tools NAME` shows what it would open"
+                    .into(),
+            ),
             WrapperError::Rule { .. } => Some(
                 "rules look like host.test, host.test:443, *.host.test:80,443, 10.0.0.0/8:5432, [::1]:8080"
                     .into(),
             ),
             WrapperError::Bridge(bridge::BridgeError::Policy(_)) => {
-                Some("see allowlists/README.md for the file format".into())
+                Some("`netbox docs allowlist` shows the file's format".into())
             }
             WrapperError::UsernsUnavailable { hint, .. } => Some(hint.clone()),
             WrapperError::Setup { hint, .. } => hint.clone(),
@@ -235,7 +242,12 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
+        // An error that says its cause in its own message (`{source}` in its text) is not
+        // followed by the cause again.
+        let said = cause.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(&format!(": {said}"));
+        }
         source = cause.source();
     }
     text
@@ -295,6 +307,25 @@ fn pin_lost_advice(path: &std::path::Path) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_the_message_already_says_is_not_said_twice() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let said = WrapperError::Bridge(bridge::BridgeError::Policy(
+            bridge::policy::PolicyError::Read {
+                file: "/x.toml".into(),
+                source: io(),
+            },
+        ));
+        let text = chain(&said);
+        assert_eq!(text.matches(&io().to_string()).count(), 1, "{text}");
+        // A cause the message does not say is still said.
+        let exec = WrapperError::Exec {
+            cmd: "x".into(),
+            source: io(),
+        };
+        assert_eq!(chain(&exec), format!("cannot run x: {}", io()));
+    }
 
     #[test]
     fn a_url_given_as_a_rule_gets_the_rule_it_meant() {

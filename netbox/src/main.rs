@@ -63,6 +63,7 @@ fn main() -> ExitCode {
         Some(cli::Command::Log(args)) => commands::log::run(&args),
         Some(cli::Command::Learn(args)) => commands::learn::run(args),
         Some(cli::Command::Tools(args)) => plan::tools::run(&args),
+        Some(cli::Command::Docs(args)) => commands::docs::run(&args),
         None if cli.run.disable_sandbox => commands::run::run_unsandboxed(&cli.run),
         None => plan::config::SandboxConfig::from_args(cli.run).and_then(commands::run::run),
     };
@@ -138,6 +139,12 @@ fn report(error: &WrapperError) -> ExitCode {
 /// clap's own messages, but with netbox's exit status for mistakes.
 fn usage_error(e: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
+    // A flag of bubblewrap's or docker's: clap would guess a netbox flag that merely looks
+    // alike (`--bind` → `--bridge`); say what netbox does instead.
+    if let Some((flag, instead)) = peer_flag(e) {
+        output::say(&format!("netbox: netbox has no {flag}: {instead}"));
+        return ExitCode::from(EXIT_NETBOX_FAILURE);
+    }
     let _ = e.print();
     if let Some(meant) = missing_separator(e) {
         output::say(&format!("hint: a command to run goes after `--`: {meant}"));
@@ -146,6 +153,63 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
         _ => ExitCode::from(EXIT_NETBOX_FAILURE),
     }
+}
+
+/// What netbox does where another sandbox's flag was given.
+const PEER_FLAGS: [(&[&str], &str); 4] = [
+    (
+        &[
+            "--bind",
+            "--ro-bind",
+            "--bind-try",
+            "--ro-bind-try",
+            "--dev-bind",
+            "--volume",
+            "--mount",
+        ],
+        "the host's files are seen at their own paths, read-only; --write PATH makes one \
+         writable, --ro PATH read-only, --hide PATH empty (netbox docs running)",
+    ),
+    (
+        &[
+            "--unshare-net",
+            "--unshare-all",
+            "--network",
+            "--net",
+            "--share-net",
+        ],
+        "CMD's network is always an empty namespace whose only way out is the bridge, which \
+         allows what --allow and --allowlist name and nothing else (netbox docs running)",
+    ),
+    (
+        &[
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-user",
+        ],
+        "netbox always does it: CMD has namespaces of its own and dies with netbox",
+    ),
+    (
+        &["--tmpfs"],
+        "CMD's /tmp is private to the run; --tmp host shares the host's",
+    ),
+];
+
+/// The other sandbox's flag clap found unknown, with what netbox does instead.
+fn peer_flag(e: &clap::Error) -> Option<(String, &'static str)> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(word)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let flag = word.split_once('=').map_or(word.as_str(), |(flag, _)| flag);
+    PEER_FLAGS
+        .iter()
+        .find(|(flags, _)| flags.contains(&flag))
+        .map(|(_, instead)| (flag.to_owned(), *instead))
 }
 
 /// `netbox curl …`: clap finds no subcommand `curl`; what was meant is `netbox -- curl …`,

@@ -115,6 +115,70 @@ fn exit_statuses_follow_the_shell() {
     assert_eq!(out.status.code(), Some(125));
 }
 
+/// A mistake is one line that says what and how to fix it (no cause said twice, no hint
+/// into a source tree), with a shell's status where a shell has one.
+#[test]
+fn mistakes_are_said_once_with_the_fix() {
+    let dir = TestDir::new("mistakes");
+    let run = Run::new(&dir).arg("--quiet");
+    std::fs::create_dir_all(run.workspace.join("sub")).unwrap();
+    let netbox = |args: &[&str]| {
+        Command::new(netbox_bin())
+            .arg("--log")
+            .arg(&run.log)
+            .args(args)
+            .current_dir(&run.workspace)
+            .output()
+            .unwrap()
+    };
+    // A directory as CMD: 126 and what a shell says. Control: a program runs.
+    let out = netbox(&["--quiet", "--", "./sub"]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "netbox: cannot run ./sub: Is a directory\n");
+    assert_eq!(netbox(&["--quiet", "--", "true"]).status.code(), Some(0));
+    // An allowlist that cannot be read: its cause once, and a hint an installed netbox
+    // can follow.
+    let out = netbox(&["--allowlist", "/nonexistent-netbox.toml", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr(&out);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    assert!(err.contains("hint: `netbox docs allowlist`"), "{err}");
+    let docs = Command::new(netbox_bin())
+        .args(["docs", "allowlist"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&docs).starts_with("# Allowlist files"),
+        "{}",
+        stderr(&docs)
+    );
+    // An unknown tool: the list of tools, and not the rules' syntax.
+    let err = stderr(&netbox(&["--allow-tool", "nosuch", "--", "true"]));
+    assert!(
+        err.contains("unknown tool \"nosuch\"") && err.contains("netbox tools"),
+        "{err}"
+    );
+    assert!(!err.contains("rules look like"), "{err}");
+    // Another sandbox's flag: what netbox does instead, not clap's look-alike guess.
+    for (flag, says) in [
+        ("--bind", "--write PATH"),
+        ("--unshare-net", "empty namespace"),
+    ] {
+        let out = netbox(&[flag, "/a", "/b", "--", "true"]);
+        assert_eq!(out.status.code(), Some(125));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("netbox has no {flag}")) && err.contains(says),
+            "{err}"
+        );
+    }
+    // A duration that is none says what one looks like.
+    let err = stderr(&netbox(&["--timeout", "forever", "--", "true"]));
+    assert!(err.contains("such as 30s, 5m or 1h30m"), "{err}");
+    assert!(!err.contains("expected number"), "{err}");
+}
+
 #[test]
 fn sigterm_is_forwarded_and_sigkill_leaves_nothing_behind() {
     let dir = TestDir::new("signals");

@@ -1,8 +1,10 @@
 //! The subcommands: each file (or folder) is one, from its arguments to its exit status. `run` is
 //! the default (`netbox -- CMD`); the others read what runs left (`log`, `learn`,
-//! `export`), prove the boundary (`verify`) or serve the proxy alone (`bridge`).
+//! `export`), prove the boundary (`verify`), serve the proxy alone (`bridge`) or print
+//! netbox's own documents (`docs`).
 
 pub mod bridge;
+pub mod docs;
 pub mod export;
 pub mod learn;
 pub mod log;

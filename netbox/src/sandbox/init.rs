@@ -263,6 +263,10 @@ fn exec_cmd(start: &Start, limits: &Limits) -> ! {
     }
     match exec.exec() {
         Errno::ENOENT => fail(&[b"netbox: ", name, b": command not found"], EXIT_NOT_FOUND),
+        Errno::EACCES if exec.is_directory() => fail(
+            &[b"netbox: cannot run ", name, b": Is a directory"],
+            EXIT_NOT_EXECUTABLE,
+        ),
         err => fail(
             &[b"netbox: cannot run ", name, b": ", err.desc().as_bytes()],
             EXIT_NOT_EXECUTABLE,

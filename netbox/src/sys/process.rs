@@ -157,6 +157,15 @@ impl ExecArgs {
         }
         nix::errno::Errno::last()
     }
+
+    /// Whether the program is a directory, which execve refuses as EACCES and a shell
+    /// reports as "Is a directory". stat(2) on the CString it holds: nothing allocated.
+    pub fn is_directory(&self) -> bool {
+        nix::sys::stat::stat(self.program.as_c_str()).is_ok_and(|st| {
+            nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT
+                == nix::sys::stat::SFlag::S_IFDIR
+        })
+    }
 }
 
 /// Puts SIGSEGV and SIGBUS back to their default action. A process cloned from netbox

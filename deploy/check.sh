@@ -112,9 +112,9 @@ wait_for() { for _ in $(seq 200); do curl -s -o /dev/null "$1" && return 0; slee
 
 # The image, as its user, with its command.
 chroot --userspec=65532:65532 "$root" "${image[@]}" >"$work/image.log" 2>&1 &
-wait_for http://127.0.0.1:9090/__netbox/ready || { cat "$work/image.log" >&2; say "the image's bridge did not start"; exit 1; }
-ready=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9090/__netbox/ready)
-metrics=$(curl -s http://127.0.0.1:9090/__netbox/metrics)
+wait_for http://127.0.0.1:9090/ready || { cat "$work/image.log" >&2; say "the image's bridge did not start"; exit 1; }
+ready=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9090/ready)
+metrics=$(curl -s http://127.0.0.1:9090/metrics)
 anonymous=$(curl -s -o /dev/null -w '%{http_code}' -x http://127.0.0.1:3128 http://git.corp.test/)
 refused=$(curl -s -o /dev/null -w '%{http_code}' -x http://ci:replace-me-ci-token@127.0.0.1:3128 http://elsewhere.corp.test/)
 grep -q 'session="[^"]*/team-a"' <<<"$metrics" || { say "the image's metrics name no tenant"; exit 1; }
@@ -127,14 +127,14 @@ say "image: its root alone, as 65532:65532, with its command: ready 200, no cred
 (cd "$work/www" && exec python3 -m http.server 8080 --bind 127.0.0.1 >/dev/null 2>&1) &
 strace -f -qq -c -o "$work/strace.txt" "$netbox" "${unit[@]}" >"$work/unit.log" 2>&1 &
 traced=$!
-wait_for http://127.0.0.1:9090/__netbox/ready || { cat "$work/unit.log" >&2; say "the traced bridge did not start"; exit 1; }
+wait_for http://127.0.0.1:9090/ready || { cat "$work/unit.log" >&2; say "the traced bridge did not start"; exit 1; }
 wait_for http://127.0.0.1:8080/blob
 proxy="http://local:$token@127.0.0.1:3128"
 for tunnel in -p ""; do
     got=$(curl -s $tunnel -x "$proxy" http://files.test:8080/blob | sha256sum)
     [ "$got" = "$(sha256sum <"$work/www/blob")" ] || { say "a download through the traced bridge (${tunnel:-forward}) came out wrong"; exit 1; }
 done
-curl -s -o /dev/null http://127.0.0.1:9090/__netbox/metrics
+curl -s -o /dev/null http://127.0.0.1:9090/metrics
 kill -HUP "$(pgrep -f -n "$netbox bridge")"
 sleep 0.3
 curl -s -o /dev/null -x "$proxy" http://files.test:8080/blob

@@ -446,8 +446,8 @@ pub struct BridgeArgs {
     #[arg(long = "tenants", value_name = "FILE")]
     pub tenants: Option<PathBuf>,
 
-    /// Serve `GET /__netbox/metrics` (Prometheus text format) and `GET /__netbox/ready`
-    /// (503 while every --max-connections place is taken, and once draining) on this
+    /// Serve `GET /metrics` (Prometheus text format), `GET /ready` (503 while every
+    /// --max-connections place is taken, and once draining) and `GET /healthz` on this
     /// separate listener: 127.0.0.1:PORT, [::1]:PORT or unix:PATH (with --tenants, any
     /// address).
     #[arg(long = "admin", value_name = "ADDR")]

@@ -41,7 +41,7 @@ fn start(dir: &TestDir, port: u16, extra: &[&str]) -> Bridge {
 /// The metrics as the Prometheus client library's own parser reads them: (name,
 /// labels, value) for every sample.
 fn scrape(admin: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
-    let out = curl(&["-f", &format!("http://{admin}/__netbox/metrics")]);
+    let out = curl(&["-f", &format!("http://{admin}/metrics")]);
     assert!(out.status.success(), "scrape failed");
     let python = if std::path::Path::new("/usr/bin/python3").exists() {
         "/usr/bin/python3"
@@ -212,16 +212,28 @@ fn ready_until_the_bridge_drains() {
     let p = http.port();
     let mut bridge = start(&dir, p, &["--drain-timeout", "30s"]);
     let admin = bridge.admin_addr();
-    let ready = || {
+    let status_of = |path: &str| {
         stdout(&curl(&[
             "-o",
             "/dev/null",
             "-w",
             "%{http_code}",
-            &format!("http://{admin}/__netbox/ready"),
+            &format!("http://{admin}{path}"),
         ]))
     };
+    let ready = || status_of("/ready");
     assert_eq!(ready(), "200");
+    // The conventional paths and the earlier ones alike; an unknown one is not found.
+    for path in [
+        "/readyz",
+        "/__netbox/ready",
+        "/healthz",
+        "/livez",
+        "/__netbox/metrics",
+    ] {
+        assert_eq!(status_of(path), "200", "{path}");
+    }
+    assert_eq!(status_of("/nothing"), "404");
     // A tunnel open keeps the bridge draining after SIGTERM.
     let (status, mut held) = connect_as(bridge.addr, &format!("a.test:{p}"), "team-a", SECRET);
     assert_eq!(status, "HTTP/1.1 200");
@@ -232,6 +244,9 @@ fn ready_until_the_bridge_drains() {
         assert!(Instant::now() < deadline, "still ready after SIGTERM");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Not ready, but alive: a liveness probe does not restart a draining bridge.
+    assert_eq!(status_of("/readyz"), "503");
+    assert_eq!(status_of("/healthz"), "200");
     // Draining: the open tunnel still carries bytes, new clients are not taken.
     write!(held, "GET /hello HTTP/1.1\r\nHost: a.test\r\n\r\n").unwrap();
     let mut got = Vec::new();

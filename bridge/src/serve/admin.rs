@@ -1,8 +1,8 @@
 //! A standalone bridge's admin listener (`netbox bridge --admin ADDR`), apart from the
-//! proxy listeners so that no client of the proxy reaches it: `GET /__netbox/metrics`
-//! (Prometheus's text format, metrics.rs) and `GET /__netbox/ready` (200 while the bridge
-//! can serve a new client; 503 while every place under `--max-connections` is taken and
-//! once it drains, so a load balancer sends new clients elsewhere).
+//! proxy listeners so that no client of the proxy reaches it: `GET /metrics` (Prometheus's
+//! text format, metrics.rs), `GET /ready` (200 while the bridge can serve a new client;
+//! 503 while every place under `--max-connections` is taken and once it drains, so a load
+//! balancer sends new clients elsewhere) and `GET /healthz` (200 while it serves at all).
 //!
 //! On a shared bridge the admin listener may face the network, and its clients say nothing
 //! of who they are: its connections sit in a lobby (lobby.rs), so a flood of connections
@@ -26,8 +26,17 @@ use crate::log::metrics::{Metrics, SessionGauge};
 use crate::serve::server::Listener;
 use crate::session::lobby::Lobby;
 
-pub const METRICS_PATH: &str = "/__netbox/metrics";
-pub const READY_PATH: &str = "/__netbox/ready";
+/// The paths every Prometheus scrape config and Kubernetes probe defaults to; the admin
+/// listener is its own, so they name nothing of a proxied server's. The `/__netbox/` ones
+/// of earlier releases answer too.
+pub const METRICS_PATH: &str = "/metrics";
+pub const READY_PATH: &str = "/ready";
+/// Liveness: 200 while the bridge serves at all, full or draining (a probe that restarts
+/// a full bridge would drop every connection it holds).
+pub const HEALTH_PATH: &str = "/healthz";
+const METRICS_PATHS: [&str; 2] = [METRICS_PATH, "/__netbox/metrics"];
+const READY_PATHS: [&str; 3] = [READY_PATH, "/readyz", "/__netbox/ready"];
+const HEALTH_PATHS: [&str; 2] = [HEALTH_PATH, "/livez"];
 
 /// Admin connections served at once; past it, the oldest seat of the source that holds
 /// the most (once it has waited a second, lobby.rs) is dropped for a new one. A scrape or
@@ -123,8 +132,9 @@ fn answer(req: &Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> {
     if req.method() != Method::GET {
         return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into());
     }
-    match req.uri().path() {
-        METRICS_PATH => {
+    let path = req.uri().path();
+    match path {
+        _ if METRICS_PATHS.contains(&path) => {
             let mut response = text(StatusCode::OK, admin.metrics.render(&(admin.sessions)()));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -132,16 +142,17 @@ fn answer(req: &Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> {
             );
             response
         }
-        READY_PATH if !admin.ready.load(Ordering::Relaxed) => {
+        _ if READY_PATHS.contains(&path) && !admin.ready.load(Ordering::Relaxed) => {
             text(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into())
         }
-        READY_PATH => match admin.capacity.full() {
+        _ if READY_PATHS.contains(&path) => match admin.capacity.full() {
             Some(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("full: {why}\n")),
             None => text(StatusCode::OK, "ready\n".into()),
         },
+        _ if HEALTH_PATHS.contains(&path) => text(StatusCode::OK, "ok\n".into()),
         _ => text(
             StatusCode::NOT_FOUND,
-            format!("netbox admin: {METRICS_PATH} or {READY_PATH}\n"),
+            format!("netbox admin: {METRICS_PATH}, {READY_PATH} or {HEALTH_PATH}\n"),
         ),
     }
 }

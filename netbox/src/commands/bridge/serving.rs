@@ -178,10 +178,11 @@ async fn serve_admin(
     let listener = addr.bind().await?;
     config.own_listeners.extend(tcp_address(&listener));
     crate::output::say(&format!(
-        "netbox bridge: admin on {} ({} and {})",
+        "netbox bridge: admin on {} ({}, {} and {})",
         listener.describe(),
         bridge::serve::admin::METRICS_PATH,
-        bridge::serve::admin::READY_PATH
+        bridge::serve::admin::READY_PATH,
+        bridge::serve::admin::HEALTH_PATH
     ));
     Ok(tokio::spawn(bridge::serve::admin::serve(
         listener,

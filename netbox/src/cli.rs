@@ -388,12 +388,52 @@ pub struct LearnArgs {
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// The event log to read (a file --log wrote, or one under the sessions directory).
-    #[arg(value_name = "FILE", conflicts_with = "last")]
+    #[arg(value_name = "FILE", conflicts_with_all = ["last", "list", "prune"])]
     pub file: Option<PathBuf>,
 
-    /// Read the newest log in $XDG_STATE_HOME/netbox/sessions.
-    #[arg(long)]
+    /// Read the newest session log of a run from this directory (its workspace, or one
+    /// inside it); if there is none, the newest of all, said as such.
+    #[arg(long, conflicts_with_all = ["list", "prune"])]
     pub last: bool,
+
+    /// List the session logs, newest first: when, how it ended, workspace, command.
+    #[arg(long, conflicts_with = "prune")]
+    pub list: bool,
+
+    /// With --list: only runs from this directory (their workspace, or one inside it).
+    #[arg(long, requires = "list")]
+    pub here: bool,
+
+    /// With --list: only runs whose command line holds TEXT.
+    #[arg(long = "command", value_name = "TEXT", requires = "list")]
+    pub command: Option<String>,
+
+    /// With --list: only runs of the last DURATION (e.g. 2h, 3days).
+    #[arg(long, value_name = "DURATION", requires = "list", value_parser = duration)]
+    pub since: Option<std::time::Duration>,
+
+    /// With --list: only runs that did not end with CMD exiting 0.
+    #[arg(long, requires = "list")]
+    pub failed: bool,
+
+    /// Remove session logs older than --keep-days, then the oldest past --max-size in all
+    /// (a run does this too as it ends, with the defaults, once a day).
+    #[arg(long)]
+    pub prune: bool,
+
+    /// Days a session log is kept.
+    #[arg(
+        long = "keep-days",
+        value_name = "DAYS",
+        default_value_t = 30,
+        requires = "prune"
+    )]
+    pub keep_days: u64,
+
+    /// The most the session logs may take together (e.g. 200M).
+    #[arg(long = "max-size", value_name = "SIZE", default_value = "200M",
+          value_parser = crate::limits::parse_size, requires = "prune")]
+    pub max_size: u64,
 
     /// Print the summary as JSON.
     #[arg(long)]

@@ -215,3 +215,126 @@ fn netbox_log_reads_logs_still_open_or_cut_short_and_finds_the_last() {
     let out = netbox_log(&[dir.join("missing.jsonl").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(125));
 }
+
+/// Session logs are the user's alone (0600 in a 0700 directory, so another user reads
+/// none); `netbox log --last` is the newest run from this directory, `--list` lists and
+/// filters them, and `--prune` removes the old ones.
+#[test]
+fn session_logs_are_private_listed_by_workspace_and_pruned() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TestDir::new("session-list");
+    let state = dir.join("state");
+    let sessions = state.join("netbox/sessions");
+    let (a, b) = (dir.join("ws-a"), dir.join("ws-b"));
+    for ws in [&a, &b] {
+        std::fs::create_dir_all(ws).unwrap();
+    }
+    let netbox = |cwd: &std::path::Path, args: &[&str]| {
+        Command::new(netbox_bin())
+            .args(args)
+            .env("XDG_STATE_HOME", &state)
+            .current_dir(cwd)
+            .output()
+            .unwrap()
+    };
+    assert!(netbox(&a, &["--quiet", "--", "sh", "-c", "echo from-a"])
+        .status
+        .success());
+    assert_eq!(
+        netbox(&a, &["--quiet", "--", "sh", "-c", "exit 3"])
+            .status
+            .code(),
+        Some(3)
+    );
+    assert!(netbox(&b, &["--quiet", "--", "sh", "-c", "echo from-b"])
+        .status
+        .success());
+
+    // Private: the directory 0700, each log 0600.
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&sessions), 0o700);
+    let logs: Vec<_> = std::fs::read_dir(&sessions)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    assert_eq!(logs.len(), 3);
+    for log in &logs {
+        assert_eq!(mode(log), 0o600, "{}", log.display());
+    }
+    // Another user reads none of it; the control, a file of the same directory tree made
+    // readable on purpose, it reads.
+    if nix::unistd::geteuid().is_root() {
+        let control = dir.join("readable");
+        std::fs::write(&control, "control\n").unwrap();
+        std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for p in [&state, &state.join("netbox")] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let as_nobody = |path: &std::path::Path| {
+            Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+                .arg(path)
+                .output()
+                .unwrap()
+        };
+        assert!(as_nobody(&control).status.success(), "the control");
+        let out = as_nobody(&logs[0]);
+        assert!(!out.status.success(), "{}", stdout(&out));
+    }
+
+    // --last: the newest run from this directory, whichever ran after it elsewhere.
+    let out = netbox(&a, &["log", "--last", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let command = report["sessions"][0]["start"]["command"].to_string();
+    assert!(command.contains("exit 3"), "{command}");
+    // From a directory no run came from: the newest of all, said as such.
+    let out = netbox(&dir.path, &["log", "--last", "--json"]);
+    assert!(
+        stderr(&out).contains("no run from this directory"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("from-b"), "{}", stdout(&out));
+
+    // --list and its filters.
+    let lines = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["log", "--list"];
+        all.extend_from_slice(args);
+        let out = netbox(&a, &all);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out).lines().map(str::to_owned).collect()
+    };
+    let every = lines(&[]);
+    assert_eq!(every.len(), 3, "{every:#?}");
+    assert!(every[0].contains("from-b"), "newest first: {every:#?}");
+    let here = lines(&["--here"]);
+    assert_eq!(here.len(), 2, "{here:#?}");
+    assert!(here.iter().all(|l| l.contains("ws-a")), "{here:#?}");
+    let failed = lines(&["--failed"]);
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+    assert!(failed[0].contains("exit 3"), "{failed:#?}");
+    assert_eq!(lines(&["--command", "from-b"]).len(), 1);
+    assert_eq!(lines(&["--since", "1h"]).len(), 3);
+
+    // --prune: a log older than --keep-days goes, the others stay.
+    let old = sessions.join("old-session.jsonl");
+    std::fs::copy(&logs[0], &old).unwrap();
+    let touched = Command::new("touch")
+        .args(["-d", "40 days ago"])
+        .arg(&old)
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    let out = netbox(&a, &["log", "--prune", "--keep-days", "30"]);
+    assert!(
+        stderr(&out).contains("removed 1 session log(s)"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!old.exists());
+    assert_eq!(lines(&[]).len(), 3);
+}

@@ -87,10 +87,14 @@ impl Sink {
 /// first then keeps the next record from being glued onto it (and lost with it).
 pub(super) fn open_after_whole_lines(path: &Path) -> io::Result<File> {
     use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
+    // Private when made here: a log holds command lines, paths and hosts another user of
+    // the machine has no business reading (a file that exists keeps its mode).
     let mut file = OpenOptions::new()
         .create(true)
         .read(true)
         .append(true)
+        .mode(0o600)
         .open(path)?;
     if file.seek(SeekFrom::End(0))? > 0 {
         file.seek(SeekFrom::End(-1))?;

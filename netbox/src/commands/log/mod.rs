@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 
 mod render;
+pub mod sessions;
 mod summary;
 
 use crate::cli::LogArgs;
@@ -17,12 +18,18 @@ use render::render;
 use summary::summarise;
 
 pub fn run(args: &LogArgs) -> Result<u8, WrapperError> {
+    if args.list {
+        return list(args);
+    }
+    if args.prune {
+        return prune(args);
+    }
     let file = match (&args.file, args.last) {
         (Some(file), false) => file.clone(),
-        (None, true) => newest_session_log()?,
+        (None, true) => last_from_here()?,
         _ => {
             return Err(WrapperError::Usage(
-                "netbox log needs a log FILE or --last (the newest session log)".into(),
+                "netbox log needs a log FILE, --last (the newest run from here) or --list".into(),
             ))
         }
     };
@@ -41,22 +48,91 @@ pub fn run(args: &LogArgs) -> Result<u8, WrapperError> {
     Ok(0)
 }
 
-/// The most recently written log in the default sessions directory.
-fn newest_session_log() -> Result<PathBuf, WrapperError> {
+/// The session logs in the default sessions directory, newest first.
+fn session_logs() -> Result<(PathBuf, Vec<sessions::SessionLog>), WrapperError> {
     let dir = crate::plan::config::sessions_dir()?;
-    let newest = std::fs::read_dir(&dir)
-        .map_err(|source| WrapperError::Path {
-            path: dir.clone(),
-            what: "sessions directory",
-            source,
-        })?
-        .filter_map(Result::ok)
-        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .max();
-    newest
-        .map(|(_, path)| path)
-        .ok_or_else(|| WrapperError::Usage(format!("no session logs in {} yet", dir.display())))
+    let logs = sessions::list(&dir).map_err(|source| WrapperError::Path {
+        path: dir.clone(),
+        what: "sessions directory",
+        source,
+    })?;
+    Ok((dir, logs))
+}
+
+/// The newest log of a run from this directory; else the newest of all, said on stderr
+/// (another terminal's run is not taken for this one's without a word).
+fn last_from_here() -> Result<PathBuf, WrapperError> {
+    let (dir, logs) = session_logs()?;
+    let here = std::env::current_dir()
+        .ok()
+        .and_then(|d| std::fs::canonicalize(d).ok());
+    if let Some(log) = here
+        .as_deref()
+        .and_then(|here| logs.iter().find(|l| sessions::ran_from(l, here)))
+    {
+        return Ok(log.path.clone());
+    }
+    let newest = logs
+        .first()
+        .ok_or_else(|| WrapperError::Usage(format!("no session logs in {} yet", dir.display())))?;
+    crate::output::say(&format!(
+        "netbox log: no run from this directory; the newest of all is from {} ({})",
+        crate::printable::printable(
+            &newest
+                .workspace
+                .as_deref()
+                .map_or("an unknown workspace".into(), |w| w.display().to_string())
+        ),
+        crate::printable::printable(&newest.command.join(" "))
+    ));
+    Ok(newest.path.clone())
+}
+
+/// `--list`: one line a session, newest first, as the filters keep them.
+fn list(args: &LogArgs) -> Result<u8, WrapperError> {
+    let (_, logs) = session_logs()?;
+    let here = std::env::current_dir()
+        .ok()
+        .and_then(|d| std::fs::canonicalize(d).ok());
+    let now = std::time::SystemTime::now();
+    let kept = logs.iter().filter(|log| {
+        (!args.here || here.as_deref().is_some_and(|h| sessions::ran_from(log, h)))
+            && args
+                .command
+                .as_deref()
+                .is_none_or(|text| log.command.join(" ").contains(text))
+            && args
+                .since
+                .is_none_or(|since| now.duration_since(log.modified).unwrap_or_default() <= since)
+            && (!args.failed || !log.succeeded())
+    });
+    let mut text = String::new();
+    for log in kept {
+        text.push_str(&crate::printable::printable(&format!(
+            "{}  {:<12} {}  {}  {}",
+            log.started.as_deref().unwrap_or("?"),
+            log.outcome(),
+            log.workspace
+                .as_deref()
+                .map_or("?".into(), |w| w.display().to_string()),
+            log.command.join(" "),
+            log.path.display()
+        )));
+        text.push('\n');
+    }
+    crate::output::print_stdout(&text)?;
+    Ok(0)
+}
+
+/// `--prune`: what `--keep-days` and `--max-size` leave out, removed and said.
+fn prune(args: &LogArgs) -> Result<u8, WrapperError> {
+    let (dir, logs) = session_logs()?;
+    let (count, bytes) = sessions::prune(&logs, args.keep_days, args.max_size);
+    crate::output::say(&format!(
+        "netbox log: removed {count} session log(s), {bytes} bytes, from {}",
+        dir.display()
+    ));
+    Ok(0)
 }
 
 /// The complete lines of a log that may still be written (or was cut short): a last

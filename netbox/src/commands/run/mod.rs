@@ -63,7 +63,16 @@ pub fn is_canary(host: &str, port: u64) -> bool {
 
 /// Runs CMD in the sandbox; returns the exit status for netbox.
 pub fn run(config: SandboxConfig) -> Result<u8, WrapperError> {
-    run_reporting(config, &mut None)
+    let log_dir = config.log_path.parent().map(std::path::Path::to_owned);
+    let result = run_reporting(config, &mut None);
+    // Once a day, as a run ends (no run waits on it to start): old session logs pruned,
+    // when this one went where they all go by default.
+    if let (Some(dir), Ok(sessions)) = (log_dir, crate::plan::config::sessions_dir()) {
+        if dir == sessions {
+            crate::commands::log::sessions::prune_if_due(&dir);
+        }
+    }
+    result
 }
 
 /// [`run`], also handing back the live probe's report when there was one.

@@ -173,12 +173,28 @@ pub(super) fn refuse_bridge_file_inside_roots(
 /// `$XDG_STATE_HOME/netbox/sessions/ID.jsonl`, or `~/.local/state/...`.
 pub(super) fn default_log_path(session: &str) -> Result<PathBuf, WrapperError> {
     let dir = sessions_dir()?;
-    std::fs::create_dir_all(&dir).map_err(|source| WrapperError::Path {
+    private_dir(&dir).map_err(|source| WrapperError::Path {
         path: dir.clone(),
         what: "event log directory (pass --log FILE to put it elsewhere)",
         source,
     })?;
     Ok(dir.join(format!("{session}.jsonl")))
+}
+
+/// Makes `dir` (and the missing directories above it) readable by this user alone, and
+/// makes it so if an earlier netbox left it open to others: its logs hold command lines.
+/// Only a directory this user owns is changed.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.is_dir() && meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
 }
 
 /// Where session logs go by default: `$XDG_STATE_HOME/netbox/sessions`, or

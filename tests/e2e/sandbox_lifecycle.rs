@@ -542,3 +542,50 @@ fn mistakes_get_the_command_they_meant() {
     }
     assert!(help.contains("--allowlist"), "{help}");
 }
+
+/// With a private /tmp (the default), the host's /tmp is not there for CMD: a program
+/// found there, or a --ro path there (which then does nothing), is said with the fix;
+/// with --tmp host, the same run works (the control).
+#[test]
+fn what_lies_in_the_hosts_tmp_is_said_with_the_fix() {
+    let tools = TestDir::new("host-tmp-tools");
+    let bin = tools.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let tool = bin.join("nb-tmp-tool");
+    std::fs::write(&tool, "#!/bin/sh\necho tool ran\n").unwrap();
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = TestDir::outside_tmp("host-tmp-ws");
+    let workspace = dir.join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let netbox = |args: &[&str]| {
+        Command::new(netbox_bin())
+            .arg("--quiet")
+            .arg("--log")
+            .arg(dir.join("events.jsonl"))
+            .args(args)
+            .env("PATH", &path)
+            .current_dir(&workspace)
+            .output()
+            .unwrap()
+    };
+    let by_path = netbox(&["--", "nb-tmp-tool"]);
+    assert_eq!(by_path.status.code(), Some(127));
+    let err = stderr(&by_path);
+    assert!(
+        err.contains("nb-tmp-tool (found at") && err.contains("give --tmp host"),
+        "{err}"
+    );
+    // The control: with the host's /tmp, it runs, and nothing is said.
+    let shared = netbox(&["--tmp", "host", "--", "nb-tmp-tool"]);
+    assert_eq!(stdout(&shared), "tool ran\n", "{}", stderr(&shared));
+    assert_eq!(stderr(&shared), "");
+    // --ro of a path there does nothing: said, with the fix; the run goes on.
+    let out = netbox(&["--ro", tool.to_str().unwrap(), "--", "true"]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--ro ") && err.contains("so it does nothing"),
+        "{err}"
+    );
+}

@@ -235,8 +235,8 @@ fn hidden_paths_are_probed_and_pinned() {
 }
 
 /// A `--hide` or `--ro` path under the host's /tmp, outside every root, is not in the
-/// sandbox at all under its private /tmp: nothing to do there, and no error. With the
-/// host's /tmp shared, the same path is hidden.
+/// sandbox at all under its private /tmp: nothing to do there, no error, and the `--ro`
+/// that does nothing is said. With the host's /tmp shared, the same path is hidden.
 #[test]
 fn hide_and_ro_under_a_private_tmp_need_nothing() {
     let dir = TestDir::new("hide-private-tmp");
@@ -251,6 +251,14 @@ fn hide_and_ro_under_a_private_tmp_need_nothing() {
         .sh(&script);
     assert_eq!(private.status.code(), Some(0), "{}", stderr(&private));
     assert!(!stdout(&private).contains("SECRET"), "{}", stdout(&private));
+    // The --ro does nothing there, and netbox says so (a --hide of what CMD cannot see
+    // needs no word).
+    let said = stderr(&private);
+    assert!(
+        said.contains(&format!("--ro {notes}: under the host's /tmp")),
+        "{said}"
+    );
+    assert!(!said.contains("--hide"), "{said}");
     assert!(stdout(&private).ends_with("done\n"));
     // Control: the host's /tmp, where the same --hide must cover it.
     let shared = Run::new(&dir)

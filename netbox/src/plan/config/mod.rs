@@ -2,6 +2,7 @@
 //! before any namespace exists, so a bad path or rule fails with one line and exit 125.
 
 mod files;
+mod host_tmp;
 mod roots;
 
 use std::ffi::OsString;
@@ -121,6 +122,17 @@ impl SandboxConfig {
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
         let code_pins = code_inside(&write_roots, &homes);
         let mut named = NamedPaths::check(&args, &write_roots)?;
+        let path = std::env::var_os("PATH");
+        let notes = [
+            host_tmp::note_for_unseen("--ro", &named.read_only, args.tmp, &write_roots),
+            host_tmp::note_for_unseen("--protect", &named.protect, args.tmp, &write_roots),
+            args.cmd.first().and_then(|program| {
+                host_tmp::note_for_program(program, &cwd, path.as_deref(), args.tmp, &write_roots)
+            }),
+        ];
+        for note in notes.iter().flatten() {
+            crate::output::say(note);
+        }
 
         // With --fetch, the policy is the fetch phase's: CMD itself gets no network.
         let mut policy_args = args.policy.clone();

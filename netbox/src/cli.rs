@@ -207,11 +207,12 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u32).range(2..=1_000_000).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
     pub max_connections: usize,
 
-    /// HTTP status for refused requests (default 502; see docs/bridge.md for what each client
+    /// HTTP status for refused requests (default 502, or 403 with --allow-tool npm, yarn
+    /// or pnpm, which retry a 502 for a minute; see docs/bridge.md for what each client
     /// makes of it).
-    #[arg(long = "refusal-status", value_name = "CODE", default_value_t = 502,
+    #[arg(long = "refusal-status", value_name = "CODE",
           value_parser = clap::value_parser!(u16).range(400..=599))]
-    pub refusal_status: u16,
+    pub refusal_status: Option<u16>,
 
     /// Where an `--allow-tool` tool's cache goes: a netbox-owned persistent directory per
     /// tool (`$XDG_CACHE_HOME/netbox/TOOL`), or `none` (the run's private /tmp).

@@ -113,4 +113,27 @@ fn npm_installs_from_the_registry_its_configuration_names_and_nothing_else() {
         .any(|e| e["type"] == "net" && e["host"] == "npm.test" && e["decision"] == "deny");
     assert!(refused, "no refusal of npm.test in the log");
     assert!(!run.workspace.join("node_modules/demo-pkg").exists());
+
+    // With --allow-tool npm and no flag for the status, a refusal (here: the registry's
+    // address is not public, and no --private-ok) ends npm at once too: netbox answers
+    // 403, which npm does not retry as it does a 502 for a minute, and says so.
+    let started = std::time::Instant::now();
+    let out = Run::new(&dir)
+        .args_from(&["--allowlist", pins.to_str().unwrap(), "--allow-tool", "npm"])
+        .env("XDG_CACHE_HOME", cache_home.display().to_string())
+        .env("npm_config_registry", registry_url.clone())
+        .env("npm_config_cafile", ca.display().to_string())
+        .log_at(dir.join("npm-403.jsonl"))
+        .sh(install);
+    let took = started.elapsed();
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "npm took {took:?}"
+    );
+    assert!(
+        stderr(&out).contains("refusals are 403 in this run: npm retries a 502"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -176,6 +176,7 @@ impl SandboxConfig {
             },
         )?;
         tool_summary.extend(caches.iter().flat_map(|c| c.notes.iter().cloned()));
+        let refusal_status = refusal_status(args.refusal_status, &tools, &mut tool_summary)?;
         if args.learn {
             policy.set_learning();
         }
@@ -250,12 +251,7 @@ impl SandboxConfig {
             allowed_sockets,
             capture: (!args.no_capture).then(|| crate::plan::capture::plan(&policy)),
             max_connections: args.max_connections,
-            refusal_status: http::StatusCode::from_u16(args.refusal_status).map_err(|_| {
-                WrapperError::Usage(format!(
-                    "--refusal-status {} is not an HTTP status",
-                    args.refusal_status
-                ))
-            })?,
+            refusal_status,
             tool_summary,
             tool_fetches: fetches.take_records(),
             tty: match (args.tty, args.no_tty) {
@@ -333,6 +329,33 @@ fn hide_secret_files(policy: &Policy, hide: &mut Vec<PathBuf>) -> Result<(), Wra
         }
     }
     Ok(())
+}
+
+/// Tools that retry a refusal's 502 for about a minute, and give up at once on a 403.
+const GIVE_UP_ON_403: [&str; 3] = ["npm", "yarn", "pnpm"];
+
+/// The status of a refusal: `--refusal-status`, or 403 when a tool that would retry a 502
+/// for a minute is among `--allow-tool`'s (said in the start-up line), else 502.
+fn refusal_status(
+    given: Option<u16>,
+    tools: &[String],
+    summary: &mut Vec<String>,
+) -> Result<http::StatusCode, WrapperError> {
+    let code = match given {
+        Some(code) => code,
+        None => match tools.iter().find(|t| GIVE_UP_ON_403.contains(&t.as_str())) {
+            Some(tool) => {
+                summary.push(format!(
+                    "refusals are 403 in this run: {tool} retries a 502 for a minute \
+                     (--refusal-status 502 to keep it)"
+                ));
+                403
+            }
+            None => 502,
+        },
+    };
+    http::StatusCode::from_u16(code)
+        .map_err(|_| WrapperError::Usage(format!("--refusal-status {code} is not an HTTP status")))
 }
 
 /// Mistakes that leave nothing to run, or nothing safe to run.

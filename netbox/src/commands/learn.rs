@@ -41,6 +41,10 @@ struct Seen {
     /// Attempts refused for the address (a private range, say): a name rule alone would
     /// not help, so the rule is written commented out.
     refused_address: u64,
+    /// Attempts that got through to a non-public address of the name (a rule with
+    /// `--private-ok`, `--allow-private` or a tool's internal registry let them): the rule
+    /// that replays them is an `allow_private` one, not a plain `allow`.
+    reached_private: u64,
     bytes_down: u64,
 }
 
@@ -174,6 +178,14 @@ fn from_learning(records: &[Event]) -> BTreeMap<(String, u16), Seen> {
         };
         let entry = seen.entry(key).or_default();
         match (record.decision, record.reason) {
+            (Verdict::Allow, _)
+                if record.dialed.is_some_and(|addr| {
+                    !bridge::local_routes::classify_here(addr.ip()).is_public()
+                }) =>
+            {
+                entry.wanted += 1;
+                entry.reached_private += 1;
+            }
             (Verdict::Allow, _) => entry.wanted += 1,
             (_, Reason::NonPublicAddress) => entry.refused_address += 1,
             // Refused by a deny rule, unparseable, or it did not resolve: not a rule to
@@ -216,11 +228,33 @@ fn render(seen: &BTreeMap<(String, u16), Seen>, given: &Given, origin: &str) -> 
     // Given rules are the user's own text, already checked by the policy; quoted as TOML
     // strings (serde_json's quoting is valid TOML basic-string quoting).
     let quote = |rule: &String| serde_json::to_string(rule).unwrap_or_default();
-    for (key, rules) in [
-        ("allow_private", &given.allow_private),
-        ("deny", &given.deny),
+    let rule_of = |host: &str, port: u16| {
+        if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        }
+    };
+    // Names reached at a non-public address: replayed by `allow_private`, which lets that
+    // name alone reach such an address, as the learning run's own permission did.
+    let learned_private: Vec<String> = seen
+        .iter()
+        .filter(|((host, _), s)| s.reached_private > 0 && !non_public_ip(host))
+        .map(|((host, port), s)| {
+            let attempts = s.wanted;
+            format!(
+                "    {}, # {attempts} attempt{}, {} B down, at a non-public address\n",
+                quote(&rule_of(host, *port)),
+                if attempts == 1 { "" } else { "s" },
+                s.bytes_down
+            )
+        })
+        .collect();
+    for (key, rules, learned) in [
+        ("allow_private", &given.allow_private, &learned_private),
+        ("deny", &given.deny, &Vec::new()),
     ] {
-        if rules.is_empty() {
+        if rules.is_empty() && learned.is_empty() {
             continue;
         }
         text.push_str(&format!("{key} = [\n"));
@@ -229,6 +263,9 @@ fn render(seen: &BTreeMap<(String, u16), Seen>, given: &Given, origin: &str) -> 
                 "    {}, # given on the command line\n",
                 quote(rule)
             ));
+        }
+        for line in learned {
+            text.push_str(line);
         }
         text.push_str("]\n");
     }
@@ -240,11 +277,11 @@ fn render(seen: &BTreeMap<(String, u16), Seen>, given: &Given, origin: &str) -> 
         ));
     }
     for ((host, port), s) in seen {
-        let rule = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
+        if s.reached_private > 0 && !non_public_ip(host) {
+            // Written under allow_private above.
+            continue;
+        }
+        let rule = rule_of(host, *port);
         let quoted = serde_json::to_string(&rule).unwrap_or_default();
         let attempts = s.wanted + s.refused_address;
         let plural = if attempts == 1 { "" } else { "s" };
@@ -261,8 +298,9 @@ fn render(seen: &BTreeMap<(String, u16), Seen>, given: &Given, origin: &str) -> 
         } else {
             text.push_str(&format!(
                 "    # {quoted}, # {attempts} attempt{plural}, refused: it resolves to a \
-                 non-public address; allowing the name is not enough (add an IP rule if \
-                 you mean it)\n"
+                 non-public address; allowing the name is not enough (if it is an internal \
+                 host you mean to reach, put it in allow_private, as --allow-private \
+                 {rule} would)\n"
             ));
         }
     }
@@ -456,6 +494,35 @@ mod tests {
         }
         let file: File = toml::from_str(&text).expect("valid TOML");
         assert_eq!(file.allow, ["a.test:8443", "b.test:443"]);
+    }
+
+    /// A name reached at a non-public address (a tool's internal registry with
+    /// `--private-ok`) is written to `allow_private`, which replays it; a plain `allow`
+    /// would be refused at that address.
+    #[test]
+    fn a_name_reached_at_a_private_address_replays_from_allow_private() {
+        let mut internal = net("mirror.test", 443, Verdict::Allow, Reason::AllowedByRule, 7);
+        internal.dialed = Some("10.1.2.3:443".parse().unwrap());
+        let mut public = net("pub.test", 443, Verdict::Allow, Reason::Learning, 3);
+        public.dialed = Some("8.8.8.8:443".parse().unwrap());
+        let text = render(
+            &from_learning(&[internal, public]),
+            &Given::default(),
+            "a test",
+        );
+        #[derive(serde::Deserialize)]
+        struct File {
+            allow: Vec<String>,
+            allow_private: Vec<String>,
+        }
+        let file: File = toml::from_str(&text).expect("valid TOML");
+        assert_eq!(file.allow, ["pub.test:443"], "{text}");
+        assert_eq!(file.allow_private, ["mirror.test:443"], "{text}");
+        // The advice for a name refused at its address is the run's own: allow_private.
+        let refused = net("inner.test", 80, Verdict::Deny, Reason::NonPublicAddress, 0);
+        let text = render(&from_learning(&[refused]), &Given::default(), "a test");
+        assert!(text.contains("--allow-private inner.test:80"), "{text}");
+        assert!(!text.contains("IP rule"), "{text}");
     }
 
     /// netbox's own fetches for `--allow-tool` (a workspace registry it refused to read,

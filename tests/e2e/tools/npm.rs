@@ -137,3 +137,94 @@ fn npm_installs_from_the_registry_its_configuration_names_and_nothing_else() {
         stderr(&out)
     );
 }
+
+/// `netbox learn --allow-tool npm --private-ok`: the registry, reached at its internal
+/// address, is learned as an `allow_private` rule, so the file replays the install on its
+/// own (no --allow-tool, no --private-ok) with no refusal. Control: a plain `allow` of the
+/// same name, which is what learn used to write, is refused at that address.
+#[test]
+fn a_learned_internal_registry_replays_from_the_file_alone() {
+    let dir = TestDir::new("tool-npm-learn");
+    let registry = npm_registry(&dir);
+    let pins = dir.write("pins.toml", "[hosts]\n\"npm.test\" = \"127.0.0.1\"\n");
+    let run = Run::new(&dir);
+    std::fs::write(
+        run.workspace.join("package.json"),
+        r#"{"name":"app","version":"1.0.0","dependencies":{"demo-pkg":"1.0.0"}}"#,
+    )
+    .unwrap();
+    let ca = run.workspace.join("test-ca.pem");
+    std::fs::copy(registry.ca.as_ref().unwrap(), &ca).unwrap();
+    let registry_url = format!("https://npm.test:{}/", registry.port());
+    let cache = run.workspace.join(".npm-cache");
+    let install = "npm install --no-audit --no-fund --loglevel=error \
+                   && node -e \"console.log(require('demo-pkg'))\"";
+    let learned = dir.join("learned.toml");
+    let out = Command::new(crate::support::netbox_bin())
+        .arg("learn")
+        .arg("-o")
+        .arg(&learned)
+        .args(["--quiet", "--allowlist", pins.to_str().unwrap()])
+        .args(["--allow-tool", "npm", "--private-ok", "--log"])
+        .arg(dir.join("learn.jsonl"))
+        .args(["--", "sh", "-c", install])
+        .env("npm_config_registry", &registry_url)
+        .env("npm_config_cafile", &ca)
+        // netbox's own cache for the tool: a cache the workspace names is not asked.
+        .env("XDG_CACHE_HOME", dir.join("cache-home"))
+        .current_dir(&run.workspace)
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("demo says hi"),
+        "{}\n{}",
+        stderr(&out),
+        std::fs::read_to_string(dir.join("learn.jsonl")).unwrap_or_default()
+    );
+    let text = std::fs::read_to_string(&learned).unwrap();
+    let rule = format!("\"npm.test:{}\"", registry.port());
+    assert!(
+        text.lines()
+            .skip_while(|l| !l.starts_with("allow_private"))
+            .take_while(|l| *l != "]")
+            .any(|l| l.contains(&rule)),
+        "{text}"
+    );
+
+    // Replayed from the file alone.
+    std::fs::remove_dir_all(run.workspace.join("node_modules")).unwrap();
+    let replay = |allowlist: &std::path::Path, log: &str| {
+        let replay = Run::new(&dir)
+            .args_from(&["--quiet", "--allowlist", pins.to_str().unwrap()])
+            .args_from(&["--allowlist", allowlist.to_str().unwrap()])
+            .env("npm_config_registry", registry_url.clone())
+            .env("npm_config_cafile", ca.display().to_string())
+            .env("npm_config_cache", cache.display().to_string())
+            .env("npm_config_fetch_retries", "0")
+            .log_at(dir.join(log));
+        let out = replay.sh(install);
+        let refused: Vec<serde_json::Value> = replay
+            .events()
+            .into_iter()
+            .filter(|e| e["type"] == "net" && e["decision"] == "deny")
+            .filter(|e| !crate::support::is_probe_attempt(e))
+            .collect();
+        (out, refused)
+    };
+    let (out, refused) = replay(&learned, "replay.jsonl");
+    assert!(
+        stdout(&out).contains("demo says hi"),
+        "{}\n{text}",
+        stderr(&out)
+    );
+    assert!(refused.is_empty(), "{refused:#?}");
+    // Control: the same name as a plain allow rule is refused at its internal address.
+    std::fs::remove_dir_all(run.workspace.join("node_modules")).unwrap();
+    let plain = dir.write("plain.toml", &format!("allow = [{rule}]\n"));
+    let (out, refused) = replay(&plain, "plain.jsonl");
+    assert!(!stdout(&out).contains("demo says hi"), "{}", stdout(&out));
+    assert!(
+        refused.iter().any(|e| e["reason"] == "non_public_address"),
+        "{refused:#?}"
+    );
+}

@@ -283,6 +283,20 @@ pub(crate) async fn admit(
             ),
             (None, None) => format!("{addr} refused"),
         };
+        // A tool's registry (its rule came from --allow-tool): one flag opens every one.
+        let detail = match &decision.rule {
+            Some(rule)
+                if verdict.rule.is_none()
+                    && rule.file.starts_with(crate::policy::TOOL_RULE_PREFIX) =>
+            {
+                format!(
+                    "{detail}; it is a registry of {}: --private-ok lets every --allow-tool \
+                     registry reach internal addresses",
+                    rule.file
+                )
+            }
+            _ => detail,
+        };
         if verdict.rule.is_some() {
             attempt.rule = verdict.rule;
         }

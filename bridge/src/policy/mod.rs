@@ -92,6 +92,10 @@ pub struct Policy {
     secrets: Vec<secrets::Secret>,
 }
 
+/// How the origin of a rule `--allow-tool` added begins (`--allow-tool pip (its index)`),
+/// so that a refusal can name the one flag that opens every tool's registry.
+pub const TOOL_RULE_PREFIX: &str = "--allow-tool ";
+
 /// The port whose tunnels are always checked for TLS naming their own host.
 pub const HTTPS_PORT: u16 = 443;
 

@@ -57,7 +57,11 @@ pub fn load_policy_with_tools(
                 reason,
             })?;
         for rule in &found.rules {
-            let origin = format!("{tool} ({})", rule.source);
+            let origin = format!(
+                "{}{tool} ({})",
+                bridge::policy::TOOL_RULE_PREFIX,
+                rule.source
+            );
             // An address is opened by its own rule; a name may reach a private address
             // only if the user said the registries are internal.
             let is_name = bridge::policy::RuleSpec::parse(&rule.rule, Action::Allow)

@@ -361,13 +361,14 @@ fn private_ok_never_trusts_settings_the_workspace_could_have_written() {
     };
     // Control: the user's own setting.
     assert_eq!(run(&[]), "200");
-    // From an npm script: the project's, not the user's.
-    assert_eq!(run(&[("npm_lifecycle_event", "sandbox".to_owned())]), "502");
+    // From an npm script: the project's, not the user's. (Refused with 403: with
+    // --allow-tool npm, a refusal's status is the one npm does not retry.)
+    assert_eq!(run(&[("npm_lifecycle_event", "sandbox".to_owned())]), "403");
     // A user config file inside the workspace.
     let ws = dir.join("ws");
     std::fs::write(ws.join(".npmrc-user"), "").unwrap();
     let user = ws.join(".npmrc-user").display().to_string();
-    assert_eq!(run(&[("npm_config_userconfig", user)]), "502");
+    assert_eq!(run(&[("npm_config_userconfig", user)]), "403");
 }
 
 /// Settings the environment points into the workspace (written, maybe, by an earlier

@@ -136,6 +136,13 @@ fn npm_installs_from_the_registry_its_configuration_names_and_nothing_else() {
         "{}",
         stderr(&out)
     );
+    // The first refusal names the one flag that opens every tool's registry.
+    assert!(
+        stderr(&out).contains("a registry of --allow-tool npm")
+            && stderr(&out).contains("--private-ok lets every --allow-tool registry"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// `netbox learn --allow-tool npm --private-ok`: the registry, reached at its internal

@@ -108,9 +108,19 @@ impl ToolRules {
             // Not a URL netbox could read: its host alone (what stands before its last
             // `@` may be credentials, and its path and query may hold a token).
             let shown = host_of(url_or_host.trim());
-            self.note(crate::printable::printable(&format!(
-                "{shown} is not a registry address netbox allows (a name and one port only)"
-            )));
+            let note = match address_rule(url_or_host.trim()) {
+                // A registry by address (a mirror inside a company, often): the rule the
+                // user can give, and why a tool's setting is not enough.
+                Some(rule) => format!(
+                    "{shown} names its registry by address, and netbox takes only names from \
+                     a tool's settings (an address there would open it to every command): \
+                     give --allow {rule}, or a name for it ([hosts] pins one to it)"
+                ),
+                None => format!(
+                    "{shown} is not a registry address netbox allows (a name and one port only)"
+                ),
+            };
+            self.note(crate::printable::printable(&note));
         }
     }
 
@@ -335,9 +345,48 @@ pub fn discover(name: &str, ctx: &Context<'_>) -> Result<ToolRules, String> {
     Ok(found)
 }
 
+/// `ADDR:PORT` of a URL whose host is an IP address (`http://10.1.2.3:3141/simple/` →
+/// `10.1.2.3:3141`, the scheme's port when none is written), as an `--allow` rule.
+fn address_rule(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    let default_port = match scheme.to_ascii_lowercase().as_str() {
+        "https" => 443,
+        "http" => 80,
+        _ => return None,
+    };
+    let target = bridge::target::Target::parse_with_default_port(host_port, default_port).ok()?;
+    match target.host {
+        bridge::target::Host::Ip(std::net::IpAddr::V6(ip)) => {
+            Some(format!("[{ip}]:{}", target.port))
+        }
+        bridge::target::Host::Ip(ip) => Some(format!("{ip}:{}", target.port)),
+        bridge::target::Host::Name(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_registry_named_by_address_gets_the_rule_to_give() {
+        assert_eq!(
+            address_rule("http://10.1.2.3:3141/simple/").as_deref(),
+            Some("10.1.2.3:3141")
+        );
+        assert_eq!(
+            address_rule("https://user:tok@10.1.2.3/simple").as_deref(),
+            Some("10.1.2.3:443")
+        );
+        assert_eq!(
+            address_rule("http://[fd00::1]:8080/").as_deref(),
+            Some("[fd00::1]:8080")
+        );
+        assert_eq!(address_rule("https://pypi.corp.test/simple"), None);
+        assert_eq!(address_rule("ftp://10.1.2.3/"), None);
+    }
 
     #[test]
     fn credentials_are_left_out_of_what_is_shown() {

@@ -17,6 +17,8 @@ need ssh openssh-client
 # A terminal emulator whose view the tests read, and GNU screen inside it (sandbox_tty_reset).
 need tmux tmux
 need screen screen
+# The man page netbox prints is read by man (shell_docs).
+need man man-db
 need dpkg-deb dpkg
 need apt-get apt
 need cargo "a Rust toolchain (rustup)"

@@ -347,6 +347,18 @@ pub enum Command {
     /// Print one of netbox's documents (allowlist, running, secrets, bridge, git, logs,
     /// event-log); without a topic, the list.
     Docs(DocsArgs),
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell), e.g.
+    /// `netbox completions bash > ~/.local/share/bash-completion/completions/netbox`.
+    Completions(CompletionsArgs),
+    /// Print netbox's man page (roff), e.g. `netbox man > ~/.local/share/man/man1/netbox.1`.
+    Man,
+}
+
+/// `netbox completions`: the shell to write a script for.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
 }
 
 /// `netbox docs`: the documents the binary carries.

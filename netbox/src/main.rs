@@ -64,6 +64,8 @@ fn main() -> ExitCode {
         Some(cli::Command::Learn(args)) => commands::learn::run(args),
         Some(cli::Command::Tools(args)) => plan::tools::run(&args),
         Some(cli::Command::Docs(args)) => commands::docs::run(&args),
+        Some(cli::Command::Completions(args)) => commands::completions::completions(&args),
+        Some(cli::Command::Man) => commands::completions::man(),
         None if cli.run.disable_sandbox => commands::run::run_unsandboxed(&cli.run),
         None => plan::config::SandboxConfig::from_args(cli.run).and_then(commands::run::run),
     };

@@ -57,6 +57,7 @@ mod sandbox_walkthrough;
 mod sandbox_writelog;
 mod secrets;
 mod session_log;
+mod shell_docs;
 mod tools;
 mod tools_fetch;
 mod tools_seed;

@@ -6,6 +6,14 @@ use std::path::PathBuf;
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 
+/// `--version`: the release and the commit it was built from (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("NETBOX_COMMIT"),
+    ")"
+);
+
 /// Run untrusted commands behind an OS-enforced network and filesystem boundary.
 ///
 /// netbox [OPTIONS] -- CMD [ARGS...] runs CMD in an empty network namespace whose only way
@@ -14,7 +22,7 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "netbox",
-    version,
+    version = VERSION,
     about,
     args_conflicts_with_subcommands = true
 )]

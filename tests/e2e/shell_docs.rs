@@ -16,7 +16,11 @@ fn completions_load_in_the_shell_and_the_man_page_reads() {
     let out = netbox(&["completions", "bash"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let script = dir.write("netbox.bash", &stdout(&out));
-    let checked = Command::new("bash").arg("-n").arg(&script).output().unwrap();
+    let checked = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
     assert!(checked.status.success(), "{}", stderr(&checked));
     let loaded = Command::new("bash")
         .arg("-c")
@@ -54,4 +58,23 @@ fn completions_load_in_the_shell_and_the_man_page_reads() {
     for word in ["netbox", "--allowlist", "completions", "bridge"] {
         assert!(text.contains(word), "{word} not in the page:\n{text}");
     }
+}
+
+/// `--version` names the commit the binary was built from, as the session log does.
+#[test]
+fn the_version_names_its_commit() {
+    let out = netbox(&["--version"]);
+    let said = stdout(&out);
+    assert!(said.starts_with("netbox 0."), "{said}");
+    let commit = said
+        .split("(commit ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap_or_else(|| panic!("no commit in {said:?}"));
+    // From a checkout, the commit's hex (with -dirty when it was changed); else unknown.
+    let hex = commit.trim_end_matches("-dirty");
+    assert!(
+        commit == "unknown" || (hex.len() == 12 && hex.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{commit}"
+    );
 }

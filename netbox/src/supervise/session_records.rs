@@ -37,7 +37,7 @@ fn without_secrets(text: &str, policy: &bridge::Policy) -> String {
 pub fn record_start(log: &EventLog, config: &SandboxConfig, protected: &[PathBuf]) {
     let policy_sha256 = config.policy.sha256_hex();
     let start = SessionStart {
-        netbox_version: env!("CARGO_PKG_VERSION").to_owned(),
+        netbox_version: crate::cli::VERSION.to_owned(),
         mode: match (config.policy.is_learning(), config.fetch.is_some()) {
             (true, _) => "learn",
             (false, true) => "fetch_then_cut",

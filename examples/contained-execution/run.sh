@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
-# The contained-execution walkthrough: build netbox, make a scratch git repository in
-# /tmp/sandbox_demo, run its build step inside netbox (the fingerprint comes back), then
-# try the three boundaries: a write to $HOME, a write to .git/config, and a connection to a
-# host that is not allowed. Each prints the error the command saw, verbatim, and the
-# event-log line netbox wrote. Everything stays on this machine.
+# The contained-execution walkthrough: make a scratch git repository in a fresh directory
+# of its own (so two users, or two runs, never meet), run its build step inside netbox (the
+# fingerprint comes back), then try the three boundaries: a write to $HOME, a write to
+# .git/config, and a connection to a host that is not allowed. Each prints the error the
+# command saw, verbatim, and the event-log line netbox wrote. Everything stays on this
+# machine. netbox is $NETBOX if set, else the one installed on PATH, else built here.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
 
-for tool in cargo git curl; do
-    command -v "$tool" >/dev/null || { echo "run.sh: '$tool' is missing (Debian: apt-get install git curl; Rust: rustup)" >&2; exit 1; }
+for tool in git curl; do
+    command -v "$tool" >/dev/null || { echo "run.sh: '$tool' is missing (Debian: apt-get install git curl)" >&2; exit 1; }
 done
-echo "== building netbox (release; the first build takes a few minutes, cargo shows its progress)"
-cargo build --release --bin netbox
-netbox=$PWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox
+if [ -n "${NETBOX:-}" ]; then
+    netbox=$NETBOX
+    echo "== using \$NETBOX: $netbox ($("$netbox" --version))"
+elif command -v netbox >/dev/null; then
+    netbox=$(command -v netbox)
+    echo "== using the installed $netbox ($("$netbox" --version)); NETBOX=PATH picks another"
+else
+    command -v cargo >/dev/null || { echo "run.sh: no netbox installed and no 'cargo' to build one (Rust: rustup)" >&2; exit 1; }
+    echo "== building netbox (release; the first build takes a few minutes, cargo shows its progress)"
+    cargo build --release --bin netbox
+    netbox=$PWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox
+fi
 
-demo=/tmp/sandbox_demo
-log=/tmp/sandbox_demo.events.jsonl
-rm -rf "$demo" "$log"
+# A directory of this run's own: the project in it, the log beside it (a log may not lie
+# in the workspace, which the command could rewrite).
+work=$(mktemp -d "${TMPDIR:-/tmp}/netbox-demo.XXXXXX")
+demo=$work/project
+log=$work/events.jsonl
 mkdir -p "$demo"
 cp "$here/build_info.sh" "$demo/"
 cd "$demo"
@@ -68,4 +80,4 @@ echo "-- event log"
 show_log '"host":"blocked.test"'
 
 echo
-echo "The whole event log is in $log (one JSON object per line)."
+echo "The whole event log is in $log (one JSON object per line); the project is in $demo."

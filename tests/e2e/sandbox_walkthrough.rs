@@ -119,3 +119,45 @@ fn allowed_registry_over_https_works_inside() {
     assert_eq!(allowed.len(), 1, "{events:?}");
     assert_eq!(allowed[0]["decision"], "allow");
 }
+
+/// The README's first command, twice at once: each run of the walkthrough has a directory
+/// of its own (neither aborts on the other's files), uses the netbox it is given rather
+/// than building one, and shows every boundary refused.
+#[test]
+fn two_walkthroughs_at_once_do_not_meet() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/contained-execution/run.sh");
+    let start = || {
+        std::process::Command::new("bash")
+            .arg(&script)
+            .env("NETBOX", crate::support::netbox_bin())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (start(), start());
+    let mut dirs = Vec::new();
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        let said = stdout(&out);
+        assert!(out.status.success(), "{said}\n{}", stderr(&out));
+        assert!(said.contains("== using $NETBOX"), "{said}");
+        assert!(!said.contains("building netbox"), "{said}");
+        assert!(said.contains("no file created in"), "{said}");
+        assert!(said.contains(".git/config unchanged"), "{said}");
+        assert!(said.contains("\"host\":\"blocked.test\""), "{said}");
+        let dir = said
+            .rsplit("the project is in ")
+            .next()
+            .and_then(|rest| rest.strip_suffix(".\n"))
+            .unwrap_or_else(|| panic!("{said}"))
+            .to_owned();
+        dirs.push(dir);
+    }
+    assert_ne!(dirs[0], dirs[1]);
+    for dir in &dirs {
+        let parent = std::path::Path::new(dir).parent().unwrap();
+        let _ = std::fs::remove_dir_all(parent);
+    }
+}

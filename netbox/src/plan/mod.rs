@@ -4,6 +4,7 @@
 //! `tools`), limits and cgroups, CMD's environment, the host sockets to hide, and what
 //! `--hide` covers for what netbox copies into the sandbox (`hidden`).
 
+pub mod apt_conf;
 pub mod bridge_secrets;
 pub mod capture;
 pub mod cgroup;

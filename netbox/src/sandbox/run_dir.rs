@@ -5,6 +5,8 @@
 //!   read-only over each distribution trust store that exists, so CMD's TLS clients trust
 //!   the bridge's certificates without a flag, whether they read a store file or one of
 //!   the variables env.rs points at the bundle;
+//! - when CMD may run apt, an apt configuration that keeps apt as the user it runs as
+//!   (plan/apt_conf.rs), which `APT_CONFIG` names;
 //! - when the run captures, a resolver configuration naming the sandbox's DNS stub, bound
 //!   over what `/etc/resolv.conf` leads to (or laid where it leads, when that is in the
 //!   host's `/run`, as systemd-resolved's link does).
@@ -37,6 +39,8 @@ pub struct RunFiles<'a> {
     pub trust: Option<(&'a str, &'a str)>,
     /// The DNS stub's address, when the run captures.
     pub resolver: Option<std::net::Ipv4Addr>,
+    /// apt's configuration, when CMD may run apt (plan/apt_conf.rs).
+    pub apt_conf: Option<&'a str>,
 }
 
 /// Where `/etc/resolv.conf` leads in the new root.
@@ -78,6 +82,12 @@ pub fn lay(root: BorrowedFd<'_>, files: &RunFiles<'_>) -> Result<(), MountError>
         bundle.push_str(&system_roots(root));
         let inside = bundle_path.strip_prefix(run).unwrap_or(bundle_path);
         write_file(tmpfs.as_fd(), inside, bundle.as_bytes())?;
+    }
+    if let Some(conf) = files.apt_conf {
+        let inside = Path::new(crate::plan::apt_conf::APT_CONF)
+            .strip_prefix(run)
+            .unwrap_or(Path::new("netbox/apt.conf"));
+        write_file(tmpfs.as_fd(), inside, conf.as_bytes())?;
     }
     if let Some(stub) = files.resolver {
         let text =

@@ -52,7 +52,7 @@ fn apt_downloads_from_the_repository_its_configuration_names() {
     let run = Run::new(&dir);
     // apt's settings outside every writable root; its lists and downloads in the
     // workspace. As root, apt would switch to its own user, which the sandbox's user
-    // namespace does not map: it stays who it is.
+    // namespace does not map: netbox keeps it who it is, with no setting here.
     let conf = TestDir::outside_tmp("tool-apt-conf");
     std::fs::copy(server.ca.as_ref().unwrap(), conf.join("ca.pem")).unwrap();
     conf.write(
@@ -69,8 +69,7 @@ fn apt_downloads_from_the_repository_its_configuration_names() {
              Dir::Etc::sourceparts \"{at}/none.d\";\n\
              Dir::State \"{ws}/apt/state\";\nDir::State::status \"{at}/status\";\n\
              Dir::Cache \"{ws}/apt/cache\";\nAcquire::https::CaInfo \"{at}/ca.pem\";\n\
-             Acquire::Retries \"0\";\nDebug::NoLocking \"true\";\n\
-             APT::Sandbox::User \"root\";\n"
+             Acquire::Retries \"0\";\nDebug::NoLocking \"true\";\n"
         ),
     );
     let download = "mkdir -p apt/state/lists/partial apt/cache/archives/partial && \
@@ -89,6 +88,19 @@ fn apt_downloads_from_the_repository_its_configuration_names() {
         "{}",
         stderr(&out)
     );
+    // apt read the user's configuration through netbox's, which keeps it its user.
+    let shown = with(&["--allow-tool", "apt", "--private-ok"])
+        .log_at(dir.join("apt-config.jsonl"))
+        .sh("echo \"$APT_CONFIG\"; apt-config dump | grep -E '^(APT::Sandbox::User|Dir::Etc::sourcelist) '");
+    assert_eq!(
+        stdout(&shown),
+        format!(
+            "/run/netbox/apt.conf\nAPT::Sandbox::User \"root\";\n\
+             Dir::Etc::sourcelist \"{at}/sources.list\";\n"
+        ),
+        "{}",
+        stderr(&shown)
+    );
     assert!(
         stderr(&out).contains(&format!("apt source {at}/sources.list")),
         "{}",
@@ -97,7 +109,22 @@ fn apt_downloads_from_the_repository_its_configuration_names() {
     // Control: without it, refused.
     std::fs::remove_file(run.workspace.join("netbox-demo_1.0_all.deb")).unwrap();
     let _ = std::fs::remove_dir_all(run.workspace.join("apt"));
-    let out = with(&[]).sh(download);
+    // (apt itself as CMD would get netbox's configuration too; bash is CMD here, so the
+    // control gives apt the setting that keeps it its user.)
+    let out = with(&[])
+        .env(
+            "APT_CONFIG",
+            conf.write(
+                "control.conf",
+                &format!(
+                    "#include \"{}\";\nAPT::Sandbox::User \"root\";\n",
+                    apt_conf.display()
+                ),
+            )
+            .display()
+            .to_string(),
+        )
+        .sh(download);
     assert_ne!(
         stdout(&out),
         "netbox-demo_1.0_all.deb\n",

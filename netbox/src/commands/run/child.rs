@@ -86,6 +86,7 @@ pub(super) fn child_plan(
         (None, None) => None,
     };
     mounts.resolver = config.capture.as_ref().map(|_| crate::sandbox::DNS_STUB);
+    mounts.apt_conf.clone_from(&config.apt_conf);
     // What each path the sandbox mounts from or onto is, for pid 1 to check.
     let to_identify: Vec<PathBuf> = mounts
         .paths_to_identify()

@@ -78,6 +78,8 @@ pub struct SandboxConfig {
     pub upstream: Option<std::sync::Arc<bridge::egress::upstream_proxy::UpstreamProxy>>,
     /// What inspecting needs before the clone, when the policy inspects (inspection.rs).
     pub inspection: Option<crate::plan::inspection::Inspection>,
+    /// apt's configuration for the sandbox's `/run`, when CMD may run apt (apt_conf.rs).
+    pub apt_conf: Option<String>,
     /// With `--bridge`: the placeholders of the secrets `--secret NAME` takes from it, and
     /// its CA when it inspects the tenant's tunnels (bridge_secrets.rs).
     pub from_bridge: crate::plan::bridge_secrets::FromBridge,
@@ -191,7 +193,22 @@ impl SandboxConfig {
         for file in policy.named_files() {
             refuse_symlinks_in_roots(file, &write_roots, "allowlist")?;
         }
+        let apt_conf = crate::plan::apt_conf::for_run(
+            &tools,
+            args.cmd.first().map(OsString::as_os_str),
+            std::env::var_os("APT_CONFIG").as_deref(),
+        );
         let mut env_extra = extra_env(&args.env_file, &args.env, &caches, &write_roots)?;
+        if apt_conf.is_some() {
+            // First: an APT_CONFIG given with --env still wins.
+            env_extra.insert(
+                0,
+                (
+                    OsString::from("APT_CONFIG"),
+                    OsString::from(crate::plan::apt_conf::APT_CONF),
+                ),
+            );
+        }
         if args.ssh_agent {
             // Under --clean-env too: the agent is what --ssh-agent asked for.
             if let Some(socket) = std::env::var_os("SSH_AUTH_SOCK") {
@@ -262,6 +279,7 @@ impl SandboxConfig {
             policy,
             upstream,
             inspection,
+            apt_conf,
             from_bridge,
             session_id,
             env_base: if args.clean_env {

@@ -139,7 +139,7 @@ pub fn apply(
     // Host service sockets live in /run (netbox decides each connect to one all the same:
     // supervise/unixsockets.rs); a host without one has nothing to hide. When the run
     // inspects, the tmpfs laid over it holds the trust bundle.
-    if plan.trust.is_some() || plan.resolver.is_some() {
+    if plan.trust.is_some() || plan.resolver.is_some() || plan.apt_conf.is_some() {
         let ca = match &plan.trust {
             Some(_) => Some(session_ca().map_err(|e| MountError {
                 step: "trust bundle: receive the session CA".into(),
@@ -150,6 +150,7 @@ pub fn apply(
         let files = crate::sandbox::run_dir::RunFiles {
             trust: ca.as_deref().zip(plan.trust.as_deref()),
             resolver: plan.resolver,
+            apt_conf: plan.apt_conf.as_deref(),
         };
         crate::sandbox::run_dir::lay(steps.root, &files)?;
     } else if in_root(Path::new("/run")).is_dir() {

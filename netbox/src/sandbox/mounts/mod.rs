@@ -97,6 +97,8 @@ pub struct MountPlan {
     /// When the run captures: the DNS stub's address, which `/etc/resolv.conf` is made to
     /// name (run_dir.rs).
     pub resolver: Option<std::net::Ipv4Addr>,
+    /// When CMD may run apt: the apt configuration laid in `/run` (plan/apt_conf.rs).
+    pub apt_conf: Option<String>,
 }
 
 impl MountPlan {
@@ -156,6 +158,7 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
         identities: BTreeMap::new(),
         trust: None,
         resolver: None,
+        apt_conf: None,
     };
     if tmp == TmpMode::Private {
         plan.ops.push(MountOp::Tmpfs {

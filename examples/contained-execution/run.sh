@@ -37,7 +37,7 @@ git init -q
 git -c user.email=demo@sandbox.test -c user.name=demo add build_info.sh
 git -c user.email=demo@sandbox.test -c user.name=demo commit -qm "scratch project"
 
-show_log() { grep -F "$1" "$log" | tail -n 1; }
+show_log() { grep -F "$1" "$log" | tail -n 1 || echo "(no such record: nothing was tried there)"; }
 
 echo
 echo "== 1. the build step, inside netbox"

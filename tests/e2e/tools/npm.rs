@@ -118,9 +118,13 @@ fn npm_installs_from_the_registry_its_configuration_names_and_nothing_else() {
     // address is not public, and no --private-ok) ends npm at once too: netbox answers
     // 403, which npm does not retry as it does a 502 for a minute, and says so.
     let started = std::time::Instant::now();
+    // A cache of its own: from the first install's, npm could answer with no request.
     let out = Run::new(&dir)
         .args_from(&["--allowlist", pins.to_str().unwrap(), "--allow-tool", "npm"])
-        .env("XDG_CACHE_HOME", cache_home.display().to_string())
+        .env(
+            "XDG_CACHE_HOME",
+            dir.join("cache-home-403").display().to_string(),
+        )
         .env("npm_config_registry", registry_url.clone())
         .env("npm_config_cafile", ca.display().to_string())
         .log_at(dir.join("npm-403.jsonl"))
@@ -200,13 +204,15 @@ fn a_learned_internal_registry_replays_from_the_file_alone() {
 
     // Replayed from the file alone.
     std::fs::remove_dir_all(run.workspace.join("node_modules")).unwrap();
+    // Each replay with a cache of its own: from another's, npm could answer with no
+    // request at all.
     let replay = |allowlist: &std::path::Path, log: &str| {
         let replay = Run::new(&dir)
             .args_from(&["--quiet", "--allowlist", pins.to_str().unwrap()])
             .args_from(&["--allowlist", allowlist.to_str().unwrap()])
             .env("npm_config_registry", registry_url.clone())
             .env("npm_config_cafile", ca.display().to_string())
-            .env("npm_config_cache", cache.display().to_string())
+            .env("npm_config_cache", cache.join(log).display().to_string())
             .env("npm_config_fetch_retries", "0")
             .log_at(dir.join(log));
         let out = replay.sh(install);

@@ -207,6 +207,15 @@ pub struct RunArgs {
     #[arg(long = "no-capture")]
     pub no_capture: bool,
 
+    /// No network at all: an empty allowlist, said as such (the probe proves it as ever).
+    /// Refused beside anything that would open a host (--allow, --allowlist, --allow-tool,
+    /// --allow-private, --bridge, --secret, --fetch, --ssh-agent).
+    #[arg(long = "no-network", conflicts_with_all = [
+        "allow", "allowlist", "allow_tool", "allow_private", "bridge", "secret", "fetch",
+        "fetch_allowlist", "ssh_agent", "private_ok", "inspect"
+    ])]
+    pub no_network: bool,
+
     /// Connections CMD may have open through the bridge at once; past it each new one is
     /// refused at once (503, or a SOCKS5 failure reply) and logged. At least 2: the live
     /// probe opens two at once.

@@ -181,7 +181,8 @@ const PEER_FLAGS: [(&[&str], &str); 4] = [
             "--share-net",
         ],
         "CMD's network is always an empty namespace whose only way out is the bridge, which \
-         allows what --allow and --allowlist name and nothing else (netbox docs running)",
+         allows what --allow and --allowlist name and nothing else; --no-network says none \
+         at all (netbox docs running)",
     ),
     (
         &[

@@ -589,3 +589,42 @@ fn what_lies_in_the_hosts_tmp_is_said_with_the_fix() {
         "{err}"
     );
 }
+
+/// `--no-network`: the probe runs as ever and passes, the start-up line says there is no
+/// network, a connection is refused and logged; a flag that would open a host beside it
+/// is one line. Control: the same run with a rule for the host reaches it.
+#[test]
+fn no_network_is_an_empty_allowlist_said_as_such() {
+    let server = crate::support::upstream::HttpServer::start();
+    let p = server.port();
+    let dir = TestDir::new("no-network");
+    let get = format!("curl -sS -o /dev/null -w '%{{http_code}}\\n' http://127.0.0.1:{p}/hello");
+    let run = Run::new(&dir).arg("--no-network");
+    let out = run.sh(&get);
+    assert_eq!(stdout(&out), "502\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("| no network (--no-network) |"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(run.probe()["passed"], true);
+    assert!(run
+        .events()
+        .iter()
+        .any(|e| e["type"] == "net" && e["port"] == p && e["decision"] == "deny"));
+    let both = Run::new(&dir)
+        .args_from(&["--no-network", "--allow", &format!("127.0.0.1:{p}")])
+        .sh("true");
+    assert_eq!(both.status.code(), Some(125));
+    assert!(
+        stderr(&both).contains("'--no-network' cannot be used with '--allow"),
+        "{}",
+        stderr(&both)
+    );
+    // Control: a rule for it, and it is reached.
+    let open = Run::new(&dir)
+        .args_from(&["--allow", &format!("127.0.0.1:{p}")])
+        .log_at(dir.join("open.jsonl"))
+        .sh(&get);
+    assert_eq!(stdout(&open), "200\n", "{}", stderr(&open));
+}

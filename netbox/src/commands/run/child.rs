@@ -232,6 +232,7 @@ pub(super) fn startup_line(config: &SandboxConfig) -> String {
     }
     // With --fetch the allowlist is the fetch phase's; CMD itself gets no network.
     let hosts = match (&config.fetch, config.policy.is_learning()) {
+        _ if config.no_network => "no network (--no-network)".to_owned(),
         _ if config.policy.is_relaying() => format!(
             "hosts the bridge at {} allows",
             config.upstream.as_ref().map_or("?", |u| u.name.as_str())

@@ -80,6 +80,8 @@ pub struct SandboxConfig {
     pub inspection: Option<crate::plan::inspection::Inspection>,
     /// apt's configuration for the sandbox's `/run`, when CMD may run apt (apt_conf.rs).
     pub apt_conf: Option<String>,
+    /// `--no-network`: the allowlist is empty on purpose, and the start-up line says so.
+    pub no_network: bool,
     /// With `--bridge`: the placeholders of the secrets `--secret NAME` takes from it, and
     /// its CA when it inspects the tenant's tunnels (bridge_secrets.rs).
     pub from_bridge: crate::plan::bridge_secrets::FromBridge,
@@ -280,6 +282,7 @@ impl SandboxConfig {
             upstream,
             inspection,
             apt_conf,
+            no_network: args.no_network,
             from_bridge,
             session_id,
             env_base: if args.clean_env {

@@ -207,6 +207,10 @@ pub struct RunArgs {
     #[arg(long = "no-capture")]
     pub no_capture: bool,
 
+    /// Leave the user's defaults file (~/.config/netbox/config.toml) unread.
+    #[arg(long = "no-config")]
+    pub no_config: bool,
+
     /// No network at all: an empty allowlist, said as such (the probe proves it as ever).
     /// Refused beside anything that would open a host (--allow, --allowlist, --allow-tool,
     /// --allow-private, --bridge, --secret, --fetch, --ssh-agent).

@@ -628,3 +628,84 @@ fn no_network_is_an_empty_allowlist_said_as_such() {
         .sh(&get);
     assert_eq!(stdout(&open), "200\n", "{}", stderr(&open));
 }
+
+/// The user's defaults file (`$XDG_CONFIG_HOME/netbox/config.toml`): its allowlist, its
+/// refusal status and a workspace table of its own apply to runs, `--no-config` leaves it
+/// out, a file others could write (or a symlink) is refused, and the command line wins.
+#[test]
+fn the_users_defaults_file_fills_in_what_the_command_line_leaves_open() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = crate::support::upstream::HttpServer::start();
+    let p = server.port();
+    let dir = TestDir::outside_tmp("user-config");
+    let config = dir.join("config");
+    std::fs::create_dir_all(config.join("netbox")).unwrap();
+    let (a, b) = (dir.join("ws-a"), dir.join("ws-b"));
+    for ws in [&a, &b] {
+        std::fs::create_dir_all(ws).unwrap();
+    }
+    std::fs::write(
+        config.join("netbox/a.toml"),
+        format!("allow = [\"127.0.0.1:{p}\"]\n"),
+    )
+    .unwrap();
+    let file = config.join("netbox/config.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "refusal_status = 403\n[workspace.\"{}\"]\nallowlist = [\"a.toml\"]\n",
+            a.display()
+        ),
+    )
+    .unwrap();
+    let get = format!("curl -sS -o /dev/null -w '%{{http_code}}\\n' http://127.0.0.1:{p}/hello");
+    let netbox = |cwd: &std::path::Path, args: &[&str]| {
+        Command::new(netbox_bin())
+            .args(["--log"])
+            .arg(dir.join("events.jsonl"))
+            .args(args)
+            .args(["--", "sh", "-c", &get])
+            .env("XDG_CONFIG_HOME", &config)
+            .current_dir(cwd)
+            .output()
+            .unwrap()
+    };
+    // In the workspace its table names: allowed, and the start-up line says where from.
+    let out = netbox(&a, &[]);
+    assert_eq!(stdout(&out), "200\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("defaults from {}", file.display())),
+        "{}",
+        stderr(&out)
+    );
+    // Elsewhere: only the top level (refused, with its 403).
+    let out = netbox(&b, &[]);
+    assert_eq!(stdout(&out), "403\n", "{}", stderr(&out));
+    // The command line wins; --no-config leaves the file out (502, no rule).
+    assert_eq!(stdout(&netbox(&b, &["--refusal-status", "502"])), "502\n");
+    let out = netbox(&a, &["--no-config"]);
+    assert_eq!(stdout(&out), "502\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("defaults from"));
+    // A file others could write: refused, CMD never runs.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = netbox(&a, &[]);
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).contains("writable by you alone"),
+        "{}",
+        stderr(&out)
+    );
+    // A symlink to it: refused too.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let real = config.join("netbox/real.toml");
+    std::fs::rename(&file, &real).unwrap();
+    std::os::unix::fs::symlink(&real, &file).unwrap();
+    let out = netbox(&a, &[]);
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+}

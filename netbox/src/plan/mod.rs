@@ -22,6 +22,7 @@ pub mod ssh_agent;
 pub mod tenants;
 pub mod tools;
 pub mod upstream;
+pub mod user_config;
 
 /// A file's text, at most `max_bytes` of it, if it is a regular file (the bridge's reader,
 /// which a reloaded allowlist goes through too).

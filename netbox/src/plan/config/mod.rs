@@ -118,6 +118,11 @@ impl SandboxConfig {
                 workspace.display()
             )));
         }
+        // The user's defaults, before anything reads the flags they fill in.
+        let (args, user_config) = crate::plan::user_config::apply(args, &workspace)?;
+        if user_config.is_some() {
+            refuse_what_cannot_run(&args)?;
+        }
         let (requested_roots, write_roots) = writable_roots(&args, &workspace)?;
         // A writable home lets CMD plant code that runs later, outside the sandbox: only
         // on request, and then split into what may be written (homesplit.rs).
@@ -180,6 +185,9 @@ impl SandboxConfig {
             },
         )?;
         tool_summary.extend(caches.iter().flat_map(|c| c.notes.iter().cloned()));
+        if let Some(file) = &user_config {
+            tool_summary.push(format!("defaults from {}", file.display()));
+        }
         let refusal_status = refusal_status(args.refusal_status, &tools, &mut tool_summary)?;
         if args.learn {
             policy.set_learning();
@@ -236,6 +244,15 @@ impl SandboxConfig {
         };
         refuse_log_inside_roots(&log_path, &write_roots)?;
         let mut policy_inputs = policy_inputs(&policy, &args.env_file, &write_roots);
+        // The defaults file decides what later runs reach: never CMD's to rewrite.
+        if let Some(file) = user_config
+            .as_ref()
+            .and_then(|f| std::fs::canonicalize(f).ok())
+        {
+            if write_roots.iter().any(|r| file.starts_with(r)) {
+                policy_inputs.push(file);
+            }
+        }
         if let Some(inspection) = &inspection {
             // A CA file CMD could rewrite would decide what the next run trusts.
             policy_inputs.extend(

@@ -404,3 +404,34 @@ fn unread_output_hangs_cmd_up() {
     assert!(started.elapsed() < Duration::from_secs(25), "the run hung");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "y\r\n");
 }
+
+/// A full-screen program draws over the refusals said while it ran: once CMD is gone,
+/// one line says how many writes were refused. Control: without a terminal of its own,
+/// each refusal stays where it was said, and no such line is added.
+#[test]
+fn refused_writes_are_said_again_after_a_full_screen_command() {
+    let dir = TestDir::new("tty-writes-again");
+    let log = dir.join("events.jsonl").display().to_string();
+    let script = "echo x > /etc/nb-tty-write 2>/dev/null; printf '\\033[2J\\033[H'; echo drawn";
+    let term = OnTerminal::start_program(
+        &dir,
+        &netbox_bin(),
+        &["--log", &log, "--", "bash", "-c", script],
+    );
+    let (status, shown) = term.wait();
+    assert_eq!(status.code(), Some(0), "{shown}");
+    assert!(shown.contains("drawn"), "{shown}");
+    assert!(
+        shown.contains("netbox: 1 write(s) refused while the command ran"),
+        "{shown}"
+    );
+    let control = OnTerminal::start_program(
+        &dir,
+        &netbox_bin(),
+        &["--no-tty", "--log", &log, "--", "bash", "-c", script],
+    );
+    let (status, shown) = control.wait();
+    assert_eq!(status.code(), Some(0), "{shown}");
+    assert!(shown.contains("blocked write"), "{shown}");
+    assert!(!shown.contains("refused while the command ran"), "{shown}");
+}

@@ -338,3 +338,32 @@ fn session_logs_are_private_listed_by_workspace_and_pruned() {
     assert!(!old.exists());
     assert_eq!(lines(&[]).len(), 3);
 }
+
+/// What stderr says of allowed traffic: a tunnel to where one already went is not said
+/// again (the log has every one), and a forwarded request says its status, not `0 B up`.
+#[test]
+fn allowed_repeats_are_said_once_and_a_request_says_its_status() {
+    let server = HttpServer::start();
+    let p = server.port();
+    let dir = TestDir::new("allowed-once");
+    let run = Run::new(&dir).args_from(&["--allow", &format!("127.0.0.1:{p}")]);
+    let url = format!("http://127.0.0.1:{p}/hello");
+    let out = run.sh(&format!(
+        "for i in 1 2 3; do curl -sS -p -o /dev/null {url}; done; curl -sS -o /dev/null {url}"
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert_eq!(said.matches("netbox: allowed CONNECT").count(), 1, "{said}");
+    let get = said
+        .lines()
+        .find(|l| l.starts_with("netbox: allowed GET"))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(get.contains("(200, ") && !get.contains("B up"), "{get}");
+    // The log has all four.
+    let allowed = run
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "net" && e["decision"] == "allow" && e["port"] == p)
+        .count();
+    assert_eq!(allowed, 4);
+}

@@ -316,7 +316,19 @@ impl EventLog {
         }
         if self.stderr.load(Ordering::Relaxed) {
             let line = summary(event);
+            let tunnel = matches!(
+                event.proto,
+                Proto::HttpConnect | Proto::Socks5 | Proto::Captured
+            );
             let say = match event.decision {
+                // A tunnel to where one already went is not said again: a package manager
+                // opens a dozen to its registry (the log has every one).
+                Verdict::Allow if tunnel => self
+                    .announced
+                    .lock()
+                    .map_or(Some(line.clone()), |mut seen| {
+                        seen.first_allowed(summary::allowed_key(event), line)
+                    }),
                 Verdict::Allow => Some(line),
                 Verdict::Deny => self
                     .announced
@@ -454,9 +466,23 @@ pub struct NetCap {
 struct Announced {
     lines: std::collections::HashSet<String>,
     capped: bool,
+    /// Allowed tunnels said so far, by kind and target.
+    allowed: std::collections::HashSet<String>,
 }
 
 impl Announced {
+    /// What to say for an allowed tunnel: its line the first time its target is seen;
+    /// past the cap, every line (the set no longer grows).
+    fn first_allowed(&mut self, key: String, line: String) -> Option<String> {
+        if self.allowed.contains(&key) {
+            return None;
+        }
+        if self.allowed.len() < MAX_ANNOUNCED {
+            self.allowed.insert(key);
+        }
+        Some(line)
+    }
+
     /// What to say for a refusal: the line the first time it is seen; once the set is
     /// full, one line saying that the rest go only to the log, then nothing.
     fn first(&mut self, line: String) -> Option<String> {

@@ -32,6 +32,19 @@ pub fn summary(e: &Event) -> String {
         .map(|r| format!(" [{r}]"))
         .unwrap_or_default();
     match e.decision {
+        // A request's bytes up are its body's (a GET has none): its status says more.
+        Verdict::Allow if matches!(e.proto, Proto::HttpForward | Proto::Inspected) => format!(
+            "netbox: allowed {verb} {target}{} ({}{}{} B down, {} ms){rule}",
+            e.dialed.map(|d| format!(" via {d}")).unwrap_or_default(),
+            e.status.map(|s| format!("{s}, ")).unwrap_or_default(),
+            if e.bytes_up > 0 {
+                format!("{} B sent, ", e.bytes_up)
+            } else {
+                String::new()
+            },
+            e.bytes_down,
+            e.duration_ms,
+        ),
         Verdict::Allow => format!(
             "netbox: allowed {verb} {target}{} ({} B up, {} B down, {} ms){rule}",
             e.dialed.map(|d| format!(" via {d}")).unwrap_or_default(),
@@ -44,6 +57,18 @@ pub fn summary(e: &Event) -> String {
             e.detail.as_deref().unwrap_or(describe(e.reason)),
         ),
     }
+}
+
+/// What an allowed event is said once for: its kind and target (`CONNECT a.test:443`), so
+/// that a tool's fifteen connections to its registry are one line.
+pub fn allowed_key(e: &Event) -> String {
+    format!(
+        "{:?} {} {:?} {}",
+        e.proto,
+        e.method.as_deref().unwrap_or(""),
+        e.host,
+        e.port.unwrap_or(0)
+    )
 }
 
 /// Prose for a reason, for people.

@@ -401,6 +401,7 @@ impl<'a> Supervisor<'a> {
         }
         // The last of CMD's output, and the caller's terminal as it was, before netbox
         // says anything more; and nothing CMD left there may hide what netbox says.
+        let had_terminal = self.terminal.is_some();
         if let Some(terminal) = self.terminal.take() {
             terminal.finish();
         }
@@ -445,6 +446,15 @@ impl<'a> Supervisor<'a> {
                 self.lent.tally.writes_denied,
                 self.lent.tally.direct_attempts,
             ) = watch.finish(&self.settings.log, &self.settings.session.id);
+        }
+        // A full-screen program (less, vim) draws over the refusals said while it ran: said
+        // again in one line once it is gone.
+        let refused = self.lent.tally.writes_denied;
+        if refused > 0 && had_terminal && self.settings.stderr == Stderr::Summary {
+            crate::output::say(&format!(
+                "netbox: {refused} write(s) refused while the command ran (`netbox log --last` \
+                 lists them)"
+            ));
         }
         self.lent.tally.timed_out = self.timed_out;
         self.lent.tally.cancelled = self.cancelled.is_some();

@@ -212,8 +212,8 @@ pub struct RunArgs {
     pub no_config: bool,
 
     /// No network at all: an empty allowlist, said as such (the probe proves it as ever).
-    /// Refused beside anything that would open a host (--allow, --allowlist, --allow-tool,
-    /// --allow-private, --bridge, --secret, --fetch, --ssh-agent).
+    /// Refused beside anything that would open a host (a rule, a tool, a bridge, a secret,
+    /// the agent).
     #[arg(long = "no-network", conflicts_with_all = [
         "allow", "allowlist", "allow_tool", "allow_private", "bridge", "secret", "fetch",
         "fetch_allowlist", "ssh_agent", "private_ok", "inspect"

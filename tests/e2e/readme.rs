@@ -185,6 +185,16 @@ fn put_readme_paths(line: &str, workspace: &Path, home: &Path) -> String {
 /// Every run of hex digits that holds a digit (counts, sizes, times, ports, ids) as `N`,
 /// and runs of blanks as one space (column widths follow the numbers).
 fn normalise(line: &str) -> String {
+    // A session id (`4263-4e50a2cfc2f0`): its pid half may be all letters (`bcf`).
+    let is_hex = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_hexdigit());
+    let line: String = line
+        .split(' ')
+        .map(|word| match word.split_once('-') {
+            Some((pid, time)) if is_hex(pid) && is_hex(time) && time.len() >= 8 => "N-N",
+            _ => word,
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut out = String::new();
     let mut run = String::new();
     let flush = |run: &mut String, out: &mut String| {

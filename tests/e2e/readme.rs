@@ -187,6 +187,8 @@ fn put_readme_paths(line: &str, workspace: &Path, home: &Path) -> String {
 fn normalise(line: &str) -> String {
     // A session id (`4263-4e50a2cfc2f0`): its pid half may be all letters (`bcf`).
     let is_hex = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_hexdigit());
+    // A build from a checkout with changes says so (`commit 0123abcd-dirty`).
+    let line = line.replace("-dirty)", ")");
     let line: String = line
         .split(' ')
         .map(|word| match word.split_once('-') {

@@ -346,24 +346,12 @@ pub fn discover(name: &str, ctx: &Context<'_>) -> Result<ToolRules, String> {
 }
 
 /// `ADDR:PORT` of a URL whose host is an IP address (`http://10.1.2.3:3141/simple/` →
-/// `10.1.2.3:3141`, the scheme's port when none is written), as an `--allow` rule.
+/// `10.1.2.3:3141`, the scheme's port when none is written), as an `--allow` rule: what
+/// [`rule_of`] leaves out.
 fn address_rule(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let host_port = authority.rsplit('@').next()?;
-    let default_port = match scheme.to_ascii_lowercase().as_str() {
-        "https" => 443,
-        "http" => 80,
-        _ => return None,
-    };
-    let target = bridge::target::Target::parse_with_default_port(host_port, default_port).ok()?;
-    match target.host {
-        bridge::target::Host::Ip(std::net::IpAddr::V6(ip)) => {
-            Some(format!("[{ip}]:{}", target.port))
-        }
-        bridge::target::Host::Ip(ip) => Some(format!("{ip}:{}", target.port)),
-        bridge::target::Host::Name(_) => None,
-    }
+    urls::target_of(url)
+        .filter(|target| matches!(target.host, bridge::target::Host::Ip(_)))
+        .map(|target| target.to_string())
 }
 
 #[cfg(test)]

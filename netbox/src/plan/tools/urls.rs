@@ -95,6 +95,33 @@ pub fn host_of(url: &str) -> String {
 /// normalises it (`https://H.Test./` → `h.test:443`); `None` for what is no network
 /// address (`file:`, a path), an address, or this machine's own name.
 pub fn rule_of(url_or_host: &str) -> Option<String> {
+    // A name and one numeric port only: a tool's configuration (which an earlier command
+    // may have written into the workspace) must not open an address, a wildcard, every
+    // port or a range (`127.0.0.1:*`, `*.com:*`, `[::1]:1-65535`). The name as the bridge
+    // normalises it (case, a final dot, IDNA; an address in any spelling is an address),
+    // so that every check and comparison below and after sees what the bridge will.
+    let target = target_of(url_or_host)?;
+    let bridge::target::Host::Name(name) = target.host else {
+        return None;
+    };
+    // `localhost` and its subdomains are this machine (RFC 6761), never a registry.
+    let is_localhost = name == "localhost"
+        || name.ends_with(".localhost")
+        || name.starts_with("localhost.")
+        || name.starts_with("ip6-localhost")
+        || name.starts_with("ip6-loopback");
+    if is_localhost {
+        return None;
+    }
+    let rule = format!("{name}:{}", target.port);
+    bridge::policy::RuleSpec::parse(&rule, bridge::policy::Action::Allow)
+        .ok()
+        .map(|_| rule)
+}
+
+/// The target a URL (or a bare `host[:port]`) names, as the bridge spells it, with the
+/// scheme's port when none is written; `None` for what is no network address.
+pub fn target_of(url_or_host: &str) -> Option<bridge::target::Target> {
     let text = url_or_host.trim();
     // Cargo's and others' prefixes: `sparse+https://…`, `git+https://…`, `registry+…`.
     let text = text
@@ -129,26 +156,5 @@ pub fn rule_of(url_or_host: &str) -> Option<String> {
     } else {
         format!("{authority}:{default_port}")
     };
-    // A name and one numeric port only: a tool's configuration (which an earlier command
-    // may have written into the workspace) must not open an address, a wildcard, every
-    // port or a range (`127.0.0.1:*`, `*.com:*`, `[::1]:1-65535`). The name as the bridge
-    // normalises it (case, a final dot, IDNA; an address in any spelling is an address),
-    // so that every check and comparison below and after sees what the bridge will.
-    let target = bridge::target::Target::parse_authority(&rule).ok()?;
-    let bridge::target::Host::Name(name) = target.host else {
-        return None;
-    };
-    // `localhost` and its subdomains are this machine (RFC 6761), never a registry.
-    let is_localhost = name == "localhost"
-        || name.ends_with(".localhost")
-        || name.starts_with("localhost.")
-        || name.starts_with("ip6-localhost")
-        || name.starts_with("ip6-loopback");
-    if is_localhost {
-        return None;
-    }
-    let rule = format!("{name}:{}", target.port);
-    bridge::policy::RuleSpec::parse(&rule, bridge::policy::Action::Allow)
-        .ok()
-        .map(|_| rule)
+    bridge::target::Target::parse_authority(&rule).ok()
 }

@@ -27,3 +27,15 @@ pub mod user_config;
 /// A file's text, at most `max_bytes` of it, if it is a regular file (the bridge's reader,
 /// which a reloaded allowlist goes through too).
 pub use bridge::small_file::read_small_file;
+
+/// An XDG base directory: `$VAR` if it is an absolute path, else `$HOME/under_home` if
+/// HOME is one (a relative value is ignored, as the XDG spec says).
+pub fn xdg_dir(var: &str, under_home: &str) -> Option<std::path::PathBuf> {
+    let absolute =
+        |v: std::ffi::OsString| Some(std::path::PathBuf::from(v)).filter(|p| p.is_absolute());
+    std::env::var_os(var).and_then(absolute).or_else(|| {
+        std::env::var_os("HOME")
+            .and_then(absolute)
+            .map(|home| home.join(under_home))
+    })
+}

@@ -51,16 +51,7 @@ struct File {
 
 /// Where the file is looked for.
 pub fn path() -> Option<PathBuf> {
-    let absolute = |v: &std::ffi::OsString| Path::new(v).is_absolute();
-    std::env::var_os("XDG_CONFIG_HOME")
-        .filter(absolute)
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(absolute)
-                .map(|h| PathBuf::from(h).join(".config"))
-        })
-        .map(|base| base.join("netbox/config.toml"))
+    crate::plan::xdg_dir("XDG_CONFIG_HOME", ".config").map(|base| base.join("netbox/config.toml"))
 }
 
 /// `args` with the file's defaults applied for the run's `workspace`, and the file's path

@@ -200,19 +200,8 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
 /// Where session logs go by default: `$XDG_STATE_HOME/netbox/sessions`, or
 /// `~/.local/state/netbox/sessions`.
 pub fn sessions_dir() -> Result<PathBuf, WrapperError> {
-    let absolute = |v: &std::ffi::OsString| Path::new(v).is_absolute();
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .filter(absolute)
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(absolute)
-                .map(|h| PathBuf::from(h).join(".local/state"))
-        })
-        .ok_or_else(|| {
-            WrapperError::Usage(
-                "no HOME or XDG_STATE_HOME for the event log; pass --log FILE".into(),
-            )
-        })?;
+    let base = crate::plan::xdg_dir("XDG_STATE_HOME", ".local/state").ok_or_else(|| {
+        WrapperError::Usage("no HOME or XDG_STATE_HOME for the event log; pass --log FILE".into())
+    })?;
     Ok(base.join("netbox/sessions"))
 }

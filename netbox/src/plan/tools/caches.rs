@@ -256,13 +256,5 @@ pub(super) fn overlaps(dir: &Path, root: &Path) -> bool {
 }
 
 pub(super) fn cache_home() -> Option<std::path::PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(std::path::PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .map(|h| h.join(".cache"))
-        })
+    crate::plan::xdg_dir("XDG_CACHE_HOME", ".cache")
 }

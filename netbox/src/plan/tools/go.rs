@@ -49,13 +49,8 @@ fn goenv_file() -> Option<std::path::PathBuf> {
     match std::env::var_os("GOENV") {
         Some(value) if value == "off" => None,
         Some(value) => absolute(value),
-        None => std::env::var_os("XDG_CONFIG_HOME")
-            .and_then(absolute)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .and_then(absolute)
-                    .map(|h| h.join(".config"))
-            })
-            .map(|config| config.join("go/env")),
+        None => {
+            crate::plan::xdg_dir("XDG_CONFIG_HOME", ".config").map(|config| config.join("go/env"))
+        }
     }
 }

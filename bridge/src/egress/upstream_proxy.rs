@@ -72,11 +72,9 @@ impl UpstreamProxy {
     ) -> Result<Outbound, Refusal> {
         let mut stream = self.dial(resolver, timeout).await?;
         let authority = target.to_string();
-        let mut head = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n");
-        if let Some(value) = self.authorization.as_ref().and_then(|v| v.to_str().ok()) {
-            head.push_str(&format!("Proxy-Authorization: {value}\r\n"));
-        }
-        head.push_str("\r\n");
+        let head = self.head(&format!(
+            "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n"
+        ));
         let answered = tokio::time::timeout(timeout, async {
             stream.write_all(head.as_bytes()).await?;
             read_answer_head(&mut stream).await
@@ -106,13 +104,9 @@ impl UpstreamProxy {
         use crate::offer::{MAX_OFFER_BYTES, OFFER_HOST};
         use tokio::io::AsyncReadExt;
         let mut stream = self.dial(resolver, timeout).await?;
-        let mut head = format!(
+        let head = self.head(&format!(
             "GET http://{OFFER_HOST}/ HTTP/1.1\r\nHost: {OFFER_HOST}\r\nConnection: close\r\n"
-        );
-        if let Some(value) = self.authorization.as_ref().and_then(|v| v.to_str().ok()) {
-            head.push_str(&format!("Proxy-Authorization: {value}\r\n"));
-        }
-        head.push_str("\r\n");
+        ));
         let limit = (MAX_ANSWER_HEAD + MAX_OFFER_BYTES) as u64;
         let mut answer = Vec::new();
         let answered = tokio::time::timeout(timeout, async {
@@ -146,6 +140,17 @@ impl UpstreamProxy {
                 "its answer for {OFFER_HOST} is not a netbox bridge's ({e})"
             ))
         })
+    }
+
+    /// A request head to the proxy: `lines` (the request line and headers, each ending in
+    /// CRLF), then this bridge's credentials, then the blank line.
+    fn head(&self, lines: &str) -> String {
+        let mut head = lines.to_owned();
+        if let Some(value) = self.authorization.as_ref().and_then(|v| v.to_str().ok()) {
+            head.push_str(&format!("Proxy-Authorization: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        head
     }
 
     /// Dials the proxy itself (the forward path sends its requests on this).

@@ -314,16 +314,7 @@ fn offer(state: &ConnState, conn: &Conn, req: &Request<Incoming>) -> Response<Bo
         .shared
         .log
         .record(&attempt.finish(End::Closed, 0, length));
-    let mut response = Response::new(
-        Full::new(Bytes::from(body))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    body_response(StatusCode::OK, Bytes::from(body), "application/json")
 }
 
 /// The connection a request is served as: the listener's, or on a listener that serves
@@ -598,16 +589,20 @@ fn refusal_parts(
 }
 
 fn text_response(status: StatusCode, text: &str) -> Response<Body> {
-    let mut response = Response::new(
-        Full::new(Bytes::from(text.to_owned()))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
+    body_response(
+        status,
+        Bytes::from(text.to_owned()),
+        "text/plain; charset=utf-8",
+    )
+}
+
+/// A response of the bridge's own: `body`, of `content_type`.
+fn body_response(status: StatusCode, body: Bytes, content_type: &'static str) -> Response<Body> {
+    let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }
 

@@ -237,9 +237,10 @@ fn render(seen: &BTreeMap<(String, u16), Seen>, given: &Given, origin: &str) -> 
     };
     // Names reached at a non-public address: replayed by `allow_private`, which lets that
     // name alone reach such an address, as the learning run's own permission did.
+    let goes_private = |host: &str, s: &Seen| s.reached_private > 0 && !non_public_ip(host);
     let learned_private: Vec<String> = seen
         .iter()
-        .filter(|((host, _), s)| s.reached_private > 0 && !non_public_ip(host))
+        .filter(|((host, _), s)| goes_private(host, s))
         .map(|((host, port), s)| {
             let attempts = s.wanted;
             format!(
@@ -277,7 +278,7 @@ fn render(seen: &BTreeMap<(String, u16), Seen>, given: &Given, origin: &str) -> 
         ));
     }
     for ((host, port), s) in seen {
-        if s.reached_private > 0 && !non_public_ip(host) {
+        if goes_private(host, s) {
             // Written under allow_private above.
             continue;
         }

@@ -59,23 +59,50 @@ pub(crate) fn npm_package(dir: &TestDir, root: &std::path::Path, url: &str) {
     .unwrap();
 }
 
-#[test]
-fn npm_installs_from_the_registry_its_configuration_names_and_nothing_else() {
-    let dir = TestDir::new("tool-npm");
-    let registry = npm_registry(&dir);
+/// A project that depends on `demo-pkg`, with its registry served and pinned.
+struct NpmProject {
+    registry: HttpServer,
+    pins: std::path::PathBuf,
+    run: Run,
+    /// The test CA inside the workspace: the host's /tmp is not in the sandbox.
+    ca: std::path::PathBuf,
+    /// The registry as the user's setting (the environment): one a workspace file named
+    /// would not be taken as internal (an earlier command may have written it).
+    registry_url: String,
+}
+
+fn npm_project(dir: &TestDir) -> NpmProject {
+    let registry = npm_registry(dir);
     let pins = dir.write("pins.toml", "[hosts]\n\"npm.test\" = \"127.0.0.1\"\n");
-    let run = Run::new(&dir);
+    let run = Run::new(dir);
     std::fs::write(
         run.workspace.join("package.json"),
         r#"{"name":"app","version":"1.0.0","dependencies":{"demo-pkg":"1.0.0"}}"#,
     )
     .unwrap();
-    // The test CA inside the workspace: the host's /tmp is not in the sandbox.
     let ca = run.workspace.join("test-ca.pem");
     std::fs::copy(registry.ca.as_ref().unwrap(), &ca).unwrap();
-    // The registry is the user's setting (the environment): one a workspace file named
-    // would not be taken as internal (an earlier command may have written it).
     let registry_url = format!("https://npm.test:{}/", registry.port());
+    NpmProject {
+        registry,
+        pins,
+        run,
+        ca,
+        registry_url,
+    }
+}
+
+#[test]
+fn npm_installs_from_the_registry_its_configuration_names_and_nothing_else() {
+    let dir = TestDir::new("tool-npm");
+    // The server serves while the binding lives.
+    let NpmProject {
+        registry: _registry,
+        pins,
+        run,
+        ca,
+        registry_url,
+    } = npm_project(&dir);
     let cache_home = dir.join("cache-home");
     let with_tool = |extra: &[&str]| {
         let mut args = vec!["--quiet", "--allowlist", pins.to_str().unwrap()];
@@ -156,17 +183,13 @@ fn npm_installs_from_the_registry_its_configuration_names_and_nothing_else() {
 #[test]
 fn a_learned_internal_registry_replays_from_the_file_alone() {
     let dir = TestDir::new("tool-npm-learn");
-    let registry = npm_registry(&dir);
-    let pins = dir.write("pins.toml", "[hosts]\n\"npm.test\" = \"127.0.0.1\"\n");
-    let run = Run::new(&dir);
-    std::fs::write(
-        run.workspace.join("package.json"),
-        r#"{"name":"app","version":"1.0.0","dependencies":{"demo-pkg":"1.0.0"}}"#,
-    )
-    .unwrap();
-    let ca = run.workspace.join("test-ca.pem");
-    std::fs::copy(registry.ca.as_ref().unwrap(), &ca).unwrap();
-    let registry_url = format!("https://npm.test:{}/", registry.port());
+    let NpmProject {
+        registry,
+        pins,
+        run,
+        ca,
+        registry_url,
+    } = npm_project(&dir);
     let cache = run.workspace.join(".npm-cache");
     let install = "npm install --no-audit --no-fund --loglevel=error \
                    && node -e \"console.log(require('demo-pkg'))\"";

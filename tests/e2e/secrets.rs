@@ -200,6 +200,129 @@ fn a_token_goes_to_its_host_alone_and_never_into_the_sandbox() {
     assert!(stderr(&out).contains("API_TOKEN"), "{}", stderr(&out));
 }
 
+/// What a server hands back of a request (its reason phrase, a `Location`, a header, the
+/// body, plain and in base64) comes back to CMD without the value, in the forms the bridge
+/// itself made of it: the value, escaped in a URL, inside Basic credentials. TRACE to the
+/// host is refused, and a value never goes in the clear: a host named without a port takes
+/// it over TLS alone, and plain HTTP to it is refused as misdirected before anything is
+/// dialed. An answer that came compressed, which cannot be searched, is not passed on.
+#[test]
+fn what_a_server_reflects_comes_back_without_the_value() {
+    let dir = TestDir::new("secret-reflect");
+    // Bytes a URL escapes, so the escaped form differs from the value.
+    let token = format!("{}/t+k=n", real_token("reflect"));
+    let escaped = token
+        .replace('/', "%2F")
+        .replace('+', "%2B")
+        .replace('=', "%3D");
+    let root = dir.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let server = CredentialedServer::start(&dir.path, &["a.test", "b.test"], root, &token);
+    let p = server.port();
+    // Named without a port: the TLS ports, here the server's by `tls_ports`.
+    let secret =
+        "[[secret]]\nname = \"API_TOKEN\"\nfrom = \"env:NB_TEST_REFLECT\"\nhosts = [\"a.test\"]\n";
+    let run = run_with(
+        &dir,
+        &server,
+        &allowlist(p, secret),
+        "NB_TEST_REFLECT",
+        &token,
+    );
+    let code = "curl -sS --max-time 8 -o /dev/null -w '%{http_code} %header{x-netbox-reason}\\n'";
+    let out = run.sh(&format!(
+        "curl -sS --max-time 8 -D h1 -o b1 -H \"Authorization: Bearer $API_TOKEN\" \
+           \"https://a.test:{p}/reflect?token=$API_TOKEN&note=visible-control\"\n\
+         curl -sS --max-time 8 -D h2 -o b2 -u \"user:$API_TOKEN\" https://a.test:{p}/reflect\n\
+         curl -sS --max-time 8 -D h3 -o b3 \"https://b.test:{p}/reflect?note=visible-control\"\n\
+         {code} -X TRACE https://a.test:{p}/reflect\n\
+         {code} -H \"Authorization: Bearer $API_TOKEN\" http://a.test:{p}/reflect\n\
+         {code} -H \"Authorization: Bearer $API_TOKEN\" http://a.test/reflect\n\
+         {code} https://a.test:{p}/compressed\n\
+         {code} https://b.test:{p}/compressed\n"
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = stdout(&out);
+    let lines: Vec<&str> = printed.lines().collect();
+    // A compressed answer from the secret's host cannot be searched: not passed on; from
+    // another host it is (the control).
+    assert_eq!(
+        lines,
+        [
+            "403 http-rule",
+            "403 secret-misdirected",
+            "403 secret-misdirected",
+            "502 upstream-not-trusted",
+            "200 "
+        ]
+    );
+    let ws = &run.workspace;
+    let read = |f: &str| std::fs::read_to_string(ws.join(f)).unwrap();
+    // Controls: the value went in (so the server had it to reflect), the server reflects
+    // what it got, its own reason phrase included, where no secret goes.
+    let seen = server.seen();
+    assert!(
+        seen.iter().any(|s| s.contains(&format!("Bearer {token}"))),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|s| s.contains(&format!("token={escaped}&"))),
+        "{seen:?}"
+    );
+    let (h3, b3) = (read("h3"), read("b3"));
+    assert!(h3.contains("\nHTTP/1.1 404 No such token"), "{h3}");
+    assert!(b3.contains("visible-control"), "{b3}");
+    let (h1, b1) = (read("h1"), read("b1"));
+    assert!(
+        b1.contains("visible-control") && h1.contains("visible-control"),
+        "{h1}{b1}"
+    );
+    // No form of the value came back.
+    let b64 = base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+    let forms = [
+        token.clone(),
+        escaped.clone(),
+        escaped.to_lowercase(),
+        b64.encode(format!("user:{token}")),
+    ];
+    for (file, text) in [
+        ("h1", &h1),
+        ("b1", &b1),
+        ("h2", &read("h2")),
+        ("b2", &read("b2")),
+    ] {
+        for form in &forms {
+            assert!(!text.contains(form.as_str()), "{file} holds {form}: {text}");
+        }
+        assert!(
+            text.contains("***") || text.contains("netbox-secret-API_TOKEN-"),
+            "{file}: {text}"
+        );
+    }
+    // The reason phrase the server chose is gone where the value could be in it.
+    assert!(h1.contains("\nHTTP/1.1 404 Not Found"), "{h1}");
+    // The body's base64 of what came is masked (this is what it would have been).
+    let reflected = b64.encode(format!(
+        "Bearer {token} token={escaped}&note=visible-control"
+    ));
+    assert!(!b1.contains(&reflected), "{b1}");
+    assert!(
+        b1.lines()
+            .any(|l| l.starts_with("base64: ") && l.contains('*')),
+        "{b1}"
+    );
+    // The refusals say why; nothing plain went out with the value.
+    let err = stderr(&out);
+    assert!(err.contains("in the clear"), "{err}");
+    assert!(err.contains("TRACE"), "{err}");
+    for request in &seen {
+        assert!(!request.contains("TRACE"), "{request}");
+    }
+    assert!(!err.contains(&token));
+}
+
 /// git over HTTPS: netbox gives git a credential helper for the secret's host that answers
 /// with the placeholder; clone and push reach a server that takes the real token alone,
 /// and a push to a host the secret does not go to is refused with the server's repository
@@ -611,7 +734,10 @@ fn pushes_go_only_to_the_repositories_a_git_table_lists() {
     let out = run.sh(&format!(
         "export GIT_TERMINAL_PROMPT=0\n{}{}\
          git clone -q https://a.test:{p}/else/lib.git w-lib 2>&1 | tail -n 1; echo \"clone else/lib: ${{PIPESTATUS[0]}}\"\n\
-         git -C w-org-app push -q https://a.test:{p}/org/other.git HEAD 2>&1 | tail -n 1; echo \"into other: ${{PIPESTATUS[0]}}\"\n",
+         git -C w-org-app push -q https://a.test:{p}/org/other.git HEAD 2>&1 | tail -n 1; echo \"into other: ${{PIPESTATUS[0]}}\"\n\
+         for q in %73ervice=git-receive-pack 'service=git-receive-pack&x=1' 'x=1&service=git-upload-pack'; do \
+           curl -sS -o /dev/null -w \"refs $q: %{{http_code}}\\n\" -u \"netbox:$GIT_TOKEN\" \"https://a.test:{p}/org/other.git/info/refs?$q\"; done\n\
+         curl -sS -o /dev/null -w \"refs plain: %{{http_code}}\\n\" -u \"netbox:$GIT_TOKEN\" \"https://a.test:{p}/org/other.git/info/refs?service=git-upload-pack\"\n",
         push("org/app"),
         push("org/other"),
     ));
@@ -629,6 +755,16 @@ fn pushes_go_only_to_the_repositories_a_git_table_lists() {
         "one\n",
         "the refused push reached the server"
     );
+    // The ref listing a push starts with, asked in a spelling git never sends (an
+    // escaped or repeated parameter, another beside it), is refused; git's own is served.
+    assert!(text.contains("refs plain: 200\n"), "{text}");
+    for q in [
+        "%73ervice=git-receive-pack",
+        "service=git-receive-pack&x=1",
+        "x=1&service=git-upload-pack",
+    ] {
+        assert!(text.contains(&format!("refs {q}: 403\n")), "{text}");
+    }
     // A repository outside fetch is not even cloned.
     assert!(!text.contains("clone else/lib: 0\n"), "{text}");
     // Nothing of a refused push reached the server: no request to org/other's
@@ -674,6 +810,17 @@ fn the_ssh_agent_signs_while_the_keys_read_empty() {
         .expect("ssh-keygen is needed for this test");
     assert!(made.success());
     let key_len = std::fs::metadata(&key).unwrap().len();
+    // Keys the agent does not hold, where ssh would still find them: a directory under
+    // ~/.ssh, and a file outside it that the config names.
+    std::fs::create_dir_all(ssh.join("work")).unwrap();
+    std::fs::create_dir_all(home.join("keys")).unwrap();
+    std::fs::copy(&key, ssh.join("work/deploy")).unwrap();
+    std::fs::copy(&key, home.join("keys/named")).unwrap();
+    std::fs::write(
+        ssh.join("config"),
+        "Host git.test\n  IdentityFile ~/keys/named\n",
+    )
+    .unwrap();
     // The agent's socket under the host's /tmp, which the sandbox does not see: netbox
     // reaches it on the host.
     let agent_dir = TestDir::new("secret-ssh-agent-socket");
@@ -694,6 +841,7 @@ fn the_ssh_agent_signs_while_the_keys_read_empty() {
     assert!(added.success());
     let script = "ssh-add -l 2>&1 | cut -d' ' -f3\n\
                   wc -c < ~/.ssh/id_ed25519\n\
+                  cat ~/.ssh/work/deploy ~/keys/named | wc -c\n\
                   echo hello > msg && ssh-keygen -q -Y sign -U -f ~/.ssh/id_ed25519.pub -n file msg \
                   >/dev/null 2>&1 && echo signed || echo 'not signed'\n";
     let run = |flags: &[&str]| {
@@ -705,7 +853,12 @@ fn the_ssh_agent_signs_while_the_keys_read_empty() {
     };
     let out = run(&["--ssh-agent"]);
     let ws = dir.join("ws");
-    assert_eq!(stdout(&out), "netbox-test\n0\nsigned\n", "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "netbox-test\n0\n0\nsigned\n",
+        "{}",
+        stderr(&out)
+    );
     // The signature is the key's: checked on the host.
     let checked = std::process::Command::new("sh")
         .arg("-c")
@@ -726,7 +879,12 @@ fn the_ssh_agent_signs_while_the_keys_read_empty() {
     let lines: Vec<&str> = text.lines().collect();
     assert_ne!(lines.first(), Some(&"netbox-test"), "{text}");
     assert_eq!(lines.get(1), Some(&key_len.to_string().as_str()), "{text}");
-    assert_eq!(lines.get(2), Some(&"not signed"), "{text}");
+    assert_eq!(
+        lines.get(2),
+        Some(&(2 * key_len).to_string().as_str()),
+        "{text}"
+    );
+    assert_eq!(lines.get(3), Some(&"not signed"), "{text}");
     // The probe proved the key hidden (the hidden-paths row) and the socket allowed.
     let hidden = Run::new(&dir).probe()["checks"]
         .as_array()

@@ -16,11 +16,11 @@ use std::task::{Context, Poll};
 
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderValue};
-use http::Uri;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Uri};
 use hyper::body::{Body, Frame, SizeHint};
 
-use crate::policy::secrets::{Secret, PLACEHOLDER_PREFIX};
+use crate::policy::secrets::{Leg, Secret, PLACEHOLDER_PREFIX};
 use crate::policy::Reason;
 use crate::target::Target;
 
@@ -31,83 +31,60 @@ pub(crate) struct SwapRefusal {
     pub detail: String,
 }
 
-/// Swaps every placeholder in `headers` and `uri` for its value, for a request to
-/// `target`. Returns the names of the secrets swapped in (for the log), or why the request
-/// must be refused: a placeholder for a secret that does not go to `target`.
+/// Swaps every placeholder in a request's headers and target for its value, for a request
+/// to `target` going upstream on `leg`. Returns the names of the secrets swapped in (for
+/// the log), or why the request must be refused: a placeholder for a secret that does not
+/// go to `target` on `leg`, or a request that would echo a value back.
 pub(crate) fn swap_request(
     secrets: &[Secret],
     target: &Target,
-    headers: &mut HeaderMap,
-    uri: &mut Uri,
+    leg: Leg,
+    parts: &mut http::request::Parts,
 ) -> Result<Vec<String>, SwapRefusal> {
     if secrets.is_empty() {
         return Ok(Vec::new());
     }
+    let secret_host = secrets.iter().any(|s| s.names_host(target));
+    if secret_host && parts.method == Method::TRACE {
+        return Err(SwapRefusal {
+            reason: Reason::MethodNotAllowed,
+            detail: format!(
+                "TRACE to {target}, a host a secret goes to: a server answers it with the \
+                 request it got, value and all"
+            ),
+        });
+    }
     let mut used = Vec::new();
-    let mut changed = Vec::new();
-    for (name, value) in headers.iter() {
-        let bytes = value.as_bytes();
-        if FRAMING.contains(&name.as_str()) && holds_placeholder(bytes) {
-            return Err(SwapRefusal {
-                reason: Reason::BadRequest,
-                detail: format!(
-                    "a secret's placeholder in the {name} header, which says how the request \
-                     is framed or routed: a value never goes there"
-                ),
-            });
-        }
-        let basic = (name == header::AUTHORIZATION)
-            .then(|| basic_credentials(bytes))
-            .flatten();
-        let swapped = match basic {
-            Some(decoded) if holds_placeholder(&decoded) => {
-                let inner = swap_bytes(secrets, target, &decoded, &mut used, name.as_str())?;
-                let encoded = base64::engine::general_purpose::STANDARD.encode(inner);
-                Some(format!("Basic {encoded}").into_bytes())
-            }
-            _ if holds_placeholder(bytes) => Some(swap_bytes(
-                secrets,
-                target,
-                bytes,
-                &mut used,
-                name.as_str(),
-            )?),
-            _ => None,
-        };
-        if let Some(swapped) = swapped {
-            let value = HeaderValue::from_bytes(&swapped).map_err(|_| SwapRefusal {
-                reason: Reason::BadRequest,
-                detail: format!(
-                    "a secret's value cannot be sent in the {name} header (it holds a byte a \
-                     header may not)"
-                ),
-            })?;
-            changed.push((name.clone(), value));
-        }
-    }
-    // A header's values are set again in order: a name that came more than once keeps
-    // each of its values, swapped or not.
-    for (name, _) in &changed {
-        let values: Vec<HeaderValue> = headers.get_all(name).iter().cloned().collect();
-        let mut swapped = changed.iter().filter(|(n, _)| n == name).map(|(_, v)| v);
-        headers.remove(name);
+    let names: Vec<HeaderName> = parts.headers.keys().cloned().collect();
+    for name in names {
+        let values: Vec<HeaderValue> = parts.headers.get_all(&name).iter().cloned().collect();
+        let mut swapped = Vec::with_capacity(values.len());
+        let mut changed = false;
         for value in values {
-            let value = if holds_placeholder(value.as_bytes())
-                || basic_credentials(value.as_bytes()).is_some_and(|d| holds_placeholder(&d))
-            {
-                swapped.next().cloned().unwrap_or(value)
-            } else {
-                value
-            };
-            headers.append(name.clone(), value);
+            match swap_header_value(secrets, target, leg, &name, &value, &mut used)? {
+                Some(new) => {
+                    swapped.push(new);
+                    changed = true;
+                }
+                None => swapped.push(value),
+            }
+        }
+        // A name that came more than once keeps each of its values, in order.
+        if changed {
+            parts.headers.remove(&name);
+            for value in swapped {
+                parts.headers.append(name.clone(), value);
+            }
         }
     }
+    let uri = &mut parts.uri;
     if let Some(authority) = uri.authority() {
         if holds_placeholder(authority.as_str().as_bytes()) {
             // Checked, never swapped: a value has no place in a host name.
             swap_bytes(
                 secrets,
                 target,
+                leg,
                 authority.as_str().as_bytes(),
                 &mut Vec::new(),
                 "host",
@@ -119,32 +96,26 @@ pub(crate) fn swap_request(
             let escaped = swap_bytes_with(
                 secrets,
                 target,
+                leg,
                 path.as_str().as_bytes(),
                 &mut used,
                 "URL",
-                |v| {
-                    percent_encoding::percent_encode(v, URL_ESCAPED)
-                        .to_string()
-                        .into_bytes()
-                },
+                |v| url_escaped(v).into_bytes(),
             )?;
-            let mut parts = uri.clone().into_parts();
-            parts.path_and_query = Some(http::uri::PathAndQuery::try_from(escaped).map_err(
-                |_| SwapRefusal {
-                    reason: Reason::BadRequest,
-                    detail: "the URL with the secret swapped in does not parse".into(),
-                },
-            )?);
-            *uri = Uri::from_parts(parts).map_err(|_| SwapRefusal {
+            let unparsable = || SwapRefusal {
                 reason: Reason::BadRequest,
                 detail: "the URL with the secret swapped in does not parse".into(),
-            })?;
+            };
+            let mut uri_parts = uri.clone().into_parts();
+            uri_parts.path_and_query =
+                Some(http::uri::PathAndQuery::try_from(&escaped[..]).map_err(|_| unparsable())?);
+            *uri = Uri::from_parts(uri_parts).map_err(|_| unparsable())?;
         }
     }
-    if secrets.iter().any(|s| s.goes_to(target)) {
+    if secret_host {
         // What comes back is searched for the value: only a body without a content coding
         // can be.
-        headers.insert(
+        parts.headers.insert(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
@@ -152,6 +123,60 @@ pub(crate) fn swap_request(
     used.sort();
     used.dedup();
     Ok(used)
+}
+
+/// One header value with its placeholders swapped, if it holds any: `None` leaves it as
+/// it is.
+fn swap_header_value(
+    secrets: &[Secret],
+    target: &Target,
+    leg: Leg,
+    name: &HeaderName,
+    value: &HeaderValue,
+    used: &mut Vec<String>,
+) -> Result<Option<HeaderValue>, SwapRefusal> {
+    let bytes = value.as_bytes();
+    // Only Authorization's `Basic` credentials are decoded: that is where clients put a
+    // password, and decoding elsewhere would read what was never base64.
+    let basic = (name == header::AUTHORIZATION)
+        .then(|| basic_credentials(bytes))
+        .flatten()
+        .filter(|decoded| holds_placeholder(decoded));
+    if basic.is_none() && !holds_placeholder(bytes) {
+        return Ok(None);
+    }
+    if FRAMING.contains(&name.as_str()) {
+        return Err(SwapRefusal {
+            reason: Reason::BadRequest,
+            detail: format!(
+                "a secret's placeholder in the {name} header, which says how the request is \
+                 framed or routed: a value never goes there"
+            ),
+        });
+    }
+    let swapped = match basic {
+        Some(decoded) => {
+            let inner = swap_bytes(secrets, target, leg, &decoded, used, name.as_str())?;
+            let encoded =
+                zeroize::Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*inner));
+            zeroize::Zeroizing::new(format!("Basic {}", encoded.as_str()).into_bytes())
+        }
+        None => swap_bytes(secrets, target, leg, bytes, used, name.as_str())?,
+    };
+    HeaderValue::from_bytes(&swapped)
+        .map(Some)
+        .map_err(|_| SwapRefusal {
+            reason: Reason::BadRequest,
+            detail: format!(
+                "a secret's value cannot be sent in the {name} header (it holds a byte a \
+                 header may not)"
+            ),
+        })
+}
+
+/// A value as it goes into a path or query.
+fn url_escaped(value: &[u8]) -> String {
+    percent_encoding::percent_encode(value, URL_ESCAPED).to_string()
 }
 
 /// Every byte but letters, digits, `-`, `_` and `~` escaped: a value goes into a path or
@@ -194,34 +219,43 @@ fn basic_credentials(value: &[u8]) -> Option<Vec<u8>> {
 fn swap_bytes(
     secrets: &[Secret],
     target: &Target,
+    leg: Leg,
     bytes: &[u8],
     used: &mut Vec<String>,
     place: &str,
-) -> Result<Vec<u8>, SwapRefusal> {
-    swap_bytes_with(secrets, target, bytes, used, place, <[u8]>::to_vec)
+) -> Result<zeroize::Zeroizing<Vec<u8>>, SwapRefusal> {
+    swap_bytes_with(secrets, target, leg, bytes, used, place, <[u8]>::to_vec)
 }
 
 /// `bytes` with each placeholder replaced by `escape` of its value.
 fn swap_bytes_with(
     secrets: &[Secret],
     target: &Target,
+    leg: Leg,
     bytes: &[u8],
     used: &mut Vec<String>,
     place: &str,
     escape: impl Fn(&[u8]) -> Vec<u8>,
-) -> Result<Vec<u8>, SwapRefusal> {
-    let mut out = bytes.to_vec();
+) -> Result<zeroize::Zeroizing<Vec<u8>>, SwapRefusal> {
+    let mut out = zeroize::Zeroizing::new(bytes.to_vec());
     for secret in secrets {
         let placeholder = secret.placeholder.as_bytes();
         if memchr::memmem::find(&out, placeholder).is_none() {
             continue;
         }
-        if !secret.goes_to(target) {
+        if !secret.goes_to(target, leg) {
+            let why = if secret.names_host(target) && !leg.verified_tls {
+                "in the clear, where its value goes over TLS alone (a host named with a port \
+                 that is not a TLS port takes it in the clear on purpose)"
+                    .to_owned()
+            } else {
+                "which is not among its hosts".to_owned()
+            };
             return Err(SwapRefusal {
                 reason: Reason::SecretMisdirected,
                 detail: format!(
-                    "the placeholder of secret {} (in the {place}) is sent to {target}, \
-                     which is not among its hosts ({})",
+                    "the placeholder of secret {} (in the {place}) is sent to {target}, {why} \
+                     ({})",
                     secret.name, secret.origin
                 ),
             });
@@ -232,7 +266,8 @@ fn swap_bytes_with(
                 detail: format!("secret {}'s value has not been read", secret.name),
             });
         };
-        out = replace_all(&out, placeholder, &escape(value.bytes()));
+        let escaped = zeroize::Zeroizing::new(escape(value.bytes()));
+        out = zeroize::Zeroizing::new(replace_all(&out, placeholder, &escaped));
         used.push(secret.name.clone());
     }
     Ok(out)
@@ -250,35 +285,87 @@ fn replace_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The values a response is cleaned of, each with what goes in its place in a header.
+/// The values a response is cleaned of, in each form they may come back in, each with what
+/// goes in its place in a header.
 #[derive(Clone, Default)]
 pub(crate) struct Redactions {
-    values: Vec<(zeroize::Zeroizing<Vec<u8>>, Bytes)>,
+    forms: Vec<(zeroize::Zeroizing<Vec<u8>>, Bytes)>,
 }
 
+/// Shortest base64 text searched for: a shorter run of base64 would match by chance.
+const MIN_BASE64_FORM: usize = 8;
+
 impl Redactions {
-    /// The values of the secrets whose hosts include `target` (only those hosts were ever
-    /// sent them).
+    /// The values of the secrets that may go to `target`'s host, on any port (only those
+    /// hosts were ever sent them; searching a little wider costs nothing).
     pub fn for_target(secrets: &[Secret], target: &Target) -> Redactions {
-        let values = secrets
-            .iter()
-            .filter(|s| s.goes_to(target))
-            .filter_map(|s| {
-                let value = s.value()?;
-                Some((
-                    zeroize::Zeroizing::new(value.bytes().to_vec()),
-                    Bytes::from(s.placeholder.clone()),
-                ))
-            })
-            .collect();
-        Redactions { values }
+        let mut forms = Vec::new();
+        for secret in secrets.iter().filter(|s| s.names_host(target)) {
+            if let Some(value) = secret.value() {
+                forms_of(value.bytes(), &secret.placeholder, &mut forms);
+            }
+        }
+        Redactions { forms }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.forms.is_empty()
     }
 
-    /// Replaces each value in a response's header values with its placeholder.
+    /// Why a response cannot be searched for the values, if it cannot: its body is in a
+    /// content coding (the server ignored the bridge's `Accept-Encoding: identity`), so a
+    /// value inside would pass unseen. A response with no body (to HEAD, 204, 304) can be.
+    pub fn unsearchable(
+        &self,
+        head_request: bool,
+        head: &http::response::Parts,
+        target: &Target,
+    ) -> Option<String> {
+        if self.is_empty()
+            || head_request
+            || head.status == http::StatusCode::NO_CONTENT
+            || head.status == http::StatusCode::NOT_MODIFIED
+        {
+            return None;
+        }
+        let coded: Vec<&str> = head
+            .headers
+            .get_all(header::CONTENT_ENCODING)
+            .iter()
+            .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+            .map(str::trim)
+            .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
+            .collect();
+        // The server's words are not quoted (they could hold the value): a known coding's
+        // name is.
+        const KNOWN: [&str; 6] = ["gzip", "x-gzip", "deflate", "br", "zstd", "compress"];
+        let named = match coded.first() {
+            None => return None,
+            Some(c) => KNOWN
+                .iter()
+                .find(|k| c.eq_ignore_ascii_case(k))
+                .map_or("a content coding", |k| k),
+        };
+        Some(format!(
+            "the response from {target}, a host a secret goes to, came in {named} though \
+             the bridge asked for none: it cannot be searched for the secret's value, so it \
+             is not passed on"
+        ))
+    }
+
+    /// Cleans a response's head: a value in a header becomes its placeholder, and a
+    /// reason phrase of the server's own goes (hyper then writes the standard one): it is
+    /// text the server chose, as a header is.
+    pub fn clean_head(&self, head: &mut http::response::Parts) {
+        if self.is_empty() {
+            return;
+        }
+        head.extensions.remove::<hyper::ext::ReasonPhrase>();
+        self.clean_headers(&mut head.headers);
+    }
+
+    /// Replaces each value in header values (a response's, or its trailers) with its
+    /// placeholder.
     pub fn clean_headers(&self, headers: &mut HeaderMap) {
         if self.is_empty() {
             return;
@@ -292,8 +379,8 @@ impl Redactions {
             headers.remove(&name);
             for value in values {
                 let mut bytes = value.as_bytes().to_vec();
-                for (secret, placeholder) in &self.values {
-                    bytes = replace_all(&bytes, secret, placeholder);
+                for (form, replacement) in &self.forms {
+                    bytes = replace_all(&bytes, form, replacement);
                 }
                 if let Ok(value) = HeaderValue::from_bytes(&bytes) {
                     headers.append(name.clone(), value);
@@ -303,7 +390,7 @@ impl Redactions {
     }
 
     fn holds_value(&self, bytes: &[u8]) -> bool {
-        self.values
+        self.forms
             .iter()
             .any(|(v, _)| memchr::memmem::find(bytes, v).is_some())
     }
@@ -311,13 +398,13 @@ impl Redactions {
     /// The longest value: a body keeps back one byte less than this between frames, in
     /// case a value is split across them.
     fn longest(&self) -> usize {
-        self.values.iter().map(|(v, _)| v.len()).max().unwrap_or(0)
+        self.forms.iter().map(|(v, _)| v.len()).max().unwrap_or(0)
     }
 
     /// `buf` with every whole value masked; what might be the start of a value cut by the
     /// frame's end is kept back (returned second) unless this is the end.
     fn mask(&self, mut buf: BytesMut, end: bool) -> (Bytes, BytesMut) {
-        for (value, _) in &self.values {
+        for (value, _) in &self.forms {
             let mut from = 0;
             while let Some(at) = memchr::memmem::find(&buf[from..], value) {
                 let start = from + at;
@@ -335,11 +422,51 @@ impl Redactions {
     }
 }
 
+/// The forms `value` can come back in, added to `forms`: as it is (a header gets the
+/// placeholder in its place), and as the bridge itself encodes it (a header gets `*`s):
+/// escaped in a URL, upper or lower case hex, and inside base64 (Basic credentials, which
+/// the bridge builds, or a server's own echo) at each of the three alignments base64 has,
+/// standard and URL-safe alphabets alike.
+fn forms_of(
+    value: &[u8],
+    placeholder: &str,
+    forms: &mut Vec<(zeroize::Zeroizing<Vec<u8>>, Bytes)>,
+) {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+    let mut add = |form: Vec<u8>, replacement: Bytes| {
+        if !form.is_empty() && !forms.iter().any(|(f, _)| **f == form) {
+            forms.push((zeroize::Zeroizing::new(form), replacement));
+        }
+    };
+    add(value.to_vec(), Bytes::from(placeholder.to_owned()));
+    let stars = |n: usize| Bytes::from(vec![b'*'; n]);
+    let escaped = zeroize::Zeroizing::new(url_escaped(value));
+    add(escaped.as_bytes().to_vec(), stars(escaped.len()));
+    let lower = zeroize::Zeroizing::new(escaped.to_ascii_lowercase());
+    add(lower.as_bytes().to_vec(), stars(lower.len()));
+    for engine in [STANDARD, URL_SAFE] {
+        for shift in 0..3usize {
+            // The value after `shift` bytes of anything: the characters that hold its bits
+            // alone are the same whatever those bytes are, and whatever follows it.
+            let mut shifted = zeroize::Zeroizing::new(vec![0u8; shift]);
+            shifted.extend_from_slice(value);
+            let text = zeroize::Zeroizing::new(engine.encode(&*shifted));
+            let first = (8 * shift).div_ceil(6);
+            let end = 8 * (shift + value.len()) / 6;
+            if end >= first + MIN_BASE64_FORM {
+                add(text.as_bytes()[first..end].to_vec(), stars(end - first));
+            }
+        }
+    }
+}
+
 /// A response body with the values of `Redactions` masked, frame by frame.
 pub(crate) struct RedactedBody<B> {
     inner: B,
     redactions: Redactions,
     held: BytesMut,
+    /// Trailers that came while bytes were held: they go after those bytes.
+    trailers: Option<Frame<Bytes>>,
     done: bool,
 }
 
@@ -349,6 +476,7 @@ impl<B> RedactedBody<B> {
             inner,
             redactions,
             held: BytesMut::new(),
+            trailers: None,
             done: false,
         }
     }
@@ -367,6 +495,10 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = &mut *self;
         loop {
+            if let Some(trailers) = this.trailers.take() {
+                this.done = true;
+                return Poll::Ready(Some(Ok(trailers)));
+            }
             if this.done {
                 if this.held.is_empty() {
                     return Poll::Ready(None);
@@ -387,13 +519,21 @@ where
                         }
                     }
                     Err(trailers) => {
+                        let trailers = match trailers.into_trailers() {
+                            Ok(mut trailers) => {
+                                this.redactions.clean_headers(&mut trailers);
+                                Frame::trailers(trailers)
+                            }
+                            Err(other) => other,
+                        };
                         // What was held goes before the trailers, which end the body.
-                        if this.held.is_empty() {
+                        let rest = std::mem::take(&mut this.held);
+                        if rest.is_empty() {
+                            this.done = true;
                             return Poll::Ready(Some(Ok(trailers)));
                         }
-                        let rest = std::mem::take(&mut this.held);
+                        this.trailers = Some(trailers);
                         let (out, _) = this.redactions.mask(rest, true);
-                        this.done = true;
                         return Poll::Ready(Some(Ok(Frame::data(out))));
                     }
                 },
@@ -404,7 +544,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done && self.held.is_empty()
+        self.done && self.held.is_empty() && self.trailers.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -440,6 +580,39 @@ mod tests {
         Target::parse_authority(t).unwrap()
     }
 
+    /// As a tunnel is inspected with no `tls_ports`: over verified TLS on 443, else plain.
+    fn swap(
+        secrets: &[Secret],
+        target: &Target,
+        headers: &mut HeaderMap,
+        uri: &mut Uri,
+    ) -> Result<Vec<String>, SwapRefusal> {
+        let tls = target.port == 443;
+        let leg = Leg {
+            verified_tls: tls,
+            tls_port: tls,
+        };
+        swap_on(secrets, target, leg, Method::GET, headers, uri)
+    }
+
+    fn swap_on(
+        secrets: &[Secret],
+        target: &Target,
+        leg: Leg,
+        method: Method,
+        headers: &mut HeaderMap,
+        uri: &mut Uri,
+    ) -> Result<Vec<String>, SwapRefusal> {
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        parts.method = method;
+        parts.headers = std::mem::take(headers);
+        parts.uri = uri.clone();
+        let swapped = swap_request(secrets, target, leg, &mut parts);
+        *headers = parts.headers;
+        *uri = parts.uri;
+        swapped
+    }
+
     #[test]
     fn a_bearer_header_is_swapped_for_its_host() {
         let s = secret("SWAP_T1", "real-token-1", &["git.test"]);
@@ -447,7 +620,7 @@ mod tests {
         let bearer = format!("Bearer {}", s.placeholder);
         headers.insert(header::AUTHORIZATION, bearer.parse().unwrap());
         let mut uri: Uri = "/x".parse().unwrap();
-        let used = swap_request(&[s], &target("git.test:443"), &mut headers, &mut uri).unwrap();
+        let used = swap(&[s], &target("git.test:443"), &mut headers, &mut uri).unwrap();
         assert_eq!(used, ["SWAP_T1"]);
         assert_eq!(headers[header::AUTHORIZATION], "Bearer real-token-1");
         assert_eq!(headers[header::ACCEPT_ENCODING], "identity");
@@ -461,7 +634,7 @@ mod tests {
         let basic = format!("basic {}", b64.encode(format!("user:{}", s.placeholder)));
         headers.insert(header::AUTHORIZATION, basic.parse().unwrap());
         let mut uri: Uri = "/".parse().unwrap();
-        swap_request(&[s], &target("git.test:443"), &mut headers, &mut uri).unwrap();
+        swap(&[s], &target("git.test:443"), &mut headers, &mut uri).unwrap();
         let sent = headers[header::AUTHORIZATION].to_str().unwrap();
         let decoded = b64.decode(sent.strip_prefix("Basic ").unwrap()).unwrap();
         assert_eq!(decoded, "user:pa:ss/wörd".as_bytes());
@@ -472,12 +645,12 @@ mod tests {
         let s = secret("SWAP_T3", "a&b=c d", &["api.test"]);
         let mut headers = HeaderMap::new();
         let mut uri: Uri = format!("/v1?token={}&x=1", s.placeholder).parse().unwrap();
-        swap_request(&[s], &target("api.test:443"), &mut headers, &mut uri).unwrap();
+        swap(&[s], &target("api.test:443"), &mut headers, &mut uri).unwrap();
         assert_eq!(uri.to_string(), "/v1?token=a%26b%3Dc%20d&x=1");
         // A value of dots is no segment of dots once swapped in.
         let s = secret("SWAP_T3B", "..", &["api.test"]);
         let mut uri: Uri = format!("/a/{}/admin", s.placeholder).parse().unwrap();
-        swap_request(&[s], &target("api.test:443"), &mut headers, &mut uri).unwrap();
+        swap(&[s], &target("api.test:443"), &mut headers, &mut uri).unwrap();
         assert_eq!(uri.to_string(), "/a/%2E%2E/admin");
     }
 
@@ -491,7 +664,7 @@ mod tests {
                 s.placeholder.parse().unwrap(),
             );
             let mut uri: Uri = "/".parse().unwrap();
-            let refused = swap_request(
+            let refused = swap(
                 std::slice::from_ref(&s),
                 &target("git.test:443"),
                 &mut headers,
@@ -524,7 +697,7 @@ mod tests {
                 headers.insert(http::HeaderName::from_static(name), value.parse().unwrap());
             }
             let mut uri: Uri = path.parse().unwrap();
-            let refused = swap_request(
+            let refused = swap(
                 std::slice::from_ref(&s),
                 &target("evil.test:443"),
                 &mut headers,
@@ -535,7 +708,7 @@ mod tests {
             assert!(refused.detail.contains("SWAP_T4"));
             assert!(!refused.detail.contains("real-token-4"));
             // Same host, another port the secret does not name: misdirected too.
-            assert!(swap_request(
+            assert!(swap(
                 std::slice::from_ref(&s),
                 &target("git.test:8443"),
                 &mut headers,
@@ -551,7 +724,7 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("x-a", "netbox-secret-OTHER-00".parse().unwrap());
         let mut uri: Uri = "/a?b=c".parse().unwrap();
-        let used = swap_request(&[s], &target("other.test:443"), &mut headers, &mut uri).unwrap();
+        let used = swap(&[s], &target("other.test:443"), &mut headers, &mut uri).unwrap();
         assert!(used.is_empty());
         assert_eq!(headers["x-a"], "netbox-secret-OTHER-00");
         assert!(headers.get(header::ACCEPT_ENCODING).is_none());
@@ -584,6 +757,176 @@ mod tests {
                 b"echo: **************** and again **************** end".as_slice(),
                 "cut at {cut}"
             );
+        }
+    }
+
+    #[test]
+    fn a_value_never_goes_in_the_clear_unless_its_port_is_named() {
+        let s = secret("SWAP_T8", "real-token-8", &["git.test", "plain.test:8080"]);
+        let plain = |port| Leg {
+            verified_tls: false,
+            tls_port: port == 443,
+        };
+        for t in ["git.test:80", "git.test:443", "git.test:8080"] {
+            let t = target(t);
+            let mut headers = HeaderMap::new();
+            headers.insert("x-token", s.placeholder.parse().unwrap());
+            let mut uri: Uri = "/".parse().unwrap();
+            let refused = swap_on(
+                std::slice::from_ref(&s),
+                &t,
+                plain(t.port),
+                Method::GET,
+                &mut headers,
+                &mut uri,
+            )
+            .unwrap_err();
+            assert_eq!(refused.reason, Reason::SecretMisdirected, "{t}");
+            assert!(
+                refused.detail.contains("in the clear"),
+                "{}",
+                refused.detail
+            );
+        }
+        // Named on purpose: in the clear there.
+        let mut headers = HeaderMap::new();
+        headers.insert("x-token", s.placeholder.parse().unwrap());
+        let mut uri: Uri = "/".parse().unwrap();
+        let t = target("plain.test:8080");
+        swap_on(&[s], &t, plain(8080), Method::GET, &mut headers, &mut uri).unwrap();
+        assert_eq!(headers["x-token"], "real-token-8");
+    }
+
+    #[test]
+    fn trace_to_a_secret_host_is_refused() {
+        let s = secret("SWAP_T9", "real-token-9", &["git.test"]);
+        let t = target("git.test:443");
+        let tls = Leg {
+            verified_tls: true,
+            tls_port: true,
+        };
+        let mut headers = HeaderMap::new();
+        let mut uri: Uri = "/".parse().unwrap();
+        let refused = swap_on(
+            std::slice::from_ref(&s),
+            &t,
+            tls,
+            Method::TRACE,
+            &mut headers,
+            &mut uri,
+        )
+        .unwrap_err();
+        assert_eq!(refused.reason, Reason::MethodNotAllowed);
+        // Elsewhere TRACE is the allowlist's business, and GET here passes.
+        let other = target("other.test:443");
+        swap_on(
+            std::slice::from_ref(&s),
+            &other,
+            tls,
+            Method::TRACE,
+            &mut headers,
+            &mut uri,
+        )
+        .unwrap();
+        swap_on(&[s], &t, tls, Method::GET, &mut headers, &mut uri).unwrap();
+    }
+
+    #[test]
+    fn basic_is_read_in_authorization_alone_and_repeated_headers_keep_their_order() {
+        let s = secret("SWAP_T10", "real-token-10", &["git.test"]);
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let encoded = format!("Basic {}", b64.encode(format!("u:{}", s.placeholder)));
+        let mut headers = HeaderMap::new();
+        headers.append("x-a", encoded.parse().unwrap());
+        headers.append("x-a", "plain".parse().unwrap());
+        headers.append("x-a", s.placeholder.parse().unwrap());
+        let mut uri: Uri = "/".parse().unwrap();
+        swap(&[s], &target("git.test:443"), &mut headers, &mut uri).unwrap();
+        let values: Vec<_> = headers.get_all("x-a").iter().collect();
+        assert_eq!(values, [encoded.as_str(), "plain", "real-token-10"]);
+    }
+
+    #[test]
+    fn responses_lose_the_value_in_the_forms_the_bridge_makes() {
+        let value = "tok/en+with=odd&bytes";
+        let s = secret("SWAP_T11", value, &["git.test"]);
+        let redactions = Redactions::for_target(std::slice::from_ref(&s), &target("git.test:443"));
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let url_safe = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let escaped = url_escaped(value.as_bytes());
+        let echoes = [
+            value.to_owned(),
+            escaped.clone(),
+            escaped.to_ascii_lowercase(),
+            b64.encode(format!("user:{value}")),
+            b64.encode(format!("x{value}")),
+            b64.encode(format!("xy{value}")),
+            b64.encode(format!("{value}tail")),
+            url_safe.encode(format!("a{value}")),
+        ];
+        for echo in echoes {
+            let body = Frames([Bytes::from(format!("<{echo}>"))].into_iter().collect());
+            let out = block_on(RedactedBody::new(body, redactions.clone()).collect())
+                .unwrap()
+                .to_bytes();
+            let out = String::from_utf8(out.to_vec()).unwrap();
+            assert!(out.contains("****"), "{echo} came back as {out}");
+            assert_eq!(out.len(), echo.len() + 2);
+            // What is left decodes to nothing holding the value.
+            for piece in out.split(['*', '<', '>']) {
+                for decoded in [b64.decode(piece).ok(), url_safe.decode(piece).ok()] {
+                    let decoded = decoded.unwrap_or_default();
+                    assert!(memchr::memmem::find(&decoded, value.as_bytes()).is_none());
+                }
+            }
+        }
+        // A response's head: the reason phrase goes, a header gets the placeholder.
+        let (mut head, ()) = http::Response::new(()).into_parts();
+        head.extensions.insert(
+            hyper::ext::ReasonPhrase::try_from(format!("bad {escaped}").into_bytes()).unwrap(),
+        );
+        head.headers
+            .insert("location", format!("/x?t={escaped}").parse().unwrap());
+        redactions.clean_head(&mut head);
+        assert!(head.extensions.get::<hyper::ext::ReasonPhrase>().is_none());
+        assert!(!head.headers["location"]
+            .to_str()
+            .unwrap()
+            .contains(&escaped));
+    }
+
+    #[test]
+    fn trailers_lose_the_value_and_come_after_held_bytes() {
+        let s = secret("SWAP_T12", "0123456789abcdef", &["git.test"]);
+        let redactions = Redactions::for_target(std::slice::from_ref(&s), &target("git.test:443"));
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-echo", "0123456789abcdef".parse().unwrap());
+        let body = Mixed(
+            [
+                Frame::data(Bytes::from_static(b"end 0123")),
+                Frame::trailers(trailers),
+            ]
+            .into_iter()
+            .collect(),
+        );
+        let collected = block_on(RedactedBody::new(body, redactions).collect()).unwrap();
+        let trailers = collected.trailers().cloned().expect("the trailers");
+        assert_eq!(trailers["x-echo"], s.placeholder.as_str());
+        assert_eq!(&collected.to_bytes()[..], b"end 0123");
+    }
+
+    /// A body of ready frames, data and trailers.
+    struct Mixed(std::collections::VecDeque<Frame<Bytes>>);
+
+    impl Body for Mixed {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(Ok))
         }
     }
 

@@ -31,6 +31,7 @@ use crate::conn::{Conn, Slot};
 use crate::counting::{Counted, Counters};
 use crate::egress::{self, Refusal, ViaProxy};
 use crate::log::{Attempt, End, Proto};
+use crate::policy::secrets::Leg;
 use crate::policy::{Reason, Verdict};
 use crate::target::Target;
 
@@ -109,7 +110,13 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
     // judged: the log then says what it was, not merely that the host is not allowed.
     let (mut parts, body) = req.into_parts();
     let secrets = conn.policy.secrets();
-    match swap_request(secrets, &target, &mut parts.headers, &mut parts.uri) {
+    // The forward path speaks plain HTTP upstream: a value goes on it only to a port
+    // named on purpose.
+    let leg = Leg {
+        verified_tls: false,
+        tls_port: conn.policy.checks_tls(target.port),
+    };
+    match swap_request(secrets, &target, leg, &mut parts) {
         Ok(used) => attempt.secrets = used,
         Err(refused) => {
             attempt.target = Some(target);
@@ -140,6 +147,7 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
     // the record is held by `pending`, which writes it however the request ends (the
     // client leaving mid-dial too).
     let last = carries_body(req.headers());
+    let head_request = req.method() == http::Method::HEAD;
     let stop = conn.shared.stop.clone();
     let mut pending = Pending::new(attempt, Arc::clone(&conn.shared.log), stop);
     let reused = kept.take_for(&target, conn).await;
@@ -242,6 +250,23 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
         .via
         .as_ref()
         .and_then(|via| via.proxy.refusal_in(parts.status.as_u16(), &parts.headers));
+    let redactions = Redactions::for_target(secrets, &target);
+    if let Some(detail) = refused
+        .is_none()
+        .then(|| redactions.unsearchable(head_request, &parts, &target))
+        .flatten()
+    {
+        // Its body is left unread: the connection goes with it, never kept.
+        pending.update(|attempt| {
+            attempt.decision = Verdict::Deny;
+            attempt.reason = Reason::UpstreamNotTrusted;
+        });
+        return Forwarded::Failed {
+            pending,
+            refusal: Refusal::new(Reason::UpstreamNotTrusted, detail),
+            end: End::Refused,
+        };
+    }
     strip_hop_by_hop(&mut parts.headers);
     if refused.is_none() {
         crate::carry::http_relay::strip_bridge_headers(&mut parts.headers);
@@ -259,11 +284,10 @@ pub(super) async fn forward(req: Request<Incoming>, conn: &Conn, kept: &KeptUpst
     if !closing {
         kept.keep(upstream);
     }
-    let redactions = Redactions::for_target(secrets, &target);
     let body = if redactions.is_empty() {
         body.boxed()
     } else {
-        redactions.clean_headers(&mut parts.headers);
+        redactions.clean_head(&mut parts);
         RedactedBody::new(body, redactions).boxed()
     };
     Forwarded::Response(Response::from_parts(parts, body))

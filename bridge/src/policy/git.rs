@@ -135,15 +135,11 @@ fn classify<'a>(method: &str, path: &'a str, query: &str) -> Option<(Operation, 
         if !reads {
             return None;
         }
-        // A server may take either of two `service` values: two are refused.
-        let services: Vec<&str> = query
-            .split('&')
-            .filter_map(|p| p.strip_prefix("service="))
-            .collect();
-        let operation = match services.as_slice() {
-            [] => Operation::Fetch,
-            ["git-upload-pack"] => Operation::Fetch,
-            ["git-receive-pack"] => Operation::Push,
+        // Only the query git itself sends: a server decodes `%73ervice`, repeats, or
+        // other parameters in ways this check would not, so anything else is refused.
+        let operation = match query {
+            "" | "service=git-upload-pack" => Operation::Fetch,
+            "service=git-receive-pack" => Operation::Push,
             _ => return None,
         };
         return Some((operation, repo));
@@ -213,7 +209,16 @@ mod tests {
         assert!(!ok("GET", "/api/v1/repos", ""));
         assert!(!ok("PUT", "/org/app.git/info/refs", ""));
         assert!(!ok("GET", "/org/app.git/git-upload-pack", ""));
-        // Two services: a server might take either.
+        // Two services, an escaped name, other parameters: a server might read any.
+        for query in [
+            "%73ervice=git-receive-pack",
+            "service=git-upload-pack&x=1",
+            "service=git-%75pload-pack",
+            "x=1&service=git-upload-pack",
+            "service=git-upload-pack&",
+        ] {
+            assert!(!ok("GET", "/org/app.git/info/refs", query), "{query}");
+        }
         assert!(!ok(
             "GET",
             "/org/other.git/info/refs",

@@ -140,7 +140,8 @@ pub enum Reason {
     PathNotAllowed,
     /// Inside an inspected tunnel: a request naming another host than the tunnel's.
     HostMismatch,
-    /// Inspection: the upstream's certificate is not one the system trusts for its name.
+    /// Inspection: the upstream's certificate is not one the system trusts for its name;
+    /// or a response from a host a secret goes to cannot be searched for its value.
     UpstreamNotTrusted,
     /// A shared bridge: the client named no tenant (no credentials, or unknown ones).
     ProxyAuthRequired,
@@ -347,24 +348,41 @@ impl Policy {
     }
 
     /// A secret whose hosts no allow rule lets the bridge reach (checked by name, for the
-    /// hosts named one by one): the value could never be used, which is surely a mistake.
+    /// hosts named one by one, at any port the value could go to): the value could never
+    /// be used, which is surely a mistake.
     pub fn secret_host_not_allowed(&self) -> Option<(&secrets::Secret, String)> {
         for secret in &self.secrets {
-            for spec in &secret.hosts {
-                let (rule::HostMatcher::Exact(name), Some(port)) = (&spec.hosts, first_port(spec))
-                else {
+            for host in &secret.hosts {
+                let rule::HostMatcher::Exact(name) = &host.hosts else {
                     continue;
                 };
-                let target = Target {
+                let ports = self.secret_ports(host);
+                let Some(&first) = ports.first() else {
+                    continue;
+                };
+                let at = |port| Target {
                     host: Host::Name(name.clone()),
                     port,
                 };
-                if !self.decide(&target).is_allow() {
-                    return Some((secret, target.to_string()));
+                if !ports.iter().any(|&port| self.decide(&at(port)).is_allow()) {
+                    return Some((secret, at(first).to_string()));
                 }
             }
         }
         None
+    }
+
+    /// The ports a secret's host is checked at: the TLS ports for one named without ports
+    /// (443 first), else the first it names.
+    fn secret_ports(&self, host: &secrets::SecretHost) -> Vec<u16> {
+        match &host.ports {
+            None => std::iter::once(HTTPS_PORT)
+                .chain(self.tls_ports.iter().copied())
+                .collect(),
+            Some(Ports::Any) => vec![HTTPS_PORT],
+            Some(ports) if ports.contains(HTTPS_PORT) => vec![HTTPS_PORT],
+            Some(Ports::List(ranges)) => ranges.iter().take(1).map(|r| *r.start()).collect(),
+        }
     }
 
     /// How an allowed tunnel to `target` is inspected, if it is: by the `[[http]]` rules
@@ -375,7 +393,8 @@ impl Policy {
         if !rules.is_empty() {
             return Some(HttpCheck::Rules(rules));
         }
-        let secret_host = self.secrets.iter().any(|s| s.goes_to(target));
+        let tls_port = self.checks_tls(target.port);
+        let secret_host = self.secrets.iter().any(|s| s.could_go_to(target, tls_port));
         (secret_host || (self.inspect_all && self.checks_tls(target.port)))
             .then_some(HttpCheck::Any)
     }
@@ -671,16 +690,6 @@ pub fn private_service_class(class: IpClass) -> bool {
 }
 
 /// An `allow_private` rule names hosts: for an address, an IP/CIDR rule is the way.
-/// The port a secret's host is checked at: 443 if the rule covers it, else the first it
-/// names.
-fn first_port(spec: &RuleSpec) -> Option<u16> {
-    match &spec.ports {
-        _ if spec.ports.contains(HTTPS_PORT) => Some(HTTPS_PORT),
-        Ports::Any => Some(HTTPS_PORT),
-        Ports::List(ranges) => ranges.first().map(|r| *r.start()),
-    }
-}
-
 pub(crate) fn check_names_only(spec: &RuleSpec) -> Result<(), String> {
     if spec.hosts.is_address() {
         return Err("allow_private takes names (mirror.corp:443, *.corp.test); \

@@ -129,20 +129,25 @@ impl RuleSpec {
     /// Parses a rule's text. With no port, allow rules cover 80 and 443; deny rules cover
     /// every port, so that denying a host can never leave one of its ports open.
     pub fn parse(text: &str, action: Action) -> Result<RuleSpec, String> {
+        let (hosts, ports) = RuleSpec::parse_parts(text)?;
+        let ports = match ports {
+            Some(ports) => ports,
+            None if action == Action::Deny => Ports::Any,
+            None => Ports::List(DEFAULT_ALLOW_PORTS.iter().map(|&p| p..=p).collect()),
+        };
+        Ok(RuleSpec { hosts, ports })
+    }
+
+    /// A rule's hosts, and its ports if it names any (what a missing port means is the
+    /// caller's to say).
+    pub fn parse_parts(text: &str) -> Result<(HostMatcher, Option<Ports>), String> {
         let text = text.trim();
         if text.is_empty() {
             return Err("empty rule".into());
         }
         let (host, ports) = split_rule(text)?;
-        let ports = match ports {
-            Some(ports) => parse_ports(ports)?,
-            None if action == Action::Deny => Ports::Any,
-            None => Ports::List(DEFAULT_ALLOW_PORTS.iter().map(|&p| p..=p).collect()),
-        };
-        Ok(RuleSpec {
-            hosts: parse_host_matcher(host)?,
-            ports,
-        })
+        let ports = ports.map(parse_ports).transpose()?;
+        Ok((parse_host_matcher(host)?, ports))
     }
 }
 

@@ -10,6 +10,12 @@
 //! hosts = ["git.test", "api.git.test"]  # names only, as in `allow` (ports too)
 //! ```
 //!
+//! A host without a port takes the value over TLS alone, to a port a tunnel must carry TLS
+//! on (443 and `tls_ports`), with the upstream's certificate verified by the bridge. A host
+//! with ports takes it on those ports, in the clear too where the port is not a TLS port:
+//! a value never goes in the clear where TLS is expected (that is a downgrade, and anyone
+//! on the path reads it).
+//!
 //! A value is read by [`Policy::read_secret_values`], never at parse time: a sandboxed run
 //! reads it after the sandbox is a process of its own, so that not even pid 1's copy of
 //! netbox's memory holds it.
@@ -20,7 +26,7 @@ use std::sync::Arc;
 
 use zeroize::Zeroizing;
 
-use super::{Action, RuleRef, RuleSpec};
+use super::{HostMatcher, Ports, RuleRef, RuleSpec};
 use crate::target::Target;
 
 /// Largest secret value read, in bytes: a token, a password, a key's passphrase.
@@ -66,6 +72,67 @@ impl fmt::Debug for SecretValue {
     }
 }
 
+/// One host (or `*.SUFFIX`) a secret's value may go to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretHost {
+    pub hosts: HostMatcher,
+    /// The ports named; `None`: the TLS ports, over TLS alone.
+    pub ports: Option<Ports>,
+}
+
+/// How a request goes upstream, which decides whether a value may go on it.
+#[derive(Debug, Clone, Copy)]
+pub struct Leg {
+    /// Over the bridge's own TLS to the upstream, whose certificate it verified.
+    pub verified_tls: bool,
+    /// To a port a tunnel must carry TLS on (443, `tls_ports`).
+    pub tls_port: bool,
+}
+
+impl SecretHost {
+    /// Parses one of a secret's `hosts`: a name or `*.SUFFIX`, with ports or without.
+    pub fn parse(text: &str) -> Result<SecretHost, String> {
+        let (hosts, ports) = RuleSpec::parse_parts(text)?;
+        if hosts.is_address() {
+            return Err(format!(
+                "host {text:?}: a secret goes to names (a host, *.SUFFIX), not addresses"
+            ));
+        }
+        Ok(SecretHost { hosts, ports })
+    }
+
+    /// Whether a request to `target` on `leg` may carry the value.
+    pub fn carries(&self, target: &Target, leg: Leg) -> bool {
+        self.hosts.matches_host(&target.host)
+            && match &self.ports {
+                None => leg.verified_tls && leg.tls_port,
+                Some(ports) => ports.contains(target.port) && (leg.verified_tls || !leg.tls_port),
+            }
+    }
+
+    /// Whether a tunnel to `target` is one the value could go in, so the bridge must read
+    /// its requests.
+    fn could_carry(&self, target: &Target, tls_port: bool) -> bool {
+        self.hosts.matches_host(&target.host)
+            && match &self.ports {
+                None => tls_port,
+                Some(ports) => ports.contains(target.port),
+            }
+    }
+
+    /// The ports a client is pointed at for this host: those named, or 443.
+    pub fn ports_for_clients(&self) -> Vec<u16> {
+        match &self.ports {
+            None | Some(Ports::Any) => vec![443],
+            Some(Ports::List(ranges)) => ranges
+                .iter()
+                .filter(|r| r.end() - r.start() < 8)
+                .flat_map(|r| r.clone())
+                .collect(),
+        }
+    }
+}
+
 /// One secret of a policy.
 #[derive(Debug, Clone)]
 pub struct Secret {
@@ -73,7 +140,7 @@ pub struct Secret {
     pub name: String,
     pub from: SecretSource,
     /// The hosts the real value may be sent to.
-    pub hosts: Vec<RuleSpec>,
+    pub hosts: Vec<SecretHost>,
     /// The same hosts as they were written, for what a client of a shared bridge is told
     /// (bridge_offer.rs).
     pub written_hosts: Vec<String>,
@@ -107,13 +174,7 @@ impl Secret {
         let hosts_written = hosts;
         let hosts = hosts
             .iter()
-            .map(|h| {
-                let spec = RuleSpec::parse(h, Action::Allow)?;
-                super::check_names_only(&spec).map_err(|_| {
-                    format!("host {h:?}: a secret goes to names (a host, *.SUFFIX), not addresses")
-                })?;
-                Ok(spec)
-            })
+            .map(|h| SecretHost::parse(h))
             .collect::<Result<_, String>>()?;
         Ok(Secret {
             name: name.to_owned(),
@@ -135,9 +196,22 @@ impl Secret {
         }
     }
 
-    /// Whether the real value may be sent to `target`.
-    pub fn goes_to(&self, target: &Target) -> bool {
-        self.hosts.iter().any(|spec| spec.matches(target))
+    /// Whether the real value may be sent to `target` on `leg`.
+    pub fn goes_to(&self, target: &Target, leg: Leg) -> bool {
+        self.hosts.iter().any(|h| h.carries(target, leg))
+    }
+
+    /// Whether a tunnel to `target` could carry the value (see [`SecretHost::could_carry`]).
+    pub fn could_go_to(&self, target: &Target, tls_port: bool) -> bool {
+        self.hosts.iter().any(|h| h.could_carry(target, tls_port))
+    }
+
+    /// Whether the value may go to `target`'s host at all, on some port: what answers
+    /// from it are searched for.
+    pub fn names_host(&self, target: &Target) -> bool {
+        self.hosts
+            .iter()
+            .any(|h| h.hosts.matches_host(&target.host))
     }
 
     /// The value, once read.
@@ -327,11 +401,46 @@ mod tests {
         let hosts = ["git.test".to_owned(), "*.api.test".to_owned()];
         let s = Secret::parse("T", "env:T", &hosts, None, origin()).unwrap();
         let t = |a: &str| Target::parse_authority(a).unwrap();
-        assert!(s.goes_to(&t("git.test:443")));
-        assert!(s.goes_to(&t("v1.api.test:443")));
-        assert!(!s.goes_to(&t("api.test:443")));
-        assert!(!s.goes_to(&t("git.test.evil.test:443")));
-        assert!(!s.goes_to(&t("git.test:22")));
+        let tls = Leg {
+            verified_tls: true,
+            tls_port: true,
+        };
+        assert!(s.goes_to(&t("git.test:443"), tls));
+        assert!(s.goes_to(&t("v1.api.test:443"), tls));
+        assert!(!s.goes_to(&t("api.test:443"), tls));
+        assert!(!s.goes_to(&t("git.test.evil.test:443"), tls));
+        let plain = Leg {
+            verified_tls: false,
+            tls_port: false,
+        };
+        assert!(!s.goes_to(&t("git.test:22"), plain));
+    }
+
+    #[test]
+    fn a_host_without_ports_takes_the_value_over_tls_alone() {
+        let hosts = ["git.test".to_owned(), "plain.test:80,443".to_owned()];
+        let s = Secret::parse("T", "env:T", &hosts, None, origin()).unwrap();
+        let t = |a: &str| Target::parse_authority(a).unwrap();
+        let leg = |verified_tls, tls_port| Leg {
+            verified_tls,
+            tls_port,
+        };
+        // The forward path and a plain tunnel: never for a host named without ports.
+        assert!(!s.goes_to(&t("git.test:80"), leg(false, false)));
+        assert!(!s.goes_to(&t("git.test:443"), leg(false, true)));
+        // A TLS port added by `tls_ports`, over verified TLS.
+        assert!(s.goes_to(&t("git.test:8443"), leg(true, true)));
+        // Port 80 named on purpose: in the clear there; 443 named, never in the clear.
+        assert!(s.goes_to(&t("plain.test:80"), leg(false, false)));
+        assert!(s.goes_to(&t("plain.test:443"), leg(true, true)));
+        assert!(!s.goes_to(&t("plain.test:443"), leg(false, true)));
+        assert!(!s.goes_to(&t("plain.test:8080"), leg(false, false)));
+        // Which tunnels are read for it.
+        assert!(s.could_go_to(&t("git.test:443"), true));
+        assert!(!s.could_go_to(&t("git.test:80"), false));
+        assert!(!s.could_go_to(&t("git.test:22"), false));
+        assert!(s.could_go_to(&t("plain.test:80"), false));
+        assert!(s.names_host(&t("git.test:22")));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bridge::egress::upstream_proxy::UpstreamProxy;
 use bridge::offer::Offer;
-use bridge::policy::{Action, RuleSpec};
+use bridge::policy::secrets::SecretHost;
 
 use crate::error::WrapperError;
 use crate::plan::env::SecretVar;
@@ -128,9 +128,9 @@ fn take(offer: Offer, wanted: &[String], bridge: &str) -> Result<FromBridge, Wra
         let hosts = offered
             .hosts
             .iter()
-            .map(|h| match RuleSpec::parse(h, Action::Allow) {
-                Ok(spec) if !spec.hosts.is_address() => Ok(spec),
-                _ => Err(mistake(format!(
+            .map(|h| match SecretHost::parse(h) {
+                Ok(host) => Ok(host),
+                Err(_) => Err(mistake(format!(
                     "the bridge at {bridge} names a host that is not a name rule: {:?}",
                     crate::printable::printable(h)
                 ))),

@@ -160,7 +160,7 @@ pub fn sandbox_env(
 pub struct SecretVar {
     pub name: String,
     pub placeholder: String,
-    pub hosts: Vec<bridge::policy::RuleSpec>,
+    pub hosts: Vec<bridge::policy::secrets::SecretHost>,
     pub read_from: Option<String>,
 }
 
@@ -203,32 +203,30 @@ pub fn with_placeholders(
 /// placeholder, which the bridge swaps on the wire. A host's own helpers come first in git's
 /// order only if they are more specific; these are scoped to the host's URL.
 fn git_credential_helpers(env: &mut Vec<(OsString, OsString)>, secrets: &[SecretVar]) {
-    use bridge::policy::{HostMatcher, Ports};
+    use bridge::policy::HostMatcher;
     let mut entries = Vec::new();
     for secret in secrets {
         let helper = format!(
             "!f() {{ test \"$1\" = get && printf 'username=netbox\\npassword=%s\\n' \"${}\"; }}; f",
             secret.name
         );
-        for spec in &secret.hosts {
-            let HostMatcher::Exact(name) = &spec.hosts else {
+        for host in &secret.hosts {
+            let HostMatcher::Exact(name) = &host.hosts else {
                 continue;
             };
-            let ports: Vec<u16> = match &spec.ports {
-                Ports::Any => vec![443],
-                Ports::List(ranges) => ranges
-                    .iter()
-                    .filter(|r| r.end() - r.start() < 8)
-                    .flat_map(|r| r.clone())
-                    .collect(),
-            };
-            for port in ports {
-                let url = match port {
-                    443 => format!("https://{name}"),
-                    80 => format!("http://{name}"),
-                    _ => format!("https://{name}:{port}"),
+            for port in host.ports_for_clients() {
+                // A port named on purpose may be spoken to in the clear or over TLS.
+                let urls = match port {
+                    443 => vec![format!("https://{name}")],
+                    80 => vec![format!("http://{name}")],
+                    _ => vec![
+                        format!("https://{name}:{port}"),
+                        format!("http://{name}:{port}"),
+                    ],
                 };
-                entries.push((format!("credential.{url}.helper"), helper.clone()));
+                for url in urls {
+                    entries.push((format!("credential.{url}.helper"), helper.clone()));
+                }
             }
         }
     }

@@ -7,8 +7,14 @@ use std::path::{Path, PathBuf};
 
 use crate::error::WrapperError;
 
-/// How many entries of `~/.ssh` are looked at, at most: a directory of keys, not a tree.
+/// How many entries under `~/.ssh` are looked at, at most: a directory of keys, not a tree.
 const MAX_ENTRIES: usize = 1024;
+
+/// How deep under `~/.ssh` keys are looked for (`~/.ssh/work/id_ed25519` is one down).
+const MAX_DEPTH: usize = 3;
+
+/// Largest ssh config file read for its `IdentityFile` lines.
+const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 /// The agent's socket, as `--allow-socket` takes it (netbox expands the variable).
 pub fn socket() -> Result<String, WrapperError> {
@@ -22,18 +28,40 @@ pub fn socket() -> Result<String, WrapperError> {
     }
 }
 
-/// The private keys in `home/.ssh` (files that start as OpenSSH, PEM or PuTTY private keys
-/// do), each by its real path: what `--hide` would take.
+/// The private keys ssh would use: files under `home/.ssh` (a few directories deep) that
+/// start as OpenSSH, PEM or PuTTY private keys do, and the files ssh's config names by
+/// `IdentityFile` wherever they are, each by its real path: what `--hide` would take.
 pub fn private_keys(home: Option<&Path>) -> Vec<PathBuf> {
-    let Some(dir) = home.map(|h| h.join(".ssh")) else {
+    let Some(home) = home else {
         return Vec::new();
     };
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
+    let dir = home.join(".ssh");
+    let mut candidates = Vec::new();
+    let mut pending = vec![(dir.clone(), 0)];
+    let mut seen = 0;
+    while let Some((at, depth)) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_ENTRIES {
+                break;
+            }
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() && depth + 1 < MAX_DEPTH => {
+                    pending.push((path, depth + 1));
+                }
+                Ok(kind) if kind.is_dir() => {}
+                _ => candidates.push(path),
+            }
+        }
+    }
+    candidates.extend(identity_files(&dir.join("config"), home, &dir));
     let mut keys = Vec::new();
-    for entry in entries.flatten().take(MAX_ENTRIES) {
-        let Ok(path) = std::fs::canonicalize(entry.path()) else {
+    for path in candidates {
+        let Ok(path) = std::fs::canonicalize(path) else {
             continue;
         };
         if is_private_key(&path) && !keys.contains(&path) {
@@ -42,6 +70,58 @@ pub fn private_keys(home: Option<&Path>) -> Vec<PathBuf> {
     }
     keys.sort();
     keys
+}
+
+/// The files an ssh config names by `IdentityFile`, in it and in the files it `Include`s
+/// (one level; globs are not expanded), with `~` and `%d` as ssh reads them. A path with
+/// another `%` token is left out: it names a file per host, which the scan of `~/.ssh`
+/// finds if it lies there.
+fn identity_files(config: &Path, home: &Path, ssh_dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut configs = vec![(config.to_owned(), true)];
+    while let Some((config, may_include)) = configs.pop() {
+        let Ok(text) = bridge::small_file::read_small_file(&config, MAX_CONFIG_BYTES) else {
+            continue;
+        };
+        for line in text.lines() {
+            let Some((key, value)) = config_line(line) else {
+                continue;
+            };
+            let Some(path) = expand(value, home) else {
+                continue;
+            };
+            if key.eq_ignore_ascii_case("identityfile") {
+                files.push(path);
+            } else if key.eq_ignore_ascii_case("include")
+                && may_include
+                && !value.contains(['*', '?', '['])
+            {
+                configs.push((ssh_dir.join(path), false));
+            }
+        }
+    }
+    files
+}
+
+/// A config line's keyword and argument (`Key value`, `Key=value`, quotes taken off).
+fn config_line(line: &str) -> Option<(&str, &str)> {
+    let line = line.trim();
+    if line.starts_with('#') {
+        return None;
+    }
+    let (key, value) = line.split_once(|c: char| c == '=' || c.is_whitespace())?;
+    let value = value.trim_start_matches(|c: char| c == '=' || c.is_whitespace());
+    Some((key, value.trim().trim_matches('"')))
+}
+
+/// A config path as ssh reads it: `~/` and `%d` are the home directory; a path with any
+/// other `%` token is per host, and left out.
+fn expand(value: &str, home: &Path) -> Option<PathBuf> {
+    let value = match value.strip_prefix("~/") {
+        Some(rest) => return (!rest.contains('%')).then(|| home.join(rest)),
+        None => value.replace("%d", &home.to_string_lossy()),
+    };
+    (!value.contains('%') && !value.is_empty()).then(|| PathBuf::from(value))
 }
 
 /// Whether the file's first bytes are a private key's.
@@ -81,12 +161,47 @@ mod tests {
         write("work.ppk", "PuTTY-User-Key-File-3: ssh-ed25519\n");
         write("id_ed25519.pub", "ssh-ed25519 AAAA user@host\n");
         write("known_hosts", "git.test ssh-ed25519 AAAA\n");
-        write("config", "Host git.test\n");
-        let found: Vec<String> = private_keys(Some(&home))
+        std::fs::create_dir_all(ssh.join("work/old")).unwrap();
+        write(
+            "work/nested_key",
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n",
+        );
+        write(
+            "work/old/deeper_key",
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n",
+        );
+        // Keys kept outside ~/.ssh, named by the config or a file it includes.
+        std::fs::create_dir_all(home.join("keys")).unwrap();
+        let key = "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n";
+        std::fs::write(home.join("keys/named_key"), key).unwrap();
+        std::fs::write(home.join("keys/included_key"), key).unwrap();
+        std::fs::write(home.join("keys/per_host_key"), key).unwrap();
+        write(
+            "config",
+            "Host git.test\n  IdentityFile ~/keys/named_key\n  IdentityFile=%d/keys/%h_key\n\
+             Include work/extra.conf\n# IdentityFile ~/keys/per_host_key\n",
+        );
+        write(
+            "work/extra.conf",
+            "Host *\n\tIdentityFile \"%d/keys/included_key\"\n",
+        );
+        let mut found: Vec<String> = private_keys(Some(&home))
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(found, ["deploy", "id_ed25519", "work.ppk"]);
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                "deeper_key",
+                "deploy",
+                "id_ed25519",
+                "included_key",
+                "named_key",
+                "nested_key",
+                "work.ppk"
+            ]
+        );
         assert!(private_keys(Some(&home.join("none"))).is_empty());
         std::fs::remove_dir_all(&home).unwrap();
     }

@@ -6,7 +6,10 @@
 //! TOKEN`, `token TOKEN`, or `Basic` whose user or password is it) or as a query's
 //! `token=`; else 401 with a Basic challenge (what makes git and pip ask for credentials).
 //! `/echo` answers with what the request carried (its `Authorization` and query, in the
-//! body and in `X-Echo`), and `/redirect/HOST:PORT/PATH` with a 302 to that host. Every
+//! body and in `X-Echo`), and `/redirect/HOST:PORT/PATH` with a 302 to that host.
+//! `/reflect`, open to anyone as a 404 page is, hands back what came in every place a
+//! server can: its reason phrase, a `Location`, and the body, plain and in base64;
+//! `/compressed` answers in gzip whatever was asked. Every
 //! credential a request carried is kept, for the test to see what reached the server.
 
 use std::io::{BufReader, Write};
@@ -84,7 +87,25 @@ fn serve<S: std::io::Read + Write>(
         seen.lock()
             .unwrap()
             .push(format!("{host} {target} {authorization}"));
-        let reply = if let Some(to) = path.strip_prefix("/redirect/") {
+        let reply = if path == "/reflect" {
+            let b64 = base64::engine::general_purpose::STANDARD;
+            let body = format!(
+                "authorization: {authorization}\nquery: {query}\nbase64: {}\n",
+                b64.encode(format!("{authorization} {query}"))
+            );
+            response(
+                &format!("404 No such token {authorization} {query}"),
+                &format!("Location: /login?{query}\r\nX-Reflect: {authorization}\r\n"),
+                body.as_bytes(),
+            )
+        } else if path == "/compressed" {
+            // Sent compressed whatever the client asked for, as a misbehaving server does.
+            response(
+                "200 OK",
+                "Content-Encoding: gzip\r\n",
+                b"\x1f\x8b not searched",
+            )
+        } else if let Some(to) = path.strip_prefix("/redirect/") {
             response("302 Found", &format!("Location: https://{to}\r\n"), b"")
         } else if !carries(&authorization, query, token) {
             response(

@@ -27,6 +27,7 @@ use crate::carry::secret_swap::{swap_request, RedactedBody, Redactions};
 use crate::counting::Counters;
 use crate::egress::Refusal;
 use crate::log::{Attempt, End, EventLog, Proto};
+use crate::policy::secrets::Leg;
 use crate::policy::{HttpCheck, Reason, Verdict};
 use crate::target::Target;
 
@@ -41,6 +42,8 @@ pub(super) struct Exchange {
     pub target: Target,
     /// `https` on a TLS port, else `http`: what an absolute-form request must name.
     pub scheme: &'static str,
+    /// How requests go upstream: what a secret's value may go on.
+    pub leg: Leg,
     /// The tunnel's attempt: its rule and addresses go into each request's record.
     pub opened: Attempt,
     pub log: Arc<EventLog>,
@@ -175,7 +178,7 @@ impl Exchange {
         }
         let (mut parts, body) = req.into_parts();
         let secrets = self.policy.secrets();
-        match swap_request(secrets, &self.target, &mut parts.headers, &mut parts.uri) {
+        match swap_request(secrets, &self.target, self.leg, &mut parts) {
             Ok(used) => pending.update(|attempt| attempt.secrets = used),
             Err(refusal) => {
                 let refused = Refused {
@@ -186,6 +189,7 @@ impl Exchange {
                 return Ok(self.refuse(&mut pending, refused));
             }
         }
+        let head_request = parts.method == Method::HEAD;
         let req = Request::from_parts(parts, body);
         let mut sender = sender.lock().await;
         let sender = match &mut *sender {
@@ -215,6 +219,16 @@ impl Exchange {
             Ok(Ok(response)) => {
                 let closing = carries_body || closes(response.version(), response.headers());
                 let (mut parts, body) = response.into_parts();
+                let redactions = Redactions::for_target(secrets, &self.target);
+                if let Some(detail) = redactions.unsearchable(head_request, &parts, &self.target) {
+                    // Its body is left unread: this upstream connection is not used again.
+                    let refused = Refused {
+                        status: StatusCode::BAD_GATEWAY,
+                        reason: Reason::UpstreamNotTrusted,
+                        detail,
+                    };
+                    return Ok(self.refuse(&mut pending, refused));
+                }
                 strip_hop_by_hop(&mut parts.headers);
                 crate::carry::http_relay::strip_bridge_headers(&mut parts.headers);
                 if closing {
@@ -225,11 +239,10 @@ impl Exchange {
                 let status = parts.status.as_u16();
                 pending.update(|attempt| attempt.status = Some(status));
                 let body = pending.into_body(body, fate);
-                let redactions = Redactions::for_target(secrets, &self.target);
                 let body = if redactions.is_empty() {
                     body.boxed_unsync()
                 } else {
-                    redactions.clean_headers(&mut parts.headers);
+                    redactions.clean_head(&mut parts);
                     RedactedBody::new(body, redactions).boxed_unsync()
                 };
                 Ok(Response::from_parts(parts, body))
@@ -360,7 +373,7 @@ fn answer_with(status: StatusCode, reason: Reason, detail: &str) -> Response<Res
 /// value never read the bridge's own failure (502).
 pub(crate) fn swap_refusal_status(reason: Reason) -> StatusCode {
     match reason {
-        Reason::SecretMisdirected => StatusCode::FORBIDDEN,
+        Reason::SecretMisdirected | Reason::MethodNotAllowed => StatusCode::FORBIDDEN,
         Reason::BadRequest => StatusCode::BAD_REQUEST,
         _ => StatusCode::BAD_GATEWAY,
     }

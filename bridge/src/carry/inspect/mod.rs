@@ -26,6 +26,7 @@ use crate::conn::Conn;
 use crate::counting::{Counted, Counters};
 use crate::egress::Refusal;
 use crate::log::Attempt;
+use crate::policy::secrets::Leg;
 use crate::policy::{HttpCheck, Reason};
 use crate::target::{Host, Target};
 
@@ -156,6 +157,11 @@ pub(crate) async fn serve(
         check,
         target: target.clone(),
         scheme: if tls { "https" } else { "http" },
+        // On a TLS port the upstream's certificate was verified above: never less.
+        leg: Leg {
+            verified_tls: tls,
+            tls_port: tls,
+        },
         opened: opened.clone(),
         log: Arc::clone(&conn.shared.log),
         stop: conn.shared.stop.clone(),

@@ -492,7 +492,8 @@ pub struct ExportArgs {
     #[arg(long = "from", value_name = "DIR")]
     pub from: PathBuf,
 
-    /// Where the copies go (created files only; nothing there is overwritten).
+    /// Where the copies go, made if missing (created files only; nothing there is
+    /// overwritten).
     #[arg(long = "to", value_name = "DIR")]
     pub to: PathBuf,
 
@@ -500,7 +501,8 @@ pub struct ExportArgs {
     #[arg(long = "max-bytes", value_name = "N", default_value_t = 64 * 1024 * 1024)]
     pub max_bytes: u64,
 
-    /// Files to copy, relative to --from.
+    /// Files to copy, relative to --from; a directory is copied with every regular file
+    /// under it (`.` for all of --from).
     #[arg(value_name = "PATH", required = true)]
     pub paths: Vec<PathBuf>,
 }

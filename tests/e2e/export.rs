@@ -279,3 +279,89 @@ fn a_link_planted_on_the_way_of_from_or_to_is_not_followed() {
         "workspace file\n"
     );
 }
+
+/// A directory named is exported whole: every regular file under it, its directories
+/// (empty ones too) made at `--to`, which is made if missing; every other entry (a link
+/// to a file or to a directory, a hard link, a fifo) refused by name with why, and nothing
+/// reached through a link.
+#[test]
+fn a_directory_tree_is_exported_entry_by_entry() {
+    let dir = TestDir::new("export-tree");
+    let out = dir.join("out");
+    std::fs::create_dir_all(out.join("site/css/empty")).unwrap();
+    std::fs::write(out.join("site/index.html"), "<p>hi</p>\n").unwrap();
+    std::fs::write(out.join("site/css/main.css"), "p{}\n").unwrap();
+    std::fs::write(out.join("outside.txt"), "not named\n").unwrap();
+    symlink("/etc/passwd", out.join("site/passwd")).unwrap();
+    symlink("/etc", out.join("site/css/etc")).unwrap();
+    std::fs::hard_link(out.join("outside.txt"), out.join("site/linked.txt")).unwrap();
+    nix::unistd::mkfifo(
+        &out.join("site/pipe"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    // `--to` two levels that do not exist yet.
+    let to = dir.join("evidence/run-1");
+    let result = Command::new(netbox_bin())
+        .arg("export")
+        .arg("--from")
+        .arg(&out)
+        .arg("--to")
+        .arg(&to)
+        .arg("site")
+        .output()
+        .unwrap();
+    assert_eq!(result.status.code(), Some(1), "{}", stderr(&result));
+    let said = stderr(&result);
+    for line in [
+        "created ",
+        "refused site/passwd: it is a symbolic link, not a regular file",
+        "refused site/css/etc: it is a symbolic link, not a regular file",
+        "refused site/linked.txt: it has 2 hard links",
+        "refused site/pipe: it is a fifo, not a regular file",
+        "exported site/: 2 files (14 bytes), 3 directories, 4 refused",
+    ] {
+        assert!(said.contains(line), "missing {line:?} in:\n{said}");
+    }
+    // The hard link's refusal says why.
+    assert!(said.contains("outside what the sandbox wrote"), "{said}");
+    let mut arrived = walk(&to);
+    arrived.sort();
+    assert_eq!(arrived, ["site/css/main.css", "site/index.html"]);
+    assert!(to.join("site/css/empty").is_dir());
+    assert!(!to.join("site/css/etc").exists());
+    assert!(!to.join("outside.txt").exists());
+    // `.` is all of --from; what is already at --to is kept, never overwritten.
+    let all = Command::new(netbox_bin())
+        .arg("export")
+        .arg("--from")
+        .arg(&out)
+        .arg("--to")
+        .arg(&to)
+        .arg(".")
+        .output()
+        .unwrap();
+    let said = stderr(&all);
+    assert!(
+        said.contains("refused site/index.html: the destination already exists"),
+        "{said}"
+    );
+    assert!(
+        said.contains("refused outside.txt: it has 2 hard links"),
+        "{said}"
+    );
+    assert!(!said.contains("created "), "{said}");
+    // A --to that runs through a link is refused, not made.
+    symlink(dir.join("elsewhere"), dir.join("evidence/link")).unwrap();
+    let through = Command::new(netbox_bin())
+        .arg("export")
+        .arg("--from")
+        .arg(&out)
+        .arg("--to")
+        .arg(dir.join("evidence/link/new"))
+        .arg("site")
+        .output()
+        .unwrap();
+    assert_eq!(through.status.code(), Some(125), "{}", stderr(&through));
+    assert!(!dir.join("elsewhere").exists());
+}

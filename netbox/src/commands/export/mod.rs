@@ -1,5 +1,6 @@
-//! `netbox export --from DIR --to DIR [--max-bytes N] PATH…`: copies named files out of a
-//! directory a sandbox wrote, treating that directory as hostile.
+//! `netbox export --from DIR --to DIR [--max-bytes N] PATH…`: copies named files, and the
+//! files of named directories (tree.rs), out of a directory a sandbox wrote, treating that
+//! directory as hostile. `--to` is created if it is missing.
 //!
 //! Every path is walked one component at a time from a held directory fd, with
 //! O_NOFOLLOW: no symlink is ever followed, at any depth. `--from` and `--to` too, from
@@ -28,6 +29,8 @@ use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
 use crate::cli::ExportArgs;
 use crate::error::WrapperError;
 
+mod tree;
+
 /// What happened to one requested path.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -38,20 +41,92 @@ pub enum Outcome {
 /// Runs `netbox export`; exit status 0 if every path was exported, 1 if any was refused.
 pub fn run(args: &ExportArgs) -> Result<u8, WrapperError> {
     let from = open_walked(&args.from, "export", "--from directory")?;
-    let to = open_walked(&args.to, "export", "--to directory")?;
+    let to = open_walked_creating(&args.to, "export", "--to directory")?;
     let mut refused = 0;
     for path in &args.paths {
-        match export_one(&from, &to, path, args.max_bytes) {
-            Outcome::Exported { bytes } => {
-                crate::output::say(&format!("exported {} ({bytes} bytes)", shown(path)));
-            }
-            Outcome::Refused(reason) => {
-                refused += 1;
-                crate::output::say(&format!("refused {}: {}", shown(path), printable(&reason)));
-            }
+        match named_dir(&from, path) {
+            Some(dir) => refused += export_tree(&from, &to, dir, path, args.max_bytes),
+            None => match export_one(&from, &to, path, args.max_bytes) {
+                Outcome::Exported { bytes } => {
+                    crate::output::say(&format!("exported {} ({bytes} bytes)", shown(path)));
+                }
+                Outcome::Refused(reason) => {
+                    refused += 1;
+                    say_refused(path, &reason);
+                }
+            },
         }
     }
     Ok(u8::from(refused > 0))
+}
+
+fn say_refused(path: &Path, reason: &str) {
+    crate::output::say(&format!("refused {}: {}", shown(path), printable(reason)));
+}
+
+/// The directory `path` names under `from` (`.` is `from` itself), opened without
+/// following a link; `None` if it is no directory, which `export_one` then says.
+fn named_dir(from: &OwnedFd, path: &Path) -> Option<OwnedFd> {
+    if path
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return None;
+    }
+    let parts = path.components().filter_map(|c| match c {
+        Component::Normal(part) => Some(part),
+        _ => None,
+    });
+    walk(from.try_clone().ok()?, parts, PathBuf::new(), false).ok()
+}
+
+/// Exports every regular file under the directory `dir` (`path` under `--from`) and makes
+/// its directories; returns how many entries were refused. One line says what went, one
+/// line each what did not.
+fn export_tree(from: &OwnedFd, to: &OwnedFd, dir: OwnedFd, path: &Path, max_bytes: u64) -> usize {
+    let base: PathBuf = path
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect();
+    let listing = tree::list(dir, &base);
+    let mut refused = listing.refused.len();
+    for (entry, reason) in &listing.refused {
+        say_refused(entry, reason);
+    }
+    for dir in listing.dirs.iter().filter(|d| !d.as_os_str().is_empty()) {
+        if let Err(reason) = make_dirs(to, dir) {
+            refused += 1;
+            say_refused(dir, &reason);
+        }
+    }
+    let (mut files, mut bytes) = (0, 0);
+    for file in &listing.files {
+        match export_one(from, to, file, max_bytes) {
+            Outcome::Exported { bytes: n } => {
+                files += 1;
+                bytes += n;
+            }
+            Outcome::Refused(reason) => {
+                refused += 1;
+                say_refused(file, &reason);
+            }
+        }
+    }
+    let shown_dir = if base.as_os_str().is_empty() {
+        ".".to_owned()
+    } else {
+        shown(&base)
+    };
+    crate::output::say(&format!(
+        "exported {shown_dir}/: {files} files ({bytes} bytes), {} directories{}",
+        listing.dirs.len(),
+        if refused > 0 {
+            format!(", {refused} refused")
+        } else {
+            String::new()
+        }
+    ));
+    refused
 }
 
 /// A path as printed: the sandbox chose its name, and an escape or carriage return in it
@@ -86,6 +161,31 @@ pub fn open_walked(
     command: &'static str,
     what: &'static str,
 ) -> Result<OwnedFd, WrapperError> {
+    open_walked_with(path, command, what, false)
+}
+
+/// As [`open_walked`], creating each directory that is missing (mode 0755), and saying so.
+pub fn open_walked_creating(
+    path: &Path,
+    command: &'static str,
+    what: &'static str,
+) -> Result<OwnedFd, WrapperError> {
+    match open_walked_with(path, command, what, false) {
+        Err(WrapperError::Path { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            let dir = open_walked_with(path, command, what, true)?;
+            crate::output::say(&format!("created {}", shown(path)));
+            Ok(dir)
+        }
+        opened => opened,
+    }
+}
+
+fn open_walked_with(
+    path: &Path,
+    command: &'static str,
+    what: &'static str,
+    create: bool,
+) -> Result<OwnedFd, WrapperError> {
     let start = if path.has_root() { "/" } else { "." };
     let dir = open_dir_at(nix::fcntl::AT_FDCWD, Path::new(start))
         .map_err(|e| export_dir_error(path, what, e))?;
@@ -95,7 +195,7 @@ pub fn open_walked(
         _ => None,
     });
     let walked = if path.has_root() { "/" } else { "" };
-    walk(dir, parts, PathBuf::from(walked)).map_err(|stop| match stop.link_to {
+    walk(dir, parts, PathBuf::from(walked), create).map_err(|stop| match stop.link_to {
         Some(target) => WrapperError::WalkThroughSymlink {
             command,
             what,
@@ -116,15 +216,24 @@ struct Stop {
 }
 
 /// Walks down `parts` from `dir`, one directory at a time with O_NOFOLLOW; `walked` is
-/// what `dir` was reached by, to name where the walk stopped.
+/// what `dir` was reached by, to name where the walk stopped. `create`: a directory that
+/// is missing is made (mode 0755) and opened as any other.
 fn walk<'a>(
     mut dir: OwnedFd,
     parts: impl IntoIterator<Item = &'a OsStr>,
     mut walked: PathBuf,
+    create: bool,
 ) -> Result<OwnedFd, Stop> {
     for part in parts {
         walked.push(part);
-        dir = match open_dir_at(&dir, Path::new(part)) {
+        let mut opened = open_dir_at(&dir, Path::new(part));
+        if create && matches!(opened, Err(Errno::ENOENT)) {
+            opened = match mkdirat(&dir, part, Mode::from_bits_truncate(0o755)) {
+                Ok(()) | Err(Errno::EEXIST) => open_dir_at(&dir, Path::new(part)),
+                Err(e) => Err(e),
+            };
+        }
+        dir = match opened {
             Ok(next) => next,
             Err(errno) => {
                 // What stands there, as the held directory has it (not followed).
@@ -175,7 +284,7 @@ fn copy(from: &OwnedFd, to: &OwnedFd, path: &Path, max_bytes: u64) -> Result<u64
     let (name, dirs) = parts.split_last().ok_or("empty path")?;
     // Walk the source directories without following anything.
     let from = from.try_clone().map_err(|e| e.to_string())?;
-    let src_dir = walk(from, dirs.iter().copied(), PathBuf::new()).map_err(|stop| {
+    let src_dir = walk(from, dirs.iter().copied(), PathBuf::new(), false).map_err(|stop| {
         let at = stop.at.display();
         match (stop.link_to, stop.errno) {
             (Some(target), _) => format!(
@@ -218,21 +327,15 @@ fn copy(from: &OwnedFd, to: &OwnedFd, path: &Path, max_bytes: u64) -> Result<u64
 
 fn check_plain_file(stat: &FileStat, max_bytes: u64) -> Result<(), String> {
     let kind = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
-    let what = match kind {
-        SFlag::S_IFREG => None,
-        SFlag::S_IFLNK => Some("a symbolic link"),
-        SFlag::S_IFDIR => Some("a directory"),
-        SFlag::S_IFIFO => Some("a fifo"),
-        SFlag::S_IFSOCK => Some("a socket"),
-        SFlag::S_IFCHR | SFlag::S_IFBLK => Some("a device"),
-        _ => Some("not a regular file"),
-    };
-    if let Some(what) = what {
-        return Err(format!("it is {what}, not a regular file"));
+    if kind != SFlag::S_IFREG {
+        return Err(format!("it is {}, not a regular file", kind_name(kind)));
     }
     if stat.st_nlink != 1 {
         return Err(format!(
-            "it has {} hard links (only a file with one is exported)",
+            "it has {} hard links, and only a file with one is exported: a hard link is \
+             another name for a file that may lie outside what the sandbox wrote (one of \
+             yours it could reach), whose content the copy would carry out; if you know \
+             the file, copy it yourself",
             stat.st_nlink
         ));
     }
@@ -241,6 +344,19 @@ fn check_plain_file(stat: &FileStat, max_bytes: u64) -> Result<(), String> {
         return Err(format!("it is {size} bytes, over --max-bytes {max_bytes}"));
     }
     Ok(())
+}
+
+/// What a file of this kind is, in words.
+fn kind_name(kind: SFlag) -> &'static str {
+    match kind {
+        SFlag::S_IFREG => "a regular file",
+        SFlag::S_IFLNK => "a symbolic link",
+        SFlag::S_IFDIR => "a directory",
+        SFlag::S_IFIFO => "a fifo",
+        SFlag::S_IFSOCK => "a socket",
+        SFlag::S_IFCHR | SFlag::S_IFBLK => "a device",
+        _ => "not a regular file",
+    }
 }
 
 fn same_file_state(a: &FileStat, b: &FileStat) -> bool {
@@ -284,14 +400,14 @@ fn read_exactly(file: &OwnedFd, size: u64) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Creates the destination under `to`, mirroring the source's directories; nothing there
-/// is followed or overwritten.
-fn write_destination(
-    to: &OwnedFd,
-    dirs: &[&OsStr],
-    name: &OsStr,
-    content: &[u8],
-) -> Result<(), String> {
+/// Makes the directory `path` under `to` (and those above it) if missing.
+fn make_dirs(to: &OwnedFd, path: &Path) -> Result<(), String> {
+    let parts: Vec<&OsStr> = path.iter().collect();
+    destination_dir(to, &parts).map(drop)
+}
+
+/// The directory `dirs` under `to`, each made if missing; nothing there is followed.
+fn destination_dir(to: &OwnedFd, dirs: &[&OsStr]) -> Result<OwnedFd, String> {
     let mut dst_dir = to.try_clone().map_err(|e| e.to_string())?;
     let mut shown = PathBuf::new();
     for dir in dirs {
@@ -308,6 +424,18 @@ fn write_destination(
             )
         })?;
     }
+    Ok(dst_dir)
+}
+
+/// Creates the destination under `to`, mirroring the source's directories; nothing there
+/// is followed or overwritten.
+fn write_destination(
+    to: &OwnedFd,
+    dirs: &[&OsStr],
+    name: &OsStr,
+    content: &[u8],
+) -> Result<(), String> {
+    let dst_dir = destination_dir(to, dirs)?;
     let out = openat(
         &dst_dir,
         name,

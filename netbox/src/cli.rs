@@ -151,6 +151,17 @@ pub struct RunArgs {
     #[arg(long = "ro", value_name = "PATH")]
     pub read_only: Vec<PathBuf>,
 
+    /// Show the host's SRC, writable, at DST too (repeatable): SRC is a writable root, as
+    /// with --write, with its protections at DST as well. DST must exist, or lie under the
+    /// sandbox's own /tmp.
+    #[arg(long = "bind", num_args = 2, value_names = ["SRC", "DST"])]
+    pub bind: Vec<PathBuf>,
+
+    /// Show the host's SRC, read-only, at DST (repeatable): what the sandbox sees at SRC,
+    /// hidden paths and all. DST must exist, or lie under the sandbox's own /tmp.
+    #[arg(long = "ro-bind", num_args = 2, value_names = ["SRC", "DST"])]
+    pub ro_bind: Vec<PathBuf>,
+
     /// Make a path empty inside the sandbox: an empty directory or an empty file (repeatable).
     #[arg(long = "hide", value_name = "PATH")]
     pub hide: Vec<PathBuf>,

@@ -161,8 +161,6 @@ fn usage_error(e: &clap::Error) -> ExitCode {
 const PEER_FLAGS: [(&[&str], &str); 4] = [
     (
         &[
-            "--bind",
-            "--ro-bind",
             "--bind-try",
             "--ro-bind-try",
             "--dev-bind",
@@ -170,7 +168,8 @@ const PEER_FLAGS: [(&[&str], &str); 4] = [
             "--mount",
         ],
         "the host's files are seen at their own paths, read-only; --write PATH makes one \
-         writable, --ro PATH read-only, --hide PATH empty (netbox docs running)",
+         writable, --ro PATH read-only, --hide PATH empty, and --bind SRC DST or \
+         --ro-bind SRC DST shows SRC at DST too (netbox docs running)",
     ),
     (
         &[

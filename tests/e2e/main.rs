@@ -37,6 +37,7 @@ mod inspect;
 mod learn;
 mod log_bounds;
 mod readme;
+mod sandbox_binds;
 mod sandbox_escapes;
 mod sandbox_fetch;
 mod sandbox_git;

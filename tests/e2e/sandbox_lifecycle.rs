@@ -161,7 +161,8 @@ fn mistakes_are_said_once_with_the_fix() {
     assert!(!err.contains("rules look like"), "{err}");
     // Another sandbox's flag: what netbox does instead, not clap's look-alike guess.
     for (flag, says) in [
-        ("--bind", "--write PATH"),
+        ("--bind-try", "--bind SRC DST"),
+        ("--volume", "--write PATH"),
         ("--unshare-net", "empty namespace"),
     ] {
         let out = netbox(&[flag, "/a", "/b", "--", "true"]);

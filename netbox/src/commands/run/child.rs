@@ -66,6 +66,18 @@ pub(super) fn child_plan(
     for path in &hidden {
         resolved.identify(path)?;
     }
+    let pinned: Vec<&Path> = protected
+        .iter()
+        .map(|p| p.path.as_path())
+        .chain(read_only.iter().map(PathBuf::as_path))
+        .chain(covered.iter().map(PathBuf::as_path))
+        .collect();
+    crate::plan::config::refuse_bind_overlaps(
+        &config.binds,
+        &config.write_roots,
+        &pinned,
+        &hidden,
+    )?;
     let mut mounts = mounts::plan(
         &mounts::Layout {
             write_roots: &config.write_roots,
@@ -74,6 +86,7 @@ pub(super) fn child_plan(
             read_only: &read_only,
             hidden: &hidden,
             covered: &covered,
+            binds: &config.binds,
         },
         |path| resolved.is_dir(path),
     );
@@ -104,6 +117,18 @@ pub(super) fn child_plan(
         .filter_map(|op| match op {
             mounts::MountOp::Cover { target, keep } => Some((target.clone(), keep.clone())),
             _ => None,
+        })
+        .collect();
+    let bound = config
+        .binds
+        .iter()
+        .filter_map(|b| {
+            Some(crate::sandbox::probe::BoundPath {
+                source: b.source.clone(),
+                target: b.target.clone(),
+                identity: *mounts.identities.get(&b.source)?,
+                writable: b.writable,
+            })
         })
         .collect();
     let root_identities = config
@@ -157,6 +182,7 @@ pub(super) fn child_plan(
                 .collect(),
             hidden,
             covered: covers_kept,
+            binds: bound,
             proxy: SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)),
             host_listener,
             canary: canary.to_owned(),

@@ -1,6 +1,7 @@
 //! The validated run configuration: everything the sandbox needs, checked and resolved
 //! before any namespace exists, so a bad path or rule fails with one line and exit 125.
 
+mod binds;
 mod files;
 mod host_tmp;
 mod roots;
@@ -12,6 +13,7 @@ use bridge::Policy;
 
 use crate::cli::{RunArgs, TmpMode};
 use crate::error::WrapperError;
+pub use binds::{refuse_overlaps as refuse_bind_overlaps, Bind};
 pub use files::sessions_dir;
 use files::{
     default_log_path, extra_env, policy_inputs, refuse_bridge_files_cmd_could_read,
@@ -39,6 +41,8 @@ pub struct SandboxConfig {
     pub requested_roots: Vec<PathBuf>,
     pub tmp: TmpMode,
     pub read_only: Vec<PathBuf>,
+    /// `--bind` and `--ro-bind`: host paths shown at another path too.
+    pub binds: Vec<Bind>,
     pub hide: Vec<PathBuf>,
     /// netbox's cache home (tools/cover.rs): covered in the sandbox but for the writable
     /// roots inside it (this run's caches).
@@ -131,6 +135,7 @@ impl SandboxConfig {
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
         let code_pins = code_inside(&write_roots, &homes);
         let mut named = NamedPaths::check(&args, &write_roots)?;
+        let binds = binds::check(&args, &write_roots, args.tmp)?;
         let path = std::env::var_os("PATH");
         let notes = [
             host_tmp::note_for_unseen("--ro", &named.read_only, args.tmp, &write_roots),
@@ -274,6 +279,7 @@ impl SandboxConfig {
             requested_roots,
             tmp: args.tmp,
             read_only: named.read_only,
+            binds,
             hide: named.hide,
             cache_covers,
             protect: named.protect,

@@ -17,6 +17,9 @@ pub(super) fn writable_roots(
     for path in &args.write {
         write_roots.push(existing(path, "--write path")?);
     }
+    for path in super::binds::writable_sources(args) {
+        write_roots.push(existing(path, "--bind source")?);
+    }
     // Protected names (and their placeholders) belong to the roots the user named, not to
     // a shared host /tmp.
     let requested_roots = write_roots.clone();

@@ -265,7 +265,44 @@ impl Steps<'_> {
                 let at = self.find(target, Some(self.expected(target)?))?;
                 self.cover_with_null(target, at.as_fd())
             }
+            MountOp::Alias {
+                source,
+                target,
+                writable,
+            } => self.alias(source, target, *writable),
         }
+    }
+
+    /// Shows what the new root has at `source` (the very path netbox resolved, with every
+    /// mount laid on and under it) at `target` too; read-only, recursively, unless
+    /// `writable`, before it is attached, so it is never writable there for a moment.
+    pub(super) fn alias(&self, source: &Path, target: &Path, writable: bool) -> Result<()> {
+        let from = self.find(source, Some(self.expected(source)?))?;
+        let tree = step(
+            || format!("clone {} for {}", source.display(), target.display()),
+            clone_tree_of(from.as_fd(), Depth::Recursive),
+        )?;
+        if !writable {
+            step(
+                || format!("make {} read-only", target.display()),
+                set_attributes_of(
+                    tree.as_fd(),
+                    Depth::Recursive,
+                    libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID,
+                    0,
+                ),
+            )?;
+        }
+        let expected = if self.fresh.contains(target) {
+            None
+        } else {
+            Some(self.expected(target)?)
+        };
+        let at = self.find(target, expected)?;
+        step(
+            || format!("bind {} at {}", source.display(), target.display()),
+            attach_tree_onto(tree.as_fd(), at.as_fd()),
+        )
     }
 
     /// Binds `target` over itself, read-only, recursively. `expected`: the identity netbox

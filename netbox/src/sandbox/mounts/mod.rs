@@ -78,6 +78,13 @@ pub enum MountOp {
     /// Cover a file (or a socket) with a read-only `/dev/null`: reads are empty, writes
     /// fail, and a socket there can no longer be connected to.
     HideFile { target: PathBuf },
+    /// Show what the sandbox has at `source` (its mounts on top included) at `target` too,
+    /// read-only unless `writable` (`--bind`, `--ro-bind`).
+    Alias {
+        source: PathBuf,
+        target: PathBuf,
+        writable: bool,
+    },
 }
 
 /// Everything the mount step does, computed before fork.
@@ -105,14 +112,26 @@ impl MountPlan {
     /// The host paths whose identity the sandbox checks: every source, and every target
     /// that is not created fresh inside the sandbox.
     pub fn paths_to_identify(&self) -> Vec<&Path> {
-        let targets = self.ops.iter().filter_map(|op| match op {
+        let made: Vec<&Path> = self
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::Mkdir { target } | MountOp::MakeFile { target } => Some(target.as_path()),
+                _ => None,
+            })
+            .collect();
+        let targets = self.ops.iter().flat_map(|op| match op {
             MountOp::Anchor { target }
             | MountOp::ReadOnly { target }
             | MountOp::Opened { target }
             | MountOp::HideDir { target }
             | MountOp::HideFile { target }
-            | MountOp::Cover { target, .. } => Some(target.as_path()),
-            _ => None,
+            | MountOp::Cover { target, .. } => vec![target.as_path()],
+            MountOp::Alias { source, target, .. } if made.contains(&target.as_path()) => {
+                vec![source.as_path()]
+            }
+            MountOp::Alias { source, target, .. } => vec![source.as_path(), target.as_path()],
+            _ => Vec::new(),
         });
         self.sources
             .iter()
@@ -133,6 +152,8 @@ pub struct Layout<'a> {
     /// Directories no writable root holds, covered but for the writable roots inside them
     /// (netbox's cache home, but for this run's caches).
     pub covered: &'a [PathBuf],
+    /// `--bind` and `--ro-bind`, laid last: each shows its source as the plan left it.
+    pub binds: &'a [crate::plan::config::Bind],
 }
 
 /// Lays out the plan: temp root, writable roots, then protections and hidden paths on top.
@@ -149,6 +170,7 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
         read_only,
         hidden,
         covered,
+        binds: aliases,
     } = *layout;
     let tmp_dir = Path::new("/tmp");
     let mut plan = MountPlan {
@@ -252,6 +274,22 @@ pub fn plan(layout: &Layout<'_>, is_dir: impl Fn(&Path) -> bool) -> MountPlan {
             MountOp::HideFile { target }
         });
     }
+    // Last, so each shows its source with every mount netbox laid there.
+    for bind in aliases {
+        if bind.fresh {
+            let target = bind.target.clone();
+            plan.ops.push(if is_dir(&bind.source) {
+                MountOp::Mkdir { target }
+            } else {
+                MountOp::MakeFile { target }
+            });
+        }
+        plan.ops.push(MountOp::Alias {
+            source: bind.source.clone(),
+            target: bind.target.clone(),
+            writable: bind.writable,
+        });
+    }
     plan
 }
 
@@ -296,6 +334,7 @@ mod tests {
                 read_only: &[],
                 hidden: &[],
                 covered: &[],
+                binds: &[],
             },
             |_| true,
         );
@@ -345,6 +384,7 @@ mod tests {
                 read_only: &[p("/w/a/b/c")],
                 hidden: &[],
                 covered: &[],
+                binds: &[],
             },
             |_| true,
         );
@@ -401,6 +441,7 @@ mod tests {
                 read_only: &[p("/w/.git/lfs")],
                 hidden: &[],
                 covered: &[],
+                binds: &[],
             },
             |_| true,
         );
@@ -445,6 +486,7 @@ mod tests {
                 read_only: &[],
                 hidden: &[],
                 covered: &[],
+                binds: &[],
             },
             |_| false,
         );
@@ -471,6 +513,7 @@ mod tests {
                 read_only: &[p("/home/u/ws/secret")],
                 hidden: &[p("/srv/agent.sock")],
                 covered: &[],
+                binds: &[],
             },
             |path| !path.ends_with("agent.sock"),
         );
@@ -500,6 +543,64 @@ mod tests {
     }
 
     #[test]
+    fn binds_go_on_last_and_a_fresh_target_is_made_not_identified() {
+        use crate::plan::config::Bind;
+        let binds = [
+            Bind {
+                source: p("/srv/data"),
+                target: p("/w/data"),
+                writable: false,
+                fresh: false,
+            },
+            Bind {
+                source: p("/var/cache/pip"),
+                target: p("/tmp/pip"),
+                writable: true,
+                fresh: true,
+            },
+        ];
+        let plan = plan(
+            &Layout {
+                write_roots: &[p("/w"), p("/var/cache/pip")],
+                tmp: TmpMode::Private,
+                protected: &[],
+                read_only: &[],
+                hidden: &[p("/srv/data/key")],
+                covered: &[],
+                binds: &binds,
+            },
+            |_| true,
+        );
+        // After the hidden paths, so each shows its source as the plan left it.
+        let tail = &plan.ops[plan.ops.len() - 4..];
+        assert_eq!(
+            tail,
+            [
+                MountOp::HideDir {
+                    target: p("/srv/data/key")
+                },
+                MountOp::Alias {
+                    source: p("/srv/data"),
+                    target: p("/w/data"),
+                    writable: false
+                },
+                MountOp::Mkdir {
+                    target: p("/tmp/pip")
+                },
+                MountOp::Alias {
+                    source: p("/var/cache/pip"),
+                    target: p("/tmp/pip"),
+                    writable: true
+                },
+            ]
+        );
+        let wanted = plan.paths_to_identify();
+        assert!(wanted.contains(&Path::new("/w/data")));
+        assert!(wanted.contains(&Path::new("/srv/data")));
+        assert!(!wanted.contains(&Path::new("/tmp/pip")));
+    }
+
+    #[test]
     fn every_source_and_every_pinned_or_hidden_target_is_identified() {
         let protected = [Protected {
             path: p("/w/.git/config"),
@@ -514,6 +615,7 @@ mod tests {
                 read_only: &[p("/w/ro")],
                 hidden: &[p("/srv/secret"), p("/srv/agent.sock")],
                 covered: &[],
+                binds: &[],
             },
             |path| !path.ends_with("agent.sock"),
         );
@@ -549,6 +651,7 @@ mod tests {
                 read_only: &[],
                 hidden: &[],
                 covered: std::slice::from_ref(&cache),
+                binds: &[],
             },
             |_| true,
         );

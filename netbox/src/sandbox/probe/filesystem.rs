@@ -99,6 +99,13 @@ pub(super) fn read_only_root(input: &ProbeInput) -> Check {
                 .iter()
                 .map(|(root, expected)| same_directory(root, *expected)),
         )
+        // A writable bind's DST is a writable root's other name: the very SRC, writable.
+        .chain(input.binds.iter().filter(|b| b.writable).flat_map(|b| {
+            [
+                same_directory(&b.target, b.identity),
+                write_control(&b.target),
+            ]
+        }))
         .collect();
     check("read-only root, writable roots", forbidden, control)
 }
@@ -116,6 +123,57 @@ pub(super) fn same_directory(root: &Path, expected: crate::sys::resolve::FileId)
             Ok(id) => format!("another: {id}, not {expected}"),
             Err(e) => crate::sys::resolve::describe(&e),
         },
+    }
+}
+
+/// `--ro-bind`, and what is protected under a `--bind`'s SRC: each DST is the SRC netbox
+/// resolved (reached with no symlink), and refuses a create (a file one, an open for
+/// writing), as each protected path under a writable SRC does where DST shows it. `None`
+/// when there is nothing of that kind: a writable bind alone is proved with the writable
+/// roots.
+pub(super) fn bound_paths(input: &ProbeInput) -> Option<Check> {
+    let mut forbidden = Vec::new();
+    let mut control = Vec::new();
+    for bind in &input.binds {
+        let shown_protected: Vec<PathBuf> = if bind.writable {
+            input
+                .protected
+                .iter()
+                .filter_map(|p| Some(bind.target.join(p.strip_prefix(&bind.source).ok()?)))
+                .collect()
+        } else {
+            vec![bind.target.clone()]
+        };
+        if shown_protected.is_empty() {
+            continue;
+        }
+        if !bind.writable {
+            control.push(same_directory(&bind.target, bind.identity));
+        }
+        forbidden.extend(shown_protected.iter().map(|path| refuse_a_write(path)));
+    }
+    (!forbidden.is_empty()).then(|| check("bound paths", forbidden, control))
+}
+
+/// A create inside `path` (a directory), or an open of it for writing (a file): refused
+/// with EROFS, or the outcome says what happened.
+fn refuse_a_write(path: &Path) -> Outcome {
+    if path.is_dir() {
+        let inside = path.join(probe_name());
+        refused(
+            format!("create {}", inside.display()),
+            create_and_remove(&inside),
+            &[libc::EROFS],
+        )
+    } else {
+        refused(
+            format!("open {} for writing", path.display()),
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .map(drop),
+            &[libc::EROFS],
+        )
     }
 }
 

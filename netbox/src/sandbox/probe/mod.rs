@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use capture::{capture_check, start_capture};
 use filesystem::{
-    cache_home, create_and_remove, hidden_paths, probe_name, protected_paths, read_only_root,
-    watched,
+    bound_paths, cache_home, create_and_remove, hidden_paths, probe_name, protected_paths,
+    read_only_root, watched,
 };
 use limits::{cgroup_limits, io_uring, privileges, resource_limits};
 pub use network::{connect_allowed_sockets, unix_sockets_at_connect, ForeignSocket};
@@ -75,6 +75,10 @@ pub struct ProbeInput {
     /// it: each must show those alone and be a mount of its own.
     #[serde(default)]
     pub covered: Vec<(PathBuf, Vec<PathBuf>)>,
+    /// `--bind` and `--ro-bind`: each DST must be that very SRC, and read-only unless
+    /// writable.
+    #[serde(default)]
+    pub binds: Vec<BoundPath>,
     pub proxy: SocketAddr,
     /// A listener the parent bound on host loopback before the sandbox existed.
     pub host_listener: SocketAddr,
@@ -100,6 +104,16 @@ pub struct ProbeInput {
     /// must refuse it bound for the canary.
     #[serde(default)]
     pub secrets: Vec<(String, String)>,
+}
+
+/// A bind as the probe checks it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BoundPath {
+    pub source: PathBuf,
+    pub target: PathBuf,
+    /// What netbox resolved SRC to.
+    pub identity: crate::sys::resolve::FileId,
+    pub writable: bool,
 }
 
 /// What the capture row tries.
@@ -139,6 +153,7 @@ pub fn run(
     if !input.covered.is_empty() {
         checks.push(cache_home(input));
     }
+    checks.extend(bound_paths(input));
     checks.push(finish_egress(input, egress));
     if !input.secrets.is_empty() {
         checks.push(secrets::secrets(input, env));
@@ -212,5 +227,6 @@ pub fn run_cut(input: &ProbeInput, proxy_v6: bool) -> ProbeReport {
     if !input.covered.is_empty() {
         checks.push(cache_home(input));
     }
+    checks.extend(bound_paths(input));
     report(checks, watched_writes(input), started)
 }

@@ -124,6 +124,18 @@ pub enum ToolCache {
     None,
 }
 
+/// What netbox says on stderr while CMD runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Show {
+    /// The start-up line, and each attempt (an allowed tunnel once per host).
+    All,
+    /// Only refusals and blocked writes.
+    Blocked,
+    /// Nothing.
+    None,
+}
+
 /// Where the sandbox's temp root comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TmpMode {
@@ -259,9 +271,14 @@ pub struct RunArgs {
     #[arg(long = "log", value_name = "FILE")]
     pub log: Option<PathBuf>,
 
-    /// No start-up line and no per-attempt lines on stderr.
+    /// No start-up line and no per-attempt lines on stderr (as --show none).
     #[arg(long)]
     pub quiet: bool,
+
+    /// What stderr says while CMD runs: the start-up line and every attempt (all), only
+    /// what was blocked (blocked), or nothing (none, as --quiet). The log has everything.
+    #[arg(long = "show", value_enum, value_name = "WHAT")]
+    pub show: Option<Show>,
 
     /// Kill the whole sandbox after this long (e.g. 30s, 5m) and exit 124, like timeout(1).
     #[arg(long = "timeout", value_name = "DURATION", value_parser = duration)]

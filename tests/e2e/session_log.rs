@@ -367,3 +367,51 @@ fn allowed_repeats_are_said_once_and_a_request_says_its_status() {
         .count();
     assert_eq!(allowed, 4);
 }
+
+/// `--show blocked` says what was refused (a connection, a write) and nothing else: no
+/// start-up line, no allowed attempt; `--show all` (the control) says both. A blocked
+/// write's line is on stderr before anything the command prints after the write.
+#[test]
+fn stderr_can_say_only_what_was_blocked_and_says_a_write_before_what_follows_it() {
+    let dir = TestDir::new("show-blocked");
+    let server = HttpServer::start();
+    let p = server.port();
+    let allow = dir.write(
+        "allow.toml",
+        &format!("allow_private = [\"files.test:{p}\"]\n[hosts]\n\"files.test\" = \"127.0.0.1\"\n"),
+    );
+    let script = format!(
+        "curl -s http://files.test:{p}/hello >/dev/null\n\
+         curl -s --max-time 8 http://blocked.test/ >/dev/null\n\
+         for n in 1 2 3; do touch /etc/nb-show-$n 2>/dev/null; echo after-write-$n >&2; done\n"
+    );
+    let run = |show: &str| {
+        Run::new(&dir)
+            .args_from(&["--show", show, "--allowlist", allow.to_str().unwrap()])
+            .sh(&script)
+    };
+    let all = stderr(&run("all"));
+    assert!(all.contains("netbox: sandbox normal"), "{all}");
+    assert!(
+        all.contains("allowed") && all.contains("files.test"),
+        "{all}"
+    );
+    let blocked = stderr(&run("blocked"));
+    assert!(!blocked.contains("netbox: sandbox normal"), "{blocked}");
+    assert!(!blocked.contains("files.test"), "{blocked}");
+    assert!(blocked.contains("blocked.test"), "{blocked}");
+    for n in 1..=3 {
+        let write = blocked
+            .find(&format!("blocked write /etc/nb-show-{n} "))
+            .unwrap_or_else(|| panic!("no line for write {n}: {blocked}"));
+        let after = blocked.find(&format!("after-write-{n}")).unwrap();
+        assert!(
+            write < after,
+            "write {n} said after what followed it: {blocked}"
+        );
+    }
+    // `none` says nothing of netbox's own; the command's lines stay.
+    let none = stderr(&run("none"));
+    assert!(!none.contains("netbox:"), "{none}");
+    assert!(none.contains("after-write-3"), "{none}");
+}

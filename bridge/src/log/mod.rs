@@ -23,7 +23,7 @@ pub use summary::{describe, summary};
 use std::fs::File;
 use std::io::{self};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -53,18 +53,24 @@ pub fn timestamp() -> String {
     humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
-/// Whether to summarise each event on stderr.
+/// Which events are summarised on stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Stderr {
-    Summary,
-    Quiet,
+    /// Every event (an allowed tunnel once per host).
+    Summary = 2,
+    /// Refusals alone.
+    Blocked = 1,
+    /// None.
+    Quiet = 0,
 }
 
 /// Where events go: an append-only JSON-lines file and/or stderr.
 pub struct EventLog {
     file: Option<Mutex<Sink>>,
-    /// Summaries on stderr (true) or not; switchable, so start-up chatter can stay quiet.
-    stderr: AtomicBool,
+    /// Which summaries go to stderr (a [`Stderr`] as its number); switchable, so start-up
+    /// chatter can stay quiet.
+    stderr: AtomicU8,
     /// The first write that failed, once one has: a log that cannot be written must stop
     /// what it records (see [`EventLog::failure`]).
     failed: tokio::sync::watch::Sender<Option<String>>,
@@ -120,7 +126,7 @@ impl EventLog {
         };
         Ok(EventLog {
             file,
-            stderr: AtomicBool::new(stderr == Stderr::Summary),
+            stderr: AtomicU8::new(stderr as u8),
             failed: tokio::sync::watch::Sender::new(None),
             announced: Mutex::new(Announced::default()),
             net_cap: None,
@@ -314,7 +320,12 @@ impl EventLog {
             };
             counter.fetch_add(1, Ordering::Relaxed);
         }
-        if self.stderr.load(Ordering::Relaxed) {
+        let shown = self.stderr.load(Ordering::Relaxed);
+        let said = match event.decision {
+            Verdict::Allow => shown >= Stderr::Summary as u8,
+            Verdict::Deny => shown >= Stderr::Blocked as u8,
+        };
+        if said {
             let line = summary(event);
             let tunnel = matches!(
                 event.proto,
@@ -386,8 +397,7 @@ impl EventLog {
 
     /// Turns the stderr summaries on or off from now on (the file gets every event always).
     pub fn set_stderr(&self, stderr: Stderr) {
-        self.stderr
-            .store(stderr == Stderr::Summary, Ordering::Relaxed);
+        self.stderr.store(stderr as u8, Ordering::Relaxed);
     }
 
     /// Writes a record of another type (netbox's probe, phase, write and session

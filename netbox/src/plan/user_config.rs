@@ -7,6 +7,7 @@
 //! tools = ["pip", "npm"]            # as --allow-tool, added to the command line's
 //! allowlist = ["allow.toml"]        # as --allowlist (relative to this file), added
 //! refusal_status = 403              # as --refusal-status, unless the command line gives one
+//! show = "blocked"                  # as --show, unless the command line gives it or --quiet
 //!
 //! [workspace."/home/me/src/app"]    # for runs whose workspace is this directory or in it
 //! tools = ["cargo"]
@@ -38,6 +39,7 @@ struct Defaults {
     #[serde(default)]
     allowlist: Vec<PathBuf>,
     refusal_status: Option<u16>,
+    show: Option<crate::cli::Show>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -84,9 +86,11 @@ pub fn apply(
     // What the command line leaves open is filled in; lists are added to.
     let mut private_ok = None;
     let mut refusal_status = None;
+    let mut show = None;
     for layer in layers {
         private_ok = layer.private_ok.or(private_ok);
         refusal_status = layer.refusal_status.or(refusal_status);
+        show = layer.show.or(show);
         for tool in &layer.tools {
             if !args.policy.allow_tool.contains(tool) {
                 args.policy.allow_tool.push(tool.clone());
@@ -102,6 +106,9 @@ pub fn apply(
     args.policy.private_ok |= private_ok.unwrap_or(false);
     if args.refusal_status.is_none() {
         args.refusal_status = refusal_status;
+    }
+    if args.show.is_none() {
+        args.show = show;
     }
     if let Some(code) = args.refusal_status {
         if !(400..=599).contains(&code) {

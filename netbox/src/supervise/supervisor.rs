@@ -450,7 +450,7 @@ impl<'a> Supervisor<'a> {
         // A full-screen program (less, vim) draws over the refusals said while it ran: said
         // again in one line once it is gone.
         let refused = self.lent.tally.writes_denied;
-        if refused > 0 && had_terminal && self.settings.stderr == Stderr::Summary {
+        if refused > 0 && had_terminal && self.settings.stderr != Stderr::Quiet {
             crate::output::say(&format!(
                 "netbox: {refused} write(s) refused while the command ran (`netbox log --last` \
                  lists them)"

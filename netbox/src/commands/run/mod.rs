@@ -304,7 +304,7 @@ fn run_logged(
         cgroups.limits(),
     )?;
 
-    if !config.quiet {
+    if config.show == crate::cli::Show::All {
         crate::output::say(&startup_line(&config));
     }
     // A file given as standard input reaches CMD through a pipe (stdin_relay.rs).
@@ -401,10 +401,10 @@ fn run_logged(
         Arc::new(config.policy),
         config.max_connections,
     ));
-    let stderr = if config.quiet {
-        Stderr::Quiet
-    } else {
-        Stderr::Summary
+    let stderr = match config.show {
+        crate::cli::Show::All => Stderr::Summary,
+        crate::cli::Show::Blocked => Stderr::Blocked,
+        crate::cli::Show::None => Stderr::Quiet,
     };
     let result = runtime.block_on(supervise(Supervised {
         placeholders: &mut placeholders,

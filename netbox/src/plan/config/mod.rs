@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use bridge::Policy;
 
-use crate::cli::{RunArgs, TmpMode};
+use crate::cli::{RunArgs, Show, TmpMode};
 use crate::error::WrapperError;
 pub use binds::{refuse_overlaps as refuse_bind_overlaps, Bind};
 pub use files::sessions_dir;
@@ -96,7 +96,8 @@ pub struct SandboxConfig {
     pub timeout: Option<std::time::Duration>,
     pub limits: crate::limits::Limits,
     pub log_path: PathBuf,
-    pub quiet: bool,
+    /// What stderr says while CMD runs (`--show`, `--quiet`).
+    pub show: Show,
     pub uid: u32,
     pub gid: u32,
 }
@@ -322,7 +323,11 @@ impl SandboxConfig {
                 cpu_millis: args.cpus,
             },
             log_path,
-            quiet: args.quiet,
+            show: if args.quiet {
+                Show::None
+            } else {
+                args.show.unwrap_or(Show::All)
+            },
             uid: nix::unistd::getuid().as_raw(),
             gid: nix::unistd::getgid().as_raw(),
         })

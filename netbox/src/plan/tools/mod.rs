@@ -69,6 +69,9 @@ pub struct ToolRules {
     pub rules: Vec<ToolRule>,
     /// What could not be found, said on the start-up line and by `netbox tools`.
     pub notes: Vec<String>,
+    /// Advice that holds on every run alike: said by `netbox tools` alone, not on each
+    /// run's start-up line.
+    pub asides: Vec<String>,
 }
 
 impl ToolRules {
@@ -216,7 +219,7 @@ pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperErro
             let source = crate::printable::printable(&rule.source);
             text.push_str(&format!("    {quoted}, # {source}\n"));
         }
-        for note in &found.notes {
+        for note in found.notes.iter().chain(&found.asides) {
             text.push_str(&format!(
                 "    # note: {}\n",
                 crate::printable::printable(note)

@@ -58,7 +58,8 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
             );
         }
     }
-    out.note("a registry may serve tarballs from another host: netbox learn finds it");
+    out.asides
+        .push("a registry may serve tarballs from another host: netbox learn finds it".into());
     out
 }
 

@@ -70,7 +70,7 @@ impl<'a> Supervisor<'a> {
             pid1: u32::try_from(sandbox.pid.as_raw()).unwrap_or(0),
             protected,
             read_only,
-            notices: stderr == Stderr::Summary,
+            notices: stderr != Stderr::Quiet,
             cpu_cgroup_tasks: cpu_cgroup_tasks.clone(),
             share_root: !allow_nested_userns,
             allowed_sockets: allowed_sockets.clone(),

@@ -530,24 +530,20 @@ fn handle(
         let _ = seccomp::let_it_run(listener.as_fd(), n.id);
         return;
     }
-    let Some(executable) = callers_executable_then_let_run(listener, n) else {
-        return;
-    };
-    for verdict in verdicts.iter().filter(|v| v.denied) {
-        record(context, seen, n, verdict, &executable);
-    }
-}
-
-/// The caller's executable, read while it still waits (once let go, a short-lived one is
-/// gone); then the syscall is let run. `None` if the caller died meanwhile: what was read
-/// may then be another process's (its pid reused), and nothing is recorded.
-fn callers_executable_then_let_run(listener: &OwnedFd, n: &Notification) -> Option<String> {
+    // Recorded, and said, while the caller still waits: its line is on the terminal before
+    // anything the command prints after the refusal (its own error, the next command's
+    // output). The caller's executable is read then too (once let go, a short-lived one is
+    // gone); if the caller died meanwhile, what was read may be another process's (its pid
+    // reused), and nothing is recorded.
     let executable = std::fs::read_link(format!("/proc/{}/exe", n.pid))
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    let valid = seccomp::still_valid(listener.as_fd(), n.id);
+    if seccomp::still_valid(listener.as_fd(), n.id) {
+        for verdict in verdicts.iter().filter(|v| v.denied) {
+            record(context, seen, n, verdict, &executable);
+        }
+    }
     let _ = seccomp::let_it_run(listener.as_fd(), n.id);
-    valid.then_some(executable)
 }
 
 /// pid 1's own call, which netbox cannot copy from once pid 1 is no longer dumpable

@@ -77,6 +77,9 @@ pub struct EventLog {
     /// Refusals already announced: each is said once (the file gets every one), up to
     /// `MAX_ANNOUNCED`.
     announced: Mutex<Announced>,
+    /// The targets (`HOST:PORT`) refused so far, the first `MAX_REFUSED_TARGETS` of them:
+    /// for what netbox says after the run (a tool's flag that would have opened one).
+    refused_targets: Mutex<Vec<String>>,
     /// `net` records written at most, refused and allowed ones apart (`None`: no bound);
     /// past a cap they are counted.
     net_cap: Option<NetCap>,
@@ -129,6 +132,7 @@ impl EventLog {
             stderr: AtomicU8::new(stderr as u8),
             failed: tokio::sync::watch::Sender::new(None),
             announced: Mutex::new(Announced::default()),
+            refused_targets: Mutex::new(Vec::new()),
             net_cap: None,
             refusal_budget: None,
             net_written: Default::default(),
@@ -320,6 +324,14 @@ impl EventLog {
             };
             counter.fetch_add(1, Ordering::Relaxed);
         }
+        if let (Verdict::Deny, Some(host), Some(port)) = (event.decision, &event.host, event.port) {
+            if let Ok(mut refused) = self.refused_targets.lock() {
+                let target = format!("{host}:{port}");
+                if refused.len() < MAX_REFUSED_TARGETS && !refused.contains(&target) {
+                    refused.push(target);
+                }
+            }
+        }
         let shown = self.stderr.load(Ordering::Relaxed);
         let said = match event.decision {
             Verdict::Allow => shown >= Stderr::Summary as u8,
@@ -350,6 +362,14 @@ impl EventLog {
                 crate::terminal::say(&line);
             }
         }
+    }
+
+    /// The targets (`HOST:PORT`) refused so far, each once, the first few.
+    pub fn refused_targets(&self) -> Vec<String> {
+        self.refused_targets
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
     }
 
     /// The first write that failed, if one has.
@@ -470,6 +490,9 @@ pub struct NetCap {
     /// Lookups the sandbox's DNS stub refused.
     pub lookups: u64,
 }
+
+/// Refused targets kept for [`EventLog::refused_targets`].
+const MAX_REFUSED_TARGETS: usize = 64;
 
 /// The refusals said on stderr so far.
 #[derive(Default)]

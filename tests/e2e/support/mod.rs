@@ -377,6 +377,27 @@ impl Run {
         self.command(script).output().expect("run netbox")
     }
 
+    /// Runs `argv` itself (no shell: CMD's program is `argv[0]`) in the sandbox and waits.
+    pub fn argv(&self, argv: &[&str]) -> Output {
+        let cmd = self.command("");
+        let args: Vec<std::ffi::OsString> = cmd.get_args().map(ToOwned::to_owned).collect();
+        let before = args.iter().position(|a| a == "--").unwrap_or(args.len());
+        let mut direct = Command::new(netbox_bin());
+        direct
+            .args(&args[..before])
+            .arg("--")
+            .args(argv)
+            .current_dir(&self.workspace)
+            .stdin(Stdio::null());
+        for var in PROXY_VARS {
+            direct.env_remove(var);
+        }
+        for (k, v) in &self.envs {
+            direct.env(k, v);
+        }
+        direct.output().expect("run netbox")
+    }
+
     /// The run's first probe record (with --fetch there is a second, "cut", after it).
     pub fn probe(&self) -> Value {
         self.events()

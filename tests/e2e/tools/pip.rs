@@ -112,8 +112,31 @@ fn pip_installs_from_the_index_its_configuration_names_and_its_files_host() {
         "pip install --quiet --trusted-host pypi.mirror.test --trusted-host files.mirror.test \
                    --no-deps --target deps demopkg; \
                    PYTHONPATH=deps python3 -c 'import demopkg; print(demopkg.GREETING)'";
+    // Without --allow-tool, the index pip's settings name is refused, and netbox says the
+    // flag once pip is done (CMD is pip itself).
+    let out = with(&[]).argv(&[
+        "pip",
+        "install",
+        "--quiet",
+        "--trusted-host",
+        "pypi.mirror.test",
+        "--no-deps",
+        "--target",
+        "deps",
+        "demopkg",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(&format!(
+            "netbox: hint: pypi.mirror.test:{port} is a registry pip's settings name; \
+             --allow-tool pip allows what they name"
+        )),
+        "{}",
+        stderr(&out)
+    );
     let out = with(&["--allow-tool", "pip", "--private-ok"]).sh(install);
     assert_eq!(stdout(&out), "demopkg says hi\n", "{}", stderr(&out));
+
     // The start-up line says where the files host came from: the index, its files host
     // and one more (cdn0), none of the odd ports.
     assert!(

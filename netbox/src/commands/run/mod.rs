@@ -396,6 +396,12 @@ fn run_logged(
         .build()
         .map_err(WrapperError::Runtime)?;
     let session_id = config.session_id.clone();
+    let (cmd, tools, cwd, show) = (
+        config.cmd.clone(),
+        config.tools.clone(),
+        config.cwd.clone(),
+        config.show,
+    );
     let session = Arc::new(Session::new(
         config.session_id.as_str(),
         Arc::new(config.policy),
@@ -444,6 +450,13 @@ fn run_logged(
     // quota.
     if cgroups.cpu_tasks().is_some() {
         let _ = cgroups.leave();
+    }
+    // A refused registry that CMD's own tool names: the flag that would have opened it.
+    if show != crate::cli::Show::None {
+        let refused = log.refused_targets();
+        if let Some(hint) = crate::plan::tools::hint_after_refusals(&cmd, &tools, &refused, &cwd) {
+            crate::output::say(&hint);
+        }
     }
     // Everything of the sandbox is gone: what did it leave for git to find? Paths that
     // became needed during the run are looked at too: CMD may have been there first.

@@ -98,6 +98,8 @@ pub struct SandboxConfig {
     pub log_path: PathBuf,
     /// What stderr says while CMD runs (`--show`, `--quiet`).
     pub show: Show,
+    /// The tools `--allow-tool` (or the defaults file) named.
+    pub tools: Vec<String>,
     pub uid: u32,
     pub gid: u32,
 }
@@ -323,6 +325,7 @@ impl SandboxConfig {
                 cpu_millis: args.cpus,
             },
             log_path,
+            tools: tools.clone(),
             show: if args.quiet {
                 Show::None
             } else {

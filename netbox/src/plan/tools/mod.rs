@@ -26,6 +26,7 @@ mod npm;
 mod owndir;
 mod pip;
 mod query;
+mod reach;
 
 pub use caches::{caches, Cache, CacheFor};
 use std::path::Path;
@@ -186,6 +187,63 @@ pub fn summary(tool: &str, found: &ToolRules, named_at: &str) -> String {
     crate::printable::printable(&line)
 }
 
+/// After a run that had attempts refused: when CMD's program is a tool `--allow-tool`
+/// did not name, and that tool's own settings name a refused target, the flag that opens
+/// what they name. Asked only then (a tool's answer can take half a second).
+pub fn hint_after_refusals(
+    cmd: &[std::ffi::OsString],
+    given: &[String],
+    refused: &[String],
+    cwd: &Path,
+) -> Option<String> {
+    let tool = tool_of_program(cmd)?;
+    if refused.is_empty() || given.iter().any(|g| g == tool) {
+        return None;
+    }
+    let policy = bridge::policy::Policy::deny_all();
+    let untrusted = vec![std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_owned())];
+    let fetches = fetch::Fetches::new();
+    let ctx = Context {
+        cwd,
+        untrusted: &untrusted,
+        hidden: &[],
+        policy: &policy,
+        private_ok: false,
+        fetches: &fetches,
+    };
+    let found = discover(tool, &ctx).ok()?;
+    let named = refused
+        .iter()
+        .find(|target| found.rules.iter().any(|r| &r.rule == *target))?;
+    Some(format!(
+        "netbox: hint: {} is a registry {tool}'s settings name; --allow-tool {tool} allows \
+         what they name (netbox tools {tool} lists it)",
+        crate::printable::printable(named)
+    ))
+}
+
+/// The tool CMD's program is, if it is one netbox asks: by its file name (`pip3.12`,
+/// `npx`, `apt-get`), or `python -m pip`.
+fn tool_of_program(cmd: &[std::ffi::OsString]) -> Option<&'static str> {
+    let name = Path::new(cmd.first()?).file_name()?.to_str()?;
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    Some(match base {
+        "pip" => "pip",
+        "python" if cmd.windows(2).any(|w| w[0] == "-m" && w[1] == "pip") => "pip",
+        "uv" => "uv",
+        "npm" | "npx" => "npm",
+        "yarn" => "yarn",
+        "pnpm" => "pnpm",
+        "cargo" => "cargo",
+        "go" => "go",
+        "apt" | "apt-get" => "apt",
+        "mvn" => "maven",
+        "gem" => "gem",
+        "bundle" => "bundle",
+        _ => return None,
+    })
+}
+
 /// `netbox tools NAME...`: prints what each tool would add, as allowlist lines.
 pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperError> {
     let cwd = std::env::current_dir().map_err(|source| crate::error::WrapperError::Path {
@@ -214,10 +272,19 @@ pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperErro
             reason,
         })?;
         text.push_str(&format!("    # {name}\n"));
-        for rule in &found.rules {
+        let rules: Vec<String> = found.rules.iter().map(|r| r.rule.clone()).collect();
+        let reached = reach::non_public(&rules);
+        for (rule, reached) in found.rules.iter().zip(reached) {
             let quoted = serde_json::to_string(&rule.rule).unwrap_or_default();
             let source = crate::printable::printable(&rule.source);
             text.push_str(&format!("    {quoted}, # {source}\n"));
+            let advice = reached.and_then(|(ip, class)| {
+                reach::advice(&rule.rule, ip, class, args.private_ok, rule.from_workspace)
+            });
+            if let Some(advice) = advice {
+                let advice = crate::printable::printable(&advice);
+                text.push_str(&format!("    # {advice}\n"));
+            }
         }
         for note in found.notes.iter().chain(&found.asides) {
             text.push_str(&format!(
@@ -360,6 +427,24 @@ fn address_rule(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tool_a_program_is() {
+        let of = |argv: &[&str]| {
+            let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+            tool_of_program(&argv)
+        };
+        assert_eq!(of(&["pip3.12", "install", "x"]), Some("pip"));
+        assert_eq!(
+            of(&["/usr/bin/python3", "-m", "pip", "install"]),
+            Some("pip")
+        );
+        assert_eq!(of(&["python3", "script.py"]), None);
+        assert_eq!(of(&["npx", "x"]), Some("npm"));
+        assert_eq!(of(&["apt-get", "install"]), Some("apt"));
+        assert_eq!(of(&["bash", "-c", "pip install x"]), None);
+        assert_eq!(of(&[]), None);
+    }
 
     #[test]
     fn a_registry_named_by_address_gets_the_rule_to_give() {

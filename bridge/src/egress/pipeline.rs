@@ -252,8 +252,31 @@ pub(crate) async fn admit(
             return Err(refuse(attempt, Refusal::new(Reason::ResolveFailed, detail)));
         };
         attempt.refused_class = verdict.class;
+        // A tool's registry (its rule came from --allow-tool): one flag opens every one, and
+        // it is said first, so that following the first advice fixes every host of every
+        // tool at once.
+        let tool_rule = decision
+            .rule
+            .as_ref()
+            .filter(|rule| {
+                verdict.rule.is_none() && rule.file.starts_with(crate::policy::TOOL_RULE_PREFIX)
+            })
+            .map(|rule| rule.file.clone());
         let detail = match (&verdict.rule, verdict.class) {
             (Some(rule), _) => format!("{addr} denied by rule {:?} at {rule}", rule.text),
+            (None, Some(class))
+                if tool_rule.is_some() && crate::policy::private_service_class(class) =>
+            {
+                format!(
+                    "{host} resolves to {addr}, a {} address; it is a registry of {}: \
+                     --private-ok lets every --allow-tool registry reach internal addresses \
+                     (for this name alone: --allow-private {host}:{port})",
+                    class.describe(),
+                    tool_rule.as_deref().unwrap_or_default(),
+                    host = target.host,
+                    port = target.port,
+                )
+            }
             (None, Some(class)) if inner_ipv4(addr).is_some() => format!(
                 "{} resolves to {addr}, which a gateway turns into {}, a {} address; open that \
                  IPv4 address with an IP/CIDR rule if you mean it",
@@ -283,18 +306,11 @@ pub(crate) async fn admit(
             ),
             (None, None) => format!("{addr} refused"),
         };
-        // A tool's registry (its rule came from --allow-tool): one flag opens every one.
-        let detail = match &decision.rule {
-            Some(rule)
-                if verdict.rule.is_none()
-                    && rule.file.starts_with(crate::policy::TOOL_RULE_PREFIX) =>
-            {
-                format!(
-                    "{detail}; it is a registry of {}: --private-ok lets every --allow-tool \
-                     registry reach internal addresses",
-                    rule.file
-                )
-            }
+        let detail = match tool_rule {
+            Some(tool) if !detail.contains("--private-ok") => format!(
+                "{detail}; it is a registry of {tool}: --private-ok lets every --allow-tool \
+                 registry reach internal addresses"
+            ),
             _ => detail,
         };
         if verdict.rule.is_some() {

@@ -114,11 +114,13 @@ pub(crate) fn swap_request(
     }
     if secret_host {
         // What comes back is searched for the value: only a body without a content coding
-        // can be.
+        // can be, and only a whole one (a part can cut a value in two).
         parts.headers.insert(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
+        parts.headers.remove(header::RANGE);
+        parts.headers.remove(header::IF_RANGE);
     }
     used.sort();
     used.dedup();
@@ -290,6 +292,8 @@ fn replace_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 #[derive(Clone, Default)]
 pub(crate) struct Redactions {
     forms: Vec<(zeroize::Zeroizing<Vec<u8>>, Bytes)>,
+    /// Each form's failure function (`failure_of`), for what a frame keeps back.
+    failures: Vec<Vec<usize>>,
 }
 
 /// Shortest base64 text searched for: a shorter run of base64 would match by chance.
@@ -305,7 +309,8 @@ impl Redactions {
                 forms_of(value.bytes(), &secret.placeholder, &mut forms);
             }
         }
-        Redactions { forms }
+        let failures = forms.iter().map(|(form, _)| failure_of(form)).collect();
+        Redactions { forms, failures }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -321,8 +326,33 @@ impl Redactions {
         head: &http::response::Parts,
         target: &Target,
     ) -> Option<String> {
-        if self.is_empty()
-            || head_request
+        if self.is_empty() {
+            return None;
+        }
+        // A part of a body cuts a value where no search sees it whole: requests to these
+        // hosts ask for none (`Range` is taken off), so a part is not passed on either.
+        if head.status == http::StatusCode::PARTIAL_CONTENT {
+            return Some(format!(
+                "the response from {target}, a host a secret goes to, is part of a body (206): \
+                 a value cut across parts cannot be searched for, so it is not passed on"
+            ));
+        }
+        // A transfer coding other than chunked: hyper undoes the chunking alone.
+        let transfer_coded = head
+            .headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+            .map(str::trim)
+            .any(|c| !c.is_empty() && !c.eq_ignore_ascii_case("chunked"));
+        if transfer_coded {
+            return Some(format!(
+                "the response from {target}, a host a secret goes to, came in a transfer \
+                 coding other than chunked: it cannot be searched for the secret's value, so \
+                 it is not passed on"
+            ));
+        }
+        if head_request
             || head.status == http::StatusCode::NO_CONTENT
             || head.status == http::StatusCode::NOT_MODIFIED
         {
@@ -360,7 +390,9 @@ impl Redactions {
         if self.is_empty() {
             return;
         }
-        head.extensions.remove::<hyper::ext::ReasonPhrase>();
+        // hyper's extensions carry text the server chose as it spelled it: its reason
+        // phrase, and each header name's case. None of it goes on.
+        head.extensions = http::Extensions::new();
         self.clean_headers(&mut head.headers);
     }
 
@@ -372,6 +404,12 @@ impl Redactions {
         }
         let names: Vec<_> = headers.keys().cloned().collect();
         for name in names {
+            // A value as a header's name (lower-cased, so compared without case): the
+            // header goes whole.
+            if self.names_a_value(name.as_str().as_bytes()) {
+                headers.remove(&name);
+                continue;
+            }
             let values: Vec<HeaderValue> = headers.get_all(&name).iter().cloned().collect();
             if !values.iter().any(|v| self.holds_value(v.as_bytes())) {
                 continue;
@@ -389,20 +427,25 @@ impl Redactions {
         }
     }
 
+    fn names_a_value(&self, name: &[u8]) -> bool {
+        self.forms.iter().any(|(form, _)| {
+            form.len() <= name.len()
+                && name
+                    .windows(form.len())
+                    .any(|w| w.eq_ignore_ascii_case(form))
+        })
+    }
+
     fn holds_value(&self, bytes: &[u8]) -> bool {
         self.forms
             .iter()
             .any(|(v, _)| memchr::memmem::find(bytes, v).is_some())
     }
 
-    /// The longest value: a body keeps back one byte less than this between frames, in
-    /// case a value is split across them.
-    fn longest(&self) -> usize {
-        self.forms.iter().map(|(v, _)| v.len()).max().unwrap_or(0)
-    }
-
     /// `buf` with every whole value masked; what might be the start of a value cut by the
-    /// frame's end is kept back (returned second) unless this is the end.
+    /// frame's end (the longest end of `buf` that begins some form) is kept back, returned
+    /// second, unless this is the end. Only that: a stream of events smaller than a value
+    /// is passed on as it comes, not held until the next.
     fn mask(&self, mut buf: BytesMut, end: bool) -> (Bytes, BytesMut) {
         for (value, _) in &self.forms {
             let mut from = 0;
@@ -415,11 +458,50 @@ impl Redactions {
         let keep = if end {
             0
         } else {
-            self.longest().saturating_sub(1).min(buf.len())
+            self.forms
+                .iter()
+                .zip(&self.failures)
+                .map(|((form, _), failure)| prefix_at_end(&buf, form, failure))
+                .max()
+                .unwrap_or(0)
         };
         let held = buf.split_off(buf.len() - keep);
         (buf.freeze(), held)
     }
+}
+
+/// The failure function of Knuth, Morris and Pratt for `form`: for each length matched,
+/// the length of the longest proper prefix that is also a suffix of it.
+fn failure_of(form: &[u8]) -> Vec<usize> {
+    let mut failure = vec![0; form.len()];
+    let mut k = 0;
+    for i in 1..form.len() {
+        while k > 0 && form[i] != form[k] {
+            k = failure[k - 1];
+        }
+        if form[i] == form[k] {
+            k += 1;
+        }
+        failure[i] = k;
+    }
+    failure
+}
+
+/// The length of the longest proper prefix of `form` that `buf` ends with, in one pass
+/// over the last `form.len() - 1` bytes (a server's body can be built to make a naive
+/// search quadratic).
+fn prefix_at_end(buf: &[u8], form: &[u8], failure: &[usize]) -> usize {
+    let window = &buf[buf.len().saturating_sub(form.len().saturating_sub(1))..];
+    let mut k = 0;
+    for &byte in window {
+        while k > 0 && form[k] != byte {
+            k = failure[k - 1];
+        }
+        if form[k] == byte {
+            k += 1;
+        }
+    }
+    k
 }
 
 /// The forms `value` can come back in, added to `forms`: as it is (a header gets the
@@ -544,7 +626,9 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done && self.held.is_empty() && self.trailers.is_none()
+        // As the body it wraps says before the first poll (a 204's, a HEAD's): hyper reads
+        // an empty body's length from this.
+        self.held.is_empty() && self.trailers.is_none() && (self.done || self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -913,6 +997,82 @@ mod tests {
         let trailers = collected.trailers().cloned().expect("the trailers");
         assert_eq!(trailers["x-echo"], s.placeholder.as_str());
         assert_eq!(&collected.to_bytes()[..], b"end 0123");
+    }
+
+    #[test]
+    fn a_frame_keeps_back_only_what_may_begin_a_value() {
+        let s = secret("SWAP_T13", "0123456789abcdef", &["git.test"]);
+        let r = Redactions::for_target(std::slice::from_ref(&s), &target("git.test:443"));
+        // An event that cannot begin the value goes on whole, at once.
+        let (out, held) = r.mask(BytesMut::from(&b"data: tick\n\n"[..]), false);
+        assert_eq!(&out[..], b"data: tick\n\n");
+        assert!(held.is_empty());
+        // One that ends as the value begins keeps that much back.
+        let (out, held) = r.mask(BytesMut::from(&b"data: 01234"[..]), false);
+        assert_eq!(&out[..], b"data: ");
+        assert_eq!(&held[..], b"01234");
+        // A body built to make a naive search slow is decided in one pass.
+        let s = secret("SWAP_T14", &"a".repeat(4000), &["git.test"]);
+        let r = Redactions::for_target(std::slice::from_ref(&s), &target("git.test:443"));
+        let mut body = BytesMut::from(&b"b"[..]);
+        body.extend_from_slice(&[b'a'; 3999]);
+        let (out, held) = r.mask(body, false);
+        assert_eq!(&out[..], b"b");
+        assert_eq!(held.len(), 3999);
+    }
+
+    #[test]
+    fn a_value_as_a_header_name_takes_the_header_with_it() {
+        let s = secret("SWAP_T15", "MiXeDCaseToken0123", &["git.test"]);
+        let r = Redactions::for_target(std::slice::from_ref(&s), &target("git.test:443"));
+        let (mut head, ()) = http::Response::new(()).into_parts();
+        head.headers
+            .insert("x-mixedcasetoken0123-seen", "1".parse().unwrap());
+        head.headers.insert("x-other", "2".parse().unwrap());
+        r.clean_head(&mut head);
+        assert!(head.headers.get("x-mixedcasetoken0123-seen").is_none());
+        assert_eq!(head.headers["x-other"], "2");
+    }
+
+    #[test]
+    fn parts_and_transfer_codings_are_not_passed_on() {
+        let s = secret("SWAP_T16", "real-token-16", &["git.test"]);
+        let t = target("git.test:443");
+        let r = Redactions::for_target(std::slice::from_ref(&s), &t);
+        let head = |status: u16, te: Option<&str>| {
+            let (mut head, ()) = http::Response::new(()).into_parts();
+            head.status = http::StatusCode::from_u16(status).unwrap();
+            if let Some(te) = te {
+                head.headers
+                    .insert(header::TRANSFER_ENCODING, te.parse().unwrap());
+            }
+            head
+        };
+        assert!(r.unsearchable(false, &head(206, None), &t).is_some());
+        assert!(r
+            .unsearchable(false, &head(200, Some("gzip, chunked")), &t)
+            .is_some());
+        assert!(r
+            .unsearchable(false, &head(200, Some("chunked")), &t)
+            .is_none());
+        assert!(r.unsearchable(false, &head(200, None), &t).is_none());
+        // And requests to the host ask for no part.
+        let mut headers = HeaderMap::new();
+        headers.insert(header::RANGE, "bytes=0-9".parse().unwrap());
+        headers.insert(header::IF_RANGE, "\"x\"".parse().unwrap());
+        let mut uri: Uri = "/".parse().unwrap();
+        swap(&[s], &t, &mut headers, &mut uri).unwrap();
+        assert!(headers.get(header::RANGE).is_none() && headers.get(header::IF_RANGE).is_none());
+    }
+
+    #[test]
+    fn an_empty_body_says_so_before_it_is_read() {
+        let s = secret("SWAP_T17", "real-token-17", &["git.test"]);
+        let r = Redactions::for_target(std::slice::from_ref(&s), &target("git.test:443"));
+        let empty = RedactedBody::new(http_body_util::Empty::<Bytes>::new(), r.clone());
+        assert!(empty.is_end_stream());
+        let full = RedactedBody::new(Frames([Bytes::from_static(b"x")].into_iter().collect()), r);
+        assert!(!full.is_end_stream());
     }
 
     /// A body of ready frames, data and trailers.

@@ -12,6 +12,7 @@
 
 pub mod git;
 mod http;
+mod index;
 mod load;
 mod rule;
 pub mod secrets;
@@ -61,6 +62,9 @@ pub struct Rule {
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     rules: Vec<Rule>,
+    /// The rules by what they match (index.rs), built on the first decision after a
+    /// change.
+    index: std::sync::OnceLock<index::RuleIndex>,
     hosts: HashMap<String, Vec<IpAddr>>,
     files: Vec<PathBuf>,
     /// The same files as they were named (see [`Policy::named_files`]).
@@ -98,6 +102,9 @@ pub const TOOL_RULE_PREFIX: &str = "--allow-tool ";
 
 /// The port whose tunnels are always checked for TLS naming their own host.
 pub const HTTPS_PORT: u16 = 443;
+
+/// Plain HTTP's port: a secret's host is read there too (`http_check`).
+const HTTP_PORT: u16 = 80;
 
 /// The outcome of a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -258,6 +265,7 @@ impl Policy {
             .iter()
             .filter(|r| &*r.origin.file == origin)
             .count();
+        self.index = std::sync::OnceLock::new();
         self.rules.push(Rule {
             action,
             spec,
@@ -272,11 +280,13 @@ impl Policy {
     }
 
     pub(crate) fn push_rule(&mut self, rule: Rule) {
+        self.index = std::sync::OnceLock::new();
         self.rules.push(rule);
     }
 
     /// Adds an `[[http]]` table: an allow rule for its hosts, whose tunnels are inspected.
     pub(crate) fn push_http_rule(&mut self, rule: HttpRule) {
+        self.index = std::sync::OnceLock::new();
         self.rules.push(Rule {
             action: Action::Allow,
             spec: rule.spec.clone(),
@@ -394,7 +404,12 @@ impl Policy {
             return Some(HttpCheck::Rules(rules));
         }
         let tls_port = self.checks_tls(target.port);
-        let secret_host = self.secrets.iter().any(|s| s.could_go_to(target, tls_port));
+        // A secret's host is read wherever its value could go, and on HTTP's own port too:
+        // what the host answers there is cleaned of the value as on its TLS ports (a value
+        // stored through one could be read back through the other).
+        let secret_host = self.secrets.iter().any(|s| {
+            s.could_go_to(target, tls_port) || (target.port == HTTP_PORT && s.names_host(target))
+        });
         (secret_host || (self.inspect_all && self.checks_tls(target.port)))
             .then_some(HttpCheck::Any)
     }
@@ -411,6 +426,10 @@ impl Policy {
 
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    fn index(&self) -> &index::RuleIndex {
+        self.index.get_or_init(|| index::RuleIndex::of(&self.rules))
     }
 
     /// Whether a tunnel to `port` must be TLS whose ClientHello names the tunnel's own
@@ -515,20 +534,25 @@ impl Policy {
 
     /// Decides whether a target may be attempted at all. Deny rules win; no match denies.
     pub fn decide(&self, target: &Target) -> Decision {
-        let first = |action| {
-            self.rules
-                .iter()
-                .find(|r| r.action == action && r.spec.matches(target))
-        };
+        // The rules that match, in the policy's order (found through the index: only the
+        // host's candidates are tried).
+        let matching: Vec<&Rule> = self
+            .index()
+            .candidates(&target.host)
+            .into_iter()
+            .map(|at| &self.rules[at])
+            .filter(|r| r.spec.matches(target))
+            .collect();
+        let first = |action| matching.iter().copied().find(|r| r.action == action);
         if let Some(rule) = first(Action::Deny) {
             return Decision::deny(Reason::DeniedByRule, Some(rule));
         }
         // An `allow_private` rule for the name counts wherever it stands among the allow
         // rules that match (a learned allowlist may name the same host plainly first).
-        let private = self
-            .rules
+        let private = matching
             .iter()
-            .find(|r| r.action == Action::Allow && r.reach_private && r.spec.matches(target));
+            .copied()
+            .find(|r| r.action == Action::Allow && r.reach_private);
         match private.or_else(|| first(Action::Allow)) {
             Some(rule) => Decision {
                 verdict: Verdict::Allow,
@@ -596,14 +620,18 @@ impl Policy {
         // A deny rule covers the address in any of its spellings; an allow rule opens it
         // only where the connection really ends (see `opens_ip`).
         let covering = |action| {
-            self.rules.iter().find(|r| {
-                r.action == action
-                    && r.spec.ports.contains(port)
-                    && match action {
-                        Action::Deny => r.spec.hosts.matches_ip(addr),
-                        Action::Allow => r.spec.hosts.opens_ip(addr),
-                    }
-            })
+            self.index()
+                .nets()
+                .iter()
+                .map(|&at| &self.rules[at])
+                .find(|r| {
+                    r.action == action
+                        && r.spec.ports.contains(port)
+                        && match action {
+                            Action::Deny => r.spec.hosts.matches_ip(addr),
+                            Action::Allow => r.spec.hosts.opens_ip(addr),
+                        }
+                })
         };
         let with_class = |d: Decision| Decision {
             class: Some(class),

@@ -531,3 +531,125 @@ fn tls_ports_and_plain_settings() {
     assert!(Policy::load(std::slice::from_ref(&file)).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The decision as it was made before the index: every rule tried in order.
+fn decide_by_scan(p: &Policy, target: &Target) -> (Verdict, Option<String>) {
+    let first = |action| {
+        p.rules
+            .iter()
+            .find(|r| r.action == action && r.spec.matches(target))
+    };
+    if let Some(rule) = first(Action::Deny) {
+        return (Verdict::Deny, Some(rule.origin.text.clone()));
+    }
+    let private = p
+        .rules
+        .iter()
+        .find(|r| r.action == Action::Allow && r.reach_private && r.spec.matches(target));
+    match private.or_else(|| first(Action::Allow)) {
+        Some(rule) => (Verdict::Allow, Some(rule.origin.text.clone())),
+        None => (Verdict::Deny, None),
+    }
+}
+
+fn rule_strategy() -> impl Strategy<Value = String> {
+    let label = prop::sample::select(vec!["a", "b", "c", "test", "x"]);
+    let name = prop::collection::vec(label, 1..4).prop_map(|l| l.join("."));
+    let host = prop_oneof![
+        name.clone(),
+        name.prop_map(|n| format!("*.{n}")),
+        Just("127.0.0.0/8".to_owned()),
+        Just("127.0.0.1".to_owned()),
+        Just("10.0.0.0/8".to_owned()),
+    ];
+    let ports = prop::sample::select(vec!["", ":443", ":80", ":*", ":80,443", ":8000-8100"]);
+    (host, ports).prop_map(|(h, p)| format!("{h}{p}"))
+}
+
+proptest! {
+    /// The index finds what trying every rule in order finds: the same verdict by the
+    /// same rule, for names, their parents and subdomains, and addresses.
+    #[test]
+    fn the_index_decides_as_a_scan_of_every_rule_does(
+        rules in prop::collection::vec((rule_strategy(), 0u8..3), 0..24),
+        host in prop::sample::select(vec![
+            "a", "b.a", "a.b", "x.a.b", "test", "c.test", "a.c.test", "b.b.b", "x",
+            "127.0.0.1", "10.1.2.3", "192.0.2.1",
+        ]),
+        port in prop::sample::select(vec![80u16, 443, 8080, 8001, 22]),
+    ) {
+        let mut p = Policy::deny_all();
+        for (rule, kind) in &rules {
+            let _ = match kind {
+                0 => p.add_rule(Action::Allow, rule, "--allow"),
+                1 => p.add_rule(Action::Deny, rule, "--deny"),
+                _ => p.add_private_rule(rule, "--allow-private"),
+            };
+        }
+        let target = Target::parse_authority(&format!("{host}:{port}")).unwrap();
+        let decided = p.decide(&target);
+        let (verdict, rule) = decide_by_scan(&p, &target);
+        prop_assert_eq!(decided.verdict, verdict);
+        let by = p
+            .rules
+            .iter()
+            .find(|r| Some(&r.origin) == decided.rule.as_ref())
+            .map(|r| r.origin.text.clone());
+        if verdict == Verdict::Allow {
+            prop_assert_eq!(by, rule);
+        }
+    }
+}
+
+/// An allowlist of many names (a blocklist, a generated list) loads and decides right:
+/// exact names, a wildcard, a deny wildcard, a port it does not name. (Its speed is
+/// measured in benches/allowlist_load.sh.)
+#[test]
+fn a_large_allowlist_loads_and_decides() {
+    let n = 200_000;
+    let mut text = String::from("deny = [\"*.blocked.test\"]\nallow = [\n");
+    for i in 0..n {
+        text.push_str(&format!("  \"h{i}.example.test:443\",\n"));
+    }
+    text.push_str("  \"*.wild.test\",\n]\n");
+    let file = TempFile::new("large.toml", &text);
+    let p = Policy::load(std::slice::from_ref(&file.0)).unwrap();
+    for i in (0..n).step_by(97) {
+        let d = p.decide(&target(&format!("h{i}.example.test:443")));
+        assert_eq!(d.verdict, Verdict::Allow);
+    }
+    assert_eq!(
+        p.decide(&target("a.b.wild.test:443")).verdict,
+        Verdict::Allow
+    );
+    assert_eq!(
+        p.decide(&target("x.blocked.test:443")).verdict,
+        Verdict::Deny
+    );
+    assert_eq!(
+        p.decide(&target("h1.example.test:80")).verdict,
+        Verdict::Deny
+    );
+    assert_eq!(p.decide(&target("example.test:443")).verdict, Verdict::Deny);
+}
+
+/// A secret's host is read where its value could go (its TLS ports, ports it names) and on
+/// port 80, where what it answers is cleaned too; not on another port (SSH's).
+#[test]
+fn a_secret_host_is_read_on_its_tls_ports_its_named_ports_and_80() {
+    let file = TempFile::new(
+        "secret-ports.toml",
+        "allow = [\"git.test:*\", \"api.test:*\"]\ntls_ports = [8443]\n\
+         [[secret]]\nname = \"T\"\nfrom = \"env:T\"\nhosts = [\"git.test\", \"api.test:8080\"]\n",
+    );
+    let p = Policy::load(std::slice::from_ref(&file.0)).unwrap();
+    let read = |t: &str| p.http_check(&target(t)).is_some();
+    assert!(read("git.test:443"));
+    assert!(read("git.test:8443"));
+    assert!(read("git.test:80"));
+    assert!(!read("git.test:22"));
+    assert!(read("api.test:8080"));
+    assert!(read("api.test:80"));
+    assert!(!read("api.test:22"));
+    assert!(!read("other.test:80"));
+}

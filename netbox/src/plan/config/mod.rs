@@ -173,10 +173,17 @@ impl SandboxConfig {
         )?;
         hide_secret_files(&policy, &mut named.hide)?;
         if args.ssh_agent {
-            for key in crate::plan::ssh_agent::private_keys(home_dir().as_deref()) {
+            let keys = crate::plan::ssh_agent::private_keys(home_dir().as_deref());
+            for key in keys.found {
                 if !named.hide.contains(&key) {
                     named.hide.push(key);
                 }
+            }
+            for place in keys.unsearched {
+                crate::output::say(&format!(
+                    "netbox: --ssh-agent did not search all of {}: a key there stays                      readable; hide the directory with --hide if it holds one",
+                    crate::printable::printable(&place)
+                ));
             }
         }
         // Each tool's cache: a directory of netbox's, writable in the sandbox (never the

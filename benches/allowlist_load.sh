@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Allowlists of many names (blocklists, generated lists): how long `netbox bridge` takes to
+# load one of N `"hN.example.test:443"` rules (start to "listening", median of 3), and what
+# a decision costs with it: 300 CONNECTs to a host no rule names, each refused by the
+# policy alone (nothing is dialed), timed by one client over fresh connections, against
+# the same with a one-rule allowlist in the same run. Loopback only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet --bin netbox
+netbox="$PWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/netbox"
+work=$(mktemp -d /tmp/netbox-allowlist-bench.XXXXXX)
+bridge=
+trap 'kill $bridge 2>/dev/null || true; rm -rf "$work"' EXIT
+sizes=${SIZES:-"5000 20000 100000 400000"}
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# Starts a bridge on allowlist $1; sets `bridge` (its pid), `port`, and `took` (seconds
+# to "listening").
+start_bridge() {
+    local err="$work/bridge.err" start end
+    : > "$err"
+    start=$(date +%s.%N)
+    "$netbox" bridge --listen 127.0.0.1:0 --allowlist "$1" --quiet 2>"$err" &
+    bridge=$!
+    until grep -q "listening on" "$err"; do
+        kill -0 "$bridge" 2>/dev/null || { cat "$err" >&2; exit 1; }
+        sleep 0.005
+    done
+    end=$(date +%s.%N)
+    port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$err" | head -n1)
+    took=$(echo "$end - $start" | bc)
+}
+
+stop_bridge() { kill "$bridge"; wait "$bridge" 2>/dev/null || true; }
+
+# Microseconds per refused CONNECT, 300 of them, one connection each.
+refusals() {
+    python3 - "$1" <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+def one():
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"CONNECT nowhere.example.test:443 HTTP/1.1\r\nHost: nowhere.example.test:443\r\n\r\n")
+    head = s.recv(4096)
+    assert head.startswith(b"HTTP/1.1 403") or head.startswith(b"HTTP/1.1 502"), head[:40]
+    s.close()
+for _ in range(20):
+    one()
+start = time.perf_counter()
+for _ in range(300):
+    one()
+print(round((time.perf_counter() - start) / 300 * 1e6))
+PY
+}
+
+printf 'allow = ["h0.example.test:443"]\n' > "$work/allow-1.toml"
+printf '%-8s %-10s %-14s %s\n' rules "file MB" "load (s)" "refused CONNECT (µs, 1 rule in the same run)"
+for n in $sizes; do
+    file="$work/allow-$n.toml"
+    python3 -c "
+import sys
+n = int(sys.argv[1])
+with open(sys.argv[2], 'w') as f:
+    f.write('allow = [\n')
+    for i in range(n):
+        f.write(f'  \"h{i}.example.test:443\",\n')
+    f.write(']\n')" "$n" "$file"
+    loads=()
+    for _ in 1 2 3; do
+        start_bridge "$file"
+        loads+=("$took")
+        stop_bridge
+    done
+    start_bridge "$file"
+    big=$(refusals "$port")
+    stop_bridge
+    start_bridge "$work/allow-1.toml"
+    small=$(refusals "$port")
+    stop_bridge
+    printf '%-8s %-10s %-14s %s (%s)\n' "$n" "$(du -m "$file" | cut -f1)" \
+        "$(printf '%s\n' "${loads[@]}" | median)" "$big" "$small"
+done

@@ -292,8 +292,6 @@ fn replace_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 #[derive(Clone, Default)]
 pub(crate) struct Redactions {
     forms: Vec<(zeroize::Zeroizing<Vec<u8>>, Bytes)>,
-    /// Each form's failure function (`failure_of`), for what a frame keeps back.
-    failures: Vec<Vec<usize>>,
 }
 
 /// Shortest base64 text searched for: a shorter run of base64 would match by chance.
@@ -309,8 +307,7 @@ impl Redactions {
                 forms_of(value.bytes(), &secret.placeholder, &mut forms);
             }
         }
-        let failures = forms.iter().map(|(form, _)| failure_of(form)).collect();
-        Redactions { forms, failures }
+        Redactions { forms }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -442,66 +439,93 @@ impl Redactions {
             .any(|(v, _)| memchr::memmem::find(bytes, v).is_some())
     }
 
-    /// `buf` with every whole value masked; what might be the start of a value cut by the
-    /// frame's end (the longest end of `buf` that begins some form) is kept back, returned
-    /// second, unless this is the end. Only that: a stream of events smaller than a value
-    /// is passed on as it comes, not held until the next.
-    fn mask(&self, mut buf: BytesMut, end: bool) -> (Bytes, BytesMut) {
-        for (value, _) in &self.forms {
+    /// The longest form: a body keeps back one byte less than this between frames, in
+    /// case a value is split across them. Always that much, whatever the bytes are: a
+    /// hold-back that depended on them (whether the frame ends as a value begins) would
+    /// tell CMD, by what arrives when, whether its guess at the value's start was right.
+    fn longest(&self) -> usize {
+        self.forms.iter().map(|(v, _)| v.len()).max().unwrap_or(0)
+    }
+
+    /// Masks every occurrence of every form in `held` (the original bytes, of which the
+    /// first `masked` are the end of a value the last frame cut, masked already) and
+    /// returns what goes on now, and the original bytes kept back (none if `end`) with
+    /// how many of them are to be masked. Occurrences are found in the original bytes, so
+    /// neither a value holding `*` nor one form inside another hides the rest of one.
+    fn mask(&self, held: Held, end: bool) -> (Bytes, Held) {
+        let Held {
+            bytes: mut original,
+            masked,
+        } = held;
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        for (form, _) in &self.forms {
             let mut from = 0;
-            while let Some(at) = memchr::memmem::find(&buf[from..], value) {
+            while let Some(at) = memchr::memmem::find(&original[from..], form) {
                 let start = from + at;
-                buf[start..start + value.len()].fill(b'*');
-                from = start + value.len();
+                ranges.push((start, start + form.len()));
+                from = start + 1;
             }
+        }
+        let mut out = original.clone();
+        out[..masked.min(original.len())].fill(b'*');
+        for &(start, stop) in &ranges {
+            out[start..stop].fill(b'*');
         }
         let keep = if end {
             0
         } else {
-            self.forms
-                .iter()
-                .zip(&self.failures)
-                .map(|((form, _), failure)| prefix_at_end(&buf, form, failure))
-                .max()
-                .unwrap_or(0)
+            self.longest().saturating_sub(1).min(out.len())
         };
-        let held = buf.split_off(buf.len() - keep);
-        (buf.freeze(), held)
+        let cut = out.len() - keep;
+        // What of a value that began before the cut lies past it: masked when it goes on.
+        let still_masked = ranges
+            .iter()
+            .filter(|&&(start, _)| start < cut)
+            .map(|&(_, stop)| stop.saturating_sub(cut))
+            .chain(std::iter::once(masked.saturating_sub(cut)))
+            .max()
+            .unwrap_or(0);
+        let kept = original.split_off(cut);
+        out.truncate(cut);
+        (
+            out.freeze(),
+            Held {
+                bytes: kept,
+                masked: still_masked,
+            },
+        )
     }
 }
 
-/// The failure function of Knuth, Morris and Pratt for `form`: for each length matched,
-/// the length of the longest proper prefix that is also a suffix of it.
-fn failure_of(form: &[u8]) -> Vec<usize> {
-    let mut failure = vec![0; form.len()];
-    let mut k = 0;
-    for i in 1..form.len() {
-        while k > 0 && form[i] != form[k] {
-            k = failure[k - 1];
+/// `escaped` with the hex digits of each `%XX` in lower case, and nothing else changed (a
+/// value's own letters keep their case).
+fn lower_hex(escaped: &str) -> String {
+    let mut out = escaped.as_bytes().to_vec();
+    let mut at = 0;
+    while at < out.len() {
+        if out[at] == b'%' && at + 2 < out.len() {
+            out[at + 1] = out[at + 1].to_ascii_lowercase();
+            out[at + 2] = out[at + 2].to_ascii_lowercase();
+            at += 3;
+        } else {
+            at += 1;
         }
-        if form[i] == form[k] {
-            k += 1;
-        }
-        failure[i] = k;
     }
-    failure
+    String::from_utf8(out).unwrap_or_default()
 }
 
-/// The length of the longest proper prefix of `form` that `buf` ends with, in one pass
-/// over the last `form.len() - 1` bytes (a server's body can be built to make a naive
-/// search quadratic).
-fn prefix_at_end(buf: &[u8], form: &[u8], failure: &[usize]) -> usize {
-    let window = &buf[buf.len().saturating_sub(form.len().saturating_sub(1))..];
-    let mut k = 0;
-    for &byte in window {
-        while k > 0 && form[k] != byte {
-            k = failure[k - 1];
-        }
-        if form[k] == byte {
-            k += 1;
-        }
+/// Bytes a body keeps back between frames: as the server sent them, with how many of the
+/// first are the end of a value already found (masked when they go on).
+#[derive(Debug, Default)]
+struct Held {
+    bytes: BytesMut,
+    masked: usize,
+}
+
+impl Held {
+    fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
     }
-    k
 }
 
 /// The forms `value` can come back in, added to `forms`: as it is (a header gets the
@@ -524,7 +548,7 @@ fn forms_of(
     let stars = |n: usize| Bytes::from(vec![b'*'; n]);
     let escaped = zeroize::Zeroizing::new(url_escaped(value));
     add(escaped.as_bytes().to_vec(), stars(escaped.len()));
-    let lower = zeroize::Zeroizing::new(escaped.to_ascii_lowercase());
+    let lower = zeroize::Zeroizing::new(lower_hex(&escaped));
     add(lower.as_bytes().to_vec(), stars(lower.len()));
     for engine in [STANDARD, URL_SAFE] {
         for shift in 0..3usize {
@@ -546,7 +570,7 @@ fn forms_of(
 pub(crate) struct RedactedBody<B> {
     inner: B,
     redactions: Redactions,
-    held: BytesMut,
+    held: Held,
     /// Trailers that came while bytes were held: they go after those bytes.
     trailers: Option<Frame<Bytes>>,
     done: bool,
@@ -557,7 +581,7 @@ impl<B> RedactedBody<B> {
         RedactedBody {
             inner,
             redactions,
-            held: BytesMut::new(),
+            held: Held::default(),
             trailers: None,
             done: false,
         }
@@ -592,9 +616,9 @@ where
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
-                        let mut buf = std::mem::take(&mut this.held);
-                        buf.extend_from_slice(&data);
-                        let (out, held) = this.redactions.mask(buf, false);
+                        let mut held = std::mem::take(&mut this.held);
+                        held.bytes.extend_from_slice(&data);
+                        let (out, held) = this.redactions.mask(held, false);
                         this.held = held;
                         if !out.is_empty() {
                             return Poll::Ready(Some(Ok(Frame::data(out))));
@@ -932,7 +956,8 @@ mod tests {
 
     #[test]
     fn responses_lose_the_value_in_the_forms_the_bridge_makes() {
-        let value = "tok/en+with=odd&bytes";
+        let value = "Tok/EN+with=odd&bytes";
+        assert_eq!(lower_hex("AB%2Fcd%3D"), "AB%2fcd%3d");
         let s = secret("SWAP_T11", value, &["git.test"]);
         let redactions = Redactions::for_target(std::slice::from_ref(&s), &target("git.test:443"));
         let b64 = base64::engine::general_purpose::STANDARD;
@@ -941,7 +966,7 @@ mod tests {
         let echoes = [
             value.to_owned(),
             escaped.clone(),
-            escaped.to_ascii_lowercase(),
+            lower_hex(&escaped),
             b64.encode(format!("user:{value}")),
             b64.encode(format!("x{value}")),
             b64.encode(format!("xy{value}")),
@@ -1000,25 +1025,57 @@ mod tests {
     }
 
     #[test]
-    fn a_frame_keeps_back_only_what_may_begin_a_value() {
+    fn a_frame_keeps_back_as_much_whatever_its_bytes_are() {
         let s = secret("SWAP_T13", "0123456789abcdef", &["git.test"]);
         let r = Redactions::for_target(std::slice::from_ref(&s), &target("git.test:443"));
-        // An event that cannot begin the value goes on whole, at once.
-        let (out, held) = r.mask(BytesMut::from(&b"data: tick\n\n"[..]), false);
-        assert_eq!(&out[..], b"data: tick\n\n");
-        assert!(held.is_empty());
-        // One that ends as the value begins keeps that much back.
-        let (out, held) = r.mask(BytesMut::from(&b"data: 01234"[..]), false);
-        assert_eq!(&out[..], b"data: ");
-        assert_eq!(&held[..], b"01234");
-        // A body built to make a naive search slow is decided in one pass.
-        let s = secret("SWAP_T14", &"a".repeat(4000), &["git.test"]);
-        let r = Redactions::for_target(std::slice::from_ref(&s), &target("git.test:443"));
-        let mut body = BytesMut::from(&b"b"[..]);
-        body.extend_from_slice(&[b'a'; 3999]);
-        let (out, held) = r.mask(body, false);
-        assert_eq!(&out[..], b"b");
-        assert_eq!(held.len(), 3999);
+        // Whether a frame ends as the value begins or not, the same length waits: what
+        // arrives says nothing of a guess at the value's start.
+        let keep = r.longest() - 1;
+        let padding = "-".repeat(keep);
+        for end in ["0123456789a", "zzzzzzzzzzz"] {
+            let frame = format!("data: {padding}{end}");
+            let held = Held {
+                bytes: BytesMut::from(frame.as_bytes()),
+                masked: 0,
+            };
+            let (out, held) = r.mask(held, false);
+            assert_eq!(out.len(), frame.len() - keep, "{frame}");
+            assert_eq!(held.bytes.len(), keep);
+        }
+    }
+
+    /// Streamed in frames cut anywhere, a body comes out as it does whole: values inside
+    /// one another (one secret's value within another's, a value within its own escaped
+    /// form), values holding `*`, a value cut by several frames.
+    #[test]
+    fn a_body_cut_anywhere_is_masked_as_it_is_whole() {
+        let secrets = [
+            secret("SWAP_T18", "25%", &["git.test"]),
+            secret("SWAP_T19", "ab25%cd", &["git.test"]),
+            secret("SWAP_T20", "*a*", &["git.test"]),
+        ];
+        let r = Redactions::for_target(&secrets, &target("git.test:443"));
+        let text: &[u8] = b"x25%25y ab25%cd *a** ab25%2 *a*a* 25%";
+        let whole = |frames: Vec<&[u8]>| {
+            let body = Frames(frames.into_iter().map(Bytes::copy_from_slice).collect());
+            block_on(RedactedBody::new(body, r.clone()).collect())
+                .unwrap()
+                .to_bytes()
+        };
+        let expected = whole(vec![text]);
+        for form in ["25%", "ab25%cd", "*a*", "25%25"] {
+            assert!(
+                memchr::memmem::find(&expected, form.as_bytes()).is_none() || form == "*a*",
+                "{form} in {:?}",
+                String::from_utf8_lossy(&expected)
+            );
+        }
+        for a in 1..text.len() {
+            for b in a..text.len() {
+                let got = whole(vec![&text[..a], &text[a..b], &text[b..]]);
+                assert_eq!(got, expected, "cut at {a} and {b}");
+            }
+        }
     }
 
     #[test]

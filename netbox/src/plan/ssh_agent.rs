@@ -89,12 +89,18 @@ pub fn private_keys(home: Option<&Path>) -> Keys {
                 Ok(meta) if meta.is_dir() && depth + 1 < MAX_DEPTH => {
                     pending.push((path, depth + 1));
                 }
-                Ok(meta) if meta.is_dir() => {}
-                _ => candidates.push(path),
+                // Only a regular file is opened to look at (never a device a link leads to).
+                Ok(meta) if meta.is_file() => candidates.push(path),
+                _ => {}
             }
         }
     }
-    candidates.extend(identity_files(&dir.join("config"), home, &dir));
+    candidates.extend(identity_files(
+        &dir.join("config"),
+        home,
+        &dir,
+        &mut keys.unsearched,
+    ));
     for path in candidates {
         let Ok(path) = std::fs::canonicalize(path) else {
             continue;
@@ -111,17 +117,43 @@ pub fn private_keys(home: Option<&Path>) -> Keys {
 /// (globs in a name's last part expanded, several names to a line), with `~`, `%d` and
 /// `${VAR}` as ssh reads them. A path with another `%` token is left out: it names a file
 /// per host, which the scan of `~/.ssh` finds if it lies there.
-fn identity_files(config: &Path, home: &Path, ssh_dir: &Path) -> Vec<PathBuf> {
+fn identity_files(
+    config: &Path,
+    home: &Path,
+    ssh_dir: &Path,
+    unsearched: &mut Vec<String>,
+) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut configs = vec![config.to_owned()];
+    let mut queued = std::collections::HashSet::new();
+    let mut named_once = std::collections::HashSet::new();
     let mut read = 0;
     while let Some(config) = configs.pop() {
+        // Each file once, by its real path: an `Include` of itself, or a thousand lines
+        // naming one file, reads it once.
+        let Ok(real) = std::fs::canonicalize(&config) else {
+            continue;
+        };
+        if !queued.insert(real.clone()) {
+            continue;
+        }
         read += 1;
         if read > MAX_CONFIGS {
+            unsearched.push(format!(
+                "the ssh config files past {MAX_CONFIGS} ({} and others)",
+                config.display()
+            ));
             break;
         }
+        if std::fs::metadata(&real).is_ok_and(|m| m.is_file() && m.len() > MAX_CONFIG_BYTES) {
+            unsearched.push(format!(
+                "{} (over {MAX_CONFIG_BYTES} bytes)",
+                config.display()
+            ));
+            continue;
+        }
         // As bytes: one byte that is not UTF-8 must not lose every line.
-        let Ok(bytes) = bridge::small_file::read_small_bytes(&config, MAX_CONFIG_BYTES) else {
+        let Ok(bytes) = bridge::small_file::read_small_bytes(&real, MAX_CONFIG_BYTES) else {
             continue;
         };
         let text = String::from_utf8_lossy(&bytes);
@@ -136,7 +168,19 @@ fn identity_files(config: &Path, home: &Path, ssh_dir: &Path) -> Vec<PathBuf> {
                     let Some(path) = expand(unquoted(name), home) else {
                         continue;
                     };
-                    configs.extend(matching(&ssh_dir.join(path)));
+                    let named = ssh_dir.join(path);
+                    if !named_once.insert(named.clone()) {
+                        continue;
+                    }
+                    if configs.len() + read > 2 * MAX_CONFIGS {
+                        unsearched.push(format!(
+                            "{} and what else {} includes (over {MAX_CONFIGS} files)",
+                            named.display(),
+                            config.display()
+                        ));
+                        break;
+                    }
+                    configs.extend(matching(&named, unsearched));
                 }
             }
         }
@@ -168,17 +212,22 @@ fn expand(value: &str, home: &Path) -> Option<PathBuf> {
         Some(rest) => format!("{}/{rest}", home.display()),
         None => value.replace("%d", &home.to_string_lossy()),
     };
-    while let Some(start) = value.find("${") {
+    // One pass, on from after each value put in: a value is not expanded again (ssh does
+    // not), so one that names itself cannot loop.
+    let mut from = 0;
+    while let Some(found) = value[from..].find("${") {
+        let start = from + found;
         let end = start + value[start..].find('}')?;
         let var = std::env::var(&value[start + 2..end]).ok()?;
         value.replace_range(start..=end, &var);
+        from = start + var.len();
     }
     (!value.contains('%') && !value.is_empty()).then(|| PathBuf::from(value))
 }
 
 /// The files a name of `Include` stands for: itself, or, with `*` or `?` in its last part,
 /// the files of its directory that part matches.
-fn matching(path: &Path) -> Vec<PathBuf> {
+fn matching(path: &Path, unsearched: &mut Vec<String>) -> Vec<PathBuf> {
     let Some(pattern) = path.file_name().and_then(|n| n.to_str()) else {
         return Vec::new();
     };
@@ -202,7 +251,13 @@ fn matching(path: &Path) -> Vec<PathBuf> {
         .map(|e| e.path())
         .collect();
     found.sort();
-    found.truncate(MAX_CONFIGS);
+    if found.len() > MAX_CONFIGS {
+        unsearched.push(format!(
+            "the files past {MAX_CONFIGS} that Include {} names",
+            path.display()
+        ));
+        found.truncate(MAX_CONFIGS);
+    }
     found
 }
 
@@ -360,6 +415,40 @@ mod tests {
         assert_eq!(names(&keys), ["key"]);
         assert_eq!(keys.unsearched.len(), 1, "{:?}", keys.unsearched);
         assert!(keys.unsearched[0].contains("sockets"));
+        std::fs::remove_dir_all(&home).unwrap();
+    }
+
+    #[test]
+    fn a_config_that_loops_or_fans_out_ends_and_says_what_it_left() {
+        let home = std::env::temp_dir().join(format!("netbox-ssh-fan-{}", std::process::id()));
+        let ssh = home.join(".ssh");
+        std::fs::create_dir_all(ssh.join("conf.d")).unwrap();
+        // A variable that names itself is put in once, not again.
+        std::env::set_var("NETBOX_TEST_SSH_LOOP", "${NETBOX_TEST_SSH_LOOP}");
+        assert_eq!(
+            expand("${NETBOX_TEST_SSH_LOOP}/id", &home),
+            Some(PathBuf::from("${NETBOX_TEST_SSH_LOOP}/id"))
+        );
+        // A config that includes itself a thousand times, and seventy files by a glob.
+        let mut config = String::new();
+        for _ in 0..1000 {
+            config.push_str("Include config\n");
+        }
+        config.push_str("Include conf.d/*\n");
+        std::fs::write(ssh.join("config"), config).unwrap();
+        for i in 0..70 {
+            std::fs::write(
+                ssh.join(format!("conf.d/{i:02}")),
+                format!("IdentityFile ~/k{i}\n"),
+            )
+            .unwrap();
+        }
+        let keys = private_keys(Some(&home));
+        assert!(
+            keys.unsearched.iter().any(|u| u.contains("conf.d")),
+            "{:?}",
+            keys.unsearched
+        );
         std::fs::remove_dir_all(&home).unwrap();
     }
 

@@ -155,8 +155,9 @@ pub(super) fn bound_paths(input: &ProbeInput) -> Option<Check> {
     (!forbidden.is_empty()).then(|| check("bound paths", forbidden, control))
 }
 
-/// A create inside `path` (a directory), or an open of it for writing (a file): refused
-/// with EROFS, or the outcome says what happened.
+/// A create inside `path` (a directory), or an open of it for writing in append mode with
+/// nothing written (a file: no side effect even if it opened): refused with EROFS, or the
+/// outcome says what happened.
 fn refuse_a_write(path: &Path) -> Outcome {
     if path.is_dir() {
         let inside = path.join(probe_name());
@@ -181,27 +182,7 @@ pub(super) fn protected_paths(input: &ProbeInput) -> Check {
     let mut forbidden: Vec<Outcome> = input
         .protected
         .iter()
-        .map(|path| {
-            if path.is_dir() {
-                let inside = path.join(probe_name());
-                refused(
-                    format!("create {}", inside.display()),
-                    create_and_remove(&inside),
-                    &[libc::EROFS],
-                )
-            } else {
-                // Append mode, and nothing written: no side effect even if it opened.
-                let opened = std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(path)
-                    .map(drop);
-                refused(
-                    format!("open {} for writing", path.display()),
-                    opened,
-                    &[libc::EROFS],
-                )
-            }
-        })
+        .map(|path| refuse_a_write(path))
         .collect();
     // Kernel knobs: as kuid 0 a capability-less process could still open these for
     // writing, so the mount itself must be read-only (EACCES alone would only show that

@@ -67,7 +67,26 @@ fn a_host_path_shows_at_another_path_with_its_protections() {
         "{roots:#}"
     );
 
+    // A directory not itself a root, shown at a fresh place in the private /tmp.
+    let out = Run::new(&dir)
+        .args_from(&["--ro-bind", src.to_str().unwrap(), "/tmp/view"])
+        .sh("cat /tmp/view/a.txt; touch /tmp/view/x 2>/dev/null && echo wrote || echo refused");
+    assert_eq!(stdout(&out), "hello\nrefused\n", "{}", stderr(&out));
+
     // Mistakes: one line each, exit 125, nothing run.
+    // `/` and the sandbox's own directories as SRC would show the host's terminals,
+    // devices and processes.
+    std::fs::create_dir_all(run.workspace.join("p")).unwrap();
+    let p = run.workspace.join("p");
+    for src in ["/", "/dev", "/proc", "/run"] {
+        let out = Run::new(&dir)
+            .args_from(&["--ro-bind", src, p.to_str().unwrap()])
+            .sh("echo ran");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(125), "{src}: {err}");
+        assert!(err.contains("SRC may not be /"), "{src}: {err}");
+        assert!(stdout(&out).is_empty());
+    }
     let ws = run.workspace.to_str().unwrap().to_owned();
     std::fs::create_dir_all(run.workspace.join(".git")).unwrap();
     let src = src.to_str().unwrap();

@@ -72,6 +72,10 @@ pub(super) fn child_plan(
         .chain(read_only.iter().map(PathBuf::as_path))
         .chain(covered.iter().map(PathBuf::as_path))
         .collect();
+    // A bind's kind (a directory, a file) decides its mountpoint: known before the plan.
+    for bind in &config.binds {
+        resolved.identify(&bind.source)?;
+    }
     crate::plan::config::refuse_bind_overlaps(
         &config.binds,
         &config.write_roots,

@@ -86,6 +86,22 @@ fn check_one(
         refuse_symlinks_in_roots(source, write_roots, "--ro-bind")?;
     }
     let canonical_source = existing(source, "bind source")?;
+    // The sandbox lays its own /dev, /proc and /run, and /sys is the kernel's: a source
+    // there (or `/`, which holds them all) would show the host's terminals, devices,
+    // processes and service sockets.
+    if canonical_source == Path::new("/")
+        || OWN_PATHS
+            .iter()
+            .any(|own| canonical_source.starts_with(own))
+    {
+        return Err(usage(
+            writable,
+            Some(source),
+            "SRC may not be /, nor lie under /dev, /proc, /run or /sys: the sandbox has its \
+             own, and the host's would show its devices, processes and services; bind a \
+             directory below / that holds none of them",
+        ));
+    }
     let in_a_root = |path: &Path| write_roots.iter().any(|r| path.starts_with(r));
     let under_own_tmp = |path: &Path| tmp == TmpMode::Private && path.starts_with("/tmp");
     if !writable && under_own_tmp(&canonical_source) && !in_a_root(&canonical_source) {
@@ -160,7 +176,7 @@ fn check_one(
         }
     }
     if target == canonical_source {
-        return Err(WrapperError::Usage(format!(
+        return Err(WrapperError::Usage(crate::printable::printable(&format!(
             "{flag} {}: SRC and DST are the same path; use {} alone",
             source.display(),
             if writable {
@@ -168,7 +184,7 @@ fn check_one(
             } else {
                 "nothing (the host is read-only inside)"
             }
-        )));
+        ))));
     }
     Ok(Bind {
         source: canonical_source,
@@ -192,12 +208,12 @@ pub fn refuse_overlaps(
         let flag = flag(bind.writable);
         let target = bind.target.as_path();
         if let Some(root) = write_roots.iter().find(|r| r.starts_with(target)) {
-            return Err(WrapperError::Usage(format!(
+            return Err(WrapperError::Usage(crate::printable::printable(&format!(
                 "{flag} {}: DST {} would cover the writable root {}; bind it elsewhere",
                 bind.source.display(),
                 target.display(),
                 root.display()
-            )));
+            ))));
         }
         let laid = pinned
             .iter()
@@ -205,21 +221,21 @@ pub fn refuse_overlaps(
             .chain(hidden.iter().map(PathBuf::as_path));
         for path in laid {
             if path.starts_with(target) || target.starts_with(path) {
-                return Err(WrapperError::Usage(format!(
+                return Err(WrapperError::Usage(crate::printable::printable(&format!(
                     "{flag} {}: DST {} meets {}, which netbox keeps read-only or hidden; bind \
                      it elsewhere",
                     bind.source.display(),
                     target.display(),
                     path.display()
-                )));
+                ))));
             }
         }
         if let Some(cover) = hidden.iter().find(|h| bind.source.starts_with(h)) {
-            return Err(WrapperError::Usage(format!(
+            return Err(WrapperError::Usage(crate::printable::printable(&format!(
                 "{flag} {}: SRC is hidden (under {}), so there is nothing of it to show",
                 bind.source.display(),
                 cover.display()
-            )));
+            ))));
         }
     }
     Ok(())
@@ -237,5 +253,9 @@ fn usage(writable: bool, source: Option<&Path>, what: &str) -> WrapperError {
     let source = source
         .map(|s| format!(" {}", s.display()))
         .unwrap_or_default();
-    WrapperError::Usage(format!("{}{source}: {what}", flag(writable)))
+    // Paths are the user's to name, control characters and all: escaped, one line.
+    WrapperError::Usage(crate::printable::printable(&format!(
+        "{}{source}: {what}",
+        flag(writable)
+    )))
 }

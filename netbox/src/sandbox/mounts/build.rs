@@ -282,17 +282,19 @@ impl Steps<'_> {
             || format!("clone {} for {}", source.display(), target.display()),
             clone_tree_of(from.as_fd(), Depth::Recursive),
         )?;
-        if !writable {
-            step(
-                || format!("make {} read-only", target.display()),
-                set_attributes_of(
-                    tree.as_fd(),
-                    Depth::Recursive,
-                    libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID,
-                    0,
-                ),
-            )?;
-        }
+        // Nothing set-uid runs from an alias. Device nodes stay: a hidden file under SRC is
+        // covered by /dev/null, which must read as empty there too (a source holding the
+        // host's devices, / or /dev, is refused before this: binds.rs).
+        let read_only = if writable { 0 } else { libc::MOUNT_ATTR_RDONLY };
+        step(
+            || format!("set {}'s attributes", target.display()),
+            set_attributes_of(
+                tree.as_fd(),
+                Depth::Recursive,
+                read_only | libc::MOUNT_ATTR_NOSUID,
+                0,
+            ),
+        )?;
         let expected = if self.fresh.contains(target) {
             None
         } else {

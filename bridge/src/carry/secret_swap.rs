@@ -852,11 +852,7 @@ mod tests {
         let text = b"echo: 0123456789abcdef and again 0123456789abcdef end";
         for cut in 1..text.len() {
             let (a, b) = text.split_at(cut);
-            let body = Frames(
-                [Bytes::copy_from_slice(a), Bytes::copy_from_slice(b)]
-                    .into_iter()
-                    .collect(),
-            );
+            let body = Frames::data([Bytes::copy_from_slice(a), Bytes::copy_from_slice(b)]);
             let redacted = RedactedBody::new(body, redactions.clone());
             let out = block_on(redacted.collect()).unwrap().to_bytes();
             assert_eq!(out.len(), text.len());
@@ -974,7 +970,7 @@ mod tests {
             url_safe.encode(format!("a{value}")),
         ];
         for echo in echoes {
-            let body = Frames([Bytes::from(format!("<{echo}>"))].into_iter().collect());
+            let body = Frames::data([Bytes::from(format!("<{echo}>"))]);
             let out = block_on(RedactedBody::new(body, redactions.clone()).collect())
                 .unwrap()
                 .to_bytes();
@@ -1010,7 +1006,7 @@ mod tests {
         let redactions = Redactions::for_target(std::slice::from_ref(&s), &target("git.test:443"));
         let mut trailers = HeaderMap::new();
         trailers.insert("x-echo", "0123456789abcdef".parse().unwrap());
-        let body = Mixed(
+        let body = Frames(
             [
                 Frame::data(Bytes::from_static(b"end 0123")),
                 Frame::trailers(trailers),
@@ -1057,7 +1053,7 @@ mod tests {
         let r = Redactions::for_target(&secrets, &target("git.test:443"));
         let text: &[u8] = b"x25%25y ab25%cd *a** ab25%2 *a*a* 25%";
         let whole = |frames: Vec<&[u8]>| {
-            let body = Frames(frames.into_iter().map(Bytes::copy_from_slice).collect());
+            let body = Frames::data(frames.into_iter().map(Bytes::copy_from_slice));
             block_on(RedactedBody::new(body, r.clone()).collect())
                 .unwrap()
                 .to_bytes()
@@ -1128,27 +1124,19 @@ mod tests {
         let r = Redactions::for_target(std::slice::from_ref(&s), &target("git.test:443"));
         let empty = RedactedBody::new(http_body_util::Empty::<Bytes>::new(), r.clone());
         assert!(empty.is_end_stream());
-        let full = RedactedBody::new(Frames([Bytes::from_static(b"x")].into_iter().collect()), r);
+        let full = RedactedBody::new(Frames::data([Bytes::from_static(b"x")]), r);
         assert!(!full.is_end_stream());
     }
 
     /// A body of ready frames, data and trailers.
-    struct Mixed(std::collections::VecDeque<Frame<Bytes>>);
+    struct Frames(std::collections::VecDeque<Frame<Bytes>>);
 
-    impl Body for Mixed {
-        type Data = Bytes;
-        type Error = std::convert::Infallible;
-
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-            Poll::Ready(self.0.pop_front().map(Ok))
+    impl Frames {
+        /// A body of these data frames alone.
+        fn data(data: impl IntoIterator<Item = Bytes>) -> Frames {
+            Frames(data.into_iter().map(Frame::data).collect())
         }
     }
-
-    /// A body of ready frames.
-    struct Frames(std::collections::VecDeque<Bytes>);
 
     impl Body for Frames {
         type Data = Bytes;
@@ -1158,7 +1146,7 @@ mod tests {
             mut self: Pin<&mut Self>,
             _: &mut Context<'_>,
         ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-            Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
+            Poll::Ready(self.0.pop_front().map(Ok))
         }
     }
 

@@ -107,3 +107,35 @@ fn a_host_path_shows_at_another_path_with_its_protections() {
         assert!(stdout(&out).is_empty());
     }
 }
+
+/// netbox's cache home is covered in the sandbox (every workspace's caches are there): a
+/// source in it is refused with one line, not left to fail at mount. Control: a sibling
+/// outside it binds.
+#[test]
+fn a_source_in_netboxs_cache_home_is_refused_up_front() {
+    let dir = TestDir::outside_tmp("bind-cache-home");
+    let other = dir.join("cache-home/netbox/another-workspace");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("a.txt"), "cached\n").unwrap();
+    let beside = dir.join("beside");
+    std::fs::create_dir_all(&beside).unwrap();
+    std::fs::write(beside.join("a.txt"), "beside\n").unwrap();
+    let run = Run::new(&dir);
+    let view = run.workspace.join("view");
+    std::fs::create_dir_all(&view).unwrap();
+    let cache_home = dir.join("cache-home").display().to_string();
+    let bind = |src: &std::path::Path| {
+        Run::new(&dir)
+            .env("XDG_CACHE_HOME", cache_home.clone())
+            .args_from(&["--ro-bind", src.to_str().unwrap(), view.to_str().unwrap()])
+            .sh("cat view/a.txt")
+    };
+    let out = bind(&beside);
+    assert_eq!(stdout(&out), "beside\n", "{}", stderr(&out));
+    let out = bind(&other);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("netbox's cache home"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(stdout(&out).is_empty());
+}

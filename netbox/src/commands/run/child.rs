@@ -81,6 +81,7 @@ pub(super) fn child_plan(
         &config.write_roots,
         &pinned,
         &hidden,
+        &covered,
     )?;
     let mut mounts = mounts::plan(
         &mounts::Layout {

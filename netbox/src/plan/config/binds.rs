@@ -197,12 +197,13 @@ fn check_one(
 /// Refuses a bind whose DST would cover, or lie inside, a path netbox lays a mount of its
 /// own on (a writable root, a protected, read-only or hidden path, a cover): a bind inside
 /// `.git` would make part of it writable again, and one over the workspace would hide it.
-/// And one whose SRC is hidden: there is nothing of it to show.
+/// And one whose SRC is hidden or covered: there is nothing of it to show.
 pub fn refuse_overlaps(
     binds: &[Bind],
     write_roots: &[PathBuf],
     pinned: &[&Path],
     hidden: &[PathBuf],
+    covers: &[PathBuf],
 ) -> Result<(), WrapperError> {
     for bind in binds {
         let flag = flag(bind.writable);
@@ -227,6 +228,18 @@ pub fn refuse_overlaps(
                     bind.source.display(),
                     target.display(),
                     path.display()
+                ))));
+            }
+        }
+        // netbox's cache home is covered but for this run's own caches (writable roots).
+        let kept = write_roots.iter().any(|r| bind.source.starts_with(r));
+        if let Some(cover) = covers.iter().find(|c| bind.source.starts_with(c)) {
+            if !kept {
+                return Err(WrapperError::Usage(crate::printable::printable(&format!(
+                    "{flag} {}: SRC lies in netbox's cache home ({}), which the sandbox \
+                     covers; bind a directory outside it",
+                    bind.source.display(),
+                    cover.display()
                 ))));
             }
         }

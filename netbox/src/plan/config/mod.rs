@@ -138,7 +138,6 @@ impl SandboxConfig {
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
         let code_pins = code_inside(&write_roots, &homes);
         let mut named = NamedPaths::check(&args, &write_roots)?;
-        let binds = binds::check(&args, &write_roots, args.tmp)?;
         let path = std::env::var_os("PATH");
         let notes = [
             host_tmp::note_for_unseen("--ro", &named.read_only, args.tmp, &write_roots),
@@ -244,6 +243,8 @@ impl SandboxConfig {
         // for this run's own caches (tools/cover.rs).
         let cache_covers = crate::plan::tools::cache_homes_to_cover(&write_roots);
         write_roots.extend(caches.iter().filter_map(|c| c.dir.clone()));
+        // After the caches join the roots: a DST inside one under a private /tmp exists.
+        let binds = binds::check(&args, &write_roots, args.tmp)?;
         refuse_bridge_files_cmd_could_read(&args, &write_roots)?;
 
         let mut socket_flags = args.allow_socket.clone();

@@ -33,6 +33,13 @@ pub struct Resolver {
     /// pinned names only), and building seeds hickory's random generator, whose CPU
     /// feature probing alone is measurable in a start-up that should cost nothing.
     dns: std::sync::OnceLock<Result<TokioResolver, String>>,
+    /// The system's hosts file, read with the DNS client: a name it gives an address is
+    /// answered from it alone. hickory asks DNS for the family the file lacks (a name
+    /// with an IPv4 line only still costs an AAAA query), which on a machine whose DNS does
+    /// not answer (offline, or names only the hosts file knows) ends in a timeout where
+    /// every other client on the machine, through the C library's "files, then dns",
+    /// gets the address.
+    hosts: std::sync::OnceLock<Option<hickory_resolver::Hosts>>,
     timeout: Duration,
     /// A standalone bridge's counters: each lookup's latency.
     metrics: Option<std::sync::Arc<crate::log::metrics::Metrics>>,
@@ -62,6 +69,7 @@ impl Resolver {
         Resolver {
             config: config.clone(),
             dns: std::sync::OnceLock::new(),
+            hosts: std::sync::OnceLock::new(),
             timeout,
             metrics,
         }
@@ -82,6 +90,15 @@ impl Resolver {
         let Host::Name(name) = host else {
             return Err(ResolveError::Empty);
         };
+        if matches!(self.config, DnsConfig::System) {
+            let hosts = self
+                .hosts
+                .get_or_init(|| hickory_resolver::Hosts::from_system().ok());
+            let listed = hosts.as_ref().map(|h| from_hosts_file(h, name));
+            if let Some(addrs) = listed.filter(|a| !a.is_empty()) {
+                return Ok(addrs);
+            }
+        }
         let dns = self
             .dns()
             .as_ref()
@@ -103,6 +120,28 @@ impl Resolver {
         }
         Ok(addrs)
     }
+}
+
+/// Every address `hosts` gives `name` (IPv4 first, as the file's lines for it would be
+/// read), canonicalised; none when it does not list the name.
+fn from_hosts_file(hosts: &hickory_resolver::Hosts, name: &str) -> Vec<IpAddr> {
+    use hickory_resolver::proto::op::Query;
+    use hickory_resolver::proto::rr::{Name, RecordType};
+    let Ok(name) = Name::from_ascii(name.to_ascii_lowercase()) else {
+        return Vec::new();
+    };
+    let mut addrs: Vec<IpAddr> = [RecordType::A, RecordType::AAAA]
+        .into_iter()
+        .filter_map(|kind| hosts.lookup_static_host(&Query::query(name.clone(), kind)))
+        .flat_map(|found| {
+            hickory_resolver::lookup_ip::LookupIp::from(found)
+                .iter()
+                .collect::<Vec<_>>()
+        })
+        .map(canonical_ip)
+        .collect();
+    addrs.dedup();
+    addrs
 }
 
 /// Builds the DNS client for `config`.
@@ -138,5 +177,45 @@ fn build(
             opts.use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
             builder.build()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_the_hosts_file_lists_is_answered_from_it_alone() {
+        let mut hosts = hickory_resolver::Hosts::default();
+        hosts
+            .read_hosts_conf(
+                "# a comment\n10.77.0.1 Mirror.Test mirror-alias.test\n\
+                 fd00::1 both.test\n10.77.0.2 both.test\n::ffff:10.1.2.3 mapped.test\n"
+                    .as_bytes(),
+            )
+            .unwrap();
+        let of = |name: &str| from_hosts_file(&hosts, name);
+        assert_eq!(
+            of("mirror.test"),
+            vec!["10.77.0.1".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(
+            of("MIRROR-alias.test"),
+            vec!["10.77.0.1".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(
+            of("both.test"),
+            vec![
+                "10.77.0.2".parse::<IpAddr>().unwrap(),
+                "fd00::1".parse::<IpAddr>().unwrap()
+            ]
+        );
+        // Classified as what it is: the mapped form is its IPv4 address.
+        assert_eq!(
+            of("mapped.test"),
+            vec!["10.1.2.3".parse::<IpAddr>().unwrap()]
+        );
+        assert!(of("other.test").is_empty());
+        assert!(of("bad name").is_empty());
     }
 }

@@ -14,6 +14,7 @@ mod git;
 mod go;
 mod npm;
 mod pip;
+mod remembered;
 
 pub(crate) use cargo::{cargo_crate, cargo_registry, cargo_runs};
 pub(crate) use go::go_module;

@@ -27,12 +27,14 @@ mod owndir;
 mod pip;
 mod query;
 mod reach;
+mod remembered;
 
 pub use caches::{caches, Cache, CacheFor};
 use std::path::Path;
 pub use urls::{host_of, rule_of, without_credentials};
 
 pub use cover::cache_homes_to_cover;
+pub use remembered::store_in_roots as answers_in_roots;
 
 /// One rule a tool needs, and where it came from ("index-url in /etc/pip.conf").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +75,9 @@ pub struct ToolRules {
     /// Advice that holds on every run alike: said by `netbox tools` alone, not on each
     /// run's start-up line.
     pub asides: Vec<String>,
+    /// Every answer of the tool's came from an earlier run's, nothing it depends on
+    /// having changed since (remembered.rs).
+    pub remembered: bool,
 }
 
 impl ToolRules {
@@ -180,6 +185,9 @@ pub fn summary(tool: &str, found: &ToolRules, named_at: &str) -> String {
     }
     if named_at != "--allow-tool" {
         line.push_str(&format!(" [{named_at}]"));
+    }
+    if found.remembered {
+        line.push_str(", as an earlier run was told (its settings unchanged)");
     }
     for note in &found.notes {
         line.push_str(&format!("; {note}"));

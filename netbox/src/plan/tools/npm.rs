@@ -4,21 +4,50 @@
 
 use std::path::Path;
 
-use super::{query, Context, ToolRules};
+use super::{query, remembered, Context, ToolRules};
+
+/// The files npm reads its settings from, as npm says and where its own installation
+/// keeps its builtin npmrc: what a remembered answer watches (remembered.rs). Asked from
+/// `/`, so `/.npmrc` is the project's.
+fn reads(untrusted: &[std::path::PathBuf]) -> Option<Vec<std::path::PathBuf>> {
+    let said = query::output(
+        "npm",
+        &["config", "get", "userconfig", "globalconfig"],
+        untrusted,
+    )?;
+    let mut files: Vec<std::path::PathBuf> = said
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(_, file)| std::path::PathBuf::from(file.trim()))
+        .collect();
+    if files.len() != 2 {
+        return None;
+    }
+    // npm-cli.js, in bin/ of npm's own directory.
+    let cli = std::fs::canonicalize(query::trusted("npm", untrusted)?).ok()?;
+    let own = cli.parent()?.parent()?;
+    files.extend([own.join("npmrc"), own.join("package.json")]);
+    files.push(std::path::PathBuf::from("/.npmrc"));
+    Some(files)
+}
 
 pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
+    // What npm reads, asked once a run and only when an answer is not remembered.
+    let npm_reads = std::cell::OnceCell::new();
+    let tally = remembered::Tally::default();
+    let ask = |args: &[&str]| {
+        let command = query::prepared("npm", args, &[], ctx.untrusted)?;
+        tally.count(remembered::answer(command, ctx.untrusted, || {
+            npm_reads.get_or_init(|| reads(ctx.untrusted)).clone()
+        }))
+    };
     // The user's and the global .npmrc, where npm says they are: one `--hide` covers is
     // given to npm as /dev/null (what npm in the sandbox reads there: nothing). npm's
     // builtin npmrc, in its own installation, is no user's setting.
     let mut without: Vec<String> = Vec::new();
     if !ctx.hidden.is_empty() {
-        let files = query::output(
-            "npm",
-            &["config", "get", "userconfig", "globalconfig"],
-            ctx.untrusted,
-        )
-        .unwrap_or_default();
+        let files = ask(&["config", "get", "userconfig", "globalconfig"]).unwrap_or_default();
         for (key, file) in files.lines().filter_map(|l| l.split_once('=')) {
             let file = Path::new(file.trim());
             let known = matches!(key, "userconfig" | "globalconfig");
@@ -30,7 +59,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let with = |args: &[&'static str]| {
         let mut all: Vec<&str> = args.to_vec();
         all.extend(without.iter().map(String::as_str));
-        query::output("npm", &all, ctx.untrusted)
+        ask(&all)
     };
     // npm's own settings (its default, the user's and the global .npmrc, npm_config_*),
     // asked from `/`: no project file comes into npm itself.
@@ -58,6 +87,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
             );
         }
     }
+    out.remembered = tally.all_remembered();
     out.asides
         .push("a registry may serve tarballs from another host: netbox learn finds it".into());
     out

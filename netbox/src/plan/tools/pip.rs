@@ -3,44 +3,62 @@
 //! `index-url`, pip's own default index and the host its files come from are asked of pip
 //! itself (its `PyPI` settings, with its own interpreter).
 
-use super::{query, Context, ToolRules};
+use super::{query, remembered, Context, ToolRules};
 
 /// Printed by pip's own interpreter: its default index, then the host it serves files
 /// from (pip's `models.index.PyPI`).
 const DEFAULTS: &str = "from pip._internal.models.index import PyPI; \
                         print(PyPI.simple_url); print('https://' + PyPI.file_storage_domain + '/')";
 
+/// Printed by pip's own interpreter, as JSON: every file pip reads its settings from,
+/// present or not, and what else its answers come from (the interpreter, pip's own code,
+/// a virtual environment's settings). What a remembered answer watches (remembered.rs).
+const READS: &str = "import json, os, sys, pip\n\
+from pip._internal.configuration import Configuration\n\
+files = [f for _, fs in Configuration(isolated=False).iter_config_files() for f in fs]\n\
+here = os.path.dirname(os.path.realpath(pip.__file__))\n\
+files += [os.path.realpath(sys.executable), os.path.join(here, '__init__.py'),\n\
+          os.path.join(here, '_internal', 'models', 'index.py'),\n\
+          os.path.join(here, '_internal', 'configuration.py'),\n\
+          os.path.join(sys.prefix, 'pyvenv.cfg')]\n\
+print(json.dumps(files))\n";
+
 pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
     // pip's own interpreter, isolated (-I: no current directory on its path, no PYTHON*
     // variables, no user site): `python -I -m pip` reads only pip's files and PIP_*.
     let interpreter = interpreter(ctx.untrusted).unwrap_or_else(|| "python3".to_owned());
+    // What pip reads, asked once a run and only when an answer is not remembered.
+    let reads = std::cell::OnceCell::new();
+    let tally = remembered::Tally::default();
+    let ask = |args: &[&str]| {
+        let command = query::prepared(&interpreter, args, &[], ctx.untrusted)?;
+        tally.count(remembered::answer(command, ctx.untrusted, || {
+            reads
+                .get_or_init(|| {
+                    let text = query::output(&interpreter, &["-I", "-c", READS], ctx.untrusted)?;
+                    serde_json::from_str::<Vec<std::path::PathBuf>>(text.trim()).ok()
+                })
+                .clone()
+        }))
+    };
     // pip's files that `--hide` covers: pip in the sandbox does not see them, so pip is
     // asked without them.
     let hidden = if ctx.hidden.is_empty() {
         Vec::new()
     } else {
-        let debug = query::output(
-            &interpreter,
-            &["-I", "-m", "pip", "config", "debug"],
-            ctx.untrusted,
-        )
-        .unwrap_or_default();
+        let debug = ask(&["-I", "-m", "pip", "config", "debug"]).unwrap_or_default();
         files_in_config_debug(&debug)
             .into_iter()
             .filter(|file| out.skip_hidden(std::path::Path::new(file), ctx))
             .collect::<Vec<String>>()
     };
     let listed = if hidden.is_empty() {
-        query::output(
-            &interpreter,
-            &["-I", "-m", "pip", "config", "list"],
-            ctx.untrusted,
-        )
+        ask(&["-I", "-m", "pip", "config", "list"])
     } else {
         let mut args = vec!["-I", "-c", LIST_WITHOUT];
         args.extend(hidden.iter().map(String::as_str));
-        query::output(&interpreter, &args, ctx.untrusted)
+        ask(&args)
     };
     let Some(listed) = listed else {
         out.note(if hidden.is_empty() {
@@ -79,7 +97,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
         }
     }
     if !has_index {
-        match query::output(&interpreter, &["-I", "-c", DEFAULTS], ctx.untrusted) {
+        match ask(&["-I", "-c", DEFAULTS]) {
             Some(defaults) => {
                 for url in defaults.lines() {
                     out.add(url, "pip's default index (pip's own settings)");
@@ -88,6 +106,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
             None => out.note("pip's default index could not be asked of pip itself"),
         }
     }
+    out.remembered = tally.all_remembered();
     add_file_hosts(&mut out, &indexes, cert.as_deref(), ctx);
     out
 }

@@ -67,6 +67,22 @@ pub fn output_with(
     env: &[(&str, &str)],
     untrusted: &[PathBuf],
 ) -> Option<String> {
+    prepared(program, args, env, untrusted).and_then(run)
+}
+
+/// Runs a command [`prepared`] made: its standard output, as [`output`] says.
+pub fn run(command: Command) -> Option<String> {
+    answer(command, DEADLINE)
+}
+
+/// The command [`output_with`] runs, not yet started: what a remembered answer is keyed on
+/// (remembered.rs). `None`: no trusted `program`.
+pub fn prepared(
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    untrusted: &[PathBuf],
+) -> Option<Command> {
     let program = trusted(program, untrusted)?;
     let mut command = Command::new(program);
     command
@@ -103,7 +119,7 @@ pub fn output_with(
     // npm asks its registry for a newer npm on its own (the update notifier), from the
     // host: a query makes no request, whatever the user's settings say.
     command.env("npm_config_update_notifier", "false");
-    answer(command, DEADLINE)
+    Some(command)
 }
 
 /// The most a tool's answer may hold, in bytes.

@@ -153,3 +153,55 @@ fn no_command_can_leave_an_answer_for_a_later_run() {
     assert!(!stderr(&out).contains(REMEMBERED), "{}", stderr(&out));
     assert_eq!(std::fs::read_dir(&answers).unwrap().count(), kept);
 }
+
+/// A writable root that is the answers' directory, lies in it, or is an entry of it is
+/// refused with one line, whatever names it: CMD would write answers for a later run.
+/// Control: a workspace beside it runs.
+#[test]
+fn a_writable_root_in_the_answers_is_refused() {
+    let dir = TestDir::outside_tmp("remembered-roots");
+    let state = dir.join("state");
+    let settings = dir.write("npmrc", "registry=https://npm-a.test/\n");
+    let with = |extra: &[&str]| {
+        Run::new(&dir)
+            .args_from(extra)
+            .env("NPM_CONFIG_USERCONFIG", settings.display().to_string())
+            .env("XDG_STATE_HOME", state.display().to_string())
+            .env(
+                "XDG_CACHE_HOME",
+                dir.join("cache-home").display().to_string(),
+            )
+    };
+    let out = with(&["--allow-tool", "npm"]).sh("echo ran");
+    assert_eq!(stdout(&out), "ran\n", "{}", stderr(&out));
+    let answers = state.join("netbox/tool-answers");
+    let entry = std::fs::read_dir(&answers)
+        .unwrap()
+        .next()
+        .expect("an answer kept")
+        .unwrap()
+        .path();
+    // Another name for the directory: a link to it.
+    let alias = dir.join("alias");
+    std::os::unix::fs::symlink(&answers, &alias).unwrap();
+    std::fs::create_dir_all(answers.join("sub")).unwrap();
+    for root in [&answers, &entry, &answers.join("sub"), &alias] {
+        let out = with(&["--allow-tool", "npm", "--write", root.to_str().unwrap()]).sh("echo ran");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(125), "{}: {err}", root.display());
+        assert!(
+            err.contains("remembers what package managers said"),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(stdout(&out).is_empty());
+    }
+    // The directory as the workspace itself.
+    let out = Command::new(netbox_bin())
+        .args(["--", "true"])
+        .env("XDG_STATE_HOME", &state)
+        .current_dir(&answers)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+}

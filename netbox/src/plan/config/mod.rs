@@ -261,7 +261,9 @@ impl SandboxConfig {
         refuse_log_inside_roots(&log_path, &write_roots)?;
         let mut policy_inputs = policy_inputs(&policy, &args.env_file, &write_roots);
         // The tools' remembered answers decide what later runs reach, as the policy does.
-        policy_inputs.extend(crate::plan::tools::answers_in_roots(&write_roots));
+        policy_inputs.extend(
+            crate::plan::tools::answers_in_roots(&write_roots).map_err(WrapperError::Usage)?,
+        );
         // The defaults file decides what later runs reach: never CMD's to rewrite.
         if let Some(file) = user_config
             .as_ref()

@@ -10,6 +10,13 @@ use super::{query, remembered, Context, ToolRules};
 /// keeps its builtin npmrc: what a remembered answer watches (remembered.rs). Asked from
 /// `/`, so `/.npmrc` is the project's.
 fn reads(untrusted: &[std::path::PathBuf]) -> Option<Vec<std::path::PathBuf>> {
+    // npm-cli.js, in bin/ of npm's own directory; anything else (a binary shim choosing
+    // an npm by files of its own) is asked each time.
+    let cli = std::fs::canonicalize(query::trusted("npm", untrusted)?).ok()?;
+    if cli.file_name()? != "npm-cli.js" {
+        return None;
+    }
+    let own = cli.parent()?.parent()?.to_owned();
     let said = query::output(
         "npm",
         &["config", "get", "userconfig", "globalconfig"],
@@ -23,9 +30,6 @@ fn reads(untrusted: &[std::path::PathBuf]) -> Option<Vec<std::path::PathBuf>> {
     if files.len() != 2 {
         return None;
     }
-    // npm-cli.js, in bin/ of npm's own directory.
-    let cli = std::fs::canonicalize(query::trusted("npm", untrusted)?).ok()?;
-    let own = cli.parent()?.parent()?;
     files.extend([own.join("npmrc"), own.join("package.json")]);
     files.push(std::path::PathBuf::from("/.npmrc"));
     Some(files)
@@ -38,8 +42,9 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let tally = remembered::Tally::default();
     let ask = |args: &[&str]| {
         let command = query::prepared("npm", args, &[], ctx.untrusted)?;
-        tally.count(remembered::answer(command, ctx.untrusted, || {
-            npm_reads.get_or_init(|| reads(ctx.untrusted)).clone()
+        tally.count(remembered::answer(command, ctx.untrusted, "node", || {
+            let files = npm_reads.get_or_init(|| reads(ctx.untrusted)).clone()?;
+            Some(remembered::Reads { ran: None, files })
         }))
     };
     // The user's and the global .npmrc, where npm says they are: one `--hide` covers is

@@ -10,18 +10,26 @@ use super::{query, remembered, Context, ToolRules};
 const DEFAULTS: &str = "from pip._internal.models.index import PyPI; \
                         print(PyPI.simple_url); print('https://' + PyPI.file_storage_domain + '/')";
 
-/// Printed by pip's own interpreter, as JSON: every file pip reads its settings from,
-/// present or not, and what else its answers come from (the interpreter, pip's own code,
-/// a virtual environment's settings). What a remembered answer watches (remembered.rs).
+/// Printed by pip's own interpreter, as JSON: the interpreter that ran, every file pip
+/// reads its settings from (present or not), and what else its answers come from (pip's
+/// own code, the directory it is installed in, whose `.pth` files run at start, a virtual
+/// environment's settings). What a remembered answer watches (remembered.rs).
 const READS: &str = "import json, os, sys, pip\n\
 from pip._internal.configuration import Configuration\n\
 files = [f for _, fs in Configuration(isolated=False).iter_config_files() for f in fs]\n\
 here = os.path.dirname(os.path.realpath(pip.__file__))\n\
-files += [os.path.realpath(sys.executable), os.path.join(here, '__init__.py'),\n\
+files += [os.path.join(here, '__init__.py'), os.path.dirname(here),\n\
           os.path.join(here, '_internal', 'models', 'index.py'),\n\
           os.path.join(here, '_internal', 'configuration.py'),\n\
           os.path.join(sys.prefix, 'pyvenv.cfg')]\n\
-print(json.dumps(files))\n";
+print(json.dumps({'ran': os.path.realpath(sys.executable), 'files': files}))\n";
+
+/// What [`READS`] prints.
+#[derive(serde::Deserialize)]
+struct PipReads {
+    ran: std::path::PathBuf,
+    files: Vec<std::path::PathBuf>,
+}
 
 pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
@@ -33,13 +41,18 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let tally = remembered::Tally::default();
     let ask = |args: &[&str]| {
         let command = query::prepared(&interpreter, args, &[], ctx.untrusted)?;
-        tally.count(remembered::answer(command, ctx.untrusted, || {
+        tally.count(remembered::answer(command, ctx.untrusted, "python", || {
             reads
                 .get_or_init(|| {
                     let text = query::output(&interpreter, &["-I", "-c", READS], ctx.untrusted)?;
-                    serde_json::from_str::<Vec<std::path::PathBuf>>(text.trim()).ok()
+                    let said: PipReads = serde_json::from_str(text.trim()).ok()?;
+                    Some((said.ran, said.files))
                 })
                 .clone()
+                .map(|(ran, files)| remembered::Reads {
+                    ran: Some(ran),
+                    files,
+                })
         }))
     };
     // pip's files that `--hide` covers: pip in the sandbox does not see them, so pip is

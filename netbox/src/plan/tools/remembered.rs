@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::{owndir, query};
 
 /// Changes whenever what an entry holds, or how its key is made, changes.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// The largest entry read back (an answer is at most a few KiB).
 const MAX_ENTRY_BYTES: u64 = 1 << 20;
@@ -54,22 +54,40 @@ pub struct Answer {
     pub remembered: bool,
 }
 
+/// What a tool says it depends on, asked only when it is asked.
+pub struct Reads {
+    /// The interpreter that ran, as a real path, when the tool can say: an answer is kept
+    /// only when it is the one netbox followed the program to (a shim that chose another
+    /// by files of its own would make the key wrong).
+    pub ran: Option<PathBuf>,
+    /// Every file it reads its settings from, present or not.
+    pub files: Vec<PathBuf>,
+}
+
 /// `command`'s answer, from the store when nothing it depends on changed, else from the
-/// tool (and then kept). `reads` is asked only when the tool is: the files the tool says
-/// it reads its settings from (`None`: it could not say, and the answer is not kept).
+/// tool (and then kept). `runs`: how the interpreter's file name starts (`python`,
+/// `node`); a program that leads elsewhere (a binary shim) is asked each time. `reads` is
+/// asked only when the tool is (`None`: it could not say, and the answer is not kept).
 pub fn answer(
     command: Command,
     untrusted: &[PathBuf],
-    reads: impl FnOnce() -> Option<Vec<PathBuf>>,
+    runs: &str,
+    reads: impl FnOnce() -> Option<Reads>,
 ) -> Option<Answer> {
     let asked = |text| Answer {
         text,
         remembered: false,
     };
-    let Some(chain) = program_chain(Path::new(command.get_program()), untrusted) else {
+    let chain = program_chain(Path::new(command.get_program()), untrusted).filter(|chain| {
+        chain
+            .runs
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(runs))
+    });
+    let Some(chain) = chain else {
         return query::run(command).map(asked);
     };
-    let key = key_of(&command, &chain);
+    let key = key_of(&command, &chain.files);
     let store = store(untrusted);
     if let Some(text) = store.as_ref().and_then(|dir| recall(dir, &key)) {
         return Some(Answer {
@@ -78,16 +96,20 @@ pub fn answer(
         });
     }
     // Seen before the tool is asked: a change while it answers shows at the next run.
-    let watched: Option<Vec<(PathBuf, Identity)>> = reads().map(|files| {
-        chain
-            .into_iter()
-            .chain(files)
-            .map(|file| {
-                let id = identity(&file);
-                (file, id)
-            })
-            .collect()
-    });
+    let watched: Option<Vec<(PathBuf, Identity)>> = reads()
+        .filter(|reads| reads.ran.as_ref().is_none_or(|ran| *ran == chain.runs))
+        .map(|reads| {
+            chain
+                .files
+                .into_iter()
+                .chain(chain.watched)
+                .chain(reads.files)
+                .map(|file| {
+                    let id = identity(&file);
+                    (file, id)
+                })
+                .collect()
+        });
     let answer = query::run(command)?;
     if let (Some(dir), Some(watched)) = (store, watched) {
         keep(&dir, &key, watched, &answer);
@@ -118,50 +140,137 @@ impl Tally {
     }
 }
 
-/// The directory of answers, when it lies in no writable root: made if missing.
+/// The directory of answers, when it and the writable roots do not overlap (neither lies
+/// in the other, by path or by identity): made if missing.
 fn store(untrusted: &[PathBuf]) -> Option<owndir::OwnDir> {
     let base = state_dir()?;
-    if query::is_untrusted(&base, untrusted) {
+    let place = base.join(STORE);
+    if untrusted.iter().any(|root| overlap(&place, root)) {
         return None;
     }
     let (real, fd) = owndir::open_cache_home(&base, None, None).ok()?;
-    if untrusted.iter().any(|root| real.starts_with(root)) {
+    if untrusted
+        .iter()
+        .any(|root| overlap(&real.join(STORE), root))
+    {
         return None;
     }
-    owndir::open_own(&real, fd, &["tool-answers"])
+    owndir::open_own(&real, fd, &[STORE])
         .ok()
         .map(|(dir, _)| dir)
 }
+
+/// The store's name in netbox's state directory.
+const STORE: &str = "tool-answers";
 
 /// `$XDG_STATE_HOME/netbox` (or `~/.local/state/netbox`), where the store is.
 fn state_dir() -> Option<PathBuf> {
     crate::plan::xdg_dir("XDG_STATE_HOME", ".local/state").map(|base| base.join("netbox"))
 }
 
-/// The store's directory when it lies in one of `roots`, made first if missing, so the
-/// sandbox can lay it read-only: a command given its parent to write must not be able to
-/// leave an answer for a later run.
-pub fn store_in_roots(roots: &[PathBuf]) -> Option<PathBuf> {
-    let base = state_dir()?;
-    let inside = |path: &Path| roots.iter().any(|root| path.starts_with(root));
-    let real_base = std::fs::canonicalize(&base).ok();
-    if !inside(&base) && !real_base.as_deref().is_some_and(inside) {
-        return None;
+/// Every place a run of this user's may keep answers: this run's, and the default one
+/// under the home (a run with another `XDG_STATE_HOME` keeps them there).
+fn all_state_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = state_dir().into_iter().collect();
+    let home_default = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .map(|h| h.join(".local/state/netbox"));
+    dirs.extend(home_default.filter(|d| !dirs.contains(d)));
+    dirs
+}
+
+/// Whether `a` and `b` overlap: one is the other or lies inside it.
+fn overlap(a: &Path, b: &Path) -> bool {
+    contains(a, b) || contains(b, a)
+}
+
+/// Whether `inner` is `outer` or lies inside it: by path (as given and as resolved) or by
+/// the identity of a directory on its way (another name for `outer`, a bind mount of it).
+/// A path that does not exist yet is compared by the part of it that does.
+fn contains(outer: &Path, inner: &Path) -> bool {
+    let real_inner = resolved(inner);
+    inner.starts_with(outer)
+        || real_inner.starts_with(resolved(outer))
+        || identity_of_existing(outer).is_some_and(|id| {
+            real_inner
+                .ancestors()
+                .any(|up| identity_of_existing(up) == Some(id))
+        })
+}
+
+/// `path` with its longest existing prefix resolved.
+fn resolved(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(at) {
+            return rest.iter().rev().fold(real, |p, part| p.join(part));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                at = parent;
+            }
+            _ => return path.to_owned(),
+        }
     }
-    let (real, fd) = owndir::open_cache_home(&base, None, None).ok()?;
-    owndir::open_own(&real, fd, &["tool-answers"])
-        .ok()
-        .map(|(dir, _)| dir.path)
+}
+
+fn identity_of_existing(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The stores that lie in one of `roots` (made first if missing), for the sandbox to lay
+/// read-only: a command given a directory above one must not leave an answer for a later
+/// run. A root that is a store or lies inside one is refused: CMD would write it whole.
+pub fn stores_in_roots(roots: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut pinned = Vec::new();
+    for base in all_state_dirs() {
+        let place = base.join(STORE);
+        if let Some(root) = roots.iter().find(|root| contains(&place, root)) {
+            return Err(format!(
+                "the writable root {} lies in {}, where netbox remembers what package \
+                 managers said, which no command may write; choose another directory",
+                root.display(),
+                place.display()
+            ));
+        }
+        if !roots.iter().any(|root| contains(root, &place)) {
+            continue;
+        }
+        // One that cannot be opened (a link on the way, not this user's) is not used by
+        // any run either (`store`).
+        if let Ok((real, fd)) = owndir::open_cache_home(&base, None, None) {
+            if let Ok((dir, _)) = owndir::open_own(&real, fd, &[STORE]) {
+                pinned.push(dir.path);
+            }
+        }
+    }
+    Ok(pinned)
+}
+
+/// Where a program leads: its real path and its interpreter's (the key), the
+/// interpreter that will run (the last of them), and what chose it (watched).
+struct Chain {
+    files: Vec<PathBuf>,
+    runs: PathBuf,
+    watched: Vec<PathBuf>,
 }
 
 /// The program and the interpreter its `#!` line names (through `env`, as the caller's
-/// trusted `PATH` finds it), as real paths. `None` when the interpreter is a shell (a
-/// shim deciding what runs by files of its own) other than pyenv's, whose files are added.
-fn program_chain(program: &Path, untrusted: &[PathBuf]) -> Option<Vec<PathBuf>> {
+/// trusted `PATH` finds it), as real paths. A shell script is followed only when it is a
+/// pyenv shim whose Python netbox can find as pyenv would; `None` otherwise (a shim
+/// deciding what runs by files netbox does not know).
+fn program_chain(program: &Path, untrusted: &[PathBuf]) -> Option<Chain> {
     let real = std::fs::canonicalize(program).ok()?;
-    let mut chain = vec![real.clone()];
     let Some(interpreter) = interpreter_of(&real) else {
-        return Some(chain);
+        return Some(Chain {
+            files: vec![real.clone()],
+            runs: real,
+            watched: Vec::new(),
+        });
     };
     let interpreter = match interpreter.strip_prefix("env:") {
         Some(name) => query::trusted(name, untrusted)?,
@@ -172,11 +281,19 @@ fn program_chain(program: &Path, untrusted: &[PathBuf]) -> Option<Vec<PathBuf>> 
     interpreter_of(&interpreter).is_none().then_some(())?;
     let name = interpreter.file_name()?.to_str()?;
     let shell = matches!(name, "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh");
-    chain.push(interpreter.clone());
-    if shell {
-        chain.extend(pyenv_version_files(&real)?);
+    if !shell {
+        return Some(Chain {
+            files: vec![real, interpreter.clone()],
+            runs: interpreter,
+            watched: Vec::new(),
+        });
     }
-    Some(chain)
+    let (python, watched) = pyenv_python(&real, program.file_name()?)?;
+    Some(Chain {
+        files: vec![real, interpreter, python.clone()],
+        runs: python,
+        watched,
+    })
 }
 
 /// The interpreter `file`'s `#!` line names: a path, or `env:NAME` for `/usr/bin/env
@@ -197,25 +314,50 @@ fn interpreter_of(file: &Path) -> Option<String> {
     Some(first.to_owned())
 }
 
-/// The files pyenv's shim `shim` decides the Python version by, asked from `/` as netbox
-/// asks (`PYENV_VERSION` is in the key): `/.python-version` and the global version file.
-/// `None` for a shell script that is no pyenv shim.
-fn pyenv_version_files(shim: &Path) -> Option<Vec<PathBuf>> {
+/// The Python pyenv's shim `shim` (run as `program`, from `/`, as netbox asks) would run,
+/// found as pyenv finds it: the root the shim itself names, the version `PYENV_VERSION`,
+/// `/.python-version` or the root's `version` file names, that version's `bin/PROGRAM`.
+/// Also the files and directories that choice and pyenv's hooks depend on. `None` for a
+/// shell script that is no pyenv shim, the `system` version (whatever `PATH` holds), or a
+/// version not installed under the name given.
+fn pyenv_python(shim: &Path, program: &std::ffi::OsStr) -> Option<(PathBuf, Vec<PathBuf>)> {
     let text = std::fs::read(shim).ok()?;
-    let text = text.get(..text.len().min(4096))?;
-    if !text.windows(5).any(|w| w == b"pyenv") {
+    let text = String::from_utf8_lossy(text.get(..text.len().min(4096))?).into_owned();
+    let root = text.lines().find_map(|line| {
+        let value = line.trim().strip_prefix("export PYENV_ROOT=")?;
+        Some(PathBuf::from(value.trim_matches('"')))
+    })?;
+    if !root.is_absolute() {
         return None;
     }
-    let root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")))?;
-    // The versions installed too: a version file naming a prefix ("3.11") picks the
-    // newest that matches.
-    Some(vec![
+    let first_word = |file: &Path| -> Option<String> {
+        let text = std::fs::read_to_string(file).ok()?;
+        text.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with('#'))
+            .and_then(|l| l.split_whitespace().next())
+            .map(str::to_owned)
+    };
+    let version = match std::env::var("PYENV_VERSION") {
+        Ok(v) if !v.is_empty() => v.split(':').next()?.to_owned(),
+        _ => first_word(Path::new("/.python-version"))
+            .or_else(|| first_word(&root.join("version")))?,
+    };
+    let plain = !version.contains('/') && !matches!(version.as_str(), "." | ".." | "system");
+    plain.then_some(())?;
+    let versions = root.join("versions");
+    let python = std::fs::canonicalize(versions.join(&version).join("bin").join(program)).ok()?;
+    let watched = vec![
         PathBuf::from("/.python-version"),
         root.join("version"),
-        root.join("versions"),
-    ])
+        versions.join(&version),
+        versions,
+        root.join("pyenv.d"),
+        root.join("plugins"),
+        PathBuf::from("/etc/pyenv.d"),
+        PathBuf::from("/usr/local/etc/pyenv.d"),
+    ];
+    Some((python, watched))
 }
 
 /// What the answer is filed under: the command as it would run (program, arguments, its
@@ -231,15 +373,19 @@ fn key_of(command: &Command, chain: &[PathBuf]) -> String {
     part(&FORMAT.to_le_bytes());
     part(env!("CARGO_PKG_VERSION").as_bytes());
     part(command.get_program().as_encoded_bytes());
+    // Each group counted first: no arrangement of one group's parts reads as another's.
+    part(&(command.get_args().len() as u64).to_le_bytes());
     for arg in command.get_args() {
         part(arg.as_encoded_bytes());
     }
     let mut env: Vec<_> = command.get_envs().collect();
     env.sort();
+    part(&(env.len() as u64).to_le_bytes());
     for (name, value) in env {
         part(name.as_encoded_bytes());
         part(value.map_or(b"\0unset".as_slice(), |v| v.as_encoded_bytes()));
     }
+    part(&(chain.len() as u64).to_le_bytes());
     for file in chain {
         part(file.as_os_str().as_encoded_bytes());
     }
@@ -362,13 +508,33 @@ mod tests {
             Some("env:node".into())
         );
         assert_eq!(of("d", "\x7fELF...."), None);
+        // A pyenv shim leads to the version its root's files name, by the root the shim
+        // itself names; `system`, or a version not installed by that name, is not followed.
+        let root = dir.join("pyenv");
+        std::fs::create_dir_all(root.join("versions/3.9.1/bin")).unwrap();
+        std::fs::write(root.join("versions/3.9.1/bin/python3"), "").unwrap();
         let shim = write(
             "e",
-            "#!/usr/bin/env bash\nexec \"/x/.pyenv/libexec/pyenv\" exec\n",
+            &format!(
+                "#!/usr/bin/env bash\nexport PYENV_ROOT=\"{}\"\nexec pyenv exec\n",
+                root.display()
+            ),
         );
-        assert!(pyenv_version_files(&shim).is_some());
+        let python = std::ffi::OsStr::new("python3");
+        let as_pyenv_would =
+            std::env::var_os("PYENV_VERSION").is_none() && !Path::new("/.python-version").exists();
+        if as_pyenv_would {
+            std::fs::write(root.join("version"), "# chosen\n3.9.1\n").unwrap();
+            let (found, watched) = pyenv_python(&shim, python).unwrap();
+            assert!(found.ends_with("versions/3.9.1/bin/python3"));
+            assert!(watched.contains(&root.join("version")));
+            for version in ["system", "3.9", "../../x"] {
+                std::fs::write(root.join("version"), format!("{version}\n")).unwrap();
+                assert!(pyenv_python(&shim, python).is_none(), "{version}");
+            }
+        }
         let other = write("f", "#!/usr/bin/env bash\nexec asdf exec\n");
-        assert_eq!(pyenv_version_files(&other), None);
+        assert!(pyenv_python(&other, python).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -64,12 +64,14 @@ tries() {
         env+=(XDG_CONFIG_HOME="$ws.config")
     fi
     [ "$RUN_AS" = root ] || chown -R "$RUN_AS" "$ws" "$ws.config" 2>/dev/null
+    local started=$SECONDS
     for n in 1 2 3 4; do
         err="$ws.err.$n"
         (cd "$ws" && as_user env -i "${env[@]}" "$netbox" "${flags[@]}" -- "$@") >/dev/null 2>"$err"
         rc=$?
         if [ "$rc" = 0 ]; then
-            printf '%-8s %-6s %-7s %s try/tries  %s\n' "$client" "$RUN_AS" "${config:+config}" "$n" "${flags[*]}"
+            printf '%-8s %-6s %-7s %s try/tries, %3d s  %s\n' "$client" "$RUN_AS" "${config:+config}" "$n" \
+                $((SECONDS - started)) "${flags[*]}"
             return
         fi
         local flag

@@ -115,9 +115,10 @@ fn a_pip_settings_file_that_appears_makes_pip_asked_again() {
     assert!(run().contains(REMEMBERED));
 }
 
-/// A command given the directory the answers live in to write cannot leave one there:
-/// the directory is read-only in its sandbox, and that run neither reads nor writes it.
-/// Control: it writes beside it.
+/// A command given the directory the answers live in to write cannot leave one there,
+/// nor read one (an answer may hold a token the tool printed): the directory is hidden in
+/// its sandbox, as in every other, and that run neither reads nor writes it. Control: it
+/// writes beside it.
 #[test]
 fn no_command_can_leave_an_answer_for_a_later_run() {
     let dir = TestDir::outside_tmp("remembered-pinned");
@@ -143,6 +144,7 @@ fn no_command_can_leave_an_answer_for_a_later_run() {
     let state_arg = state.join("netbox").display().to_string();
     let out = with(&["--allow-tool", "npm", "--write", &state_arg]).sh(&format!(
         "touch {0}/beside && echo beside; \
+         ls -A {1} 2>/dev/null | grep -q . && echo read; \
          touch {1}/planted 2>/dev/null && echo planted; \
          for f in {1}/*; do echo x >> \"$f\" 2>/dev/null && echo changed; done; \
          rm -rf {1} 2>/dev/null && echo removed; true",

@@ -171,6 +171,12 @@ impl SandboxConfig {
             &fetches,
         )?;
         hide_secret_files(&policy, &mut named.hide)?;
+        // netbox's own state: what tools answered, other runs' logs.
+        for dir in crate::plan::tools::state_to_hide(&write_roots).map_err(WrapperError::Usage)? {
+            if !named.hide.contains(&dir) {
+                named.hide.push(dir);
+            }
+        }
         if args.ssh_agent {
             let keys = crate::plan::ssh_agent::private_keys(home_dir().as_deref());
             for key in keys.found {
@@ -260,10 +266,7 @@ impl SandboxConfig {
         };
         refuse_log_inside_roots(&log_path, &write_roots)?;
         let mut policy_inputs = policy_inputs(&policy, &args.env_file, &write_roots);
-        // The tools' remembered answers decide what later runs reach, as the policy does.
-        policy_inputs.extend(
-            crate::plan::tools::answers_in_roots(&write_roots).map_err(WrapperError::Usage)?,
-        );
+
         // The defaults file decides what later runs reach: never CMD's to rewrite.
         if let Some(file) = user_config
             .as_ref()

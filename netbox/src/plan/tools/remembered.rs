@@ -15,9 +15,9 @@
 //! it) the tool is asked: a stale answer could widen the policy, asking costs only time.
 //!
 //! The answers live in `$XDG_STATE_HOME/netbox/tool-answers` (this user's, 0700, reached
-//! without following a link). A run whose writable roots hold it neither reads nor writes
-//! it, and its sandbox gets it read-only (config/mod.rs), so no command can leave an answer
-//! for a later run to act on.
+//! without following a link). A run whose writable roots overlap it neither reads nor
+//! writes it, and every sandbox has it hidden (config/mod.rs): an answer may hold a token
+//! the tool printed, and no command may leave an answer for a later run to act on.
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -222,11 +222,14 @@ fn identity_of_existing(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// The stores that lie in one of `roots` (made first if missing), for the sandbox to lay
-/// read-only: a command given a directory above one must not leave an answer for a later
-/// run. A root that is a store or lies inside one is refused: CMD would write it whole.
-pub fn stores_in_roots(roots: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    let mut pinned = Vec::new();
+/// What the sandbox hides of netbox's state: every store of answers (made first if
+/// missing where a command could make one), and every directory of session logs. An answer
+/// holds what the tool printed (`pip config debug` prints each file's settings, a token in
+/// an index URL included) and a log holds other runs' command lines: neither is CMD's to
+/// read, and hidden, neither is CMD's to write. A root that is a store or lies inside one
+/// is refused: hiding the store would not cover what CMD is given whole.
+pub fn state_to_hide(roots: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut hidden = Vec::new();
     for base in all_state_dirs() {
         let place = base.join(STORE);
         if let Some(root) = roots.iter().find(|root| contains(&place, root)) {
@@ -237,18 +240,23 @@ pub fn stores_in_roots(roots: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
                 place.display()
             ));
         }
-        if !roots.iter().any(|root| contains(root, &place)) {
-            continue;
+        // Where CMD could make it, made first (elsewhere a run leaves no trace in a home
+        // it keeps nothing in). One that cannot be opened (a link on the way, not this
+        // user's) is not used by any run either (`store`); it is hidden if it is there.
+        if roots.iter().any(|root| contains(root, &place)) {
+            if let Ok((real, fd)) = owndir::open_cache_home(&base, None, None) {
+                let _ = owndir::open_own(&real, fd, &[STORE]);
+            }
         }
-        // One that cannot be opened (a link on the way, not this user's) is not used by
-        // any run either (`store`).
-        if let Ok((real, fd)) = owndir::open_cache_home(&base, None, None) {
-            if let Ok((dir, _)) = owndir::open_own(&real, fd, &[STORE]) {
-                pinned.push(dir.path);
+        for dir in [place, base.join("sessions")] {
+            if let Ok(real) = std::fs::canonicalize(&dir) {
+                if real.is_dir() && !hidden.contains(&real) {
+                    hidden.push(real);
+                }
             }
         }
     }
-    Ok(pinned)
+    Ok(hidden)
 }
 
 /// Where a program leads: its real path and its interpreter's (the key), the

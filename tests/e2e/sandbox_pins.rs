@@ -202,7 +202,27 @@ fn hidden_paths_are_probed_and_pinned() {
         .cloned()
         .expect("a hidden paths row");
     assert_eq!(row["passed"], true, "{row}");
-    assert_eq!(row["forbidden"].as_array().unwrap().len(), 3, "{row}");
+    // One attempt for each path named here (netbox hides its own state too, which has
+    // attempts of its own), and the search for one left uncovered.
+    let named_here = row["forbidden"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| {
+            a["attempt"]
+                .as_str()
+                .is_some_and(|at| at.contains(&*secrets.path.to_string_lossy()))
+        })
+        .count();
+    assert_eq!(named_here, 2, "{row}");
+    assert!(row["forbidden"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(
+            |a| a["attempt"] == "find a hidden path that is not covered by a mount of its own"
+                && a["result"] == "all covered"
+        ));
     // A credential refresher replaces the token by a rename while the run goes on: the
     // cover falls with the old file, and the run must stop before CMD reads the new one.
     let child = run

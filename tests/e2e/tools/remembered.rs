@@ -30,13 +30,11 @@ fn rewrite_in_place(file: &std::path::Path, text: &str) {
 fn npms_answer_is_used_again_only_while_its_settings_are_unchanged() {
     let dir = TestDir::new("remembered-npm");
     let settings = dir.write("npmrc", "registry=https://npm-a.test/\n");
-    let state = dir.join("state").display().to_string();
     let cache = dir.join("cache-home").display().to_string();
     let run = |extra_env: &[(&str, &str)]| {
         let mut run = Run::new(&dir)
             .args_from(&["--allow-tool", "npm"])
             .env("NPM_CONFIG_USERCONFIG", settings.display().to_string())
-            .env("XDG_STATE_HOME", state.clone())
             .env("XDG_CACHE_HOME", cache.clone());
         for (k, v) in extra_env {
             run = run.env(k, *v);
@@ -48,7 +46,6 @@ fn npms_answer_is_used_again_only_while_its_settings_are_unchanged() {
         let out = Command::new(netbox_bin())
             .args(["tools", "npm"])
             .env("NPM_CONFIG_USERCONFIG", &settings)
-            .env("XDG_STATE_HOME", &state)
             .current_dir(dir.join("ws"))
             .output()
             .unwrap();
@@ -85,7 +82,6 @@ fn a_pip_settings_file_that_appears_makes_pip_asked_again() {
     let run = || {
         let out = Run::new(&dir)
             .args_from(&["--allow-tool", "pip"])
-            .env("XDG_STATE_HOME", dir.join("state").display().to_string())
             .env(
                 "XDG_CACHE_HOME",
                 dir.join("cache-home").display().to_string(),
@@ -115,95 +111,49 @@ fn a_pip_settings_file_that_appears_makes_pip_asked_again() {
     assert!(run().contains(REMEMBERED));
 }
 
-/// A command given the directory the answers live in to write cannot leave one there,
-/// nor read one (an answer may hold a token the tool printed): the directory is hidden in
-/// its sandbox, as in every other, and that run neither reads nor writes it. Control: it
-/// writes beside it.
+/// The answers live where no sandbox shows them (the host's /dev/shm; every sandbox has
+/// its own): a command can neither read one (an answer may hold a token a tool printed)
+/// nor leave one for a later run, whatever it is given, and the directory can be given
+/// to no command. Control: the host has the answer, and the command writes its workspace.
 #[test]
-fn no_command_can_leave_an_answer_for_a_later_run() {
-    let dir = TestDir::outside_tmp("remembered-pinned");
-    let state = dir.join("state");
-    let answers = state.join("netbox/tool-answers");
-    std::fs::create_dir_all(&answers).unwrap();
+fn no_command_sees_or_touches_the_answers() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = TestDir::outside_tmp("remembered-unseen");
     let settings = dir.write("npmrc", "registry=https://npm-a.test/\n");
+    let uid = std::fs::metadata(&dir.path).unwrap().uid();
+    let answers = std::path::PathBuf::from(format!("/dev/shm/netbox-{uid}/tool-answers"));
     let with = |extra: &[&str]| {
         Run::new(&dir)
-            .log_at(dir.join("elsewhere.jsonl"))
             .args_from(extra)
             .env("NPM_CONFIG_USERCONFIG", settings.display().to_string())
-            .env("XDG_STATE_HOME", state.display().to_string())
             .env(
                 "XDG_CACHE_HOME",
                 dir.join("cache-home").display().to_string(),
             )
     };
-    // Remembered by a run that does not write there.
-    let _ = with(&["--allow-tool", "npm"]).sh("true");
+    let out = with(&["--allow-tool", "npm"]).sh("true");
+    assert!(out.status.success(), "{}", stderr(&out));
     let kept = std::fs::read_dir(&answers).unwrap().count();
     assert!(kept > 0, "no answer kept");
-    let state_arg = state.join("netbox").display().to_string();
-    let out = with(&["--allow-tool", "npm", "--write", &state_arg]).sh(&format!(
-        "touch {0}/beside && echo beside; \
-         ls -A {1} 2>/dev/null | grep -q . && echo read; \
-         touch {1}/planted 2>/dev/null && echo planted; \
-         for f in {1}/*; do echo x >> \"$f\" 2>/dev/null && echo changed; done; \
-         rm -rf {1} 2>/dev/null && echo removed; true",
-        state.join("netbox").display(),
+    let out = with(&["--allow-tool", "npm", "--tmp", "host"]).sh(&format!(
+        "echo ok > written && cat written; \
+         ls -A {0} 2>/dev/null && echo seen; \
+         mkdir -p {0} 2>/dev/null && touch {0}/planted 2>/dev/null; true",
         answers.display()
     ));
-    assert_eq!(stdout(&out), "beside\n", "{}", stderr(&out));
-    assert!(!stderr(&out).contains(REMEMBERED), "{}", stderr(&out));
-    assert_eq!(std::fs::read_dir(&answers).unwrap().count(), kept);
-}
-
-/// A writable root that is the answers' directory, lies in it, or is an entry of it is
-/// refused with one line, whatever names it: CMD would write answers for a later run.
-/// Control: a workspace beside it runs.
-#[test]
-fn a_writable_root_in_the_answers_is_refused() {
-    let dir = TestDir::outside_tmp("remembered-roots");
-    let state = dir.join("state");
-    let settings = dir.write("npmrc", "registry=https://npm-a.test/\n");
-    let with = |extra: &[&str]| {
-        Run::new(&dir)
-            .args_from(extra)
-            .env("NPM_CONFIG_USERCONFIG", settings.display().to_string())
-            .env("XDG_STATE_HOME", state.display().to_string())
-            .env(
-                "XDG_CACHE_HOME",
-                dir.join("cache-home").display().to_string(),
-            )
-    };
-    let out = with(&["--allow-tool", "npm"]).sh("echo ran");
-    assert_eq!(stdout(&out), "ran\n", "{}", stderr(&out));
-    let answers = state.join("netbox/tool-answers");
-    let entry = std::fs::read_dir(&answers)
-        .unwrap()
-        .next()
-        .expect("an answer kept")
-        .unwrap()
-        .path();
-    // Another name for the directory: a link to it.
-    let alias = dir.join("alias");
-    std::os::unix::fs::symlink(&answers, &alias).unwrap();
-    std::fs::create_dir_all(answers.join("sub")).unwrap();
-    for root in [&answers, &entry, &answers.join("sub"), &alias] {
-        let out = with(&["--allow-tool", "npm", "--write", root.to_str().unwrap()]).sh("echo ran");
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(125), "{}: {err}", root.display());
-        assert!(
-            err.contains("remembers what package managers said"),
-            "{err}"
-        );
-        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(stdout(&out), "ok\n", "{}", stderr(&out));
+    assert!(stderr(&out).contains(REMEMBERED), "{}", stderr(&out));
+    assert!(!answers.join("planted").exists());
+    for flags in [
+        vec!["--write", answers.to_str().unwrap()],
+        vec!["--bind", answers.to_str().unwrap(), "/tmp/x"],
+        vec!["--ro-bind", answers.to_str().unwrap(), "/tmp/x"],
+    ] {
+        let mut all = vec!["--allow-tool", "npm"];
+        all.extend(flags.iter().copied());
+        let out = with(&all).sh("echo ran");
+        assert_eq!(out.status.code(), Some(125), "{flags:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
         assert!(stdout(&out).is_empty());
     }
-    // The directory as the workspace itself.
-    let out = Command::new(netbox_bin())
-        .args(["--", "true"])
-        .env("XDG_STATE_HOME", &state)
-        .current_dir(&answers)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
 }

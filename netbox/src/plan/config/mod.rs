@@ -171,8 +171,8 @@ impl SandboxConfig {
             &fetches,
         )?;
         hide_secret_files(&policy, &mut named.hide)?;
-        // netbox's own state: what tools answered, other runs' logs.
-        for dir in crate::plan::tools::state_to_hide(&write_roots).map_err(WrapperError::Usage)? {
+        // Other runs' logs.
+        for dir in crate::plan::tools::sessions_to_hide() {
             if !named.hide.contains(&dir) {
                 named.hide.push(dir);
             }

@@ -14,10 +14,8 @@
 //! follow, a tool that does not say what it reads, a file of the store not as netbox wrote
 //! it) the tool is asked: a stale answer could widen the policy, asking costs only time.
 //!
-//! The answers live in `$XDG_STATE_HOME/netbox/tool-answers` (this user's, 0700, reached
-//! without following a link). A run whose writable roots overlap it neither reads nor
-//! writes it, and every sandbox has it hidden (config/mod.rs): an answer may hold a token
-//! the tool printed, and no command may leave an answer for a later run to act on.
+//! The answers live in `/dev/shm/netbox-UID/tool-answers`, which no sandbox shows
+//! (`store` says why), this user's own (0700, reached without following a link).
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -140,45 +138,35 @@ impl Tally {
     }
 }
 
-/// The directory of answers, when it and the writable roots do not overlap (neither lies
-/// in the other, by path or by identity): made if missing.
+/// The directory of answers, `/dev/shm/netbox-UID/tool-answers` (made if missing, each
+/// step this user's, 0700, reached without following a link), when no writable root
+/// overlaps it (by path or identity: a host's bind mount of it elsewhere).
+///
+/// Why there: every sandbox lays its own `/dev` (and `/run`), and no writable root, bind
+/// source or alias may lie under them, so no command sees the store, let alone writes it,
+/// under any name, whatever roots this run or a concurrent one was given. A directory in
+/// the home, hidden by path, was reachable through an alias or a renamed parent. The
+/// answers may hold what a tool printed of its settings (a token in an index URL): that
+/// stays out of every sandbox too. Another user's directory of that name is refused.
 fn store(untrusted: &[PathBuf]) -> Option<owndir::OwnDir> {
-    let base = state_dir()?;
-    let place = base.join(STORE);
+    let own = format!("netbox-{}", nix::unistd::geteuid().as_raw());
+    let place = Path::new(SHARED_MEMORY).join(&own).join(STORE);
     if untrusted.iter().any(|root| overlap(&place, root)) {
         return None;
     }
-    let (real, fd) = owndir::open_cache_home(&base, None, None).ok()?;
-    if untrusted
-        .iter()
-        .any(|root| overlap(&real.join(STORE), root))
-    {
+    let (real, fd) = owndir::open_cache_home(Path::new(SHARED_MEMORY), None, None).ok()?;
+    let (dir, _) = owndir::open_own(&real, fd, &[&own, STORE]).ok()?;
+    if untrusted.iter().any(|root| overlap(&dir.path, root)) {
         return None;
     }
-    owndir::open_own(&real, fd, &[STORE])
-        .ok()
-        .map(|(dir, _)| dir)
+    Some(dir)
 }
 
-/// The store's name in netbox's state directory.
+/// Where the store is made: a tmpfs of the host's that no sandbox shows.
+const SHARED_MEMORY: &str = "/dev/shm";
+
+/// The store's name.
 const STORE: &str = "tool-answers";
-
-/// `$XDG_STATE_HOME/netbox` (or `~/.local/state/netbox`), where the store is.
-fn state_dir() -> Option<PathBuf> {
-    crate::plan::xdg_dir("XDG_STATE_HOME", ".local/state").map(|base| base.join("netbox"))
-}
-
-/// Every place a run of this user's may keep answers: this run's, and the default one
-/// under the home (a run with another `XDG_STATE_HOME` keeps them there).
-fn all_state_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = state_dir().into_iter().collect();
-    let home_default = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|h| h.is_absolute())
-        .map(|h| h.join(".local/state/netbox"));
-    dirs.extend(home_default.filter(|d| !dirs.contains(d)));
-    dirs
-}
 
 /// Whether `a` and `b` overlap: one is the other or lies inside it.
 fn overlap(a: &Path, b: &Path) -> bool {
@@ -222,41 +210,27 @@ fn identity_of_existing(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// What the sandbox hides of netbox's state: every store of answers (made first if
-/// missing where a command could make one), and every directory of session logs. An answer
-/// holds what the tool printed (`pip config debug` prints each file's settings, a token in
-/// an index URL included) and a log holds other runs' command lines: neither is CMD's to
-/// read, and hidden, neither is CMD's to write. A root that is a store or lies inside one
-/// is refused: hiding the store would not cover what CMD is given whole.
-pub fn state_to_hide(roots: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+/// What the sandbox hides of netbox's state: every directory of session logs (this run's,
+/// and the default one under the home, whatever `XDG_STATE_HOME` says). A log holds other
+/// runs' command lines, which are not CMD's to read.
+pub fn sessions_to_hide() -> Vec<PathBuf> {
+    let mut bases: Vec<PathBuf> = crate::plan::xdg_dir("XDG_STATE_HOME", ".local/state")
+        .into_iter()
+        .collect();
+    let home_default = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .map(|h| h.join(".local/state"));
+    bases.extend(home_default);
     let mut hidden = Vec::new();
-    for base in all_state_dirs() {
-        let place = base.join(STORE);
-        if let Some(root) = roots.iter().find(|root| contains(&place, root)) {
-            return Err(format!(
-                "the writable root {} lies in {}, where netbox remembers what package \
-                 managers said, which no command may write; choose another directory",
-                root.display(),
-                place.display()
-            ));
-        }
-        // Where CMD could make it, made first (elsewhere a run leaves no trace in a home
-        // it keeps nothing in). One that cannot be opened (a link on the way, not this
-        // user's) is not used by any run either (`store`); it is hidden if it is there.
-        if roots.iter().any(|root| contains(root, &place)) {
-            if let Ok((real, fd)) = owndir::open_cache_home(&base, None, None) {
-                let _ = owndir::open_own(&real, fd, &[STORE]);
-            }
-        }
-        for dir in [place, base.join("sessions")] {
-            if let Ok(real) = std::fs::canonicalize(&dir) {
-                if real.is_dir() && !hidden.contains(&real) {
-                    hidden.push(real);
-                }
+    for base in bases {
+        if let Ok(real) = std::fs::canonicalize(base.join("netbox/sessions")) {
+            if real.is_dir() && !hidden.contains(&real) {
+                hidden.push(real);
             }
         }
     }
-    Ok(hidden)
+    hidden
 }
 
 /// Where a program leads: its real path and its interpreter's (the key), the
@@ -355,17 +329,61 @@ fn pyenv_python(shim: &Path, program: &std::ffi::OsStr) -> Option<(PathBuf, Vec<
     plain.then_some(())?;
     let versions = root.join("versions");
     let python = std::fs::canonicalize(versions.join(&version).join("bin").join(program)).ok()?;
-    let watched = vec![
+    let mut watched = vec![
         PathBuf::from("/.python-version"),
         root.join("version"),
         versions.join(&version),
         versions,
+    ];
+    // pyenv itself and every hook it runs (a hook may set a variable pip reads): each
+    // file and directory, so an edit to one is a change.
+    let mut hooks = vec![
+        root.join("libexec"),
         root.join("pyenv.d"),
-        root.join("plugins"),
         PathBuf::from("/etc/pyenv.d"),
         PathBuf::from("/usr/local/etc/pyenv.d"),
+        PathBuf::from("/usr/lib/pyenv/hooks"),
     ];
+    // A plugin's hooks are in its etc/pyenv.d; a plugin added changes the directory.
+    let plugins = root.join("plugins");
+    watched.push(plugins.clone());
+    let mut each: Vec<PathBuf> = std::fs::read_dir(&plugins)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|plugin| plugin.path().join("etc/pyenv.d"))
+        .collect();
+    each.sort();
+    hooks.extend(each);
+    let mut budget = MAX_WATCHED_HOOK_FILES;
+    for dir in hooks {
+        every_entry(&dir, &mut watched, &mut budget)?;
+    }
     Some((python, watched))
+}
+
+/// Files and directories of pyenv's and its hooks' watched at most: past that, pyenv's
+/// answers are not remembered.
+const MAX_WATCHED_HOOK_FILES: usize = 2048;
+
+/// `dir` and everything under it (links not followed), into `out`; `None` past `budget`.
+fn every_entry(dir: &Path, out: &mut Vec<PathBuf>, budget: &mut usize) -> Option<()> {
+    *budget = budget.checked_sub(1)?;
+    out.push(dir.to_owned());
+    let meta = std::fs::symlink_metadata(dir);
+    if !meta.is_ok_and(|m| m.is_dir()) {
+        return Some(());
+    }
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    names.sort();
+    for path in names {
+        every_entry(&path, out, budget)?;
+    }
+    Some(())
 }
 
 /// What the answer is filed under: the command as it would run (program, arguments, its
@@ -448,7 +466,10 @@ fn recall(dir: &owndir::OwnDir, key: &str) -> Option<String> {
         return None;
     }
     let entry: Entry = serde_json::from_slice(&text).ok()?;
-    let unchanged = entry.watched.iter().all(|(path, id)| identity(path) == *id);
+    // An entry watches at least the program it was asked of: one watching nothing is not
+    // netbox's.
+    let unchanged =
+        !entry.watched.is_empty() && entry.watched.iter().all(|(path, id)| identity(path) == *id);
     (entry.format == FORMAT && entry.key == key && unchanged).then_some(entry.answer)
 }
 

@@ -582,7 +582,16 @@ fn what_lies_in_the_hosts_tmp_is_said_with_the_fix() {
     // The control: with the host's /tmp, it runs, and nothing is said.
     let shared = netbox(&["--tmp", "host", "--", "nb-tmp-tool"]);
     assert_eq!(stdout(&shared), "tool ran\n", "{}", stderr(&shared));
-    assert_eq!(stderr(&shared), "");
+    // With the host's /tmp writable, the check of git metadata walks all of it, where
+    // other tests' directories come and go: what it says of those is not this test's.
+    let err = stderr(&shared);
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| {
+            !(l.starts_with("netbox: warning: the check") && l.contains("/tmp/netbox-e2e-"))
+        })
+        .collect();
+    assert!(said.is_empty(), "{err}");
     // --ro of a path there does nothing: said, with the fix; the run goes on.
     let out = netbox(&["--ro", tool.to_str().unwrap(), "--", "true"]);
     assert_eq!(out.status.code(), Some(0));

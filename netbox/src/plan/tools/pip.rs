@@ -12,15 +12,20 @@ const DEFAULTS: &str = "from pip._internal.models.index import PyPI; \
 
 /// Printed by pip's own interpreter, as JSON: the interpreter that ran, every file pip
 /// reads its settings from (present or not), and what else its answers come from (pip's
-/// own code, the directory it is installed in, whose `.pth` files run at start, a virtual
+/// own code, the directory it is installed in and each `.pth` file there, which run at
+/// start, the standard library's directory, where a `sitecustomize.py` would, a virtual
 /// environment's settings). What a remembered answer watches (remembered.rs).
 const READS: &str = "import json, os, sys, pip\n\
 from pip._internal.configuration import Configuration\n\
 files = [f for _, fs in Configuration(isolated=False).iter_config_files() for f in fs]\n\
 here = os.path.dirname(os.path.realpath(pip.__file__))\n\
-files += [os.path.join(here, '__init__.py'), os.path.dirname(here),\n\
+site = os.path.dirname(here)\n\
+files += [os.path.join(site, f) for f in sorted(os.listdir(site)) if f.endswith('.pth')]\n\
+files += [os.path.dirname(os.__file__), os.path.join(os.path.dirname(os.__file__), 'sitecustomize.py'), os.path.join(site, 'sitecustomize.py')]\n\
+files += [os.path.join(here, '__init__.py'), site,\n\
           os.path.join(here, '_internal', 'models', 'index.py'),\n\
           os.path.join(here, '_internal', 'configuration.py'),\n\
+          os.path.join(here, '_internal', 'commands', 'configuration.py'),\n\
           os.path.join(sys.prefix, 'pyvenv.cfg')]\n\
 print(json.dumps({'ran': os.path.realpath(sys.executable), 'files': files}))\n";
 

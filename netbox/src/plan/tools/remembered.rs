@@ -312,6 +312,15 @@ fn pyenv_python(shim: &Path, program: &std::ffi::OsStr) -> Option<(PathBuf, Vec<
     if !root.is_absolute() {
         return None;
     }
+    // The pyenv the shim runs must be the root's own: one installed elsewhere (a package,
+    // Homebrew) brings hooks and programs of its prefix, not watched here.
+    let runs_own = text.lines().any(|line| {
+        line.trim()
+            .strip_prefix("exec \"")
+            .and_then(|rest| rest.split('"').next())
+            .is_some_and(|program| Path::new(program) == root.join("libexec/pyenv"))
+    });
+    runs_own.then_some(())?;
     let first_word = |file: &Path| -> Option<String> {
         let text = std::fs::read_to_string(file).ok()?;
         text.lines()
@@ -341,17 +350,19 @@ fn pyenv_python(shim: &Path, program: &std::ffi::OsStr) -> Option<(PathBuf, Vec<
         root.join("libexec"),
         root.join("pyenv.d"),
         PathBuf::from("/etc/pyenv.d"),
+        PathBuf::from("/usr/etc/pyenv.d"),
         PathBuf::from("/usr/local/etc/pyenv.d"),
         PathBuf::from("/usr/lib/pyenv/hooks"),
     ];
-    // A plugin's hooks are in its etc/pyenv.d; a plugin added changes the directory.
+    // A plugin's hooks are in its etc/pyenv.d, its programs (on pyenv's PATH) in bin; a
+    // plugin added changes the directory.
     let plugins = root.join("plugins");
     watched.push(plugins.clone());
     let mut each: Vec<PathBuf> = std::fs::read_dir(&plugins)
         .into_iter()
         .flatten()
         .flatten()
-        .map(|plugin| plugin.path().join("etc/pyenv.d"))
+        .flat_map(|plugin| [plugin.path().join("etc/pyenv.d"), plugin.path().join("bin")])
         .collect();
     each.sort();
     hooks.extend(each);
@@ -545,7 +556,7 @@ mod tests {
         let shim = write(
             "e",
             &format!(
-                "#!/usr/bin/env bash\nexport PYENV_ROOT=\"{}\"\nexec pyenv exec\n",
+                "#!/usr/bin/env bash\nexport PYENV_ROOT=\"{0}\"\nexec \"{0}/libexec/pyenv\" exec \"$program\" \"$@\"\n",
                 root.display()
             ),
         );

@@ -23,26 +23,13 @@ bwrap_cmd="bwrap --unshare-all --die-with-parent --ro-bind / / --dev /dev --proc
 plain="$netbox --no-capture --quiet --log $work/plain.jsonl -- true"
 hyperfine -N -w 20 -r "${RUNS:-300}" --style basic \
     "$netbox --quiet --log $work/events.jsonl -- true" "$plain" "$bwrap_cmd"
-# hyperfine runs one command all its runs, then the other: on a shared machine whose speed
-# drifts, that moves the ratio. The same two commands again, alternating run by run
-# (spawned with posix_spawn, wall time to the reap; medians).
+# The same commands again, alternating run by run (benches/alternate.py says why).
+alternate="python3 $OLDPWD/benches/alternate.py"
 echo "== alternating, ${RUNS:-300} runs each"
-python3 - "${RUNS:-300}" "$netbox --quiet --log $work/events.jsonl -- true" "$plain" "$bwrap_cmd" <<'PY'
-import os, shutil, statistics, sys, time
-runs, commands = int(sys.argv[1]), [c.split() for c in sys.argv[2:]]
-commands = [[shutil.which(c[0]) or c[0]] + c[1:] for c in commands]
-times = [[] for _ in commands]
-for _ in range(runs):
-    for i, argv in enumerate(commands):
-        start = time.perf_counter()
-        pid = os.posix_spawn(argv[0], argv, os.environ)
-        os.waitpid(pid, 0)
-        times[i].append(time.perf_counter() - start)
-medians = [statistics.median(t) * 1000 for t in times]
-netbox, plain, bwrap = medians
-print(f"netbox {netbox:.2f} ms, netbox --no-capture {plain:.2f} ms, bwrap {bwrap:.2f} ms")
-print(f"netbox x{netbox / bwrap:.3f} bwrap (budget 1.1); capture x{netbox / plain:.3f} (budget 1.1)")
-PY
+read -r nb_ms plain_ms bwrap_ms <<<"$($alternate "${RUNS:-300}" "$netbox --quiet --log $work/events.jsonl -- true" "$plain" "$bwrap_cmd")"
+echo "netbox $nb_ms ms, netbox --no-capture $plain_ms ms, bwrap $bwrap_ms ms"
+awk -v n="$nb_ms" -v p="$plain_ms" -v b="$bwrap_ms" \
+    'BEGIN { printf "netbox x%.3f bwrap (budget 1.1); capture x%.3f (budget 1.1)\n", n / b, n / p }'
 echo "== probe cost (from the event log, microseconds)"
 grep -o '"duration_us":[0-9]*' "$work/events.jsonl" | cut -d: -f2 | sort -n \
     | awk '{a[NR]=$1} END {printf "probe median %d us, p90 %d us over %d runs\n", a[int((NR+1)/2)], a[int(NR*0.9)], NR}'
@@ -54,46 +41,24 @@ for target in ${HOST_PROCESSES:-100 1000 4000}; do
     for _ in $(seq $((target - now))); do
         sleep 600 & idle+=($!)
     done
-    python3 - "${COUNT_RUNS:-60}" "$netbox --quiet --log $work/count.jsonl -- true" "$bwrap_cmd" <<'PY'
-import os, shutil, statistics, sys, time
-runs, commands = int(sys.argv[1]), [c.split() for c in sys.argv[2:]]
-commands = [[shutil.which(c[0]) or c[0]] + c[1:] for c in commands]
-times = [[] for _ in commands]
-for _ in range(runs):
-    for i, argv in enumerate(commands):
-        start = time.perf_counter()
-        pid = os.posix_spawn(argv[0], argv, os.environ)
-        os.waitpid(pid, 0)
-        times[i].append(time.perf_counter() - start)
-netbox, bwrap = (statistics.median(t) * 1000 for t in times)
-processes = len([p for p in os.listdir("/proc") if p.isdigit()])
-print(f"{processes:5d} processes: netbox {netbox:.2f} ms, bwrap {bwrap:.2f} ms, netbox - bwrap {netbox - bwrap:.2f} ms")
-PY
+    read -r nb_ms bwrap_ms <<<"$($alternate "${COUNT_RUNS:-60}" "$netbox --quiet --log $work/count.jsonl -- true" "$bwrap_cmd")"
+    processes=$(ls -d /proc/[0-9]* | wc -l)
+    awk -v c="$processes" -v n="$nb_ms" -v b="$bwrap_ms" \
+        'BEGIN { printf "%5d processes: netbox %.2f ms, bwrap %.2f ms, netbox - bwrap %.2f ms\n", c, n, b, n - b }'
     if [ ${#idle[@]} -gt 0 ]; then kill "${idle[@]}" 2>/dev/null; wait "${idle[@]}" 2>/dev/null || true; fi
 done
 
 # --allow-tool: pip and npm answer about their settings by starting an interpreter; an
 # answer is remembered while nothing it depends on changes. Budget: +20 ms a run with
-# unchanged settings. The first run (answers kept) is shown apart.
+# unchanged settings. The first run is shown apart: it asks both tools, unless an earlier
+# run's answers (in /dev/shm/netbox-UID) still stand.
 if command -v npm >/dev/null && command -v pip >/dev/null; then
     echo "== --allow-tool pip --allow-tool npm, settings unchanged (alternating, ${TOOL_RUNS:-30} runs each)"
-    export XDG_STATE_HOME="$work/state"
     tools="$netbox --quiet --log $work/tools.jsonl --allow-tool pip --allow-tool npm -- true"
     first_start=$(date +%s%N)
     $tools 2>/dev/null
-    echo "first run (asks both, keeps the answers): $(( ($(date +%s%N) - first_start) / 1000000 )) ms"
-    python3 - "${TOOL_RUNS:-30}" "$tools" "$netbox --quiet --log $work/plain2.jsonl -- true" <<'PY'
-import os, shutil, statistics, sys, time
-runs, commands = int(sys.argv[1]), [c.split() for c in sys.argv[2:]]
-commands = [[shutil.which(c[0]) or c[0]] + c[1:] for c in commands]
-times = [[] for _ in commands]
-for _ in range(runs):
-    for i, argv in enumerate(commands):
-        start = time.perf_counter()
-        pid = os.posix_spawn(argv[0], argv, os.environ)
-        os.waitpid(pid, 0)
-        times[i].append(time.perf_counter() - start)
-tools, plain = (statistics.median(t) * 1000 for t in times)
-print(f"with both tools {tools:.2f} ms, without {plain:.2f} ms: +{tools - plain:.2f} ms (budget +20)")
-PY
+    echo "first run: $(( ($(date +%s%N) - first_start) / 1000000 )) ms"
+    read -r tools_ms plain2_ms <<<"$($alternate "${TOOL_RUNS:-30}" "$tools" "$netbox --quiet --log $work/plain2.jsonl -- true")"
+    awk -v t="$tools_ms" -v p="$plain2_ms" \
+        'BEGIN { printf "with both tools %.2f ms, without %.2f ms: +%.2f ms (budget +20)\n", t, p, t - p }'
 fi

@@ -197,6 +197,25 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The directories of session logs the sandbox hides, as real paths: this run's default
+/// one, and the one under the home whatever `XDG_STATE_HOME` says. A log holds other runs'
+/// command lines, which are not CMD's to read.
+pub(super) fn sessions_dirs_to_hide() -> Vec<PathBuf> {
+    let home_default = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .map(|h| h.join(".local/state/netbox/sessions"));
+    let mut hidden: Vec<PathBuf> = Vec::new();
+    for dir in sessions_dir().ok().into_iter().chain(home_default) {
+        if let Ok(real) = std::fs::canonicalize(&dir) {
+            if real.is_dir() && !hidden.contains(&real) {
+                hidden.push(real);
+            }
+        }
+    }
+    hidden
+}
+
 /// Where session logs go by default: `$XDG_STATE_HOME/netbox/sessions`, or
 /// `~/.local/state/netbox/sessions`.
 pub fn sessions_dir() -> Result<PathBuf, WrapperError> {

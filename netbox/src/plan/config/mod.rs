@@ -172,7 +172,7 @@ impl SandboxConfig {
         )?;
         hide_secret_files(&policy, &mut named.hide)?;
         // Other runs' logs.
-        for dir in crate::plan::tools::sessions_to_hide() {
+        for dir in files::sessions_dirs_to_hide() {
             if !named.hide.contains(&dir) {
                 named.hide.push(dir);
             }

@@ -34,7 +34,6 @@ use std::path::Path;
 pub use urls::{host_of, rule_of, without_credentials};
 
 pub use cover::cache_homes_to_cover;
-pub use remembered::sessions_to_hide;
 
 /// One rule a tool needs, and where it came from ("index-url in /etc/pip.conf").
 #[derive(Debug, Clone, PartialEq, Eq)]

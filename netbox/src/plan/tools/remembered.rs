@@ -177,6 +177,7 @@ fn overlap(a: &Path, b: &Path) -> bool {
 /// the identity of a directory on its way (another name for `outer`, a bind mount of it).
 /// A path that does not exist yet is compared by the part of it that does.
 fn contains(outer: &Path, inner: &Path) -> bool {
+    let resolved = crate::plan::homesplit::resolve_existing_prefix;
     let real_inner = resolved(inner);
     inner.starts_with(outer)
         || real_inner.starts_with(resolved(outer))
@@ -187,50 +188,9 @@ fn contains(outer: &Path, inner: &Path) -> bool {
         })
 }
 
-/// `path` with its longest existing prefix resolved.
-fn resolved(path: &Path) -> PathBuf {
-    let mut rest = Vec::new();
-    let mut at = path;
-    loop {
-        if let Ok(real) = std::fs::canonicalize(at) {
-            return rest.iter().rev().fold(real, |p, part| p.join(part));
-        }
-        match (at.parent(), at.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_owned());
-                at = parent;
-            }
-            _ => return path.to_owned(),
-        }
-    }
-}
-
 fn identity_of_existing(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
-/// What the sandbox hides of netbox's state: every directory of session logs (this run's,
-/// and the default one under the home, whatever `XDG_STATE_HOME` says). A log holds other
-/// runs' command lines, which are not CMD's to read.
-pub fn sessions_to_hide() -> Vec<PathBuf> {
-    let mut bases: Vec<PathBuf> = crate::plan::xdg_dir("XDG_STATE_HOME", ".local/state")
-        .into_iter()
-        .collect();
-    let home_default = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|h| h.is_absolute())
-        .map(|h| h.join(".local/state"));
-    bases.extend(home_default);
-    let mut hidden = Vec::new();
-    for base in bases {
-        if let Ok(real) = std::fs::canonicalize(base.join("netbox/sessions")) {
-            if real.is_dir() && !hidden.contains(&real) {
-                hidden.push(real);
-            }
-        }
-    }
-    hidden
 }
 
 /// Where a program leads: its real path and its interpreter's (the key), the

@@ -276,7 +276,14 @@ pub(crate) fn expand_variables(text: &str, lookup: &dyn Fn(&str) -> Option<Strin
 
 /// `path` with its longest existing prefix resolved (symlinks and all), the rest as is.
 pub fn resolve_existing_prefix(path: &Path) -> PathBuf {
+    // The longest prefix that resolves is found with one stat each, the kernel walking
+    // it whole, and only that one is canonicalized: canonicalizing each shorter prefix
+    // in turn read every component's link again (most of the paths asked about here
+    // are missing, under a home with a few hundred of them: ~1,000 readlinks a run).
     for prefix in path.ancestors() {
+        if std::fs::metadata(prefix).is_err() {
+            continue;
+        }
         if let Ok(real) = std::fs::canonicalize(prefix) {
             let rest = path.strip_prefix(prefix).unwrap_or(Path::new(""));
             return real.join(rest);

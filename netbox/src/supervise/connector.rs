@@ -12,7 +12,10 @@
 //! gone (killed while it waits: the kernel would have ended the call with it) is ended:
 //! a reaper looks at the running calls now and then and wakes each such worker with a
 //! signal, which interrupts the call. And pid 1's own calls (the live probe's, also the
-//! one after `--fetch`'s cut) never queue behind CMD's: each gets a thread of its own.
+//! one after `--fetch`'s cut) never queue behind CMD's: they have a worker of their own,
+//! kept between calls (the probe makes several one after another, each waiting for the
+//! last, and a thread started for each cost ~35 us of it), and one that finds it busy
+//! gets a thread of its own.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -77,6 +80,54 @@ struct Queued {
 pub struct Connector {
     jobs: Sender<Queued>,
     shared: Arc<Shared>,
+    /// pid 1's worker, if it could be started.
+    own: Option<OwnWorker>,
+}
+
+/// pid 1's worker: a thread that makes pid 1's calls one after another. Started before
+/// the sandbox's listener is known (while the sandbox sets up), so the probe's first call
+/// does not wait for a thread to start either.
+pub struct OwnWorker {
+    jobs: Sender<(Arc<Shared>, Job)>,
+    /// It waits for a call: set by it, taken by `submit_own`.
+    idle: Arc<AtomicBool>,
+}
+
+impl OwnWorker {
+    /// Starts the thread; `None` if it cannot be (pid 1's calls then each get one).
+    pub fn start() -> Option<OwnWorker> {
+        let (jobs, queue) = channel::<(Arc<Shared>, Job)>();
+        let idle = Arc::new(AtomicBool::new(true));
+        let ready = Arc::clone(&idle);
+        std::thread::Builder::new()
+            .name("netbox-connect1".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                block_signals();
+                // Ends when the connector does (its sender dropped).
+                while let Ok((shared, job)) = queue.recv() {
+                    // Idle again before the caller is answered: answered, pid 1 runs at
+                    // once, here (seccomp's synchronous wake-up), and its next call comes
+                    // before this thread would run again.
+                    let now_idle = || ready.store(true, Ordering::Release);
+                    shared.run_then(job, None, now_idle);
+                    now_idle();
+                }
+            })
+            .ok()?;
+        Some(OwnWorker { jobs, idle })
+    }
+
+    /// Hands `job` over if the worker waits for one; gives it back if it is busy.
+    fn take(&self, shared: &Arc<Shared>, job: Job) -> Result<(), Job> {
+        // Taken here, set again by the worker once it is done with the call.
+        if !self.idle.swap(false, Ordering::AcqRel) {
+            return Err(job);
+        }
+        self.jobs
+            .send((Arc::clone(shared), job))
+            .map_err(|returned| returned.0 .1)
+    }
 }
 
 struct Shared {
@@ -91,11 +142,14 @@ struct Shared {
     running: Mutex<HashMap<u64, u32>>,
     /// The connector is gone: the reaper stops once no call runs.
     closed: AtomicBool,
+    /// The reaper is running: started with CMD's first call, not before the probe, whose
+    /// calls it does not wait for.
+    reaping: AtomicBool,
 }
 
 impl Connector {
-    /// A connector answering on (a copy of) `listener`.
-    pub fn new(listener: &OwnedFd) -> std::io::Result<Connector> {
+    /// A connector answering on (a copy of) `listener`, with pid 1's calls made on `own`.
+    pub fn new(listener: &OwnedFd, own: Option<OwnWorker>) -> std::io::Result<Connector> {
         crate::sys::process::install_wakeup()?;
         let (jobs, queue) = channel();
         let shared = Arc::new(Shared {
@@ -110,19 +164,33 @@ impl Connector {
             }),
             running: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
+            reaping: AtomicBool::new(false),
         });
-        let reaper = Arc::clone(&shared);
-        std::thread::Builder::new()
+        Ok(Connector { jobs, shared, own })
+    }
+
+    /// Starts the reaper, unless it runs. One that cannot be started now is tried again
+    /// with the next call; until then a call whose caller is gone runs to its own end.
+    fn start_reaper(&self) {
+        let shared = &self.shared;
+        if shared.reaping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let reaper = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
             .name("netbox-reaper".into())
             .stack_size(64 << 10)
-            .spawn(move || reaper.reap())?;
-        Ok(Connector { jobs, shared })
+            .spawn(move || reaper.reap());
+        if spawned.is_err() {
+            shared.reaping.store(false, Ordering::Release);
+        }
     }
 
     /// Queues `job`, starting a worker if none is idle (and the bound allows). If no
     /// worker can run at all, the call is made here rather than never. A call that would
     /// pass the queue's bound, or the budget's descriptors, fails at once (ENOBUFS).
     pub fn submit(&self, job: Job) {
+        self.start_reaper();
         let shared = &self.shared;
         let fds = 1 + job.hold.len();
         let held = shared.budget.try_take(Amount { bytes: 0, fds });
@@ -159,9 +227,17 @@ impl Connector {
         }
     }
 
-    /// Makes pid 1's call on a thread of its own, outside the bound and the budget: it is
-    /// netbox's own code, and what it proves must not wait on CMD's calls.
+    /// Makes pid 1's call on its own worker (or, if that is busy, a thread of its own),
+    /// outside the bound and the budget: it is netbox's own code, and what it proves must
+    /// not wait on CMD's calls.
     pub fn submit_own(&self, job: Job) {
+        let job = match &self.own {
+            Some(own) => match own.take(&self.shared, job) {
+                Ok(()) => return,
+                Err(job) => job,
+            },
+            None => job,
+        };
         let shared = Arc::clone(&self.shared);
         // The job waits in a slot the thread empties, so a thread that cannot be started
         // leaves it here to be made on this one.
@@ -236,6 +312,11 @@ impl Shared {
     /// meanwhile could have had its pid given to another process, whose memory and fds
     /// the same pid would then name.
     fn run(&self, job: Job, budget: Option<&Arc<Budget>>) {
+        self.run_then(job, budget, || {});
+    }
+
+    /// [`Shared::run`], calling `before_answer` just before the caller is answered.
+    fn run_then(&self, job: Job, budget: Option<&Arc<Budget>>, before_answer: impl FnOnce()) {
         let listener = self.listener.as_fd();
         let caller_waits = || seccomp::still_valid(listener, job.id);
         self.started_call(job.id);
@@ -257,6 +338,7 @@ impl Shared {
         if let Some(after) = job.after {
             after(result.map(|_| ()));
         }
+        before_answer();
         // A caller killed meanwhile is answered with ENOENT: nothing to do.
         let _ = seccomp::answer(listener, job.id, result);
     }

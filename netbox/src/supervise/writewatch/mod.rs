@@ -165,6 +165,8 @@ impl WriteWatch {
                         *seen.cpu_cgroup.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
                         let _ = joined.send(());
                     }
+                    // Ready before the probe's first call, which waits for it.
+                    let own_worker = crate::supervise::connector::OwnWorker::start();
                     let Ok(Attached {
                         listener,
                         root,
@@ -208,7 +210,7 @@ impl WriteWatch {
                         allowed: &context.allowed_sockets,
                         started: std::time::SystemTime::now(),
                     };
-                    let Ok(connector) = Connector::new(&listener) else {
+                    let Ok(connector) = Connector::new(&listener, own_worker) else {
                         return;
                     };
                     let watch = Watch {

@@ -37,16 +37,12 @@ fn reads(untrusted: &[std::path::PathBuf]) -> Option<Vec<std::path::PathBuf>> {
 
 pub fn discover(ctx: &Context<'_>) -> ToolRules {
     let mut out = ToolRules::default();
-    // What npm reads, asked once a run and only when an answer is not remembered.
-    let npm_reads = std::cell::OnceCell::new();
-    let tally = remembered::Tally::default();
-    let ask = |args: &[&str]| {
-        let command = query::prepared("npm", args, &[], ctx.untrusted)?;
-        tally.count(remembered::answer(command, ctx.untrusted, "node", || {
-            let files = npm_reads.get_or_init(|| reads(ctx.untrusted)).clone()?;
-            Some(remembered::Reads { ran: None, files })
-        }))
-    };
+    // What npm reads: asked only when an answer is not remembered.
+    let asker = remembered::Asker::new("npm", ctx.untrusted, "node", || {
+        let files = reads(ctx.untrusted)?;
+        Some(remembered::Reads { ran: None, files })
+    });
+    let ask = |args: &[&str]| asker.ask(args);
     // The user's and the global .npmrc, where npm says they are: one `--hide` covers is
     // given to npm as /dev/null (what npm in the sandbox reads there: nothing). npm's
     // builtin npmrc, in its own installation, is no user's setting.
@@ -92,7 +88,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
             );
         }
     }
-    out.remembered = tally.all_remembered();
+    out.remembered = asker.all_remembered();
     out.asides
         .push("a registry may serve tarballs from another host: netbox learn finds it".into());
     out

@@ -41,25 +41,17 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
     // pip's own interpreter, isolated (-I: no current directory on its path, no PYTHON*
     // variables, no user site): `python -I -m pip` reads only pip's files and PIP_*.
     let interpreter = interpreter(ctx.untrusted).unwrap_or_else(|| "python3".to_owned());
-    // What pip reads, asked once a run and only when an answer is not remembered.
-    let reads = std::cell::OnceCell::new();
-    let tally = remembered::Tally::default();
-    let ask = |args: &[&str]| {
-        let command = query::prepared(&interpreter, args, &[], ctx.untrusted)?;
-        tally.count(remembered::answer(command, ctx.untrusted, "python", || {
-            reads
-                .get_or_init(|| {
-                    let text = query::output(&interpreter, &["-I", "-c", READS], ctx.untrusted)?;
-                    let said: PipReads = serde_json::from_str(text.trim()).ok()?;
-                    Some((said.ran, said.files))
-                })
-                .clone()
-                .map(|(ran, files)| remembered::Reads {
-                    ran: Some(ran),
-                    files,
-                })
-        }))
+    // What pip reads: asked only when an answer is not remembered.
+    let reads = || {
+        let text = query::output(&interpreter, &["-I", "-c", READS], ctx.untrusted)?;
+        let said: PipReads = serde_json::from_str(text.trim()).ok()?;
+        Some(remembered::Reads {
+            ran: Some(said.ran),
+            files: said.files,
+        })
     };
+    let asker = remembered::Asker::new(&interpreter, ctx.untrusted, "python", reads);
+    let ask = |args: &[&str]| asker.ask(args);
     // pip's files that `--hide` covers: pip in the sandbox does not see them, so pip is
     // asked without them.
     let hidden = if ctx.hidden.is_empty() {
@@ -124,7 +116,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
             None => out.note("pip's default index could not be asked of pip itself"),
         }
     }
-    out.remembered = tally.all_remembered();
+    out.remembered = asker.all_remembered();
     add_file_hosts(&mut out, &indexes, cert.as_deref(), ctx);
     out
 }

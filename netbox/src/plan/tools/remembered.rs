@@ -47,9 +47,9 @@ struct Entry {
 }
 
 /// A tool's answer, and whether it came from the store.
-pub struct Answer {
-    pub text: String,
-    pub remembered: bool,
+struct Answer {
+    text: String,
+    remembered: bool,
 }
 
 /// What a tool says it depends on, asked only when it is asked.
@@ -62,70 +62,50 @@ pub struct Reads {
     pub files: Vec<PathBuf>,
 }
 
-/// `command`'s answer, from the store when nothing it depends on changed, else from the
-/// tool (and then kept). `runs`: how the interpreter's file name starts (`python`,
-/// `node`); a program that leads elsewhere (a binary shim) is asked each time. `reads` is
-/// asked only when the tool is (`None`: it could not say, and the answer is not kept).
-pub fn answer(
-    command: Command,
-    untrusted: &[PathBuf],
-    runs: &str,
-    reads: impl FnOnce() -> Option<Reads>,
-) -> Option<Answer> {
-    let asked = |text| Answer {
-        text,
-        remembered: false,
-    };
-    let chain = program_chain(Path::new(command.get_program()), untrusted).filter(|chain| {
-        chain
-            .runs
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with(runs))
-    });
-    let Some(chain) = chain else {
-        return query::run(command).map(asked);
-    };
-    let key = key_of(&command, &chain.files);
-    let store = store(untrusted);
-    if let Some(text) = store.as_ref().and_then(|dir| recall(dir, &key)) {
-        return Some(Answer {
-            text,
-            remembered: true,
-        });
-    }
-    // Seen before the tool is asked: a change while it answers shows at the next run.
-    let watched: Option<Vec<(PathBuf, Identity)>> = reads()
-        .filter(|reads| reads.ran.as_ref().is_none_or(|ran| *ran == chain.runs))
-        .map(|reads| {
-            chain
-                .files
-                .into_iter()
-                .chain(chain.watched)
-                .chain(reads.files)
-                .map(|file| {
-                    let id = identity(&file);
-                    (file, id)
-                })
-                .collect()
-        });
-    let answer = query::run(command)?;
-    if let (Some(dir), Some(watched)) = (store, watched) {
-        keep(&dir, &key, watched, &answer);
-    }
-    Some(asked(answer))
-}
-
-/// Whether every answer a tool's discovery used was remembered: said on the start-up line.
-#[derive(Default)]
-pub struct Tally {
+/// Asks one tool its questions, each answered from the store when nothing it depends on
+/// changed, else by the tool (and then kept). Where the program leads and the store are
+/// found once, with the first question; what the tool reads is asked at most once, and
+/// only when a question goes to the tool.
+pub struct Asker<'a> {
+    program: &'a str,
+    untrusted: &'a [PathBuf],
+    /// How the interpreter's file name starts (`python`, `node`): a program that leads
+    /// elsewhere (a binary shim) is asked each time.
+    runs: &'static str,
+    /// What the tool reads (`None`: it could not say, and no answer is kept).
+    reads: Box<dyn Fn() -> Option<Reads> + 'a>,
+    said: std::cell::OnceCell<Option<Reads>>,
+    /// The program as the first question named it, and where it leads.
+    chain: std::cell::OnceCell<(PathBuf, Option<Chain>)>,
+    store: std::cell::OnceCell<Option<owndir::OwnDir>>,
     asked: std::cell::Cell<usize>,
     remembered: std::cell::Cell<usize>,
 }
 
-impl Tally {
-    /// Counts `answer`, and gives its text.
-    pub fn count(&self, answer: Option<Answer>) -> Option<String> {
-        let answer = answer?;
+impl<'a> Asker<'a> {
+    pub fn new(
+        program: &'a str,
+        untrusted: &'a [PathBuf],
+        runs: &'static str,
+        reads: impl Fn() -> Option<Reads> + 'a,
+    ) -> Asker<'a> {
+        Asker {
+            program,
+            untrusted,
+            runs,
+            reads: Box::new(reads),
+            said: std::cell::OnceCell::new(),
+            chain: std::cell::OnceCell::new(),
+            store: std::cell::OnceCell::new(),
+            asked: std::cell::Cell::new(0),
+            remembered: std::cell::Cell::new(0),
+        }
+    }
+
+    /// The tool's answer to `args` (its output), remembered or asked.
+    pub fn ask(&self, args: &[&str]) -> Option<String> {
+        let command = query::prepared(self.program, args, &[], self.untrusted)?;
+        let answer = self.answer(command)?;
         self.asked.set(self.asked.get() + 1);
         if answer.remembered {
             self.remembered.set(self.remembered.get() + 1);
@@ -133,8 +113,68 @@ impl Tally {
         Some(answer.text)
     }
 
+    /// Whether every answer given was remembered: said on the start-up line.
     pub fn all_remembered(&self) -> bool {
         self.asked.get() > 0 && self.asked.get() == self.remembered.get()
+    }
+
+    fn answer(&self, command: Command) -> Option<Answer> {
+        let asked = |text| Answer {
+            text,
+            remembered: false,
+        };
+        let program = Path::new(command.get_program());
+        let Some(chain) = self.chain_of(program) else {
+            return query::run(command).map(asked);
+        };
+        let key = key_of(&command, &chain.files);
+        let store = self.store.get_or_init(|| store(self.untrusted)).as_ref();
+        if let Some(text) = store.and_then(|dir| recall(dir, &key)) {
+            return Some(Answer {
+                text,
+                remembered: true,
+            });
+        }
+        // Seen before the tool is asked: a change while it answers shows at the next run.
+        let watched: Option<Vec<(PathBuf, Identity)>> = self
+            .said
+            .get_or_init(|| (self.reads)())
+            .as_ref()
+            .filter(|reads| reads.ran.as_ref().is_none_or(|ran| *ran == chain.runs))
+            .map(|reads| {
+                chain
+                    .files
+                    .iter()
+                    .chain(&chain.watched)
+                    .chain(&reads.files)
+                    .map(|file| (file.clone(), identity(file)))
+                    .collect()
+            });
+        let answer = query::run(command)?;
+        if let (Some(dir), Some(watched)) = (store, watched) {
+            keep(dir, &key, watched, &answer);
+        }
+        Some(asked(answer))
+    }
+
+    /// Where `program` leads, when it leads to an interpreter named as `runs` says:
+    /// followed once for the program the first question named (every question of one
+    /// tool names the same; another would be followed on its own).
+    fn chain_of(&self, program: &Path) -> Option<Chain> {
+        let follow = || {
+            program_chain(program, self.untrusted).filter(|chain| {
+                chain
+                    .runs
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(self.runs))
+            })
+        };
+        let (first, chain) = self.chain.get_or_init(|| (program.to_owned(), follow()));
+        if first == program {
+            chain.clone()
+        } else {
+            follow()
+        }
     }
 }
 
@@ -195,6 +235,7 @@ fn identity_of_existing(path: &Path) -> Option<(u64, u64)> {
 
 /// Where a program leads: its real path and its interpreter's (the key), the
 /// interpreter that will run (the last of them), and what chose it (watched).
+#[derive(Clone)]
 struct Chain {
     files: Vec<PathBuf>,
     runs: PathBuf,

@@ -96,6 +96,9 @@ pub struct OwnWorker {
 impl OwnWorker {
     /// Starts the thread; `None` if it cannot be (pid 1's calls then each get one).
     pub fn start() -> Option<OwnWorker> {
+        // Before the thread unblocks the wake-up signal (whose default action would end
+        // netbox), as Connector::new does for the others.
+        crate::sys::process::install_wakeup().ok()?;
         let (jobs, queue) = channel::<(Arc<Shared>, Job)>();
         let idle = Arc::new(AtomicBool::new(true));
         let ready = Arc::clone(&idle);
@@ -106,12 +109,13 @@ impl OwnWorker {
                 block_signals();
                 // Ends when the connector does (its sender dropped).
                 while let Ok((shared, job)) = queue.recv() {
-                    // Idle again before the caller is answered: answered, pid 1 runs at
-                    // once, here (seccomp's synchronous wake-up), and its next call comes
-                    // before this thread would run again.
-                    let now_idle = || ready.store(true, Ordering::Release);
-                    shared.run_then(job, None, now_idle);
-                    now_idle();
+                    // Idle again just before the caller is answered, and not after:
+                    // answered, pid 1 runs at once, here (seccomp's synchronous wake-up),
+                    // and its next call may already be handed to this thread.
+                    shared.run_then(job, None, || ready.store(true, Ordering::Release));
+                    // A caller restarted in a new call (stopped and continued, traced)
+                    // leaves this one waiting: it is ended as any other's is.
+                    shared.start_reaper();
                 }
             })
             .ok()?;
@@ -142,8 +146,7 @@ struct Shared {
     running: Mutex<HashMap<u64, u32>>,
     /// The connector is gone: the reaper stops once no call runs.
     closed: AtomicBool,
-    /// The reaper is running: started with CMD's first call, not before the probe, whose
-    /// calls it does not wait for.
+    /// The reaper is running (`start_reaper`).
     reaping: AtomicBool,
 }
 
@@ -169,28 +172,11 @@ impl Connector {
         Ok(Connector { jobs, shared, own })
     }
 
-    /// Starts the reaper, unless it runs. One that cannot be started now is tried again
-    /// with the next call; until then a call whose caller is gone runs to its own end.
-    fn start_reaper(&self) {
-        let shared = &self.shared;
-        if shared.reaping.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let reaper = Arc::clone(shared);
-        let spawned = std::thread::Builder::new()
-            .name("netbox-reaper".into())
-            .stack_size(64 << 10)
-            .spawn(move || reaper.reap());
-        if spawned.is_err() {
-            shared.reaping.store(false, Ordering::Release);
-        }
-    }
-
     /// Queues `job`, starting a worker if none is idle (and the bound allows). If no
     /// worker can run at all, the call is made here rather than never. A call that would
     /// pass the queue's bound, or the budget's descriptors, fails at once (ENOBUFS).
     pub fn submit(&self, job: Job) {
-        self.start_reaper();
+        self.shared.start_reaper();
         let shared = &self.shared;
         let fds = 1 + job.hold.len();
         let held = shared.budget.try_take(Amount { bytes: 0, fds });
@@ -315,7 +301,26 @@ impl Shared {
         self.run_then(job, budget, || {});
     }
 
-    /// [`Shared::run`], calling `before_answer` just before the caller is answered.
+    /// Starts the reaper, unless it runs: with CMD's first call, or once pid 1's first
+    /// call is answered (the probe's first call does not wait for it). One that cannot be
+    /// started now is tried again with the next call; until then a call whose caller is
+    /// gone runs to its own end.
+    fn start_reaper(self: &Arc<Self>) {
+        if self.reaping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let reaper = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("netbox-reaper".into())
+            .stack_size(64 << 10)
+            .spawn(move || reaper.reap());
+        if spawned.is_err() {
+            self.reaping.store(false, Ordering::Release);
+        }
+    }
+
+    /// [`Shared::run`], calling `before_answer` once the call is done: just before the
+    /// caller is answered, or as the call is dropped (its caller gone).
     fn run_then(&self, job: Job, budget: Option<&Arc<Budget>>, before_answer: impl FnOnce()) {
         let listener = self.listener.as_fd();
         let caller_waits = || seccomp::still_valid(listener, job.id);
@@ -324,6 +329,7 @@ impl Shared {
             // Gone before its connect was made: nothing was, nothing to record.
             Op::Connect(_) if !caller_waits() => {
                 self.ended_call(job.id);
+                before_answer();
                 return;
             }
             Op::Connect(address) => {

@@ -237,7 +237,7 @@ pub(super) fn handle_send(listener: &OwnedFd, watch: &Watch, n: &Notification) {
     );
 }
 
-/// Hands a call to the connector: pid 1's on a thread of its own (connector.rs).
+/// Hands a call to the connector: pid 1's to its own worker (connector.rs).
 pub(super) fn submit(watch: &Watch, n: &Notification, job: Job) {
     if n.pid == watch.context.pid1 {
         watch.connector.submit_own(job);

@@ -65,6 +65,42 @@ impl Rtnl {
 
     /// The index of the interface called `name`.
     pub fn index_of(&self, name: &str) -> io::Result<u32> {
+        self.link(name).map(|link| link.header.index)
+    }
+
+    /// Whether `address` is this namespace's own: the kernel's route to it is local, as
+    /// `ip route get` shows it.
+    pub fn is_local(&self, address: IpAddr) -> io::Result<bool> {
+        let mut ask = RouteMessage::default();
+        ask.header.address_family = family(address);
+        ask.header.destination_prefix_length = full_length(address);
+        ask.attributes = vec![RouteAttribute::Destination(route_address(address))];
+        let sequence = self.send(RouteNetlinkMessage::GetRoute(ask), NLM_F_REQUEST)?;
+        loop {
+            for answer in self.receive()? {
+                if answer.header.sequence_number != sequence {
+                    continue;
+                }
+                return match answer.payload {
+                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(route)) => {
+                        Ok(route.header.kind == RouteType::Local)
+                    }
+                    // No route at all (ENETUNREACH): not local.
+                    NetlinkPayload::Error(error) if error.code.is_some() => {
+                        let refused = refusal(error.code);
+                        match refused.raw_os_error() {
+                            Some(libc::ENETUNREACH) | Some(libc::EHOSTUNREACH) => Ok(false),
+                            _ => Err(refused),
+                        }
+                    }
+                    _ => Err(io::Error::other("rtnetlink answered something else")),
+                };
+            }
+        }
+    }
+
+    /// The link `name`, as the kernel describes it.
+    fn link(&self, name: &str) -> io::Result<LinkMessage> {
         let mut ask = LinkMessage::default();
         ask.attributes = vec![LinkAttribute::IfName(name.to_owned())];
         let sequence = self.send(RouteNetlinkMessage::GetLink(ask), NLM_F_REQUEST)?;
@@ -74,9 +110,7 @@ impl Rtnl {
                     continue;
                 }
                 return match answer.payload {
-                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
-                        Ok(link.header.index)
-                    }
+                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => Ok(link),
                     NetlinkPayload::Error(error) => Err(refusal(error.code)),
                     _ => Err(io::Error::other("rtnetlink answered something else")),
                 };

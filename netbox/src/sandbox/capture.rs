@@ -183,27 +183,32 @@ pub fn link(far: &FarSide, routes: bool) -> Result<(), (String, String)> {
         }
     }
     here.apply(here_changes).map_err(refused)?;
+    // Until both of these hold, a connection made at once (the probe's, CMD's) gets no
+    // SYN-ACK and TCP tries again a second later (measured: 1-2% of runs took 1.02 s):
+    // - the far end, brought up while its peer was down, sends nothing until the kernel's
+    //   link watch, on a worker of its own, has taken in its carrier and started its
+    //   transmit queue (a packet sent before is dropped);
+    // - an IPv6 address is added at once but made the namespace's own (its local route)
+    //   by the kernel's address worker, later, even without duplicate address detection
+    //   (an answer to it before is dropped). IPv4 addresses are local as they are added.
+    let deadline = std::time::Instant::now() + LINK_WAIT;
+    wait_until(deadline, || far.rtnl.is_up(FAR_LINK_NAME));
     if far.ipv6 {
-        wait_until_local(&here, IpAddr::V6(LINK_ADDRESS_V6));
+        wait_until(deadline, || here.is_local(IpAddr::V6(LINK_ADDRESS_V6)));
     }
     Ok(())
 }
 
-/// How long the link's IPv6 address may take to become usable before the run goes on.
-const ADDRESS_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long the link may take to carry packets before the run goes on without waiting.
+const LINK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Waits until `address` is this namespace's own, `ADDRESS_WAIT` at most. An IPv6
-/// address is added at once but made the namespace's own (its local route) by the
-/// kernel's address worker, later, even without duplicate address detection: until then
-/// an answer to it is dropped, and a connection made at once (the probe's, CMD's) got
-/// no SYN-ACK and tried again a second later (measured: 1-2% of runs took 1.02 s). IPv4
-/// addresses are the namespace's own as they are added. Past the bound, or if the kernel
-/// cannot say, the run goes on: a connection is only late, and the probe still checks
-/// that capture works.
-fn wait_until_local(rtnl: &Rtnl, address: IpAddr) {
-    let deadline = std::time::Instant::now() + ADDRESS_WAIT;
-    while matches!(rtnl.is_local(address), Ok(false)) && std::time::Instant::now() < deadline {
-        std::thread::yield_now();
+/// Asks `ready` until it says yes, until `deadline` at most, pausing briefly in between
+/// (the kernel's workers need the CPU this would spin on). Past the deadline, or if the
+/// kernel cannot say, the run goes on: a connection is only late, and the probe still
+/// checks that capture works.
+fn wait_until(deadline: std::time::Instant, ready: impl Fn() -> std::io::Result<bool>) {
+    while matches!(ready(), Ok(false)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_micros(20));
     }
 }
 

@@ -113,9 +113,6 @@ impl OwnWorker {
                     // answered, pid 1 runs at once, here (seccomp's synchronous wake-up),
                     // and its next call may already be handed to this thread.
                     shared.run_then(job, None, || ready.store(true, Ordering::Release));
-                    // A caller restarted in a new call (stopped and continued, traced)
-                    // leaves this one waiting: it is ended as any other's is.
-                    shared.start_reaper();
                 }
             })
             .ok()?;
@@ -146,13 +143,40 @@ struct Shared {
     running: Mutex<HashMap<u64, u32>>,
     /// The connector is gone: the reaper stops once no call runs.
     closed: AtomicBool,
-    /// The reaper is running (`start_reaper`).
-    reaping: AtomicBool,
+}
+
+/// The reaper's thread, started before the sandbox's listener is known (while the sandbox
+/// sets up, like pid 1's worker): it waits for the connector's calls, then looks at them.
+pub struct Reaper {
+    calls: Sender<Arc<Shared>>,
+}
+
+impl Reaper {
+    /// Starts the thread; `None` if it cannot be (the connector then starts one itself).
+    pub fn start() -> Option<Reaper> {
+        let (calls, given) = channel::<Arc<Shared>>();
+        std::thread::Builder::new()
+            .name("netbox-reaper".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                // Never given: the run ended before the sandbox's listener came.
+                if let Ok(shared) = given.recv() {
+                    shared.reap();
+                }
+            })
+            .ok()?;
+        Some(Reaper { calls })
+    }
 }
 
 impl Connector {
-    /// A connector answering on (a copy of) `listener`, with pid 1's calls made on `own`.
-    pub fn new(listener: &OwnedFd, own: Option<OwnWorker>) -> std::io::Result<Connector> {
+    /// A connector answering on (a copy of) `listener`, with pid 1's calls made on `own`
+    /// and calls whose callers are gone ended by `reaper` (or a reaper started here).
+    pub fn new(
+        listener: &OwnedFd,
+        own: Option<OwnWorker>,
+        reaper: Option<Reaper>,
+    ) -> std::io::Result<Connector> {
         crate::sys::process::install_wakeup()?;
         let (jobs, queue) = channel();
         let shared = Arc::new(Shared {
@@ -167,8 +191,15 @@ impl Connector {
             }),
             running: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
-            reaping: AtomicBool::new(false),
         });
+        let given = reaper.is_some_and(|reaper| reaper.calls.send(Arc::clone(&shared)).is_ok());
+        if !given {
+            let reaper = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("netbox-reaper".into())
+                .stack_size(64 << 10)
+                .spawn(move || reaper.reap())?;
+        }
         Ok(Connector { jobs, shared, own })
     }
 
@@ -176,7 +207,6 @@ impl Connector {
     /// worker can run at all, the call is made here rather than never. A call that would
     /// pass the queue's bound, or the budget's descriptors, fails at once (ENOBUFS).
     pub fn submit(&self, job: Job) {
-        self.shared.start_reaper();
         let shared = &self.shared;
         let fds = 1 + job.hold.len();
         let held = shared.budget.try_take(Amount { bytes: 0, fds });
@@ -299,24 +329,6 @@ impl Shared {
     /// the same pid would then name.
     fn run(&self, job: Job, budget: Option<&Arc<Budget>>) {
         self.run_then(job, budget, || {});
-    }
-
-    /// Starts the reaper, unless it runs: with CMD's first call, or once pid 1's first
-    /// call is answered (the probe's first call does not wait for it). One that cannot be
-    /// started now is tried again with the next call; until then a call whose caller is
-    /// gone runs to its own end.
-    fn start_reaper(self: &Arc<Self>) {
-        if self.reaping.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let reaper = Arc::clone(self);
-        let spawned = std::thread::Builder::new()
-            .name("netbox-reaper".into())
-            .stack_size(64 << 10)
-            .spawn(move || reaper.reap());
-        if spawned.is_err() {
-            self.reaping.store(false, Ordering::Release);
-        }
     }
 
     /// [`Shared::run`], calling `before_answer` once the call is done: just before the

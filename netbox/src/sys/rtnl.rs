@@ -15,7 +15,7 @@ use netlink_packet_core::{
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
 use netlink_packet_route::link::{
     AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoVeth, LinkAttribute,
-    LinkFlags, LinkInfo, LinkMessage,
+    LinkFlags, LinkInfo, LinkMessage, State,
 };
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
@@ -66,6 +66,16 @@ impl Rtnl {
     /// The index of the interface called `name`.
     pub fn index_of(&self, name: &str) -> io::Result<u32> {
         self.link(name).map(|link| link.header.index)
+    }
+
+    /// Whether the link `name` is operationally up: its carrier taken in by the kernel's
+    /// link watch, which is also what starts its transmit queue.
+    pub fn is_up(&self, name: &str) -> io::Result<bool> {
+        let link = self.link(name)?;
+        Ok(link
+            .attributes
+            .iter()
+            .any(|a| matches!(a, LinkAttribute::OperState(State::Up))))
     }
 
     /// Whether `address` is this namespace's own: the kernel's route to it is local, as

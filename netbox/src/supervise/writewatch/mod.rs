@@ -165,8 +165,9 @@ impl WriteWatch {
                         *seen.cpu_cgroup.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
                         let _ = joined.send(());
                     }
-                    // Ready before the probe's first call, which waits for it.
+                    // Ready before the probe's first call, which waits for them.
                     let own_worker = crate::supervise::connector::OwnWorker::start();
+                    let reaper = crate::supervise::connector::Reaper::start();
                     let Ok(Attached {
                         listener,
                         root,
@@ -210,7 +211,7 @@ impl WriteWatch {
                         allowed: &context.allowed_sockets,
                         started: std::time::SystemTime::now(),
                     };
-                    let Ok(connector) = Connector::new(&listener, own_worker) else {
+                    let Ok(connector) = Connector::new(&listener, own_worker, reaper) else {
                         return;
                     };
                     let watch = Watch {

@@ -449,27 +449,3 @@ fn entries_code_is_reached_through_stay_read_only() {
         stderr(&out)
     );
 }
-
-/// A part of home made writable that is a link out of home (`~/tools` to
-/// `/data/tools`), with a directory of it on PATH: that directory is pinned where the
-/// link leads, the rest of it writable.
-#[test]
-fn a_linked_part_of_home_keeps_its_path_directory_pinned() {
-    TestDir::remove_leftovers_outside_tmp("home-linked");
-    let dir = TestDir::outside_tmp("home-linked");
-    let home = dir.join("home");
-    let data = dir.join("data/tools");
-    std::fs::create_dir_all(data.join("bin")).unwrap();
-    std::fs::create_dir_all(&home).unwrap();
-    std::os::unix::fs::symlink(&data, home.join("tools")).unwrap();
-    let tools = home.join("tools").display().to_string();
-    let out = Run::new(&dir)
-        .args_from(&["--quiet", "--write", &tools])
-        .env("HOME", home.display().to_string())
-        .env("PATH", format!("{tools}/bin:/usr/bin:/bin"))
-        .sh("echo x > ~/tools/bin/git 2>/dev/null && echo PLANTED; \
-             echo x > ~/tools/readme && echo CONTROL");
-    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
-    assert!(data.join("readme").exists());
-    assert!(!data.join("bin/git").exists());
-}

@@ -266,15 +266,19 @@ pub(super) fn split_homes(
 /// PATH): pinned there. (Other directories on PATH in a writable root are watched, not
 /// pinned: protect/mod.rs.)
 pub(super) fn code_inside(roots: &[PathBuf], homes: &[PathBuf]) -> Vec<PathBuf> {
+    // Every place code_locations gives lies under its home, so one that lies under a
+    // root too has the root and the home nested, one in the other: a home with no root
+    // nested so (a workspace outside every home) gives none, and is not looked through
+    // (about 0.3 ms a run: it resolves every path the environment names).
+    let nested = |home: &PathBuf| {
+        roots
+            .iter()
+            .any(|r| r.starts_with(home) || home.starts_with(r))
+    };
     let mut pins: Vec<PathBuf> = homes
         .iter()
+        .filter(|h| nested(h))
         .flat_map(|h| crate::plan::homesplit::code_locations(h))
-        // Where each really is too: `~/tools` may be a link out of home, into a root
-        // named by the link (`--write ~/tools`, which is `/data/tools`).
-        .flat_map(|c| {
-            let real = crate::plan::homesplit::resolve_existing_prefix(&c);
-            [c, real]
-        })
         .filter(|c| roots.iter().any(|r| c.starts_with(r) && c != r))
         .collect();
     pins.sort();

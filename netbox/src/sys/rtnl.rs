@@ -85,27 +85,19 @@ impl Rtnl {
         ask.header.address_family = family(address);
         ask.header.destination_prefix_length = full_length(address);
         ask.attributes = vec![RouteAttribute::Destination(route_address(address))];
-        let sequence = self.send(RouteNetlinkMessage::GetRoute(ask), NLM_F_REQUEST)?;
-        loop {
-            for answer in self.receive()? {
-                if answer.header.sequence_number != sequence {
-                    continue;
-                }
-                return match answer.payload {
-                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(route)) => {
-                        Ok(route.header.kind == RouteType::Local)
-                    }
-                    // No route at all (ENETUNREACH): not local.
-                    NetlinkPayload::Error(error) if error.code.is_some() => {
-                        let refused = refusal(error.code);
-                        match refused.raw_os_error() {
-                            Some(libc::ENETUNREACH) | Some(libc::EHOSTUNREACH) => Ok(false),
-                            _ => Err(refused),
-                        }
-                    }
-                    _ => Err(io::Error::other("rtnetlink answered something else")),
-                };
+        match self.ask(RouteNetlinkMessage::GetRoute(ask)) {
+            Ok(RouteNetlinkMessage::NewRoute(route)) => Ok(route.header.kind == RouteType::Local),
+            Ok(_) => Err(io::Error::other("rtnetlink answered something else")),
+            // No route at all: not local.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENETUNREACH | libc::EHOSTUNREACH)
+                ) =>
+            {
+                Ok(false)
             }
+            Err(e) => Err(e),
         }
     }
 
@@ -113,14 +105,22 @@ impl Rtnl {
     fn link(&self, name: &str) -> io::Result<LinkMessage> {
         let mut ask = LinkMessage::default();
         ask.attributes = vec![LinkAttribute::IfName(name.to_owned())];
-        let sequence = self.send(RouteNetlinkMessage::GetLink(ask), NLM_F_REQUEST)?;
+        match self.ask(RouteNetlinkMessage::GetLink(ask))? {
+            RouteNetlinkMessage::NewLink(link) => Ok(link),
+            _ => Err(io::Error::other("rtnetlink answered something else")),
+        }
+    }
+
+    /// Sends one request and waits for the kernel's answer to it (its refusal as an error).
+    fn ask(&self, request: RouteNetlinkMessage) -> io::Result<RouteNetlinkMessage> {
+        let sequence = self.send(request, NLM_F_REQUEST)?;
         loop {
             for answer in self.receive()? {
                 if answer.header.sequence_number != sequence {
                     continue;
                 }
                 return match answer.payload {
-                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => Ok(link),
+                    NetlinkPayload::InnerMessage(message) => Ok(message),
                     NetlinkPayload::Error(error) => Err(refusal(error.code)),
                     _ => Err(io::Error::other("rtnetlink answered something else")),
                 };

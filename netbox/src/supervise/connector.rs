@@ -152,8 +152,8 @@ pub struct Reaper {
 }
 
 impl Reaper {
-    /// Starts the thread; `None` if it cannot be (the connector then starts one itself).
-    pub fn start() -> Option<Reaper> {
+    /// Starts the thread (if it cannot be, the connector tries again itself).
+    pub fn start() -> std::io::Result<Reaper> {
         let (calls, given) = channel::<Arc<Shared>>();
         std::thread::Builder::new()
             .name("netbox-reaper".into())
@@ -163,9 +163,8 @@ impl Reaper {
                 if let Ok(shared) = given.recv() {
                     shared.reap();
                 }
-            })
-            .ok()?;
-        Some(Reaper { calls })
+            })?;
+        Ok(Reaper { calls })
     }
 }
 
@@ -192,14 +191,16 @@ impl Connector {
             running: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
         });
-        let given = reaper.is_some_and(|reaper| reaper.calls.send(Arc::clone(&shared)).is_ok());
-        if !given {
-            let reaper = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name("netbox-reaper".into())
-                .stack_size(64 << 10)
-                .spawn(move || reaper.reap())?;
-        }
+        let reaper = match reaper {
+            Some(reaper) => reaper,
+            None => Reaper::start()?,
+        };
+        // The thread waits for these until it is given them: only a thread already gone
+        // (which would be a bug) refuses them.
+        reaper
+            .calls
+            .send(Arc::clone(&shared))
+            .map_err(|_| std::io::Error::other("the reaper's thread is gone"))?;
         Ok(Connector { jobs, shared, own })
     }
 

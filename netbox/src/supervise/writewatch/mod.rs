@@ -167,7 +167,7 @@ impl WriteWatch {
                     }
                     // Ready before the probe's first call, which waits for them.
                     let own_worker = crate::supervise::connector::OwnWorker::start();
-                    let reaper = crate::supervise::connector::Reaper::start();
+                    let reaper = crate::supervise::connector::Reaper::start().ok();
                     let Ok(Attached {
                         listener,
                         root,

@@ -449,3 +449,153 @@ fn entries_code_is_reached_through_stay_read_only() {
         stderr(&out)
     );
 }
+
+/// A part of home made writable that is a link out of home (`~/tools` to
+/// `/data/tools`), with a directory of it on PATH: that directory is pinned where the
+/// link leads, the rest of it writable.
+#[test]
+fn a_linked_part_of_home_keeps_its_path_directory_pinned() {
+    TestDir::remove_leftovers_outside_tmp("home-linked");
+    let dir = TestDir::outside_tmp("home-linked");
+    let home = dir.join("home");
+    let data = dir.join("data/tools");
+    std::fs::create_dir_all(data.join("bin")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::os::unix::fs::symlink(&data, home.join("tools")).unwrap();
+    let tools = home.join("tools").display().to_string();
+    let out = Run::new(&dir)
+        .args_from(&["--quiet", "--write", &tools])
+        .env("HOME", home.display().to_string())
+        .env("PATH", format!("{tools}/bin:/usr/bin:/bin"))
+        .sh("echo x > ~/tools/bin/git 2>/dev/null && echo PLANTED; \
+             echo x > ~/tools/readme && echo CONTROL");
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(data.join("readme").exists());
+    assert!(!data.join("bin/git").exists());
+}
+
+/// A directory on PATH that a link inside the root leads to (`~/tools/bin` to `v2/bin`):
+/// pinned where it is, and the link watched, since CMD may put a directory of its own in
+/// its place.
+#[test]
+fn a_link_in_a_root_to_a_path_directory_is_watched_as_well() {
+    TestDir::remove_leftovers_outside_tmp("home-link-in-root");
+    let dir = TestDir::outside_tmp("home-link-in-root");
+    let home = dir.join("home");
+    std::fs::create_dir_all(home.join("tools/v2/bin")).unwrap();
+    std::os::unix::fs::symlink("v2/bin", home.join("tools/bin")).unwrap();
+    let tools = home.join("tools").display().to_string();
+    let run = Run::new(&dir)
+        .args_from(&["--write", &tools])
+        .env("HOME", home.display().to_string())
+        .env("PATH", format!("{tools}/bin:/usr/bin:/bin"));
+    // Control: a run that leaves it alone says nothing.
+    let out = run.sh("echo x > ~/tools/readme && echo CONTROL");
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let out = run.sh("echo x > ~/tools/bin/git 2>/dev/null && echo PLANTED; \
+         rm ~/tools/bin && mkdir ~/tools/bin && echo x > ~/tools/bin/git && echo SWAPPED");
+    assert_eq!(stdout(&out), "SWAPPED\n", "{}", stderr(&out));
+    assert!(!home.join("tools/v2/bin/git").exists());
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning") && err.contains(&format!("{tools}/bin ")),
+        "{err}"
+    );
+}
+
+/// An activated venv in a workspace under home (`~/proj/.venv/bin` on PATH,
+/// `VIRTUAL_ENV`): `pip install` writes there, so it is watched, not pinned, as in a
+/// workspace anywhere else; a directory on PATH in the workspace that is no environment
+/// (`~/proj/bin`) stays pinned.
+#[test]
+fn an_activated_venv_in_a_workspace_in_home_takes_installs() {
+    TestDir::remove_leftovers_outside_tmp("home-venv");
+    let dir = TestDir::outside_tmp("home-venv");
+    let run = Run::new(&dir);
+    let venv = run.workspace.join(".venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::fs::create_dir_all(run.workspace.join("bin")).unwrap();
+    std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    let project_bin = run.workspace.join("bin");
+    let run = run
+        .env("HOME", dir.path.display().to_string())
+        .env("VIRTUAL_ENV", venv.display().to_string())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}:/usr/bin:/bin",
+                venv.join("bin").display(),
+                project_bin.display()
+            ),
+        );
+    let out = run.sh("echo x > bin/git 2>/dev/null && echo PLANTED; \
+         mkdir -p .venv/lib/site && echo x > .venv/lib/site/mod.py && \
+         echo x > .venv/bin/tool && echo INSTALLED");
+    assert_eq!(stdout(&out), "INSTALLED\n", "{}", stderr(&out));
+    assert!(!run.workspace.join("bin/git").exists());
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning") && err.contains(".venv/bin/") && err.contains("1 program in it"),
+        "{err}"
+    );
+}
+
+/// The workspace reached through a link in home (`~/work` to a directory elsewhere),
+/// with `node_modules/.bin` and `.venv/bin` on PATH before they exist: the run goes on,
+/// and CMD makes them (`npm install`, `python -m venv`).
+#[test]
+fn missing_path_directories_of_a_linked_workspace_are_left_to_make() {
+    TestDir::remove_leftovers_outside_tmp("home-linked-ws");
+    let dir = TestDir::outside_tmp("home-linked-ws");
+    let home = dir.join("home");
+    let data = dir.join("data");
+    std::fs::create_dir_all(data.join("proj")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::os::unix::fs::symlink(&data, home.join("work")).unwrap();
+    let proj = home.join("work/proj").display().to_string();
+    let mut run = Run::new(&dir)
+        .arg("--quiet")
+        .env("HOME", home.display().to_string())
+        .env(
+            "PATH",
+            format!("{proj}/node_modules/.bin:{proj}/.venv/bin:/usr/bin:/bin"),
+        );
+    run.workspace = home.join("work/proj");
+    let out = run.sh(
+        "mkdir -p node_modules/.bin && echo x > node_modules/.bin/x && \
+         mkdir -p .venv/bin && echo x > .venv/bin/y && echo MADE",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "MADE\n", "{}", stderr(&out));
+    assert!(data.join("proj/node_modules/.bin/x").exists());
+}
+
+/// A place the environment names under home, in a part of home made writable, below a
+/// directory that is missing too (`~/real/a/bin` on PATH, `EDITOR=~/real/b/ed`): no
+/// placeholder can hold it without stopping CMD's own work, so it is watched, and said
+/// when the run ends.
+#[test]
+fn a_code_place_below_a_missing_directory_is_watched() {
+    TestDir::remove_leftovers_outside_tmp("home-missing-dir");
+    let dir = TestDir::outside_tmp("home-missing-dir");
+    let home = dir.join("home");
+    std::fs::create_dir_all(home.join("real")).unwrap();
+    let real = home.join("real").display().to_string();
+    let run = Run::new(&dir)
+        .args_from(&["--write", &real])
+        .env("HOME", home.display().to_string())
+        .env("EDITOR", format!("{real}/b/ed"))
+        .env("PATH", format!("{real}/a/bin:/usr/bin:/bin"));
+    // Control: the run goes on, and one that makes neither says nothing.
+    let out = run.sh("echo x > ~/real/notes && echo CONTROL");
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let out = run.sh("mkdir -p ~/real/b && echo x > ~/real/b/ed && echo MADE");
+    assert_eq!(stdout(&out), "MADE\n", "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning") && err.contains(&format!("{real}/b/ed")),
+        "{err}"
+    );
+}

@@ -95,7 +95,6 @@ pub fn run_reporting(
         .protect
         .iter()
         .chain(&config.policy_inputs)
-        .chain(&config.code_pins)
         .cloned()
         .collect();
     let home_entries: Vec<PathBuf> = config

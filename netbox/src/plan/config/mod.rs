@@ -20,8 +20,7 @@ use files::{
     refuse_hidden_upstream_ca, refuse_log_inside_roots,
 };
 use roots::{
-    code_inside, existing, outermost, refuse_symlinks_in_roots, split_homes, writable_roots,
-    NamedPaths,
+    existing, outermost, refuse_symlinks_in_roots, split_homes, writable_roots, NamedPaths,
 };
 pub use roots::{home_dir, HomeSplit};
 
@@ -56,8 +55,6 @@ pub struct SandboxConfig {
     pub home_split: Vec<HomeSplit>,
     /// The caller's homes (homesplit.rs): `$HOME` and the account's.
     pub homes: Vec<PathBuf>,
-    /// Places the environment names for code inside a writable root: pinned.
-    pub code_pins: Vec<PathBuf>,
     pub allow_git_writes: bool,
     pub allow_nested_userns: bool,
     /// CMD may use io_uring.
@@ -136,7 +133,6 @@ impl SandboxConfig {
         let homes = crate::plan::homesplit::homes();
         let (mut write_roots, home_split) =
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
-        let code_pins = code_inside(&write_roots, &homes);
         let mut named = NamedPaths::check(&args, &write_roots)?;
         let path = std::env::var_os("PATH");
         let notes = [
@@ -304,7 +300,6 @@ impl SandboxConfig {
             policy_inputs,
             home_split,
             homes,
-            code_pins,
             allow_git_writes: args.allow_git_writes,
             allow_nested_userns: args.allow_nested_userns,
             allow_io_uring: args.allow_io_uring,

@@ -261,31 +261,6 @@ pub(super) fn split_homes(
     Ok((roots, splits))
 }
 
-/// The places under the homes that the environment names for code (homesplit.rs) and
-/// that lie inside a writable root the user named (`--write ~/tools` with `~/tools/bin` on
-/// PATH): pinned there. (Other directories on PATH in a writable root are watched, not
-/// pinned: protect/mod.rs.)
-pub(super) fn code_inside(roots: &[PathBuf], homes: &[PathBuf]) -> Vec<PathBuf> {
-    // Every place code_locations gives lies under its home, so one that lies under a
-    // root too has the root and the home nested, one in the other: a home with no root
-    // nested so (a workspace outside every home) gives none, and is not looked through
-    // (about 0.3 ms a run: it resolves every path the environment names).
-    let nested = |home: &PathBuf| {
-        roots
-            .iter()
-            .any(|r| r.starts_with(home) || home.starts_with(r))
-    };
-    let mut pins: Vec<PathBuf> = homes
-        .iter()
-        .filter(|h| nested(h))
-        .flat_map(|h| crate::plan::homesplit::code_locations(h))
-        .filter(|c| roots.iter().any(|r| c.starts_with(r) && c != r))
-        .collect();
-    pins.sort();
-    pins.dedup();
-    pins
-}
-
 /// The shared configuration or data directory that `root` is, or lies above (but for a
 /// home itself, which is split instead): `~/.config`, `~/.local`, `~/.local/share`,
 /// `~/.local/state`, `~/.cache`, and what `XDG_CONFIG_HOME`, `XDG_DATA_HOME`,

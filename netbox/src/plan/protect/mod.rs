@@ -35,6 +35,7 @@
 //! checked before anything is pinned `paths`.
 
 mod code;
+mod envcode;
 pub mod gitcode;
 pub mod gitconfig;
 mod gitindex;
@@ -331,6 +332,8 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
             }
         }
     }
+    // What the environment names for code under the homes, wherever it really lies.
+    found.environment_named_code(input.homes);
     for path in input.extra {
         let missing = std::fs::symlink_metadata(path).is_err();
         let placeholder = (missing || is_placeholder(path)).then_some(Placeholder::Dir);

@@ -135,7 +135,10 @@ impl Context<'_> {
                 (changed > 0).then(|| {
                     (
                         How::Changed,
-                        format!("{why}: {changed} programs in it made or changed"),
+                        format!(
+                            "{why}: {} in it made or changed",
+                            counted(changed, "program")
+                        ),
                     )
                 })
             }
@@ -149,7 +152,10 @@ impl Context<'_> {
                 (changed > 0).then(|| {
                     (
                         How::Changed,
-                        format!("the environment {why} runs from: {changed} files in it made or changed{more}"),
+                        format!(
+                            "the environment {why} runs from: {} in it made or changed{more}",
+                            counted(changed, "file")
+                        ),
                     )
                 })
             }
@@ -374,4 +380,13 @@ pub(super) fn git_dir_behind(dot_git: &Path) -> Option<PathBuf> {
     };
     let at = base.join(target);
     std::fs::canonicalize(&at).ok()
+}
+
+/// `n` of `what`, plural but for one.
+fn counted(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }

@@ -3,9 +3,9 @@
 //! each really is, since the name the environment gives may lead through a link (`~/tools`
 //! to `/data/tools`, with `--write ~/tools`), and the root is where the link leads.
 //!
-//! - In a project's environment (a Python venv, a `node_modules`): left to the tools that
-//!   install there; a directory of them on `PATH` is watched (protect/mod.rs), as it is in
-//!   any writable root.
+//! - In a project's environment (a Python venv, a `node_modules`): left writable for the
+//!   tools that install there, and watched (a directory of them on `PATH` for the programs
+//!   made in it, protect/mod.rs, as in any writable root).
 //! - There: pinned read-only where it is. Reached through a link inside a root, the name is
 //!   watched too: CMD could put a directory of its own in the link's place.
 //! - Missing: its name given a placeholder where only it is missing (as the places under
@@ -36,6 +36,7 @@ impl Found<'_> {
                 continue;
             };
             if in_environment(&real, &root) {
+                self.watch(&real, WHY);
                 continue;
             }
             if refuse_symlinks_in_roots(&named, self.writable, "code place").is_err() {

@@ -809,6 +809,41 @@ fn a_path_directory_inside_the_workspace_is_watched() {
     );
 }
 
+/// A directory on PATH reached through a link in the workspace (`tools -> /opt/tools`,
+/// `tools/bin` on PATH): CMD can put a directory of its own in the link's place, which is
+/// said when the run ends, wherever the link led.
+#[test]
+fn a_path_directory_through_a_link_in_the_workspace_is_watched_by_its_name() {
+    let dir = TestDir::new("git-path-link");
+    let run = Run::new(&dir);
+    let elsewhere = dir.join("opt/tools/bin");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(dir.join("opt/tools"), run.workspace.join("tools")).unwrap();
+    let path = format!(
+        "{}:{}",
+        run.workspace.join("tools/bin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    let run = run.env("PATH", path);
+    // Control: a run that leaves it alone says nothing.
+    let out = run.sh("echo x > notes && echo OK");
+    assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let out = Run::new(&dir)
+        .env(
+            "PATH",
+            format!("{}/tools/bin:/usr/bin:/bin", dir.join("ws").display()),
+        )
+        .log_at(dir.join("events-swapped.jsonl"))
+        .sh("rm tools && mkdir -p tools/bin && echo x > tools/bin/less && echo SWAPPED");
+    assert_eq!(stdout(&out), "SWAPPED\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning") && stderr(&out).contains("tools/bin"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// The repository a workspace lies in, whose `.git` is a link (git follows it): pinned
 /// like any other, its hooks path inside the workspace included.
 #[test]

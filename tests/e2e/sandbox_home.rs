@@ -505,9 +505,9 @@ fn a_link_in_a_root_to_a_path_directory_is_watched_as_well() {
 }
 
 /// An activated venv in a workspace under home (`~/proj/.venv/bin` on PATH,
-/// `VIRTUAL_ENV`): `pip install` writes there, so it is watched, not pinned, as in a
-/// workspace anywhere else; a directory on PATH in the workspace that is no environment
-/// (`~/proj/bin`) stays pinned.
+/// `VIRTUAL_ENV`): `pip install` writes there, so it is watched, not pinned, its
+/// directory on PATH as in a workspace anywhere else and the venv whole; a directory on
+/// PATH in the workspace that is no environment (`~/proj/bin`) stays pinned.
 #[test]
 fn an_activated_venv_in_a_workspace_in_home_takes_installs() {
     TestDir::remove_leftovers_outside_tmp("home-venv");
@@ -517,6 +517,7 @@ fn an_activated_venv_in_a_workspace_in_home_takes_installs() {
     std::fs::create_dir_all(venv.join("bin")).unwrap();
     std::fs::create_dir_all(run.workspace.join("bin")).unwrap();
     std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    std::os::unix::fs::symlink("/usr/bin/python3", venv.join("bin/python")).unwrap();
     let project_bin = run.workspace.join("bin");
     let run = run
         .env("HOME", dir.path.display().to_string())
@@ -536,7 +537,12 @@ fn an_activated_venv_in_a_workspace_in_home_takes_installs() {
     assert!(!run.workspace.join("bin/git").exists());
     let err = stderr(&out);
     assert!(
-        err.contains("warning") && err.contains(".venv/bin/") && err.contains("1 program in it"),
+        err.contains("warning") && err.contains(".venv/bin (") && err.contains("1 program in it"),
+        "{err}"
+    );
+    // What the venv's python loads (a `.pth` file) is said too.
+    assert!(
+        err.contains("the environment") && err.contains("files in it made or changed"),
         "{err}"
     );
 }
@@ -597,5 +603,90 @@ fn a_code_place_below_a_missing_directory_is_watched() {
     assert!(
         err.contains("warning") && err.contains(&format!("{real}/b/ed")),
         "{err}"
+    );
+}
+
+/// A link inside a root on the way to what the environment names, leading out of every
+/// root (`~/tools/bin` to `/opt/tools/bin`) or into a venv outside the workspace
+/// (`~/proj/.venv` to `~/.cache/venvs/p`): CMD can put a directory of its own in the
+/// link's place, and that is said when the run ends.
+#[test]
+fn a_link_in_a_root_swapped_for_a_directory_is_said_wherever_it_led() {
+    TestDir::remove_leftovers_outside_tmp("home-link-swap");
+    let dir = TestDir::outside_tmp("home-link-swap");
+    let home = dir.join("home");
+    let outside = dir.join("opt/tools/bin");
+    let venv = home.join(".cache/venvs/p");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::create_dir_all(home.join("tools")).unwrap();
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    std::os::unix::fs::symlink("/usr/bin/python3", venv.join("bin/python")).unwrap();
+    std::os::unix::fs::symlink(&outside, home.join("tools/bin")).unwrap();
+    let run = Run::new(&dir);
+    std::os::unix::fs::symlink(&venv, run.workspace.join(".venv")).unwrap();
+    let tools = home.join("tools").display().to_string();
+    let ws = run.workspace.display().to_string();
+    let run = run
+        .args_from(&["--write", &tools])
+        .env("HOME", home.display().to_string())
+        .env("VIRTUAL_ENV", format!("{ws}/.venv"))
+        .env("PATH", format!("{ws}/.venv/bin:{tools}/bin:/usr/bin:/bin"));
+    // Control: a run that leaves them alone says nothing.
+    let out = run.sh("echo x > ~/tools/readme && echo CONTROL");
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let out = run.sh(
+        "rm ~/tools/bin && mkdir ~/tools/bin && echo x > ~/tools/bin/ls && \
+         rm .venv && mkdir -p .venv/bin && echo x > .venv/bin/ls && echo SWAPPED",
+    );
+    assert_eq!(stdout(&out), "SWAPPED\n", "{}", stderr(&out));
+    let err = stderr(&out);
+    for swapped in [format!("{tools}/bin"), format!("{ws}/.venv")] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains("warning") && l.contains(&swapped)),
+            "{swapped}: {err}"
+        );
+    }
+}
+
+/// What a repository ships cannot make a place the environment names an environment: a
+/// `pyvenv.cfg` (and `bin/python`) at the workspace's top leaves `LESSOPEN`'s script and
+/// `~/proj/bin` pinned. A variable naming a link to a file there (`PYTHONSTARTUP`) pins the
+/// file, and one naming a venv not made yet lets CMD make it.
+#[test]
+fn a_shipped_pyvenv_cfg_unpins_nothing_and_named_files_and_missing_venvs_work() {
+    TestDir::remove_leftovers_outside_tmp("home-shipped-venv");
+    let dir = TestDir::outside_tmp("home-shipped-venv");
+    let run = Run::new(&dir);
+    let ws = run.workspace.clone();
+    for d in ["bin", "scripts", "dotfiles"] {
+        std::fs::create_dir_all(ws.join(d)).unwrap();
+    }
+    std::fs::write(ws.join("scripts/lesspipe.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::write(ws.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    std::os::unix::fs::symlink("/usr/bin/python3", ws.join("bin/python")).unwrap();
+    std::fs::write(ws.join("dotfiles/pythonrc"), "# mine\n").unwrap();
+    std::os::unix::fs::symlink(ws.join("dotfiles/pythonrc"), dir.join(".pythonrc")).unwrap();
+    let w = ws.display().to_string();
+    let run = run
+        .env("HOME", dir.path.display().to_string())
+        .env("LESSOPEN", format!("| {w}/scripts/lesspipe.sh %s"))
+        .env("PYTHONSTARTUP", dir.join(".pythonrc").display().to_string())
+        .env("VIRTUAL_ENV", format!("{w}/.venv"))
+        .env("PATH", format!("{w}/.venv/bin:{w}/bin:/usr/bin:/bin"));
+    let out = run.sh(
+        "echo x >> scripts/lesspipe.sh 2>/dev/null && echo PLANTED1; \
+         echo x > bin/ls 2>/dev/null && echo PLANTED2; \
+         echo x >> dotfiles/pythonrc 2>/dev/null && echo PLANTED3; \
+         python3 -m venv --without-pip .venv && echo x > scripts/other && echo CONTROL",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(ws.join(".venv/pyvenv.cfg").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("dotfiles/pythonrc")).unwrap(),
+        "# mine\n"
     );
 }

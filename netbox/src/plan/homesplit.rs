@@ -285,8 +285,11 @@ pub fn resolve_existing_prefix(path: &Path) -> PathBuf {
             continue;
         }
         if let Ok(real) = std::fs::canonicalize(prefix) {
-            let rest = path.strip_prefix(prefix).unwrap_or(Path::new(""));
-            return real.join(rest);
+            // Not `join` of an empty rest: that would end a file's path in `/`.
+            return match path.strip_prefix(prefix) {
+                Ok(rest) if !rest.as_os_str().is_empty() => real.join(rest),
+                _ => real,
+            };
         }
     }
     path.to_owned()
@@ -536,6 +539,26 @@ mod tests {
             assert!(got.contains(w), "{w:?} in {got:?}");
         }
         assert!(!got.iter().any(|p| p.ends_with("a~b")), "{got:?}");
+    }
+
+    #[test]
+    fn an_existing_file_resolves_to_its_own_path_with_no_slash_after_it() {
+        let base = std::env::temp_dir().join(format!("netbox-resolve-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("dotfiles")).unwrap();
+        std::fs::write(base.join("dotfiles/pythonrc"), "").unwrap();
+        std::os::unix::fs::symlink("dotfiles/pythonrc", base.join(".pythonrc")).unwrap();
+        let real = std::fs::canonicalize(&base)
+            .unwrap()
+            .join("dotfiles/pythonrc");
+        let got = resolve_existing_prefix(&base.join(".pythonrc"));
+        assert_eq!(got.as_os_str(), real.as_os_str());
+        assert!(std::fs::symlink_metadata(&got).is_ok_and(|m| m.is_file()));
+        assert_eq!(
+            resolve_existing_prefix(&base.join(".pythonrc/x")).as_os_str(),
+            real.join("x").as_os_str()
+        );
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

@@ -3,14 +3,13 @@
 //! each really is, since the name the environment gives may lead through a link (`~/tools`
 //! to `/data/tools`, with `--write ~/tools`), and the root is where the link leads.
 //!
-//! - In a project's environment (a Python venv, a `node_modules`): left writable for the
-//!   tools that install there, and watched (a directory of them on `PATH` for the programs
-//!   made in it, protect/mod.rs, as in any writable root).
-//! - There: pinned read-only where it is. Reached through a link inside a root, the name is
-//!   watched too: CMD could put a directory of its own in the link's place.
-//! - Missing: its name given a placeholder where only it is missing (as the places under
-//!   home that run code are), watched where a directory above it is missing too (CMD's own
-//!   work may need that directory: `python -m venv`).
+//! - Reached through a link inside a root: the name is watched, wherever the link leads,
+//!   since CMD could put a directory of its own in the link's place.
+//! - A directory in a project's environment (a Python venv, a `node_modules`, below the
+//!   root): left writable for the tools that install there, and watched, the environment
+//!   whole (a `.pth` file in `site-packages` runs with every start of its python).
+//! - Otherwise pinned read-only where it is; watched where it is missing (a placeholder
+//!   would stop CMD's own work: `python -m venv .venv` with `VIRTUAL_ENV` naming it).
 
 use std::path::{Path, PathBuf};
 
@@ -27,18 +26,8 @@ impl Found<'_> {
             .flat_map(|h| crate::plan::homesplit::code_locations(h))
         {
             let real = resolve_existing_prefix(&named);
-            let Some(root) = self
-                .writable
-                .iter()
-                .find(|r| real.starts_with(r) && real != **r)
-                .cloned()
-            else {
-                continue;
-            };
-            if in_environment(&real, &root) {
-                self.watch(&real, WHY);
-                continue;
-            }
+            // A link inside a root on the way: CMD can put a directory of its own in its
+            // place, wherever the link leads now (out of every root, into a venv).
             if refuse_symlinks_in_roots(&named, self.writable, "code place").is_err() {
                 let what = if real.is_dir() {
                     WatchedAs::Programs
@@ -47,25 +36,51 @@ impl Found<'_> {
                 };
                 self.watch_as(&named, WHY, what);
             }
-            if std::fs::symlink_metadata(&real).is_ok() {
-                let placeholder = is_placeholder(&real).then_some(Placeholder::Dir);
-                self.push(real, placeholder);
-            } else if real.parent().is_some_and(Path::is_dir) {
-                self.push(real, Some(Placeholder::Dir));
-            } else {
-                self.watch(&real, WHY);
+            let Some(root) = self
+                .writable
+                .iter()
+                .find(|r| real.starts_with(r) && real != **r)
+                .cloned()
+            else {
+                continue;
+            };
+            let kept = std::fs::symlink_metadata(&real).ok();
+            if let Some(environment) = environment_of(&real, &root)
+                .filter(|_| kept.as_ref().is_none_or(std::fs::Metadata::is_dir))
+            {
+                self.watch_as(
+                    &environment,
+                    "a program your variables name",
+                    WatchedAs::Tree,
+                );
+                self.watch_as(&real, WHY, WatchedAs::Programs);
+                continue;
+            }
+            match kept {
+                Some(_) => {
+                    let placeholder = is_placeholder(&real).then_some(Placeholder::Dir);
+                    self.push(real, placeholder);
+                }
+                // A placeholder would stop CMD's own work (`python -m venv .venv` with
+                // VIRTUAL_ENV naming it, a tool's install making its `bin`).
+                None => self.watch(&real, WHY),
             }
         }
     }
 }
 
-/// Whether `real` lies in a Python venv (a directory holding `pyvenv.cfg`) or a
-/// `node_modules` within `root`, the root itself included: `pip install` and `npm install`
-/// write there.
-fn in_environment(real: &Path, root: &Path) -> bool {
+/// The Python venv (a directory holding `pyvenv.cfg` and `bin/python`) or the
+/// `node_modules` that `real` lies in, below `root` (a root is not one: a repository can
+/// ship a `pyvenv.cfg` at its top): `pip install` and `npm install` write there.
+fn environment_of(real: &Path, root: &Path) -> Option<PathBuf> {
     real.ancestors()
-        .take_while(|a| a.starts_with(root))
-        .any(|a| a.file_name() == Some("node_modules".as_ref()) || a.join("pyvenv.cfg").is_file())
+        .take_while(|a| a.starts_with(root) && *a != root)
+        .find(|a| {
+            a.file_name() == Some("node_modules".as_ref())
+                || (a.join("pyvenv.cfg").is_file()
+                    && std::fs::symlink_metadata(a.join("bin/python")).is_ok())
+        })
+        .map(Path::to_owned)
 }
 
 #[cfg(test)]
@@ -73,19 +88,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_environment_is_found_up_to_the_root_and_no_further() {
+    fn an_environment_is_found_below_the_root_and_no_further() {
         let dir = std::env::temp_dir().join(format!("netbox-envcode-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let root = dir.join("proj");
-        std::fs::create_dir_all(root.join(".venv/bin")).unwrap();
-        std::fs::write(root.join(".venv/pyvenv.cfg"), "home = /usr/bin\n").unwrap();
-        std::fs::write(dir.join("pyvenv.cfg"), "").unwrap();
-        assert!(in_environment(&root.join(".venv/bin"), &root));
-        assert!(in_environment(&root.join("web/node_modules/.bin"), &root));
-        // Above the root does not count; beside the venv is no environment.
-        assert!(!in_environment(&root.join("bin"), &root));
-        std::fs::write(root.join("pyvenv.cfg"), "").unwrap();
-        assert!(in_environment(&root.join("bin"), &root));
+        let venv = root.join(".venv");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        // A pyvenv.cfg with no python beside it is no venv.
+        assert_eq!(environment_of(&venv.join("bin"), &root), None);
+        std::os::unix::fs::symlink("/usr/bin/python3", venv.join("bin/python")).unwrap();
+        assert_eq!(environment_of(&venv.join("bin"), &root), Some(venv));
+        assert_eq!(
+            environment_of(&root.join("web/node_modules/.bin"), &root),
+            Some(root.join("web/node_modules"))
+        );
+        // Neither the root itself nor above it counts.
+        for above in [&dir, &root] {
+            std::fs::create_dir_all(above.join("bin")).unwrap();
+            std::os::unix::fs::symlink("/usr/bin/python3", above.join("bin/python")).unwrap();
+            std::fs::write(above.join("pyvenv.cfg"), "").unwrap();
+        }
+        assert_eq!(environment_of(&root.join("bin"), &root), None);
+        assert_eq!(
+            environment_of(&root.join("node_modules"), &root.join("node_modules")),
+            None
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -308,10 +308,16 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
     // configuration runs from one by name is watched with its environment: gitconfig.rs).
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let dir = crate::plan::homesplit::resolve_existing_prefix(&cwd.join(dir));
+    for named in std::env::split_paths(&path) {
+        let named = cwd.join(named);
+        let dir = crate::plan::homesplit::resolve_existing_prefix(&named);
         if found.writable.iter().any(|r| dir.starts_with(r)) {
             found.watch_as(&dir, "a directory on PATH", WatchedAs::Programs);
+        }
+        // Through a link inside a root, wherever it leads: CMD can put a directory of
+        // its own in the link's place.
+        if refuse_symlinks_in_roots(&named, found.writable, "PATH directory").is_err() {
+            found.watch_as(&named, "a directory on PATH", WatchedAs::Programs);
         }
     }
     // The places under home that run code later, wherever a writable root holds one

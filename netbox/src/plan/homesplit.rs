@@ -143,18 +143,26 @@ pub fn code_locations(home: &Path) -> Vec<PathBuf> {
     // path, or `~`-prefixed, counts. Variables naming where netbox and the shell are, not
     // what runs, are left out.
     const NOT_CODE: &[&str] = &["PWD", "OLDPWD", "HOME", "TMPDIR", "MAIL", "LOGNAME", "USER"];
-    let named = std::env::vars_os()
-        .filter(|(key, _)| !NOT_CODE.iter().any(|n| key == *n))
-        .flat_map(|(_, value)| paths_in(&value.to_string_lossy(), home));
-    let defaults = NOT_HIDDEN_CODE
-        .iter()
-        .flat_map(|n| [home.join(n), resolve_existing_prefix(&home.join(n))]);
-    let mut found: Vec<PathBuf> = named
-        .filter(|p| p.is_absolute())
-        .flat_map(|p| [resolve_existing_prefix(&p), p])
-        .chain(defaults)
-        .filter(|p| p.starts_with(home))
-        .collect();
+    let mut resolver = PrefixResolver::default();
+    let mut named: Vec<PathBuf> = Vec::new();
+    for (key, value) in std::env::vars_os() {
+        if !NOT_CODE.iter().any(|n| key == *n) {
+            let lookup = |name: &str| std::env::var(name).ok();
+            named.extend(paths_in_with(
+                &value.to_string_lossy(),
+                home,
+                &lookup,
+                &mut resolver,
+            ));
+        }
+    }
+    named.extend(NOT_HIDDEN_CODE.iter().map(|n| home.join(n)));
+    let mut found: Vec<PathBuf> = Vec::new();
+    for path in named.into_iter().filter(|p| p.is_absolute()) {
+        found.push(resolver.resolve(&path));
+        found.push(path);
+    }
+    found.retain(|p| p.starts_with(home));
     found.sort();
     found.dedup();
     found
@@ -165,12 +173,13 @@ pub fn code_locations(home: &Path) -> Vec<PathBuf> {
 /// environment first (a command run through a shell would): each word's part from its
 /// first `/` or `~`, resolved as far as it exists (another spelling of home, `//`, a
 /// symlinked home all come to the same path). The caller keeps those under home.
-fn paths_in(text: &str, home: &Path) -> Vec<PathBuf> {
-    paths_in_with(text, home, &|name| std::env::var(name).ok())
-}
-
-/// [`paths_in`] with variables looked up by `lookup`.
-fn paths_in_with(text: &str, home: &Path, lookup: &dyn Fn(&str) -> Option<String>) -> Vec<PathBuf> {
+/// Variables are looked up by `lookup`, paths resolved by `resolver`.
+fn paths_in_with(
+    text: &str,
+    home: &Path,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    resolver: &mut PrefixResolver,
+) -> Vec<PathBuf> {
     let text = expand_variables(text, lookup);
     let ends = |c: char| {
         c.is_whitespace()
@@ -194,12 +203,12 @@ fn paths_in_with(text: &str, home: &Path, lookup: &dyn Fn(&str) -> Option<String
                 // for a word in a variable).
                 let (user, tail) = rest.split_once('/').unwrap_or((rest, ""));
                 if let Some(dir) = account_home(user) {
-                    found.push(resolve_existing_prefix(&dir.join(tail)));
+                    found.push(resolver.resolve(&dir.join(tail)));
                 }
             }
         } else {
             found.push(PathBuf::from(path));
-            found.push(resolve_existing_prefix(Path::new(path)));
+            found.push(resolver.resolve(Path::new(path)));
         }
     }
     // Home's path followed by a name with spaces in it (`~/My Tools/pager`), or inside a
@@ -276,23 +285,46 @@ pub(crate) fn expand_variables(text: &str, lookup: &dyn Fn(&str) -> Option<Strin
 
 /// `path` with its longest existing prefix resolved (symlinks and all), the rest as is.
 pub fn resolve_existing_prefix(path: &Path) -> PathBuf {
-    // The longest prefix that resolves is found with one stat each, the kernel walking
-    // it whole, and only that one is canonicalized: canonicalizing each shorter prefix
-    // in turn read every component's link again (most of the paths asked about here
-    // are missing, under a home with a few hundred of them: ~1,000 readlinks a run).
-    for prefix in path.ancestors() {
-        if std::fs::metadata(prefix).is_err() {
-            continue;
-        }
-        if let Ok(real) = std::fs::canonicalize(prefix) {
+    PrefixResolver::default().resolve(path)
+}
+
+/// [`resolve_existing_prefix`] for many paths in one look at the filesystem: each existing
+/// prefix is canonicalized once. The places under a home share a few parents (`~`,
+/// `~/.config`, `~/.local`), and canonicalizing reads every component's link again: ~250
+/// readlinks a run otherwise.
+#[derive(Debug, Default)]
+pub struct PrefixResolver {
+    canonical: std::collections::HashMap<PathBuf, PathBuf>,
+}
+
+impl PrefixResolver {
+    pub fn resolve(&mut self, path: &Path) -> PathBuf {
+        // The longest prefix that resolves is found with one stat each, the kernel walking
+        // it whole, and only that one is canonicalized: canonicalizing each shorter prefix
+        // in turn read every component's link again (most of the paths asked about here
+        // are missing, under a home with a few hundred of them: ~1,000 readlinks a run).
+        for prefix in path.ancestors() {
+            if std::fs::metadata(prefix).is_err() {
+                continue;
+            }
+            let real = match self.canonical.get(prefix) {
+                Some(real) => real.clone(),
+                None => match std::fs::canonicalize(prefix) {
+                    Ok(real) => {
+                        self.canonical.insert(prefix.to_owned(), real.clone());
+                        real
+                    }
+                    Err(_) => continue,
+                },
+            };
             // Not `join` of an empty rest: that would end a file's path in `/`.
             return match path.strip_prefix(prefix) {
                 Ok(rest) if !rest.as_os_str().is_empty() => real.join(rest),
                 _ => real,
             };
         }
+        path.to_owned()
     }
-    path.to_owned()
 }
 
 /// How deep the look for symlinks goes in each hidden directory, and how many entries it
@@ -506,6 +538,11 @@ fn entries(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
 mod tests {
     use super::*;
 
+    fn paths_in(text: &str, home: &Path) -> Vec<PathBuf> {
+        let lookup = |name: &str| std::env::var(name).ok();
+        paths_in_with(text, home, &lookup, &mut PrefixResolver::default())
+    }
+
     #[test]
     fn paths_are_found_anywhere_in_a_value() {
         let home = Path::new("/home/me");
@@ -515,7 +552,12 @@ mod tests {
         );
         // A variable expanded as a shell would.
         let lookup = |name: &str| (name == "X").then(|| "/home/me/viavar".to_owned());
-        let via = paths_in_with("${X}/bin:$X/lib", home, &lookup);
+        let via = paths_in_with(
+            "${X}/bin:$X/lib",
+            home,
+            &lookup,
+            &mut PrefixResolver::default(),
+        );
         assert!(
             via.contains(&PathBuf::from("/home/me/viavar/bin")),
             "{via:?}"

@@ -322,11 +322,12 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
     }
     // The places under home that run code later, wherever a writable root holds one
     // (`--write ~/.config`; a writable home itself is split so that none is: homesplit.rs).
+    let mut resolver = crate::plan::homesplit::PrefixResolver::default();
     for home in input.homes {
         for (name, leaf) in home::CODE_PATHS {
             for path in home::places(home, name) {
                 // Where it really is: `~/.config` may be a link into `~/dotfiles`.
-                let path = crate::plan::homesplit::resolve_existing_prefix(&path);
+                let path = resolver.resolve(&path);
                 if found.writable(&path) {
                     found.pin_named(
                         &path,

@@ -120,7 +120,13 @@ pub(super) fn system_configs() -> Vec<PathBuf> {
     let mut configs = vec![PathBuf::from("/etc/gitconfig")];
     let path = std::env::var_os("PATH").unwrap_or_default();
     for dir in std::env::split_paths(&path).filter(|d| d.is_absolute()) {
-        let Ok(git) = std::fs::canonicalize(dir.join("git")) else {
+        // One stat first: canonicalizing a path that is not there reads each of its
+        // directories' links before failing, for every directory on PATH.
+        let candidate = dir.join("git");
+        if std::fs::metadata(&candidate).is_err() {
+            continue;
+        }
+        let Ok(git) = std::fs::canonicalize(&candidate) else {
             continue;
         };
         if let Some(prefix) = git.parent().and_then(Path::parent) {

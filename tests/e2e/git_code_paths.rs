@@ -790,10 +790,14 @@ fn a_path_directory_inside_the_workspace_is_watched() {
         std::env::var("PATH").unwrap()
     );
     let run = run.env("PATH", path);
-    // Control: a run that leaves them alone says nothing, and CMD can install.
-    let out = run.sh("mkdir -p node_modules && echo x > node_modules/x && echo OK");
+    // Control: a run that leaves them alone says nothing.
+    let out = run.sh("echo x > notes && echo OK");
     assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
     assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    // CMD can install; the environment a directory on PATH runs from is said.
+    let out = run.sh("mkdir -p node_modules && echo x > node_modules/x && echo OK");
+    assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
+    assert!(stderr(&out).contains("node_modules ("), "{}", stderr(&out));
     let out = Run::new(&dir)
         .env(
             "PATH",
@@ -839,6 +843,60 @@ fn a_path_directory_through_a_link_in_the_workspace_is_watched_by_its_name() {
     assert_eq!(stdout(&out), "SWAPPED\n", "{}", stderr(&out));
     assert!(
         stderr(&out).contains("warning") && stderr(&out).contains("tools/bin"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// An activated venv in a workspace outside home: a `.pth` file CMD puts in its
+/// `site-packages` runs with the venv's python, so the venv is watched whole; a `PATH`
+/// entry bash reads with `~+` (the current directory) is watched like a relative one; a
+/// directory on PATH with more entries than the check reads is said to be unread.
+#[test]
+fn a_path_venv_a_tilde_entry_and_a_huge_path_directory_are_watched() {
+    let dir = TestDir::new("git-path-venv");
+    let run = Run::new(&dir);
+    let venv = run.workspace.join(".venv");
+    std::fs::create_dir_all(venv.join("lib/site-packages")).unwrap();
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    std::os::unix::fs::symlink("/usr/bin/python3", venv.join("bin/python")).unwrap();
+    let tools = dir.join("tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    let path = format!("{}:~+/bin:/usr/bin:/bin", venv.join("bin").display());
+    let run = run.env("PATH", path.as_str());
+    // Control: a run that leaves them alone says nothing.
+    let out = run.sh("echo x > notes && echo OK");
+    assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let out = Run::new(&dir)
+        .env("PATH", path.as_str())
+        .log_at(dir.join("events-planted.jsonl"))
+        .sh("echo x > .venv/lib/site-packages/evil.pth && mkdir bin && echo x > bin/ls && echo PLANTED");
+    assert_eq!(stdout(&out), "PLANTED\n", "{}", stderr(&out));
+    let err = stderr(&out);
+    let ws = dir.join("ws").display().to_string();
+    for said in [format!("{ws}/.venv ("), format!("{ws}/bin (")] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains("warning") && l.contains(&said)),
+            "{said}: {err}"
+        );
+    }
+    // More programs than the check reads: a change past them would go unseen, so that
+    // is said even when nothing was seen.
+    let many = dir.join("ws/many");
+    std::fs::create_dir_all(&many).unwrap();
+    for i in 0..4100 {
+        std::fs::write(many.join(format!("p{i}")), "").unwrap();
+    }
+    let out = Run::new(&dir)
+        .env("PATH", format!("{}:/usr/bin:/bin", many.display()))
+        .log_at(dir.join("events-many.jsonl"))
+        .sh("echo OK");
+    assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning") && stderr(&out).contains("read only its first 4096"),
         "{}",
         stderr(&out)
     );

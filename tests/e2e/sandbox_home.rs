@@ -690,3 +690,53 @@ fn a_shipped_pyvenv_cfg_unpins_nothing_and_named_files_and_missing_venvs_work() 
         "# mine\n"
     );
 }
+
+/// A file a variable names in a venv (`LESSOPEN` naming the venv's `pygmentize`) is
+/// pinned, and the venv it runs from watched whole; a dangling link and a FIFO named by
+/// variables stop nothing, and what the link comes to lead to is said.
+#[test]
+fn named_files_in_venvs_named_roots_and_odd_files_are_watched() {
+    TestDir::remove_leftovers_outside_tmp("home-named-odd");
+    let dir = TestDir::outside_tmp("home-named-odd");
+    let run = Run::new(&dir);
+    let ws = run.workspace.clone();
+    let venv = ws.join(".venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::fs::create_dir_all(venv.join("lib/site-packages")).unwrap();
+    std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    std::os::unix::fs::symlink("/usr/bin/python3", venv.join("bin/python")).unwrap();
+    std::fs::write(venv.join("bin/pygmentize"), "#!/bin/sh\n").unwrap();
+    std::os::unix::fs::symlink("newbin", ws.join("bin")).unwrap();
+    let fifo = ws.join("editor.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let w = ws.display().to_string();
+    let run = run
+        .env("HOME", dir.path.display().to_string())
+        .env("LESSOPEN", format!("| {w}/.venv/bin/pygmentize %s"))
+        .env("EDITOR", fifo.display().to_string())
+        .env("PATH", format!("{w}/bin:/usr/bin:/bin"));
+    // Control: the run goes on, quickly, and one that changes nothing says nothing.
+    let started = std::time::Instant::now();
+    let out = run.sh("echo x > notes && echo CONTROL");
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let out = run.sh(
+        "echo x >> .venv/bin/pygmentize 2>/dev/null && echo PLANTED; \
+         echo x > .venv/lib/site-packages/evil.pth && \
+         mkdir newbin && echo x > newbin/ls && echo MADE",
+    );
+    assert_eq!(stdout(&out), "MADE\n", "{}", stderr(&out));
+    let err = stderr(&out);
+    for said in [format!("{w}/.venv ("), format!("{w}/bin (")] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains("warning") && l.contains(&said)),
+            "{said}: {err}"
+        );
+    }
+}

@@ -6,10 +6,12 @@
 //! - Reached through a link inside a root: the name is watched, wherever the link leads,
 //!   since CMD could put a directory of its own in the link's place.
 //! - A directory in a project's environment (a Python venv, a `node_modules`, below the
-//!   root): left writable for the tools that install there, and watched, the environment
-//!   whole (a `.pth` file in `site-packages` runs with every start of its python).
-//! - Otherwise pinned read-only where it is; watched where it is missing (a placeholder
-//!   would stop CMD's own work: `python -m venv .venv` with `VIRTUAL_ENV` naming it).
+//!   root): left writable for the tools that install there, and watched; the environment
+//!   is watched whole wherever what is named lies in one (a `.pth` file in
+//!   `site-packages` runs with every start of its python).
+//! - Otherwise a directory or a file is pinned read-only where it is; anything else is
+//!   watched: a missing place (a placeholder would stop CMD's own work: `python -m venv
+//!   .venv` with `VIRTUAL_ENV` naming it), a link that leads nowhere, a socket, a FIFO.
 
 use std::path::{Path, PathBuf};
 
@@ -42,28 +44,36 @@ impl Found<'_> {
                 .find(|r| real.starts_with(r) && real != **r)
                 .cloned()
             else {
+                // A whole root cannot be pinned and still be written, and every place
+                // named in a root names the root too (homesplit.rs takes the entry after
+                // home's path as a name, for names with spaces): watched, it would be
+                // said of every run. Not covered: docs/running.md.
                 continue;
             };
             let kept = std::fs::symlink_metadata(&real).ok();
-            if let Some(environment) = environment_of(&real, &root)
-                .filter(|_| kept.as_ref().is_none_or(std::fs::Metadata::is_dir))
-            {
+            let is_dir = kept.as_ref().is_some_and(std::fs::Metadata::is_dir);
+            // What runs from an environment loads the rest of it (a `.pth` file in
+            // `site-packages` runs with every start of its python), a file named in it too.
+            let environment = environment_of(&real, &root);
+            if let Some(environment) = &environment {
                 self.watch_as(
-                    &environment,
+                    environment,
                     "a program your variables name",
                     WatchedAs::Tree,
                 );
-                self.watch_as(&real, WHY, WatchedAs::Programs);
-                continue;
             }
             match kept {
-                Some(_) => {
+                _ if environment.is_some() && (is_dir || kept.is_none()) => {
+                    self.watch_as(&real, WHY, WatchedAs::Programs);
+                }
+                Some(meta) if meta.is_dir() || meta.is_file() => {
                     let placeholder = is_placeholder(&real).then_some(Placeholder::Dir);
                     self.push(real, placeholder);
                 }
-                // A placeholder would stop CMD's own work (`python -m venv .venv` with
-                // VIRTUAL_ENV naming it, a tool's install making its `bin`).
-                None => self.watch(&real, WHY),
+                // Missing: a placeholder would stop CMD's own work (`python -m venv .venv`
+                // with VIRTUAL_ENV naming it). A link that leads nowhere, a socket, a FIFO:
+                // nothing a mount can hold still.
+                _ => self.watch(&real, WHY),
             }
         }
     }

@@ -309,10 +309,12 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let path = std::env::var_os("PATH").unwrap_or_default();
     for named in std::env::split_paths(&path) {
-        let named = cwd.join(named);
+        let named = paths::path_entry(&named, &cwd);
         let dir = crate::plan::homesplit::resolve_existing_prefix(&named);
         if found.writable.iter().any(|r| dir.starts_with(r)) {
             found.watch_as(&dir, "a directory on PATH", WatchedAs::Programs);
+            // An activated venv's `bin`: its python loads the rest of the venv.
+            found.watch_environment(&dir, "a directory on PATH");
         }
         // Through a link inside a root, wherever it leads: CMD can put a directory of
         // its own in the link's place.
@@ -456,6 +458,20 @@ impl Found<'_> {
     /// pin. One named both ways stays read-only (`core.hooksPath = .git/refs`).
     fn push_as(&mut self, path: PathBuf, placeholder: Option<Placeholder>, writable: bool) {
         if !self.writable(&path) {
+            return;
+        }
+        // A FIFO, socket or device is written on a read-only mount all the same (the
+        // kernel checks only regular files and directories), and opening a FIFO to try
+        // waits for a reader: watched instead.
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            let kind = m.file_type();
+            kind.is_fifo() || kind.is_socket() || kind.is_char_device() || kind.is_block_device()
+        }) {
+            self.watch(
+                &path,
+                "a FIFO, socket or device, which no mount keeps from writes",
+            );
             return;
         }
         if let (Needs::Told, Some(naming), false) = (self.needs, &self.naming, writable) {

@@ -172,3 +172,66 @@ pub(super) fn real_path(path: &Path) -> Option<(PathBuf, Option<PathBuf>)> {
 pub(super) fn read_small_file(path: &Path) -> std::io::Result<String> {
     crate::plan::read_small_file(path, 64 << 10)
 }
+
+/// A `PATH` entry as bash's command search reads it: relative to the current directory,
+/// and with a leading `~`, `~user`, `~+` or `~-` expanded (bash expands them in `PATH`;
+/// dash and execvp do not, and the wider reading is the one that protects).
+pub(super) fn path_entry(entry: &Path, cwd: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let text = entry.as_os_str().as_bytes();
+    if let Some(rest) = text.strip_prefix(b"~") {
+        let at = rest.iter().position(|b| *b == b'/').unwrap_or(rest.len());
+        let (word, tail) = rest.split_at(at);
+        let tail = Path::new(std::ffi::OsStr::from_bytes(
+            tail.strip_prefix(b"/").unwrap_or(tail),
+        ));
+        let base = match word {
+            b"" => std::env::var_os("HOME").map(PathBuf::from),
+            b"+" => Some(cwd.to_owned()),
+            b"-" => std::env::var_os("OLDPWD").map(PathBuf::from),
+            user => std::str::from_utf8(user)
+                .ok()
+                .and_then(crate::plan::homesplit::account_home),
+        };
+        if let Some(base) = base.filter(|b| b.is_absolute()) {
+            return if tail.as_os_str().is_empty() {
+                base
+            } else {
+                base.join(tail)
+            };
+        }
+    }
+    cwd.join(entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_entry_is_read_as_bash_reads_it() {
+        let cwd = Path::new("/work/proj");
+        let home = PathBuf::from(std::env::var_os("HOME").unwrap());
+        assert_eq!(path_entry(Path::new("bin"), cwd), cwd.join("bin"));
+        assert_eq!(path_entry(Path::new(""), cwd), cwd.join(""));
+        assert_eq!(
+            path_entry(Path::new("/usr/bin"), cwd),
+            PathBuf::from("/usr/bin")
+        );
+        assert_eq!(path_entry(Path::new("~"), cwd), home);
+        assert_eq!(
+            path_entry(Path::new("~/proj/bin"), cwd),
+            home.join("proj/bin")
+        );
+        assert_eq!(path_entry(Path::new("~+/bin"), cwd), cwd.join("bin"));
+        assert_eq!(
+            path_entry(Path::new("~root/bin"), cwd),
+            PathBuf::from("/root/bin")
+        );
+        // No such account: a directory named so, relative to the current one.
+        assert_eq!(
+            path_entry(Path::new("~no-such-user-here/bin"), cwd),
+            cwd.join("~no-such-user-here/bin")
+        );
+    }
+}

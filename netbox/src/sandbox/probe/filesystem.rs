@@ -167,10 +167,12 @@ fn refuse_a_write(path: &Path) -> Outcome {
             &[libc::EROFS],
         )
     } else {
+        // Non-blocking: a FIFO (which netbox does not pin) would wait for a reader.
         refused(
             format!("open {} for writing", path.display()),
             std::fs::OpenOptions::new()
                 .append(true)
+                .custom_flags(libc::O_NONBLOCK)
                 .open(path)
                 .map(drop),
             &[libc::EROFS],

@@ -125,36 +125,43 @@ impl Context<'_> {
                 self.news_of(path).map(|how| (how, why))
             }
             WatchedAs::Programs => {
-                let changed = std::fs::read_dir(path)
-                    .into_iter()
-                    .flatten()
-                    .flatten()
+                let mut entries = std::fs::read_dir(path).into_iter().flatten().flatten();
+                let changed = entries
+                    .by_ref()
                     .take(MAX_WATCHED_ENTRIES)
                     .filter(|e| self.news_of(&e.path()).is_some())
                     .count();
-                (changed > 0).then(|| {
+                // Past the bound a change goes unseen: said, whatever was seen before it.
+                let complete = entries.next().is_none();
+                (changed > 0 || !complete).then(|| {
                     (
                         How::Changed,
                         format!(
-                            "{why}: {} in it made or changed",
-                            counted(changed, "program")
+                            "{why}: {} in it made or changed{}",
+                            counted(changed, "program"),
+                            unread(
+                                complete,
+                                &format!("its first {MAX_WATCHED_ENTRIES} entries")
+                            )
                         ),
                     )
                 })
             }
             WatchedAs::Tree => {
                 let (changed, complete) = self.changed_in_tree(path);
-                let more = if complete {
-                    ""
-                } else {
-                    " (or more: not all of it was read)"
-                };
-                (changed > 0).then(|| {
+                (changed > 0 || !complete).then(|| {
                     (
                         How::Changed,
                         format!(
-                            "the environment {why} runs from: {} in it made or changed{more}",
-                            counted(changed, "file")
+                            "the environment {why} runs from: {} in it made or changed{}",
+                            counted(changed, "file"),
+                            unread(
+                                complete,
+                                &format!(
+                                    "{MAX_TREE_ENTRIES} entries or {} s of it",
+                                    TREE_TIME.as_secs()
+                                )
+                            )
                         ),
                     )
                 })
@@ -388,5 +395,14 @@ fn counted(n: usize, what: &str) -> String {
         format!("1 {what}")
     } else {
         format!("{n} {what}s")
+    }
+}
+
+/// What to add where a watch read only `read` of a directory: a change past it is unseen.
+fn unread(complete: bool, read: &str) -> String {
+    if complete {
+        String::new()
+    } else {
+        format!(" (or more: netbox read only {read}, and a change past that is unseen)")
     }
 }

@@ -896,10 +896,67 @@ fn a_path_venv_a_tilde_entry_and_a_huge_path_directory_are_watched() {
         .sh("echo OK");
     assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("warning") && stderr(&out).contains("read only its first 4096"),
+        stderr(&out).contains("may have changed")
+            && stderr(&out).contains("read only its first 4096"),
         "{}",
         stderr(&out)
     );
+    // An entry with a `~` that dash and git take literally (`./~/bin`), and a venv that
+    // is itself a writable root.
+    let venv_root = dir.join("venv-root");
+    std::fs::create_dir_all(venv_root.join("lib")).unwrap();
+    std::fs::create_dir_all(venv_root.join("bin")).unwrap();
+    std::fs::write(venv_root.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    let out = Run::new(&dir)
+        .args_from(&["--write", &venv_root.display().to_string()])
+        .env(
+            "PATH",
+            format!("~/bin:{}/bin:/usr/bin:/bin", venv_root.display()),
+        )
+        .log_at(dir.join("events-tilde.jsonl"))
+        .sh(&format!(
+            "mkdir -p './~/bin' && echo x > './~/bin/less' && echo x > {}/lib/evil.pth && echo OK",
+            venv_root.display()
+        ));
+    assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
+    for said in [
+        format!("{ws}/~/bin ("),
+        format!("{} (", venv_root.display()),
+    ] {
+        assert!(
+            stderr(&out)
+                .lines()
+                .any(|l| l.contains("warning") && l.contains(&said)),
+            "{said}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+/// A FIFO, socket or device where netbox would pin a path (a `.git` FIFO, which git
+/// passes over for the repository above; `--protect` of one): a read-only mount does not
+/// stop writes to one, so the run stops at once, saying which; a control runs.
+#[test]
+fn a_fifo_where_a_pin_belongs_stops_the_run() {
+    let dir = TestDir::new("git-fifo-pin");
+    let run = Run::new(&dir);
+    let out = run.sh("echo CONTROL");
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(Command::new("mkfifo")
+        .arg(run.workspace.join(".git"))
+        .status()
+        .unwrap()
+        .success());
+    let started = std::time::Instant::now();
+    let out = run.sh("echo RAN");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).contains("is a FIFO, socket or device"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }
 
 /// The repository a workspace lies in, whose `.git` is a link (git follows it): pinned

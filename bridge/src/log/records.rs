@@ -334,6 +334,8 @@ pub enum GitMetadataHow {
     Changed,
     /// There before the run (reported, never removed).
     BeforeRun,
+    /// A watched directory read only in part: a change past what was read is unseen.
+    Unread,
 }
 
 /// `git_audit`: what the check for git metadata read, and whether it read everything.

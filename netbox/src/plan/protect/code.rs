@@ -67,6 +67,12 @@ impl Found<'_> {
             }
             return Ok(());
         }
+        // A program that is a FIFO, socket or device cannot be run (execve refuses it):
+        // watched, where what a reader reads (a config, a script) stops the run.
+        if code.role == Role::Program && super::is_special_file(&real) {
+            self.watch(&code.path, &code.setting);
+            return Ok(());
+        }
         // Named anywhere, a file with another name in a root changes with it.
         self.watch_if_linked(&code.path);
         if code.role != Role::Value {

@@ -272,6 +272,7 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
         needs,
         repository: None,
         naming: None,
+        special: None,
     };
     for set in &found.shared {
         found.basis.sources.extend(set.sources.clone());
@@ -308,8 +309,7 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
     // configuration runs from one by name is watched with its environment: gitconfig.rs).
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let path = std::env::var_os("PATH").unwrap_or_default();
-    for named in std::env::split_paths(&path) {
-        let named = paths::path_entry(&named, &cwd);
+    for named in std::env::split_paths(&path).flat_map(|entry| paths::path_entry(&entry, &cwd)) {
         let dir = crate::plan::homesplit::resolve_existing_prefix(&named);
         if found.writable.iter().any(|r| dir.starts_with(r)) {
             found.watch_as(&dir, "a directory on PATH", WatchedAs::Programs);
@@ -347,6 +347,14 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
         let missing = std::fs::symlink_metadata(path).is_err();
         let placeholder = (missing || is_placeholder(path)).then_some(Placeholder::Dir);
         found.push(path.clone(), placeholder);
+    }
+    if let Some(path) = found.special {
+        return Err(WrapperError::Usage(format!(
+            "{} is a FIFO, socket or device where netbox keeps a path read-only, and a \
+             read-only mount does not stop writes to one: remove it, or leave its directory \
+             out of the writable roots",
+            crate::printable::printable(&path.to_string_lossy())
+        )));
     }
     let mut basis = found.basis;
     basis.repositories = found.repositories;
@@ -441,6 +449,17 @@ struct Found<'a> {
     repository: Option<RepositoryName>,
     /// What names the paths being pinned, if something does.
     naming: Option<Naming>,
+    /// The first path to pin that is a FIFO, socket or device: no mount holds it.
+    special: Option<PathBuf>,
+}
+
+/// Whether `path` is a FIFO, a socket or a device file.
+fn is_special_file(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::symlink_metadata(path).is_ok_and(|m| {
+        let kind = m.file_type();
+        kind.is_fifo() || kind.is_socket() || kind.is_char_device() || kind.is_block_device()
+    })
 }
 
 impl Found<'_> {
@@ -461,18 +480,10 @@ impl Found<'_> {
             return;
         }
         // A FIFO, socket or device is written on a read-only mount all the same (the
-        // kernel checks only regular files and directories), and opening a FIFO to try
-        // waits for a reader: watched instead.
-        if std::fs::symlink_metadata(&path).is_ok_and(|m| {
-            use std::os::unix::fs::FileTypeExt;
-            let kind = m.file_type();
-            kind.is_fifo() || kind.is_socket() || kind.is_char_device() || kind.is_block_device()
-        }) {
-            self.watch(
-                &path,
-                "a FIFO, socket or device, which no mount keeps from writes",
-            );
-            return;
+        // kernel checks only regular files and directories): the run stops (a `.git`
+        // FIFO hides nothing from git, which goes on up to the repository above).
+        if self.special.is_none() && is_special_file(&path) {
+            self.special = Some(path.clone());
         }
         if let (Needs::Told, Some(naming), false) = (self.needs, &self.naming, writable) {
             self.basis.needs.push((path.clone(), naming.clone()));
@@ -554,8 +565,9 @@ impl Found<'_> {
         let Some(root) = self.writable.iter().find(|r| path.starts_with(r)).cloned() else {
             return;
         };
+        // The root itself too (`--write $VIRTUAL_ENV`): a watch keeps nothing from CMD.
         for ancestor in path.ancestors().skip(1) {
-            if !ancestor.starts_with(&root) || ancestor == root {
+            if !ancestor.starts_with(&root) {
                 break;
             }
             let node_modules = ancestor.file_name() == Some(std::ffi::OsStr::new("node_modules"));

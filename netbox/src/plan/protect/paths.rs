@@ -173,11 +173,12 @@ pub(super) fn read_small_file(path: &Path) -> std::io::Result<String> {
     crate::plan::read_small_file(path, 64 << 10)
 }
 
-/// A `PATH` entry as bash's command search reads it: relative to the current directory,
-/// and with a leading `~`, `~user`, `~+` or `~-` expanded (bash expands them in `PATH`;
-/// dash and execvp do not, and the wider reading is the one that protects).
-pub(super) fn path_entry(entry: &Path, cwd: &Path) -> PathBuf {
+/// A `PATH` entry as the programs that search it read it: relative to the current
+/// directory, and, where it starts with `~`, `~user`, `~+` or `~-`, also as bash reads it,
+/// expanded (dash, execvp and git take the `~` literally, bash expands it: both count).
+pub(super) fn path_entry(entry: &Path, cwd: &Path) -> Vec<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
+    let mut readings = vec![cwd.join(entry)];
     let text = entry.as_os_str().as_bytes();
     if let Some(rest) = text.strip_prefix(b"~") {
         let at = rest.iter().position(|b| *b == b'/').unwrap_or(rest.len());
@@ -194,14 +195,14 @@ pub(super) fn path_entry(entry: &Path, cwd: &Path) -> PathBuf {
                 .and_then(crate::plan::homesplit::account_home),
         };
         if let Some(base) = base.filter(|b| b.is_absolute()) {
-            return if tail.as_os_str().is_empty() {
+            readings.push(if tail.as_os_str().is_empty() {
                 base
             } else {
                 base.join(tail)
-            };
+            });
         }
     }
-    cwd.join(entry)
+    readings
 }
 
 #[cfg(test)]
@@ -209,29 +210,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_path_entry_is_read_as_bash_reads_it() {
+    fn a_path_entry_is_read_as_each_searcher_reads_it() {
         let cwd = Path::new("/work/proj");
         let home = PathBuf::from(std::env::var_os("HOME").unwrap());
-        assert_eq!(path_entry(Path::new("bin"), cwd), cwd.join("bin"));
-        assert_eq!(path_entry(Path::new(""), cwd), cwd.join(""));
+        let one = |entry: &str| path_entry(Path::new(entry), cwd);
+        assert_eq!(one("bin"), [cwd.join("bin")]);
+        assert_eq!(one(""), [cwd.join("")]);
+        assert_eq!(one("/usr/bin"), [PathBuf::from("/usr/bin")]);
+        // Taken literally too: dash and git search `./~/bin`.
+        assert_eq!(one("~"), [cwd.join("~"), home.clone()]);
         assert_eq!(
-            path_entry(Path::new("/usr/bin"), cwd),
-            PathBuf::from("/usr/bin")
+            one("~/proj/bin"),
+            [cwd.join("~/proj/bin"), home.join("proj/bin")]
         );
-        assert_eq!(path_entry(Path::new("~"), cwd), home);
+        assert_eq!(one("~+/bin"), [cwd.join("~+/bin"), cwd.join("bin")]);
         assert_eq!(
-            path_entry(Path::new("~/proj/bin"), cwd),
-            home.join("proj/bin")
+            one("~root/bin"),
+            [cwd.join("~root/bin"), PathBuf::from("/root/bin")]
         );
-        assert_eq!(path_entry(Path::new("~+/bin"), cwd), cwd.join("bin"));
+        // No such account: only the literal name.
         assert_eq!(
-            path_entry(Path::new("~root/bin"), cwd),
-            PathBuf::from("/root/bin")
-        );
-        // No such account: a directory named so, relative to the current one.
-        assert_eq!(
-            path_entry(Path::new("~no-such-user-here/bin"), cwd),
-            cwd.join("~no-such-user-here/bin")
+            one("~no-such-user-here/bin"),
+            [cwd.join("~no-such-user-here/bin")]
         );
     }
 }

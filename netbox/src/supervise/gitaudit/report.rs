@@ -89,6 +89,7 @@ fn warn(audited: Option<&str>, report: &Report) {
         let did = match finding.how {
             How::Created => "created",
             How::Changed | How::BeforeRun => "changed",
+            How::Unread => "may have changed",
         };
         let path = printable(&finding.path.to_string_lossy());
         let line = match &finding.named_by {
@@ -110,6 +111,7 @@ fn warn(audited: Option<&str>, report: &Report) {
                 match finding.how {
                     How::Created => "created",
                     How::Changed | How::BeforeRun => "changed the config or hooks of",
+                    How::Unread => "may have changed the config or hooks of",
                 },
                 describe(finding.kind),
             ),

@@ -135,7 +135,11 @@ impl Context<'_> {
                 let complete = entries.next().is_none();
                 (changed > 0 || !complete).then(|| {
                     (
-                        How::Changed,
+                        if changed > 0 {
+                            How::Changed
+                        } else {
+                            How::Unread
+                        },
                         format!(
                             "{why}: {} in it made or changed{}",
                             counted(changed, "program"),
@@ -151,7 +155,11 @@ impl Context<'_> {
                 let (changed, complete) = self.changed_in_tree(path);
                 (changed > 0 || !complete).then(|| {
                     (
-                        How::Changed,
+                        if changed > 0 {
+                            How::Changed
+                        } else {
+                            How::Unread
+                        },
                         format!(
                             "the environment {why} runs from: {} in it made or changed{}",
                             counted(changed, "file"),

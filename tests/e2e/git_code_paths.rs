@@ -933,13 +933,21 @@ fn a_path_venv_a_tilde_entry_and_a_huge_path_directory_are_watched() {
     }
 }
 
-/// A FIFO, socket or device where netbox would pin a path (a `.git` FIFO, which git
-/// passes over for the repository above; `--protect` of one): a read-only mount does not
-/// stop writes to one, so the run stops at once, saying which; a control runs.
+/// A FIFO, socket or device where netbox would pin a path for git (a `.git` FIFO, which
+/// git passes over for the repository above): a read-only mount does not stop writes to
+/// one, so the run stops at once, saying which. Elsewhere (a `.envrc` FIFO CMD left) it
+/// holds nothing once CMD is gone, and the run goes on: CMD cannot fail the next run.
 #[test]
 fn a_fifo_where_a_pin_belongs_stops_the_run() {
     let dir = TestDir::new("git-fifo-pin");
     let run = Run::new(&dir);
+    let out = run.sh("mkfifo .bashrc && echo CONTROL");
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(Command::new("mkfifo")
+        .arg(run.workspace.join(".envrc"))
+        .status()
+        .unwrap()
+        .success());
     let out = run.sh("echo CONTROL");
     assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
     assert!(Command::new("mkfifo")

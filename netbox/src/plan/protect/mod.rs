@@ -272,7 +272,7 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
         needs,
         repository: None,
         naming: None,
-        special: None,
+        special: Vec::new(),
     };
     for set in &found.shared {
         found.basis.sources.extend(set.sources.clone());
@@ -348,14 +348,26 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
         let placeholder = (missing || is_placeholder(path)).then_some(Placeholder::Dir);
         found.push(path.clone(), placeholder);
     }
-    if let Some(path) = found.special {
+    if !found.special.is_empty() {
+        let named: Vec<String> = found
+            .special
+            .iter()
+            .map(|p| crate::printable::printable(&p.to_string_lossy()))
+            .collect();
         return Err(WrapperError::Usage(format!(
-            "{} is a FIFO, socket or device where netbox keeps a path read-only, and a \
-             read-only mount does not stop writes to one: remove it, or leave its directory \
-             out of the writable roots",
-            crate::printable::printable(&path.to_string_lossy())
+            "{} {} a FIFO, socket or device where netbox keeps a path read-only for git, and \
+             a read-only mount does not stop writes to one: remove {}",
+            named.join(", "),
+            if named.len() == 1 { "is" } else { "are each" },
+            if named.len() == 1 { "it" } else { "them" },
         )));
     }
+    // A directory pinned read-only cannot change: watching it too would only say, of a
+    // large one, that it was not read whole.
+    let pinned = &found.out;
+    found.watched.retain(|w| {
+        w.what != WatchedAs::Programs || !pinned.iter().any(|p| p.path == w.path && !p.writable)
+    });
     let mut basis = found.basis;
     basis.repositories = found.repositories;
     Ok(Protection {
@@ -449,8 +461,8 @@ struct Found<'a> {
     repository: Option<RepositoryName>,
     /// What names the paths being pinned, if something does.
     naming: Option<Naming>,
-    /// The first path to pin that is a FIFO, socket or device: no mount holds it.
-    special: Option<PathBuf>,
+    /// The paths to pin for git that are FIFOs, sockets or devices: no mount holds one.
+    special: Vec<PathBuf>,
 }
 
 /// Whether `path` is a FIFO, a socket or a device file.
@@ -480,10 +492,22 @@ impl Found<'_> {
             return;
         }
         // A FIFO, socket or device is written on a read-only mount all the same (the
-        // kernel checks only regular files and directories): the run stops (a `.git`
-        // FIFO hides nothing from git, which goes on up to the repository above).
-        if self.special.is_none() && is_special_file(&path) {
-            self.special = Some(path.clone());
+        // kernel checks only regular files and directories). Where git would pass over
+        // it to something else (a `.git` FIFO: the repository above) or read it as code
+        // (what a setting names), the run stops; elsewhere it holds nothing once CMD's
+        // processes are gone, and a stop would let CMD fail the user's next run: watched.
+        if is_special_file(&path) {
+            let for_git =
+                path.file_name() == Some(std::ffi::OsStr::new(".git")) || self.naming.is_some();
+            if for_git {
+                self.special.push(path);
+            } else {
+                self.watch(
+                    &path,
+                    "a FIFO, socket or device where a path is kept read-only",
+                );
+            }
+            return;
         }
         if let (Needs::Told, Some(naming), false) = (self.needs, &self.naming, writable) {
             self.basis.needs.push((path.clone(), naming.clone()));

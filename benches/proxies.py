@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -857,9 +858,11 @@ def main():
             ("curl", ["curl", "--version"]), ("wrk", ["wrk", "-v"])]}
         kind = "quick: one short round each" if quick else \
             f"{rounds} rounds of {big_mib} MiB, {connections} new connections, wrk {seconds} s"
-        lines = [f"### Proxy overhead, {when}", "",
-                 f"{machine()}; {kind}; {netbox_version}; "
-                 + ", ".join(f"{v}" for v in peers.values() if v) + ".", "",
+        # Wrapped: the docs check holds every line of the docs to 400 characters.
+        about = textwrap.fill(f"{machine()}; {kind}; {netbox_version}; "
+                              + ", ".join(f"{v}" for v in peers.values() if v) + ".",
+                              width=92, break_on_hyphens=False)
+        lines = [f"### Proxy overhead, {when}", "", about, "",
                  markdown(names, rows, r["loads"]), "",
                  "| target | this run | |", "| --- | --- | --- |"]
         lines += [f"| {what} | {figure} | {verdict} |" for what, figure, verdict in checked]

@@ -17,17 +17,18 @@ use std::path::{Path, PathBuf};
 
 use super::paths::refuse_symlinks_in_roots;
 use super::{is_placeholder, Found, Placeholder, WatchedAs};
-use crate::plan::homesplit::resolve_existing_prefix;
+use crate::plan::homesplit::PrefixResolver;
 
 impl Found<'_> {
     /// Pins or watches what the environment names for code under each of `homes`.
     pub(super) fn environment_named_code(&mut self, homes: &[PathBuf]) {
         const WHY: &str = "a place under home the environment names for code";
+        let mut resolver = PrefixResolver::default();
         for named in homes
             .iter()
             .flat_map(|h| crate::plan::homesplit::code_locations(h))
         {
-            let real = resolve_existing_prefix(&named);
+            let real = resolver.resolve(&named);
             // A link inside a root on the way: CMD can put a directory of its own in its
             // place, wherever the link leads now (out of every root, into a venv).
             if refuse_symlinks_in_roots(&named, self.writable, "code place").is_err() {

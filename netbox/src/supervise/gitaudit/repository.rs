@@ -133,44 +133,21 @@ impl Context<'_> {
                     .count();
                 // Past the bound a change goes unseen: said, whatever was seen before it.
                 let complete = entries.next().is_none();
-                (changed > 0 || !complete).then(|| {
-                    (
-                        if changed > 0 {
-                            How::Changed
-                        } else {
-                            How::Unread
-                        },
-                        format!(
-                            "{why}: {} in it made or changed{}",
-                            counted(changed, "program"),
-                            unread(
-                                complete,
-                                &format!("its first {MAX_WATCHED_ENTRIES} entries")
-                            )
-                        ),
-                    )
+                let read = format!("its first {MAX_WATCHED_ENTRIES} entries");
+                counted_news(changed, complete, &read, |found| {
+                    format!("{why}: {} in it made or changed", counted(found, "program"))
                 })
             }
             WatchedAs::Tree => {
                 let (changed, complete) = self.changed_in_tree(path);
-                (changed > 0 || !complete).then(|| {
-                    (
-                        if changed > 0 {
-                            How::Changed
-                        } else {
-                            How::Unread
-                        },
-                        format!(
-                            "the environment {why} runs from: {} in it made or changed{}",
-                            counted(changed, "file"),
-                            unread(
-                                complete,
-                                &format!(
-                                    "{MAX_TREE_ENTRIES} entries or {} s of it",
-                                    TREE_TIME.as_secs()
-                                )
-                            )
-                        ),
+                let read = format!(
+                    "{MAX_TREE_ENTRIES} entries or {} s of it",
+                    TREE_TIME.as_secs()
+                );
+                counted_news(changed, complete, &read, |found| {
+                    format!(
+                        "the environment {why} runs from: {} in it made or changed",
+                        counted(found, "file")
                     )
                 })
             }
@@ -406,11 +383,24 @@ fn counted(n: usize, what: &str) -> String {
     }
 }
 
-/// What to add where a watch read only `read` of a directory: a change past it is unseen.
-fn unread(complete: bool, read: &str) -> String {
-    if complete {
+/// What a watch of a directory found: `changed` entries made or changed (said by `say`),
+/// and whether it read all of it (`read` says how much it did where not: a change past
+/// that is unseen, so that is said even where nothing was seen).
+fn counted_news(
+    changed: usize,
+    complete: bool,
+    read: &str,
+    say: impl Fn(usize) -> String,
+) -> Option<(How, String)> {
+    let more = if complete {
         String::new()
     } else {
         format!(" (or more: netbox read only {read}, and a change past that is unseen)")
-    }
+    };
+    let how = if changed > 0 {
+        How::Changed
+    } else {
+        How::Unread
+    };
+    (changed > 0 || !complete).then(|| (how, format!("{}{more}", say(changed))))
 }

@@ -21,9 +21,12 @@ use crate::plan::homesplit::PrefixResolver;
 
 impl Found<'_> {
     /// Pins or watches what the environment names for code under each of `homes`.
-    pub(super) fn environment_named_code(&mut self, homes: &[PathBuf]) {
+    pub(super) fn environment_named_code(
+        &mut self,
+        homes: &[PathBuf],
+        resolver: &mut PrefixResolver,
+    ) {
         const WHY: &str = "a place under home the environment names for code";
-        let mut resolver = PrefixResolver::default();
         for named in homes
             .iter()
             .flat_map(|h| crate::plan::homesplit::code_locations(h))

@@ -309,8 +309,10 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
     // configuration runs from one by name is watched with its environment: gitconfig.rs).
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let path = std::env::var_os("PATH").unwrap_or_default();
+    // One look at the filesystem for what follows: each existing prefix canonicalized once.
+    let mut resolver = crate::plan::homesplit::PrefixResolver::default();
     for named in std::env::split_paths(&path).flat_map(|entry| paths::path_entry(&entry, &cwd)) {
-        let dir = crate::plan::homesplit::resolve_existing_prefix(&named);
+        let dir = resolver.resolve(&named);
         if found.writable.iter().any(|r| dir.starts_with(r)) {
             found.watch_as(&dir, "a directory on PATH", WatchedAs::Programs);
             // An activated venv's `bin`: its python loads the rest of the venv.
@@ -324,7 +326,6 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
     }
     // The places under home that run code later, wherever a writable root holds one
     // (`--write ~/.config`; a writable home itself is split so that none is: homesplit.rs).
-    let mut resolver = crate::plan::homesplit::PrefixResolver::default();
     for home in input.homes {
         for (name, leaf) in home::CODE_PATHS {
             for path in home::places(home, name) {
@@ -342,7 +343,7 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
         }
     }
     // What the environment names for code under the homes, wherever it really lies.
-    found.environment_named_code(input.homes);
+    found.environment_named_code(input.homes, &mut resolver);
     for path in input.extra {
         let missing = std::fs::symlink_metadata(path).is_err();
         let placeholder = (missing || is_placeholder(path)).then_some(Placeholder::Dir);

@@ -3,7 +3,9 @@
 # load one of N `"hN.example.test:443"` rules (start to "listening", median of 3), and what
 # a decision costs with it: 300 CONNECTs to a host no rule names, each refused by the
 # policy alone (nothing is dialed), timed by one client over fresh connections, against
-# the same with a one-rule allowlist in the same run. Loopback only.
+# the same with a one-rule allowlist in the same run; and the bridge's memory per rule: its
+# RSS over the one-rule bridge's, when it listens and once a decision has been made.
+# Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --bin netbox
@@ -34,6 +36,8 @@ start_bridge() {
 
 stop_bridge() { kill "$bridge"; wait "$bridge" 2>/dev/null || true; }
 
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$bridge/status"; }
+
 # Microseconds per refused CONNECT, 300 of them, one connection each.
 refusals() {
     python3 - "$1" <<'PY'
@@ -55,7 +59,8 @@ PY
 }
 
 printf 'allow = ["h0.example.test:443"]\n' > "$work/allow-1.toml"
-printf '%-8s %-10s %-14s %s\n' rules "file MB" "load (s)" "refused CONNECT (µs, 1 rule in the same run)"
+printf '%-8s %-8s %-9s %-24s %s\n' rules "file MB" "load (s)" "refused CONNECT (µs)" \
+    "bytes per rule (listening, after a decision)"
 for n in $sizes; do
     file="$work/allow-$n.toml"
     python3 -c "
@@ -73,11 +78,17 @@ with open(sys.argv[2], 'w') as f:
         stop_bridge
     done
     start_bridge "$file"
+    big_rss=$(rss_kib)
     big=$(refusals "$port")
+    big_rss_used=$(rss_kib)
     stop_bridge
     start_bridge "$work/allow-1.toml"
+    small_rss=$(rss_kib)
     small=$(refusals "$port")
+    small_rss_used=$(rss_kib)
     stop_bridge
-    printf '%-8s %-10s %-14s %s (%s)\n' "$n" "$(du -m "$file" | cut -f1)" \
-        "$(printf '%s\n' "${loads[@]}" | median)" "$big" "$small"
+    per_rule() { echo "($1 - $2) * 1024 / $n" | bc; }
+    printf '%-8s %-8s %-9s %-24s %s, %s\n' "$n" "$(du -m "$file" | cut -f1)" \
+        "$(printf '%s\n' "${loads[@]}" | median)" "$big (1 rule: $small)" \
+        "$(per_rule "$big_rss" "$small_rss")" "$(per_rule "$big_rss_used" "$small_rss_used")"
 done

@@ -674,7 +674,7 @@ mod tests {
         let origin = RuleRef {
             file: Arc::from("t.toml"),
             line: 3,
-            text: String::new(),
+            text: "".into(),
         };
         let mut policy = crate::policy::Policy::default();
         policy

@@ -27,7 +27,7 @@ use serde::Serialize;
 
 pub use http::{HttpCheck, HttpRefusal, HttpRule, PathPattern};
 pub use load::PolicyError;
-pub use rule::{Action, HostMatcher, Ports, RuleSpec};
+pub use rule::{Action, HostMatcher, PortList, Ports, RuleSpec};
 
 use crate::ipclass::IpClass;
 use crate::target::{canonical_ip, Host, Target};
@@ -37,7 +37,7 @@ use crate::target::{canonical_ip, Host, Target};
 pub struct RuleRef {
     pub file: Arc<str>,
     pub line: u32,
-    pub text: String,
+    pub text: Box<str>,
 }
 
 impl fmt::Display for RuleRef {
@@ -99,6 +99,10 @@ pub struct Policy {
 /// How the origin of a rule `--allow-tool` added begins (`--allow-tool pip (its index)`),
 /// so that a refusal can name the one flag that opens every tool's registry.
 pub const TOOL_RULE_PREFIX: &str = "--allow-tool ";
+
+/// Most rules a policy holds (~2 GB of them). The index keeps rule positions in 32 bits,
+/// so a policy must stay below 2^32 of them; this bound says so long before.
+pub const MAX_RULES: usize = 1 << 24;
 
 /// The port whose tunnels are always checked for TLS naming their own host.
 pub const HTTPS_PORT: u16 = 443;
@@ -234,6 +238,9 @@ impl Policy {
         for path in paths {
             load::load_file(path, &mut policy)?;
         }
+        // The vector grew by doubling: an allowlist of 10^6 rules would keep up to as many
+        // empty places for as long as it is loaded.
+        policy.rules.shrink_to_fit();
         Ok(policy)
     }
 
@@ -259,6 +266,7 @@ impl Policy {
         if reach_private {
             check_names_only(&spec)?;
         }
+        self.room_for_a_rule()?;
         // "Line" of a flag rule: its position among the rules given by the same flag.
         let index = 1 + self
             .rules
@@ -272,20 +280,33 @@ impl Policy {
             origin: RuleRef {
                 file: Arc::from(origin),
                 line: u32::try_from(index).unwrap_or(u32::MAX),
-                text: text.to_owned(),
+                text: text.into(),
             },
             reach_private,
         });
         Ok(())
     }
 
-    pub(crate) fn push_rule(&mut self, rule: Rule) {
+    pub(crate) fn push_rule(&mut self, rule: Rule) -> Result<(), String> {
+        self.room_for_a_rule()?;
         self.index = std::sync::OnceLock::new();
         self.rules.push(rule);
+        Ok(())
+    }
+
+    /// Refuses a rule past [`MAX_RULES`].
+    fn room_for_a_rule(&self) -> Result<(), String> {
+        if self.rules.len() >= MAX_RULES {
+            return Err(format!(
+                "more than {MAX_RULES} rules; split the policy between bridges"
+            ));
+        }
+        Ok(())
     }
 
     /// Adds an `[[http]]` table: an allow rule for its hosts, whose tunnels are inspected.
-    pub(crate) fn push_http_rule(&mut self, rule: HttpRule) {
+    pub(crate) fn push_http_rule(&mut self, rule: HttpRule) -> Result<(), String> {
+        self.room_for_a_rule()?;
         self.index = std::sync::OnceLock::new();
         self.rules.push(Rule {
             action: Action::Allow,
@@ -294,6 +315,7 @@ impl Policy {
             reach_private: false,
         });
         self.http_rules.push(Arc::new(rule));
+        Ok(())
     }
 
     /// `--inspect`: every allowed tunnel to a TLS port is inspected, its requests logged.
@@ -307,7 +329,7 @@ impl Policy {
         for rule in self.rules.iter().filter(|r| r.action == Action::Allow) {
             if let Ports::List(ranges) = &rule.spec.ports {
                 for range in ranges.iter().filter(|r| r.end() - r.start() < 64) {
-                    ports.extend(range.clone());
+                    ports.extend(range);
                 }
             }
         }
@@ -371,7 +393,7 @@ impl Policy {
                     continue;
                 };
                 let at = |port| Target {
-                    host: Host::Name(name.clone()),
+                    host: Host::Name(name.to_string()),
                     port,
                 };
                 if !ports.iter().any(|&port| self.decide(&at(port)).is_allow()) {
@@ -466,10 +488,24 @@ impl Policy {
         &self.named_files
     }
 
-    /// SHA-256 of [`Policy::canonical_text`], in hex: the hash the log carries.
+    /// SHA-256 of [`Policy::canonical_text`], in hex: the hash the log carries. The text is
+    /// hashed as it is written, never held whole: for an allowlist of 10^6 names it would
+    /// be ~70 MB.
     pub fn sha256_hex(&self) -> String {
         use sha2::Digest;
-        sha2::Sha256::digest(self.canonical_text().as_bytes())
+        struct Hashing(sha2::Sha256);
+        impl fmt::Write for Hashing {
+            fn write_str(&mut self, s: &str) -> fmt::Result {
+                self.0.update(s.as_bytes());
+                Ok(())
+            }
+        }
+        let mut hashing = Hashing(sha2::Sha256::new());
+        // Writing to a hash cannot fail.
+        let _ = self.write_canonical(&mut hashing);
+        hashing
+            .0
+            .finalize()
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect()
@@ -480,40 +516,47 @@ impl Policy {
     /// the same text decide alike; the session record carries its hash.
     pub fn canonical_text(&self) -> String {
         let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = self.write_canonical(&mut text);
+        text
+    }
+
+    fn write_canonical(&self, out: &mut impl fmt::Write) -> fmt::Result {
         for rule in &self.rules {
             let private = if rule.reach_private { " private" } else { "" };
-            text.push_str(&format!("{:?}{private} {:?}\n", rule.action, rule.spec));
+            writeln!(out, "{:?}{private} {:?}", rule.action, rule.spec)?;
         }
         if self.learning {
-            text.push_str("learning\n");
+            out.write_str("learning\n")?;
         }
         if self.relaying {
-            text.push_str("relaying\n");
+            out.write_str("relaying\n")?;
         }
         for port in &self.tls_ports {
-            text.push_str(&format!("tls port {port}\n"));
+            writeln!(out, "tls port {port}")?;
         }
         if self.tls_plain_ok {
-            text.push_str("tls allow-plain\n");
+            out.write_str("tls allow-plain\n")?;
         }
         for rule in &self.http_rules {
-            text.push_str(&format!(
-                "http {:?} methods {:?} paths {:?} git {:?}\n",
+            writeln!(
+                out,
+                "http {:?} methods {:?} paths {:?} git {:?}",
                 rule.spec, rule.methods, rule.paths, rule.git
-            ));
+            )?;
         }
         if self.inspect_all {
-            text.push_str("inspect all\n");
+            out.write_str("inspect all\n")?;
         }
         for secret in &self.secrets {
-            text.push_str(&secret.canonical());
+            out.write_str(&secret.canonical())?;
         }
         let mut hosts: Vec<_> = self.hosts.iter().collect();
         hosts.sort();
         for (name, addrs) in hosts {
-            text.push_str(&format!("host {name} {addrs:?}\n"));
+            writeln!(out, "host {name} {addrs:?}")?;
         }
-        text
+        Ok(())
     }
 
     /// Number of allow rules: what a start-up line reports.
@@ -538,7 +581,7 @@ impl Policy {
         // host's candidates are tried).
         let matching: Vec<&Rule> = self
             .index()
-            .candidates(&target.host)
+            .candidates(&self.rules, &target.host)
             .into_iter()
             .map(|at| &self.rules[at])
             .filter(|r| r.spec.matches(target))

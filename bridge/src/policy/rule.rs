@@ -19,13 +19,14 @@ pub enum Action {
     Deny,
 }
 
-/// Which hosts a rule matches.
+/// Which hosts a rule matches. Names are boxed, not `String`s: an allowlist of 10^6 rules
+/// keeps one each, and a box carries no spare capacity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostMatcher {
     /// One normalised name.
-    Exact(String),
+    Exact(Box<str>),
     /// Strict subdomains of a normalised name (`*.example.test`: not the apex).
-    Subdomains(String),
+    Subdomains(Box<str>),
     /// IP literals inside a network; also opens resolved addresses inside it.
     Net(IpNet),
 }
@@ -41,7 +42,62 @@ impl HostMatcher {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ports {
     Any,
-    List(Vec<RangeInclusive<u16>>),
+    List(PortList),
+}
+
+/// A rule's port ranges, in the order written. Most rules name one port or none (80 and
+/// 443), so up to two ranges are kept inline: an allowlist of 10^6 rules then pays no
+/// allocation for its ports. Written here rather than taken from `smallvec`, whose vector
+/// has no spare value for `Ports::Any` to live in and would make every rule 8 bytes larger.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PortList(PortRanges);
+
+#[derive(Clone, PartialEq, Eq)]
+enum PortRanges {
+    /// `len` ranges; the unused one is `(0, 0)`, so that equal lists compare equal.
+    Inline {
+        len: u8,
+        ranges: [(u16, u16); 2],
+    },
+    Heap(Box<[(u16, u16)]>),
+}
+
+impl PortList {
+    pub fn new(ranges: &[RangeInclusive<u16>]) -> PortList {
+        let pair = |r: &RangeInclusive<u16>| (*r.start(), *r.end());
+        let inline = |len, ranges| PortList(PortRanges::Inline { len, ranges });
+        match ranges {
+            [] => inline(0, [(0, 0); 2]),
+            [one] => inline(1, [pair(one), (0, 0)]),
+            [one, two] => inline(2, [pair(one), pair(two)]),
+            more => PortList(PortRanges::Heap(more.iter().map(pair).collect())),
+        }
+    }
+
+    fn pairs(&self) -> &[(u16, u16)] {
+        match &self.0 {
+            PortRanges::Inline { len, ranges } => &ranges[..usize::from(*len)],
+            PortRanges::Heap(ranges) => ranges,
+        }
+    }
+
+    /// The ranges, in the order written.
+    pub fn iter(&self) -> impl Iterator<Item = RangeInclusive<u16>> + '_ {
+        self.pairs().iter().map(|&(lo, hi)| lo..=hi)
+    }
+
+    pub fn contains(&self, port: u16) -> bool {
+        self.pairs()
+            .iter()
+            .any(|&(lo, hi)| lo <= port && port <= hi)
+    }
+}
+
+// As a list of ranges, the way the policy's canonical text has always spelled ports.
+impl fmt::Debug for PortList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 /// Ports an allow rule covers when it names none: the web's two.
@@ -58,7 +114,7 @@ impl Ports {
     pub fn contains(&self, port: u16) -> bool {
         match self {
             Ports::Any => true,
-            Ports::List(ranges) => ranges.iter().any(|r| r.contains(&port)),
+            Ports::List(ranges) => ranges.contains(port),
         }
     }
 }
@@ -66,9 +122,9 @@ impl Ports {
 impl HostMatcher {
     pub fn matches_host(&self, host: &Host) -> bool {
         match (self, host) {
-            (HostMatcher::Exact(want), Host::Name(name)) => want == name,
+            (HostMatcher::Exact(want), Host::Name(name)) => **want == **name,
             (HostMatcher::Subdomains(suffix), Host::Name(name)) => name
-                .strip_suffix(suffix.as_str())
+                .strip_suffix(&**suffix)
                 .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
             (HostMatcher::Net(_), Host::Ip(ip)) => self.matches_ip(*ip),
             _ => false,
@@ -133,7 +189,7 @@ impl RuleSpec {
         let ports = match ports {
             Some(ports) => ports,
             None if action == Action::Deny => Ports::Any,
-            None => Ports::List(DEFAULT_ALLOW_PORTS.iter().map(|&p| p..=p).collect()),
+            None => Ports::List(PortList::new(&DEFAULT_ALLOW_PORTS.map(|p| p..=p))),
         };
         Ok(RuleSpec { hosts, ports })
     }
@@ -178,7 +234,7 @@ fn parse_host_matcher(host: &str) -> Result<HostMatcher, String> {
     }
     if let Some(suffix) = host.strip_prefix("*.") {
         return match normalise_host(suffix) {
-            Ok(Host::Name(name)) => Ok(HostMatcher::Subdomains(name)),
+            Ok(Host::Name(name)) => Ok(HostMatcher::Subdomains(name.into_boxed_str())),
             Ok(Host::Ip(_)) => Err(format!("wildcard over an IP address {host:?}")),
             Err(e) => Err(e.to_string()),
         };
@@ -189,7 +245,7 @@ fn parse_host_matcher(host: &str) -> Result<HostMatcher, String> {
         ));
     }
     match normalise_host(host).map_err(|e| e.to_string())? {
-        Host::Name(name) => Ok(HostMatcher::Exact(name)),
+        Host::Name(name) => Ok(HostMatcher::Exact(name.into_boxed_str())),
         Host::Ip(ip) => Ok(HostMatcher::Net(IpNet::from(ip))),
     }
 }
@@ -222,7 +278,7 @@ fn parse_ports(text: &str) -> Result<Ports, String> {
         };
         ranges.push(range);
     }
-    Ok(Ports::List(ranges))
+    Ok(Ports::List(PortList::new(&ranges)))
 }
 
 impl fmt::Display for Action {
@@ -289,6 +345,40 @@ mod tests {
             let spec = RuleSpec::parse(rule, action).unwrap();
             assert_eq!(spec.matches(&target(t)), want, "{rule} vs {t}");
         }
+    }
+
+    #[test]
+    fn port_lists_of_any_length_keep_their_ranges_in_order() {
+        for text in ["443", "80,443", "80,443,8000-8100", "1-2,3,4-5,6"] {
+            let Ok(RuleSpec {
+                ports: Ports::List(list),
+                ..
+            }) = RuleSpec::parse(&format!("a.test:{text}"), Action::Allow)
+            else {
+                panic!("{text} did not parse to a list");
+            };
+            let written: Vec<String> = list
+                .iter()
+                .map(|r| match r.start() == r.end() {
+                    true => r.start().to_string(),
+                    false => format!("{}-{}", r.start(), r.end()),
+                })
+                .collect();
+            assert_eq!(written.join(","), text);
+            for port in [1u16, 3, 5, 80, 443, 8050, 8101] {
+                assert_eq!(
+                    list.contains(port),
+                    list.iter().any(|r| r.contains(&port)),
+                    "{text} {port}"
+                );
+            }
+            // The policy's canonical text (and so its hash) spells ports as a list of
+            // ranges, as it did when they were a vector.
+            let as_vector: Vec<_> = list.iter().collect();
+            assert_eq!(format!("{list:?}"), format!("{as_vector:?}"));
+        }
+        let default = RuleSpec::parse("a.test", Action::Allow).unwrap();
+        assert_eq!(format!("{:?}", default.ports), "List([80..=80, 443..=443])");
     }
 
     #[test]

@@ -127,7 +127,7 @@ impl SecretHost {
             Some(Ports::List(ranges)) => ranges
                 .iter()
                 .filter(|r| r.end() - r.start() < 8)
-                .flat_map(|r| r.clone())
+                .flatten()
                 .collect(),
         }
     }
@@ -362,7 +362,7 @@ mod tests {
         RuleRef {
             file: Arc::from("t.toml"),
             line: 1,
-            text: String::new(),
+            text: "".into(),
         }
     }
 

@@ -61,7 +61,7 @@ fn decide_table() {
         assert_eq!((d.verdict, d.reason), (verdict, reason), "{t}");
     }
     let d = p.decide(&target("bad.cdn.test:443"));
-    assert_eq!(d.rule.unwrap().text, "bad.cdn.test");
+    assert_eq!(&*d.rule.unwrap().text, "bad.cdn.test");
 }
 
 #[test]
@@ -416,7 +416,7 @@ fn allow_private_opens_a_non_public_address_for_its_names_only() {
             (Verdict::Allow, Reason::OpenedByRule),
             "{addr}"
         );
-        assert_eq!(d.rule.as_ref().unwrap().text, "mirror.test:443");
+        assert_eq!(&*d.rule.as_ref().unwrap().text, "mirror.test:443");
         // The same address for another name stays closed.
         let d = p.admit_for(&other, ip(addr), classify(ip(addr)), 443);
         assert_eq!(d.reason, Reason::NonPublicAddress, "{addr}");
@@ -540,14 +540,14 @@ fn decide_by_scan(p: &Policy, target: &Target) -> (Verdict, Option<String>) {
             .find(|r| r.action == action && r.spec.matches(target))
     };
     if let Some(rule) = first(Action::Deny) {
-        return (Verdict::Deny, Some(rule.origin.text.clone()));
+        return (Verdict::Deny, Some(rule.origin.text.to_string()));
     }
     let private = p
         .rules
         .iter()
         .find(|r| r.action == Action::Allow && r.reach_private && r.spec.matches(target));
     match private.or_else(|| first(Action::Allow)) {
-        Some(rule) => (Verdict::Allow, Some(rule.origin.text.clone())),
+        Some(rule) => (Verdict::Allow, Some(rule.origin.text.to_string())),
         None => (Verdict::Deny, None),
     }
 }
@@ -594,7 +594,7 @@ proptest! {
             .rules
             .iter()
             .find(|r| Some(&r.origin) == decided.rule.as_ref())
-            .map(|r| r.origin.text.clone());
+            .map(|r| r.origin.text.to_string());
         if verdict == Verdict::Allow {
             prop_assert_eq!(by, rule);
         }

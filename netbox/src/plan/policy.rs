@@ -147,7 +147,7 @@ fn secret_flag(flag: &str, line: usize) -> Result<bridge::policy::secrets::Secre
     let origin = bridge::policy::RuleRef {
         file: std::sync::Arc::from("--secret"),
         line: u32::try_from(line).unwrap_or(u32::MAX),
-        text: flag.to_owned(),
+        text: flag.into(),
     };
     let cwd = std::env::current_dir().ok();
     bridge::policy::secrets::Secret::parse(name, &from, &hosts, cwd.as_deref(), origin)

@@ -134,6 +134,9 @@ impl Reloader {
     pub fn reload(&self, log: &EventLog, cause: &str) {
         let fetches = crate::plan::tools::fetch::Fetches::new();
         let outcome = self.load_next(&fetches).and_then(|next| self.apply(next));
+        // What the load parsed, and the policies replaced or refused, are freed by now
+        // (those a connection still holds, when it ends): see `serve`.
+        crate::sys::memory::return_free_pages();
         // What the tools' registries were read for, whether or not it is in force now.
         let session = match &*self.served() {
             Served::Alone { session, .. } => Arc::clone(&session.id),

@@ -3,11 +3,14 @@
 //! suffix in another (a name tries each of its parent domains), address rules in a list
 //! of their own. The tables hold rule positions only, hashed by the rule's own name, so
 //! an allowlist of 10^5–10^6 names (blocklists, generated lists) pays ~10 bytes a rule for
-//! its index, loads in linear time, and decides a connection in a few lookups. Candidates
-//! come back in the policy's order, so the first rule that matches is still the first.
+//! its index, builds it in linear time, and decides a connection in a few lookups.
+//! Candidates come back in the policy's order, so the first rule that matches is still
+//! the first.
 
+use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 
+use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
 use super::rule::HostMatcher;
@@ -16,10 +19,14 @@ use crate::target::Host;
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct RuleIndex {
-    /// Positions of `HostMatcher::Exact` rules, a name's duplicates included.
+    /// The first `HostMatcher::Exact` rule of each name, by position.
     exact: HashTable<u32>,
-    /// Positions of `HostMatcher::Subdomains` rules, by their suffix.
+    /// The first `HostMatcher::Subdomains` rule of each suffix, by position.
     subdomains: HashTable<u32>,
+    /// For a name or suffix written more than once: the later rules' positions, in order,
+    /// by the first one's. One table entry per distinct name keeps the build linear
+    /// however often a name repeats (a host listed once per port, lists concatenated).
+    repeats: HashMap<u32, Vec<u32>>,
     /// Address rules (IP and CIDR): matched against IP literals and resolved addresses.
     nets: Vec<usize>,
     hasher: RandomState,
@@ -43,28 +50,41 @@ impl RuleIndex {
             exact: HashTable::with_capacity(exact_count),
             ..RuleIndex::default()
         };
-        let hash_of = |hasher: &RandomState, at: u32| {
-            hasher.hash_one(indexed_name(&rules[at as usize]).unwrap_or_default())
-        };
+        let name_at = |at: u32| indexed_name(&rules[at as usize]).unwrap_or_default();
         for (at, rule) in rules.iter().enumerate() {
             // Sound: a policy holds at most `MAX_RULES` (2^24) rules.
             let position = u32::try_from(at).expect("a policy holds at most MAX_RULES rules");
-            let table = match &rule.spec.hosts {
-                HostMatcher::Exact(_) => &mut index.exact,
-                HostMatcher::Subdomains(_) => &mut index.subdomains,
+            let (table, name) = match &rule.spec.hosts {
+                HostMatcher::Exact(name) => (&mut index.exact, name),
+                HostMatcher::Subdomains(suffix) => (&mut index.subdomains, suffix),
                 HostMatcher::Net(_) => {
                     index.nets.push(at);
                     continue;
                 }
             };
-            let hash = hash_of(&index.hasher, position);
             let hasher = &index.hasher;
-            table.insert_unique(hash, position, |&other| hash_of(hasher, other));
+            let entry = table.entry(
+                hasher.hash_one(&**name),
+                |&other| name_at(other) == &**name,
+                |&other| hasher.hash_one(name_at(other)),
+            );
+            match entry {
+                Entry::Occupied(first) => {
+                    index
+                        .repeats
+                        .entry(*first.get())
+                        .or_default()
+                        .push(position);
+                }
+                Entry::Vacant(place) => {
+                    place.insert(position);
+                }
+            }
         }
         index
     }
 
-    /// Appends to `found` the positions in `table` of the rules indexed by `name`.
+    /// Appends to `found` the positions of the rules in `table` indexed by `name`.
     fn push_named(
         &self,
         table: &HashTable<u32>,
@@ -73,12 +93,14 @@ impl RuleIndex {
         found: &mut Vec<usize>,
     ) {
         let hash = self.hasher.hash_one(name);
-        found.extend(
-            table
-                .iter_hash(hash)
-                .map(|&at| at as usize)
-                .filter(|&at| indexed_name(&rules[at]) == Some(name)),
-        );
+        let Some(&first) = table.find(hash, |&at| indexed_name(&rules[at as usize]) == Some(name))
+        else {
+            return;
+        };
+        found.push(first as usize);
+        if let Some(later) = self.repeats.get(&first) {
+            found.extend(later.iter().map(|&at| at as usize));
+        }
     }
 
     /// The positions of the rules that may match `host` (by host alone), in order.
@@ -92,18 +114,29 @@ impl RuleIndex {
         self.push_named(&self.exact, rules, name, &mut found);
         // `*.SUFFIX` matches a name with at least one label before `.SUFFIX`: every parent
         // domain of the name is a suffix to look up (not the name itself).
+        let mut lists = 0;
         if !self.subdomains.is_empty() {
             for (at, _) in name.match_indices('.') {
+                let before = found.len();
                 self.push_named(&self.subdomains, rules, &name[at + 1..], &mut found);
+                lists += usize::from(found.len() > before);
             }
         }
-        // A table gives a name's duplicates in no set order; the policy's order decides.
-        found.sort_unstable();
+        // Each list is in order; merged from several, the policy's order decides.
+        if lists > 0 {
+            found.sort_unstable();
+        }
         found
     }
 
     /// The positions of the address rules, in order.
     pub(super) fn nets(&self) -> &[usize] {
         &self.nets
+    }
+
+    /// How many distinct exact names the index holds.
+    #[cfg(test)]
+    pub(super) fn exact_names(&self) -> usize {
+        self.exact.len()
     }
 }

@@ -238,10 +238,19 @@ impl Policy {
         for path in paths {
             load::load_file(path, &mut policy)?;
         }
+        Ok(policy)
+    }
+
+    /// Readies a policy whose rules are all in (files, flags, tools) for deciding: its
+    /// rules vector shrunk and its index built. Called where loading runs (netbox's start,
+    /// a bridge's reload thread), so that an allowlist of 10^6 names is indexed there, not
+    /// on the first connection's thread while other connections wait for it. A policy not
+    /// prepared builds its index on its first decision.
+    pub fn prepare(&mut self) {
         // The vector grew by doubling: an allowlist of 10^6 rules would keep up to as many
         // empty places for as long as it is loaded.
-        policy.rules.shrink_to_fit();
-        Ok(policy)
+        self.rules.shrink_to_fit();
+        self.index();
     }
 
     /// Adds one rule given on a command line, e.g. `--allow registry.test:443`.

@@ -533,30 +533,38 @@ fn tls_ports_and_plain_settings() {
 }
 
 /// The decision as it was made before the index: every rule tried in order.
-fn decide_by_scan(p: &Policy, target: &Target) -> (Verdict, Option<String>) {
+fn decide_by_scan(p: &Policy, target: &Target) -> Decision {
     let first = |action| {
         p.rules
             .iter()
             .find(|r| r.action == action && r.spec.matches(target))
     };
     if let Some(rule) = first(Action::Deny) {
-        return (Verdict::Deny, Some(rule.origin.text.to_string()));
+        return Decision::deny(Reason::DeniedByRule, Some(rule));
     }
     let private = p
         .rules
         .iter()
         .find(|r| r.action == Action::Allow && r.reach_private && r.spec.matches(target));
     match private.or_else(|| first(Action::Allow)) {
-        Some(rule) => (Verdict::Allow, Some(rule.origin.text.to_string())),
-        None => (Verdict::Deny, None),
+        Some(rule) => Decision {
+            verdict: Verdict::Allow,
+            reason: Reason::AllowedByRule,
+            rule: Some(rule.origin.clone()),
+            class: None,
+            reach_private: rule.reach_private,
+            wildcard: matches!(rule.spec.hosts, HostMatcher::Subdomains(_)),
+        },
+        None => Decision::deny(Reason::NotAllowed, None),
     }
 }
 
 fn rule_strategy() -> impl Strategy<Value = String> {
-    let label = prop::sample::select(vec!["a", "b", "c", "test", "x"]);
+    let label = prop::sample::select(vec!["a", "b", "c", "test", "x", "B"]);
     let name = prop::collection::vec(label, 1..4).prop_map(|l| l.join("."));
     let host = prop_oneof![
         name.clone(),
+        name.clone().prop_map(|n| format!("{n}.")),
         name.prop_map(|n| format!("*.{n}")),
         Just("127.0.0.0/8".to_owned()),
         Just("127.0.0.1".to_owned()),
@@ -566,39 +574,61 @@ fn rule_strategy() -> impl Strategy<Value = String> {
     (host, ports).prop_map(|(h, p)| format!("{h}{p}"))
 }
 
+fn add_rules(p: &mut Policy, rules: &[(String, u8)]) {
+    for (rule, kind) in rules {
+        let _ = match kind {
+            0 => p.add_rule(Action::Allow, rule, "--allow"),
+            1 => p.add_rule(Action::Deny, rule, "--deny"),
+            _ => p.add_private_rule(rule, "--allow-private"),
+        };
+    }
+}
+
 proptest! {
-    /// The index finds what trying every rule in order finds: the same verdict by the
-    /// same rule, for names, their parents and subdomains, and addresses.
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+    /// The index finds what trying every rule in order finds: the same decision (verdict,
+    /// reason, the rule by file and line, its reach and wildcard) for names in any case,
+    /// their parents and subdomains, and addresses; names repeat often, so a name's
+    /// repeats are chained; and a policy that gains rules after a decision decides by
+    /// them too (its index is built again).
     #[test]
     fn the_index_decides_as_a_scan_of_every_rule_does(
         rules in prop::collection::vec((rule_strategy(), 0u8..3), 0..24),
+        more in prop::collection::vec((rule_strategy(), 0u8..3), 0..6),
         host in prop::sample::select(vec![
-            "a", "b.a", "a.b", "x.a.b", "test", "c.test", "a.c.test", "b.b.b", "x",
-            "127.0.0.1", "10.1.2.3", "192.0.2.1",
+            "a", "b.a", "a.b", "x.a.b", "test", "c.test", "a.c.test", "b.b.b", "x", "A.B",
+            "x.A.b.", "127.0.0.1", "10.1.2.3", "192.0.2.1",
         ]),
         port in prop::sample::select(vec![80u16, 443, 8080, 8001, 22]),
     ) {
-        let mut p = Policy::deny_all();
-        for (rule, kind) in &rules {
-            let _ = match kind {
-                0 => p.add_rule(Action::Allow, rule, "--allow"),
-                1 => p.add_rule(Action::Deny, rule, "--deny"),
-                _ => p.add_private_rule(rule, "--allow-private"),
-            };
-        }
         let target = Target::parse_authority(&format!("{host}:{port}")).unwrap();
-        let decided = p.decide(&target);
-        let (verdict, rule) = decide_by_scan(&p, &target);
-        prop_assert_eq!(decided.verdict, verdict);
-        let by = p
-            .rules
-            .iter()
-            .find(|r| Some(&r.origin) == decided.rule.as_ref())
-            .map(|r| r.origin.text.to_string());
-        if verdict == Verdict::Allow {
-            prop_assert_eq!(by, rule);
-        }
+        let mut p = Policy::deny_all();
+        add_rules(&mut p, &rules);
+        prop_assert_eq!(p.decide(&target), decide_by_scan(&p, &target));
+        add_rules(&mut p, &more);
+        prop_assert_eq!(p.decide(&target), decide_by_scan(&p, &target));
+        p.prepare();
+        prop_assert_eq!(p.clone().decide(&target), decide_by_scan(&p, &target));
     }
+}
+
+/// A name written many times (once per port, lists concatenated) is indexed in linear
+/// time: each repeat is chained to the first, not probed past every earlier one.
+#[test]
+fn a_name_repeated_many_times_is_indexed_once() {
+    let mut p = Policy::deny_all();
+    for port in 1..=20_000u16 {
+        p.add_rule(Action::Allow, &format!("a.test:{port}"), "--allow")
+            .unwrap();
+    }
+    p.add_rule(Action::Deny, "a.test:20000", "--deny").unwrap();
+    p.prepare();
+    let at = |port| Target::parse_authority(&format!("a.test:{port}")).unwrap();
+    let allowed = p.decide(&at(7));
+    assert_eq!(allowed.rule.map(|r| r.line), Some(7));
+    assert_eq!(p.decide(&at(20_000)).reason, Reason::DeniedByRule);
+    assert_eq!(p.index().candidates(&p.rules, &at(1).host).len(), 20_001);
+    assert_eq!(p.index().exact_names(), 1);
 }
 
 /// An allowlist of many names (a blocklist, a generated list) loads and decides right:

@@ -81,6 +81,7 @@ pub fn load_policy_with_tools(
         }
         summaries.push(crate::plan::tools::summary(&tool, &found, &named_at));
     }
+    policy.prepare();
     Ok((policy, summaries, asked))
 }
 

@@ -3,11 +3,12 @@
 //! suffix in another (a name tries each of its parent domains), address rules in a list
 //! of their own. The tables hold rule positions only, hashed by the rule's own name, so
 //! an allowlist of 10^5–10^6 names (blocklists, generated lists) pays ~10 bytes a rule for
-//! its index, builds it in linear time, and decides a connection in a few lookups.
+//! its index, builds it in linear time, and decides a name in a few lookups. Address rules
+//! are tried one by one: a list of 10^6 CIDRs costs milliseconds a decision.
 //! Candidates come back in the policy's order, so the first rule that matches is still
 //! the first.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
 use std::hash::{BuildHasher, RandomState};
 
 use hashbrown::hash_table::Entry;
@@ -23,10 +24,12 @@ pub(super) struct RuleIndex {
     exact: HashTable<u32>,
     /// The first `HostMatcher::Subdomains` rule of each suffix, by position.
     subdomains: HashTable<u32>,
-    /// For a name or suffix written more than once: the later rules' positions, in order,
-    /// by the first one's. One table entry per distinct name keeps the build linear
-    /// however often a name repeats (a host listed once per port, lists concatenated).
-    repeats: HashMap<u32, Vec<u32>>,
+    /// For a name or suffix written more than once: (the first rule's position, a later
+    /// rule's position), sorted, so a name's later rules are one run found by binary
+    /// search. One table entry per distinct name keeps the build linear however often a
+    /// name repeats (a host listed once per port, lists concatenated), at 8 bytes a
+    /// repeat.
+    repeats: Vec<(u32, u32)>,
     /// Address rules (IP and CIDR): matched against IP literals and resolved addresses.
     nets: Vec<usize>,
     hasher: RandomState,
@@ -69,18 +72,20 @@ impl RuleIndex {
                 |&other| hasher.hash_one(name_at(other)),
             );
             match entry {
-                Entry::Occupied(first) => {
-                    index
-                        .repeats
-                        .entry(*first.get())
-                        .or_default()
-                        .push(position);
-                }
+                Entry::Occupied(first) => index.repeats.push((*first.get(), position)),
                 Entry::Vacant(place) => {
                     place.insert(position);
                 }
             }
         }
+        // Stable, and pushed in policy order: each name's later rules stay in order.
+        index.repeats.sort_by_key(|&(first, _)| first);
+        index.repeats.shrink_to_fit();
+        // Room was made for every exact rule; a name written many times needs one entry.
+        let hasher = &index.hasher;
+        index
+            .exact
+            .shrink_to_fit(|&other| hasher.hash_one(name_at(other)));
         index
     }
 
@@ -98,16 +103,18 @@ impl RuleIndex {
             return;
         };
         found.push(first as usize);
-        if let Some(later) = self.repeats.get(&first) {
-            found.extend(later.iter().map(|&at| at as usize));
-        }
+        let from = self.repeats.partition_point(|&(of, _)| of < first);
+        let later = self.repeats[from..]
+            .iter()
+            .take_while(|&&(of, _)| of == first);
+        found.extend(later.map(|&(_, at)| at as usize));
     }
 
     /// The positions of the rules that may match `host` (by host alone), in order.
     /// `rules` are the rules the index was built from.
-    pub(super) fn candidates(&self, rules: &[Rule], host: &Host) -> Vec<usize> {
+    pub(super) fn candidates(&self, rules: &[Rule], host: &Host) -> Cow<'_, [usize]> {
         let name = match host {
-            Host::Ip(_) => return self.nets.clone(),
+            Host::Ip(_) => return Cow::Borrowed(&self.nets),
             Host::Name(name) => name.as_str(),
         };
         let mut found = Vec::new();
@@ -126,7 +133,7 @@ impl RuleIndex {
         if lists > 0 {
             found.sort_unstable();
         }
-        found
+        Cow::Owned(found)
     }
 
     /// The positions of the address rules, in order.

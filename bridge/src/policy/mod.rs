@@ -591,8 +591,8 @@ impl Policy {
         let matching: Vec<&Rule> = self
             .index()
             .candidates(&self.rules, &target.host)
-            .into_iter()
-            .map(|at| &self.rules[at])
+            .iter()
+            .map(|&at| &self.rules[at])
             .filter(|r| r.spec.matches(target))
             .collect();
         let first = |action| matching.iter().copied().find(|r| r.action == action);

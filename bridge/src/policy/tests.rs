@@ -631,6 +631,55 @@ fn a_name_repeated_many_times_is_indexed_once() {
     assert_eq!(p.index().exact_names(), 1);
 }
 
+/// A name's repeats are tried in the policy's order, for exact names and wildcards alike:
+/// the first that matches decides (line 2 here, not the later `*`).
+#[test]
+fn a_repeated_name_is_decided_by_its_first_matching_rule() {
+    for (rules, host) in [
+        (["a.b:22", "a.b", "a.b:*"], "a.b:80"),
+        (["*.c.test:22", "*.c.test", "*.c.test:*"], "x.c.test:80"),
+    ] {
+        let mut p = Policy::deny_all();
+        for rule in rules {
+            p.add_rule(Action::Allow, rule, "--allow").unwrap();
+        }
+        p.prepare();
+        let decided = p.decide(&Target::parse_authority(host).unwrap());
+        assert_eq!(decided.rule.map(|r| r.line), Some(2), "{host}");
+    }
+}
+
+/// A rule pushed as a file's (and an `[[http]]` table's) after a decision is decided by:
+/// the index is built again. And `prepare` builds it before any decision.
+#[test]
+fn rules_pushed_after_a_decision_are_decided_by() {
+    let target = Target::parse_authority("late.test:443").unwrap();
+    let mut p = Policy::deny_all();
+    p.add_rule(Action::Allow, "late.test", "--allow").unwrap();
+    p.prepare();
+    assert!(p.index.get().is_some(), "prepare builds the index");
+    assert!(p.decide(&target).is_allow());
+    let origin = RuleRef {
+        file: Arc::from("late.toml"),
+        line: 1,
+        text: "late.test".into(),
+    };
+    p.push_rule(Rule {
+        action: Action::Deny,
+        spec: RuleSpec::parse("late.test", Action::Deny).unwrap(),
+        origin: origin.clone(),
+        reach_private: false,
+    })
+    .unwrap();
+    assert_eq!(p.decide(&target).reason, Reason::DeniedByRule);
+
+    let other = Target::parse_authority("inspected.test:443").unwrap();
+    assert!(!p.decide(&other).is_allow());
+    let http = HttpRule::parse("inspected.test", None, None, origin).unwrap();
+    p.push_http_rule(http).unwrap();
+    assert!(p.decide(&other).is_allow());
+}
+
 /// An allowlist of many names (a blocklist, a generated list) loads and decides right:
 /// exact names, a wildcard, a deny wildcard, a port it does not name. (Its speed is
 /// measured in benches/allowlist_load.sh.)

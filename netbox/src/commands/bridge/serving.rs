@@ -41,8 +41,10 @@ pub(super) async fn serve(bridge: Prepared) -> Result<(), WrapperError> {
     // 10^6 names would otherwise hold ~50 bytes a rule it no longer uses.
     crate::sys::memory::return_free_pages();
     // Announced only once every listener is bound, so a client that reads this line can
-    // connect to any of them.
-    announce(&session, &listeners);
+    // connect to any of them; not at all if the log cannot be written (the bridge stops).
+    if log.failure().is_none() {
+        announce(&session, &listeners);
+    }
     let admin = Arc::new(bridge::serve::admin::Admin {
         metrics: metrics.unwrap_or_default(),
         sessions: Box::new(gauges(Arc::clone(&reloader), Arc::clone(&session))),

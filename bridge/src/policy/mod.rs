@@ -221,6 +221,18 @@ impl Decision {
         }
     }
 
+    /// Allowed by an allow rule that matched the target.
+    fn allowed_by(rule: &Rule) -> Decision {
+        Decision {
+            verdict: Verdict::Allow,
+            reason: Reason::AllowedByRule,
+            rule: Some(rule.origin.clone()),
+            class: None,
+            reach_private: rule.reach_private,
+            wildcard: matches!(rule.spec.hosts, HostMatcher::Subdomains(_)),
+        }
+    }
+
     pub fn is_allow(&self) -> bool {
         self.verdict == Verdict::Allow
     }
@@ -606,14 +618,7 @@ impl Policy {
             .copied()
             .find(|r| r.action == Action::Allow && r.reach_private);
         match private.or_else(|| first(Action::Allow)) {
-            Some(rule) => Decision {
-                verdict: Verdict::Allow,
-                reason: Reason::AllowedByRule,
-                rule: Some(rule.origin.clone()),
-                class: None,
-                reach_private: rule.reach_private,
-                wildcard: matches!(rule.spec.hosts, HostMatcher::Subdomains(_)),
-            },
+            Some(rule) => Decision::allowed_by(rule),
             None if self.relaying => Decision {
                 verdict: Verdict::Allow,
                 reason: Reason::Relayed,

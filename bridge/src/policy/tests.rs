@@ -547,14 +547,7 @@ fn decide_by_scan(p: &Policy, target: &Target) -> Decision {
         .iter()
         .find(|r| r.action == Action::Allow && r.reach_private && r.spec.matches(target));
     match private.or_else(|| first(Action::Allow)) {
-        Some(rule) => Decision {
-            verdict: Verdict::Allow,
-            reason: Reason::AllowedByRule,
-            rule: Some(rule.origin.clone()),
-            class: None,
-            reach_private: rule.reach_private,
-            wildcard: matches!(rule.spec.hosts, HostMatcher::Subdomains(_)),
-        },
+        Some(rule) => Decision::allowed_by(rule),
         None => Decision::deny(Reason::NotAllowed, None),
     }
 }

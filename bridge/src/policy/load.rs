@@ -11,7 +11,6 @@
 //! Every error names `file:line` and the reason; unknown keys are errors, so a typo such as
 //! `alow = [...]` cannot silently leave a policy empty.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -45,21 +44,18 @@ pub enum PolicyError {
     },
 }
 
-// Rules are borrowed from the file's text where TOML allows (no escapes): an allowlist of
-// 10^6 names then parses without a copy of each, whose freed memory would stay with the
-// bridge while it runs.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct AllowlistFile<'text> {
+struct AllowlistFile {
     #[serde(default)]
     include: Vec<Spanned<String>>,
-    #[serde(default, borrow)]
-    allow: Vec<Spanned<Cow<'text, str>>>,
-    #[serde(default, borrow)]
-    deny: Vec<Spanned<Cow<'text, str>>>,
+    #[serde(default)]
+    allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    deny: Vec<Spanned<String>>,
     /// Allow rules whose names may reach the non-public address their DNS returns.
-    #[serde(default, borrow)]
-    allow_private: Vec<Spanned<Cow<'text, str>>>,
+    #[serde(default)]
+    allow_private: Vec<Spanned<String>>,
     /// Package managers whose configured registries are allowed (netbox asks each
     /// tool: `--allow-tool`).
     #[serde(default)]
@@ -215,7 +211,7 @@ impl Loader<'_> {
                         origin: RuleRef {
                             file: Arc::clone(&file),
                             line,
-                            text: text.get_ref().as_ref().into(),
+                            text: text.get_ref().as_str().into(),
                         },
                         reach_private,
                     })

@@ -642,6 +642,24 @@ fn a_repeated_name_is_decided_by_its_first_matching_rule() {
     }
 }
 
+/// Candidates found in several lists (the exact name's, each parent domain's wildcards)
+/// are tried in the policy's order: the first rule written decides, wherever its list is.
+#[test]
+fn candidates_from_several_lists_are_tried_in_the_policys_order() {
+    for (rules, host) in [
+        (["*.b:*", "*.b.b:*"], "x.b.b:80"),
+        (["*.b:*", "x.b:*"], "x.b:80"),
+    ] {
+        let mut p = Policy::deny_all();
+        for rule in rules {
+            p.add_rule(Action::Allow, rule, "--allow").unwrap();
+        }
+        p.prepare();
+        let decided = p.decide(&Target::parse_authority(host).unwrap());
+        assert_eq!(decided.rule.map(|r| r.line), Some(1), "{host}");
+    }
+}
+
 /// A rule pushed as a file's (and an `[[http]]` table's) after a decision is decided by:
 /// the index is built again. And `prepare` builds it before any decision.
 #[test]

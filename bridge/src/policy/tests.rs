@@ -624,6 +624,17 @@ fn a_name_repeated_many_times_is_indexed_once() {
     assert_eq!(p.index().exact_names(), 1);
 }
 
+/// The line of the `--allow` rule that decides `host` under a prepared policy of `rules`.
+fn line_deciding(rules: &[&str], host: &str) -> Option<u32> {
+    let mut p = Policy::deny_all();
+    for rule in rules {
+        p.add_rule(Action::Allow, rule, "--allow").unwrap();
+    }
+    p.prepare();
+    let decided = p.decide(&Target::parse_authority(host).unwrap());
+    decided.rule.map(|r| r.line)
+}
+
 /// A name's repeats are tried in the policy's order, for exact names and wildcards alike:
 /// the first that matches decides (line 2 here, not the later `*`).
 #[test]
@@ -632,13 +643,7 @@ fn a_repeated_name_is_decided_by_its_first_matching_rule() {
         (["a.b:22", "a.b", "a.b:*"], "a.b:80"),
         (["*.c.test:22", "*.c.test", "*.c.test:*"], "x.c.test:80"),
     ] {
-        let mut p = Policy::deny_all();
-        for rule in rules {
-            p.add_rule(Action::Allow, rule, "--allow").unwrap();
-        }
-        p.prepare();
-        let decided = p.decide(&Target::parse_authority(host).unwrap());
-        assert_eq!(decided.rule.map(|r| r.line), Some(2), "{host}");
+        assert_eq!(line_deciding(&rules, host), Some(2), "{host}");
     }
 }
 
@@ -650,13 +655,7 @@ fn candidates_from_several_lists_are_tried_in_the_policys_order() {
         (["*.b:*", "*.b.b:*"], "x.b.b:80"),
         (["*.b:*", "x.b:*"], "x.b:80"),
     ] {
-        let mut p = Policy::deny_all();
-        for rule in rules {
-            p.add_rule(Action::Allow, rule, "--allow").unwrap();
-        }
-        p.prepare();
-        let decided = p.decide(&Target::parse_authority(host).unwrap());
-        assert_eq!(decided.rule.map(|r| r.line), Some(1), "{host}");
+        assert_eq!(line_deciding(&rules, host), Some(1), "{host}");
     }
 }
 

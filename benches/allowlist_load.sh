@@ -5,6 +5,8 @@
 # policy alone (nothing is dialed), timed by one client over fresh connections, against
 # the same with a one-rule allowlist in the same run; and the bridge's memory per rule: its
 # RSS over the one-rule bridge's, when it listens and once a decision has been made.
+# KIND=nets lists N address rules instead (IPv4 /32 and /28, IPv6 /64, a third each),
+# and the refused CONNECTs go to a NAT64 address, which is looked up in both families.
 # Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +16,12 @@ work=$(mktemp -d /tmp/netbox-allowlist-bench.XXXXXX)
 bridge=
 trap 'kill $bridge 2>/dev/null || true; rm -rf "$work"' EXIT
 sizes=${SIZES:-"5000 20000 100000 400000"}
+kind=${KIND:-names}
+case "$kind" in
+names) refused_host=nowhere.example.test ;;
+nets) refused_host="[64:ff9b::c000:207]" ;;
+*) echo "KIND is names or nets, not $kind" >&2; exit 2 ;;
+esac
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
@@ -40,12 +48,13 @@ rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$bridge/status"; }
 
 # Microseconds per refused CONNECT, 300 of them, one connection each.
 refusals() {
-    python3 - "$1" <<'PY'
+    python3 - "$1" "$refused_host" <<'PY'
 import socket, sys, time
 port = int(sys.argv[1])
+target = f"{sys.argv[2]}:443".encode()
 def one():
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(b"CONNECT nowhere.example.test:443 HTTP/1.1\r\nHost: nowhere.example.test:443\r\n\r\n")
+    s.sendall(b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target + b"\r\n\r\n")
     head = s.recv(4096)
     assert head.startswith(b"HTTP/1.1 403") or head.startswith(b"HTTP/1.1 502"), head[:40]
     s.close()
@@ -58,19 +67,30 @@ print(round((time.perf_counter() - start) / 300 * 1e6))
 PY
 }
 
-printf 'allow = ["h0.example.test:443"]\n' > "$work/allow-1.toml"
+case "$kind" in
+names) printf 'allow = ["h0.example.test:443"]\n' > "$work/allow-1.toml" ;;
+nets) printf 'allow = ["10.0.0.0/32:443"]\n' > "$work/allow-1.toml" ;;
+esac
 printf '%-8s %-8s %-9s %-24s %s\n' rules "file MB" "load (s)" "refused CONNECT (µs)" \
     "bytes per rule (listening, after a decision)"
 for n in $sizes; do
     file="$work/allow-$n.toml"
     python3 -c "
-import sys
-n = int(sys.argv[1])
+import ipaddress, sys
+n, kind = int(sys.argv[1]), sys.argv[3]
+def rule(i):
+    if kind == 'names':
+        return f'h{i}.example.test:443'
+    if i % 3 == 0:
+        return f'{ipaddress.IPv4Address(0x0A000000 + i)}/32:443'
+    if i % 3 == 1:
+        return f'[fd00:{i >> 16:x}:{i & 0xffff:x}::/64]:443'
+    return f'{ipaddress.IPv4Address(0x0B000000 + i * 16)}/28:443'
 with open(sys.argv[2], 'w') as f:
     f.write('allow = [\n')
     for i in range(n):
-        f.write(f'  \"h{i}.example.test:443\",\n')
-    f.write(']\n')" "$n" "$file"
+        f.write(f'  \"{rule(i)}\",\n')
+    f.write(']\n')" "$n" "$file" "$kind"
     loads=()
     for _ in 1 2 3; do
         start_bridge "$file"

@@ -675,21 +675,30 @@ impl Policy {
     /// `port`.
     pub fn admit_classified(&self, addr: IpAddr, class: IpClass, port: u16) -> Decision {
         let addr = canonical_ip(addr);
+        let candidates = self.index().address_candidates(&self.rules, addr);
+        self.admit_among(&candidates, addr, class, port)
+    }
+
+    /// [`Policy::admit_classified`] with the rules at `candidates` (positions, in order)
+    /// as the only ones that may cover `addr`, a canonical address.
+    pub(super) fn admit_among(
+        &self,
+        candidates: &[usize],
+        addr: IpAddr,
+        class: IpClass,
+        port: u16,
+    ) -> Decision {
         // A deny rule covers the address in any of its spellings; an allow rule opens it
         // only where the connection really ends (see `opens_ip`).
         let covering = |action| {
-            self.index()
-                .nets()
-                .iter()
-                .map(|&at| &self.rules[at])
-                .find(|r| {
-                    r.action == action
-                        && r.spec.ports.contains(port)
-                        && match action {
-                            Action::Deny => r.spec.hosts.matches_ip(addr),
-                            Action::Allow => r.spec.hosts.opens_ip(addr),
-                        }
-                })
+            candidates.iter().map(|&at| &self.rules[at]).find(|r| {
+                r.action == action
+                    && r.spec.ports.contains(port)
+                    && match action {
+                        Action::Deny => r.spec.hosts.matches_ip(addr),
+                        Action::Allow => r.spec.hosts.opens_ip(addr),
+                    }
+            })
         };
         let with_class = |d: Decision| Decision {
             class: Some(class),

@@ -559,13 +559,65 @@ fn rule_strategy() -> impl Strategy<Value = String> {
         name.clone(),
         name.clone().prop_map(|n| format!("{n}.")),
         name.prop_map(|n| format!("*.{n}")),
-        Just("127.0.0.0/8".to_owned()),
-        Just("127.0.0.1".to_owned()),
-        Just("10.0.0.0/8".to_owned()),
+        net_strategy(),
     ];
     let ports = prop::sample::select(vec!["", ":443", ":80", ":*", ":80,443", ":8000-8100"]);
     (host, ports).prop_map(|(h, p)| format!("{h}{p}"))
 }
+
+/// Address rules, bracketed so a port may follow: networks that nest, repeat, and hold
+/// the addresses of `ADDRESSES` in their IPv4 and IPv6 spellings (mapped, NAT64, 6to4,
+/// and the Teredo and local-use NAT64 prefixes whose IPv4 address cannot be read).
+fn net_strategy() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "127.0.0.0/8",
+        "127.0.0.1",
+        "10.0.0.0/8",
+        "10.1.0.0/16",
+        "10.1.2.0/24",
+        "10.1.2.3",
+        "10.1.2.3/32",
+        "10.1.2.4/31",
+        "192.0.2.0/24",
+        "[::1]",
+        "[fd00::/8]",
+        "[fd00::/64]",
+        "[fd00::1]",
+        "[64:ff9b::/96]",
+        "[64:ff9b::a01:203]",
+        "[64:ff9b::a00:0/104]",
+        "[2002::/16]",
+        "[2002:a01:203::/48]",
+        "[2001::/32]",
+        "[2001::1]",
+        "[64:ff9b:1::/48]",
+        "[64:ff9b:1::a01:203]",
+        "[::ffff:10.1.2.3]",
+        "[2000::/3]",
+    ])
+    .prop_map(str::to_owned)
+}
+
+/// Addresses for the address rules above to hold or miss.
+const ADDRESSES: &[&str] = &[
+    "127.0.0.1",
+    "10.1.2.3",
+    "10.1.2.5",
+    "10.9.9.9",
+    "192.0.2.1",
+    "93.184.216.34",
+    "::1",
+    "fd00::1",
+    "fd00:1::1",
+    "::ffff:10.1.2.3",
+    "64:ff9b::a01:203",
+    "64:ff9b::7f00:1",
+    "2002:a01:203::1",
+    "2002:7f00:1::1",
+    "2001::1",
+    "64:ff9b:1::a01:203",
+    "2606:4700::1",
+];
 
 fn add_rules(p: &mut Policy, rules: &[(String, u8)]) {
     for (rule, kind) in rules {
@@ -590,10 +642,11 @@ proptest! {
         more in prop::collection::vec((rule_strategy(), 0u8..3), 0..6),
         host in prop::sample::select(vec![
             "a", "b.a", "a.b", "x.a.b", "test", "c.test", "a.c.test", "b.b.b", "x", "A.B",
-            "x.A.b.", "127.0.0.1", "10.1.2.3", "192.0.2.1",
-        ]),
+            "x.A.b.",
+        ].into_iter().chain(ADDRESSES.iter().copied()).collect::<Vec<_>>()),
         port in prop::sample::select(vec![80u16, 443, 8080, 8001, 22]),
     ) {
+        let host = if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
         let target = Target::parse_authority(&format!("{host}:{port}")).unwrap();
         let mut p = Policy::deny_all();
         add_rules(&mut p, &rules);
@@ -602,6 +655,31 @@ proptest! {
         prop_assert_eq!(p.decide(&target), decide_by_scan(&p, &target));
         p.prepare();
         prop_assert_eq!(p.clone().decide(&target), decide_by_scan(&p, &target));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+    /// A resolved address is admitted or refused as trying every rule in order would: the
+    /// deny rule that covers it in any spelling, the allow rule that opens it, the same
+    /// rule by file and line, for addresses whose rules nest, repeat, and embed IPv4.
+    #[test]
+    #[allow(clippy::disallowed_methods)]
+    fn the_index_admits_addresses_as_a_scan_of_every_rule_does(
+        rules in prop::collection::vec((rule_strategy(), 0u8..3), 0..24),
+        addr in prop::sample::select(ADDRESSES),
+        port in prop::sample::select(vec![80u16, 443, 8080, 8001, 22]),
+    ) {
+        let mut p = Policy::deny_all();
+        add_rules(&mut p, &rules);
+        p.prepare();
+        let addr = crate::target::canonical_ip(addr.parse().unwrap());
+        let class = crate::ipclass::classify(addr);
+        let every_rule: Vec<usize> = (0..p.rules.len()).collect();
+        prop_assert_eq!(
+            p.admit_classified(addr, class, port),
+            p.admit_among(&every_rule, addr, class, port)
+        );
     }
 }
 

@@ -294,7 +294,10 @@ pub fn resolve_existing_prefix(path: &Path) -> PathBuf {
 /// readlinks a run otherwise.
 #[derive(Debug, Default)]
 pub struct PrefixResolver {
-    canonical: std::collections::HashMap<PathBuf, PathBuf>,
+    /// Each prefix looked at: what it canonicalizes to, or `None` where it does not
+    /// resolve (most of the paths asked about are missing, and share their missing
+    /// parents: `~/.config/x/...`).
+    seen: std::collections::HashMap<PathBuf, Option<PathBuf>>,
 }
 
 impl PrefixResolver {
@@ -304,18 +307,18 @@ impl PrefixResolver {
         // in turn read every component's link again (most of the paths asked about here
         // are missing, under a home with a few hundred of them: ~1,000 readlinks a run).
         for prefix in path.ancestors() {
-            if std::fs::metadata(prefix).is_err() {
+            let real = match self.seen.get(prefix) {
+                Some(known) => known.clone(),
+                None => {
+                    let real = std::fs::metadata(prefix)
+                        .ok()
+                        .and_then(|_| std::fs::canonicalize(prefix).ok());
+                    self.seen.insert(prefix.to_owned(), real.clone());
+                    real
+                }
+            };
+            let Some(real) = real else {
                 continue;
-            }
-            let real = match self.canonical.get(prefix) {
-                Some(real) => real.clone(),
-                None => match std::fs::canonicalize(prefix) {
-                    Ok(real) => {
-                        self.canonical.insert(prefix.to_owned(), real.clone());
-                        real
-                    }
-                    Err(_) => continue,
-                },
             };
             // Not `join` of an empty rest: that would end a file's path in `/`.
             return match path.strip_prefix(prefix) {

@@ -5,8 +5,9 @@
 //! use, and so does the IPv4 address it embeds). The tables hold rule positions only,
 //! hashed by the rule's own name or network, so an allowlist of 10^5–10^6 names or
 //! networks (blocklists, generated lists) pays ~10 bytes a rule for its index, builds it
-//! in linear time, and decides a host in a few lookups. Candidates come back in the
-//! policy's order, so the first rule that matches is still the first.
+//! in linear time, and decides a host in a few lookups, and a try of each rule with the
+//! host's key (one name written once per port is a rule per port). The first rule that
+//! matches, in the policy's order, is still the first: see [`Candidates::first`].
 
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
@@ -129,116 +130,143 @@ impl RuleIndex {
         // Stable, and pushed in policy order: each key's later rules stay in order.
         index.repeats.sort_by_key(|&(first, _)| first);
         index.repeats.shrink_to_fit();
-        // Room was made for every exact rule; a name written many times needs one entry.
+        // Room was made for every exact rule, and the networks' table grew by doubling; a
+        // key written many times needs one entry.
         let hasher = &index.hasher;
         index
             .exact
             .shrink_to_fit(|&other| hasher.hash_one(name_at(other)));
         index
-    }
-
-    /// Appends to `found` the positions of the rule `first` and of the later rules with
-    /// its key, in order.
-    fn push_with_repeats(&self, first: u32, found: &mut Vec<usize>) {
-        found.push(first as usize);
-        let from = self.repeats.partition_point(|&(of, _)| of < first);
-        let later = self.repeats[from..]
-            .iter()
-            .take_while(|&&(of, _)| of == first);
-        found.extend(later.map(|&(_, at)| at as usize));
-    }
-
-    /// Appends to `found` the positions of the rules in `table` indexed by `name`.
-    fn push_named(
-        &self,
-        table: &HashTable<u32>,
-        rules: &[Rule],
-        name: &str,
-        found: &mut Vec<usize>,
-    ) {
-        let hash = self.hasher.hash_one(Some(name));
-        if let Some(&first) =
-            table.find(hash, |&at| indexed_name(&rules[at as usize]) == Some(name))
-        {
-            self.push_with_repeats(first, found);
-        }
-    }
-
-    /// Appends to `found` the positions of the address rules for exactly `net`.
-    fn push_net(&self, rules: &[Rule], net: IpNet, found: &mut Vec<usize>) {
-        let hash = self.hasher.hash_one(Some(&net));
-        if let Some(&first) = self
             .nets
-            .find(hash, |&at| indexed_net(&rules[at as usize]) == Some(&net))
-        {
-            self.push_with_repeats(first, found);
+            .shrink_to_fit(|&other| hasher.hash_one(net_at(other)));
+        index
+    }
+
+    /// The run of rule `first` and the later rules with its key.
+    fn run_of(&self, first: u32) -> Run<'_> {
+        let from = self.repeats.partition_point(|&(of, _)| of < first);
+        let to = from + self.repeats[from..].partition_point(|&(of, _)| of == first);
+        Run {
+            first,
+            later: &self.repeats[from..to],
         }
     }
 
-    /// The positions of the address rules whose network holds `ip`, in any of its
-    /// spellings (the IPv4 address a mapped, NAT64 or 6to4 address embeds), in order: what
-    /// `matches_ip` matches, and a superset of what `opens_ip` opens.
-    pub(super) fn address_candidates(&self, rules: &[Rule], ip: IpAddr) -> Vec<usize> {
-        let mut found = Vec::new();
+    /// The run of the rules in `table` indexed by `name`, if any.
+    fn named(&self, table: &HashTable<u32>, rules: &[Rule], name: &str) -> Option<Run<'_>> {
+        let hash = self.hasher.hash_one(Some(name));
+        let first = table.find(hash, |&at| indexed_name(&rules[at as usize]) == Some(name))?;
+        Some(self.run_of(*first))
+    }
+
+    /// The run of the address rules for exactly `net`, if any.
+    fn of_net(&self, rules: &[Rule], net: &IpNet) -> Option<Run<'_>> {
+        let hash = self.hasher.hash_one(Some(net));
+        let first = self
+            .nets
+            .find(hash, |&at| indexed_net(&rules[at as usize]) == Some(net))?;
+        Some(self.run_of(*first))
+    }
+
+    /// The address rules whose network holds `ip`, in any of its spellings (the IPv4
+    /// address a mapped, NAT64 or 6to4 address embeds): what `matches_ip` matches, and a
+    /// superset of what `opens_ip` opens.
+    pub(super) fn address_candidates(&self, rules: &[Rule], ip: IpAddr) -> Candidates<'_> {
+        let mut runs = Vec::new();
         // Each length is one a network of that family was parsed with, so it is in range.
         let masked = |ip: IpAddr, len: u8| {
             IpNet::new(ip, len)
                 .expect("a prefix length some network of the family has")
                 .trunc()
         };
-        let mut lists = 0;
-        let mut look_up = |ip: IpAddr, lengths: &[u8], found: &mut Vec<usize>| {
-            for &len in lengths {
-                let before = found.len();
-                self.push_net(rules, masked(ip, len), found);
-                lists += usize::from(found.len() > before);
-            }
+        let mut look_up = |ip: IpAddr, lengths: &[u8]| {
+            runs.extend(
+                lengths
+                    .iter()
+                    .filter_map(|&len| self.of_net(rules, &masked(ip, len))),
+            );
         };
         match canonical_ip(ip) {
-            v4 @ IpAddr::V4(_) => look_up(v4, &self.v4_lengths, &mut found),
+            v4 @ IpAddr::V4(_) => look_up(v4, &self.v4_lengths),
             IpAddr::V6(v6) => {
-                look_up(IpAddr::V6(v6), &self.v6_lengths, &mut found);
+                look_up(IpAddr::V6(v6), &self.v6_lengths);
                 if let Some(v4) = embedded_ipv4(v6) {
-                    look_up(IpAddr::V4(v4), &self.v4_lengths, &mut found);
+                    look_up(IpAddr::V4(v4), &self.v4_lengths);
                 }
             }
         }
-        // Each list is in order; merged from several, the policy's order decides.
-        if lists > 1 {
-            found.sort_unstable();
-        }
-        found
+        Candidates { runs }
     }
 
-    /// The positions of the rules that may match `host` (by host alone), in order.
-    /// `rules` are the rules the index was built from.
-    pub(super) fn candidates(&self, rules: &[Rule], host: &Host) -> Vec<usize> {
+    /// The rules that may match `host` (by host alone). `rules` are the rules the index
+    /// was built from.
+    pub(super) fn candidates(&self, rules: &[Rule], host: &Host) -> Candidates<'_> {
         let name = match host {
             Host::Ip(ip) => return self.address_candidates(rules, *ip),
             Host::Name(name) => name.as_str(),
         };
-        let mut found = Vec::new();
-        self.push_named(&self.exact, rules, name, &mut found);
+        let mut runs: Vec<Run<'_>> = self.named(&self.exact, rules, name).into_iter().collect();
         // `*.SUFFIX` matches a name with at least one label before `.SUFFIX`: every parent
         // domain of the name is a suffix to look up (not the name itself).
-        let mut lists = 0;
         if !self.subdomains.is_empty() {
-            for (at, _) in name.match_indices('.') {
-                let before = found.len();
-                self.push_named(&self.subdomains, rules, &name[at + 1..], &mut found);
-                lists += usize::from(found.len() > before);
-            }
+            let parents = name.match_indices('.').map(|(at, _)| &name[at + 1..]);
+            runs.extend(parents.filter_map(|parent| self.named(&self.subdomains, rules, parent)));
         }
-        // Each list is in order; merged from several, the policy's order decides.
-        if lists > 0 {
-            found.sort_unstable();
-        }
-        found
+        Candidates { runs }
     }
 
     /// How many distinct exact names the index holds.
     #[cfg(test)]
     pub(super) fn exact_names(&self) -> usize {
         self.exact.len()
+    }
+}
+
+/// One key's rules: its first and its repeats, in the policy's order.
+#[derive(Debug, Clone, Copy)]
+struct Run<'a> {
+    first: u32,
+    later: &'a [(u32, u32)],
+}
+
+impl<'a> Run<'a> {
+    fn positions(self) -> impl Iterator<Item = usize> + 'a {
+        std::iter::once(self.first)
+            .chain(self.later.iter().map(|&(_, at)| at))
+            .map(|at| at as usize)
+    }
+}
+
+/// The rules that may match a host: a run for each key it was looked up by (its name and
+/// each parent domain's wildcards, or its network at each prefix length). Each run is in
+/// the policy's order; across runs, the policy's order is found without merging them, so
+/// a host whose key many rules share (a network written once per port) costs no sort and
+/// no copy of their positions.
+#[derive(Debug)]
+pub(super) struct Candidates<'a> {
+    runs: Vec<Run<'a>>,
+}
+
+impl Candidates<'_> {
+    /// The first rule, in the policy's order, whose position `wanted` accepts.
+    pub(super) fn first(&self, mut wanted: impl FnMut(usize) -> bool) -> Option<usize> {
+        let mut best: Option<usize> = None;
+        for run in &self.runs {
+            // A run is in order: once past the best so far, nothing after it can win.
+            let found = run
+                .positions()
+                .take_while(|&at| best.is_none_or(|best| at < best))
+                .find(|&at| wanted(at));
+            best = found.or(best);
+        }
+        best
+    }
+
+    /// Every candidate's position, in the policy's order.
+    #[cfg(test)]
+    pub(super) fn positions(&self) -> Vec<usize> {
+        let mut all: Vec<usize> = self.runs.iter().flat_map(|run| run.positions()).collect();
+        all.sort_unstable();
+        all
     }
 }

@@ -58,6 +58,9 @@ pub struct Rule {
     pub reach_private: bool,
 }
 
+/// Finds the first of some rules, in the policy's order, that its argument accepts.
+type FirstRule<'a> = dyn Fn(&dyn Fn(&Rule) -> bool) -> Option<&'a Rule> + 'a;
+
 /// An effective policy: every rule of every file, and the pinned host map.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
@@ -599,26 +602,21 @@ impl Policy {
 
     /// Decides whether a target may be attempted at all. Deny rules win; no match denies.
     pub fn decide(&self, target: &Target) -> Decision {
-        // The rules that match, in the policy's order (found through the index: only the
-        // host's candidates are tried).
-        let matching: Vec<&Rule> = self
-            .index()
-            .candidates(&self.rules, &target.host)
-            .iter()
-            .map(|&at| &self.rules[at])
-            .filter(|r| r.spec.matches(target))
-            .collect();
-        let first = |action| matching.iter().copied().find(|r| r.action == action);
-        if let Some(rule) = first(Action::Deny) {
+        // The first rule of the host's candidates (found through the index: only they are
+        // tried) that matches the target and `wanted` accepts, in the policy's order.
+        let candidates = self.index().candidates(&self.rules, &target.host);
+        let first = |wanted: &dyn Fn(&Rule) -> bool| {
+            candidates
+                .first(|at| wanted(&self.rules[at]) && self.rules[at].spec.matches(target))
+                .map(|at| &self.rules[at])
+        };
+        if let Some(rule) = first(&|r| r.action == Action::Deny) {
             return Decision::deny(Reason::DeniedByRule, Some(rule));
         }
         // An `allow_private` rule for the name counts wherever it stands among the allow
         // rules that match (a learned allowlist may name the same host plainly first).
-        let private = matching
-            .iter()
-            .copied()
-            .find(|r| r.action == Action::Allow && r.reach_private);
-        match private.or_else(|| first(Action::Allow)) {
+        let private = first(&|r| r.action == Action::Allow && r.reach_private);
+        match private.or_else(|| first(&|r| r.action == Action::Allow)) {
             Some(rule) => Decision::allowed_by(rule),
             None if self.relaying => Decision {
                 verdict: Verdict::Allow,
@@ -676,14 +674,20 @@ impl Policy {
     pub fn admit_classified(&self, addr: IpAddr, class: IpClass, port: u16) -> Decision {
         let addr = canonical_ip(addr);
         let candidates = self.index().address_candidates(&self.rules, addr);
-        self.admit_among(&candidates, addr, class, port)
+        let first = |wanted: &dyn Fn(&Rule) -> bool| {
+            candidates
+                .first(|at| wanted(&self.rules[at]))
+                .map(|at| &self.rules[at])
+        };
+        self.admit_among(&first, addr, class, port)
     }
 
-    /// [`Policy::admit_classified`] with the rules at `candidates` (positions, in order)
-    /// as the only ones that may cover `addr`, a canonical address.
-    pub(super) fn admit_among(
-        &self,
-        candidates: &[usize],
+    /// [`Policy::admit_classified`] for `addr`, a canonical address, with `first` finding
+    /// the first of the rules that may cover it (in the policy's order) that its argument
+    /// accepts.
+    pub(super) fn admit_among<'a>(
+        &'a self,
+        first: &FirstRule<'a>,
         addr: IpAddr,
         class: IpClass,
         port: u16,
@@ -691,7 +695,7 @@ impl Policy {
         // A deny rule covers the address in any of its spellings; an allow rule opens it
         // only where the connection really ends (see `opens_ip`).
         let covering = |action| {
-            candidates.iter().map(|&at| &self.rules[at]).find(|r| {
+            first(&|r: &Rule| {
                 r.action == action
                     && r.spec.ports.contains(port)
                     && match action {

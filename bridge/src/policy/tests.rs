@@ -569,7 +569,14 @@ fn rule_strategy() -> impl Strategy<Value = String> {
 /// the addresses of `ADDRESSES` in their IPv4 and IPv6 spellings (mapped, NAT64, 6to4,
 /// and the Teredo and local-use NAT64 prefixes whose IPv4 address cannot be read).
 fn net_strategy() -> impl Strategy<Value = String> {
-    prop::sample::select(vec![
+    // Besides the list: a network around one of the addresses, at any prefix length.
+    let around = (prop::sample::select(ADDRESSES), 1u8..=128).prop_map(|(addr, len)| {
+        match addr.parse::<IpAddr>().unwrap() {
+            IpAddr::V4(v4) => format!("{v4}/{}", len.min(32)),
+            IpAddr::V6(v6) => format!("[{v6}/{len}]"),
+        }
+    });
+    let listed = prop::sample::select(vec![
         "127.0.0.0/8",
         "127.0.0.1",
         "10.0.0.0/8",
@@ -595,7 +602,8 @@ fn net_strategy() -> impl Strategy<Value = String> {
         "[::ffff:10.1.2.3]",
         "[2000::/3]",
     ])
-    .prop_map(str::to_owned)
+    .prop_map(str::to_owned);
+    prop_oneof![listed, around]
 }
 
 /// Addresses for the address rules above to hold or miss.
@@ -673,13 +681,16 @@ proptest! {
         let mut p = Policy::deny_all();
         add_rules(&mut p, &rules);
         p.prepare();
-        let addr = crate::target::canonical_ip(addr.parse().unwrap());
+        // As given (a mapped address unfolded): the index must fold it as the scan does.
+        let given: IpAddr = addr.parse().unwrap();
+        let addr = crate::target::canonical_ip(given);
         let class = crate::ipclass::classify(addr);
-        let every_rule: Vec<usize> = (0..p.rules.len()).collect();
-        prop_assert_eq!(
-            p.admit_classified(addr, class, port),
-            p.admit_among(&every_rule, addr, class, port)
-        );
+        let scan = |wanted: &dyn Fn(&Rule) -> bool| p.rules.iter().find(|r| wanted(r));
+        let by_scan = p.admit_among(&scan, addr, class, port);
+        prop_assert_eq!(p.admit_classified(given, class, port), by_scan);
+        // And as the host of a target, built as given, not parsed (parsing folds it).
+        let target = Target { host: Host::Ip(given), port };
+        prop_assert_eq!(p.decide(&target), decide_by_scan(&p, &target));
     }
 }
 
@@ -698,7 +709,13 @@ fn a_name_repeated_many_times_is_indexed_once() {
     let allowed = p.decide(&at(7));
     assert_eq!(allowed.rule.map(|r| r.line), Some(7));
     assert_eq!(p.decide(&at(20_000)).reason, Reason::DeniedByRule);
-    assert_eq!(p.index().candidates(&p.rules, &at(1).host).len(), 20_001);
+    assert_eq!(
+        p.index()
+            .candidates(&p.rules, &at(1).host)
+            .positions()
+            .len(),
+        20_001
+    );
     assert_eq!(p.index().exact_names(), 1);
 }
 

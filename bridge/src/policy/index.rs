@@ -11,6 +11,7 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
+use std::ops::ControlFlow;
 
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
@@ -260,6 +261,18 @@ impl Candidates<'_> {
             best = found.or(best);
         }
         best
+    }
+
+    /// Shows `visit` each run's positions in order, leaving a run when it says to break
+    /// (nothing later in that run matters to it: the run is in the policy's order).
+    pub(super) fn visit(&self, mut visit: impl FnMut(usize) -> ControlFlow<()>) {
+        for run in &self.runs {
+            for at in run.positions() {
+                if visit(at).is_break() {
+                    break;
+                }
+            }
+        }
     }
 
     /// Every candidate's position, in the policy's order.

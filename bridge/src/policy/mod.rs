@@ -20,6 +20,7 @@ pub mod secrets;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -602,21 +603,36 @@ impl Policy {
 
     /// Decides whether a target may be attempted at all. Deny rules win; no match denies.
     pub fn decide(&self, target: &Target) -> Decision {
-        // The first rule of the host's candidates (found through the index: only they are
-        // tried) that matches the target and `wanted` accepts, in the policy's order.
-        let candidates = self.index().candidates(&self.rules, &target.host);
-        let first = |wanted: &dyn Fn(&Rule) -> bool| {
-            candidates
-                .first(|at| wanted(&self.rules[at]) && self.rules[at].spec.matches(target))
-                .map(|at| &self.rules[at])
-        };
-        if let Some(rule) = first(&|r| r.action == Action::Deny) {
-            return Decision::deny(Reason::DeniedByRule, Some(rule));
+        // The first deny rule, the first `allow_private` rule and the first allow rule that
+        // match, in the policy's order, found in one pass over the host's candidates (only
+        // they are tried: the index finds them).
+        let (mut deny, mut private, mut allow) = (None, None, None);
+        self.index()
+            .candidates(&self.rules, &target.host)
+            .visit(|at| {
+                // Any deny rule decides; past the first found, nothing in this run matters.
+                if deny.is_some_and(|first| at > first) {
+                    return ControlFlow::Break(());
+                }
+                let rule = &self.rules[at];
+                if rule.spec.matches(target) {
+                    let keep_first = |slot: &mut Option<usize>| {
+                        *slot = Some(slot.map_or(at, |first: usize| first.min(at)));
+                    };
+                    match rule.action {
+                        Action::Deny => keep_first(&mut deny),
+                        Action::Allow if rule.reach_private => keep_first(&mut private),
+                        Action::Allow => keep_first(&mut allow),
+                    }
+                }
+                ControlFlow::Continue(())
+            });
+        if let Some(at) = deny {
+            return Decision::deny(Reason::DeniedByRule, Some(&self.rules[at]));
         }
         // An `allow_private` rule for the name counts wherever it stands among the allow
         // rules that match (a learned allowlist may name the same host plainly first).
-        let private = first(&|r| r.action == Action::Allow && r.reach_private);
-        match private.or_else(|| first(&|r| r.action == Action::Allow)) {
+        match private.or(allow).map(|at| &self.rules[at]) {
             Some(rule) => Decision::allowed_by(rule),
             None if self.relaying => Decision {
                 verdict: Verdict::Allow,

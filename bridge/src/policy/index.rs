@@ -128,8 +128,9 @@ impl RuleIndex {
         }
         index.v4_lengths.sort_unstable();
         index.v6_lengths.sort_unstable();
-        // Stable, and pushed in policy order: each key's later rules stay in order.
-        index.repeats.sort_by_key(|&(first, _)| first);
+        // By key, then by position: each key's later rules in the policy's order, which
+        // `Candidates::first` relies on.
+        index.repeats.sort_unstable();
         index.repeats.shrink_to_fit();
         // Room was made for every exact rule, and the networks' table grew by doubling; a
         // key written many times needs one entry.

@@ -98,6 +98,10 @@ pub struct Policy {
     /// `[[secret]]` tables and `--secret`: tunnels to their hosts are inspected, so that
     /// their placeholders can be swapped for their values.
     secrets: Vec<secrets::Secret>,
+    /// For each flag that added rules (`--allow`, `--allow-tool pip (its index)`): its
+    /// name, shared by its rules, and how many it added (a flag rule's "line"), so that
+    /// adding one is not a count of every rule before it.
+    flag_rules: HashMap<Arc<str>, u32>,
 }
 
 /// How the origin of a rule `--allow-tool` added begins (`--allow-tool pip (its index)`),
@@ -294,18 +298,18 @@ impl Policy {
         }
         self.room_for_a_rule()?;
         // "Line" of a flag rule: its position among the rules given by the same flag.
-        let index = 1 + self
-            .rules
-            .iter()
-            .filter(|r| &*r.origin.file == origin)
-            .count();
+        let (file, line) = match self.flag_rules.get_key_value(origin) {
+            Some((file, &added)) => (Arc::clone(file), added + 1),
+            None => (Arc::from(origin), 1),
+        };
+        self.flag_rules.insert(Arc::clone(&file), line);
         self.index = std::sync::OnceLock::new();
         self.rules.push(Rule {
             action,
             spec,
             origin: RuleRef {
-                file: Arc::from(origin),
-                line: u32::try_from(index).unwrap_or(u32::MAX),
+                file,
+                line,
                 text: text.into(),
             },
             reach_private,

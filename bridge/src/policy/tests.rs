@@ -189,6 +189,34 @@ fn unspecified_and_opaque_translations_are_not_opened_by_a_range() {
     );
 }
 
+/// A flag rule's "line" is its place among the rules the same flag gave, however the
+/// flags interleave.
+#[test]
+fn flag_rules_are_numbered_by_flag() {
+    let mut p = Policy::deny_all();
+    for (action, rule, flag) in [
+        (Action::Allow, "a.test", "--allow"),
+        (Action::Deny, "b.test", "--deny"),
+        (Action::Allow, "c.test", "--allow"),
+        (Action::Allow, "d.test", "--allow-tool pip (its index)"),
+        (Action::Deny, "e.test", "--deny"),
+        (Action::Allow, "f.test", "--allow"),
+    ] {
+        p.add_rule(action, rule, flag).unwrap();
+    }
+    p.add_private_rule("g.test", "--allow").unwrap();
+    let numbered = |host: &str| {
+        let rule = p.decide(&target(&format!("{host}:443"))).rule.unwrap();
+        (rule.file.to_string(), rule.line)
+    };
+    assert_eq!(numbered("a.test"), ("--allow".to_owned(), 1));
+    assert_eq!(numbered("c.test"), ("--allow".to_owned(), 2));
+    assert_eq!(numbered("f.test"), ("--allow".to_owned(), 3));
+    assert_eq!(numbered("g.test"), ("--allow".to_owned(), 4));
+    assert_eq!(numbered("e.test"), ("--deny".to_owned(), 2));
+    assert_eq!(numbered("d.test").1, 1);
+}
+
 #[test]
 fn loads_files_with_lines_includes_and_hosts() {
     let _base = TempFile::new("base.toml", "allow = [\n  \"base.test\",\n]\n");
@@ -740,6 +768,32 @@ fn a_repeated_name_is_decided_by_its_first_matching_rule() {
     ] {
         assert_eq!(line_deciding(&rules, host), Some(2), "{host}");
     }
+}
+
+/// Keys repeated many times over, interleaved (more repeats than a sort keeps in order by
+/// chance): each key's rules are still tried in the policy's order, so the rule that
+/// decides is the first that matches, for a name and for a network.
+#[test]
+fn interleaved_repeats_are_tried_in_the_policys_order() {
+    let mut p = Policy::deny_all();
+    let mut allow = |rule: &str| p.add_rule(Action::Allow, rule, "--allow").unwrap();
+    allow("10.0.0.0/8:80");
+    allow("a.test:80");
+    for i in 0..300 {
+        allow("a.test:443");
+        allow("10.0.0.0/8:443");
+        allow(&format!("k{}.test:443", i % 7));
+    }
+    p.prepare();
+    let line_for = |host: &str| {
+        let target = Target::parse_authority(host).unwrap();
+        p.decide(&target).rule.map(|r| r.line)
+    };
+    assert_eq!(line_for("a.test:443"), Some(3));
+    assert_eq!(line_for("10.1.2.3:443"), Some(4));
+    #[allow(clippy::disallowed_methods)]
+    let admitted = p.admit(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)), 443);
+    assert_eq!(admitted.rule.map(|r| r.line), Some(4));
 }
 
 /// Candidates found in several lists (the exact name's, each parent domain's wildcards)

@@ -1,6 +1,6 @@
 //! netbox's one error type, and the only place exit codes are chosen.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Exit status for netbox's own failures (as `env`, `timeout` and podman use).
 pub const EXIT_NETBOX_FAILURE: u8 = 125;
@@ -81,6 +81,12 @@ pub enum WrapperError {
     HomeWritable { root: PathBuf, home: PathBuf },
     #[error("the writable root {} holds the settings or data of every program of yours, where CMD could plant code that runs later outside the sandbox", root.display())]
     SharedHomeDirWritable { root: PathBuf },
+    #[error("{} cannot be a writable root: {}", root.display(), kept_as.why(root, kept))]
+    RootKeptReadOnly {
+        root: PathBuf,
+        kept: PathBuf,
+        kept_as: KeptAs,
+    },
     #[error("user namespaces are not available to this user")]
     UsernsUnavailable {
         #[source]
@@ -207,6 +213,7 @@ impl WrapperError {
                 "start netbox in a project directory, or --write only the directories CMD needs; --allow-home-write makes only home's data writable"
                     .into(),
             ),
+            WrapperError::RootKeptReadOnly { kept_as, .. } => Some(kept_as.hint().into()),
             WrapperError::SharedHomeDirWritable { .. } => Some(
                 "--write the one program's directory CMD needs (~/.config/tool), or pass --allow-home-write"
                     .into(),
@@ -301,6 +308,49 @@ fn pin_lost_advice(path: &std::path::Path) -> &'static str {
         "Leave it unchanged while netbox runs (an editor or a credential refresher that saves \
          by rename replaces it; protect or hide its directory instead with --protect or \
          --hide DIR), then run again"
+    }
+}
+
+/// What keeps a path from being written in the sandbox, for [`WrapperError::RootKeptReadOnly`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeptAs {
+    /// netbox's own protection: code, keys or settings that programs outside the sandbox
+    /// run or trust.
+    Protected,
+    /// `--ro`.
+    ReadOnly,
+    /// `--hide`.
+    Hidden,
+}
+
+impl KeptAs {
+    /// Why `root` cannot be written, `kept` being what keeps it (itself or a parent).
+    fn why(self, root: &Path, kept: &Path) -> String {
+        let (it, makes) = match self {
+            KeptAs::Protected => (
+                "netbox keeps",
+                " read-only (programs outside the sandbox run or trust what it holds: code, keys, settings)",
+            ),
+            KeptAs::ReadOnly => ("--ro makes", " read-only"),
+            KeptAs::Hidden => ("--hide hides", ""),
+        };
+        if root == kept {
+            format!("{it} it{makes}")
+        } else {
+            format!("it lies in {}, which {it}{makes}", kept.display())
+        }
+    }
+
+    /// How to get what was meant.
+    fn hint(self) -> &'static str {
+        match self {
+            KeptAs::Protected => {
+                "--write a directory of CMD's own instead, and point the tool at it with its own setting (a cache or home directory)"
+            }
+            KeptAs::ReadOnly | KeptAs::Hidden => {
+                "drop one of the two flags, or --write a directory outside the other"
+            }
+        }
     }
 }
 

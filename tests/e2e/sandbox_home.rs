@@ -740,3 +740,50 @@ fn named_files_in_venvs_named_roots_and_odd_files_are_watched() {
         );
     }
 }
+
+/// A writable root that is, or lies in, a path the sandbox keeps read-only (a protected
+/// home entry, `--ro`) or hides (`--hide`) is refused in one line saying which and why,
+/// before anything runs: the mounts would leave it read-only, and the live probe's
+/// refusal said neither.
+#[test]
+fn a_writable_root_inside_a_kept_path_is_refused_in_one_line() {
+    let dir = TestDir::outside_tmp("root-kept");
+    let home = dir.join("home");
+    let ssh = home.join(".ssh");
+    let notes = dir.join("notes");
+    std::fs::create_dir_all(&ssh).unwrap();
+    std::fs::create_dir_all(notes.join("drafts")).unwrap();
+    let (ssh, notes) = (ssh.display().to_string(), notes.display().to_string());
+    let drafts = format!("{notes}/drafts");
+    let cases: [(&[&str], &str, &str); 3] = [
+        (&["--write", &ssh], &ssh, "netbox keeps it read-only"),
+        (&["--write", &drafts, "--ro", &notes], &drafts, "lies in"),
+        (
+            &["--write", &drafts, "--hide", &notes],
+            &drafts,
+            "--hide hides",
+        ),
+    ];
+    for (args, root, said) in cases {
+        let out = Run::new(&dir)
+            .args_from(&[&["--quiet"][..], args].concat())
+            .env("HOME", home.display().to_string())
+            .sh(&format!("touch {root}/planted"));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert!(
+            err.starts_with(&format!("netbox: {root} cannot be a writable root: ")),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains(said), "{args:?}: {err}");
+        assert!(!err.contains("probe"), "refused before the probe: {err}");
+        assert_eq!(err.lines().count(), 2, "one line and a hint: {err}");
+        assert!(!Path::new(root).join("planted").exists());
+    }
+    // Control: the same directories are written when nothing keeps them.
+    let out = Run::new(&dir)
+        .args_from(&["--quiet", "--write", &drafts])
+        .env("HOME", home.display().to_string())
+        .sh(&format!("touch {drafts}/planted && echo OK"));
+    assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
+}

@@ -126,6 +126,14 @@ pub fn run_reporting(
             .collect::<Vec<_>>(),
     ));
     let protected = protection.pinned;
+    // Every root asked for, nested ones too (a `--write` inside a writable /tmp).
+    let roots: Vec<PathBuf> = config
+        .write_roots
+        .iter()
+        .chain(&config.requested_roots)
+        .cloned()
+        .collect();
+    protect::refuse_roots_kept_read_only(&roots, &protected, &config.read_only, &config.hide)?;
     let canary = pick_canary(&config)?;
     let log = open_run_log(&config, canary)?;
     // What is pinned read-only (the parts of a git directory left writable inside its pin

@@ -242,6 +242,35 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Protection, WrapperEr
     choose(input, Needs::Untold)
 }
 
+/// Refuses a writable root that is, or lies in, a path the sandbox keeps read-only (a
+/// pin, `--ro`) or hides (`--hide`): the read-only mount would cover the root's, and the
+/// live probe would refuse the run without saying why. A pin inside a root is what pins
+/// are for; a root inside a pin is a request that cannot be met.
+pub fn refuse_roots_kept_read_only(
+    roots: &[PathBuf],
+    pinned: &[Protected],
+    read_only: &[PathBuf],
+    hidden: &[PathBuf],
+) -> Result<(), WrapperError> {
+    use crate::error::KeptAs;
+    let kept = pinned
+        .iter()
+        .filter(|p| !p.writable)
+        .map(|p| (&p.path, KeptAs::Protected))
+        .chain(read_only.iter().map(|p| (p, KeptAs::ReadOnly)))
+        .chain(hidden.iter().map(|p| (p, KeptAs::Hidden)));
+    for (kept, kept_as) in kept {
+        if let Some(root) = roots.iter().find(|r| r.starts_with(kept)) {
+            return Err(WrapperError::RootKeptReadOnly {
+                root: root.clone(),
+                kept: kept.clone(),
+                kept_as,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// [`protected_paths`] as they would be chosen now, each pin made for something named
 /// told with what named it (`basis.needs`): what recheck.rs compares with the pins the
 /// run has.

@@ -81,7 +81,7 @@ pub enum WrapperError {
     HomeWritable { root: PathBuf, home: PathBuf },
     #[error("the writable root {} holds the settings or data of every program of yours, where CMD could plant code that runs later outside the sandbox", root.display())]
     SharedHomeDirWritable { root: PathBuf },
-    #[error("{} cannot be a writable root: {}", root.display(), kept_as.why(root, kept))]
+    #[error("{} cannot be a writable root: {}", crate::printable::printable(&root.to_string_lossy()), kept_as.why(root, kept))]
     RootKeptReadOnly {
         root: PathBuf,
         kept: PathBuf,
@@ -317,9 +317,13 @@ pub enum KeptAs {
     /// netbox's own protection: code, keys or settings that programs outside the sandbox
     /// run or trust.
     Protected,
+    /// A repository's git data (its hooks, config, index), pinned read-only.
+    GitData,
+    /// `--protect`.
+    ProtectFlag,
     /// `--ro`.
     ReadOnly,
-    /// `--hide`.
+    /// `--hide`, or a path netbox hides (its session logs, secret files, keys).
     Hidden,
 }
 
@@ -331,13 +335,19 @@ impl KeptAs {
                 "netbox keeps",
                 " read-only (programs outside the sandbox run or trust what it holds: code, keys, settings)",
             ),
+            KeptAs::GitData => (
+                "netbox keeps",
+                " read-only (a repository's git data: what git runs and trusts)",
+            ),
+            KeptAs::ProtectFlag => ("--protect makes", " read-only"),
             KeptAs::ReadOnly => ("--ro makes", " read-only"),
-            KeptAs::Hidden => ("--hide hides", ""),
+            KeptAs::Hidden => ("the sandbox hides", ""),
         };
         if root == kept {
             format!("{it} it{makes}")
         } else {
-            format!("it lies in {}, which {it}{makes}", kept.display())
+            let kept = crate::printable::printable(&kept.to_string_lossy());
+            format!("it lies in {kept}, which {it}{makes}")
         }
     }
 
@@ -347,8 +357,14 @@ impl KeptAs {
             KeptAs::Protected => {
                 "--write a directory of CMD's own instead, and point the tool at it with its own setting (a cache or home directory)"
             }
-            KeptAs::ReadOnly | KeptAs::Hidden => {
-                "drop one of the two flags, or --write a directory outside the other"
+            KeptAs::GitData => {
+                "--allow-git-writes makes a repository's objects and refs writable (never its hooks or config)"
+            }
+            KeptAs::ProtectFlag | KeptAs::ReadOnly => {
+                "--write a directory outside it, or drop the flag that keeps it read-only"
+            }
+            KeptAs::Hidden => {
+                "--write a directory outside it (a --hide, or what netbox hides: its session logs, secret files, keys)"
             }
         }
     }

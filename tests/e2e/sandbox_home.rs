@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{netbox_bin, stderr, stdout, Run, TestDir};
+use crate::support::{git, netbox_bin, stderr, stdout, Run, TestDir};
 
 #[test]
 fn a_writable_root_that_is_or_holds_home_is_refused() {
@@ -761,7 +761,7 @@ fn a_writable_root_inside_a_kept_path_is_refused_in_one_line() {
         (
             &["--write", &drafts, "--hide", &notes],
             &drafts,
-            "--hide hides",
+            "the sandbox hides",
         ),
     ];
     for (args, root, said) in cases {
@@ -786,4 +786,48 @@ fn a_writable_root_inside_a_kept_path_is_refused_in_one_line() {
         .env("HOME", home.display().to_string())
         .sh(&format!("touch {drafts}/planted && echo OK"));
     assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
+
+    // A repository's git data: refused, with the flag that opens its objects; with that
+    // flag, a root inside the part it opens is written (the deepest path decides).
+    let run = Run::new(&dir);
+    git(&run.workspace, &["init", "-q"]);
+    let objects = run.workspace.join(".git/objects").display().to_string();
+    let out = Run::new(&dir)
+        .args_from(&["--quiet", "--write", &objects])
+        .env("HOME", home.display().to_string())
+        .sh("touch .git/objects/planted");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("git data") && err.contains("--allow-git-writes"),
+        "{err}"
+    );
+    assert!(!run.workspace.join(".git/objects/planted").exists());
+    let out = Run::new(&dir)
+        .args_from(&["--quiet", "--allow-git-writes", "--write", &objects])
+        .env("HOME", home.display().to_string())
+        .sh("touch .git/objects/planted && echo OK");
+    assert_eq!(stdout(&out), "OK\n", "{}", stderr(&out));
+}
+
+/// With the workspace at home (`--allow-home-write`), a `--write` inside home that the
+/// split would leave read-only stays writable, as it is when asked for alone; the rest
+/// of the split holds (another program's settings stay read-only).
+#[test]
+fn a_write_root_inside_a_split_home_stays_writable() {
+    TestDir::remove_leftovers_outside_tmp("home-nested-write");
+    let dir = TestDir::outside_tmp("home-nested-write");
+    let run = Run::new(&dir);
+    let home = run.workspace.clone();
+    for d in [".config/tool", ".config/other"] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    let tool = home.join(".config/tool").display().to_string();
+    let out = Run::new(&dir)
+        .args_from(&["--quiet", "--allow-home-write", "--write", &tool])
+        .env("HOME", home.display().to_string())
+        .sh("touch .config/tool/state && echo TOOL; touch .config/other/planted 2>/dev/null && echo OTHER");
+    assert_eq!(stdout(&out), "TOOL\n", "{}", stderr(&out));
+    assert!(home.join(".config/tool/state").exists());
+    assert!(!home.join(".config/other/planted").exists());
 }

@@ -133,7 +133,13 @@ pub fn run_reporting(
         .chain(&config.requested_roots)
         .cloned()
         .collect();
-    protect::refuse_roots_kept_read_only(&roots, &protected, &config.read_only, &config.hide)?;
+    protect::refuse_roots_kept_read_only(
+        &roots,
+        &protected,
+        &config.protect,
+        &config.read_only,
+        &config.hide,
+    )?;
     let canary = pick_canary(&config)?;
     let log = open_run_log(&config, canary)?;
     // What is pinned read-only (the parts of a git directory left writable inside its pin

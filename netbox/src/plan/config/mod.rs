@@ -7,7 +7,7 @@ mod host_tmp;
 mod roots;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bridge::Policy;
 
@@ -133,6 +133,23 @@ impl SandboxConfig {
         let homes = crate::plan::homesplit::homes();
         let (mut write_roots, home_split) =
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
+        // A root asked for inside a home the split replaced (`--write ~/.config/tool`, the
+        // workspace being home) stays a root, as it is when asked for alone: the split
+        // makes writable only what it lists, which would leave it read-only in silence.
+        let inside_a_split_home = |root: &Path| {
+            home_split
+                .iter()
+                .any(|split| root.starts_with(&split.home) && root != split.home)
+        };
+        let kept_apart: Vec<PathBuf> = requested_roots
+            .iter()
+            .filter(|r| inside_a_split_home(r) && !write_roots.iter().any(|w| r.starts_with(w)))
+            .cloned()
+            .collect();
+        if !kept_apart.is_empty() {
+            write_roots.extend(kept_apart);
+            write_roots = outermost(write_roots);
+        }
         let mut named = NamedPaths::check(&args, &write_roots)?;
         let path = std::env::var_os("PATH");
         let notes = [

@@ -243,32 +243,56 @@ pub fn protected_paths(input: &ProtectInput<'_>) -> Result<Protection, WrapperEr
 }
 
 /// Refuses a writable root that is, or lies in, a path the sandbox keeps read-only (a
-/// pin, `--ro`) or hides (`--hide`): the read-only mount would cover the root's, and the
-/// live probe would refuse the run without saying why. A pin inside a root is what pins
-/// are for; a root inside a pin is a request that cannot be met.
+/// pin, `--protect`, `--ro`) or hides (`--hide`, or a path netbox hides): the read-only
+/// mount would cover the root's, and the live probe would refuse the run without saying
+/// why. A pin inside a root is what pins are for; a root inside a pin is a request that
+/// cannot be met, unless a part of the pin left writable holds it (`.git/objects` under
+/// `--allow-git-writes`): as the mounts do, the deepest path that holds the root decides.
 pub fn refuse_roots_kept_read_only(
     roots: &[PathBuf],
     pinned: &[Protected],
+    protect: &[PathBuf],
     read_only: &[PathBuf],
     hidden: &[PathBuf],
 ) -> Result<(), WrapperError> {
     use crate::error::KeptAs;
-    let kept = pinned
+    let is_git = |p: &Path| p.components().any(|c| c.as_os_str() == ".git");
+    // Each path that holds something in, with what it makes of it (`None`: writable).
+    let holders = pinned
         .iter()
-        .filter(|p| !p.writable)
-        .map(|p| (&p.path, KeptAs::Protected))
-        .chain(read_only.iter().map(|p| (p, KeptAs::ReadOnly)))
-        .chain(hidden.iter().map(|p| (p, KeptAs::Hidden)));
-    for (kept, kept_as) in kept {
-        if let Some(root) = roots.iter().find(|r| r.starts_with(kept)) {
-            return Err(WrapperError::RootKeptReadOnly {
-                root: root.clone(),
-                kept: kept.clone(),
-                kept_as,
-            });
+        .map(|p| {
+            let kept_as = match () {
+                () if p.writable => None,
+                () if protect.contains(&p.path) => Some(KeptAs::ProtectFlag),
+                () if is_git(&p.path) => Some(KeptAs::GitData),
+                () => Some(KeptAs::Protected),
+            };
+            (&p.path, kept_as)
+        })
+        .chain(read_only.iter().map(|p| (p, Some(KeptAs::ReadOnly))))
+        .chain(hidden.iter().map(|p| (p, Some(KeptAs::Hidden))));
+    let mut deepest: Vec<Option<(&PathBuf, Option<KeptAs>)>> = vec![None; roots.len()];
+    for (holder, kept_as) in holders {
+        for (root, found) in roots.iter().zip(deepest.iter_mut()) {
+            let deeper = found
+                .is_none_or(|(other, _)| holder.components().count() > other.components().count());
+            if root.starts_with(holder) && deeper {
+                *found = Some((holder, kept_as));
+            }
         }
     }
-    Ok(())
+    let refused = roots.iter().zip(deepest).find_map(|(root, found)| {
+        let (kept, kept_as) = found?;
+        Some((root, kept, kept_as?))
+    });
+    match refused {
+        Some((root, kept, kept_as)) => Err(WrapperError::RootKeptReadOnly {
+            root: root.clone(),
+            kept: kept.clone(),
+            kept_as,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// [`protected_paths`] as they would be chosen now, each pin made for something named

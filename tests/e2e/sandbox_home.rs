@@ -831,3 +831,47 @@ fn a_write_root_inside_a_split_home_stays_writable() {
     assert!(home.join(".config/tool/state").exists());
     assert!(!home.join(".config/other/planted").exists());
 }
+
+/// A home nested in another (`$HOME` inside the account's home) is split on its own when
+/// the outer one is made writable: never kept whole as a root of its own. Needs the
+/// account's home replaced, in a mount namespace of the test's own: as root only.
+#[test]
+fn a_home_nested_in_another_is_split_not_kept_whole() {
+    let Some(account) = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
+        .filter(|_| nix::unistd::geteuid().is_root())
+    else {
+        return;
+    };
+    TestDir::remove_leftovers_outside_tmp("home-nested");
+    let dir = TestDir::outside_tmp("home-nested");
+    let scratch = dir.join("account");
+    for d in ["inner/.config/other", "inner/work", ".config/app"] {
+        std::fs::create_dir_all(scratch.join(d)).unwrap();
+    }
+    let account = account.display().to_string();
+    let inner = format!("{account}/inner");
+    let plant = "for p in ~/.config/other/x ~/.planted ~/newtop; do \
+                 touch $p 2>/dev/null && echo WROTE $p; done; touch ~/work/x && echo CONTROL";
+    // Each way round: the workspace at the inner home with the outer one written, and
+    // the other way.
+    for (cwd, write) in [(&inner, &account), (&account, &inner)] {
+        let script = format!(
+            "mount --bind {scratch} {account} && cd {cwd} && HOME={inner} {netbox} --quiet \
+             --log {log} --allow-home-write --write {write} -- sh -c '{plant}'",
+            scratch = scratch.display(),
+            netbox = netbox_bin().display(),
+            log = dir.join("events.jsonl").display(),
+        );
+        let out = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .output()
+            .expect("unshare is needed");
+        assert_eq!(stdout(&out), "CONTROL\n", "{cwd}: {}", stderr(&out));
+    }
+    assert!(!scratch.join("inner/.planted").exists());
+    assert!(!scratch.join("inner/newtop").exists());
+}

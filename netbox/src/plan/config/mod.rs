@@ -131,23 +131,37 @@ impl SandboxConfig {
         // A writable home lets CMD plant code that runs later, outside the sandbox: only
         // on request, and then split into what may be written (homesplit.rs).
         let homes = crate::plan::homesplit::homes();
-        let (mut write_roots, home_split) =
+        let (mut write_roots, mut home_split) =
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;
         // A root asked for inside a home the split replaced (`--write ~/.config/tool`, the
         // workspace being home) stays a root, as it is when asked for alone: the split
         // makes writable only what it lists, which would leave it read-only in silence.
+        // Never a home, or a root holding one (a home nested in another is split on its
+        // own); and through the same split as a root asked for alone (a home's other name).
         let inside_a_split_home = |root: &Path| {
             home_split
                 .iter()
                 .any(|split| root.starts_with(&split.home) && root != split.home)
         };
+        let holds_a_home = |root: &Path| {
+            homes
+                .iter()
+                .chain(home_split.iter().map(|split| &split.home))
+                .any(|home| home.starts_with(root))
+        };
         let kept_apart: Vec<PathBuf> = requested_roots
             .iter()
-            .filter(|r| inside_a_split_home(r) && !write_roots.iter().any(|w| r.starts_with(w)))
+            .filter(|r| {
+                inside_a_split_home(r)
+                    && !holds_a_home(r)
+                    && !write_roots.iter().any(|w| r.starts_with(w))
+            })
             .cloned()
             .collect();
         if !kept_apart.is_empty() {
-            write_roots.extend(kept_apart);
+            let (apart, splits) = split_homes(kept_apart, &homes, args.allow_home_write)?;
+            write_roots.extend(apart);
+            home_split.extend(splits);
             write_roots = outermost(write_roots);
         }
         let mut named = NamedPaths::check(&args, &write_roots)?;

@@ -257,20 +257,22 @@ pub fn refuse_roots_kept_read_only(
 ) -> Result<(), WrapperError> {
     use crate::error::KeptAs;
     let is_git = |p: &Path| p.components().any(|c| c.as_os_str() == ".git");
-    // Each path that holds something in, with what it makes of it (`None`: writable).
+    let under_ro = |p: &Path| read_only.iter().any(|ro| p.starts_with(ro));
+    // Each path that holds something in, with what it makes of it (`None`: writable). A
+    // part of a pin left writable is not opened under a `--ro` (mounts/mod.rs).
     let holders = pinned
         .iter()
         .map(|p| {
             let kept_as = match () {
-                () if p.writable => None,
+                () if p.writable && !under_ro(&p.path) => None,
+                () if p.writable => Some(KeptAs::ReadOnly),
                 () if protect.contains(&p.path) => Some(KeptAs::ProtectFlag),
                 () if is_git(&p.path) => Some(KeptAs::GitData),
                 () => Some(KeptAs::Protected),
             };
             (&p.path, kept_as)
         })
-        .chain(read_only.iter().map(|p| (p, Some(KeptAs::ReadOnly))))
-        .chain(hidden.iter().map(|p| (p, Some(KeptAs::Hidden))));
+        .chain(read_only.iter().map(|p| (p, Some(KeptAs::ReadOnly))));
     let mut deepest: Vec<Option<(&PathBuf, Option<KeptAs>)>> = vec![None; roots.len()];
     for (holder, kept_as) in holders {
         for (root, found) in roots.iter().zip(deepest.iter_mut()) {
@@ -281,7 +283,11 @@ pub fn refuse_roots_kept_read_only(
             }
         }
     }
+    // Hides are laid last, over everything: one that holds a root decides, at any depth.
     let refused = roots.iter().zip(deepest).find_map(|(root, found)| {
+        if let Some(hide) = hidden.iter().find(|h| root.starts_with(h)) {
+            return Some((root, hide, KeptAs::Hidden));
+        }
         let (kept, kept_as) = found?;
         Some((root, kept, kept_as?))
     });

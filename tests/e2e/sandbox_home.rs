@@ -874,4 +874,24 @@ fn a_home_nested_in_another_is_split_not_kept_whole() {
     }
     assert!(!scratch.join("inner/.planted").exists());
     assert!(!scratch.join("inner/newtop").exists());
+
+    // A home under a hidden entry of the other (which the outer split leaves whole): the
+    // workspace above it is split as it is when asked for alone, its data written.
+    std::fs::create_dir_all(scratch.join(".h/inner")).unwrap();
+    std::fs::create_dir_all(scratch.join(".h/data")).unwrap();
+    let script = format!(
+        "mount --bind {scratch} {account} && cd {account}/.h && HOME={account}/.h/inner \
+         {netbox} --quiet --log {log} --allow-home-write --write {account} -- sh -c \
+         'touch {account}/.h/data/x && echo DATA; touch ~/.planted 2>/dev/null && echo PLANTED'",
+        scratch = scratch.display(),
+        netbox = netbox_bin().display(),
+        log = dir.join("events.jsonl").display(),
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("unshare is needed");
+    assert_eq!(stdout(&out), "DATA\n", "{}", stderr(&out));
+    assert!(!scratch.join(".h/inner/.planted").exists());
 }

@@ -136,24 +136,21 @@ impl SandboxConfig {
         // A root asked for inside a home the split replaced (`--write ~/.config/tool`, the
         // workspace being home) stays a root, as it is when asked for alone: the split
         // makes writable only what it lists, which would leave it read-only in silence.
-        // Never a home, or a root holding one (a home nested in another is split on its
-        // own); and through the same split as a root asked for alone (a home's other name).
+        // Never a home already split, or a root holding one; any other goes through the
+        // same split as a root asked for alone (a home nested under a hidden entry, a
+        // home's other name).
         let inside_a_split_home = |root: &Path| {
             home_split
                 .iter()
                 .any(|split| root.starts_with(&split.home) && root != split.home)
         };
-        let holds_a_home = |root: &Path| {
-            homes
-                .iter()
-                .chain(home_split.iter().map(|split| &split.home))
-                .any(|home| home.starts_with(root))
-        };
+        let holds_a_split_home =
+            |root: &Path| home_split.iter().any(|split| split.home.starts_with(root));
         let kept_apart: Vec<PathBuf> = requested_roots
             .iter()
             .filter(|r| {
                 inside_a_split_home(r)
-                    && !holds_a_home(r)
+                    && !holds_a_split_home(r)
                     && !write_roots.iter().any(|w| r.starts_with(w))
             })
             .cloned()

@@ -852,25 +852,31 @@ fn a_home_nested_in_another_is_split_not_kept_whole() {
         std::fs::create_dir_all(scratch.join(d)).unwrap();
     }
     let account = account.display().to_string();
+    // netbox started from `cwd` with `home` as $HOME and `--write` of `write`, the scratch
+    // directory standing as the account's home, in a mount namespace of its own.
+    let run = |cwd: &str, home: &str, write: &str, script: &str| {
+        let whole = format!(
+            "mount --bind {scratch} {account} && cd {cwd} && HOME={home} {netbox} --quiet \
+             --log {log} --allow-home-write --write {write} -- sh -c '{script}'",
+            scratch = scratch.display(),
+            netbox = netbox_bin().display(),
+            log = dir.join("events.jsonl").display(),
+        );
+        let out = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &whole])
+            .stdin(Stdio::null())
+            .output()
+            .expect("unshare is needed");
+        (stdout(&out), stderr(&out))
+    };
     let inner = format!("{account}/inner");
     let plant = "for p in ~/.config/other/x ~/.planted ~/newtop; do \
                  touch $p 2>/dev/null && echo WROTE $p; done; touch ~/work/x && echo CONTROL";
     // Each way round: the workspace at the inner home with the outer one written, and
     // the other way.
     for (cwd, write) in [(&inner, &account), (&account, &inner)] {
-        let script = format!(
-            "mount --bind {scratch} {account} && cd {cwd} && HOME={inner} {netbox} --quiet \
-             --log {log} --allow-home-write --write {write} -- sh -c '{plant}'",
-            scratch = scratch.display(),
-            netbox = netbox_bin().display(),
-            log = dir.join("events.jsonl").display(),
-        );
-        let out = Command::new("unshare")
-            .args(["-m", "--propagation", "private", "sh", "-c", &script])
-            .stdin(Stdio::null())
-            .output()
-            .expect("unshare is needed");
-        assert_eq!(stdout(&out), "CONTROL\n", "{cwd}: {}", stderr(&out));
+        let (out, err) = run(cwd, &inner, write, plant);
+        assert_eq!(out, "CONTROL\n", "{cwd}: {err}");
     }
     assert!(!scratch.join("inner/.planted").exists());
     assert!(!scratch.join("inner/newtop").exists());
@@ -880,18 +886,14 @@ fn a_home_nested_in_another_is_split_not_kept_whole() {
     std::fs::create_dir_all(scratch.join(".h/inner")).unwrap();
     std::fs::create_dir_all(scratch.join(".h/data")).unwrap();
     let script = format!(
-        "mount --bind {scratch} {account} && cd {account}/.h && HOME={account}/.h/inner \
-         {netbox} --quiet --log {log} --allow-home-write --write {account} -- sh -c \
-         'touch {account}/.h/data/x && echo DATA; touch ~/.planted 2>/dev/null && echo PLANTED'",
-        scratch = scratch.display(),
-        netbox = netbox_bin().display(),
-        log = dir.join("events.jsonl").display(),
+        "touch {account}/.h/data/x && echo DATA; touch ~/.planted 2>/dev/null && echo PLANTED"
     );
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .output()
-        .expect("unshare is needed");
-    assert_eq!(stdout(&out), "DATA\n", "{}", stderr(&out));
+    let (out, err) = run(
+        &format!("{account}/.h"),
+        &format!("{account}/.h/inner"),
+        &account,
+        &script,
+    );
+    assert_eq!(out, "DATA\n", "{err}");
     assert!(!scratch.join(".h/inner/.planted").exists());
 }

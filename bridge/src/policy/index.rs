@@ -154,20 +154,26 @@ impl RuleIndex {
         }
     }
 
+    /// The run of the rules in `table` whose key (`key_at` a position) is `key`, if any.
+    fn run_keyed<'r, K: std::hash::Hash + Eq + ?Sized + 'r>(
+        &self,
+        table: &HashTable<u32>,
+        key: &K,
+        key_at: impl Fn(u32) -> Option<&'r K>,
+    ) -> Option<Run<'_>> {
+        let hash = self.hasher.hash_one(Some(key));
+        let first = table.find(hash, |&at| key_at(at) == Some(key))?;
+        Some(self.run_of(*first))
+    }
+
     /// The run of the rules in `table` indexed by `name`, if any.
     fn named(&self, table: &HashTable<u32>, rules: &[Rule], name: &str) -> Option<Run<'_>> {
-        let hash = self.hasher.hash_one(Some(name));
-        let first = table.find(hash, |&at| indexed_name(&rules[at as usize]) == Some(name))?;
-        Some(self.run_of(*first))
+        self.run_keyed(table, name, |at| indexed_name(&rules[at as usize]))
     }
 
     /// The run of the address rules for exactly `net`, if any.
     fn of_net(&self, rules: &[Rule], net: &IpNet) -> Option<Run<'_>> {
-        let hash = self.hasher.hash_one(Some(net));
-        let first = self
-            .nets
-            .find(hash, |&at| indexed_net(&rules[at as usize]) == Some(net))?;
-        Some(self.run_of(*first))
+        self.run_keyed(&self.nets, net, |at| indexed_net(&rules[at as usize]))
     }
 
     /// The address rules whose network holds `ip`, in any of its spellings (the IPv4
@@ -253,14 +259,17 @@ impl Candidates<'_> {
     /// The first rule, in the policy's order, whose position `wanted` accepts.
     pub(super) fn first(&self, mut wanted: impl FnMut(usize) -> bool) -> Option<usize> {
         let mut best: Option<usize> = None;
-        for run in &self.runs {
-            // A run is in order: once past the best so far, nothing after it can win.
-            let found = run
-                .positions()
-                .take_while(|&at| best.is_none_or(|best| at < best))
-                .find(|&at| wanted(at));
-            best = found.or(best);
-        }
+        self.visit(|at| {
+            // Past the best so far, nothing later in this run can win.
+            if best.is_some_and(|best| at > best) {
+                return ControlFlow::Break(());
+            }
+            if wanted(at) {
+                best = Some(at);
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        });
         best
     }
 

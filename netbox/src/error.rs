@@ -87,6 +87,14 @@ pub enum WrapperError {
         kept: PathBuf,
         kept_as: KeptAs,
     },
+    #[error("the writable root {} holds {}, a mount that shows {} there too, which stays read-only here", printable_path(root), printable_path(mount), printable_path(other))]
+    RootHoldsOtherName {
+        root: PathBuf,
+        mount: PathBuf,
+        other: PathBuf,
+    },
+    #[error("the writable root {} reaches {} by another name (a mount shows the same directory at both), and your home's rules go by its paths", printable_path(root), printable_path(other))]
+    RootIsHomeByOtherName { root: PathBuf, other: PathBuf },
     #[error("user namespaces are not available to this user")]
     UsernsUnavailable {
         #[source]
@@ -214,6 +222,13 @@ impl WrapperError {
                     .into(),
             ),
             WrapperError::RootKeptReadOnly { kept_as, .. } => Some(kept_as.hint().into()),
+            WrapperError::RootHoldsOtherName { .. } => Some(
+                "unmount it, or --write the places CMD needs that do not hold it".into(),
+            ),
+            WrapperError::RootIsHomeByOtherName { other, .. } => Some(format!(
+                "name it by its path under your home ({}), or unmount the other name",
+                printable_path(other)
+            )),
             WrapperError::SharedHomeDirWritable { .. } => Some(
                 "--write the one program's directory CMD needs (~/.config/tool), or pass --allow-home-write"
                     .into(),
@@ -368,6 +383,11 @@ impl KeptAs {
             }
         }
     }
+}
+
+/// A path for a message, control characters shown escaped.
+fn printable_path(path: &std::path::Path) -> String {
+    crate::printable::printable(&path.to_string_lossy())
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ mod sandbox_git_data;
 mod sandbox_home;
 mod sandbox_lifecycle;
 mod sandbox_limits;
+mod sandbox_other_names;
 mod sandbox_pid1;
 mod sandbox_pins;
 mod sandbox_regressions;

@@ -450,6 +450,44 @@ fn entries_code_is_reached_through_stay_read_only() {
     );
 }
 
+/// A dotfile kept as a hard link in `~/dotfiles` (or a program of `~/bin` in another
+/// entry) is written through either name: the entry holding the other name stays
+/// read-only, as one a symlink leads into does.
+#[test]
+fn entries_holding_another_name_of_a_dotfile_stay_read_only() {
+    TestDir::remove_leftovers_outside_tmp("home-hardlinks");
+    let dir = TestDir::outside_tmp("home-hardlinks");
+    let home = dir.join("ws");
+    for d in ["dotfiles/shell", "tools", "bin", "plain", ".config/app"] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    for (file, linked) in [
+        (".bashrc", "dotfiles/shell/bashrc"),
+        (".config/app/init", "dotfiles/init"),
+        ("bin/tool", "tools/tool"),
+    ] {
+        std::fs::write(home.join(file), "# kept\n").unwrap();
+        std::fs::hard_link(home.join(file), home.join(linked)).unwrap();
+    }
+    let h = home.display().to_string();
+    let out = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--allow-home-write")
+        .env("HOME", &h)
+        .sh(
+            "for f in dotfiles/shell/bashrc dotfiles/init tools/tool; do \
+               (echo planted >> $f) 2>/dev/null && echo PLANTED $f; done; \
+             echo x > plain/ok && echo CONTROL",
+        );
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    for file in [".bashrc", ".config/app/init", "bin/tool"] {
+        assert_eq!(
+            std::fs::read_to_string(home.join(file)).unwrap(),
+            "# kept\n"
+        );
+    }
+}
+
 /// A part of home made writable that is a link out of home (`~/tools` to
 /// `/data/tools`), with a directory of it on PATH: that directory is pinned where the
 /// link leads, the rest of it writable.

@@ -26,6 +26,7 @@
 //! `~/.config/tool`); the places under home that run code stay pinned even then
 //! (protect/home.rs).
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -366,22 +367,46 @@ const LINK_SCAN_LOCAL: &[&str] = &[];
 #[derive(Debug)]
 pub struct TooBig;
 
-/// The entries of `home` that a symlink in its hidden part (or a hidden link at its top)
-/// leads into, or would if it existed (a link to a dotfiles repository not cloned yet):
-/// where dotfiles are kept.
-fn linked_into(home: &Path) -> Result<Vec<std::ffi::OsString>, TooBig> {
-    let mut found = Vec::new();
-    let mut seen = 0usize;
-    let mut stack: Vec<(PathBuf, usize)> =
-        LINK_SCAN_LOCAL.iter().map(|d| (home.join(d), 1)).collect();
-    stack.push((home.to_owned(), 0));
-    while let Some((dir, depth)) = stack.pop() {
+/// What the look through home's kept part (its hidden entries, and the top of the
+/// entries holding code) finds of the ways into its other entries.
+#[derive(Debug, Default)]
+struct WaysIn {
+    /// The entries of home that a symlink there leads into, or would if it existed (a
+    /// link to a dotfiles repository not cloned yet): where dotfiles are kept.
+    linked: Vec<std::ffi::OsString>,
+    /// Files there with more names (hard links) than were seen there, by device and
+    /// inode: how many names are still to be found. A dotfile kept as a hard link into
+    /// `~/dotfiles` is written through either name.
+    hard_linked: HashMap<(u64, u64), u64>,
+    /// Entries looked at so far, against [`LINK_SCAN_ENTRIES`].
+    seen: usize,
+}
+
+/// How deep the look goes in an entry that holds code (`~/bin`): its programs, at its top.
+/// Not deeper: toolchains there (`~/miniconda3`) link their packages into their
+/// environments, and each such file whose other names were not all seen sends the look
+/// through every other entry of home.
+const CODE_SCAN_DEPTH: usize = 1;
+
+/// Looks through home's hidden part (and the entries `holds_code` names, not as deep) for
+/// symlinks and hard links.
+fn ways_in(home: &Path, holds_code: &dyn Fn(&OsStr) -> bool) -> Result<WaysIn, TooBig> {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = WaysIn::default();
+    // Each file with other names: (names in all, names seen here).
+    let mut names: HashMap<(u64, u64), (u64, u64)> = HashMap::new();
+    let mut stack: Vec<(PathBuf, usize, usize)> = LINK_SCAN_LOCAL
+        .iter()
+        .map(|d| (home.join(d), 1, LINK_SCAN_DEPTH))
+        .collect();
+    stack.push((home.to_owned(), 0, LINK_SCAN_DEPTH));
+    while let Some((dir, depth, max_depth)) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
         for entry in entries.flatten() {
-            seen += 1;
-            if seen > LINK_SCAN_ENTRIES {
+            found.seen += 1;
+            if found.seen > LINK_SCAN_ENTRIES {
                 return Err(TooBig);
             }
             let name = entry.file_name();
@@ -390,23 +415,93 @@ fn linked_into(home: &Path) -> Result<Vec<std::ffi::OsString>, TooBig> {
             };
             let at_top = depth == 0;
             let hidden = name.as_encoded_bytes().starts_with(b".");
+            let code = at_top && !hidden && holds_code(&name);
             if kind.is_symlink() && (hidden || !at_top) {
                 if let Some(top) = link_target(&entry.path())
                     .and_then(|t| t.strip_prefix(home).ok().map(Path::to_owned))
                     .and_then(|rest| rest.components().next().map(|c| c.as_os_str().to_owned()))
                 {
-                    found.push(top);
+                    found.linked.push(top);
                 }
-            } else if kind.is_dir() && depth < LINK_SCAN_DEPTH && (!at_top || hidden) {
+            } else if kind.is_dir() && depth < max_depth && (!at_top || hidden || code) {
                 let path = entry.path();
                 let skipped = LINK_SCAN_SKIP.iter().any(|s| path == home.join(s));
                 if !skipped {
-                    stack.push((path, depth + 1));
+                    let max_depth = if code { CODE_SCAN_DEPTH } else { max_depth };
+                    stack.push((path, depth + 1, max_depth));
+                }
+            } else if kind.is_file() && (hidden || !at_top) {
+                if let Some(meta) = entry.metadata().ok().filter(|m| m.nlink() > 1) {
+                    let count = names
+                        .entry((meta.dev(), meta.ino()))
+                        .or_insert((meta.nlink(), 0));
+                    count.1 += 1;
                 }
             }
         }
     }
+    found.hard_linked = names
+        .into_iter()
+        .filter(|(_, (all, here))| all > here)
+        .map(|(id, (all, here))| (id, all - here))
+        .collect();
     Ok(found)
+}
+
+impl WaysIn {
+    /// Which of `entries` hold another name of a file found in home's kept part. Looked
+    /// through level by level, all entries at once (a dotfiles repository is shallow),
+    /// until every such name is found; counted against the same bound.
+    fn holding_hard_links(&mut self, entries: &[PathBuf]) -> Result<Vec<bool>, TooBig> {
+        use std::os::unix::fs::MetadataExt;
+        let mut holds = vec![false; entries.len()];
+        let mut level: Vec<(usize, PathBuf)> = entries.iter().cloned().enumerate().collect();
+        let mut first = true;
+        while !level.is_empty() && !self.hard_linked.is_empty() {
+            let mut next = Vec::new();
+            for (at, path) in level {
+                let found: Vec<(PathBuf, std::fs::Metadata)> = if first {
+                    // The entry itself (a file at home's top).
+                    std::fs::symlink_metadata(&path)
+                        .map(|m| vec![(path, m)])
+                        .unwrap_or_default()
+                } else {
+                    let Ok(read) = std::fs::read_dir(&path) else {
+                        continue;
+                    };
+                    read.flatten()
+                        .filter_map(|e| {
+                            let meta = std::fs::symlink_metadata(e.path()).ok()?;
+                            Some((e.path(), meta))
+                        })
+                        .collect()
+                };
+                for (path, meta) in found {
+                    self.seen += 1;
+                    if self.seen > LINK_SCAN_ENTRIES {
+                        return Err(TooBig);
+                    }
+                    if meta.is_dir() {
+                        next.push((at, path));
+                    } else if meta.is_file() && meta.nlink() > 1 {
+                        let id = (meta.dev(), meta.ino());
+                        if let Some(left) = self.hard_linked.get_mut(&id) {
+                            holds[at] = true;
+                            *left -= 1;
+                            if *left == 0 {
+                                self.hard_linked.remove(&id);
+                            }
+                        }
+                    }
+                }
+            }
+            // An entry found to hold one is kept whole: no need to look further in it.
+            next.retain(|(at, _)| !holds[*at]);
+            level = next;
+            first = false;
+        }
+        Ok(holds)
+    }
 }
 
 /// Where a symlink leads, resolved as far as what it names exists (a dangling link's
@@ -466,25 +561,29 @@ pub fn split(
     };
     // Home itself on PATH: every file at its top is a command.
     let home_is_code = code.iter().any(|c| c == home);
-    let linked = linked_into(real_home).map_err(|TooBig| {
+    let too_big = |TooBig| {
         std::io::Error::other(format!(
             "more than {LINK_SCAN_ENTRIES} entries to look through for links to dotfiles; \
              --write the directories CMD needs instead"
         ))
-    })?;
+    };
+    // Looked through by home's own path (links name it so); entries are named as this
+    // root gives them.
+    let mut ways_in = ways_in(real_home, &holds_code).map_err(too_big)?;
+    let mut candidates: Vec<(PathBuf, bool)> = Vec::new();
     for name in entries(home)? {
         let path = home.join(&name);
         let hidden = name.as_encoded_bytes().starts_with(b".");
-        if holds_code(&name) || linked.contains(&name) {
+        if holds_code(&name) || ways_in.linked.contains(&name) {
             continue;
         }
         if !hidden {
             if home_is_code && !path.is_dir() {
                 continue;
             }
-            split.add(path);
+            candidates.push((path, false));
         } else if HIDDEN_DATA.iter().any(|d| OsStr::new(d) == name) {
-            split.add_file(path);
+            candidates.push((path, true));
         }
     }
     for DataDir { dir, only, except } in HIDDEN_DATA_DIRS {
@@ -496,8 +595,38 @@ pub fn split(
             let listed = only.is_none_or(|only| only.iter().any(|o| OsStr::new(o) == name));
             let excluded = except.iter().any(|e| OsStr::new(e) == name);
             if listed && !excluded {
-                split.add(dir.join(name));
+                candidates.push((dir.join(name), false));
             }
+        }
+    }
+    // An entry holding another name of a file kept read-only would let CMD write it.
+    // (A data entry's own files were counted as kept: one with other names is kept.)
+    let is_data = |path: &Path| {
+        path.strip_prefix(home)
+            .is_ok_and(|rest| rest.as_os_str().as_encoded_bytes().starts_with(b"."))
+    };
+    let plain: Vec<PathBuf> = candidates
+        .iter()
+        .filter(|(path, _)| !is_data(path))
+        .map(|(path, _)| path.clone())
+        .collect();
+    let holding = ways_in.holding_hard_links(&plain).map_err(too_big)?;
+    for (path, file_only) in candidates {
+        let linked = if is_data(&path) {
+            holds_any_hard_link(&path)
+        } else {
+            plain
+                .iter()
+                .position(|p| *p == path)
+                .is_some_and(|at| holding[at])
+        };
+        if linked {
+            continue;
+        }
+        if file_only {
+            split.add_file(path);
+        } else {
+            split.add(path);
         }
     }
     split.roots.sort();
@@ -520,6 +649,33 @@ impl Split {
             self.roots.push(path);
         }
     }
+}
+
+/// Whether a data entry of home's hidden part (a history, a small directory of them) is,
+/// or holds, a file with more than one name: its names were counted as kept, so where the
+/// others are is not known.
+fn holds_any_hard_link(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // These are small (a few histories); one bigger than this is kept read-only.
+    const MOST: usize = 10_000;
+    let mut stack = vec![path.to_owned()];
+    let mut seen = 0;
+    while let Some(at) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&at) else {
+            continue;
+        };
+        seen += 1;
+        if seen > MOST || (meta.is_file() && meta.nlink() > 1) {
+            return true;
+        }
+        if meta.is_dir() {
+            match std::fs::read_dir(&at) {
+                Ok(entries) => stack.extend(entries.flatten().map(|e| e.path())),
+                Err(_) => return true,
+            }
+        }
+    }
+    false
 }
 
 /// Writable by the caller (one it cannot write would only fail the probe's check that
@@ -603,6 +759,50 @@ mod tests {
             resolve_existing_prefix(&base.join(".pythonrc/x")).as_os_str(),
             real.join("x").as_os_str()
         );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn an_entry_holding_another_name_of_a_kept_file_stays_read_only() {
+        let base = std::env::temp_dir().join(format!("netbox-hardlink-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let home = base.join("me");
+        for dir in [
+            "dotfiles/deep/er",
+            "projects/app",
+            "bin",
+            "tools",
+            ".config/app",
+        ] {
+            std::fs::create_dir_all(home.join(dir)).unwrap();
+        }
+        for file in [".bashrc", ".config/app/init", "bin/tool", ".bash_history"] {
+            std::fs::write(home.join(file), "").unwrap();
+        }
+        // Dotfiles kept as hard links in two entries, one deep; a program in `~/bin`
+        // linked into a third; two names of one data file, both kept (a history).
+        std::fs::hard_link(home.join(".bashrc"), home.join("dotfiles/bashrc")).unwrap();
+        std::fs::hard_link(
+            home.join(".config/app/init"),
+            home.join("dotfiles/deep/er/init"),
+        )
+        .unwrap();
+        std::fs::hard_link(home.join("bin/tool"), home.join("tools/tool")).unwrap();
+        std::fs::write(home.join("notes.txt"), "").unwrap();
+        std::fs::hard_link(home.join("notes.txt"), home.join("projects/app/notes")).unwrap();
+        let code = vec![home.join("bin")];
+        let got = split(&home, &home, &home, &code).unwrap();
+        let rel: Vec<String> = got
+            .roots
+            .iter()
+            .map(|r| r.strip_prefix(&home).unwrap().display().to_string())
+            .collect();
+        // Two names of one file in entries made writable: both writable, as they were.
+        assert_eq!(rel, [".bash_history", "notes.txt", "projects"]);
+        // A history with another name is kept.
+        std::fs::hard_link(home.join(".bash_history"), home.join("projects/h")).unwrap();
+        let got = split(&home, &home, &home, &code).unwrap();
+        assert!(!got.roots.contains(&home.join(".bash_history")), "{got:?}");
         std::fs::remove_dir_all(&base).unwrap();
     }
 

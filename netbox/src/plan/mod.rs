@@ -13,6 +13,7 @@ pub mod env;
 pub mod hidden;
 pub mod homesplit;
 pub mod inspection;
+pub mod mount_names;
 pub mod pins;
 pub mod policy;
 pub mod protect;

@@ -42,14 +42,14 @@ pub(super) fn child_plan(
         !covered.iter().any(|c| path.starts_with(c))
             || config.write_roots.iter().any(|r| path.starts_with(r))
     };
-    let hidden: Vec<PathBuf> = config
+    let mut hidden: Vec<PathBuf> = config
         .hide
         .iter()
         .filter(in_sandbox)
         .filter(shown)
         .cloned()
         .collect();
-    let read_only: Vec<PathBuf> = config
+    let mut read_only: Vec<PathBuf> = config
         .read_only
         .iter()
         .filter(in_sandbox)
@@ -62,6 +62,38 @@ pub(super) fn child_plan(
         .cloned()
         .collect();
     let protected = protected.as_slice();
+    // What is hidden or pinned by one name is by its other names too (a bind mount of
+    // home elsewhere shows `~/.ssh` again): hidden wherever it shows, pinned wherever a
+    // writable root holds it (elsewhere the sandbox is read-only already).
+    let table =
+        crate::plan::mount_names::MountTable::read().map_err(|source| WrapperError::Path {
+            path: PathBuf::from("/proc/self/mountinfo"),
+            what: "mount table",
+            source,
+        })?;
+    let hidden_elsewhere: Vec<PathBuf> = hidden
+        .iter()
+        .chain(&covered)
+        .flat_map(|path| table.other_names(path).all().cloned().collect::<Vec<_>>())
+        .collect();
+    let pinned_elsewhere: Vec<PathBuf> = protected
+        .iter()
+        .filter(|p| !p.writable)
+        .map(|p| &p.path)
+        .chain(&read_only)
+        .flat_map(|path| table.other_names(path).all().cloned().collect::<Vec<_>>())
+        .filter(|name| config.write_roots.iter().any(|r| name.starts_with(r)))
+        .collect();
+    for (found, into) in [
+        (hidden_elsewhere, &mut hidden),
+        (pinned_elsewhere, &mut read_only),
+    ] {
+        for name in found {
+            if in_sandbox(&&name) && shown(&&name) && !into.contains(&name) {
+                into.push(name);
+            }
+        }
+    }
     // Whether each is a directory, as resolved (roots already are).
     for path in &hidden {
         resolved.identify(path)?;

@@ -161,6 +161,7 @@ impl SandboxConfig {
             home_split.extend(splits);
             write_roots = outermost(write_roots);
         }
+        roots::refuse_mounts_of_elsewhere(&write_roots)?;
         let mut named = NamedPaths::check(&args, &write_roots)?;
         let path = std::env::var_os("PATH");
         let notes = [

@@ -194,14 +194,29 @@ pub(super) fn split_homes(
             }
             h.ancestors().find_map(|a| {
                 (id(a) == Some(root_id)).then(|| {
-                    (
-                        h.clone(),
-                        r.join(h.strip_prefix(a).unwrap_or(Path::new(""))),
-                    )
+                    // No `/` after it for home itself (it names the home in messages).
+                    let below = h.strip_prefix(a).unwrap_or(Path::new(""));
+                    let seen_as = if below.as_os_str().is_empty() {
+                        r.to_owned()
+                    } else {
+                        r.join(below)
+                    };
+                    (h.clone(), seen_as)
                 })
             })
         })
     };
+    // A root that is a home (or a directory above one) by another name is split below,
+    // through that name; any other that reaches a home by another name is refused.
+    let table =
+        crate::plan::mount_names::MountTable::read().map_err(|source| WrapperError::Path {
+            path: PathBuf::from("/proc/self/mountinfo"),
+            what: "mount table",
+            source,
+        })?;
+    for root in roots.iter().filter(|r| holds(r).is_none()) {
+        refuse_home_by_another_name(root, &roots, &homes, &table)?;
+    }
     for root in &roots {
         if !allowed {
             if let Some(base) = shared_base_dir(root, &homes) {
@@ -259,6 +274,61 @@ pub(super) fn split_homes(
         }
     }
     Ok((roots, splits))
+}
+
+/// A writable root whose directory, or a part of it, shows under a home by another name
+/// (a bind mount: `--write /srv/alias/.config` where `/srv/alias` is home mounted again):
+/// the rules for a home go by its paths, so it is refused, naming the path to use. A name
+/// inside a writable root (`roots`) had those rules already.
+fn refuse_home_by_another_name(
+    root: &Path,
+    roots: &[PathBuf],
+    homes: &[PathBuf],
+    table: &crate::plan::mount_names::MountTable,
+) -> Result<(), WrapperError> {
+    let names = table.other_names(root);
+    let home_place = |name: &&PathBuf| {
+        !roots.iter().any(|r| name.starts_with(r))
+            && homes
+                .iter()
+                .any(|h| name.starts_with(h) || h.starts_with(name))
+    };
+    let found = names.all().find(home_place).cloned();
+    match found {
+        Some(other) => Err(WrapperError::RootIsHomeByOtherName {
+            root: root.to_owned(),
+            other,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A mount inside a writable root shows what it holds there too (a bind of a directory
+/// elsewhere, of home): writable through the root, read-only by its own name. Refused
+/// where that other name lies outside every writable root; a filesystem mounted there
+/// alone (a disk, a tmpfs) has no other name.
+pub(super) fn refuse_mounts_of_elsewhere(roots: &[PathBuf]) -> Result<(), WrapperError> {
+    let table =
+        crate::plan::mount_names::MountTable::read().map_err(|source| WrapperError::Path {
+            path: PathBuf::from("/proc/self/mountinfo"),
+            what: "mount table",
+            source,
+        })?;
+    let in_a_root = |path: &&PathBuf| roots.iter().any(|r| path.starts_with(r));
+    for root in roots {
+        for mount in table.mount_points_inside(root) {
+            let names = table.other_names(mount);
+            let found = names.all().find(|n| !in_a_root(n)).cloned();
+            if let Some(other) = found {
+                return Err(WrapperError::RootHoldsOtherName {
+                    root: root.clone(),
+                    mount: mount.to_owned(),
+                    other,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The shared configuration or data directory that `root` is, or lies above (but for a

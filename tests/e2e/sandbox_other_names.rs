@@ -1,0 +1,173 @@
+//! A place by another name: a bind mount shows a directory at a second path, and what
+//! netbox hides, pins or splits by path it does by every name the host's mounts give it
+//! (plan/mount_names.rs). A hidden place stays hidden through a bind of its parent, a
+//! read-only one stays read-only through a bind inside the workspace, and a writable root
+//! that would reach home or a read-only place by another name is refused in one line.
+//! Each with its control. Bind mounts need root: each test makes its own in a mount
+//! namespace of its own (`unshare -m`), so nothing is left on the host.
+
+use std::process::{Command, Output, Stdio};
+
+use crate::support::{netbox_bin, stderr, stdout, TestDir};
+
+/// `setup` (mounts) run in a mount namespace of its own, then netbox from `cwd` with
+/// `$HOME` at `home` and `args`, CMD being `script`. None when not root.
+fn in_own_mounts(
+    dir: &TestDir,
+    setup: &str,
+    cwd: &str,
+    home: &str,
+    args: &str,
+    script: &str,
+) -> Option<Output> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let whole = format!(
+        "{setup} && cd {cwd} && HOME={home} exec {netbox} --quiet --log {log} {args} \
+         -- sh -c '{script}'",
+        netbox = netbox_bin().display(),
+        log = dir.join("events.jsonl").display(),
+    );
+    Some(
+        Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &whole])
+            .stdin(Stdio::null())
+            .output()
+            .expect("unshare is needed"),
+    )
+}
+
+#[test]
+fn a_hidden_place_stays_hidden_by_another_name() {
+    TestDir::remove_leftovers_outside_tmp("names-hidden");
+    let dir = TestDir::outside_tmp("names-hidden");
+    let home = dir.join("home");
+    std::fs::create_dir_all(home.join("secret")).unwrap();
+    std::fs::write(home.join("secret/key"), "KEY\n").unwrap();
+    std::fs::write(home.join("public.txt"), "PUBLIC\n").unwrap();
+    std::fs::create_dir_all(dir.join("alias")).unwrap();
+    std::fs::create_dir_all(dir.join("ws")).unwrap();
+    let (home_s, alias, ws) = (
+        home.display().to_string(),
+        dir.join("alias").display().to_string(),
+        dir.join("ws").display().to_string(),
+    );
+    let script = format!(
+        "cat {home_s}/secret/key {alias}/secret/key 2>/dev/null; \
+         cat {alias}/public.txt; ls {alias}/secret"
+    );
+    let Some(out) = in_own_mounts(
+        &dir,
+        &format!("mount --bind {home_s} {alias}"),
+        &ws,
+        &home_s,
+        &format!("--hide {home_s}/secret"),
+        &script,
+    ) else {
+        return;
+    };
+    // Control: the rest of home reads through the other name.
+    assert_eq!(stdout(&out), "PUBLIC\n", "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn a_read_only_place_stays_read_only_by_another_name() {
+    TestDir::remove_leftovers_outside_tmp("names-pinned");
+    let dir = TestDir::outside_tmp("names-pinned");
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(ws.join("a/keep")).unwrap();
+    std::fs::create_dir_all(ws.join("b")).unwrap();
+    let ws_s = ws.display().to_string();
+    let Some(out) = in_own_mounts(
+        &dir,
+        &format!("mount --bind {ws_s}/a {ws_s}/b"),
+        &ws_s,
+        &dir.path.display().to_string(),
+        &format!("--ro {ws_s}/a/keep"),
+        "touch b/keep/x 2>/dev/null && echo WROTE-ALIAS; \
+         touch a/keep/y 2>/dev/null && echo WROTE-OWN; touch b/z && echo CONTROL",
+    ) else {
+        return;
+    };
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(!ws.join("a/keep/x").exists());
+    // The control's write went through the other name into the place itself.
+    assert!(ws.join("a/z").exists());
+}
+
+#[test]
+fn a_writable_root_reaching_home_or_elsewhere_by_a_mount_is_refused() {
+    TestDir::remove_leftovers_outside_tmp("names-roots");
+    let dir = TestDir::outside_tmp("names-roots");
+    let home = dir.join("home");
+    std::fs::create_dir_all(home.join(".config/app")).unwrap();
+    for d in ["holds/alias", "disk/tmpfs", "ws"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let at = |p: &str| dir.join(p).display().to_string();
+    let home_s = home.display().to_string();
+    let setup = format!(
+        "mount --bind {home_s} {alias} && mount -t tmpfs none {tmpfs}",
+        alias = at("holds/alias"),
+        tmpfs = at("disk/tmpfs"),
+    );
+    let run = |write: &str, script: &str| {
+        in_own_mounts(
+            &dir,
+            &setup,
+            &at("ws"),
+            &home_s,
+            &format!("--write {write}"),
+            script,
+        )
+    };
+    // A root holding home mounted again: refused, naming the mount and what it shows.
+    let Some(out) = run(
+        &at("holds"),
+        &format!("touch {}/.planted", at("holds/alias")),
+    ) else {
+        return;
+    };
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "holds {}, a mount that shows {home_s} there too",
+            at("holds/alias")
+        )),
+        "{err}"
+    );
+    assert!(!home.join(".planted").exists());
+    // A root inside that other name: refused, naming the path under home to use.
+    let out = run(&at("holds/alias/.config"), "touch ~/.config/x").unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("reaches {home_s}/.config by another name")),
+        "{err}"
+    );
+    assert!(err.lines().count() == 2, "one line and its hint: {err}");
+    // By its own name the rules for home apply (a shared configuration directory).
+    let out = run(&format!("{home_s}/.config"), "true").unwrap();
+    assert!(
+        stderr(&out).contains("settings or data of every program"),
+        "{}",
+        stderr(&out)
+    );
+    // Controls: a root holding a filesystem mounted only there, and one program's
+    // directory through the other name's own path, are written.
+    let out = run(
+        &at("disk"),
+        &format!("touch {}/x && echo DISK", at("disk/tmpfs")),
+    )
+    .unwrap();
+    assert_eq!(stdout(&out), "DISK\n", "{}", stderr(&out));
+    let out = run(
+        &format!("{home_s}/.config/app"),
+        "touch ~/.config/app/x && echo APP",
+    )
+    .unwrap();
+    assert_eq!(stdout(&out), "APP\n", "{}", stderr(&out));
+}

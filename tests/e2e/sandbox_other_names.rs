@@ -171,3 +171,36 @@ fn a_writable_root_reaching_home_or_elsewhere_by_a_mount_is_refused() {
     .unwrap();
     assert_eq!(stdout(&out), "APP\n", "{}", stderr(&out));
 }
+
+/// A workspace that is a repository's subdirectory by another name: the repository it
+/// lies in is found through the name it has there, and the hooks directory its config
+/// names (made if missing) stays read-only through the workspace's own name.
+#[test]
+fn a_repository_a_root_lies_in_by_another_name_keeps_its_code_pinned() {
+    TestDir::remove_leftovers_outside_tmp("names-repo");
+    let dir = TestDir::outside_tmp("names-repo");
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(repo.join("sub")).unwrap();
+    std::fs::create_dir_all(dir.join("alias")).unwrap();
+    std::fs::create_dir_all(dir.join("home")).unwrap();
+    crate::support::git(&repo, &["init", "-q"]);
+    crate::support::git(&repo, &["config", "core.hooksPath", "sub/hooks"]);
+    let (repo_s, alias) = (
+        repo.display().to_string(),
+        dir.join("alias").display().to_string(),
+    );
+    let Some(out) = in_own_mounts(
+        &dir,
+        &format!("mount --bind {repo_s}/sub {alias}"),
+        &alias,
+        &dir.join("home").display().to_string(),
+        "",
+        "mkdir -p hooks 2>/dev/null; (echo evil > hooks/pre-commit) 2>/dev/null \
+         && echo PLANTED; touch ok && echo CONTROL",
+    ) else {
+        return;
+    };
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(!repo.join("sub/hooks/pre-commit").exists());
+    assert!(repo.join("sub/ok").exists());
+}

@@ -49,8 +49,23 @@ impl OtherNames {
     }
 }
 
+/// The host's mount table, read once a run: every decision of one start-up goes by the
+/// same table (and it is read once, not by each).
+pub fn host() -> Result<&'static MountTable, crate::error::WrapperError> {
+    static TABLE: std::sync::OnceLock<Result<MountTable, (std::io::ErrorKind, String)>> =
+        std::sync::OnceLock::new();
+    TABLE
+        .get_or_init(|| MountTable::read().map_err(|e| (e.kind(), e.to_string())))
+        .as_ref()
+        .map_err(|(kind, text)| crate::error::WrapperError::Path {
+            path: PathBuf::from("/proc/self/mountinfo"),
+            what: "mount table",
+            source: std::io::Error::new(*kind, text.clone()),
+        })
+}
+
 impl MountTable {
-    /// `/proc/self/mountinfo`, read once.
+    /// `/proc/self/mountinfo`, read now.
     pub fn read() -> std::io::Result<MountTable> {
         Ok(MountTable::parse(&std::fs::read_to_string(
             "/proc/self/mountinfo",
@@ -111,6 +126,9 @@ impl MountTable {
     /// every mount point that shows a part of it.
     pub fn other_names(&self, path: &Path) -> OtherNames {
         let mut names = OtherNames::default();
+        if self.overlapping.is_empty() {
+            return names;
+        }
         let Some(own) = self.mount_of(path) else {
             return names;
         };

@@ -65,12 +65,7 @@ pub(super) fn child_plan(
     // What is hidden or pinned by one name is by its other names too (a bind mount of
     // home elsewhere shows `~/.ssh` again): hidden wherever it shows, pinned wherever a
     // writable root holds it (elsewhere the sandbox is read-only already).
-    let table =
-        crate::plan::mount_names::MountTable::read().map_err(|source| WrapperError::Path {
-            path: PathBuf::from("/proc/self/mountinfo"),
-            what: "mount table",
-            source,
-        })?;
+    let table = crate::plan::mount_names::host()?;
     let hidden_elsewhere: Vec<PathBuf> = hidden
         .iter()
         .chain(&covered)

@@ -102,9 +102,28 @@ pub fn run_reporting(
         .iter()
         .flat_map(|s| s.entries.iter().cloned())
         .collect();
+    // A root's other names (a bind mount shows it elsewhere too) are written with it: what
+    // is found by path there (the repository it lies in, a hooks directory a config names
+    // by that path) is pinned there, and at the root's own name too (child.rs).
+    let table = crate::plan::mount_names::host()?;
+    let with_other_names = |roots: &[PathBuf]| -> Vec<PathBuf> {
+        let mut all = roots.to_vec();
+        for root in roots {
+            all.extend(
+                table
+                    .other_names(root)
+                    .all()
+                    .filter(|n| !config.write_roots.iter().any(|r| n.starts_with(r)))
+                    .cloned(),
+            );
+        }
+        all
+    };
+    let requested_roots = with_other_names(&config.requested_roots);
+    let writable = with_other_names(&config.write_roots);
     let protect_input = ProtectInput {
-        write_roots: &config.requested_roots,
-        writable: &config.write_roots,
+        write_roots: &requested_roots,
+        writable: &writable,
         home_entries: &home_entries,
         home: home.as_deref(),
         homes: &config.homes,

@@ -156,9 +156,12 @@ pub(super) fn refuse_bridge_file_inside_roots(
             file.display()
         )));
     }
+    // By any name: a bind mount inside a root can show it too.
+    let other = crate::plan::mount_names::host()?.other_names(&real);
+    let names: Vec<&PathBuf> = [&given, &real].into_iter().chain(other.all()).collect();
     match roots
         .iter()
-        .find(|r| given.starts_with(r) || real.starts_with(r))
+        .find(|r| names.iter().any(|name| name.starts_with(r)))
     {
         Some(root) => Err(WrapperError::Usage(format!(
             "{flag} {} is inside the writable root {}, where CMD could replace it for the \

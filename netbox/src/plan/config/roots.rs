@@ -208,14 +208,9 @@ pub(super) fn split_homes(
     };
     // A root that is a home (or a directory above one) by another name is split below,
     // through that name; any other that reaches a home by another name is refused.
-    let table =
-        crate::plan::mount_names::MountTable::read().map_err(|source| WrapperError::Path {
-            path: PathBuf::from("/proc/self/mountinfo"),
-            what: "mount table",
-            source,
-        })?;
+    let table = crate::plan::mount_names::host()?;
     for root in roots.iter().filter(|r| holds(r).is_none()) {
-        refuse_home_by_another_name(root, &roots, &homes, &table)?;
+        refuse_home_by_another_name(root, &roots, &homes, table)?;
     }
     for root in &roots {
         if !allowed {
@@ -308,12 +303,7 @@ fn refuse_home_by_another_name(
 /// where that other name lies outside every writable root; a filesystem mounted there
 /// alone (a disk, a tmpfs) has no other name.
 pub(super) fn refuse_mounts_of_elsewhere(roots: &[PathBuf]) -> Result<(), WrapperError> {
-    let table =
-        crate::plan::mount_names::MountTable::read().map_err(|source| WrapperError::Path {
-            path: PathBuf::from("/proc/self/mountinfo"),
-            what: "mount table",
-            source,
-        })?;
+    let table = crate::plan::mount_names::host()?;
     let in_a_root = |path: &&PathBuf| roots.iter().any(|r| path.starts_with(r));
     for root in roots {
         for mount in table.mount_points_inside(root) {

@@ -222,6 +222,9 @@ impl WrapperError {
                     .into(),
             ),
             WrapperError::RootKeptReadOnly { kept_as, .. } => Some(kept_as.hint().into()),
+            WrapperError::RootHoldsOtherName { root, .. } if root.as_path() == std::path::Path::new("/tmp") => Some(
+                "leave /tmp private to the run (the default, without --tmp host)".into(),
+            ),
             WrapperError::RootHoldsOtherName { .. } => Some(
                 "unmount it, or --write the places CMD needs that do not hold it".into(),
             ),

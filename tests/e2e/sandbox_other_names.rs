@@ -23,11 +23,15 @@ fn in_own_mounts(
     if !nix::unistd::geteuid().is_root() {
         return None;
     }
+    let log = if args.contains("--log") {
+        String::new()
+    } else {
+        format!("--log {}", dir.join("events.jsonl").display())
+    };
     let whole = format!(
-        "{setup} && cd {cwd} && HOME={home} exec {netbox} --quiet --log {log} {args} \
+        "{setup} && cd {cwd} && HOME={home} exec {netbox} --quiet {log} {args} \
          -- sh -c '{script}'",
         netbox = netbox_bin().display(),
-        log = dir.join("events.jsonl").display(),
     );
     Some(
         Command::new("unshare")
@@ -156,6 +160,18 @@ fn a_writable_root_reaching_home_or_elsewhere_by_a_mount_is_refused() {
         "{}",
         stderr(&out)
     );
+    // With home itself a root (split), its other name is still no way in.
+    let out = in_own_mounts(
+        &dir,
+        &setup,
+        &home_s,
+        &home_s,
+        &format!("--allow-home-write --write {}/.config", at("holds/alias")),
+        "true",
+    )
+    .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("by another name"), "{}", stderr(&out));
     // Controls: a root holding a filesystem mounted only there, and one program's
     // directory through the other name's own path, are written.
     let out = run(
@@ -203,4 +219,108 @@ fn a_repository_a_root_lies_in_by_another_name_keeps_its_code_pinned() {
     assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
     assert!(!repo.join("sub/hooks/pre-commit").exists());
     assert!(repo.join("sub/ok").exists());
+}
+
+/// The mount the kernel shows at a point decides, not the table's order: a mount that
+/// propagation lays beneath a bind of home (listed after it) does not hide that bind.
+#[test]
+fn a_bind_of_home_with_a_mount_laid_beneath_it_is_still_seen() {
+    TestDir::remove_leftovers_outside_tmp("names-tucked");
+    let dir = TestDir::outside_tmp("names-tucked");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join(".bashrc"), "# kept\n").unwrap();
+    for d in ["p1/m", "w", "ws"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let at = |p: &str| dir.join(p).display().to_string();
+    let setup = format!(
+        "mount --bind {p1} {p1} && mount --make-shared {p1} && mount --bind {p1} {w} && \
+         mount --make-slave {w} && mount --bind {home} {w}/m && mount -t tmpfs none {p1}/m",
+        p1 = at("p1"),
+        w = at("w"),
+        home = home.display(),
+    );
+    let Some(out) = in_own_mounts(
+        &dir,
+        &setup,
+        &at("ws"),
+        &home.display().to_string(),
+        &format!("--write {}", at("w")),
+        &format!("echo evil >> {}/m/.bashrc", at("w")),
+    ) else {
+        return;
+    };
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("a mount that shows"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join(".bashrc")).unwrap(),
+        "# kept\n"
+    );
+}
+
+/// Other names the sandbox never shows (under /run, which it has its own of) are left
+/// alone: a host with `/` bound under /run (toolbox, distrobox) runs. And what lies under
+/// the private /tmp by its own name is still hidden by another name; a policy file the
+/// workspace holds by another name is pinned there, and a log there refused.
+#[test]
+fn other_names_under_run_private_tmp_and_of_policy_files_are_handled() {
+    TestDir::remove_leftovers_outside_tmp("names-misc");
+    let dir = TestDir::outside_tmp("names-misc");
+    let home = dir.join("home");
+    for d in ["home", "ws", "alias-tmp", "alias-ws"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    std::fs::write(dir.join("ws/allow.toml"), "allow = []\n").unwrap();
+    let at = |p: &str| dir.join(p).display().to_string();
+    let secret = format!("/tmp/netbox-names-{}", std::process::id());
+    let setup = format!(
+        "mkdir -p /run/netbox-names-test {secret} && mount --bind / /run/netbox-names-test && \
+         echo SECRET > {secret}/key && mount --bind {secret} {alias_tmp} && \
+         mount --bind {ws} {alias_ws}",
+        alias_tmp = at("alias-tmp"),
+        ws = at("ws"),
+        alias_ws = at("alias-ws"),
+    );
+    let run = |args: &str, script: &str| {
+        in_own_mounts(
+            &dir,
+            &setup,
+            &at("ws"),
+            &home.display().to_string(),
+            args,
+            script,
+        )
+    };
+    let Some(out) = run(
+        &format!(
+            "--hide {secret}/key --allowlist {}/allow.toml",
+            at("alias-ws")
+        ),
+        &format!(
+            "cat {}/key 2>/dev/null; (echo evil > allow.toml) 2>/dev/null && echo REWROTE; \
+             touch ok && echo CONTROL",
+            at("alias-tmp")
+        ),
+    ) else {
+        return;
+    };
+    let _ = std::fs::remove_dir_all(&secret);
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("ws/allow.toml")).unwrap(),
+        "allow = []\n"
+    );
+    let out = run(&format!("--log {}/run.jsonl", at("alias-ws")), "true").unwrap();
+    let _ = std::fs::remove_dir_all(&secret);
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is inside the writable root"),
+        "{}",
+        stderr(&out)
+    );
 }

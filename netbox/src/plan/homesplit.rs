@@ -284,6 +284,15 @@ pub(crate) fn expand_variables(text: &str, lookup: &dyn Fn(&str) -> Option<Strin
     out
 }
 
+/// `base` joined with `rest`, with no `/` after it for an empty rest.
+fn join_rest(base: &Path, rest: &Path) -> PathBuf {
+    if rest.as_os_str().is_empty() {
+        base.to_owned()
+    } else {
+        base.join(rest)
+    }
+}
+
 /// `path` with its longest existing prefix resolved (symlinks and all), the rest as is.
 pub fn resolve_existing_prefix(path: &Path) -> PathBuf {
     PrefixResolver::default().resolve(path)
@@ -374,10 +383,11 @@ struct WaysIn {
     /// The entries of home that a symlink there leads into, or would if it existed (a
     /// link to a dotfiles repository not cloned yet): where dotfiles are kept.
     linked: Vec<std::ffi::OsString>,
-    /// Files there with more names (hard links) than were seen there, by device and
-    /// inode: how many names are still to be found. A dotfile kept as a hard link into
-    /// `~/dotfiles` is written through either name.
-    hard_linked: HashMap<(u64, u64), u64>,
+    /// Files kept read-only with more than one name (hard links), by device and inode:
+    /// how many names they have, and those seen in the kept part (the first one names the
+    /// file in messages). A dotfile kept as a hard link in `~/dotfiles` is written
+    /// through either name.
+    kept_names: HashMap<(u64, u64), (u64, Vec<PathBuf>)>,
     /// Entries looked at so far, against [`LINK_SCAN_ENTRIES`].
     seen: usize,
 }
@@ -385,16 +395,18 @@ struct WaysIn {
 /// How deep the look goes in an entry that holds code (`~/bin`): its programs, at its top.
 /// Not deeper: toolchains there (`~/miniconda3`) link their packages into their
 /// environments, and each such file whose other names were not all seen sends the look
-/// through every other entry of home.
+/// through every other entry of home. (A directory the environment names for code is
+/// looked at itself: [`WaysIn::count_kept`].)
 const CODE_SCAN_DEPTH: usize = 1;
+
+/// How many entries the look for a kept file's other names goes through, beside the look
+/// for links: past it, the entries not yet looked through stay read-only.
+const HARD_LINK_SEARCH_ENTRIES: usize = 200_000;
 
 /// Looks through home's hidden part (and the entries `holds_code` names, not as deep) for
 /// symlinks and hard links.
 fn ways_in(home: &Path, holds_code: &dyn Fn(&OsStr) -> bool) -> Result<WaysIn, TooBig> {
-    use std::os::unix::fs::MetadataExt;
     let mut found = WaysIn::default();
-    // Each file with other names: (names in all, names seen here).
-    let mut names: HashMap<(u64, u64), (u64, u64)> = HashMap::new();
     let mut stack: Vec<(PathBuf, usize, usize)> = LINK_SCAN_LOCAL
         .iter()
         .map(|d| (home.join(d), 1, LINK_SCAN_DEPTH))
@@ -431,35 +443,60 @@ fn ways_in(home: &Path, holds_code: &dyn Fn(&OsStr) -> bool) -> Result<WaysIn, T
                     stack.push((path, depth + 1, max_depth));
                 }
             } else if kind.is_file() && (hidden || !at_top) {
-                if let Some(meta) = entry.metadata().ok().filter(|m| m.nlink() > 1) {
-                    let count = names
-                        .entry((meta.dev(), meta.ino()))
-                        .or_insert((meta.nlink(), 0));
-                    count.1 += 1;
-                }
+                found.count_kept(&entry.path());
             }
         }
     }
-    found.hard_linked = names
-        .into_iter()
-        .filter(|(_, (all, here))| all > here)
-        .map(|(id, (all, here))| (id, all - here))
-        .collect();
     Ok(found)
 }
 
 impl WaysIn {
-    /// Which of `entries` hold another name of a file found in home's kept part. Looked
-    /// through level by level, all entries at once (a dotfiles repository is shallow),
-    /// until every such name is found; counted against the same bound.
-    fn holding_hard_links(&mut self, entries: &[PathBuf]) -> Result<Vec<bool>, TooBig> {
+    /// Counts `path`, a file kept read-only, if it has other names (once a path).
+    fn count_kept(&mut self, path: &Path) {
         use std::os::unix::fs::MetadataExt;
-        let mut holds = vec![false; entries.len()];
+        let Some(meta) = std::fs::symlink_metadata(path)
+            .ok()
+            .filter(|m| m.is_file() && m.nlink() > 1)
+        else {
+            return;
+        };
+        let (_, seen) = self
+            .kept_names
+            .entry((meta.dev(), meta.ino()))
+            .or_insert((meta.nlink(), Vec::new()));
+        if !seen.iter().any(|p| p == path) {
+            seen.push(path.to_owned());
+        }
+    }
+
+    /// Which of `entries` hold another name of a kept file, and which could not be looked
+    /// through within [`HARD_LINK_SEARCH_ENTRIES`] (kept read-only too, with a file whose
+    /// names were not all found). Looked through level by level, all entries at once (a
+    /// dotfiles repository is shallow), until every such name is found.
+    fn holding_hard_links(&self, entries: &[PathBuf]) -> Vec<Option<KeptFor>> {
+        use std::os::unix::fs::MetadataExt;
+        // Each kept file's names still to find, and the name it is known by.
+        let mut left: HashMap<(u64, u64), (u64, &Path)> = self
+            .kept_names
+            .iter()
+            .filter(|(_, (all, seen))| *all > seen.len() as u64)
+            .map(|(id, (all, seen))| (*id, (all - seen.len() as u64, seen[0].as_path())))
+            .collect();
+        let mut holds: Vec<Option<KeptFor>> = vec![None; entries.len()];
         let mut level: Vec<(usize, PathBuf)> = entries.iter().cloned().enumerate().collect();
         let mut first = true;
-        while !level.is_empty() && !self.hard_linked.is_empty() {
+        let mut looked = 0usize;
+        while !level.is_empty() && !left.is_empty() {
             let mut next = Vec::new();
             for (at, path) in level {
+                if holds[at].is_some() {
+                    continue;
+                }
+                if looked > HARD_LINK_SEARCH_ENTRIES {
+                    let file = left.values().next().map(|(_, f)| f.to_path_buf());
+                    holds[at] = file.map(KeptFor::NotLookedThrough);
+                    continue;
+                }
                 let found: Vec<(PathBuf, std::fs::Metadata)> = if first {
                     // The entry itself (a file at home's top).
                     std::fs::symlink_metadata(&path)
@@ -477,31 +514,35 @@ impl WaysIn {
                         .collect()
                 };
                 for (path, meta) in found {
-                    self.seen += 1;
-                    if self.seen > LINK_SCAN_ENTRIES {
-                        return Err(TooBig);
-                    }
+                    looked += 1;
                     if meta.is_dir() {
                         next.push((at, path));
                     } else if meta.is_file() && meta.nlink() > 1 {
                         let id = (meta.dev(), meta.ino());
-                        if let Some(left) = self.hard_linked.get_mut(&id) {
-                            holds[at] = true;
-                            *left -= 1;
-                            if *left == 0 {
-                                self.hard_linked.remove(&id);
+                        if let Some((names, file)) = left.get_mut(&id) {
+                            holds[at] = Some(KeptFor::HardLink(file.to_path_buf()));
+                            *names -= 1;
+                            if *names == 0 {
+                                left.remove(&id);
                             }
                         }
                     }
                 }
             }
-            // An entry found to hold one is kept whole: no need to look further in it.
-            next.retain(|(at, _)| !holds[*at]);
             level = next;
             first = false;
         }
-        Ok(holds)
+        holds
     }
+}
+
+/// Why an entry of home that the caller may write stays read-only, to say so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeptFor {
+    /// It holds another name (a hard link) of this file, kept read-only.
+    HardLink(PathBuf),
+    /// It was not looked through for the other names of this file.
+    NotLookedThrough(PathBuf),
 }
 
 /// Where a symlink leads, resolved as far as what it names exists (a dangling link's
@@ -520,6 +561,8 @@ fn link_target(link: &Path) -> Option<PathBuf> {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Split {
     pub roots: Vec<PathBuf>,
+    /// Entries kept read-only for a way into them that is not a path: to say.
+    pub kept: Vec<(PathBuf, KeptFor)>,
 }
 
 /// Splits the writable root `root`, which is `home` or holds it, into the writable roots
@@ -532,7 +575,9 @@ pub fn split(
     code: &[PathBuf],
 ) -> std::io::Result<Split> {
     let mut split = Split::default();
-    // Above home: everything beside the path down to it.
+    // Above home: everything beside the path down to it (looked through for hard links
+    // with home's own entries, below).
+    let mut beside: Vec<PathBuf> = Vec::new();
     for dir in home.ancestors().skip(1) {
         if !dir.starts_with(root) {
             break;
@@ -546,7 +591,7 @@ pub fn split(
         // beside home to make writable.
         for entry in entries(dir).unwrap_or_default() {
             if Some(entry.as_os_str()) != toward_home.as_deref().map(OsStr::new) {
-                split.add(dir.join(entry));
+                beside.push(dir.join(entry));
             }
         }
     }
@@ -570,7 +615,29 @@ pub fn split(
     // Looked through by home's own path (links name it so); entries are named as this
     // root gives them.
     let mut ways_in = ways_in(real_home, &holds_code).map_err(too_big)?;
-    let mut candidates: Vec<(PathBuf, bool)> = Vec::new();
+    // The files of the places that hold code (`~/go/bin` on PATH), and home's own when it
+    // is on PATH, are kept read-only too: by home's own path, as the look above names
+    // them.
+    let in_real_home = |path: &Path| match path.strip_prefix(home) {
+        Ok(rest) => join_rest(real_home, rest),
+        Err(_) => path.to_owned(),
+    };
+    let mut code_dirs: Vec<PathBuf> = code.iter().map(|c| in_real_home(c)).collect();
+    code_dirs.retain(|c| c != real_home || home_is_code);
+    for place in code_dirs {
+        if place.is_file() {
+            ways_in.count_kept(&place);
+        } else if let Ok(names) = entries(&place) {
+            for name in names {
+                let path = place.join(&name);
+                let top_of_home = place == real_home;
+                if !top_of_home || !name.as_encoded_bytes().starts_with(b".") {
+                    ways_in.count_kept(&path);
+                }
+            }
+        }
+    }
+    let mut candidates: Vec<(PathBuf, bool)> = beside.into_iter().map(|p| (p, false)).collect();
     for name in entries(home)? {
         let path = home.join(&name);
         let hidden = name.as_encoded_bytes().starts_with(b".");
@@ -610,17 +677,20 @@ pub fn split(
         .filter(|(path, _)| !is_data(path))
         .map(|(path, _)| path.clone())
         .collect();
-    let holding = ways_in.holding_hard_links(&plain).map_err(too_big)?;
+    let holding = ways_in.holding_hard_links(&plain);
     for (path, file_only) in candidates {
-        let linked = if is_data(&path) {
-            holds_any_hard_link(&path)
+        let kept_for = if is_data(&path) {
+            holds_any_hard_link(&path).then(|| KeptFor::HardLink(path.clone()))
         } else {
             plain
                 .iter()
                 .position(|p| *p == path)
-                .is_some_and(|at| holding[at])
+                .and_then(|at| holding[at].clone())
         };
-        if linked {
+        if let Some(why) = kept_for {
+            if usable(&path) {
+                split.kept.push((path, why));
+            }
             continue;
         }
         if file_only {
@@ -803,6 +873,39 @@ mod tests {
         std::fs::hard_link(home.join(".bash_history"), home.join("projects/h")).unwrap();
         let got = split(&home, &home, &home, &code).unwrap();
         assert!(!got.roots.contains(&home.join(".bash_history")), "{got:?}");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn code_places_homes_own_commands_and_entries_beside_home_are_searched_too() {
+        let base = std::env::temp_dir().join(format!("netbox-hardlink2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let home = base.join("me");
+        for dir in ["go/bin", "misc", "work", "shared"] {
+            std::fs::create_dir_all(home.join(dir)).unwrap();
+        }
+        std::fs::create_dir_all(base.join("beside")).unwrap();
+        std::fs::write(home.join("go/bin/tool"), "").unwrap();
+        std::fs::write(home.join("hometool"), "").unwrap();
+        std::fs::write(home.join(".bashrc"), "").unwrap();
+        std::fs::hard_link(home.join("go/bin/tool"), home.join("work/tool")).unwrap();
+        std::fs::hard_link(home.join("hometool"), home.join("misc/h")).unwrap();
+        std::fs::hard_link(home.join(".bashrc"), base.join("beside/bashrc")).unwrap();
+        // `~/go/bin` on PATH, and home itself.
+        let code = vec![home.clone(), home.join("go"), home.join("go/bin")];
+        let got = split(&base, &home, &home, &code).unwrap();
+        let rel: Vec<String> = got
+            .roots
+            .iter()
+            .map(|r| r.strip_prefix(&base).unwrap().display().to_string())
+            .collect();
+        assert_eq!(rel, ["me/shared"]);
+        let kept: Vec<String> = got
+            .kept
+            .iter()
+            .map(|(r, _)| r.strip_prefix(&base).unwrap().display().to_string())
+            .collect();
+        assert_eq!(kept, ["beside", "me/misc", "me/work"]);
         std::fs::remove_dir_all(&base).unwrap();
     }
 

@@ -11,12 +11,21 @@
 //! A host with no two overlapping mounts of one filesystem (most) costs one read of the
 //! table.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+/// Where the sandbox has its own (`/run`, `/dev`, `/proc`) or the kernel's (`/sys`): a
+/// host name there does not show in it.
+const NOT_THE_HOSTS: &[&str] = &["/dev", "/proc", "/run", "/sys"];
 
 /// One line of the mount table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Mount {
+    /// The mount's id, as statx(2) gives it for a path on it.
+    id: u64,
     /// `major:minor`: which filesystem.
     device: String,
     /// What of that filesystem it shows.
@@ -29,9 +38,13 @@ struct Mount {
 #[derive(Debug, Default)]
 pub struct MountTable {
     mounts: Vec<Mount>,
+    by_id: HashMap<u64, usize>,
+    /// Each filesystem's mounts by what of it they show, in order (a directory's
+    /// subdirectories follow it): a place's other names are a few lookups.
+    by_root: BTreeMap<(String, PathBuf), Vec<usize>>,
     /// Devices of which two mounts show overlapping parts: only their places have other
     /// names.
-    overlapping: Vec<String>,
+    overlapping: HashSet<String>,
 }
 
 /// Where else a place shows.
@@ -65,65 +78,94 @@ pub fn host() -> Result<&'static MountTable, crate::error::WrapperError> {
 }
 
 impl MountTable {
-    /// `/proc/self/mountinfo`, read now.
+    /// `/proc/self/mountinfo`, read now (as bytes: a mount point need not be UTF-8).
     pub fn read() -> std::io::Result<MountTable> {
-        Ok(MountTable::parse(&std::fs::read_to_string(
-            "/proc/self/mountinfo",
-        )?))
+        Ok(MountTable::parse(&std::fs::read("/proc/self/mountinfo")?))
     }
 
-    fn parse(text: &str) -> MountTable {
+    fn parse(text: &[u8]) -> MountTable {
         let mounts: Vec<Mount> = text
-            .lines()
+            .split(|&b| b == b'\n')
             .filter_map(|line| {
                 // id parent major:minor root point options [optional...] - type source super
-                let fields: Vec<&str> = line.split(' ').collect();
+                let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
                 let root = unescape(fields.get(3)?);
                 // A bind of a removed directory shows nothing by any other name.
-                if root.ends_with("//deleted") {
+                if root.ends_with(b"//deleted") {
                     return None;
                 }
                 Some(Mount {
-                    device: (*fields.get(2)?).to_owned(),
-                    root: PathBuf::from(root),
-                    point: PathBuf::from(unescape(fields.get(4)?)),
+                    id: std::str::from_utf8(fields.first()?).ok()?.parse().ok()?,
+                    device: String::from_utf8(fields.get(2)?.to_vec()).ok()?,
+                    root: PathBuf::from(OsString::from_vec(root)),
+                    point: PathBuf::from(OsString::from_vec(unescape(fields.get(4)?))),
                 })
             })
             .collect();
-        let mut overlapping: Vec<String> = Vec::new();
-        for (i, a) in mounts.iter().enumerate() {
-            let overlaps = mounts[i + 1..].iter().any(|b| {
-                a.device == b.device && (a.root.starts_with(&b.root) || b.root.starts_with(&a.root))
-            });
-            if overlaps && !overlapping.contains(&a.device) {
-                overlapping.push(a.device.clone());
+        let by_id = mounts.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
+        let mut by_root: BTreeMap<(String, PathBuf), Vec<usize>> = BTreeMap::new();
+        for (i, m) in mounts.iter().enumerate() {
+            by_root
+                .entry((m.device.clone(), m.root.clone()))
+                .or_default()
+                .push(i);
+        }
+        // Two that overlap are next to each other in this order, or share a root (the
+        // directories between a root and one inside it come between them).
+        let mut overlapping = HashSet::new();
+        let mut previous: Option<&(String, PathBuf)> = None;
+        for (key, at) in &by_root {
+            let shared = at.len() > 1;
+            let nested =
+                previous.is_some_and(|(device, root)| *device == key.0 && key.1.starts_with(root));
+            if shared || nested {
+                overlapping.insert(key.0.clone());
             }
+            previous = Some(key);
         }
         MountTable {
             mounts,
+            by_id,
+            by_root,
             overlapping,
         }
     }
 
-    /// The mount `path` (canonical) lies on: the one with the longest mount point that
-    /// holds it, the last of those (mounted on top).
+    /// The mount `path` (canonical) is on, as the kernel says (a mount laid beneath
+    /// another at one point is not the one there); for a missing path, its nearest
+    /// existing directory's. By the table alone where the kernel's id is not in it (the
+    /// table changed since).
     fn mount_of(&self, path: &Path) -> Option<&Mount> {
-        self.mounts
-            .iter()
-            .filter(|m| path.starts_with(&m.point))
-            .max_by_key(|m| m.point.components().count())
+        let by_kernel = path
+            .ancestors()
+            .find_map(|p| crate::sys::mountid::mount_id(p).ok())
+            .and_then(|id| self.by_id.get(&id))
+            .map(|&i| &self.mounts[i])
+            .filter(|m| path.starts_with(&m.point));
+        by_kernel.or_else(|| {
+            self.mounts
+                .iter()
+                .filter(|m| path.starts_with(&m.point))
+                .max_by_key(|m| m.point.components().count())
+        })
     }
 
-    /// The mounts whose mount points lie strictly inside `dir`.
+    /// Whether `mount` is what shows at its mount point (not covered, not laid beneath
+    /// another there).
+    fn shows(&self, mount: &Mount) -> bool {
+        crate::sys::mountid::mount_id(&mount.point).is_ok_and(|id| id == mount.id)
+    }
+
+    /// The mount points that lie strictly inside `dir`, of the mounts that show there.
     pub fn mount_points_inside<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = &'a Path> {
         self.mounts
             .iter()
-            .filter(move |m| m.point.starts_with(dir) && m.point != dir)
+            .filter(move |m| m.point.starts_with(dir) && m.point != dir && self.shows(m))
             .map(|m| m.point.as_path())
     }
 
     /// Every other path that shows `path` (canonical; a file or a directory) whole, and
-    /// every mount point that shows a part of it.
+    /// every mount point that shows a part of it; none where the sandbox has its own.
     pub fn other_names(&self, path: &Path) -> OtherNames {
         let mut names = OtherNames::default();
         if self.overlapping.is_empty() {
@@ -136,31 +178,63 @@ impl MountTable {
             return names;
         }
         let rest = path.strip_prefix(&own.point).unwrap_or(Path::new(""));
-        let in_fs = own.root.join(rest);
+        let in_fs = join(&own.root, rest);
         let id = identity(path);
-        for other in self.mounts.iter().filter(|m| m.device == own.device) {
-            if let Ok(below) = in_fs.strip_prefix(&other.root) {
-                let name = join(&other.point, below);
+        // Mounts showing it whole: their root is it or holds it.
+        for shown in in_fs.ancestors() {
+            let Some(at) = self.by_root.get(&(own.device.clone(), shown.to_owned())) else {
+                continue;
+            };
+            let below = in_fs.strip_prefix(shown).unwrap_or(Path::new(""));
+            for &i in at {
+                let name = join(&self.mounts[i].point, below);
                 if name != path && id.is_some() && identity(&name) == id {
                     names.whole.push(name);
                 }
-            } else if let Ok(inside) = other.root.strip_prefix(&in_fs) {
-                // A part of it shows at that mount point, unless that is its own name
-                // or another mount covers it there.
-                let on_top = self
-                    .mount_of(&other.point)
-                    .is_some_and(|top| std::ptr::eq(top, other));
-                if on_top && other.point != join(path, inside) {
+            }
+        }
+        // Mounts showing a part of it: their root lies inside it.
+        let inside = self
+            .by_root
+            .range((own.device.clone(), in_fs.clone())..)
+            .skip_while(|((_, root), _)| *root == in_fs)
+            .take_while(|((device, root), _)| *device == own.device && root.starts_with(&in_fs));
+        for ((_, root), at) in inside {
+            let own_name = join(path, root.strip_prefix(&in_fs).unwrap_or(Path::new("")));
+            for &i in at {
+                let other = &self.mounts[i];
+                if other.point != own_name && self.shows(other) {
                     names.parts.push(other.point.clone());
                 }
             }
         }
-        names.whole.sort();
-        names.whole.dedup();
-        names.parts.sort();
-        names.parts.dedup();
+        let the_hosts = |name: &PathBuf| !NOT_THE_HOSTS.iter().any(|n| name.starts_with(n));
+        for list in [&mut names.whole, &mut names.parts] {
+            list.retain(the_hosts);
+            list.sort();
+            list.dedup();
+        }
         names
     }
+}
+
+/// The name of `path` (canonical; a file, or the directory a file is to be made in: its
+/// own name or another the host's mounts give it whole) that lies in one of `roots`, if
+/// any: where CMD could write the file by that name.
+pub fn name_in_roots(
+    path: &Path,
+    roots: &[PathBuf],
+) -> Result<Option<PathBuf>, crate::error::WrapperError> {
+    if roots.iter().any(|r| path.starts_with(r)) {
+        return Ok(Some(path.to_owned()));
+    }
+    let names = host()?.other_names(path);
+    let found = names
+        .whole
+        .iter()
+        .find(|name| roots.iter().any(|r| name.starts_with(r)))
+        .cloned();
+    Ok(found)
 }
 
 /// `base` joined with `rest`, with no `/` added after it for an empty rest.
@@ -181,26 +255,25 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
 }
 
 /// A mountinfo field with its octal escapes (`\040` for a space) undone.
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
+fn unescape(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
     let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
+    while i < field.len() {
+        let octal = field
             .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
         match octal {
             Some(d) => {
                 out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
                 i += 4;
             }
             None => {
-                out.push(bytes[i]);
+                out.push(field[i]);
                 i += 1;
             }
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 #[cfg(test)]
@@ -210,13 +283,24 @@ mod tests {
     #[test]
     fn mount_points_are_unescaped_and_overlaps_found_per_device() {
         let table = MountTable::parse(
-            "27 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
-             30 27 0:40 / /tmp rw - tmpfs tmpfs rw\n\
-             31 27 8:1 /home/me /srv/my\\040home rw - ext4 /dev/sda1 rw\n\
-             32 27 8:2 / /data rw - ext4 /dev/sda2 rw\n\
-             33 27 8:1 /gone//deleted /srv/gone rw - ext4 /dev/sda1 rw\n",
+            b"900027 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+             900030 900027 0:40 / /tmp rw - tmpfs tmpfs rw\n\
+             900031 900027 8:1 /home/me /srv/my\\040home rw - ext4 /dev/sda1 rw\n\
+             900032 900027 8:2 / /data rw - ext4 /dev/sda2 rw\n\
+             900034 900027 8:3 /@ /x rw - btrfs /dev/sda3 rw\n\
+             900035 900027 8:3 /@home /y rw - btrfs /dev/sda3 rw\n\
+             900036 900027 8:4 /a /p rw - ext4 /dev/sda4 rw\n\
+             900037 900027 8:4 /a /q\\377 rw - ext4 /dev/sda4 rw\n\
+             900033 900027 8:1 /gone//deleted /srv/gone rw - ext4 /dev/sda1 rw\n",
         );
-        assert_eq!(table.overlapping, ["8:1"]);
+        let mut overlapping: Vec<&String> = table.overlapping.iter().collect();
+        overlapping.sort();
+        // Not 8:3: `/@` does not hold `/@home`.
+        assert_eq!(overlapping, ["8:1", "8:4"]);
+        assert!(table
+            .mounts
+            .iter()
+            .any(|m| m.point.as_os_str().as_encoded_bytes() == b"/q\xff"));
         assert_eq!(
             table.mount_of(Path::new("/srv/my home/x")).unwrap().point,
             Path::new("/srv/my home")
@@ -225,7 +309,7 @@ mod tests {
             .mounts
             .iter()
             .any(|m| m.point == Path::new("/srv/gone")));
-        assert_eq!(unescape(r"a\134b\011c\12"), "a\\b\tc\\12");
+        assert_eq!(unescape(br"a\134b\011c\12"), b"a\\b\tc\\12");
     }
 
     #[test]

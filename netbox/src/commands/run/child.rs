@@ -56,26 +56,23 @@ pub(super) fn child_plan(
         .filter(shown)
         .cloned()
         .collect();
-    let protected: Vec<Protected> = protected
-        .iter()
-        .filter(|p| shown(&&p.path))
-        .cloned()
-        .collect();
-    let protected = protected.as_slice();
     // What is hidden or pinned by one name is by its other names too (a bind mount of
     // home elsewhere shows `~/.ssh` again): hidden wherever it shows, pinned wherever a
     // writable root holds it (elsewhere the sandbox is read-only already).
     let table = crate::plan::mount_names::host()?;
-    let hidden_elsewhere: Vec<PathBuf> = hidden
+    // From every path, the ones not in the sandbox by their own name too (under a private
+    // /tmp, under a cover): another name may well be.
+    let hidden_elsewhere: Vec<PathBuf> = config
+        .hide
         .iter()
-        .chain(&covered)
+        .chain(&config.cache_covers)
         .flat_map(|path| table.other_names(path).all().cloned().collect::<Vec<_>>())
         .collect();
     let pinned_elsewhere: Vec<PathBuf> = protected
         .iter()
         .filter(|p| !p.writable)
         .map(|p| &p.path)
-        .chain(&read_only)
+        .chain(&config.read_only)
         .flat_map(|path| table.other_names(path).all().cloned().collect::<Vec<_>>())
         .filter(|name| config.write_roots.iter().any(|r| name.starts_with(r)))
         .collect();
@@ -89,6 +86,12 @@ pub(super) fn child_plan(
             }
         }
     }
+    let protected: Vec<Protected> = protected
+        .iter()
+        .filter(|p| shown(&&p.path))
+        .cloned()
+        .collect();
+    let protected = protected.as_slice();
     // Whether each is a directory, as resolved (roots already are).
     for path in &hidden {
         resolved.identify(path)?;

@@ -10,6 +10,7 @@ use bridge::Policy;
 use super::roots::refuse_symlinks_in_roots;
 use crate::cli::RunArgs;
 use crate::error::WrapperError;
+use crate::plan::mount_names::name_in_roots;
 
 /// The `--bridge-*` files: none inside a writable root (CMD could replace them for the
 /// next run), and no private key in the certificate's file, which the sandbox can read.
@@ -107,17 +108,23 @@ pub(super) fn policy_inputs(
     policy: &Policy,
     env_files: &[PathBuf],
     write_roots: &[PathBuf],
-) -> Vec<PathBuf> {
+) -> Result<Vec<PathBuf>, WrapperError> {
     let mut inputs: Vec<PathBuf> = policy.files().to_vec();
     inputs.extend(
         env_files
             .iter()
             .filter_map(|f| std::fs::canonicalize(f).ok()),
     );
-    inputs.retain(|f| write_roots.iter().any(|r| f.starts_with(r)));
-    inputs.sort();
-    inputs.dedup();
-    inputs
+    let mut kept = Vec::new();
+    for input in inputs {
+        // By any name: pinned where it is, and so at its names in the roots (child.rs).
+        if name_in_roots(&input, write_roots)?.is_some() {
+            kept.push(input);
+        }
+    }
+    kept.sort();
+    kept.dedup();
+    Ok(kept)
 }
 
 /// The event log is evidence: CMD must not be able to rewrite it.
@@ -125,7 +132,9 @@ pub(super) fn refuse_log_inside_roots(log: &Path, roots: &[PathBuf]) -> Result<(
     let absolute = std::path::absolute(log).unwrap_or_else(|_| log.to_owned());
     let dir = absolute.parent().unwrap_or(Path::new("/"));
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
-    match roots.iter().find(|r| dir.starts_with(r)) {
+    // By any name: a bind mount can show its directory in a root.
+    let name = name_in_roots(&dir, roots)?;
+    match name.and_then(|name| roots.iter().find(|r| name.starts_with(r))) {
         Some(root) => Err(WrapperError::Usage(format!(
             "event log {} is inside the writable root {}, where CMD could rewrite it; \
              choose a --log path outside it",
@@ -157,12 +166,11 @@ pub(super) fn refuse_bridge_file_inside_roots(
         )));
     }
     // By any name: a bind mount inside a root can show it too.
-    let other = crate::plan::mount_names::host()?.other_names(&real);
-    let names: Vec<&PathBuf> = [&given, &real].into_iter().chain(other.all()).collect();
-    match roots
-        .iter()
-        .find(|r| names.iter().any(|name| name.starts_with(r)))
-    {
+    let name = match name_in_roots(&real, roots)? {
+        Some(name) => Some(name),
+        None => roots.iter().any(|r| given.starts_with(r)).then_some(given),
+    };
+    match name.and_then(|name| roots.iter().find(|r| name.starts_with(r))) {
         Some(root) => Err(WrapperError::Usage(format!(
             "{flag} {} is inside the writable root {}, where CMD could replace it for the \
              next run; keep it outside (in ~/.config/netbox/, say)",

@@ -290,26 +290,24 @@ impl SandboxConfig {
             None => default_log_path(&session_id)?,
         };
         refuse_log_inside_roots(&log_path, &write_roots)?;
-        let mut policy_inputs = policy_inputs(&policy, &args.env_file, &write_roots);
+        let mut policy_inputs = policy_inputs(&policy, &args.env_file, &write_roots)?;
 
         // The defaults file decides what later runs reach: never CMD's to rewrite.
         if let Some(file) = user_config
             .as_ref()
             .and_then(|f| std::fs::canonicalize(f).ok())
         {
-            if write_roots.iter().any(|r| file.starts_with(r)) {
+            if crate::plan::mount_names::name_in_roots(&file, &write_roots)?.is_some() {
                 policy_inputs.push(file);
             }
         }
         if let Some(inspection) = &inspection {
             // A CA file CMD could rewrite would decide what the next run trusts.
-            policy_inputs.extend(
-                inspection
-                    .files
-                    .iter()
-                    .filter(|f| write_roots.iter().any(|r| f.starts_with(r)))
-                    .cloned(),
-            );
+            for file in &inspection.files {
+                if crate::plan::mount_names::name_in_roots(file, &write_roots)?.is_some() {
+                    policy_inputs.push(file.clone());
+                }
+            }
             policy_inputs.sort();
             policy_inputs.dedup();
         }

@@ -209,8 +209,15 @@ pub(super) fn split_homes(
     // A root that is a home (or a directory above one) by another name is split below,
     // through that name; any other that reaches a home by another name is refused.
     let table = crate::plan::mount_names::host()?;
-    for root in roots.iter().filter(|r| holds(r).is_none()) {
-        refuse_home_by_another_name(root, &roots, &homes, table)?;
+    // (A name inside a root that holds a home is not written as it stands: that root is
+    // split.)
+    let kept_whole: Vec<PathBuf> = roots
+        .iter()
+        .filter(|r| holds(r).is_none())
+        .cloned()
+        .collect();
+    for root in &kept_whole {
+        refuse_home_by_another_name(root, &kept_whole, &homes, table)?;
     }
     for root in &roots {
         if !allowed {
@@ -244,6 +251,9 @@ pub(super) fn split_homes(
                     source,
                 }
             })?;
+        for (entry, why) in &split.kept {
+            crate::output::say(&kept_note(entry, why));
+        }
         let writable = split
             .roots
             .iter()
@@ -269,6 +279,26 @@ pub(super) fn split_homes(
         }
     }
     Ok((roots, splits))
+}
+
+/// What to say of an entry of a split home kept read-only for a hard link.
+fn kept_note(entry: &Path, why: &crate::plan::homesplit::KeptFor) -> String {
+    use crate::plan::homesplit::KeptFor;
+    let shown = |p: &Path| crate::printable::printable(&p.to_string_lossy());
+    match why {
+        KeptFor::HardLink(file) => format!(
+            "netbox: {} stays read-only: it holds another name (a hard link) of {}, which CMD \
+             would write through it",
+            shown(entry),
+            shown(file)
+        ),
+        KeptFor::NotLookedThrough(file) => format!(
+            "netbox: {} stays read-only: {} has another name (a hard link) that was not found \
+             before the look reached it; --write it if CMD needs it",
+            shown(entry),
+            shown(file)
+        ),
+    }
 }
 
 /// A writable root whose directory, or a part of it, shows under a home by another name

@@ -480,6 +480,30 @@ fn entries_holding_another_name_of_a_dotfile_stay_read_only() {
              echo x > plain/ok && echo CONTROL",
         );
     assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is another name (a hard link) of"),
+        "{}",
+        stderr(&out)
+    );
+    // A workspace inside such an entry is a root of its own: the other name in it stays
+    // read-only all the same.
+    let out = Command::new(netbox_bin())
+        .args(["--quiet", "--allow-home-write", "--log"])
+        .arg(dir.join("inside.jsonl"))
+        .arg("--write")
+        .arg(&home)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "(echo planted >> shell/bashrc) 2>/dev/null && echo PLANTED; touch ok && echo CONTROL",
+        ])
+        .current_dir(home.join("dotfiles"))
+        .env("HOME", &home)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
     for file in [".bashrc", ".config/app/init", "bin/tool"] {
         assert_eq!(
             std::fs::read_to_string(home.join(file)).unwrap(),

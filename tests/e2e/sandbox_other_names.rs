@@ -324,3 +324,34 @@ fn other_names_under_run_private_tmp_and_of_policy_files_are_handled() {
         stderr(&out)
     );
 }
+
+/// A read-only view of the workspace elsewhere (ostree's /sysroot shows all of /var) and
+/// a part of it bound elsewhere: nothing is made at the other names, the run goes on, and
+/// the part takes `git init` as any subdirectory does.
+#[test]
+fn read_only_views_and_bound_parts_of_the_workspace_change_nothing() {
+    TestDir::remove_leftovers_outside_tmp("names-views");
+    let dir = TestDir::outside_tmp("names-views");
+    for d in ["home", "ws/sub", "view", "part"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let at = |p: &str| dir.join(p).display().to_string();
+    let setup = format!(
+        "mount --bind -o ro {ws} {view} && mount --bind {ws}/sub {part}",
+        ws = at("ws"),
+        view = at("view"),
+        part = at("part"),
+    );
+    let Some(out) = in_own_mounts(
+        &dir,
+        &setup,
+        &at("ws"),
+        &at("home"),
+        "",
+        "cd sub && git init -q && echo > .envrc && echo DONE",
+    ) else {
+        return;
+    };
+    assert_eq!(stdout(&out), "DONE\n", "{}", stderr(&out));
+    assert!(dir.join("ws/sub/.git").is_dir());
+}

@@ -473,7 +473,7 @@ impl WaysIn {
     /// through within [`HARD_LINK_SEARCH_ENTRIES`] (kept read-only too, with a file whose
     /// names were not all found). Looked through level by level, all entries at once (a
     /// dotfiles repository is shallow), until every such name is found.
-    fn holding_hard_links(&self, entries: &[PathBuf]) -> Vec<Option<KeptFor>> {
+    fn holding_hard_links(&self, entries: &[PathBuf]) -> (Vec<Option<KeptFor>>, Vec<PathBuf>) {
         use std::os::unix::fs::MetadataExt;
         // Each kept file's names still to find, and the name it is known by.
         let mut left: HashMap<(u64, u64), (u64, &Path)> = self
@@ -483,18 +483,21 @@ impl WaysIn {
             .map(|(id, (all, seen))| (*id, (all - seen.len() as u64, seen[0].as_path())))
             .collect();
         let mut holds: Vec<Option<KeptFor>> = vec![None; entries.len()];
+        // Every other name found, wherever it is.
+        let mut links: Vec<PathBuf> = Vec::new();
         let mut level: Vec<(usize, PathBuf)> = entries.iter().cloned().enumerate().collect();
         let mut first = true;
         let mut looked = 0usize;
         while !level.is_empty() && !left.is_empty() {
             let mut next = Vec::new();
             for (at, path) in level {
-                if holds[at].is_some() {
-                    continue;
-                }
+                // An entry found to hold one is still looked through: each name in it
+                // counts, or the look would go on for a name already found.
                 if looked > HARD_LINK_SEARCH_ENTRIES {
-                    let file = left.values().next().map(|(_, f)| f.to_path_buf());
-                    holds[at] = file.map(KeptFor::NotLookedThrough);
+                    if holds[at].is_none() {
+                        let file = left.values().next().map(|(_, f)| f.to_path_buf());
+                        holds[at] = file.map(KeptFor::NotLookedThrough);
+                    }
                     continue;
                 }
                 let found: Vec<(PathBuf, std::fs::Metadata)> = if first {
@@ -520,7 +523,13 @@ impl WaysIn {
                     } else if meta.is_file() && meta.nlink() > 1 {
                         let id = (meta.dev(), meta.ino());
                         if let Some((names, file)) = left.get_mut(&id) {
-                            holds[at] = Some(KeptFor::HardLink(file.to_path_buf()));
+                            if holds[at].is_none() {
+                                holds[at] = Some(KeptFor::HardLink {
+                                    file: file.to_path_buf(),
+                                    name: path.clone(),
+                                });
+                            }
+                            links.push(path.clone());
                             *names -= 1;
                             if *names == 0 {
                                 left.remove(&id);
@@ -532,15 +541,15 @@ impl WaysIn {
             level = next;
             first = false;
         }
-        holds
+        (holds, links)
     }
 }
 
 /// Why an entry of home that the caller may write stays read-only, to say so.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeptFor {
-    /// It holds another name (a hard link) of this file, kept read-only.
-    HardLink(PathBuf),
+    /// It holds `name`, another name (a hard link) of `file`, kept read-only.
+    HardLink { file: PathBuf, name: PathBuf },
     /// It was not looked through for the other names of this file.
     NotLookedThrough(PathBuf),
 }
@@ -563,6 +572,10 @@ pub struct Split {
     pub roots: Vec<PathBuf>,
     /// Entries kept read-only for a way into them that is not a path: to say.
     pub kept: Vec<(PathBuf, KeptFor)>,
+    /// The other names (hard links) of kept files found in home's entries: pinned
+    /// read-only wherever a root holds one (a workspace in such an entry is a root of its
+    /// own).
+    pub links: Vec<PathBuf>,
 }
 
 /// Splits the writable root `root`, which is `home` or holds it, into the writable roots
@@ -677,10 +690,14 @@ pub fn split(
         .filter(|(path, _)| !is_data(path))
         .map(|(path, _)| path.clone())
         .collect();
-    let holding = ways_in.holding_hard_links(&plain);
+    let (holding, links) = ways_in.holding_hard_links(&plain);
+    split.links = links;
     for (path, file_only) in candidates {
         let kept_for = if is_data(&path) {
-            holds_any_hard_link(&path).then(|| KeptFor::HardLink(path.clone()))
+            holds_any_hard_link(&path).then(|| KeptFor::HardLink {
+                file: path.clone(),
+                name: path.clone(),
+            })
         } else {
             plain
                 .iter()

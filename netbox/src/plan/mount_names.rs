@@ -52,13 +52,23 @@ pub struct MountTable {
 pub struct OtherNames {
     /// Paths that show the place whole.
     pub whole: Vec<PathBuf>,
-    /// Mount points that show a part of it (a bind of one of its subdirectories).
-    pub parts: Vec<PathBuf>,
+    /// Mount points that show a part of it (a bind of one of its subdirectories), each
+    /// with that part's name under the place's own.
+    pub parts: Vec<(PathBuf, PathBuf)>,
 }
 
 impl OtherNames {
     pub fn all(&self) -> impl Iterator<Item = &PathBuf> {
-        self.whole.iter().chain(&self.parts)
+        self.whole.iter().chain(self.parts.iter().map(|(at, _)| at))
+    }
+
+    /// Each other name with what it shows by the place's own name: `(other, own)`.
+    pub fn pairs(&self, own: &Path) -> Vec<(PathBuf, PathBuf)> {
+        self.whole
+            .iter()
+            .map(|at| (at.clone(), own.to_owned()))
+            .chain(self.parts.iter().cloned())
+            .collect()
     }
 }
 
@@ -167,6 +177,16 @@ impl MountTable {
     /// Every other path that shows `path` (canonical; a file or a directory) whole, and
     /// every mount point that shows a part of it; none where the sandbox has its own.
     pub fn other_names(&self, path: &Path) -> OtherNames {
+        self.other_names_where(path, &|_| true)
+    }
+
+    /// [`Self::other_names`] that lie in one of `roots` (each checked only then: a
+    /// directory bound at many places costs a look at each only where it matters).
+    pub fn other_names_in(&self, path: &Path, roots: &[PathBuf]) -> OtherNames {
+        self.other_names_where(path, &|name| roots.iter().any(|r| name.starts_with(r)))
+    }
+
+    fn other_names_where(&self, path: &Path, wanted: &dyn Fn(&Path) -> bool) -> OtherNames {
         let mut names = OtherNames::default();
         if self.overlapping.is_empty() {
             return names;
@@ -188,7 +208,7 @@ impl MountTable {
             let below = in_fs.strip_prefix(shown).unwrap_or(Path::new(""));
             for &i in at {
                 let name = join(&self.mounts[i].point, below);
-                if name != path && id.is_some() && identity(&name) == id {
+                if name != path && wanted(&name) && id.is_some() && identity(&name) == id {
                     names.whole.push(name);
                 }
             }
@@ -203,17 +223,18 @@ impl MountTable {
             let own_name = join(path, root.strip_prefix(&in_fs).unwrap_or(Path::new("")));
             for &i in at {
                 let other = &self.mounts[i];
-                if other.point != own_name && self.shows(other) {
-                    names.parts.push(other.point.clone());
+                if other.point != own_name && wanted(&other.point) && self.shows(other) {
+                    names.parts.push((other.point.clone(), own_name.clone()));
                 }
             }
         }
-        let the_hosts = |name: &PathBuf| !NOT_THE_HOSTS.iter().any(|n| name.starts_with(n));
-        for list in [&mut names.whole, &mut names.parts] {
-            list.retain(the_hosts);
-            list.sort();
-            list.dedup();
-        }
+        let the_hosts = |name: &Path| !NOT_THE_HOSTS.iter().any(|n| name.starts_with(n));
+        names.whole.retain(|n| the_hosts(n));
+        names.whole.sort();
+        names.whole.dedup();
+        names.parts.retain(|(n, _)| the_hosts(n));
+        names.parts.sort();
+        names.parts.dedup();
         names
     }
 }

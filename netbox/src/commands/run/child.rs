@@ -73,8 +73,10 @@ pub(super) fn child_plan(
         .filter(|p| !p.writable)
         .map(|p| &p.path)
         .chain(&config.read_only)
-        .flat_map(|path| table.other_names(path).all().cloned().collect::<Vec<_>>())
-        .filter(|name| config.write_roots.iter().any(|r| name.starts_with(r)))
+        .flat_map(|path| {
+            let names = table.other_names_in(path, &config.write_roots);
+            names.all().cloned().collect::<Vec<_>>()
+        })
         .collect();
     for (found, into) in [
         (hidden_elsewhere, &mut hidden),

@@ -91,10 +91,14 @@ pub fn run_reporting(
     // Each writable root, held from here on: everything below is reached through it.
     let mut resolved = Resolved::roots(&config.write_roots)?;
     let home = crate::plan::config::home_dir();
+    // The other names (hard links) of a split home's kept files, wherever a root holds
+    // one (a workspace inside an entry kept for holding one is a root of its own).
+    let links = config.home_split.iter().flat_map(|s| &s.links);
     let extra: Vec<PathBuf> = config
         .protect
         .iter()
         .chain(&config.policy_inputs)
+        .chain(links.filter(|l| config.write_roots.iter().any(|r| l.starts_with(r))))
         .cloned()
         .collect();
     let home_entries: Vec<PathBuf> = config
@@ -102,33 +106,19 @@ pub fn run_reporting(
         .iter()
         .flat_map(|s| s.entries.iter().cloned())
         .collect();
-    // A root's other names (a bind mount shows it elsewhere too) are written with it: what
-    // is found by path there (the repository it lies in, a hooks directory a config names
-    // by that path) is pinned there, and at the root's own name too (child.rs).
-    let table = crate::plan::mount_names::host()?;
-    let with_other_names = |roots: &[PathBuf]| -> Vec<PathBuf> {
-        let mut all = roots.to_vec();
-        for root in roots {
-            all.extend(
-                table
-                    .other_names(root)
-                    .all()
-                    .filter(|n| !config.write_roots.iter().any(|r| n.starts_with(r)))
-                    .cloned(),
-            );
-        }
-        all
-    };
-    let requested_roots = with_other_names(&config.requested_roots);
-    let writable = with_other_names(&config.write_roots);
+    // A root's other names (a bind mount shows it, or a part of it, elsewhere too) are
+    // written with it: what is found by path there (the repository it lies in, a hooks
+    // directory a config names by that path) is pinned at the root's own name.
+    let other_names = roots_other_names(&config.write_roots)?;
     let protect_input = ProtectInput {
-        write_roots: &requested_roots,
-        writable: &writable,
+        write_roots: &config.requested_roots,
+        writable: &config.write_roots,
         home_entries: &home_entries,
         home: home.as_deref(),
         homes: &config.homes,
         extra: &extra,
         allow_git_writes: config.allow_git_writes,
+        other_names: &other_names,
     };
     let protection = protect::protected_paths(&protect_input)?;
     // Chosen again if what they were chosen from changes on the host during the run.
@@ -522,4 +512,33 @@ fn start_inspection(
         .send(&handshake::SyncMsg::Trust { ca_pem }, &[])
         .map_err(WrapperError::Handshake)?;
     Ok(Arc::new(inspector))
+}
+
+/// How many other names a writable root may have: each is looked at for what needs
+/// pinning (a host binding one directory at thousands of places would slow every run).
+const MOST_OTHER_NAMES: usize = 64;
+
+/// Each writable root's other names that lie outside every root, with what each shows by
+/// the root's own name (mount_names.rs).
+fn roots_other_names(roots: &[PathBuf]) -> Result<Vec<(PathBuf, PathBuf)>, WrapperError> {
+    let table = crate::plan::mount_names::host()?;
+    let mut pairs: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for root in roots {
+        let names = table.other_names(root);
+        let outside: Vec<(PathBuf, PathBuf)> = names
+            .pairs(root)
+            .into_iter()
+            .filter(|(other, _)| !roots.iter().any(|r| other.starts_with(r)))
+            .collect();
+        if outside.len() > MOST_OTHER_NAMES {
+            return Err(WrapperError::Usage(format!(
+                "the writable root {} shows at {} other paths (bind mounts), more than the \
+                 {MOST_OTHER_NAMES} netbox looks at; choose a root mounted at fewer places",
+                crate::printable::printable(&root.to_string_lossy()),
+                outside.len()
+            )));
+        }
+        pairs.extend(outside);
+    }
+    Ok(pairs)
 }

@@ -166,6 +166,9 @@ pub struct HomeSplit {
     /// The writable entries that are directories: a repository at the top of one is
     /// pinned like the workspace's (protect/mod.rs).
     pub entries: Vec<PathBuf>,
+    /// Other names (hard links) of files kept read-only, found in its entries: pinned
+    /// wherever a root holds one.
+    pub links: Vec<PathBuf>,
 }
 
 /// Replaces each writable root that is, or holds, one of the caller's homes by the
@@ -270,11 +273,13 @@ pub(super) fn split_homes(
             Some(known) => {
                 known.writable += writable;
                 known.entries.extend(entries);
+                known.links.extend(split.links);
             }
             None => splits.push(HomeSplit {
                 home: seen_as,
                 writable,
                 entries,
+                links: split.links,
             }),
         }
     }
@@ -286,11 +291,17 @@ fn kept_note(entry: &Path, why: &crate::plan::homesplit::KeptFor) -> String {
     use crate::plan::homesplit::KeptFor;
     let shown = |p: &Path| crate::printable::printable(&p.to_string_lossy());
     match why {
-        KeptFor::HardLink(file) => format!(
-            "netbox: {} stays read-only: it holds another name (a hard link) of {}, which CMD \
-             would write through it",
+        KeptFor::HardLink { file, name } if name == file => format!(
+            "netbox: {} stays read-only: it has another name (a hard link), which the look \
+             did not follow",
             shown(entry),
-            shown(file)
+        ),
+        KeptFor::HardLink { file, name } => format!(
+            "netbox: {} is another name (a hard link) of {}: it stays read-only, and so does \
+             {} in the split home",
+            shown(name),
+            shown(file),
+            shown(entry)
         ),
         KeptFor::NotLookedThrough(file) => format!(
             "netbox: {} stays read-only: {} has another name (a hard link) that was not found \

@@ -233,6 +233,11 @@ pub struct ProtectInput<'a> {
     pub homes: &'a [PathBuf],
     pub extra: &'a [PathBuf],
     pub allow_git_writes: bool,
+    /// Other names of the writable roots that lie outside every one (a bind mount shows a
+    /// root, or a part of it, elsewhere too), each with what it shows by the root's own
+    /// name: `(other, own)`. What is found by path there (the repository a root lies in, a
+    /// hooks directory a config names by that path) is pinned at the own name.
+    pub other_names: &'a [(PathBuf, PathBuf)],
 }
 
 /// Lists every protected path inside the writable roots, reading the filesystem (to find
@@ -316,11 +321,18 @@ enum Needs {
 }
 
 fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperError> {
+    // Written by their other names too: what a path there needs is found there.
+    let writable: Vec<PathBuf> = input
+        .writable
+        .iter()
+        .cloned()
+        .chain(input.other_names.iter().map(|(other, _)| other.clone()))
+        .collect();
     let mut found = Found {
         out: Vec::new(),
         watched: Vec::new(),
         listed: HashSet::new(),
-        writable: input.writable,
+        writable: &writable,
         home: input.home,
         allow_git_writes: input.allow_git_writes,
         gitlinks: 0,
@@ -359,6 +371,13 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
             // No repository yet: git run here (`git init`, `git clone`, or outside any
             // repository) takes relative paths from here.
             found.shared_relative(root, lay)?;
+        }
+    }
+    // The repository a root lies in by another name (only that: what lies at the top of
+    // the root was found by its own name).
+    for (other, _) in input.other_names {
+        if other.is_dir() {
+            found.enclosing_repository(other)?;
         }
     }
     // Directories on PATH in a writable root (an activated `.venv/bin`, a relative
@@ -422,6 +441,21 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
             if named.len() == 1 { "it" } else { "them" },
         )));
     }
+    // What was found at a root's other name is laid at its own name: never a placeholder
+    // or a pin outside the roots, where the sandbox is read-only anyway (and the other
+    // name may be read-only on the host too).
+    if !input.other_names.is_empty() {
+        found.out = by_own_names(std::mem::take(&mut found.out), input);
+        let in_a_root = |p: &Path| input.writable.iter().any(|r| p.starts_with(r));
+        for dir in &mut found.git_data.dirs {
+            if in_a_root(dir) {
+                continue;
+            }
+            if let Some(own) = own_name(dir, input.other_names) {
+                *dir = own;
+            }
+        }
+    }
     // A directory pinned read-only cannot change: watching it too would only say, of a
     // large one, that it was not read whole.
     let pinned = &found.out;
@@ -436,6 +470,42 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
         git_data: found.git_data,
         basis,
     })
+}
+
+/// `path`'s name under a root's own name, where it lies in one of the roots' `other_names`.
+fn own_name(path: &Path, other_names: &[(PathBuf, PathBuf)]) -> Option<PathBuf> {
+    other_names.iter().find_map(|(other, own)| {
+        let rest = path.strip_prefix(other).ok()?;
+        Some(if rest.as_os_str().is_empty() {
+            own.clone()
+        } else {
+            own.join(rest)
+        })
+    })
+}
+
+/// `pins` with each found at a root's other name laid at its own name instead (the same
+/// path pinned by both names once, read-only winning).
+fn by_own_names(pins: Vec<Protected>, input: &ProtectInput<'_>) -> Vec<Protected> {
+    let in_a_root = |p: &Path| input.writable.iter().any(|r| p.starts_with(r));
+    let mut out: Vec<Protected> = Vec::with_capacity(pins.len());
+    for mut pin in pins {
+        if !in_a_root(&pin.path) {
+            if let Some(own) = own_name(&pin.path, input.other_names) {
+                pin.path = own;
+            }
+        }
+        match out.iter_mut().find(|p| p.path == pin.path) {
+            Some(known) => {
+                known.writable &= pin.writable;
+                if known.placeholder.is_none() {
+                    known.placeholder = pin.placeholder;
+                }
+            }
+            None => out.push(pin),
+        }
+    }
+    out
 }
 
 /// The configuration every repository reads besides its own: the system and global files
@@ -748,6 +818,7 @@ mod tests {
             homes: &[],
             extra: &[],
             allow_git_writes: false,
+            other_names: &[],
         })
         .map(|p| p.pinned)
     }
@@ -811,6 +882,7 @@ mod tests {
             homes: std::slice::from_ref(&ws),
             extra: &[],
             allow_git_writes: false,
+            other_names: &[],
         })
         .map(|p| p.pinned)
         .unwrap();
@@ -903,6 +975,7 @@ mod tests {
             homes: &[],
             extra: &[],
             allow_git_writes: true,
+            other_names: &[],
         })
         .map(|p| p.pinned)
         .unwrap()
@@ -992,6 +1065,7 @@ mod tests {
             homes: &[],
             extra: &[],
             allow_git_writes: true,
+            other_names: &[],
         };
         match protected_paths(&input) {
             Err(WrapperError::GitDataHardLink { path, links, .. }) => {

@@ -38,6 +38,7 @@ pub struct ProtectRequest {
     pub homes: Vec<PathBuf>,
     pub extra: Vec<PathBuf>,
     pub allow_git_writes: bool,
+    pub other_names: Vec<(PathBuf, PathBuf)>,
 }
 
 impl ProtectRequest {
@@ -50,6 +51,7 @@ impl ProtectRequest {
             homes: input.homes.to_vec(),
             extra: input.extra.to_vec(),
             allow_git_writes: input.allow_git_writes,
+            other_names: input.other_names.to_vec(),
         }
     }
 
@@ -62,6 +64,7 @@ impl ProtectRequest {
             homes: &self.homes,
             extra: &self.extra,
             allow_git_writes: self.allow_git_writes,
+            other_names: &self.other_names,
         }
     }
 }
@@ -222,6 +225,7 @@ mod tests {
             homes: Vec::new(),
             extra: Vec::new(),
             allow_git_writes: true,
+            other_names: Vec::new(),
         };
         Recheck::new(request, &pinned, &[], basis, &[PathBuf::from("/ws/vendor")])
     }
@@ -338,6 +342,7 @@ mod tests {
             homes: &[],
             extra: &[],
             allow_git_writes,
+            other_names: &[],
         };
         let protection = super::super::protected_paths(&input).unwrap();
         Recheck::new(

@@ -355,3 +355,66 @@ fn read_only_views_and_bound_parts_of_the_workspace_change_nothing() {
     assert_eq!(stdout(&out), "DONE\n", "{}", stderr(&out));
     assert!(dir.join("ws/sub/.git").is_dir());
 }
+
+/// The workspace bound twice inside a repository, one bind inside the other: the hooks
+/// directory the repository names through the inner one is pinned at the workspace's
+/// own name for that bind, not mapped through the outer one.
+#[test]
+fn a_pin_found_through_nested_binds_is_laid_where_it_shows() {
+    TestDir::remove_leftovers_outside_tmp("names-nested");
+    let dir = TestDir::outside_tmp("names-nested");
+    let repo = dir.join("srv");
+    for d in ["srv/a", "ws/b", "home"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    crate::support::git(&repo, &["init", "-q"]);
+    crate::support::git(&repo, &["config", "core.hooksPath", "a/b/hooks"]);
+    let at = |p: &str| dir.join(p).display().to_string();
+    let setup = format!(
+        "mount --bind {ws} {srv}/a && mount --bind {ws} {srv}/a/b",
+        ws = at("ws"),
+        srv = at("srv"),
+    );
+    let Some(out) = in_own_mounts(
+        &dir,
+        &setup,
+        &at("ws"),
+        &at("home"),
+        "",
+        "mkdir -p hooks 2>/dev/null; (echo evil > hooks/pre-commit) 2>/dev/null \
+         && echo PLANTED; touch ok && echo CONTROL",
+    ) else {
+        return;
+    };
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(!dir.join("ws/hooks/pre-commit").exists());
+}
+
+/// While such a run goes on, the repository names a new hooks directory under the one
+/// already pinned at the workspace's own name: covered, so the run goes on (a new one
+/// outside it stops the run, as by the workspace's own name).
+#[test]
+fn the_recheck_during_a_run_judges_by_the_roots_own_name() {
+    TestDir::remove_leftovers_outside_tmp("names-recheck");
+    let dir = TestDir::outside_tmp("names-recheck");
+    let repo = dir.join("repo");
+    for d in ["repo/sub", "alias", "home"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    crate::support::git(&repo, &["init", "-q"]);
+    let at = |p: &str| dir.join(p).display().to_string();
+    for (then, code) in [("sub/hooks/inner", Some(0)), ("sub/other", Some(125))] {
+        crate::support::git(&repo, &["config", "core.hooksPath", "sub/hooks"]);
+        let setup = format!(
+            "mount --bind {repo}/sub {alias} && \
+             {{ (sleep 1; git -C {repo} config core.hooksPath {then}) & }}",
+            repo = at("repo"),
+            alias = at("alias"),
+        );
+        let Some(out) = in_own_mounts(&dir, &setup, &at("alias"), &at("home"), "", "sleep 3")
+        else {
+            return;
+        };
+        assert_eq!(out.status.code(), code, "{then}: {}", stderr(&out));
+    }
+}

@@ -366,6 +366,11 @@ const LINK_SCAN_SKIP: &[&str] = &[
     ".local/share/containers",
     ".local/share/Trash",
     ".local/share/baloo",
+    // Package stores whose files are hard-linked into each project (pnpm, bun): their
+    // other names are in every project, and each would be pinned.
+    ".local/share/pnpm",
+    ".pnpm-store",
+    ".bun/install/cache",
     ".local/share/akonadi",
 ];
 

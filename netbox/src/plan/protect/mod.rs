@@ -46,7 +46,7 @@ pub mod recheck;
 mod repositories;
 pub mod sources;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
@@ -447,12 +447,17 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
     if !input.other_names.is_empty() {
         found.out = by_own_names(std::mem::take(&mut found.out), input);
         let in_a_root = |p: &Path| input.writable.iter().any(|r| p.starts_with(r));
-        for dir in &mut found.git_data.dirs {
-            if in_a_root(dir) {
+        let paths = found
+            .git_data
+            .dirs
+            .iter_mut()
+            .chain(found.basis.needs.iter_mut().map(|(path, _)| path));
+        for path in paths {
+            if in_a_root(path) {
                 continue;
             }
-            if let Some(own) = own_name(dir, input.other_names) {
-                *dir = own;
+            if let Some(own) = own_name(path, input.other_names) {
+                *path = own;
             }
         }
     }
@@ -472,15 +477,19 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
     })
 }
 
-/// `path`'s name under a root's own name, where it lies in one of the roots' `other_names`.
+/// `path`'s name under a root's own name, where it lies in one of the roots' `other_names`:
+/// through the deepest that holds it (one bind of the workspace inside another shows the
+/// path at its own place, which the outer one's mapping would miss).
 fn own_name(path: &Path, other_names: &[(PathBuf, PathBuf)]) -> Option<PathBuf> {
-    other_names.iter().find_map(|(other, own)| {
-        let rest = path.strip_prefix(other).ok()?;
-        Some(if rest.as_os_str().is_empty() {
-            own.clone()
-        } else {
-            own.join(rest)
-        })
+    let (other, own) = other_names
+        .iter()
+        .filter(|(other, _)| path.starts_with(other))
+        .max_by_key(|(other, _)| other.components().count())?;
+    let rest = path.strip_prefix(other).ok()?;
+    Some(if rest.as_os_str().is_empty() {
+        own.clone()
+    } else {
+        own.join(rest)
     })
 }
 
@@ -489,20 +498,25 @@ fn own_name(path: &Path, other_names: &[(PathBuf, PathBuf)]) -> Option<PathBuf> 
 fn by_own_names(pins: Vec<Protected>, input: &ProtectInput<'_>) -> Vec<Protected> {
     let in_a_root = |p: &Path| input.writable.iter().any(|r| p.starts_with(r));
     let mut out: Vec<Protected> = Vec::with_capacity(pins.len());
+    let mut at: HashMap<PathBuf, usize> = HashMap::with_capacity(pins.len());
     for mut pin in pins {
         if !in_a_root(&pin.path) {
             if let Some(own) = own_name(&pin.path, input.other_names) {
                 pin.path = own;
             }
         }
-        match out.iter_mut().find(|p| p.path == pin.path) {
-            Some(known) => {
+        match at.get(&pin.path) {
+            Some(&i) => {
+                let known = &mut out[i];
                 known.writable &= pin.writable;
                 if known.placeholder.is_none() {
                     known.placeholder = pin.placeholder;
                 }
             }
-            None => out.push(pin),
+            None => {
+                at.insert(pin.path.clone(), out.len());
+                out.push(pin);
+            }
         }
     }
     out

@@ -278,8 +278,9 @@ fn other_names_under_run_private_tmp_and_of_policy_files_are_handled() {
     std::fs::write(dir.join("ws/allow.toml"), "allow = []\n").unwrap();
     let at = |p: &str| dir.join(p).display().to_string();
     let secret = format!("/tmp/netbox-names-{}", std::process::id());
+    let run_dir = format!("/run/netbox-names-{}", std::process::id());
     let setup = format!(
-        "mkdir -p /run/netbox-names-test {secret} && mount --bind / /run/netbox-names-test && \
+        "mkdir -p {run_dir} {secret} && mount --bind / {run_dir} && \
          echo SECRET > {secret}/key && mount --bind {secret} {alias_tmp} && \
          mount --bind {ws} {alias_ws}",
         alias_tmp = at("alias-tmp"),
@@ -310,6 +311,7 @@ fn other_names_under_run_private_tmp_and_of_policy_files_are_handled() {
         return;
     };
     let _ = std::fs::remove_dir_all(&secret);
+    let _ = std::fs::remove_dir(&run_dir);
     assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
     assert_eq!(
         std::fs::read_to_string(dir.join("ws/allow.toml")).unwrap(),
@@ -317,6 +319,7 @@ fn other_names_under_run_private_tmp_and_of_policy_files_are_handled() {
     );
     let out = run(&format!("--log {}/run.jsonl", at("alias-ws")), "true").unwrap();
     let _ = std::fs::remove_dir_all(&secret);
+    let _ = std::fs::remove_dir(&run_dir);
     assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("is inside the writable root"),
@@ -417,4 +420,44 @@ fn the_recheck_during_a_run_judges_by_the_roots_own_name() {
         };
         assert_eq!(out.status.code(), code, "{then}: {}", stderr(&out));
     }
+}
+
+/// A hooks directory a repository names through another name of the workspace under
+/// /run (which the sandbox has its own of, but the host's git goes by the host's): pinned
+/// at the workspace's own name all the same.
+#[test]
+fn a_pin_named_through_a_name_under_run_is_laid_at_the_roots_own_name() {
+    TestDir::remove_leftovers_outside_tmp("names-run");
+    let dir = TestDir::outside_tmp("names-run");
+    let repo = dir.join("srv");
+    for d in ["srv/x", "ws", "home"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let run_dir = format!("/run/netbox-names-run-{}", std::process::id());
+    crate::support::git(&repo, &["init", "-q"]);
+    crate::support::git(
+        &repo,
+        &["config", "core.hooksPath", &format!("{run_dir}/hooks")],
+    );
+    let at = |p: &str| dir.join(p).display().to_string();
+    let setup = format!(
+        "mkdir -p {run_dir} && mount --bind {ws} {srv}/x && mount --bind {ws} {run_dir}",
+        ws = at("ws"),
+        srv = at("srv"),
+    );
+    let out = in_own_mounts(
+        &dir,
+        &setup,
+        &at("ws"),
+        &at("home"),
+        "",
+        "mkdir -p hooks 2>/dev/null; (echo evil > hooks/pre-commit) 2>/dev/null \
+         && echo PLANTED; touch ok && echo CONTROL",
+    );
+    let _ = std::fs::remove_dir(&run_dir);
+    let Some(out) = out else {
+        return;
+    };
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+    assert!(!dir.join("ws/hooks/pre-commit").exists());
 }

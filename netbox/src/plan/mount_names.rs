@@ -21,6 +21,11 @@ use std::path::{Path, PathBuf};
 /// host name there does not show in it.
 const NOT_THE_HOSTS: &[&str] = &["/dev", "/proc", "/run", "/sys"];
 
+/// Whether the host's `path` shows in the sandbox at all (to hide it there, say).
+pub fn shows_in_sandbox(path: &Path) -> bool {
+    !NOT_THE_HOSTS.iter().any(|n| path.starts_with(n))
+}
+
 /// One line of the mount table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Mount {
@@ -175,7 +180,8 @@ impl MountTable {
     }
 
     /// Every other path that shows `path` (canonical; a file or a directory) whole, and
-    /// every mount point that shows a part of it; none where the sandbox has its own.
+    /// every mount point that shows a part of it (under /run too: the sandbox has its own
+    /// there, but the host's programs go by the host's: [`shows_in_sandbox`]).
     pub fn other_names(&self, path: &Path) -> OtherNames {
         self.other_names_where(path, &|_| true)
     }
@@ -228,11 +234,8 @@ impl MountTable {
                 }
             }
         }
-        let the_hosts = |name: &Path| !NOT_THE_HOSTS.iter().any(|n| name.starts_with(n));
-        names.whole.retain(|n| the_hosts(n));
         names.whole.sort();
         names.whole.dedup();
-        names.parts.retain(|(n, _)| the_hosts(n));
         names.parts.sort();
         names.parts.dedup();
         names

@@ -67,6 +67,7 @@ pub(super) fn child_plan(
         .iter()
         .chain(&config.cache_covers)
         .flat_map(|path| table.other_names(path).all().cloned().collect::<Vec<_>>())
+        .filter(|name| crate::plan::mount_names::shows_in_sandbox(name))
         .collect();
     let pinned_elsewhere: Vec<PathBuf> = protected
         .iter()

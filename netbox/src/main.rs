@@ -119,7 +119,7 @@ fn say_unless_blocked(line: &[u8]) {
 
 /// Raises the soft limit on open files to the hard one: a run holds one fd for each
 /// writable root until its sandbox is set up, and a home split into its entries
-/// (homesplit.rs) can have more than the usual soft limit of 1024.
+/// (homesplit/) can have more than the usual soft limit of 1024.
 fn raise_open_file_limit() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {

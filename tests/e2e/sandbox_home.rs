@@ -1,7 +1,7 @@
 //! A writable home: a writable root that is, or holds, the home
 //! directory is refused, with the reason and what to do; with `--allow-home-write`, home's
 //! top level, its hidden files and the places holding code stay read-only and only its
-//! data is writable (homesplit.rs); a part of home made writable by name keeps the places
+//! data is writable (homesplit/); a part of home made writable by name keeps the places
 //! that run code pinned. Each with its control.
 
 use std::path::Path;

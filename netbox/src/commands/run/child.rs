@@ -276,7 +276,7 @@ pub(super) fn child_plan(
 }
 
 pub(super) fn startup_line(config: &SandboxConfig) -> String {
-    // A home split into its writable entries is said as one (homesplit.rs).
+    // A home split into its writable entries is said as one (homesplit/).
     let in_split = |r: &Path| config.home_split.iter().any(|s| r.starts_with(&s.home));
     let mut roots: Vec<String> = config
         .write_roots

@@ -50,10 +50,10 @@ pub struct SandboxConfig {
     /// Allowlists (includes too) and `--env-file` files that lie inside a writable root,
     /// canonical: pinned read-only, so CMD cannot rewrite the next run's policy.
     pub policy_inputs: Vec<PathBuf>,
-    /// Homes made writable on request (homesplit.rs): each, how many of its entries are
+    /// Homes made writable on request (homesplit/): each, how many of its entries are
     /// writable roots, and the places holding code inside those, pinned.
     pub home_split: Vec<HomeSplit>,
-    /// The caller's homes (homesplit.rs): `$HOME` and the account's.
+    /// The caller's homes (homesplit/): `$HOME` and the account's.
     pub homes: Vec<PathBuf>,
     pub allow_git_writes: bool,
     pub allow_nested_userns: bool,
@@ -129,7 +129,7 @@ impl SandboxConfig {
         }
         let (requested_roots, write_roots) = writable_roots(&args, &workspace)?;
         // A writable home lets CMD plant code that runs later, outside the sandbox: only
-        // on request, and then split into what may be written (homesplit.rs).
+        // on request, and then split into what may be written (homesplit/).
         let homes = crate::plan::homesplit::homes();
         let (mut write_roots, mut home_split) =
             split_homes(outermost(write_roots), &homes, args.allow_home_write)?;

@@ -158,7 +158,7 @@ pub(super) fn outermost(mut roots: Vec<PathBuf>) -> Vec<PathBuf> {
     roots
 }
 
-/// A home split into writable entries (homesplit.rs).
+/// A home split into writable entries (homesplit/).
 #[derive(Debug, Clone)]
 pub struct HomeSplit {
     pub home: PathBuf,
@@ -172,7 +172,7 @@ pub struct HomeSplit {
 }
 
 /// Replaces each writable root that is, or holds, one of the caller's homes by the
-/// entries that may be written (homesplit.rs), or refuses it without
+/// entries that may be written (homesplit/), or refuses it without
 /// `--allow-home-write`. A root holds a home by path, or as another name for the same
 /// directory (a bind mount of home, or of a directory above it). Also refuses, without the
 /// flag, a root that is one of home's shared configuration or data directories

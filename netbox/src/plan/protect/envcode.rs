@@ -1,5 +1,5 @@
 //! The places under a home that the environment names for code (`PATH`, `EDITOR`,
-//! `LESSOPEN`, ...: homesplit.rs finds them), where a writable root holds one: judged where
+//! `LESSOPEN`, ...: homesplit/ finds them), where a writable root holds one: judged where
 //! each really is, since the name the environment gives may lead through a link (`~/tools`
 //! to `/data/tools`, with `--write ~/tools`), and the root is where the link leads.
 //!
@@ -49,7 +49,7 @@ impl Found<'_> {
                 .cloned()
             else {
                 // A whole root cannot be pinned and still be written, and every place
-                // named in a root names the root too (homesplit.rs takes the entry after
+                // named in a root names the root too (homesplit/ takes the entry after
                 // home's path as a name, for names with spaces): watched, it would be
                 // said of every run. Not covered: docs/running.md.
                 continue;

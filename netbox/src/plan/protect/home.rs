@@ -1,7 +1,7 @@
 //! The places under a home directory that run code later, outside the sandbox: pinned
 //! read-only wherever a writable root holds one (`--write ~/.config`, say), with a
 //! placeholder where one is missing (at its first missing component). A writable home
-//! itself never holds one: it is split so that only data is writable (homesplit.rs); this
+//! itself never holds one: it is split so that only data is writable (homesplit/); this
 //! list is for the places a user makes writable by name.
 //!
 //! Chosen by what reads them without asking: shells and login sessions, the desktop and

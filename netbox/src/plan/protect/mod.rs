@@ -221,7 +221,7 @@ pub struct ProtectInput<'a> {
     pub write_roots: &'a [PathBuf],
     /// Every writable root (a shared host `/tmp` too): pins matter only inside these.
     pub writable: &'a [PathBuf],
-    /// The writable roots a home was split into (homesplit.rs): a repository at the top
+    /// The writable roots a home was split into (homesplit/): a repository at the top
     /// of each is pinned like the workspace's; the other protected names there are
     /// pinned where they exist (no placeholders are laid at the top of every entry of a
     /// home).
@@ -403,7 +403,7 @@ fn choose(input: &ProtectInput<'_>, needs: Needs) -> Result<Protection, WrapperE
         }
     }
     // The places under home that run code later, wherever a writable root holds one
-    // (`--write ~/.config`; a writable home itself is split so that none is: homesplit.rs).
+    // (`--write ~/.config`; a writable home itself is split so that none is: homesplit/).
     for home in input.homes {
         for (name, leaf) in home::CODE_PATHS {
             for path in home::places(home, name) {
@@ -753,7 +753,7 @@ impl Found<'_> {
         for name in protected_names() {
             let path = root.join(name);
             // Where it is read-only anyway (the top of a home split into its entries,
-            // homesplit.rs), there is nothing to pin, a symlink included.
+            // homesplit/), there is nothing to pin, a symlink included.
             if !self.writable(&path) {
                 continue;
             }

@@ -81,9 +81,11 @@ pub enum WrapperError {
     HomeWritable { root: PathBuf, home: PathBuf },
     #[error("the writable root {} holds the settings or data of every program of yours, where CMD could plant code that runs later outside the sandbox", root.display())]
     SharedHomeDirWritable { root: PathBuf },
-    #[error("{} cannot be a writable root: {}", crate::printable::printable(&root.to_string_lossy()), kept_as.why(root, kept))]
+    #[error("{} cannot be a writable root: {}{}", crate::printable::printable(&root.to_string_lossy()), seen_as.as_ref().map(|other| format!("it shows at {} too (a bind mount), and there ", printable_path(other))).unwrap_or_default(), kept_as.why(seen_as.as_deref().unwrap_or(root), kept))]
     RootKeptReadOnly {
         root: PathBuf,
+        /// The root's other name that lies in the kept path, where its own does not.
+        seen_as: Option<PathBuf>,
         kept: PathBuf,
         kept_as: KeptAs,
     },

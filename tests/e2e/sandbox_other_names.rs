@@ -461,3 +461,34 @@ fn a_pin_named_through_a_name_under_run_is_laid_at_the_roots_own_name() {
     assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
     assert!(!dir.join("ws/hooks/pre-commit").exists());
 }
+
+/// A workspace that shows, by another name, a directory lying in a hidden or read-only
+/// path is refused in one line naming both, as it is by its own name; a control runs.
+#[test]
+fn a_root_showing_a_hidden_or_read_only_place_is_refused_in_one_line() {
+    TestDir::remove_leftovers_outside_tmp("names-kept");
+    let dir = TestDir::outside_tmp("names-kept");
+    for d in ["secret/ws", "w", "home"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let at = |p: &str| dir.join(p).display().to_string();
+    let setup = format!("mount --bind {} {}", at("secret/ws"), at("w"));
+    let run =
+        |args: &str, script: &str| in_own_mounts(&dir, &setup, &at("w"), &at("home"), args, script);
+    for (flag, says) in [
+        ("--hide", "which the sandbox hides"),
+        ("--ro", "which --ro makes read-only"),
+    ] {
+        let Some(out) = run(&format!("{flag} {}", at("secret")), "true") else {
+            return;
+        };
+        assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("it shows at {} too", at("secret/ws"))) && err.contains(says),
+            "{err}"
+        );
+    }
+    let out = run("", "touch x && echo CONTROL").unwrap();
+    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
+}

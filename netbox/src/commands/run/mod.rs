@@ -149,6 +149,26 @@ pub fn run_reporting(
         &config.read_only,
         &config.hide,
     )?;
+    // And by their other names: a root that shows a directory lying in a hidden or
+    // read-only path would get that path's cover (mount_names.rs), and fail the probe.
+    for (other, own) in other_names.iter().filter(|(_, own)| roots.contains(own)) {
+        let kept = protect::refuse_roots_kept_read_only(
+            std::slice::from_ref(other),
+            &protected,
+            &config.protect,
+            &config.read_only,
+            &config.hide,
+        );
+        if let Err(WrapperError::RootKeptReadOnly { kept, kept_as, .. }) = kept {
+            return Err(WrapperError::RootKeptReadOnly {
+                root: own.clone(),
+                seen_as: Some(other.clone()),
+                kept,
+                kept_as,
+            });
+        }
+        kept?;
+    }
     let canary = pick_canary(&config)?;
     let log = open_run_log(&config, canary)?;
     // What is pinned read-only (the parts of a git directory left writable inside its pin

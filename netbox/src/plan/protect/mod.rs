@@ -299,6 +299,7 @@ pub fn refuse_roots_kept_read_only(
     match refused {
         Some((root, kept, kept_as)) => Err(WrapperError::RootKeptReadOnly {
             root: root.clone(),
+            seen_as: None,
             kept: kept.clone(),
             kept_as,
         }),

@@ -261,6 +261,42 @@ pub fn name_in_roots(
     Ok(found)
 }
 
+/// How many other names a writable root may have: each is looked at for what needs
+/// pinning (a host binding one directory at thousands of places would slow every run).
+const MOST_OTHER_NAMES: usize = 64;
+
+/// Each writable root's other names that lie outside every root, with what each shows by
+/// the root's own name.
+pub fn roots_other_names(
+    roots: &[PathBuf],
+) -> Result<Vec<(PathBuf, PathBuf)>, crate::error::WrapperError> {
+    let table = host()?;
+    let mut pairs: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for root in roots {
+        let names = table.other_names(root);
+        let outside: Vec<(PathBuf, PathBuf)> = names
+            .pairs(root)
+            .into_iter()
+            .filter(|(other, _)| !roots.iter().any(|r| other.starts_with(r)))
+            .collect();
+        if outside.len() > MOST_OTHER_NAMES {
+            let shown = |p: &Path| crate::printable::printable(&p.to_string_lossy());
+            let (other, own) = &outside[0];
+            return Err(crate::error::WrapperError::Usage(format!(
+                "the writable root {} (or a part of it) shows at {} other paths (bind \
+                 mounts: {} shows {}, ...), more than the {MOST_OTHER_NAMES} netbox looks \
+                 at; choose a root mounted at fewer places",
+                shown(root),
+                outside.len(),
+                shown(other),
+                shown(own),
+            )));
+        }
+        pairs.extend(outside);
+    }
+    Ok(pairs)
+}
+
 /// `base` joined with `rest`, with no `/` added after it for an empty rest.
 fn join(base: &Path, rest: &Path) -> PathBuf {
     if rest.as_os_str().is_empty() {

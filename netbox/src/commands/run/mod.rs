@@ -93,7 +93,7 @@ pub fn run_reporting(
     let home = crate::plan::config::home_dir();
     // The other names (hard links) of a split home's kept files, wherever a root holds
     // one (a workspace inside an entry kept for holding one is a root of its own).
-    let links = kept_links_in_roots(&config)?;
+    let links = crate::plan::config::kept_links_in_roots(&config)?;
     let extra: Vec<PathBuf> = config
         .protect
         .iter()
@@ -109,7 +109,7 @@ pub fn run_reporting(
     // A root's other names (a bind mount shows it, or a part of it, elsewhere too) are
     // written with it: what is found by path there (the repository it lies in, a hooks
     // directory a config names by that path) is pinned at the root's own name.
-    let other_names = roots_other_names(&config.write_roots)?;
+    let other_names = crate::plan::mount_names::roots_other_names(&config.write_roots)?;
     let protect_input = ProtectInput {
         write_roots: &config.requested_roots,
         writable: &config.write_roots,
@@ -532,63 +532,4 @@ fn start_inspection(
         .send(&handshake::SyncMsg::Trust { ca_pem }, &[])
         .map_err(WrapperError::Handshake)?;
     Ok(Arc::new(inspector))
-}
-
-/// How many other names (hard links) of a split home's kept files netbox pins in the
-/// roots, one mount each: a store of packages linked into a project has thousands.
-const MOST_KEPT_LINKS: usize = 256;
-
-/// The other names (hard links) of a split home's kept files that the roots hold.
-fn kept_links_in_roots(config: &SandboxConfig) -> Result<Vec<PathBuf>, WrapperError> {
-    let links: Vec<PathBuf> = config
-        .home_split
-        .iter()
-        .flat_map(|s| &s.links)
-        .filter(|l| config.write_roots.iter().any(|r| l.starts_with(r)))
-        .cloned()
-        .collect();
-    if links.len() > MOST_KEPT_LINKS {
-        return Err(WrapperError::Usage(format!(
-            "the writable roots hold {} other names (hard links) of files kept read-only in \
-             your home, such as {}, more than the {MOST_KEPT_LINKS} netbox pins one by one; \
-             --write the directories CMD needs instead of the home",
-            links.len(),
-            crate::printable::printable(&links[0].to_string_lossy()),
-        )));
-    }
-    Ok(links)
-}
-
-/// How many other names a writable root may have: each is looked at for what needs
-/// pinning (a host binding one directory at thousands of places would slow every run).
-const MOST_OTHER_NAMES: usize = 64;
-
-/// Each writable root's other names that lie outside every root, with what each shows by
-/// the root's own name (mount_names.rs).
-fn roots_other_names(roots: &[PathBuf]) -> Result<Vec<(PathBuf, PathBuf)>, WrapperError> {
-    let table = crate::plan::mount_names::host()?;
-    let mut pairs: Vec<(PathBuf, PathBuf)> = Vec::new();
-    for root in roots {
-        let names = table.other_names(root);
-        let outside: Vec<(PathBuf, PathBuf)> = names
-            .pairs(root)
-            .into_iter()
-            .filter(|(other, _)| !roots.iter().any(|r| other.starts_with(r)))
-            .collect();
-        if outside.len() > MOST_OTHER_NAMES {
-            let shown = |p: &std::path::Path| crate::printable::printable(&p.to_string_lossy());
-            let (other, own) = &outside[0];
-            return Err(WrapperError::Usage(format!(
-                "the writable root {} (or a part of it) shows at {} other paths (bind \
-                 mounts: {} shows {}, ...), more than the {MOST_OTHER_NAMES} netbox looks \
-                 at; choose a root mounted at fewer places",
-                shown(root),
-                outside.len(),
-                shown(other),
-                shown(own),
-            )));
-        }
-        pairs.extend(outside);
-    }
-    Ok(pairs)
 }

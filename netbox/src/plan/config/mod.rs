@@ -486,6 +486,31 @@ fn refuse_what_cannot_run(args: &RunArgs) -> Result<(), WrapperError> {
     Ok(())
 }
 
+/// How many other names (hard links) of a split home's kept files netbox pins in the
+/// roots, one mount each: a store of packages linked into a project has thousands.
+const MOST_KEPT_LINKS: usize = 256;
+
+/// The other names (hard links) of a split home's kept files that the roots hold.
+pub fn kept_links_in_roots(config: &SandboxConfig) -> Result<Vec<PathBuf>, WrapperError> {
+    let links: Vec<PathBuf> = config
+        .home_split
+        .iter()
+        .flat_map(|s| &s.links)
+        .filter(|l| config.write_roots.iter().any(|r| l.starts_with(r)))
+        .cloned()
+        .collect();
+    if links.len() > MOST_KEPT_LINKS {
+        return Err(WrapperError::Usage(format!(
+            "the writable roots hold {} other names (hard links) of files kept read-only in \
+             your home, such as {}, more than the {MOST_KEPT_LINKS} netbox pins one by one; \
+             --write the directories CMD needs instead of the home",
+            links.len(),
+            crate::printable::printable(&links[0].to_string_lossy()),
+        )));
+    }
+    Ok(links)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

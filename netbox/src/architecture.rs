@@ -18,6 +18,7 @@ const LAYERS: &[&[&str]] = &[
         "error",
         "output",
         "printable",
+        "paths",
         "terminal",
         "limits",
         "cpu",

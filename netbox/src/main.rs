@@ -29,6 +29,7 @@ mod cpu;
 mod error;
 mod limits;
 mod output;
+mod paths;
 mod place;
 mod plan;
 mod printable;

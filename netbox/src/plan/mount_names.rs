@@ -17,6 +17,8 @@ use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::paths::join_below;
+
 /// Where the sandbox has its own (`/run`, `/dev`, `/proc`) or the kernel's (`/sys`): a
 /// host name there does not show in it.
 const NOT_THE_HOSTS: &[&str] = &["/dev", "/proc", "/run", "/sys"];
@@ -204,7 +206,7 @@ impl MountTable {
             return names;
         }
         let rest = path.strip_prefix(&own.point).unwrap_or(Path::new(""));
-        let in_fs = join(&own.root, rest);
+        let in_fs = join_below(&own.root, rest);
         let id = identity(path);
         // Mounts showing it whole: their root is it or holds it.
         for shown in in_fs.ancestors() {
@@ -213,7 +215,7 @@ impl MountTable {
             };
             let below = in_fs.strip_prefix(shown).unwrap_or(Path::new(""));
             for &i in at {
-                let name = join(&self.mounts[i].point, below);
+                let name = join_below(&self.mounts[i].point, below);
                 if name != path && wanted(&name) && id.is_some() && identity(&name) == id {
                     names.whole.push(name);
                 }
@@ -226,7 +228,7 @@ impl MountTable {
             .skip_while(|((_, root), _)| *root == in_fs)
             .take_while(|((device, root), _)| *device == own.device && root.starts_with(&in_fs));
         for ((_, root), at) in inside {
-            let own_name = join(path, root.strip_prefix(&in_fs).unwrap_or(Path::new("")));
+            let own_name = join_below(path, root.strip_prefix(&in_fs).unwrap_or(Path::new("")));
             for &i in at {
                 let other = &self.mounts[i];
                 if other.point != own_name && wanted(&other.point) && self.shows(other) {
@@ -295,15 +297,6 @@ pub fn roots_other_names(
         pairs.extend(outside);
     }
     Ok(pairs)
-}
-
-/// `base` joined with `rest`, with no `/` added after it for an empty rest.
-fn join(base: &Path, rest: &Path) -> PathBuf {
-    if rest.as_os_str().is_empty() {
-        base.to_owned()
-    } else {
-        base.join(rest)
-    }
 }
 
 /// Device and inode, following no link at the end (a name that is a link shows nothing

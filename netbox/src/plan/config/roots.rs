@@ -199,12 +199,7 @@ pub(super) fn split_homes(
                 (id(a) == Some(root_id)).then(|| {
                     // No `/` after it for home itself (it names the home in messages).
                     let below = h.strip_prefix(a).unwrap_or(Path::new(""));
-                    let seen_as = if below.as_os_str().is_empty() {
-                        r.to_owned()
-                    } else {
-                        r.join(below)
-                    };
-                    (h.clone(), seen_as)
+                    (h.clone(), crate::paths::join_below(r, below))
                 })
             })
         })

@@ -288,15 +288,6 @@ pub(crate) fn expand_variables(text: &str, lookup: &dyn Fn(&str) -> Option<Strin
     out
 }
 
-/// `base` joined with `rest`, with no `/` after it for an empty rest.
-fn join_rest(base: &Path, rest: &Path) -> PathBuf {
-    if rest.as_os_str().is_empty() {
-        base.to_owned()
-    } else {
-        base.join(rest)
-    }
-}
-
 /// `path` with its longest existing prefix resolved (symlinks and all), the rest as is.
 pub fn resolve_existing_prefix(path: &Path) -> PathBuf {
     PrefixResolver::default().resolve(path)
@@ -334,10 +325,9 @@ impl PrefixResolver {
             let Some(real) = real else {
                 continue;
             };
-            // Not `join` of an empty rest: that would end a file's path in `/`.
             return match path.strip_prefix(prefix) {
-                Ok(rest) if !rest.as_os_str().is_empty() => real.join(rest),
-                _ => real,
+                Ok(rest) => crate::paths::join_below(&real, rest),
+                Err(_) => real,
             };
         }
         path.to_owned()
@@ -410,7 +400,7 @@ pub fn split(
     // is on PATH, are kept read-only too: by home's own path, as the look above names
     // them.
     let in_real_home = |path: &Path| match path.strip_prefix(home) {
-        Ok(rest) => join_rest(real_home, rest),
+        Ok(rest) => crate::paths::join_below(real_home, rest),
         Err(_) => path.to_owned(),
     };
     let mut code_dirs: Vec<PathBuf> = code.iter().map(|c| in_real_home(c)).collect();

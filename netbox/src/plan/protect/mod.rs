@@ -487,11 +487,7 @@ fn own_name(path: &Path, other_names: &[(PathBuf, PathBuf)]) -> Option<PathBuf> 
         .filter(|(other, _)| path.starts_with(other))
         .max_by_key(|(other, _)| other.components().count())?;
     let rest = path.strip_prefix(other).ok()?;
-    Some(if rest.as_os_str().is_empty() {
-        own.clone()
-    } else {
-        own.join(rest)
-    })
+    Some(crate::paths::join_below(own, rest))
 }
 
 /// `pins` with each found at a root's other name laid at its own name instead (the same

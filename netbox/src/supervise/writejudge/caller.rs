@@ -321,11 +321,7 @@ pub(super) fn magic_link_target(
     if !target.is_absolute() {
         return None;
     }
-    Some(if rest.as_os_str().is_empty() {
-        target
-    } else {
-        target.join(rest)
-    })
+    Some(crate::paths::join_below(&target, &rest))
 }
 
 /// The thread group of the thread `pid` (the host's number): its leader as the host

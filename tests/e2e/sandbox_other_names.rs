@@ -6,6 +6,7 @@
 //! Each with its control. Bind mounts need root: each test makes its own in a mount
 //! namespace of its own (`unshare -m`), so nothing is left on the host.
 
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use crate::support::{netbox_bin, stderr, stdout, TestDir};
@@ -40,6 +41,18 @@ fn in_own_mounts(
             .output()
             .expect("unshare is needed"),
     )
+}
+
+/// CMD tries to plant a pre-commit hook in the workspace's `hooks` (made if missing); the
+/// control touches a file beside it.
+const PLANT_A_HOOK: &str = "mkdir -p hooks 2>/dev/null; (echo evil > hooks/pre-commit) \
+                            2>/dev/null && echo PLANTED; touch ok && echo CONTROL";
+
+/// [`PLANT_A_HOOK`] planted nothing in the workspace `ws`, and its control wrote there.
+fn assert_no_hook_planted(out: &Output, ws: &Path) {
+    assert_eq!(stdout(out), "CONTROL\n", "{}", stderr(out));
+    assert!(!ws.join("hooks/pre-commit").exists());
+    assert!(ws.join("ok").exists());
 }
 
 #[test]
@@ -211,14 +224,11 @@ fn a_repository_a_root_lies_in_by_another_name_keeps_its_code_pinned() {
         &alias,
         &dir.join("home").display().to_string(),
         "",
-        "mkdir -p hooks 2>/dev/null; (echo evil > hooks/pre-commit) 2>/dev/null \
-         && echo PLANTED; touch ok && echo CONTROL",
+        PLANT_A_HOOK,
     ) else {
         return;
     };
-    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
-    assert!(!repo.join("sub/hooks/pre-commit").exists());
-    assert!(repo.join("sub/ok").exists());
+    assert_no_hook_planted(&out, &repo.join("sub"));
 }
 
 /// The mount the kernel shows at a point decides, not the table's order: a mount that
@@ -378,19 +388,10 @@ fn a_pin_found_through_nested_binds_is_laid_where_it_shows() {
         ws = at("ws"),
         srv = at("srv"),
     );
-    let Some(out) = in_own_mounts(
-        &dir,
-        &setup,
-        &at("ws"),
-        &at("home"),
-        "",
-        "mkdir -p hooks 2>/dev/null; (echo evil > hooks/pre-commit) 2>/dev/null \
-         && echo PLANTED; touch ok && echo CONTROL",
-    ) else {
+    let Some(out) = in_own_mounts(&dir, &setup, &at("ws"), &at("home"), "", PLANT_A_HOOK) else {
         return;
     };
-    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
-    assert!(!dir.join("ws/hooks/pre-commit").exists());
+    assert_no_hook_planted(&out, &dir.join("ws"));
 }
 
 /// While such a run goes on, the repository names a new hooks directory under the one
@@ -445,21 +446,12 @@ fn a_pin_named_through_a_name_under_run_is_laid_at_the_roots_own_name() {
         ws = at("ws"),
         srv = at("srv"),
     );
-    let out = in_own_mounts(
-        &dir,
-        &setup,
-        &at("ws"),
-        &at("home"),
-        "",
-        "mkdir -p hooks 2>/dev/null; (echo evil > hooks/pre-commit) 2>/dev/null \
-         && echo PLANTED; touch ok && echo CONTROL",
-    );
+    let out = in_own_mounts(&dir, &setup, &at("ws"), &at("home"), "", PLANT_A_HOOK);
     let _ = std::fs::remove_dir(&run_dir);
     let Some(out) = out else {
         return;
     };
-    assert_eq!(stdout(&out), "CONTROL\n", "{}", stderr(&out));
-    assert!(!dir.join("ws/hooks/pre-commit").exists());
+    assert_no_hook_planted(&out, &dir.join("ws"));
 }
 
 /// A workspace that shows, by another name, a directory lying in a hidden or read-only

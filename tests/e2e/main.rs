@@ -38,6 +38,7 @@ mod learn;
 mod log_bounds;
 mod readme;
 mod sandbox_binds;
+mod sandbox_byte_names;
 mod sandbox_escapes;
 mod sandbox_fetch;
 mod sandbox_git;

@@ -10,6 +10,7 @@
 
 mod event;
 pub mod metrics;
+pub mod path_json;
 mod read;
 pub mod records;
 mod sink;
@@ -441,12 +442,19 @@ impl EventLog {
             return;
         }
         if let Some(file) = &self.file {
-            let mut line = serde_json::to_vec(record).unwrap_or_default();
-            line.push(b'\n');
-            let result = match file.lock() {
-                Ok(mut sink) => sink.write_line(&line),
-                Err(_) => Err(io::Error::other("event log lock poisoned")),
-            };
+            // A record that cannot be put in JSON is a record lost: it stops what is
+            // logged as a failed write does, never an empty line in its place.
+            let result = serde_json::to_vec(record)
+                .map_err(|e| {
+                    io::Error::other(format!("a record could not be written as JSON: {e}"))
+                })
+                .and_then(|mut line| {
+                    line.push(b'\n');
+                    match file.lock() {
+                        Ok(mut sink) => sink.write_line(&line),
+                        Err(_) => Err(io::Error::other("event log lock poisoned")),
+                    }
+                });
             if let Err(e) = result {
                 // Kept (the first only) for whoever runs what is logged: it stops.
                 self.failed.send_if_modified(|failed| {

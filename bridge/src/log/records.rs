@@ -48,14 +48,21 @@ pub struct SessionStart {
     pub command: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fetch_command: Option<String>,
+    #[serde(with = "super::path_json::text")]
     pub cwd: PathBuf,
+    #[serde(with = "super::path_json::text")]
     pub workspace: PathBuf,
+    #[serde(with = "super::path_json::text::list")]
     pub write_roots: Vec<PathBuf>,
     /// `private` (a tmpfs of the run's own) or `host`.
     pub tmp: String,
+    #[serde(with = "super::path_json::text::list")]
     pub protected: Vec<PathBuf>,
+    #[serde(with = "super::path_json::text::list")]
     pub read_only: Vec<PathBuf>,
+    #[serde(with = "super::path_json::text::list")]
     pub hidden: Vec<PathBuf>,
+    #[serde(with = "super::path_json::text::list")]
     pub policy_files: Vec<PathBuf>,
     /// SHA-256 of the policy's canonical text (its rules and pinned hosts).
     pub policy_sha256: String,
@@ -81,6 +88,7 @@ pub struct PolicyLoaded {
     /// The tenant, on a bridge with `--tenants`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    #[serde(with = "super::path_json::text::list")]
     pub policy_files: Vec<PathBuf>,
     /// SHA-256 of the policy's canonical text, as `session_start`'s.
     pub policy_sha256: String,
@@ -259,6 +267,7 @@ pub struct Outcome {
 /// refused it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WatchedWrite {
+    #[serde(with = "super::path_json::exact")]
     pub path: PathBuf,
     pub refused: bool,
 }

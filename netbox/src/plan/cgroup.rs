@@ -47,11 +47,13 @@ pub fn is_host_root() -> bool {
 pub struct CgroupLimit {
     pub controller: String,
     /// The limit file, on `netbox-SESSION`.
+    #[serde(with = "bridge::log::path_json::exact")]
     pub file: PathBuf,
     pub value: String,
     /// The sandbox's cgroup, as /proc/self/cgroup names it.
     pub member_of: String,
     /// Where netbox came from, which the sandbox must not be able to move back to.
+    #[serde(with = "bridge::log::path_json::exact")]
     pub home_procs: PathBuf,
 }
 

@@ -64,7 +64,10 @@ pub enum SyncMsg {
     },
     /// While CMD ran, a pinned path stopped being a mount of its own (changed on the host);
     /// the sandbox was stopped.
-    PinLost { path: std::path::PathBuf },
+    PinLost {
+        #[serde(with = "bridge::log::path_json::exact")]
+        path: std::path::PathBuf,
+    },
     /// CMD has exited with `status` and every other process in the sandbox is gone; pid 1
     /// exits next, with that status.
     Done { status: i32 },

@@ -506,11 +506,10 @@ impl Split {
     }
 }
 
-/// Writable by the caller (one it cannot write would only fail the probe's check that
-/// each writable root takes a write), and named in UTF-8 (the record of an unfinished run
-/// holds its roots as text).
+/// Writable by the caller: one it cannot write would only fail the probe's check that
+/// each writable root takes a write.
 fn usable(path: &Path) -> bool {
-    path.to_str().is_some() && nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
+    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
 fn entries(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {

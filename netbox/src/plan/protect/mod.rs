@@ -110,6 +110,7 @@ pub struct Protected {
 /// reported if the run made or changed it (supervise/gitaudit).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Watched {
+    #[serde(with = "bridge::log::path_json::exact")]
     pub path: PathBuf,
     /// What names it (`core.fsmonitor`, or why it could not be pinned).
     pub why: String,
@@ -139,6 +140,7 @@ pub struct Identity {
     pub dev: u64,
     pub ino: u64,
     /// Where it pointed, if it was a link.
+    #[serde(with = "bridge::log::path_json::exact::option")]
     pub link: Option<PathBuf>,
 }
 
@@ -172,9 +174,11 @@ pub struct Protection {
 pub struct GitData {
     /// Data directories left writable inside a pinned git directory (`objects/`, `refs/`,
     /// `logs/`, `reftable/`, `lfs/` under `--allow-git-writes`): all of each.
+    #[serde(with = "bridge::log::path_json::exact::list")]
     pub dirs: Vec<PathBuf>,
     /// Git directories whose top is writable (a bare repository that is a writable
     /// root): their top, and their data directories whole.
+    #[serde(with = "bridge::log::path_json::exact::list")]
     pub git_dirs: Vec<PathBuf>,
 }
 

@@ -42,6 +42,7 @@ type Identity = Option<[i64; 7]>;
 struct Entry {
     format: u32,
     key: String,
+    #[serde(with = "bridge::log::path_json::exact::pairs")]
     watched: Vec<(PathBuf, Identity)>,
     answer: String,
 }

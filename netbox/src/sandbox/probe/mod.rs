@@ -58,8 +58,9 @@ fn report(checks: Vec<Check>, watched_writes: Vec<WatchedWrite>, started: Instan
     }
 }
 
-/// What the probe needs to know, in sandbox paths.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// What the probe needs to know, in sandbox paths. Never serialised: pid 1 has it from
+/// its copy of netbox's memory.
+#[derive(Debug, Clone)]
 pub struct ProbeInput {
     pub write_roots: Vec<PathBuf>,
     /// What netbox resolved each writable root to at start-up (resolved.rs): the sandbox's
@@ -73,11 +74,9 @@ pub struct ProbeInput {
     pub hidden: Vec<PathBuf>,
     /// Covered directories (netbox's cache home), each with the writable roots kept in
     /// it: each must show those alone and be a mount of its own.
-    #[serde(default)]
     pub covered: Vec<(PathBuf, Vec<PathBuf>)>,
     /// `--bind` and `--ro-bind`: each DST must be that very SRC, and read-only unless
     /// writable.
-    #[serde(default)]
     pub binds: Vec<BoundPath>,
     pub proxy: SocketAddr,
     /// A listener the parent bound on host loopback before the sandbox existed.
@@ -95,19 +94,16 @@ pub struct ProbeInput {
     pub io_uring_forbidden: bool,
     /// The sockets `--allow-socket` names, as CMD names them: each is connected to once
     /// under the filter, for netbox to check that it let each through.
-    #[serde(default)]
     pub allowed_sockets: Vec<PathBuf>,
     /// With capture: a port it listens on, and one it does not.
-    #[serde(default)]
     pub capture: Option<CaptureProbe>,
     /// Each secret's name and placeholder: CMD must hold the placeholder, and the bridge
     /// must refuse it bound for the canary.
-    #[serde(default)]
     pub secrets: Vec<(String, String)>,
 }
 
 /// A bind as the probe checks it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct BoundPath {
     pub source: PathBuf,
     pub target: PathBuf,

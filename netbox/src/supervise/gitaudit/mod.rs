@@ -154,8 +154,10 @@ impl Stamp {
 /// What to audit: where, what to leave out, and since when.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Scope {
+    #[serde(with = "bridge::log::path_json::exact::list")]
     pub roots: Vec<PathBuf>,
     /// Paths pinned read-only for the run: not entered, not reported.
+    #[serde(with = "bridge::log::path_json::exact::list")]
     pub skip: Vec<PathBuf>,
     /// Paths that could not be pinned: reported if the run made or changed them.
     #[serde(default)]

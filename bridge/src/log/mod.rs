@@ -625,6 +625,29 @@ mod tests {
     }
 
     #[test]
+    fn a_record_that_cannot_be_json_stops_the_log_and_leaves_no_empty_line() {
+        let path = std::env::temp_dir().join(format!("netbox-log-unjson-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let log = EventLog::open(Some(&path), Stderr::Quiet).unwrap();
+        // Control: a record that serialises is written.
+        log.record_as("first", "s", &serde_json::json!({"n": 1}));
+        assert!(log.failure().is_none());
+        // JSON has no map with keys that are not strings.
+        let unwritable: std::collections::BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        log.record_as("second", "s", &unwritable);
+        log.record_as("third", "s", &serde_json::json!({"n": 3}));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(text.lines().count(), 1, "{text:?}");
+        assert!(text.contains(r#""type":"first""#), "{text}");
+        let failure = log.failure().expect("the failure is kept");
+        assert!(
+            failure.contains("could not be written as JSON"),
+            "{failure}"
+        );
+    }
+
+    #[test]
     fn net_records_read_back_as_they_were_written() {
         // The pinned line above, read back: every field by the same name.
         let golden = r#"{"type":"net","schema_version":1,"ts":"2026-11-29T00:00:00.000Z","session":"s1","proto":"http_connect","host":"registry.test","port":443,"decision":"allow","reason":"allowed_by_rule","rule":{"file":"allow.toml","line":2,"text":"registry.test"},"resolved":["127.0.0.1"],"dialed":"127.0.0.1:443","opened_by":{"file":"allow.toml","line":3,"text":"127.0.0.1:443"},"bytes_up":10,"bytes_down":20,"duration_ms":5,"end":"closed"}"#;

@@ -38,7 +38,9 @@ pub fn run(args: Box<VerifyArgs>) -> Result<u8, WrapperError> {
         )));
     };
     let text = if json {
-        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+        serde_json::to_string_pretty(&report)
+            .map_err(|e| WrapperError::Output(std::io::Error::other(e)))?
+            + "\n"
     } else {
         table(&report)
     };

@@ -560,11 +560,14 @@ pub(super) fn record_probe(
     report: &ProbeReport,
 ) {
     // A copy, so the record is the type `netbox log` reads it as (a few KiB, once or
-    // twice a run).
-    let record = bridge::log::records::Probe {
+    // twice a run). The probe's writes and connections are netbox's to check, not news:
+    // left only where the check was not made (no watcher), they are not logged either.
+    let mut record = bridge::log::records::Probe {
         phase: phase.map(str::to_owned),
         report: report.clone(),
     };
+    record.report.watched_writes.clear();
+    record.report.watched_connects.clear();
     log.record_as("probe", session, &record);
 }
 

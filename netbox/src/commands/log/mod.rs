@@ -40,7 +40,9 @@ pub fn run(args: &LogArgs) -> Result<u8, WrapperError> {
     })?;
     let report = summarise(&file, &bytes);
     let text = if args.json {
-        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+        serde_json::to_string_pretty(&report)
+            .map_err(|e| WrapperError::Output(std::io::Error::other(e)))?
+            + "\n"
     } else {
         render(&report)
     };

@@ -112,8 +112,10 @@ fn read(path: &Path) -> Option<SessionLog> {
     })
 }
 
-/// Whether a session ran from `dir`: its workspace is `dir` or holds it.
+/// Whether a session ran from `dir`: its workspace is `dir` or holds it. The log writes a
+/// path that is not UTF-8 with U+FFFD for each byte that is not: `dir` is compared so.
 pub fn ran_from(log: &SessionLog, dir: &Path) -> bool {
+    let dir = PathBuf::from(dir.to_string_lossy().into_owned());
     log.workspace
         .as_deref()
         .is_some_and(|ws| dir.starts_with(ws))

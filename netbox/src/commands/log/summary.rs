@@ -108,9 +108,16 @@ pub(super) struct ProbeSummary {
     pub(super) duration_us: Option<u64>,
 }
 
+/// The log's own path, as the event log writes paths: a string, with U+FFFD for each byte
+/// that is not UTF-8 (bridge::log::path_json).
+fn file_as_text<S: serde::Serializer>(file: &&Path, serializer: S) -> Result<S::Ok, S::Error> {
+    bridge::log::path_json::text::serialize(file, serializer)
+}
+
 /// What `--json` prints.
 #[derive(Serialize)]
 pub(super) struct Report<'a> {
+    #[serde(serialize_with = "file_as_text")]
     pub(super) file: &'a Path,
     pub(super) sessions: Vec<Summary>,
     /// The last line had no newline yet (still being written, or cut short).

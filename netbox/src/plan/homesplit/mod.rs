@@ -16,8 +16,9 @@
 //! - hidden entries stay read-only but for known data: shell and REPL histories, a few
 //!   entries of `~/.local/state` (shells', less's, Python's histories), `~/.local/share`'s
 //!   Trash, npm's logs;
-//! - a symlink, socket or FIFO in home, or an entry whose name is not UTF-8, is never made
-//!   writable;
+//! - a symlink, socket or FIFO in home is never made writable (an entry named in bytes
+//!   that are not UTF-8 is judged as any other: the environment's values are read byte
+//!   for byte, paths/exact_text.rs);
 //! - a root above home (`/home`, or a workspace holding it): everything in it beside the
 //!   path down to home is writable as before, and the directories on that path keep
 //!   their own entries (nothing new appears beside home).
@@ -31,6 +32,7 @@ mod ways_in;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use crate::paths::exact_text::{path_of, text_of};
 pub use ways_in::KeptFor;
 use ways_in::{holds_any_hard_link, ways_in, TooBig, LINK_SCAN_ENTRIES};
 
@@ -152,9 +154,11 @@ pub fn code_locations(home: &Path) -> Vec<PathBuf> {
     let mut named: Vec<PathBuf> = Vec::new();
     for (key, value) in std::env::vars_os() {
         if !NOT_CODE.iter().any(|n| key == *n) {
-            let lookup = |name: &str| std::env::var(name).ok();
+            // Byte for byte: a value or a variable it names need not be UTF-8, and the
+            // path found must be the entry's own name (paths/exact_text.rs).
+            let lookup = |name: &str| std::env::var_os(name).map(|v| text_of(&v));
             named.extend(paths_in_with(
-                &value.to_string_lossy(),
+                &text_of(&value),
                 home,
                 &lookup,
                 &mut resolver,
@@ -178,7 +182,8 @@ pub fn code_locations(home: &Path) -> Vec<PathBuf> {
 /// environment first (a command run through a shell would): each word's part from its
 /// first `/` or `~`, resolved as far as it exists (another spelling of home, `//`, a
 /// symlinked home all come to the same path). The caller keeps those under home.
-/// Variables are looked up by `lookup`, paths resolved by `resolver`.
+/// Variables are looked up by `lookup`, paths resolved by `resolver`. `text` and what
+/// `lookup` gives are made by `text_of`, so that each path found has the bytes named.
 fn paths_in_with(
     text: &str,
     home: &Path,
@@ -202,27 +207,27 @@ fn paths_in_with(
         let path = &word[at..];
         if let Some(rest) = path.strip_prefix('~') {
             if rest.is_empty() || rest.starts_with('/') {
-                found.push(home.join(rest.trim_start_matches('/')));
+                found.push(home.join(path_of(rest.trim_start_matches('/'))));
             } else {
                 // `~user/…`: that account's home (from /etc/passwd: no NSS modules loaded
                 // for a word in a variable).
                 let (user, tail) = rest.split_once('/').unwrap_or((rest, ""));
                 if let Some(dir) = account_home(user) {
-                    found.push(resolver.resolve(&dir.join(tail)));
+                    found.push(resolver.resolve(&dir.join(path_of(tail))));
                 }
             }
         } else {
-            found.push(PathBuf::from(path));
-            found.push(resolver.resolve(Path::new(path)));
+            let path = path_of(path);
+            found.push(resolver.resolve(&path));
+            found.push(path);
         }
     }
     // Home's path followed by a name with spaces in it (`~/My Tools/pager`), or inside a
     // URL (`file://localhost/home/me/x`): the entry after home's path, to the next `/`.
-    let mut spellings = vec![home.to_string_lossy().into_owned()];
+    let mut spellings = vec![text_of(home.as_os_str())];
     if let Some(raw) = std::env::var_os("HOME") {
-        let raw = PathBuf::from(raw);
         if std::fs::canonicalize(&raw).is_ok_and(|r| r == home) {
-            spellings.push(raw.to_string_lossy().into_owned());
+            spellings.push(text_of(&raw));
         }
     }
     for spelling in spellings {
@@ -234,7 +239,7 @@ fn paths_in_with(
                 .find(|c: char| c == '/' || c.is_control() || matches!(c, '"' | '\''))
                 .unwrap_or(after.len());
             if end > 0 {
-                found.push(home.join(&after[..end]));
+                found.push(home.join(path_of(&after[..end])));
             }
             rest = &after[end..];
         }
@@ -489,8 +494,8 @@ pub fn split(
 }
 
 impl Split {
-    /// A directory or a regular file the caller may write, named in UTF-8; never a
-    /// symlink, socket or FIFO.
+    /// A directory or a regular file the caller may write; never a symlink, socket or
+    /// FIFO.
     fn add(&mut self, path: PathBuf) {
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
             if (meta.is_dir() || meta.is_file()) && usable(&path) {
@@ -525,7 +530,7 @@ mod tests {
     use super::*;
 
     fn paths_in(text: &str, home: &Path) -> Vec<PathBuf> {
-        let lookup = |name: &str| std::env::var(name).ok();
+        let lookup = |name: &str| std::env::var_os(name).map(|v| text_of(&v));
         paths_in_with(text, home, &lookup, &mut PrefixResolver::default())
     }
 

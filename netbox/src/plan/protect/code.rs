@@ -2,6 +2,7 @@
 //! and the repository's own configuration name (hooks, helpers, include files), links
 //! followed to their targets, and the hook runners a hook names.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::gitcode::Role;
@@ -11,6 +12,7 @@ use super::placeholders::Placeholder;
 use super::placeholders::EMPTY_CONFIG;
 use super::{codes_of, Found, Lay};
 use crate::error::WrapperError;
+use crate::paths::exact_text::text_of;
 
 impl Found<'_> {
     /// What the shared configuration's relative paths name at `dir`, where git run
@@ -194,7 +196,7 @@ impl Found<'_> {
             }
             self.basis.sources.record(&entry.path());
             if let Ok(bytes) = bridge::small_file::read_small_bytes(&entry.path(), 64 << 10) {
-                texts.push_str(&String::from_utf8_lossy(&bytes));
+                texts.push_str(&text_of(std::ffi::OsStr::from_bytes(&bytes)));
             }
         }
         // pre-commit's hooks run `$INSTALL_PYTHON -mpre_commit`: the environment that

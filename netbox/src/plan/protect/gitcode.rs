@@ -16,6 +16,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::paths::exact_text::path_of;
+
 /// How git uses a setting's value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Use {
@@ -1032,19 +1034,20 @@ fn shell_words(line: &str) -> Vec<Word> {
 }
 
 /// `~/x` against `home`, `~user/x` against that account's home (from /etc/passwd), a
-/// relative path against `base`.
+/// relative path against `base`. `path` is text of a value's bytes (paths/exact_text.rs):
+/// the path made has those bytes.
 pub fn resolve(path: &str, base: &Path, home: Option<&Path>) -> Option<PathBuf> {
     if path == "~" {
         return home.map(Path::to_owned);
     }
     if let Some(rest) = path.strip_prefix("~/") {
-        return home.map(|h| h.join(rest));
+        return home.map(|h| h.join(path_of(rest)));
     }
     if let Some(rest) = path.strip_prefix('~') {
         let (user, tail) = rest.split_once('/').unwrap_or((rest, ""));
-        return crate::plan::homesplit::account_home(user).map(|h| h.join(tail));
+        return crate::plan::homesplit::account_home(user).map(|h| h.join(path_of(tail)));
     }
-    Some(base.join(path))
+    Some(base.join(path_of(path)))
 }
 
 #[cfg(test)]

@@ -13,11 +13,13 @@
 //! continuation lines. Hand-written: no crate reads git's dialect.
 
 use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::gitcode::{self, Role, Use};
 use super::placeholders::{Placeholder, EMPTY_CONFIG};
 use super::sources::Sources;
+use crate::paths::exact_text::{path_of, text_of};
 
 /// A config file larger than this is not read.
 const MAX_CONFIG_BYTES: u64 = 4 << 20;
@@ -186,8 +188,8 @@ fn value(chars: &mut Chars<'_>) -> String {
 
 /// Reads a config file: `Ok(None)` if it is missing (git skips it), an error if it is
 /// there but cannot be read (netbox could not tell what it names). Bytes that are not
-/// UTF-8 are read as U+FFFD: a value holding one is refused where it matters
-/// ([`ConfigSet::code_paths`]). A character device (`/dev/null`, as in
+/// UTF-8 are read so that the paths named read back to them (paths/exact_text.rs): git
+/// takes a value's bytes as they are. A character device (`/dev/null`, as in
 /// `GIT_CONFIG_GLOBAL=/dev/null`) reads as empty.
 pub fn read_file(path: &Path) -> std::io::Result<Option<Vec<Entry>>> {
     use std::os::unix::fs::FileTypeExt;
@@ -200,7 +202,7 @@ pub fn read_file(path: &Path) -> std::io::Result<Option<Vec<Entry>>> {
         Ok(_) => {}
     }
     let bytes = bridge::small_file::read_small_bytes(path, MAX_CONFIG_BYTES)?;
-    Ok(Some(parse(&String::from_utf8_lossy(&bytes))))
+    Ok(Some(parse(&text_of(std::ffi::OsStr::from_bytes(&bytes)))))
 }
 
 /// Reads a config file (`None` if it is missing or cannot be read).
@@ -327,7 +329,7 @@ impl ConfigSet {
             let include = gitcode::use_of(&entry.section, entry.subsection.as_deref(), &entry.key)
                 == Some(Use::Include);
             // `~/x` as git expands it, with the home netbox runs for.
-            let home = lookup("HOME").map(PathBuf::from);
+            let home = lookup("HOME").map(|home| path_of(&home));
             let included = include
                 .then_some(entry.value.as_deref())
                 .flatten()
@@ -371,7 +373,9 @@ impl ConfigSet {
                 reason: reason.clone(),
             });
         }
-        let lookup = |name: &str| std::env::var(name).ok();
+        // Byte for byte: a variable that is not UTF-8 is no unset one (it was, and what it
+        // named went unpinned).
+        let lookup = |name: &str| std::env::var_os(name).map(|v| text_of(&v));
         let mut found = Vec::new();
         for (entry, file) in &self.entries {
             let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
@@ -386,17 +390,6 @@ impl ConfigSet {
                 continue;
             }
             for named in gitcode::named_paths(how, value, sub, &lookup) {
-                // Bytes that were not UTF-8: the path git would use cannot be named (a
-                // word that is only watched is passed over).
-                if named.path.contains('\u{fffd}') {
-                    if matches!(named.role, Role::Bare | Role::Mentioned) {
-                        continue;
-                    }
-                    return Err(Unreadable {
-                        path: file.clone(),
-                        reason: format!("{} names a path that is not UTF-8", setting_name(entry)),
-                    });
-                }
                 let absolute = named.path.starts_with(['/', '~']);
                 let base = match (how, dir, run_dir) {
                     (Use::Include, Some(dir), _) => dir,
@@ -474,7 +467,7 @@ fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     let cwd = std::env::current_dir().ok()?;
     std::env::split_paths(&path)
-        .map(|dir| cwd.join(dir).join(name))
+        .map(|dir| cwd.join(dir).join(path_of(name)))
         .find(|p| {
             std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
@@ -565,12 +558,31 @@ mod tests {
             .code_paths(Some(&dir), None)
             .unwrap();
         assert_eq!(codes[0].path, dir.join(".husky/_"));
-        // In a path that counts: refused.
-        let bad = dir.join("bad");
-        std::fs::write(&bad, b"[core]\n\thooksPath = .hooks\xe9\n").unwrap();
-        assert!(ConfigSet::read(&bad, None)
+        // In a path that counts: the path named is those very bytes (git takes them as
+        // they are), and so is one an include names.
+        let latin_path = dir.join("latin-path");
+        std::fs::write(&latin_path, b"[core]\n\thooksPath = .hooks\xe9\n").unwrap();
+        let codes = ConfigSet::read(&latin_path, None)
             .code_paths(Some(&dir), None)
-            .is_err());
+            .unwrap();
+        let hooks = dir.join(std::ffi::OsStr::from_bytes(b".hooks\xe9"));
+        assert_eq!(codes[0].path, hooks);
+        let included = dir.join(std::ffi::OsStr::from_bytes(b"inc\xe9.cfg"));
+        std::fs::write(&included, b"[core]\n\tfsmonitor = ./m\xff\n").unwrap();
+        let including = dir.join("including-latin");
+        let mut text = b"[include]\n\tpath = ".to_vec();
+        text.extend_from_slice(included.as_os_str().as_bytes());
+        text.push(b'\n');
+        std::fs::write(&including, text).unwrap();
+        let codes = ConfigSet::read(&including, None)
+            .code_paths(Some(&dir), None)
+            .unwrap();
+        assert!(
+            codes
+                .iter()
+                .any(|c| c.path == dir.join(std::ffi::OsStr::from_bytes(b"m\xff"))),
+            "{codes:?}"
+        );
         // There but not a regular file (a FIFO), or an include that is: refused.
         let fifo = dir.join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();

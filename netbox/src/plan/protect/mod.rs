@@ -51,6 +51,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use crate::error::WrapperError;
+use crate::paths::exact_text::text_of;
 use gitconfig::{CodePath, ConfigSet};
 pub use paths::refuse_symlinks_in_roots;
 use paths::shared_git_configs;
@@ -530,8 +531,9 @@ pub fn shared_configs(home: Option<&Path>) -> Vec<ConfigSet> {
         .iter()
         .map(|config| ConfigSet::read(config, home))
         .collect();
+    // Byte for byte (paths/exact_text.rs): a variable that is not UTF-8 is no unset one.
     sets.push(ConfigSet::from_environment(&|name| {
-        std::env::var(name).ok()
+        std::env::var_os(name).map(|v| text_of(&v))
     }));
     sets
 }

@@ -108,6 +108,14 @@ fn write_locked(
             "the directory is not this user's alone",
         ));
     }
+    // A record no run would read (past the bound below) is said, here, not written.
+    let text = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    if text.len() as u64 > MAX_RECORD_BYTES {
+        return Err(std::io::Error::other(format!(
+            "the record would be {} bytes, more than the {MAX_RECORD_BYTES} one may hold",
+            text.len()
+        )));
+    }
     // Written and locked under a name no reader takes, then renamed into place: a record
     // is never seen unlocked or half written while its run lives.
     let path = dir.join(format!("{}.json", record.session));
@@ -121,7 +129,6 @@ fn write_locked(
     let placed = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
         .map_err(|(_, errno)| std::io::Error::from(errno))
         .and_then(|mut lock| {
-            let text = serde_json::to_vec(record).map_err(std::io::Error::other)?;
             lock.write_all(&text)?;
             std::fs::rename(&temp, &path)?;
             Ok(lock)

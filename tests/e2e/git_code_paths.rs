@@ -6,6 +6,7 @@
 //! repository, a linked worktree's git directory). Each attack as an outside review wrote
 //! it, with a control that shows the attack works where netbox is not in the way.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -666,14 +667,18 @@ fn a_config_in_another_spelling_still_pins_what_it_names() {
         "a byte-order mark: {}",
         stderr(&out)
     );
-    // A hooks path netbox cannot spell: refused, with the file named.
+    // A hooks path in bytes that are not UTF-8: git takes them as they are, and so is it
+    // pinned (a placeholder where it is missing).
     let mut text = original.clone();
     text.extend_from_slice(b"[core]\n\thooksPath = .hooks\xe9\n");
     std::fs::write(&config, &text).unwrap();
-    let out = run.sh("echo RAN");
-    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
-    assert!(stdout(&out).is_empty());
-    assert!(stderr(&out).contains(".git/config"), "{}", stderr(&out));
+    let out = run.sh(
+        "mkdir -p $'.hooks\\xe9' 2>/dev/null; echo x > $'.hooks\\xe9/pre-commit' 2>/dev/null && echo HOOK; \
+         echo CONTROL",
+    );
+    assert_eq!(stdout(&out), "CONTROL\n", "Latin-1 path: {}", stderr(&out));
+    let latin = std::ffi::OsStr::from_bytes(b".hooks\xe9/pre-commit");
+    assert!(!run.workspace.join(latin).exists());
 }
 
 /// A hostile repository ships a git directory as tracked files; CMD moves it in as a

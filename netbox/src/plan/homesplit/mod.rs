@@ -529,6 +529,33 @@ fn entries(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Whatever bytes the environment holds, looking through it for places under home
+        /// never panics, and each place found under home is named by bytes the value held.
+        #[test]
+        fn no_value_stops_the_look_for_code_places(
+            value in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::sample::select(b"$(){}`'\":;|=~/ \n.ab".to_vec()),
+                    proptest::prelude::any::<u8>(),
+                ],
+                0..48,
+            ),
+        ) {
+            use std::os::unix::ffi::OsStrExt;
+            let home = Path::new("/nonexistent-home");
+            let text = text_of(std::ffi::OsStr::from_bytes(&value));
+            // No variable set: every place found is then spelled in the value itself.
+            let found = paths_in_with(&text, home, &|_| None, &mut PrefixResolver::default());
+            for path in found.iter().filter(|p| p.starts_with(home)) {
+                let rest = path.strip_prefix(home).unwrap().as_os_str().as_bytes();
+                let held = rest.is_empty()
+                    || value.windows(rest.len()).any(|w| w == rest);
+                proptest::prop_assert!(held, "{path:?} from {value:?}");
+            }
+        }
+    }
+
     fn paths_in(text: &str, home: &Path) -> Vec<PathBuf> {
         let lookup = |name: &str| std::env::var_os(name).map(|v| text_of(&v));
         paths_in_with(text, home, &lookup, &mut PrefixResolver::default())

@@ -866,7 +866,10 @@ fn substitutions(line: &str) -> Vec<&str> {
                     }
                     j += 1;
                 }
-                found.push(&line[start..j.saturating_sub(1).max(start)]);
+                // Closed: up to the `)` (one byte, so a character boundary); left open:
+                // the rest of the line, whatever character it ends in.
+                let end = if depth == 0 { j - 1 } else { line.len() };
+                found.push(&line[start..end]);
                 i = j;
                 continue;
             }
@@ -1056,6 +1059,47 @@ mod tests {
 
     fn no_vars(_: &str) -> Option<String> {
         None
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a setting, a hook runner's text or a variable holds (shell syntax
+        /// cut anywhere, characters of every width, bytes that are not UTF-8 as
+        /// paths/exact_text.rs reads them), reading what it names never panics: a hostile
+        /// repository's config would otherwise stop every run in it.
+        #[test]
+        fn no_value_stops_the_readers(
+            value in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::sample::select(b"$()`'\"\\{}:;|&!~/ =-\n\t%.ab".to_vec()),
+                    proptest::prelude::any::<u8>(),
+                ],
+                0..48,
+            ),
+            var in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..8),
+        ) {
+            use std::os::unix::ffi::OsStrExt;
+            let text = crate::paths::exact_text::text_of(std::ffi::OsStr::from_bytes(&value));
+            let var = crate::paths::exact_text::text_of(std::ffi::OsStr::from_bytes(&var));
+            let lookup = |_: &str| Some(var.clone());
+            for how in [
+                Use::Command,
+                Use::BangCommand,
+                Use::ExtUrl,
+                Use::ExtUrlSubsection,
+                Use::HookDir,
+                Use::TemplateDir,
+                Use::Include,
+                Use::Attributes,
+                Use::WorkTree,
+            ] {
+                for named in named_paths(how, &text, Some(&text), &lookup) {
+                    let _ = resolve(&named.path, Path::new("/w"), Some(Path::new("/h")));
+                }
+            }
+            let _ = substitutions(&text);
+            let _ = expand_shell(&text, &lookup);
+            let _ = super::super::gitconfig::parse(&text);
+        }
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub enum WrapperError {
     },
     #[error("cannot check {} for hard links to files outside it: it holds more than {limit} entries", path.display())]
     GitDataUnchecked { path: PathBuf, limit: usize },
-    #[error("cannot tell what {} git run: {reason}", git_config_makes(path))]
+    #[error("cannot tell what the git config {} makes git run: {reason}", path.display())]
     GitConfig { path: PathBuf, reason: String },
     #[error("cannot create the read-only placeholder {}", path.display())]
     Placeholder {
@@ -255,12 +255,8 @@ impl WrapperError {
                 "pack its loose objects (git gc in the repository of {}), or run without --allow-git-writes",
                 path.display()
             )),
-            WrapperError::GitConfig { path, .. } if path.as_os_str().is_empty() => Some(
-                "unset the variable, or give it a path in UTF-8; netbox pins what git's settings name and must read them to know what that is"
-                    .into(),
-            ),
             WrapperError::GitConfig { .. } => Some(
-                "make the file readable (and its paths UTF-8), or remove it; netbox pins what git's configuration names and must read it to know what that is"
+                "make the file readable, or remove it; netbox pins what git's configuration names and must read it to know what that is"
                     .into(),
             ),
             _ => None,
@@ -391,16 +387,6 @@ impl KeptAs {
                 "--write a directory outside it (a --hide, or what netbox hides: its session logs, secret files, keys)"
             }
         }
-    }
-}
-
-/// Where git's settings came from: a config file, or the environment's (`git -c`,
-/// `GIT_CONFIG_COUNT`, `GIT_SSH_COMMAND`, ...), which has no file.
-fn git_config_makes(path: &Path) -> String {
-    if path.as_os_str().is_empty() {
-        "the git settings in the environment (GIT_CONFIG_*, git -c) make".to_owned()
-    } else {
-        format!("the git config {} makes", path.display())
     }
 }
 

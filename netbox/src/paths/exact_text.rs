@@ -57,6 +57,12 @@ pub fn path_of(text: &str) -> PathBuf {
     PathBuf::from(OsString::from_vec(bytes))
 }
 
+/// `text` (made by [`text_of`]) for a person or the event log: each byte that is not
+/// UTF-8 as U+FFFD, as the log writes paths.
+pub fn shown(text: &str) -> String {
+    path_of(text).to_string_lossy().into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +95,6 @@ mod tests {
         assert_eq!(words.len(), 3, "{words:?}");
         assert_eq!(path_of(words[1]).as_os_str().as_bytes(), b"\xe9b");
         assert_eq!(path_of(words[2]).as_os_str().as_bytes(), b"c\xe9");
+        assert_eq!(shown(&text), "a \u{fffd}b:c\u{fffd}");
     }
 }

@@ -3,9 +3,11 @@
 //! that ssh and git over SSH sign through the agent while no key is inside.
 
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::WrapperError;
+use crate::paths::exact_text::{path_of, text_of};
 
 /// How many entries of one directory under `~/.ssh` are looked at, at most (a directory of
 /// control sockets can hold thousands); past it, netbox says which directory it did not
@@ -152,11 +154,12 @@ fn identity_files(
             ));
             continue;
         }
-        // As bytes: one byte that is not UTF-8 must not lose every line.
+        // As bytes: one byte that is not UTF-8 must not lose every line, nor a key named
+        // in such bytes be looked for at another path (paths/exact_text.rs).
         let Ok(bytes) = bridge::small_file::read_small_bytes(&real, MAX_CONFIG_BYTES) else {
             continue;
         };
-        let text = String::from_utf8_lossy(&bytes);
+        let text = text_of(std::ffi::OsStr::from_bytes(&bytes));
         for line in text.lines() {
             let Some((key, value)) = config_line(line) else {
                 continue;
@@ -206,11 +209,12 @@ fn unquoted(value: &str) -> &str {
 
 /// A config path as ssh reads it: `~/` and `%d` are the home directory, `${VAR}` the
 /// variable; a path with any other `%` token is per host, and left out, as is one naming a
-/// variable that is not set.
+/// variable that is not set. `value` and the result are byte for byte (exact_text).
 fn expand(value: &str, home: &Path) -> Option<PathBuf> {
+    let home = text_of(home.as_os_str());
     let mut value = match value.strip_prefix("~/") {
-        Some(rest) => format!("{}/{rest}", home.display()),
-        None => value.replace("%d", &home.to_string_lossy()),
+        Some(rest) => format!("{home}/{rest}"),
+        None => value.replace("%d", &home),
     };
     // One pass, on from after each value put in: a value is not expanded again (ssh does
     // not), so one that names itself cannot loop.
@@ -218,20 +222,20 @@ fn expand(value: &str, home: &Path) -> Option<PathBuf> {
     while let Some(found) = value[from..].find("${") {
         let start = from + found;
         let end = start + value[start..].find('}')?;
-        let var = std::env::var(&value[start + 2..end]).ok()?;
+        let var = text_of(&std::env::var_os(&value[start + 2..end])?);
         value.replace_range(start..=end, &var);
         from = start + var.len();
     }
-    (!value.contains('%') && !value.is_empty()).then(|| PathBuf::from(value))
+    (!value.contains('%') && !value.is_empty()).then(|| path_of(&value))
 }
 
 /// The files a name of `Include` stands for: itself, or, with `*` or `?` in its last part,
 /// the files of its directory that part matches.
 fn matching(path: &Path, unsearched: &mut Vec<String>) -> Vec<PathBuf> {
-    let Some(pattern) = path.file_name().and_then(|n| n.to_str()) else {
+    let Some(pattern) = path.file_name().map(std::ffi::OsStr::as_bytes) else {
         return Vec::new();
     };
-    if !pattern.contains(['*', '?']) {
+    if !pattern.iter().any(|b| matches!(b, b'*' | b'?')) {
         return vec![path.to_owned()];
     }
     let Some(dir) = path.parent() else {
@@ -243,11 +247,7 @@ fn matching(path: &Path, unsearched: &mut Vec<String>) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = entries
         .flatten()
         .take(MAX_ENTRIES_PER_DIR)
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|name| wildcard(pattern.as_bytes(), name.as_bytes()))
-        })
+        .filter(|e| wildcard(pattern, e.file_name().as_bytes()))
         .map(|e| e.path())
         .collect();
     found.sort();

@@ -130,12 +130,16 @@ pub fn account_home(user: &str) -> Option<PathBuf> {
     passwd_file_field(|f| f[0] == user)
 }
 
-/// The home field of the first `/etc/passwd` line whose fields `matches`.
+/// The home field of the first `/etc/passwd` line whose fields `matches`. Read byte for
+/// byte (paths/exact_text.rs): one line's name in Latin-1 (a GECOS field) must not make
+/// every other account unknown, nor a home in those bytes another path.
 fn passwd_file_field(matches: impl Fn(&[&str]) -> bool) -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = std::fs::read("/etc/passwd").ok()?;
+    let text = text_of(std::ffi::OsStr::from_bytes(&bytes));
     text.lines().find_map(|line| {
         let fields: Vec<&str> = line.split(':').collect();
-        (fields.len() == 7 && matches(&fields)).then(|| PathBuf::from(fields[5]))
+        (fields.len() == 7 && matches(&fields)).then(|| path_of(fields[5]))
     })
 }
 

@@ -12,7 +12,7 @@ use super::placeholders::Placeholder;
 use super::placeholders::EMPTY_CONFIG;
 use super::{codes_of, Found, Lay};
 use crate::error::WrapperError;
-use crate::paths::exact_text::text_of;
+use crate::paths::exact_text::{path_of, text_of};
 
 impl Found<'_> {
     /// What the shared configuration's relative paths name at `dir`, where git run
@@ -41,8 +41,9 @@ impl Found<'_> {
 
     pub(super) fn pin_code_path(&mut self, code: &CodePath, lay: Lay) -> Result<(), WrapperError> {
         // A word that can be no file's name (an awk program's text slipped through) is
-        // no path at all.
-        if !could_be_a_file(&code.path) {
+        // no path at all. A setting's whole value is the path git uses, whatever bytes
+        // it holds (`hooksPath = .ho<TAB>ks`).
+        if code.role != Role::Value && !could_be_a_file(&code.path) {
             return Ok(());
         }
         // A setting naming a whole writable root (`core.hooksPath = .`): a root cannot
@@ -203,9 +204,9 @@ impl Found<'_> {
         // python belongs to (a project venv) runs as the hook.
         for line in texts.lines() {
             if let Some(python) = line.trim().strip_prefix("INSTALL_PYTHON=") {
-                let python = Path::new(python.trim_matches(|c| c == '\'' || c == '"'));
+                let python = path_of(python.trim_matches(|c| c == '\'' || c == '"'));
                 if python.is_absolute() {
-                    self.watch_environment(python, "the python a hook runs");
+                    self.watch_environment(&python, "the python a hook runs");
                 }
             }
         }
@@ -217,7 +218,7 @@ impl Found<'_> {
             // pre-commit installed with another config (`--config=ci/pre-commit.yaml`).
             files.extend(config_arguments(&texts));
             for file in files {
-                let path = run_dir.join(file.trim_end_matches('/'));
+                let path = run_dir.join(path_of(file.trim_end_matches('/')));
                 if path.symlink_metadata().is_ok() {
                     let outer = self.name(&format!("{runner}'s configuration"), &path);
                     let pinned = self.pin_named(
@@ -297,7 +298,7 @@ pub(super) fn config_arguments(text: &str) -> Vec<String> {
             None if *word == "--config" => words.get(i + 1).copied(),
             None => None,
         };
-        if let Some(file) = file.filter(|f| could_be_a_file(Path::new(f)) && !f.starts_with('$')) {
+        if let Some(file) = file.filter(|f| could_be_a_file(&path_of(f)) && !f.starts_with('$')) {
             found.push(file.to_owned());
         }
     }

@@ -284,8 +284,9 @@ pub fn named_paths(
 ) -> Vec<Named> {
     let path_value = |v: &str| -> Vec<Named> {
         // `:(optional)` marks a path git may skip when missing; `%(prefix)/` is git's own
-        // install location, never a writable root.
-        let v = v.strip_prefix(":(optional)").unwrap_or(v).trim();
+        // install location, never a writable root. Not trimmed: the parser took off what
+        // git does, and a value from the environment is git's as it stands (` .hk`).
+        let v = v.strip_prefix(":(optional)").unwrap_or(v);
         if v.is_empty() || v.starts_with("%(prefix)/") {
             return Vec::new();
         }

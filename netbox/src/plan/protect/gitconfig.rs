@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use super::gitcode::{self, Role, Use};
 use super::placeholders::{Placeholder, EMPTY_CONFIG};
 use super::sources::Sources;
-use crate::paths::exact_text::{path_of, text_of};
+use crate::paths::exact_text::{path_of, shown, text_of};
 
 /// A config file larger than this is not read.
 const MAX_CONFIG_BYTES: u64 = 4 << 20;
@@ -157,10 +157,9 @@ fn value(chars: &mut Chars<'_>) -> String {
                     Some('\n') => continue,
                     Some('n') => '\n',
                     Some('t') => '\t',
-                    Some('b') => {
-                        out.pop();
-                        continue;
-                    }
+                    // A backspace character, as git's own parser writes it (not one taken
+                    // back: `.hooksX\b` is a directory of that name to git).
+                    Some('b') => '\u{8}',
                     Some(other) => other,
                     None => break,
                 };
@@ -476,7 +475,8 @@ fn on_path(name: &str) -> Option<PathBuf> {
 /// `section[.subsection].key`, as a person reads it.
 fn setting_name(entry: &Entry) -> String {
     match &entry.subsection {
-        Some(sub) => format!("{}.{sub}.{}", entry.section, entry.key),
+        // A subsection in bytes that are not UTF-8: shown as the log shows such bytes.
+        Some(sub) => format!("{}.{}.{}", entry.section, shown(sub), entry.key),
         None => format!("{}.{}", entry.section, entry.key),
     }
 }

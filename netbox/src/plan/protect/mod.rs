@@ -53,8 +53,8 @@ use std::path::{Path, PathBuf};
 use crate::error::WrapperError;
 use crate::paths::exact_text::text_of;
 use gitconfig::{CodePath, ConfigSet};
-pub use paths::refuse_symlinks_in_roots;
 use paths::shared_git_configs;
+pub use paths::{pointed_path, read_git_pointer, refuse_symlinks_in_roots};
 use placeholders::EMPTY_CONFIG;
 pub use repositories::common_dir_of;
 use repositories::is_git_directory;
@@ -822,7 +822,7 @@ pub(crate) const CODE_PARTS: &[&str] = &[
 
 #[cfg(test)]
 mod tests {
-    use super::paths::read_small_file;
+    use super::paths::read_git_pointer;
     use super::*;
 
     /// The protected paths of `roots`, with no home directory, no extras and .git locked.
@@ -939,7 +939,7 @@ mod tests {
         // Would block forever on an ordinary open of either FIFO.
         let got = protected_in(std::slice::from_ref(&ws)).unwrap();
         assert!(got.iter().any(|p| p.path == ws.join(".git")));
-        assert!(read_small_file(&ws.join("wt/.git")).is_err());
+        assert!(read_git_pointer(&ws.join("wt/.git")).is_err());
         std::fs::remove_dir_all(&ws).unwrap();
     }
 

@@ -167,10 +167,18 @@ pub(super) fn real_path(path: &Path) -> Option<(PathBuf, Option<PathBuf>)> {
     None
 }
 
-/// A gitdir or commondir file's text (crate::plan::read_small_file: only a small regular
-/// file, opened without blocking).
-pub(super) fn read_small_file(path: &Path) -> std::io::Result<String> {
-    crate::plan::read_small_file(path, 64 << 10)
+/// A gitdir or commondir file's text (only a small regular file, opened without
+/// blocking), byte for byte: git writes the path's bytes as they are, so the text is
+/// `paths/exact_text.rs`'s, and a path is made from it with `path_of`.
+pub fn read_git_pointer(path: &Path) -> std::io::Result<String> {
+    use std::os::unix::ffi::OsStrExt;
+    bridge::small_file::read_small_bytes(path, 64 << 10)
+        .map(|bytes| crate::paths::exact_text::text_of(std::ffi::OsStr::from_bytes(&bytes)))
+}
+
+/// The path a gitdir or commondir file's line names (git trims ASCII whitespace only).
+pub fn pointed_path(line: &str) -> PathBuf {
+    crate::paths::exact_text::path_of(line.trim_matches(|c: char| c.is_ascii_whitespace()))
 }
 
 /// A `PATH` entry as the programs that search it read it: relative to the current

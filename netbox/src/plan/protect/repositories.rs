@@ -6,7 +6,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use super::gitconfig::ConfigSet;
-use super::paths::{read_small_file, real_path, refuse_symlinks_in_roots};
+use super::paths::{pointed_path, read_git_pointer, real_path, refuse_symlinks_in_roots};
 use super::placeholders::EMPTY_CONFIG;
 use super::placeholders::{self, is_placeholder, Placeholder};
 use super::{
@@ -133,7 +133,7 @@ impl Found<'_> {
             .rev()
             .find_map(ConfigSet::worktree)
             .map(|w| {
-                let at = repo.git_dir.join(w);
+                let at = repo.git_dir.join(crate::paths::exact_text::path_of(w));
                 std::fs::canonicalize(&at).unwrap_or(at)
             })
             .or_else(|| repo.worktree.clone())
@@ -563,9 +563,9 @@ pub(super) fn is_git_directory(dir: &Path) -> bool {
 /// A git dir's common dir: where its `commondir` file points, or itself (also where that
 /// is missing: there is nothing there to pin or look at).
 pub fn common_dir_of(git_dir: &Path) -> PathBuf {
-    read_small_file(&git_dir.join("commondir"))
+    read_git_pointer(&git_dir.join("commondir"))
         .ok()
-        .and_then(|common| std::fs::canonicalize(git_dir.join(common.trim())).ok())
+        .and_then(|common| std::fs::canonicalize(git_dir.join(pointed_path(&common))).ok())
         .unwrap_or_else(|| git_dir.to_owned())
 }
 
@@ -576,7 +576,7 @@ pub(super) fn git_dirs_of_gitfile(gitfile: &Path) -> Result<Vec<PathBuf>, Wrappe
         what: "gitdir file",
         source,
     };
-    let text = read_small_file(gitfile).map_err(read_error)?;
+    let text = read_git_pointer(gitfile).map_err(read_error)?;
     let Some(target) = text.lines().next().and_then(|l| l.strip_prefix("gitdir:")) else {
         return Err(read_error(std::io::Error::new(
             ErrorKind::InvalidData,
@@ -584,7 +584,7 @@ pub(super) fn git_dirs_of_gitfile(gitfile: &Path) -> Result<Vec<PathBuf>, Wrappe
         )));
     };
     let base = gitfile.parent().unwrap_or(Path::new("/"));
-    let git_dir = std::fs::canonicalize(base.join(target.trim())).map_err(read_error)?;
+    let git_dir = std::fs::canonicalize(base.join(pointed_path(target))).map_err(read_error)?;
     let common = common_dir_of(&git_dir);
     let mut dirs = vec![git_dir.clone()];
     if common != git_dir {

@@ -207,7 +207,7 @@ impl Context<'_> {
             .iter()
             .rev()
             .find_map(ConfigSet::worktree)
-            .map(|w| git_dir.join(w))
+            .map(|w| git_dir.join(crate::paths::exact_text::path_of(w)))
             .or_else(|| match shape {
                 Shape::Worktree(top) => Some(top.to_owned()),
                 Shape::Linked => linked_worktree(git_dir),
@@ -353,8 +353,8 @@ fn runs_code(dir: &Path) -> bool {
 /// The work tree of a linked worktree's git directory: its `gitdir` file names the
 /// work tree's `.git`.
 fn linked_worktree(git_dir: &Path) -> Option<PathBuf> {
-    let text = crate::plan::read_small_file(&git_dir.join("gitdir"), 64 << 10).ok()?;
-    let dot_git = git_dir.join(text.trim());
+    let text = crate::plan::protect::read_git_pointer(&git_dir.join("gitdir")).ok()?;
+    let dot_git = git_dir.join(crate::plan::protect::pointed_path(&text));
     (dot_git.file_name() == Some(OsStr::new(".git")))
         .then(|| dot_git.parent().map(Path::to_owned))
         .flatten()
@@ -366,8 +366,8 @@ pub(super) fn git_dir_behind(dot_git: &Path) -> Option<PathBuf> {
     let target = match std::fs::read_link(dot_git) {
         Ok(target) => target,
         Err(_) => {
-            let text = crate::plan::read_small_file(dot_git, 64 << 10).ok()?;
-            PathBuf::from(text.lines().next()?.strip_prefix("gitdir:")?.trim())
+            let text = crate::plan::protect::read_git_pointer(dot_git).ok()?;
+            crate::plan::protect::pointed_path(text.lines().next()?.strip_prefix("gitdir:")?)
         }
     };
     let at = base.join(target);

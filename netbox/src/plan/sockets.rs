@@ -29,7 +29,9 @@ pub fn allowed(
     cwd: &Path,
     write_roots: &[PathBuf],
 ) -> Result<Vec<AllowedSocket>, WrapperError> {
-    let lookup = |name: &str| std::env::var(name).ok();
+    // Byte for byte (paths/exact_text.rs): a socket path in bytes that are not UTF-8 is
+    // that path, not an unset variable.
+    let lookup = |name: &str| std::env::var_os(name).map(|v| crate::paths::exact_text::text_of(&v));
     let given = flags
         .iter()
         .map(|f| (f.clone(), "--allow-socket".to_owned()))
@@ -96,6 +98,10 @@ fn one(
 /// `$NAME`, `${NAME}` and a leading `~/` replaced; an unset or empty variable is an error
 /// (an allowlist naming `$SSH_AUTH_SOCK` with no agent running must not become "").
 fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
+    // As text of bytes, like the values put in (a character of the kind that stands for a
+    // byte there is kept as itself).
+    let text = crate::paths::exact_text::text_of(std::ffi::OsStr::new(text));
+    let text = text.as_str();
     let mut out = String::new();
     let mut rest = text;
     if let Some(after) = rest.strip_prefix("~/") {
@@ -134,7 +140,7 @@ fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf
     if out.is_empty() {
         return Err("an empty path".to_owned());
     }
-    Ok(PathBuf::from(out))
+    Ok(crate::paths::exact_text::path_of(&out))
 }
 
 /// `path` without `.` components or repeated slashes; `None` if it has a `..`, which only

@@ -167,7 +167,7 @@ fn identity_files(
             if key.eq_ignore_ascii_case("identityfile") {
                 files.extend(expand(value, home));
             } else if key.eq_ignore_ascii_case("include") {
-                for name in value.split_whitespace() {
+                for name in value.split_ascii_whitespace() {
                     let Some(path) = expand(unquoted(name), home) else {
                         continue;
                     };
@@ -194,13 +194,14 @@ fn identity_files(
 /// A config line's keyword and argument (`Key value`, `Key=value`), the argument's quotes
 /// taken off.
 fn config_line(line: &str) -> Option<(&str, &str)> {
-    let line = line.trim();
+    // ssh splits and trims at ASCII whitespace; a name may hold U+00A0.
+    let line = line.trim_ascii();
     if line.starts_with('#') {
         return None;
     }
-    let (key, value) = line.split_once(|c: char| c == '=' || c.is_whitespace())?;
-    let value = value.trim_start_matches(|c: char| c == '=' || c.is_whitespace());
-    Some((key, unquoted(value.trim())))
+    let (key, value) = line.split_once(|c: char| c == '=' || c.is_ascii_whitespace())?;
+    let value = value.trim_start_matches(|c: char| c == '=' || c.is_ascii_whitespace());
+    Some((key, unquoted(value.trim_ascii())))
 }
 
 fn unquoted(value: &str) -> &str {

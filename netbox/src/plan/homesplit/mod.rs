@@ -195,9 +195,10 @@ fn paths_in_with(
     resolver: &mut PrefixResolver,
 ) -> Vec<PathBuf> {
     let text = expand_variables(text, lookup);
+    // ASCII only: a shell splits at its IFS, and a name may hold U+00A0 or U+0085.
     let ends = |c: char| {
-        c.is_whitespace()
-            || c.is_control()
+        c.is_ascii_whitespace()
+            || c.is_ascii_control()
             || matches!(
                 c,
                 '"' | '\'' | ':' | ';' | '|' | ',' | ')' | '(' | '`' | '$' | '='
@@ -240,7 +241,7 @@ fn paths_in_with(
         while let Some(at) = rest.find(&prefix) {
             let after = &rest[at + prefix.len()..];
             let end = after
-                .find(|c: char| c == '/' || c.is_control() || matches!(c, '"' | '\''))
+                .find(|c: char| c == '/' || c.is_ascii_control() || matches!(c, '"' | '\''))
                 .unwrap_or(after.len());
             if end > 0 {
                 found.push(home.join(path_of(&after[..end])));

@@ -288,7 +288,7 @@ pub(super) const HOOK_RUNNERS: &[(&str, &[&str])] = &[
 /// `pre-commit install -c FILE` writes them into its hooks).
 pub(super) fn config_arguments(text: &str) -> Vec<String> {
     let words: Vec<&str> = text
-        .split(|c: char| c.is_whitespace() || c == '"' || c == '\'' || c == '(' || c == ')')
+        .split(|c: char| c.is_ascii_whitespace() || c == '"' || c == '\'' || c == '(' || c == ')')
         .filter(|w| !w.is_empty())
         .collect();
     let mut found = Vec::new();

@@ -283,18 +283,21 @@ pub fn named_paths(
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<Named> {
     let path_value = |v: &str| -> Vec<Named> {
-        // `:(optional)` marks a path git may skip when missing; `%(prefix)/` is git's own
-        // install location, never a writable root. Not trimmed: the parser took off what
-        // git does, and a value from the environment is git's as it stands (` .hk`).
-        let v = v.strip_prefix(":(optional)").unwrap_or(v);
-        if v.is_empty() || v.starts_with("%(prefix)/") {
-            return Vec::new();
-        }
-        vec![Named {
-            path: v.to_owned(),
-            how,
-            role: Role::Value,
-        }]
+        // `:(optional)` marks a path a newer git may skip when missing, which an older one
+        // takes as part of the path itself: both count. `%(prefix)/` is git's own install
+        // location, never a writable root. Not trimmed: the parser took off what git
+        // does, and a value from the environment is git's as it stands (` .hk`).
+        let mut spellings = vec![v];
+        spellings.extend(v.strip_prefix(":(optional)"));
+        spellings
+            .into_iter()
+            .filter(|v| !v.is_empty() && !v.starts_with("%(prefix)/"))
+            .map(|v| Named {
+                path: v.to_owned(),
+                how,
+                role: Role::Value,
+            })
+            .collect()
     };
     match how {
         Use::HookDir | Use::TemplateDir | Use::Include | Use::Attributes | Use::WorkTree => {
@@ -1022,11 +1025,13 @@ fn shell_words(line: &str) -> Vec<Word> {
                     .is_some()
                 {}
                 while chars
-                    .next_if(|c| !c.is_whitespace() && !";&|()".contains(*c))
+                    .next_if(|c| !c.is_ascii_whitespace() && !";&|()".contains(*c))
                     .is_some()
                 {}
             }
-            c if c.is_whitespace() => end_word(&mut word, &mut in_word, &mut words),
+            // A shell splits words at its IFS (space, tab, newline), not at every
+            // character Unicode calls a space (a name may hold U+00A0).
+            c if c.is_ascii_whitespace() => end_word(&mut word, &mut in_word, &mut words),
             c => {
                 in_word = true;
                 word.push(c);
@@ -1305,9 +1310,22 @@ mod tests {
             "./run"
         );
         assert!(named_paths(Use::HookDir, "%(prefix)/share/hooks", None, &no_vars).is_empty());
-        assert_eq!(
-            named_paths(Use::Include, ":(optional)../x.cfg", None, &no_vars)[0].path,
-            "../x.cfg"
-        );
+        // As a newer git reads it, and as git 2.47 does (a path that begins so).
+        let optional: Vec<String> =
+            named_paths(Use::Include, ":(optional)../x.cfg", None, &no_vars)
+                .into_iter()
+                .map(|n| n.path)
+                .collect();
+        assert_eq!(optional, [":(optional)../x.cfg", "../x.cfg"]);
+    }
+
+    #[test]
+    fn a_backspace_escape_is_a_character_and_a_nul_ends_the_value() {
+        let entries = super::super::gitconfig::parse("[core]\n\thooksPath = .hooksX\\b\n");
+        assert_eq!(entries[0].value.as_deref(), Some(".hooksX\u{8}"));
+        let entries =
+            super::super::gitconfig::parse("[core]\n\thooksPath = .hk\0zz\n[a]\n\tb = c\n");
+        assert_eq!(entries[0].value.as_deref(), Some(".hk"));
+        assert_eq!(entries[1].value.as_deref(), Some("c"));
     }
 }

@@ -182,6 +182,10 @@ fn value(chars: &mut Chars<'_>) -> String {
             }
         }
     }
+    // Git keeps a value as a C string: it ends at a NUL byte (the line is read on).
+    if let Some(nul) = out.find('\0') {
+        out.truncate(nul);
+    }
     out
 }
 
@@ -275,10 +279,15 @@ impl ConfigSet {
                     gitcode::use_of(&entry.section, entry.subsection.as_deref(), &entry.key)
                         == Some(Use::Include);
                 if let (true, Some(value)) = (include, entry.value.as_deref()) {
-                    let value = value.strip_prefix(":(optional)").unwrap_or(value);
-                    if let Some(path) = gitcode::resolve(value, &dir, home) {
-                        if depth < MAX_INCLUDE_DEPTH {
-                            queue.push((path, depth + 1));
+                    // As a newer git reads `:(optional)`, and as an older one does (part of
+                    // the path): both files count.
+                    let mut spellings = vec![value];
+                    spellings.extend(value.strip_prefix(":(optional)"));
+                    for value in spellings {
+                        if let Some(path) = gitcode::resolve(value, &dir, home) {
+                            if depth < MAX_INCLUDE_DEPTH {
+                                queue.push((path, depth + 1));
+                            }
                         }
                     }
                 }

@@ -54,7 +54,7 @@ use crate::error::WrapperError;
 use crate::paths::exact_text::text_of;
 use gitconfig::{CodePath, ConfigSet};
 use paths::shared_git_configs;
-pub use paths::{pointed_path, read_git_pointer, refuse_symlinks_in_roots};
+pub use paths::{gitfile_target, pointed_path, read_git_pointer, refuse_symlinks_in_roots};
 use placeholders::EMPTY_CONFIG;
 pub use repositories::common_dir_of;
 use repositories::is_git_directory;

@@ -176,9 +176,21 @@ pub fn read_git_pointer(path: &Path) -> std::io::Result<String> {
         .map(|bytes| crate::paths::exact_text::text_of(std::ffi::OsStr::from_bytes(&bytes)))
 }
 
-/// The path a gitdir or commondir file's line names (git trims ASCII whitespace only).
-pub fn pointed_path(line: &str) -> PathBuf {
-    crate::paths::exact_text::path_of(line.trim_matches(|c: char| c.is_ascii_whitespace()))
+/// The path a gitdir or commondir file's text names: git takes off the line ends at its
+/// end and nothing else (a submodule named `foo ` has its git directory at
+/// `modules/foo `, not at another submodule's `modules/foo`).
+pub fn pointed_path(text: &str) -> PathBuf {
+    crate::paths::exact_text::path_of(text.trim_end_matches(['\n', '\r']))
+}
+
+/// The path a `.git` file's text (`gitdir: PATH`) names, as git's read_gitfile takes it:
+/// all after `gitdir: `, line ends off its end. (`gitdir:` with no space, which git
+/// refuses, is read too: more is pinned, never less.)
+pub fn gitfile_target(text: &str) -> Option<PathBuf> {
+    let rest = text
+        .strip_prefix("gitdir: ")
+        .or_else(|| text.strip_prefix("gitdir:"))?;
+    Some(pointed_path(rest))
 }
 
 /// A `PATH` entry as the programs that search it read it: relative to the current

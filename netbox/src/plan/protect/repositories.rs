@@ -6,7 +6,9 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use super::gitconfig::ConfigSet;
-use super::paths::{pointed_path, read_git_pointer, real_path, refuse_symlinks_in_roots};
+use super::paths::{
+    gitfile_target, pointed_path, read_git_pointer, real_path, refuse_symlinks_in_roots,
+};
 use super::placeholders::EMPTY_CONFIG;
 use super::placeholders::{self, is_placeholder, Placeholder};
 use super::{
@@ -577,14 +579,14 @@ pub(super) fn git_dirs_of_gitfile(gitfile: &Path) -> Result<Vec<PathBuf>, Wrappe
         source,
     };
     let text = read_git_pointer(gitfile).map_err(read_error)?;
-    let Some(target) = text.lines().next().and_then(|l| l.strip_prefix("gitdir:")) else {
+    let Some(target) = gitfile_target(&text) else {
         return Err(read_error(std::io::Error::new(
             ErrorKind::InvalidData,
             "not a `gitdir: PATH` file",
         )));
     };
     let base = gitfile.parent().unwrap_or(Path::new("/"));
-    let git_dir = std::fs::canonicalize(base.join(pointed_path(target))).map_err(read_error)?;
+    let git_dir = std::fs::canonicalize(base.join(target)).map_err(read_error)?;
     let common = common_dir_of(&git_dir);
     let mut dirs = vec![git_dir.clone()];
     if common != git_dir {

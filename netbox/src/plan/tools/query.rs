@@ -297,8 +297,10 @@ mod tests {
 
     /// Whether process `pid` still runs (a zombie, dead and not yet reaped, does not).
     fn runs(pid: &str) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        // Lossy: the name in parentheses is the process's own, in any bytes.
+        std::fs::read(format!("/proc/{pid}/stat"))
             .ok()
+            .map(|stat| String::from_utf8_lossy(&stat).into_owned())
             .and_then(|stat| {
                 let state = stat.rsplit_once(") ")?.1.chars().next()?;
                 Some(state != 'Z' && state != 'X')

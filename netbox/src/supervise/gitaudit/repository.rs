@@ -367,7 +367,7 @@ pub(super) fn git_dir_behind(dot_git: &Path) -> Option<PathBuf> {
         Ok(target) => target,
         Err(_) => {
             let text = crate::plan::protect::read_git_pointer(dot_git).ok()?;
-            crate::plan::protect::pointed_path(text.lines().next()?.strip_prefix("gitdir:")?)
+            crate::plan::protect::gitfile_target(&text)?
         }
     };
     let at = base.join(target);

@@ -327,7 +327,10 @@ pub(super) fn magic_link_target(
 /// The thread group of the thread `pid` (the host's number): its leader as the host
 /// numbers it, and as the sandbox does (`Tgid:`, and the last of `NStgid:`).
 pub fn thread_group(pid: u32) -> Option<(u32, u32)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    // Lossy: CMD names itself (its `Name:` line, from /proc/self/comm) in any bytes, and
+    // a name that is not UTF-8 must not hide its refused writes from the log.
+    let status = std::fs::read(format!("/proc/{pid}/status")).ok()?;
+    let status = String::from_utf8_lossy(&status);
     let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
     let host = field("Tgid:")?.trim().parse().ok()?;
     let inner = field("NStgid:")?.split_whitespace().last()?.parse().ok()?;

@@ -28,9 +28,12 @@ pub(super) fn superblock_read_only(pid: u32, file: &OwnedFd) -> bool {
     else {
         return true;
     };
-    let Ok(mountinfo) = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")) else {
+    // Lossy: a mount point CMD made may be named in bytes that are not UTF-8; the line
+    // wanted is found by its number.
+    let Ok(mountinfo) = std::fs::read(format!("/proc/{pid}/mountinfo")) else {
         return true;
     };
+    let mountinfo = String::from_utf8_lossy(&mountinfo);
     let id = mount_id.to_string();
     mountinfo
         .lines()
@@ -61,9 +64,11 @@ pub(super) fn caller_may_write(pid: u32, file: &OwnedFd) -> bool {
     if crate::sys::xattr::has_following(&link, "system.posix_acl_access") {
         return true;
     }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+    // Lossy: CMD names itself in any bytes (`Name:`); the fields read are numbers.
+    let Ok(status) = std::fs::read(format!("/proc/{pid}/status")) else {
         return true;
     };
+    let status = String::from_utf8_lossy(&status);
     let capable = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))

@@ -537,10 +537,8 @@ fn a_command_named_in_bytes_that_are_not_utf8_has_its_refused_writes_logged() {
 #[test]
 fn a_variable_in_bytes_that_are_not_utf8_does_not_stop_a_tool_s_discovery() {
     let dir = TestDir::new("byte-names-tool");
-    let run = Run::new(&dir)
-        .arg("--quiet")
-        .arg("--allow-tool")
-        .arg("cargo");
+    // --cache none: as nobody (HOME=/nonexistent) there is no cache home to keep.
+    let run = Run::new(&dir).args_from(&["--quiet", "--cache", "none", "--allow-tool", "cargo"]);
     let out = run
         .command("echo ran")
         .env("EDITOR", OsStr::from_bytes(b"/tmp/caf\xe9/ed"))

@@ -80,6 +80,7 @@ pub fn run_to_end(
         Ok(child) => child,
         Err(e) => {
             let name = cmd.first().map(|c| c.to_string_lossy()).unwrap_or_default();
+            let name = crate::printable::printable(&name);
             return Err(Stop::Unrunnable(format!("cannot start {name}: {e}")));
         }
     };
@@ -134,7 +135,8 @@ impl Start {
             .collect();
         let cwd_c = CString::new(cwd.as_os_str().as_bytes())
             .map_err(|_| unrunnable("working directory"))?;
-        let name = first.to_string_lossy().into_owned().into_bytes();
+        // Escaped now: it is written after the fork, where nothing may be allocated.
+        let name = crate::printable::printable(&first.to_string_lossy()).into_bytes();
         let exec =
             find_program(&first, &envp, cwd).map(|program| ExecArgs::new(program, argv, envp));
         Ok(Start {

@@ -347,7 +347,8 @@ fn run_logged(
     )?;
 
     if config.show == crate::cli::Show::All {
-        crate::output::say(&startup_line(&config));
+        // Escaped: it names paths the user or a config chose, in any bytes.
+        crate::output::say(&crate::printable::printable(&startup_line(&config)));
     }
     // A file given as standard input reaches CMD through a pipe (stdin_relay.rs).
     // With a terminal of its own, CMD reads that instead (terminal.rs).

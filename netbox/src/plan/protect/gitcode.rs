@@ -1025,13 +1025,14 @@ fn shell_words(line: &str) -> Vec<Word> {
                     .is_some()
                 {}
                 while chars
-                    .next_if(|c| !c.is_ascii_whitespace() && !";&|()".contains(*c))
+                    .next_if(|c| !matches!(c, ' ' | '\t' | '\n') && !";&|()".contains(*c))
                     .is_some()
                 {}
             }
-            // A shell splits words at its IFS (space, tab, newline), not at every
-            // character Unicode calls a space (a name may hold U+00A0).
-            c if c.is_ascii_whitespace() => end_word(&mut word, &mut in_word, &mut words),
+            // A shell splits words at its IFS (space and tab here; a newline ends the
+            // command, above), not at every character called a space (a name may hold
+            // U+00A0, a CR or a form feed).
+            ' ' | '\t' => end_word(&mut word, &mut in_word, &mut words),
             c => {
                 in_word = true;
                 word.push(c);
@@ -1317,6 +1318,34 @@ mod tests {
                 .map(|n| n.path)
                 .collect();
         assert_eq!(optional, [":(optional)../x.cfg", "../x.cfg"]);
+    }
+
+    #[test]
+    fn words_and_pointers_are_cut_where_the_shell_and_git_cut_them() {
+        for name in ["mon\u{c}x", "mon\rx", "mon\u{a0}x"] {
+            let named = named_paths(
+                Use::Command,
+                &format!("./bin/{name} --flag"),
+                None,
+                &no_vars,
+            );
+            assert_eq!(named[0].path, format!("./bin/{name}"));
+        }
+        use super::super::paths::{gitfile_target, pointed_path};
+        assert_eq!(pointed_path("../../cd\0junk\n"), Path::new("../../cd"));
+        assert_eq!(
+            pointed_path("../modules/foo \r\n"),
+            Path::new("../modules/foo ")
+        );
+        assert_eq!(
+            gitfile_target("gitdir: ../gd\0junk\n"),
+            Some(PathBuf::from("../gd"))
+        );
+        assert_eq!(
+            gitfile_target("gitdir:  spaced\n"),
+            Some(PathBuf::from(" spaced"))
+        );
+        assert_eq!(gitfile_target("not a gitfile\n"), None);
     }
 
     #[test]

@@ -178,8 +178,10 @@ pub fn read_git_pointer(path: &Path) -> std::io::Result<String> {
 
 /// The path a gitdir or commondir file's text names: git takes off the line ends at its
 /// end and nothing else (a submodule named `foo ` has its git directory at
-/// `modules/foo `, not at another submodule's `modules/foo`).
+/// `modules/foo `, not at another submodule's `modules/foo`), and reads it as a C string
+/// (it ends at a NUL byte).
 pub fn pointed_path(text: &str) -> PathBuf {
+    let text = text.split('\0').next().unwrap_or_default();
     crate::paths::exact_text::path_of(text.trim_end_matches(['\n', '\r']))
 }
 

@@ -12,7 +12,10 @@ use super::verdict::{check, failed_check, refused, succeeded};
 use super::ProbeInput;
 
 pub(super) fn privileges(input: &ProbeInput) -> Check {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    // Lossy: netbox's own name there (`Name:`, cut at 15 bytes) may end inside a
+    // character; the fields read are numbers.
+    let status = std::fs::read("/proc/self/status").unwrap_or_default();
+    let status = String::from_utf8_lossy(&status);
     let field = |name: &str| status_field(&status, name).unwrap_or("?").to_owned();
     let mut forbidden: Vec<Outcome> = ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"]
         .iter()
@@ -337,7 +340,8 @@ pub(super) fn file_size_attempts(temp_dir: &Path, bytes: u64) -> (Outcome, Outco
 
 /// This process's address-space size in bytes (VmSize in /proc/self/status).
 pub(super) fn vm_size() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let status = std::fs::read("/proc/self/status").ok()?;
+    let status = String::from_utf8_lossy(&status);
     let kib: u64 = status_field(&status, "VmSize:")?
         .strip_suffix("kB")?
         .trim()

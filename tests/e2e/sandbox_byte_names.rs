@@ -38,6 +38,36 @@ fn as_logged(path: &std::path::Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// A run in a repository of its own beside `dir/upstream`, a repository of one commit, with
+/// a submodule of it added for each `(name, place)`.
+fn with_submodules(dir: &TestDir, submodules: &[(&str, &OsStr)]) -> Run {
+    let upstream = dir.join("upstream");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q"]);
+    git(&upstream, &["commit", "-q", "--allow-empty", "-m", "sub"]);
+    let run = Run::new(dir).arg("--quiet");
+    git(&run.workspace, &["init", "-q"]);
+    for (name, place) in submodules {
+        let out = std::process::Command::new("git")
+            .args([
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                "--name",
+            ])
+            .arg(name)
+            .arg(format!("file://{}", upstream.display()))
+            .arg(place)
+            .current_dir(&run.workspace)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    run
+}
+
 #[test]
 fn a_workspace_named_in_bytes_that_are_not_utf8_runs_and_is_logged() {
     let dir = TestDir::new("byte-names-run");
@@ -267,31 +297,10 @@ fn a_pin_lost_on_the_host_in_a_workspace_named_in_bytes_stops_the_run() {
 #[test]
 fn a_submodule_checked_out_at_a_path_in_bytes_keeps_its_hooks_path_pinned() {
     let dir = TestDir::new("byte-names-submodule");
-    let upstream = dir.join("upstream");
-    std::fs::create_dir_all(&upstream).unwrap();
-    git(&upstream, &["init", "-q"]);
-    git(&upstream, &["commit", "-q", "--allow-empty", "-m", "sub"]);
-    let run = Run::new(&dir).arg("--quiet");
-    git(&run.workspace, &["init", "-q"]);
     // Its name is plain (its .git file names a UTF-8 path), its place is not: git writes
     // `worktree = ../../../caf\xe9` into the submodule's config.
     let place = OsStr::from_bytes(b"caf\xe9");
-    let out = std::process::Command::new("git")
-        .args([
-            "-c",
-            "protocol.file.allow=always",
-            "submodule",
-            "add",
-            "-q",
-            "--name",
-            "plain",
-        ])
-        .arg(format!("file://{}", upstream.display()))
-        .arg(place)
-        .current_dir(&run.workspace)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    let run = with_submodules(&dir, &[("plain", place)]);
     let sub = run.workspace.join(place);
     git(&sub, &["config", "core.hooksPath", ".githooks"]);
     let script = format!(
@@ -415,32 +424,12 @@ fn a_key_the_ssh_config_names_in_bytes_reads_empty_with_the_agent() {
 #[test]
 fn a_submodule_whose_name_ends_in_a_space_is_not_taken_for_another() {
     let dir = TestDir::new("byte-names-space");
-    let upstream = dir.join("upstream");
-    std::fs::create_dir_all(&upstream).unwrap();
-    git(&upstream, &["init", "-q"]);
-    git(&upstream, &["commit", "-q", "--allow-empty", "-m", "sub"]);
-    let run = Run::new(&dir).arg("--quiet");
-    git(&run.workspace, &["init", "-q"]);
     // Two submodules whose git directories are `modules/foo` and `modules/foo `: git
     // reads `gitdir: ../.git/modules/foo ` to its end.
-    for (name, place) in [("foo", "plain"), ("foo ", "spaced")] {
-        let out = std::process::Command::new("git")
-            .args([
-                "-c",
-                "protocol.file.allow=always",
-                "submodule",
-                "add",
-                "-q",
-                "--name",
-                name,
-            ])
-            .arg(format!("file://{}", upstream.display()))
-            .arg(place)
-            .current_dir(&run.workspace)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
-    }
+    let run = with_submodules(
+        &dir,
+        &[("foo", OsStr::new("plain")), ("foo ", OsStr::new("spaced"))],
+    );
     git(
         &run.workspace.join("spaced"),
         &["config", "core.hooksPath", ".githooks"],

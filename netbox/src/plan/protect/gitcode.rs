@@ -349,6 +349,11 @@ const MAX_NESTING: usize = 4;
 fn command_paths(value: &str, how: Use, lookup: &dyn Fn(&str) -> Option<String>) -> Vec<Named> {
     let mut found = Vec::new();
     let line = value.trim_start();
+    // Without `!`, an alias's value is git's arguments, split where git's split_cmdline
+    // splits: at CR too, which no shell does. Read both ways: more is pinned, never less.
+    if !line.starts_with('!') && line.contains('\r') {
+        found.extend(command_paths(&value.replace('\r', " "), how, lookup));
+    }
     // A `!` alias or helper runs a shell; without it an alias's value is git's arguments.
     let line = line.strip_prefix('!').unwrap_or(line);
     // Commands run from the top of the work tree, so the top is `.` to them.
@@ -1329,10 +1334,24 @@ mod tests {
                 None,
                 &no_vars,
             );
-            assert_eq!(named[0].path, format!("./bin/{name}"));
+            assert!(
+                named.iter().any(|n| n.path == format!("./bin/{name}")),
+                "{named:?}"
+            );
         }
+        // An alias without `!` is split by git at CR too: `-c core.fsmonitor=./bin/mon`.
+        let named = named_paths(
+            Use::Command,
+            "-c core.fsmonitor=./bin/mon\rstatus",
+            None,
+            &no_vars,
+        );
+        assert!(named.iter().any(|n| n.path == "./bin/mon"), "{named:?}");
         use super::super::paths::{gitfile_target, pointed_path};
         assert_eq!(pointed_path("../../cd\0junk\n"), Path::new("../../cd"));
+        // Line ends off the whole text first, then the NUL, as git does.
+        assert_eq!(pointed_path("../gd\r\0junk\n"), Path::new("../gd\r"));
+        assert_eq!(pointed_path("X\n\0"), Path::new("X\n"));
         assert_eq!(
             pointed_path("../modules/foo \r\n"),
             Path::new("../modules/foo ")

@@ -178,11 +178,12 @@ pub fn read_git_pointer(path: &Path) -> std::io::Result<String> {
 
 /// The path a gitdir or commondir file's text names: git takes off the line ends at its
 /// end and nothing else (a submodule named `foo ` has its git directory at
-/// `modules/foo `, not at another submodule's `modules/foo`), and reads it as a C string
-/// (it ends at a NUL byte).
+/// `modules/foo `, not at another submodule's `modules/foo`), then reads what is left as
+/// a C string (it ends at a NUL byte): in that order, so `../gd\r\0x` is `../gd\r`.
 pub fn pointed_path(text: &str) -> PathBuf {
+    let text = text.trim_end_matches(['\n', '\r']);
     let text = text.split('\0').next().unwrap_or_default();
-    crate::paths::exact_text::path_of(text.trim_end_matches(['\n', '\r']))
+    crate::paths::exact_text::path_of(text)
 }
 
 /// The path a `.git` file's text (`gitdir: PATH`) names, as git's read_gitfile takes it:

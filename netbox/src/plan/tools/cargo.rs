@@ -66,11 +66,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
             indexes.push((url, from_workspace));
         }
     }
-    // vars_os: one variable that is not UTF-8 (any of them) must not stop the run; an index
-    // URL in such bytes is no URL netbox reads.
-    let env = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-    for (key, value) in env {
+    for (key, value) in super::utf8_env() {
         if key.starts_with("CARGO_REGISTRIES_") && key.ends_with("_INDEX") {
             out.add(&value, format!("{key} in the environment"));
             indexes.push((value, false));

@@ -46,10 +46,7 @@ pub fn discover(ctx: &Context<'_>) -> ToolRules {
             out.add_from(&url, format!("source in {}", gemfile.display()), true);
         }
     }
-    // vars_os: one variable that is not UTF-8 (any of them) must not stop the run.
-    let env = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-    for (key, value) in env {
+    for (key, value) in super::utf8_env() {
         if key.starts_with("BUNDLE_MIRROR__") {
             out.add(&value, format!("{key} in the environment"));
         }

@@ -306,6 +306,12 @@ pub fn run(args: &crate::cli::ToolsArgs) -> Result<u8, crate::error::WrapperErro
 
 /// A configuration file's text, if it is a regular file of at most 1 MiB (a workspace
 /// file may be anything: a FIFO, a sparse file of gigabytes).
+/// The environment's variables whose name and value are both UTF-8 (a registry URL in
+/// other bytes is none netbox reads): `std::env::vars` panics on any other.
+fn utf8_env() -> impl Iterator<Item = (String, String)> {
+    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+}
+
 fn read_small(path: &Path) -> Option<String> {
     crate::plan::read_small_file(path, 1 << 20).ok()
 }
